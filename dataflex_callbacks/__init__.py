@@ -1,0 +1,1 @@
+"""dataflex-callbacks: data strategies for RL fine-tuning of language models."""
