@@ -1,0 +1,57 @@
+"""Vectorised per-group reductions (segment ops): no Python loop over groups.
+
+Every function takes a dense group index ``(N,)`` in ``[0, G)`` from `dense_groups` and works the
+same on CPU and CUDA tensors.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def dense_groups(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """Map arbitrary group ids ``(N,)`` to a dense index ``(N,)`` in ``[0, G)`` and return ``G``."""
+    if group_ids.numel() == 0:
+        return group_ids.new_zeros(0, dtype=torch.long), 0
+    unique, index = torch.unique(group_ids, return_inverse=True)
+    return index, unique.numel()
+
+
+def segment_sum(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Sum of ``values (N,)`` per group -> ``(G,)``."""
+    out = torch.zeros(num_groups, dtype=values.dtype, device=values.device)
+    return out.index_add_(0, index, values)
+
+
+def group_sizes(index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Number of members per group -> ``(G,)`` float."""
+    return torch.bincount(index, minlength=num_groups).to(torch.float32)
+
+
+def segment_mean(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Mean of ``values (N,)`` per group -> ``(G,)``."""
+    return segment_sum(values, index, num_groups) / group_sizes(index, num_groups).clamp_min(1).to(values.dtype)
+
+
+def segment_variance(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Population variance of ``values (N,)`` per group -> ``(G,)`` (two-pass, so no cancellation)."""
+    mean = segment_mean(values, index, num_groups)
+    centred = values - mean[index]
+    return segment_mean(centred * centred, index, num_groups)
+
+
+def sort_within_groups(values: torch.Tensor, index: torch.Tensor, descending: bool = False) -> torch.Tensor:
+    """Permutation ordering rows by group, then by value; ties keep row order (deterministic)."""
+    by_value = torch.sort(values, descending=descending, stable=True).indices
+    by_group = torch.sort(index[by_value], stable=True).indices
+    return by_value[by_group]
+
+
+def rank_within_groups(order: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Given `sort_within_groups`' permutation, each row's 0-based rank inside its group -> ``(N,)``."""
+    sizes = torch.bincount(index, minlength=num_groups)
+    starts = torch.cumsum(sizes, 0) - sizes
+    positions = torch.arange(order.numel(), device=order.device)
+    ranks = torch.empty_like(positions)
+    ranks[order] = positions - starts[index[order]]
+    return ranks

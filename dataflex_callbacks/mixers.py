@@ -1,0 +1,180 @@
+"""Mixers: per-domain statistics (a `DomainTracker`) -> domain sampling proportions.
+
+Every mixer computes proportions ``q`` and then guarantees its floor exactly:
+``p_d = floor + (1 - K * floor) * q_d`` for K domains. (Clamping to the floor and renormalising
+can leave a domain below it.) A domain never observed yet is treated as the most promising one
+for the mixer's signal, so each domain gets explored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Sequence
+
+import torch
+
+from .errors import ConfigError
+from .params import check_number
+from .proportions import check_proportions
+from .registry import register
+from .tracker import DomainTracker
+
+
+def apply_floor(q: torch.Tensor, floor: float) -> torch.Tensor:
+    """``floor + (1 - K * floor) * q``: every entry >= floor, still summing to 1."""
+    return floor + (1.0 - q.numel() * floor) * q
+
+
+def softmax_temperature(values: torch.Tensor, temperature: float) -> torch.Tensor:
+    """Softmax of ``values / temperature`` in float64."""
+    return torch.softmax(values.to(torch.float64) / temperature, dim=0)
+
+
+def fill_unobserved(values: torch.Tensor, fill: str) -> torch.Tensor:
+    """Replace NaN (never observed) entries by the max or min of the observed ones (0 if none)."""
+    observed = values[~torch.isnan(values)]
+    if observed.numel() == 0:
+        return torch.zeros_like(values)
+    value = observed.max() if fill == "max" else observed.min()
+    return torch.where(torch.isnan(values), value, values)
+
+
+class Mixer:
+    """Base class: ``proportions(tracker) -> {domain: p}`` over exactly ``domains``, floor honoured."""
+
+    name = "mixer"
+
+    def __init__(self, domains: Sequence[str] | None = None, floor: float = 0.05):
+        self.domains = list(domains) if domains is not None else None
+        self.floor = check_number("floor", floor, low=0.0)
+        if self.domains is not None:
+            self.bind(self.domains)
+
+    def bind(self, domains: Sequence[str]) -> None:
+        """Set the domain list (done by the strategy when the data's domains become known)."""
+        domains = list(domains)
+        if not domains:
+            raise ConfigError(f"mixer {self.name!r} needs at least one domain")
+        if len(set(domains)) != len(domains):
+            raise ConfigError(f"mixer {self.name!r}: domains must be unique; got {domains}")
+        if len(domains) * self.floor > 1.0 + 1e-12:
+            raise ConfigError(
+                f"mixer {self.name!r}: floor={self.floor} times {len(domains)} domains exceeds 1; "
+                f"use floor <= {1.0 / len(domains):.4f}"
+            )
+        self.domains = domains
+
+    def proportions(self, tracker: DomainTracker) -> dict[str, float]:
+        """Target proportions from the tracker's current statistics."""
+        if self.domains is None:
+            raise ConfigError(f"mixer {self.name!r} has no domains; pass domains=[...] or let the host bind them")
+        if list(tracker.domains) != self.domains:
+            raise ConfigError(f"mixer domains {self.domains} differ from tracker domains {tracker.domains}")
+        q = self.raw_proportions(tracker)
+        p = apply_floor(q / q.sum(), self.floor)
+        return {d: float(p[i]) for i, d in enumerate(self.domains)}
+
+    def raw_proportions(self, tracker: DomainTracker) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def signal(self, tracker: DomainTracker) -> dict[str, float]:
+        """The per-domain value the mixer ranks domains by (for logs)."""
+        return {}
+
+
+@register("mixer", "static")
+class StaticMixer(Mixer):
+    """Fixed proportions (uniform by default): the baseline."""
+
+    def __init__(self, domains: Sequence[str] | None = None, proportions: dict[str, float] | None = None, floor: float = 0.0):
+        self.fixed = None if proportions is None else {str(k): float(v) for k, v in dict(proportions).items()}
+        super().__init__(domains, floor)
+
+    def bind(self, domains):
+        super().bind(domains)
+        if self.fixed is not None:
+            self.fixed = check_proportions(self.fixed, self.domains, "static mixer 'proportions'")
+
+    def raw_proportions(self, tracker):
+        k = len(self.domains)
+        if self.fixed is None:
+            return torch.full((k,), 1.0 / k, dtype=torch.float64)
+        return torch.tensor([self.fixed[d] for d in self.domains], dtype=torch.float64)
+
+
+@register("mixer", "reward_gap")
+class RewardGapMixer(Mixer):
+    """softmax((max_d R_d - R_d) / T): more data for domains whose reward lags."""
+
+    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, floor: float = 0.05):
+        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
+        super().__init__(domains, floor)
+
+    def _gap(self, tracker):
+        reward = fill_unobserved(tracker.mean_reward(), "min")
+        return reward.max() - reward
+
+    def raw_proportions(self, tracker):
+        return softmax_temperature(self._gap(tracker), self.temperature)
+
+    def signal(self, tracker):
+        return dict(zip(self.domains, self._gap(tracker).tolist()))
+
+
+@register("mixer", "dump_ucb")
+class DumpUcbMixer(Mixer):
+    """softmax((U_d + c*sqrt(2 ln(N+1)/(n_d+1))) / T), U_d the windowed mean |advantage| (DUMP)."""
+
+    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, c: float = 0.1, floor: float = 0.05):
+        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
+        self.c = check_number("c", c, low=0.0)
+        super().__init__(domains, floor)
+
+    def ucb(self, tracker):
+        value = fill_unobserved(tracker.mean_abs_advantage(), "max")
+        seen = tracker.total_count
+        bonus = self.c * torch.sqrt(2.0 * math.log(float(seen.sum()) + 1.0) / (seen + 1.0))
+        return value + bonus
+
+    def raw_proportions(self, tracker):
+        return softmax_temperature(self.ucb(tracker), self.temperature)
+
+    def signal(self, tracker):
+        return dict(zip(self.domains, self.ucb(tracker).tolist()))
+
+
+@register("mixer", "tscl")
+class TsclMixer(Mixer):
+    """softmax(|slope_d| / T) of the windowed reward slope (teacher-student curriculum)."""
+
+    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.01, floor: float = 0.05, signed: bool = False):
+        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
+        if not isinstance(signed, bool):
+            raise ValueError(f"parameter 'signed' must be true or false; got {signed!r}")
+        self.signed = signed
+        super().__init__(domains, floor)
+
+    def progress(self, tracker):
+        slope = tracker.reward_slope()
+        return slope.clamp_min(0.0) if self.signed else slope.abs()
+
+    def raw_proportions(self, tracker):
+        return softmax_temperature(self.progress(tracker), self.temperature)
+
+    def signal(self, tracker):
+        return dict(zip(self.domains, tracker.reward_slope().tolist()))
+
+
+@register("mixer", "learnability")
+class LearnabilityMixer(Mixer):
+    """softmax(V_d / T), V_d the windowed mean group reward variance (p(1-p) for 0/1 rewards)."""
+
+    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.05, floor: float = 0.05):
+        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
+        super().__init__(domains, floor)
+
+    def raw_proportions(self, tracker):
+        return softmax_temperature(fill_unobserved(tracker.mean_group_variance(), "max"), self.temperature)
+
+    def signal(self, tracker):
+        return dict(zip(self.domains, tracker.mean_group_variance().tolist()))

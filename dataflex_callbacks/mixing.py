@@ -1,0 +1,135 @@
+"""`DomainMixing`: the mix part of a strategy: tracker + mixer + update schedule + what was drawn.
+
+Target proportions start at a static prior; after ``warmup_steps`` they are recomputed by the
+mixer every ``update_every`` steps from the `DomainTracker` (optionally smoothed:
+``p <- smoothing * p_old + (1 - smoothing) * p_new``, which keeps every floor). Both the target and
+the proportions actually drawn by the sampler are kept for logging.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Mapping, Sequence
+
+from .batch import RolloutBatch
+from .errors import ConfigError
+from .mixers import Mixer
+from .params import check_int, check_number
+from .proportions import check_proportions
+from .tracker import DomainTracker
+
+RECENT_DRAWS = 20  # sampler batches in the "recent" actual-proportion window
+
+
+class DomainMixing:
+    """Schedule that turns tracked per-domain statistics into target sampling proportions."""
+
+    def __init__(self, mixer: Mixer, domains: Sequence[str] | None = None, window: int = 50, warmup_steps: int = 10,
+                 update_every: int = 5, smoothing: float = 0.0, prior: Mapping[str, float] | None = None):
+        self.mixer = mixer
+        self.window = check_int("window", window, low=1)
+        self.warmup_steps = check_int("warmup_steps", warmup_steps, low=0)
+        self.update_every = check_int("update_every", update_every, low=1)
+        self.smoothing = check_number("smoothing", smoothing, low=0.0, high=1.0, high_open=True)
+        self.prior_config = None if prior is None else dict(prior)
+        self.domains: list[str] | None = None
+        self.tracker: DomainTracker | None = None
+        self.target: dict[str, float] | None = None
+        self.last_update_step: int | None = None
+        self.drawn_total: dict[str, int] = {}
+        self.drawn_recent: deque = deque(maxlen=RECENT_DRAWS)
+        if domains is not None:
+            self.bind(domains)
+
+    @property
+    def bound(self) -> bool:
+        return self.domains is not None
+
+    def bind(self, domains: Sequence[str]) -> None:
+        """Fix the domain list (from the config, or from the dataset's domain column)."""
+        domains = [str(d) for d in domains]
+        if self.domains is not None:
+            if domains != self.domains:
+                raise ConfigError(f"mix domains are already {self.domains}; cannot rebind to {domains}")
+            return
+        self.mixer.bind(domains)
+        self.domains = domains
+        self.tracker = DomainTracker(domains, self.window)
+        if self.prior_config is None:
+            prior = {d: 1.0 / len(domains) for d in domains}
+        else:
+            prior = check_proportions(self.prior_config, domains, "mix 'prior'")
+        floor = self.mixer.floor
+        # The prior obeys the floor too, exactly as the mixers do.
+        self.prior = {d: floor + (1.0 - len(domains) * floor) * p for d, p in prior.items()}
+        self.target = dict(self.prior)
+        self.drawn_total = {d: 0 for d in domains}
+
+    def _require_bound(self) -> None:
+        if self.domains is None:
+            raise ConfigError(
+                "the strategy mixes domains but no domains are known; give mix.domains in the config, or let the "
+                "host adapter bind them from the dataset's domain column (strategy.bind_domains([...]))"
+            )
+
+    def observe(self, batch: RolloutBatch, step: int, sync: bool = True) -> bool:
+        """Feed one batch; returns True when the target proportions were recomputed at this step."""
+        self._require_bound()
+        self.tracker.update(batch, step=step, sync=sync)
+        due = step >= self.warmup_steps and (step - self.warmup_steps) % self.update_every == 0
+        if not due or self.last_update_step == step:
+            return False
+        fresh = self.mixer.proportions(self.tracker)
+        if self.smoothing > 0:
+            fresh = {d: self.smoothing * self.target[d] + (1 - self.smoothing) * fresh[d] for d in self.domains}
+        self.target = fresh
+        self.last_update_step = step
+        return True
+
+    def observe_drawn(self, counts: Mapping[str, int]) -> None:
+        """Record how many prompts of each domain the sampler actually drew."""
+        self._require_bound()
+        unknown = sorted(set(counts) - set(self.domains))
+        if unknown:
+            raise ConfigError(f"drawn counts name unknown domain(s) {unknown}; known: {self.domains}")
+        for d, c in counts.items():
+            self.drawn_total[d] += int(c)
+        self.drawn_recent.append({d: int(counts.get(d, 0)) for d in self.domains})
+
+    def actual(self, recent: bool = False) -> dict[str, float]:
+        """Share of each domain among drawn prompts (overall, or over the last few sampler batches)."""
+        self._require_bound()
+        if recent:
+            totals = {d: sum(c[d] for c in self.drawn_recent) for d in self.domains}
+        else:
+            totals = self.drawn_total
+        n = sum(totals.values())
+        return {d: (totals[d] / n if n else 0.0) for d in self.domains}
+
+    def metrics(self) -> dict[str, float]:
+        if self.domains is None:
+            return {}
+        out = {f"mix/target/{d}": p for d, p in self.target.items()}
+        if sum(self.drawn_total.values()):
+            out.update({f"mix/actual/{d}": p for d, p in self.actual(recent=True).items()})
+        if self.tracker.updates:
+            out.update({f"mix/signal/{d}": float(v) for d, v in self.mixer.signal(self.tracker).items()})
+        return out
+
+    def state_dict(self) -> dict:
+        return {
+            "domains": self.domains, "target": self.target, "last_update_step": self.last_update_step,
+            "tracker": None if self.tracker is None else self.tracker.state_dict(),
+            "drawn_total": dict(self.drawn_total), "drawn_recent": list(self.drawn_recent),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if state["domains"] is None:
+            return
+        self.bind(state["domains"])
+        self.tracker.load_state_dict(state["tracker"])
+        self.target = dict(state["target"])
+        self.last_update_step = state["last_update_step"]
+        self.drawn_total = dict(state["drawn_total"])
+        self.drawn_recent = deque(state["drawn_recent"], maxlen=RECENT_DRAWS)
+

@@ -1,0 +1,36 @@
+"""Parameter checks shared by every component: each error names the parameter and its valid range."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+
+def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+                 low_open: bool = False, high_open: bool = False) -> float:
+    """``value`` as a float inside the given bounds, else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
+        raise ValueError(f"parameter {name!r} must be a number; got {value!r}")
+    value = float(value)
+    if low is not None and (value < low or (low_open and value == low)):
+        raise ValueError(f"parameter {name!r} must be {'>' if low_open else '>='} {low}; got {value}")
+    if high is not None and (value > high or (high_open and value == high)):
+        raise ValueError(f"parameter {name!r} must be {'<' if high_open else '<='} {high}; got {value}")
+    return value
+
+
+def check_int(name: str, value: Any, *, low: int | None = None) -> int:
+    """``value`` as an int ``>= low``, else a ValueError naming ``name``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"parameter {name!r} must be an integer; got {value!r}")
+    if low is not None and value < low:
+        raise ValueError(f"parameter {name!r} must be >= {low}; got {value}")
+    return value
+
+
+def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
+    """``value`` if it is one of ``choices``, else a ValueError listing them."""
+    choices = tuple(choices)
+    if value not in choices:
+        raise ValueError(f"parameter {name!r} must be one of {', '.join(map(repr, choices))}; got {value!r}")
+    return value

@@ -1,0 +1,416 @@
+"""The main job: GRPO-train a model on a prompt dataset with a data strategy, and record the run.
+
+`run_training(RunOptions(...))` is what `dataflex run` calls; it is a plain function so other
+commands (a later `dataflex compare`) can run several strategies or seeds and read the
+returned `RunResult`. With the defaults it trains the built-in tiny model on the built-in task
+suite on a CPU in a couple of minutes, with no network access.
+
+Every input is checked before anything is written: a bad strategy, dataset, column, answer or
+output folder raises `RunInputError` (the CLI turns it into a one-line error and exit code 2).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _datetime
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+RUN_FILES = ("config.json", "metrics.jsonl", "eval.json", "plot.png")
+NO_STRATEGY = ("none", "baseline")
+
+
+class RunInputError(ValueError):
+    """A user input that makes the run impossible (bad strategy, dataset, column, answer or output folder)."""
+
+
+@dataclass
+class RunOptions:
+    """Settings of one `dataflex run`; every field has a CPU-friendly default for the tiny model.
+
+    Attributes:
+        strategy: preset name, path to a YAML/JSON strategy file, or `none` for plain GRPO.
+        steps: optimizer steps (one generation batch each).
+        seed: seeds the task suite, model init, sampling and the noisy reward. Same seed, same metrics.
+        output_dir: run folder; default `runs/<strategy>-<timestamp>`.
+        overwrite: replace the run files of an existing run folder.
+        model: hub id or local path for `from_pretrained`; default the built-in tiny model.
+        dataset: hub name or local jsonl/json/parquet/csv file; default the built-in task suite.
+        prompt_column, answer_column, domain_column: columns of `dataset`.
+        split: split of a hub `dataset` to read.
+        verifier: `auto` (numeric when every answer is a number, else exact), `numeric`, `exact`.
+        n_train, n_test: prompts per domain of the built-in suite (train, held out); for a user
+            dataset `n_test` rows are held out for evaluation.
+        prompts_per_step: distinct prompts per optimizer step.
+        num_generations: completions per prompt (the GRPO group size).
+        max_completion_length: tokens generated per completion (None: 4 for the tiny model, 64 otherwise).
+        learning_rate: AdamW learning rate (constant schedule).
+        temperature: sampling temperature during training.
+        beta: KL coefficient (0 drops the reference model, as in recent GRPO recipes).
+        eval_max_new_tokens: greedy tokens per held-out prompt (None: max_completion_length, at least 8).
+        progress: show a progress bar.
+    """
+
+    strategy: str = "difffilter"
+    steps: int = 150
+    seed: int = 0
+    output_dir: str | None = None
+    overwrite: bool = False
+    model: str | None = None
+    dataset: str | None = None
+    prompt_column: str = "prompt"
+    answer_column: str = "answer"
+    domain_column: str | None = None
+    split: str = "train"
+    verifier: str = "auto"
+    n_train: int = 200
+    n_test: int = 50
+    prompts_per_step: int = 8
+    num_generations: int = 8
+    max_completion_length: int | None = None
+    learning_rate: float = 3e-3
+    temperature: float = 1.0
+    beta: float = 0.0
+    eval_max_new_tokens: int | None = None
+    progress: bool = True
+
+
+@dataclass
+class RunResult:
+    """What a run produced: the run folder and the numbers written into it."""
+
+    output_dir: str
+    config: dict
+    metrics: list[dict]
+    eval_before: dict[str, float]
+    eval_after: dict[str, float]
+    wall_seconds: float
+    files: dict[str, str] = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------- input checks
+
+
+def resolve_strategy(spec: str):
+    """Build the strategy named by `spec` (preset, YAML/JSON file) or return None for `none`/`baseline`."""
+    if spec is None or str(spec).lower() in NO_STRATEGY:
+        return None
+    try:
+        from dataflex_callbacks import build_strategy
+    except ImportError:
+        raise RunInputError(
+            "the strategy library (dataflex_callbacks.build_strategy) is not available in this install; "
+            "use --strategy none"
+        ) from None
+    try:
+        return build_strategy(spec)
+    except Exception as error:  # the library raises ValueError/KeyError/FileNotFoundError with the valid choices
+        message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RunInputError(f"invalid strategy {spec!r}: {message}") from error
+
+
+def resolve_output_dir(options: RunOptions) -> str:
+    """Return the run folder, refusing one that already holds a run unless `overwrite`."""
+    if options.output_dir:
+        path = os.fspath(options.output_dir)
+    else:
+        stamp = _datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+        name = os.path.splitext(os.path.basename(str(options.strategy)))[0] or "run"
+        path = os.path.join("runs", f"{name}-{stamp}")
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise RunInputError(f"output path {path!r} is a file; choose a folder with --output-dir")
+    existing = [name for name in RUN_FILES if os.path.exists(os.path.join(path, name))]
+    if existing and not options.overwrite:
+        raise RunInputError(f"{path!r} already holds a run ({', '.join(existing)}); pass --overwrite or another --output-dir")
+    return path
+
+
+def _check_options(options: RunOptions) -> None:
+    positive = ("steps", "prompts_per_step", "num_generations", "n_train", "n_test")
+    for name in positive:
+        if int(getattr(options, name)) < 1:
+            raise RunInputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(options, name)}")
+    if options.num_generations < 2:
+        raise RunInputError(f"--num-generations must be at least 2 (GRPO compares responses), got {options.num_generations}")
+    if options.verifier not in ("auto", "numeric", "exact"):
+        raise RunInputError(f"unknown verifier {options.verifier!r}; choose auto, numeric or exact")
+
+
+def load_data(options: RunOptions):
+    """Return `(train, test, reward_settings)`: the built-in suite, or the user dataset split for evaluation."""
+    from dataflex_callbacks import tasks
+
+    if options.dataset is None:
+        suite = tasks.load_task_suite(seed=options.seed, n_train=options.n_train, n_test=options.n_test)
+        return suite["train"], suite["test"], {"verifier": "exact", "builtin_domains": True}
+
+    try:
+        data = tasks.load_prompt_dataset(
+            options.dataset, prompt_column=options.prompt_column, answer_column=options.answer_column,
+            domain_column=options.domain_column, split=options.split,
+        )
+    except tasks.loading.DatasetColumnError as error:
+        raise RunInputError(str(error)) from error
+    except Exception as error:  # missing file, unreadable file, hub name absent from the offline cache
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RunInputError(f"cannot load dataset {options.dataset!r}: {first_line}") from error
+    if len(data) < 2:
+        raise RunInputError(f"dataset {options.dataset!r} has {len(data)} row(s); need at least 2")
+
+    answers = list(data["answer"])
+    verifier = options.verifier
+    if verifier == "auto":
+        verifier = "numeric" if all(tasks.answer_is_readable(a, "numeric") for a in answers) else "exact"
+    unreadable = [i for i, a in enumerate(answers) if not tasks.answer_is_readable(a, verifier)]
+    if unreadable:
+        first = unreadable[0]
+        raise RunInputError(
+            f"answer column {options.answer_column!r} has {len(unreadable)} value(s) the {verifier} verifier "
+            f"cannot read (first: row {first}, {answers[first]!r}); fix the data or choose --verifier"
+        )
+    n_test = min(options.n_test, max(1, len(data) // 5))
+    split = data.train_test_split(test_size=n_test, seed=options.seed, shuffle=True)
+    return split["train"], split["test"], {"verifier": verifier, "builtin_domains": False}
+
+
+def load_model(options: RunOptions):
+    """Return `(model, tokenizer, description)`: the built-in tiny model, or `from_pretrained(options.model)`."""
+    if options.model is None:
+        from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer
+
+        tokenizer = build_tiny_tokenizer()
+        return build_tiny_model(tokenizer, seed=options.seed), tokenizer, "tiny"
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(options.model)
+        model = AutoModelForCausalLM.from_pretrained(options.model)
+    except Exception as error:
+        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise RunInputError(f"cannot load model {options.model!r}: {first_line}") from error
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    tokenizer.padding_side = "left"
+    return model, tokenizer, options.model
+
+
+# --------------------------------------------------------------------------- trainer
+
+
+def make_trainer(model, tokenizer, reward_fn, train_dataset, args, strategy, callbacks):
+    """Build the GRPO trainer; with a strategy, the DataFlex TRL adapter applies it inside the loss."""
+    if strategy is None:
+        from trl import GRPOTrainer
+
+        return GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=train_dataset,
+                           processing_class=tokenizer, callbacks=callbacks)
+    try:
+        from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
+    except ImportError:
+        raise RunInputError(
+            "the TRL adapter (dataflex_callbacks.integrations.trl.DataFlexGRPOTrainer) is not available; "
+            "use --strategy none"
+        ) from None
+    return DataFlexGRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=train_dataset,
+                               processing_class=tokenizer, callbacks=callbacks, strategy=strategy)
+
+
+def _step_record(step: int, logs: dict, domains: list[str]) -> dict:
+    """Flatten one step's trainer logs into the metrics.jsonl schema (plus every raw numeric log)."""
+    record: dict[str, Any] = {"step": step}
+    raw = {k: v for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+    record["loss"] = raw.get("loss")
+    record["reward"] = raw.get("reward")
+    for domain in domains:
+        record[f"reward/{domain}"] = raw.get(f"tasks/reward/{domain}")
+        record[f"share/{domain}"] = raw.get(f"tasks/share/{domain}", 0.0)
+    kept = [v for k, v in raw.items() if k.endswith("kept_frac")]
+    record["kept_frac"] = kept[0] if kept else 1.0
+    for key, value in raw.items():
+        # Strategy metrics (mix targets, weights, ...) keep the adapter's names.
+        if key not in record and not key.startswith("tasks/"):
+            record[key] = value
+    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
+
+
+def _metrics_callback(records: list[dict], domains: list[str], steps: int, progress: bool):
+    from transformers import TrainerCallback
+
+    class RecordMetrics(TrainerCallback):
+        """Keep one record per optimizer step and drive the progress bar."""
+
+        def __init__(self):
+            self.bar = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            if progress:
+                from tqdm.auto import tqdm
+
+                self.bar = tqdm(total=steps, desc="dataflex run", unit="step", dynamic_ncols=True)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "loss" not in logs:
+                return  # the end-of-training summary has no per-step metrics
+            record = _step_record(state.global_step, logs, domains)
+            records.append(record)
+            if self.bar is not None:
+                self.bar.update(record["step"] - self.bar.n)
+                shown = {"reward": record["reward"], "kept": record["kept_frac"]}
+                self.bar.set_postfix({k: f"{v:.2f}" for k, v in shown.items() if v is not None})
+
+        def on_train_end(self, args, state, control, **kwargs):
+            if self.bar is not None:
+                self.bar.close()
+
+    return RecordMetrics()
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def write_plot(path: str, metrics: list[dict], domains: list[str]) -> None:
+    """Plot reward per domain, kept fraction and domain shares over steps into `path` (PNG)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [m["step"] for m in metrics]
+    figure, axes = plt.subplots(1, 3, figsize=(15, 4))
+    for domain in domains:
+        values = [m.get(f"reward/{domain}") for m in metrics]
+        axes[0].plot(steps, [float("nan") if v is None else v for v in values], label=domain)
+    axes[0].set(title="reward per domain", xlabel="step", ylim=(-0.05, 1.05))
+    axes[0].legend(fontsize="small")
+    axes[1].plot(steps, [m.get("kept_frac", 1.0) for m in metrics], color="black")
+    axes[1].set(title="kept fraction", xlabel="step", ylim=(-0.05, 1.05))
+    shares = [[m.get(f"share/{d}") or 0.0 for m in metrics] for d in domains]
+    if steps:
+        axes[2].stackplot(steps, shares, labels=domains)
+    axes[2].set(title="domain proportions (sampled)", xlabel="step", ylim=(0, 1))
+    axes[2].legend(fontsize="small", loc="upper right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+def _versions() -> dict:
+    import importlib.metadata as metadata
+
+    versions = {}
+    for package in ("dataflex-callbacks", "torch", "transformers", "trl", "datasets"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+# --------------------------------------------------------------------------- the job
+
+
+def run_training(options: RunOptions) -> RunResult:
+    """Train with GRPO and a data strategy, evaluate before/after, and write the run folder.
+
+    Raises `RunInputError` before writing anything when an input is unusable.
+    """
+    started = time.perf_counter()
+    _check_options(options)
+    output_dir = resolve_output_dir(options)
+    strategy = resolve_strategy(options.strategy)
+    train, test, reward_settings = load_data(options)
+    model, tokenizer, model_description = load_model(options)
+
+    import torch
+    from transformers import set_seed
+    from trl import GRPOConfig
+
+    from dataflex_callbacks import tasks
+
+    tiny = options.model is None
+    completion_tokens = options.max_completion_length or (4 if tiny else 64)
+    eval_tokens = options.eval_max_new_tokens or max(8, completion_tokens)
+    domains = sorted(set(train["domain"]) | set(test["domain"]))
+
+    os.makedirs(output_dir, exist_ok=True)
+    for name in RUN_FILES:
+        if os.path.exists(os.path.join(output_dir, name)):
+            os.remove(os.path.join(output_dir, name))
+
+    set_seed(options.seed)
+    eval_settings = dict(max_new_tokens=eval_tokens, seed=options.seed, **reward_settings)
+    eval_before = tasks.evaluate(model, tokenizer, test, **eval_settings)
+
+    trainer_dir = os.path.join(output_dir, "trainer")
+    args = GRPOConfig(
+        output_dir=trainer_dir,
+        max_steps=options.steps,
+        per_device_train_batch_size=options.prompts_per_step * options.num_generations,
+        num_generations=options.num_generations,
+        max_completion_length=completion_tokens,
+        temperature=options.temperature,
+        learning_rate=options.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        beta=options.beta,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        seed=options.seed,
+        data_seed=options.seed,
+        use_cpu=not torch.cuda.is_available(),
+        disable_tqdm=True,
+        dataloader_num_workers=0,
+    )
+    records: list[dict] = []
+    reward_fn = tasks.make_reward_fn(seed=options.seed, **reward_settings)
+    callback = _metrics_callback(records, domains, options.steps, options.progress)
+    trainer = make_trainer(model, tokenizer, reward_fn, train, args, strategy, [callback])
+    from transformers.trainer_callback import PrinterCallback, ProgressCallback
+
+    for noisy_callback in (PrinterCallback, ProgressCallback):  # our callback prints the progress instead
+        trainer.remove_callback(noisy_callback)
+    trainer.train()
+    eval_after = tasks.evaluate(trainer.model, tokenizer, test, **eval_settings)
+    shutil.rmtree(trainer_dir, ignore_errors=True)
+
+    config = {
+        "options": dataclasses.asdict(options),
+        "output_dir": output_dir,
+        "strategy": None if strategy is None else strategy.config,
+        "model": model_description,
+        "dataset": options.dataset or "builtin:tasks",
+        "domains": domains,
+        "n_train_rows": len(train),
+        "n_test_rows": len(test),
+        "verifier": reward_settings["verifier"],
+        "trainer": {
+            "class": type(trainer).__name__,
+            "per_device_train_batch_size": args.per_device_train_batch_size,
+            "num_generations": args.num_generations,
+            "max_completion_length": completion_tokens,
+            "eval_max_new_tokens": eval_tokens,
+            "learning_rate": args.learning_rate,
+            "temperature": args.temperature,
+            "beta": args.beta,
+            "loss_type": args.loss_type,
+            "scale_rewards": args.scale_rewards,
+        },
+        "versions": _versions(),
+    }
+    files = {name: os.path.join(output_dir, name) for name in RUN_FILES}
+    with open(files["config.json"], "w") as handle:
+        json.dump(config, handle, indent=2, sort_keys=True, default=str)
+    with open(files["metrics.jsonl"], "w") as handle:
+        for record in records:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+    with open(files["eval.json"], "w") as handle:
+        json.dump({"before": eval_before, "after": eval_after}, handle, indent=2, sort_keys=True)
+    write_plot(files["plot.png"], records, domains)
+    return RunResult(output_dir=output_dir, config=config, metrics=records, eval_before=eval_before,
+                     eval_after=eval_after, wall_seconds=time.perf_counter() - started, files=files)

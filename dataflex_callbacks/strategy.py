@@ -1,0 +1,351 @@
+"""`Strategy`: selection, reweighting and domain mixing composed into one decision per step.
+
+``Strategy.apply(batch, step)`` returns a `Decision`: which responses stay in the loss
+(``keep``), how much each response or token counts (``weights``, selection folded in, mean 1
+over kept entries) and a dict of metrics. Parts whose scorer needs the *current* policy's
+log-probs or entropies can be deferred to the loss (``defer_policy=True`` then
+``apply_policy``), which is how host adapters avoid an extra forward pass.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+import torch
+
+from .batch import RolloutBatch
+from .config import load_config
+from .errors import BatchError, ConfigError
+from .mixers import Mixer
+from .mixing import DomainMixing
+from .registry import build_component
+from .reweighters import normalize_weights
+
+POLICY_SIGNALS = ("logprobs", "entropies")
+
+
+@dataclass
+class Decision:
+    """What a strategy decided for one batch.
+
+    Attributes:
+        keep: ``(N,)`` bool, responses that stay in the loss (and its normaliser).
+        weights: ``(N,)`` or ``(N, L)`` float >= 0; 0 where dropped; mean 1 over kept entries
+            (unless the reweighter says ``normalize: none``).
+        token_keep: ``(N, L)`` bool for token-level selection, else None.
+        metrics: plain floats for logging (``kept_frac``, ``dropped_all``, ``ess``, ...).
+        deferred: names of parts ("select", "reweight") left for `Strategy.apply_policy`.
+    """
+
+    keep: torch.Tensor
+    weights: torch.Tensor
+    token_keep: torch.Tensor | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    deferred: tuple[str, ...] = ()
+    response_weights: torch.Tensor | None = field(default=None, repr=False)
+
+
+class _Part:
+    """A scorer paired with its actuator (selector or reweighter), active from ``warmup_steps``."""
+
+    def __init__(self, kind: str, spec: dict, actuator_key: str):
+        self.kind = kind
+        self.scorer = build_component("scorer", spec["scorer"]["name"], **spec["scorer"]["params"])
+        self.actuator = build_component(actuator_key, spec[actuator_key]["name"], **spec[actuator_key]["params"])
+        warmup = spec.get("warmup_steps", 0)
+        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
+            raise ConfigError(f"'{kind}.warmup_steps' must be an integer >= 0; got {warmup!r}")
+        self.warmup_steps = warmup
+        self._check_pairing()
+
+    def _check_pairing(self) -> None:
+        if self.scorer.granularity == "token" and self.actuator.granularity == "response":
+            raise ConfigError(
+                f"{self.kind}: {self.actuator_kind} {self.actuator.name!r} needs one score per response, but scorer "
+                f"{self.scorer.name!r} scores tokens; use a response-level scorer"
+            )
+        if self.scorer.granularity == "response" and self.actuator.granularity == "token":
+            raise ConfigError(
+                f"{self.kind}: {self.actuator_kind} {self.actuator.name!r} needs token scores, but scorer "
+                f"{self.scorer.name!r} scores responses; use token_prob or token_entropy"
+            )
+
+    @property
+    def actuator_kind(self) -> str:
+        return "selector" if self.kind == "select" else "reweighter"
+
+    @property
+    def requires(self) -> set[str]:
+        return set(self.scorer.requires) | set(getattr(self.actuator, "requires", ()))
+
+    @property
+    def needs_groups(self) -> bool:
+        return bool(self.scorer.needs_groups or self.actuator.needs_groups)
+
+    @property
+    def needs_policy(self) -> bool:
+        return bool(set(self.scorer.requires) & set(POLICY_SIGNALS))
+
+    @property
+    def token_level(self) -> bool:
+        return self.actuator.granularity == "token"
+
+    def active(self, step: int) -> bool:
+        return step >= self.warmup_steps
+
+
+class Strategy:
+    """A composed data strategy; build it with `build_strategy`."""
+
+    def __init__(self, config: Mapping[str, Any]):
+        self.config = copy.deepcopy(dict(config))
+        self.name = self.config["name"]
+        self.nan_policy = self.config["nan_policy"]
+        self.domain_key = self.config["domain_key"]
+        self.select = _Part("select", self.config["select"], "selector") if self.config["select"] else None
+        self.reweight = _Part("reweight", self.config["reweight"], "reweighter") if self.config["reweight"] else None
+        self.mixing: DomainMixing | None = None
+        if self.config["mix"]:
+            mix = self.config["mix"]
+            mixer = build_component("mixer", mix["mixer"]["name"], **mix["mixer"]["params"])
+            assert isinstance(mixer, Mixer)
+            try:
+                self.mixing = DomainMixing(mixer, domains=mix["domains"], window=mix["window"],
+                                           warmup_steps=mix["warmup_steps"], update_every=mix["update_every"],
+                                           smoothing=mix["smoothing"], prior=mix["prior"])
+            except ValueError as error:
+                raise ConfigError(f"mix: {error}") from error
+
+    # ------------------------------------------------------------ declarations
+
+    @property
+    def parts(self) -> list[_Part]:
+        return [p for p in (self.select, self.reweight) if p is not None]
+
+    @property
+    def needs_groups(self) -> bool:
+        """Whether the strategy needs ``group_ids`` (responses grouped by prompt)."""
+        return any(p.needs_groups for p in self.parts)
+
+    @property
+    def needs_policy_signals(self) -> bool:
+        """Whether some part scores the policy's log-probs or entropies (computed inside the loss)."""
+        return any(p.needs_policy for p in self.parts)
+
+    @property
+    def requires(self) -> set[str]:
+        """Every `RolloutBatch` field the strategy reads."""
+        fields = set().union(*(p.requires for p in self.parts)) if self.parts else set()
+        if self.mixing is not None:
+            fields |= {"rewards", "domains"}
+        return fields
+
+    @property
+    def is_noop(self) -> bool:
+        return not self.parts and self.mixing is None
+
+    @property
+    def mix_enabled(self) -> bool:
+        return self.mixing is not None
+
+    @property
+    def domains(self) -> list[str] | None:
+        return None if self.mixing is None else self.mixing.domains
+
+    @property
+    def target_proportions(self) -> dict[str, float] | None:
+        """Current target sampling proportions per domain (None without a mix part)."""
+        return None if self.mixing is None or not self.mixing.bound else dict(self.mixing.target)
+
+    def bind_domains(self, domains: Sequence[str]) -> None:
+        """Tell the mix part which domains the data has (adapters call this from the dataset)."""
+        if self.mixing is not None:
+            self.mixing.bind(domains)
+
+    def check_host(self, available: set[str] | Sequence[str], host: str = "this host") -> None:
+        """Fail at build time if the host cannot provide a field some part needs (e.g. groups in PPO)."""
+        available = set(available)
+        for part in self.parts:
+            for component in (part.scorer, part.actuator):
+                needed = set(getattr(component, "requires", ())) - available
+                if needed:
+                    kind = "scorer" if component is part.scorer else part.actuator_kind
+                    raise ConfigError(
+                        f"{kind} {component.name!r} needs {', '.join(sorted(needed))}, which {host} does not provide"
+                        + ("; group scorers need responses grouped by prompt (GRPO-style)" if "group_ids" in needed else "")
+                    )
+        if self.mixing is not None and "domains" not in available:
+            raise ConfigError(f"the mix part needs domain labels, which {host} does not provide")
+
+    def observe_sampled(self, domain_counts: Mapping[str, int]) -> None:
+        """Record what the sampler actually drew (for the actual-proportion metrics)."""
+        if self.mixing is not None:
+            self.mixing.observe_drawn(domain_counts)
+
+    # ------------------------------------------------------------ decisions
+
+    def _clean_rewards(self, batch: RolloutBatch) -> tuple[RolloutBatch, torch.Tensor, int]:
+        finite = torch.isfinite(batch.rewards)
+        n_bad = int(batch.n - int(finite.sum())) if batch.n else 0
+        if n_bad == 0:
+            return batch, finite, 0
+        if self.nan_policy == "raise":
+            raise BatchError(f"{n_bad} of {batch.n} rewards are NaN or infinite (nan_policy='raise')")
+        cleaned = batch.replace(rewards=torch.where(finite, batch.rewards, torch.zeros_like(batch.rewards)))
+        return cleaned, finite, n_bad
+
+    def apply(self, batch: RolloutBatch, step: int, *, defer_policy: bool = False, sync: bool = True) -> Decision:
+        """Decide keep mask and weights for one batch, and feed the mixing statistics.
+
+        Args:
+            batch: the step's rollouts.
+            step: the host's step counter (warm-ups and mixing updates key on it).
+            defer_policy: leave parts that need current-policy signals for `apply_policy`.
+            sync: all-reduce mixing statistics across ranks; pass False when ``batch`` is already
+                the global batch, identical on every rank.
+        """
+        if not isinstance(batch, RolloutBatch):
+            raise BatchError(f"Strategy.apply expects a RolloutBatch; got {type(batch).__name__}")
+        batch, finite, n_bad = self._clean_rewards(batch)
+        keep = finite.clone() if self.nan_policy == "drop" else torch.ones(batch.n, dtype=torch.bool, device=batch.device)
+        token_keep, response_w, token_w, deferred = None, None, None, []
+
+        if self.select is not None and self.select.active(step):
+            if self.select.needs_policy and defer_policy:
+                deferred.append("select")
+            else:
+                scores = self.select.scorer.score(batch)
+                selected = self.select.actuator.select(scores, batch)
+                if self.select.token_level:
+                    token_keep = selected & batch.valid_mask & keep.unsqueeze(1)
+                else:
+                    keep = keep & selected
+        if self.reweight is not None and self.reweight.active(step):
+            if self.reweight.needs_policy and defer_policy:
+                deferred.append("reweight")
+            else:
+                scores = self.reweight.scorer.score(batch)
+                if self.reweight.token_level:
+                    token_w = self.reweight.actuator.weights(scores, batch, mask=self._token_mask(batch, keep, token_keep))
+                else:
+                    response_w = self.reweight.actuator.weights(scores, batch, mask=keep)
+        weights = self._combine(batch, keep, token_keep, response_w, token_w)
+
+        metrics = self._metrics(batch, keep, token_keep, weights, n_bad)
+        if self.mixing is not None:
+            self.mixing.observe(batch, step, sync=sync)
+            metrics.update(self.mixing.metrics())
+        return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics,
+                        deferred=tuple(deferred), response_weights=response_w)
+
+    def apply_policy(self, batch: RolloutBatch, decision: Decision) -> Decision:
+        """Complete a decision's deferred parts from current-policy signals (``logprobs``/``entropies``).
+
+        ``batch`` must hold the same rows as the batch given to `apply`, with the current policy's
+        detached ``logprobs`` and/or ``entropies``. Returns token-level weights ``(N, L)``.
+        """
+        if not decision.deferred:
+            return decision
+        keep, token_keep, token_w = decision.keep, decision.token_keep, None
+        if batch.n != keep.shape[0]:
+            raise BatchError(f"apply_policy got {batch.n} rows but the decision covers {keep.shape[0]}")
+        if "select" in decision.deferred:
+            scores = self.select.scorer.score(batch)
+            token_keep = self.select.actuator.select(scores, batch) & batch.valid_mask & keep.unsqueeze(1)
+        if "reweight" in decision.deferred:
+            scores = self.reweight.scorer.score(batch)
+            token_w = self.reweight.actuator.weights(scores, batch, mask=self._token_mask(batch, keep, token_keep))
+        weights = self._combine(batch, keep, token_keep, decision.response_weights, token_w)
+        metrics = dict(decision.metrics)
+        metrics.update(self._weight_metrics(keep, token_keep, weights, batch))
+        return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics, deferred=(),
+                        response_weights=decision.response_weights)
+
+    @staticmethod
+    def _token_mask(batch: RolloutBatch, keep: torch.Tensor, token_keep: torch.Tensor | None) -> torch.Tensor:
+        if token_keep is not None:
+            return token_keep
+        if batch.valid_mask is None:
+            raise BatchError("token-level parts need RolloutBatch.completion_mask (or another (N, L) field)")
+        return batch.valid_mask & keep.unsqueeze(1)
+
+    def _combine(self, batch, keep, token_keep, response_w, token_w) -> torch.Tensor:
+        if token_keep is None and token_w is None:
+            return response_w if response_w is not None else keep.to(torch.float32)
+        mask = self._token_mask(batch, keep, token_keep)
+        weights = mask.to(torch.float32)
+        if response_w is not None:
+            weights = weights * response_w.unsqueeze(1)
+        if token_w is not None:
+            weights = weights * token_w
+        mode = self.reweight.actuator.normalize if self.reweight is not None else "mean_one"
+        return normalize_weights(weights, mask, mode, batch.group_ids)
+
+    # ------------------------------------------------------------ metrics
+
+    def _weight_metrics(self, keep, token_keep, weights, batch) -> dict[str, float]:
+        if weights.dim() == 2:
+            mask = self._token_mask(batch, keep, token_keep)
+        else:
+            mask = keep
+        kept = weights[mask].to(torch.float64)
+        n = kept.numel()
+        if n == 0:
+            return {"weight_mean": 0.0, "weight_std": 0.0, "weight_max": 0.0, "ess": 0.0}
+        total, square = kept.sum(), (kept * kept).sum()
+        stats = torch.stack([kept.mean(), kept.std(unbiased=False), kept.max(),
+                             torch.where(square > 0, total * total / (n * square), torch.zeros_like(square))])
+        mean, std, maximum, ess = stats.tolist()
+        return {"weight_mean": mean, "weight_std": std, "weight_max": maximum, "ess": ess}
+
+    def _metrics(self, batch, keep, token_keep, weights, n_bad) -> dict[str, float]:
+        n = batch.n
+        kept = int(keep.sum()) if n else 0
+        metrics = {"kept_frac": kept / n if n else 0.0, "dropped_all": float(n > 0 and kept == 0), "nonfinite_rewards": float(n_bad)}
+        if token_keep is not None:
+            valid = batch.valid_mask & keep.unsqueeze(1)
+            n_valid = int(valid.sum())
+            n_tok = int(token_keep.sum())
+            metrics["kept_token_frac"] = n_tok / n_valid if n_valid else 0.0
+            metrics["dropped_all"] = float(metrics["dropped_all"] or (n > 0 and n_tok == 0))
+        metrics.update(self._weight_metrics(keep, token_keep, weights, batch))
+        if batch.domains is not None and n:
+            labels = sorted(set(batch.domains))
+            index = torch.tensor([labels.index(d) for d in batch.domains]) if len(labels) > 1 else torch.zeros(n, dtype=torch.long)
+            rewards = batch.rewards.detach().to("cpu", torch.float64)
+            sums = torch.zeros(len(labels), dtype=torch.float64).index_add_(0, index, rewards)
+            counts = torch.bincount(index, minlength=len(labels)).to(torch.float64)
+            for label, value in zip(labels, (sums / counts).tolist()):
+                metrics[f"reward/{label}"] = value
+        return metrics
+
+    # ------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        """Everything needed to continue exactly: the resolved config and the mixing state."""
+        return {"config": copy.deepcopy(self.config), "mixing": None if self.mixing is None else self.mixing.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
+        """Restore saved state; with ``strict`` a changed config is an error naming what differs."""
+        saved = state.get("config")
+        if strict and saved != self.config:
+            changed = sorted(k for k in set(saved or {}) | set(self.config) if (saved or {}).get(k) != self.config.get(k))
+            raise ConfigError(
+                f"the saved strategy state was made with a different config (changed: {', '.join(changed)}); "
+                "resume with the same strategy config, or pass strict=False to restore only the mixing state"
+            )
+        if self.mixing is not None and state.get("mixing") is not None:
+            self.mixing.load_state_dict(state["mixing"])
+
+    def __repr__(self) -> str:
+        parts = [p.kind + "=" + p.scorer.name + "->" + p.actuator.name for p in self.parts]
+        if self.mixing is not None:
+            parts.append("mix=" + self.mixing.mixer.name)
+        return f"Strategy({self.name!r}: {', '.join(parts) or 'no-op'})"
+
+
+def build_strategy(config: Any = "baseline") -> Strategy:
+    """Build a `Strategy` from a preset name, a dict (either config form) or a YAML file path."""
+    return Strategy(load_config(config))

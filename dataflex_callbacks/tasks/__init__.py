@@ -1,0 +1,36 @@
+"""Verifiable task domains for RL fine-tuning demos and tests, and a loader for user prompt datasets."""
+
+from .domains import TASK_DOMAINS, TaskDomain
+from .evaluation import evaluate, generate_greedy
+from .loading import load_prompt_dataset
+from .suite import TaskReward, load_task_suite, make_reward_fn, prompt_key
+from .verifiers import (
+    answer_is_readable,
+    coin_flip,
+    exact_match,
+    extract_answer,
+    extract_number,
+    get_verifier,
+    numeric_match,
+    prefix_match,
+)
+
+__all__ = [
+    "TASK_DOMAINS",
+    "TaskDomain",
+    "TaskReward",
+    "answer_is_readable",
+    "coin_flip",
+    "evaluate",
+    "exact_match",
+    "extract_answer",
+    "extract_number",
+    "generate_greedy",
+    "get_verifier",
+    "load_prompt_dataset",
+    "load_task_suite",
+    "make_reward_fn",
+    "numeric_match",
+    "prefix_match",
+    "prompt_key",
+]

@@ -1,0 +1,91 @@
+"""The built-in task domains: procedurally generated prompts with verifiable answers.
+
+They are sized for the tiny character-level model of `dataflex_callbacks.tiny_model`
+trained with GRPO on a CPU for 100-200 steps, and span the difficulty range that data
+strategies are meant to exploit:
+
+| domain  | prompt -> answer                     | for the tiny model                                  |
+|---------|--------------------------------------|-----------------------------------------------------|
+| `echo`  | `echo 3 8 5` -> `5` (last digit)     | solved from step 0 (its untrained prior repeats the last character) |
+| `first` | `first 3 8 5` -> `3` (first digit)   | learned during the run (held-out accuracy rises)    |
+| `code`  | `code 3 8 5:` -> 8 random letters    | unlearnable: the answer is independent of the prompt |
+| `coin`  | `coin 3 8 5:` -> reward ~ Bernoulli(0.5) | noisy: the reward ignores the completion        |
+"""
+
+from __future__ import annotations
+
+import random
+import string
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .verifiers import coin_flip, prefix_match
+
+
+def _digits(rng: random.Random, count: int) -> list[str]:
+    return [str(rng.randrange(10)) for _ in range(count)]
+
+
+def _echo(rng: random.Random) -> tuple[str, str]:
+    digits = _digits(rng, 3)
+    return "echo " + " ".join(digits), digits[-1]
+
+
+def _first(rng: random.Random) -> tuple[str, str]:
+    digits = _digits(rng, 3)
+    # No trailing separator: the untrained model's echo prior then answers the last digit,
+    # right by chance when it equals the first one, which gives GRPO its first signal.
+    return "first " + " ".join(digits), digits[0]
+
+
+def _code(rng: random.Random) -> tuple[str, str]:
+    digits = _digits(rng, 3)
+    secret = "".join(rng.choice(string.ascii_lowercase) for _ in range(8))
+    return "code " + " ".join(digits) + ":", secret
+
+
+def _coin(rng: random.Random) -> tuple[str, str]:
+    digits = _digits(rng, 3)
+    # The reference answer is nominal: the coin domain's reward never looks at it.
+    return "coin " + " ".join(digits) + ":", "h"
+
+
+@dataclass(frozen=True)
+class TaskDomain:
+    """One verifiable task family: how to draw an example and how to score a completion.
+
+    Attributes:
+        name: domain label written in the dataset's `domain` column.
+        description: one line for listings.
+        difficulty: `easy`, `learnable`, `unlearnable` or `noisy` (for the tiny model).
+        make_example: `rng -> (prompt, answer)`; prompts must vary enough to fill both splits.
+        verify: `(completion, answer) -> bool`; ignored when `noisy` is True.
+        noisy: the reward is a Bernoulli(`noise_probability`) draw independent of the completion.
+        max_unique: number of distinct prompts the generator can produce.
+    """
+
+    name: str
+    description: str
+    difficulty: str
+    make_example: Callable[[random.Random], tuple[str, str]]
+    verify: Callable[[object, str], bool] = prefix_match
+    noisy: bool = False
+    noise_probability: float = 0.5
+    max_unique: int = field(default=1000)
+
+    def score(self, prompt: str, completion, answer: str, salt: object = 0) -> float:
+        """Reward of one completion: 1.0 or 0.0. `salt` (e.g. seed and call index) seeds the noisy draw."""
+        if self.noisy:
+            return float(coin_flip(self.name, salt, prompt, completion, probability=self.noise_probability))
+        return float(self.verify(completion, answer))
+
+
+TASK_DOMAINS: dict[str, TaskDomain] = {
+    domain.name: domain
+    for domain in (
+        TaskDomain("echo", "repeat the last digit of the prompt (solved from the start)", "easy", _echo),
+        TaskDomain("first", "answer the first digit of the prompt (learned during training)", "learnable", _first),
+        TaskDomain("code", "guess an 8-letter code unrelated to the prompt (unlearnable)", "unlearnable", _code),
+        TaskDomain("coin", "reward is a fair coin flip, whatever the answer (noisy)", "noisy", _coin, noisy=True),
+    )
+}

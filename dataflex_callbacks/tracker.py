@@ -1,0 +1,193 @@
+"""`DomainTracker`: sliding-window per-domain training statistics that drive the mixers.
+
+Each `update` turns a batch into per-domain *sums* (the declared state below, all reduced with
+``sum``), all-reduces them when torch.distributed is running, and only then derives means; so
+every rank holds identical statistics by construction.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+
+from .batch import RolloutBatch
+from .errors import BatchError, ConfigError
+from .groups import dense_groups, segment_sum, segment_variance
+from .params import check_int
+
+# Per-step sums gathered per domain; every one is reduced across ranks with "sum".
+_STEP_SUMS = ("count", "reward_sum", "abs_adv_sum", "group_var_sum", "group_count", "nonfinite")
+_WINDOW_STATS = ("reward", "abs_advantage", "group_variance", "count", "step")
+
+
+class DomainTracker:
+    """Per-domain sliding window (default 50 observations) of reward, |advantage|, group variance, counts.
+
+    Args:
+        domains: the domain labels, in a fixed order.
+        window: observations kept per domain (one observation = one `update` in which the domain
+            appeared).
+    """
+
+    def __init__(self, domains: Sequence[str], window: int = 50):
+        domains = list(domains)
+        if not domains:
+            raise ConfigError("DomainTracker needs at least one domain")
+        if len(set(domains)) != len(domains):
+            raise ConfigError(f"DomainTracker domains must be unique; got {domains}")
+        self.domains = domains
+        self.window = check_int("window", window, low=1)
+        self._index = {d: i for i, d in enumerate(domains)}
+        k = len(domains)
+        self.history = {name: torch.zeros(k, self.window, dtype=torch.float64) for name in _WINDOW_STATS}
+        self.filled = torch.zeros(k, dtype=torch.long)  # observations in the window, <= window
+        self.cursor = torch.zeros(k, dtype=torch.long)  # next slot of each ring buffer
+        self.total_count = torch.zeros(k, dtype=torch.float64)  # samples seen since the start
+        self.updates = 0
+
+    # ------------------------------------------------------------ feeding
+
+    def batch_sums(self, batch: RolloutBatch) -> torch.Tensor:
+        """Per-domain sums of one batch: ``(K, 6)`` float64 in the order of ``_STEP_SUMS``."""
+        if batch.domains is None:
+            raise BatchError("DomainTracker.update needs RolloutBatch.domains (one label per response)")
+        unknown = sorted({d for d in batch.domains} - set(self._index))
+        if unknown:
+            raise BatchError(f"batch has domain(s) {unknown} that the tracker does not know; known domains: {self.domains}")
+        k = len(self.domains)
+        sums = torch.zeros(k, len(_STEP_SUMS), dtype=torch.float64)
+        if batch.n == 0:
+            return sums
+        domain_index = torch.tensor([self._index[d] for d in batch.domains], dtype=torch.long)
+        rewards = batch.rewards.detach().to("cpu", torch.float64)
+        finite = torch.isfinite(rewards)
+        clean = torch.where(finite, rewards, torch.zeros_like(rewards))
+        sums[:, 0] = segment_sum(finite.double(), domain_index, k)
+        sums[:, 1] = segment_sum(clean, domain_index, k)
+        if batch.advantages is not None:
+            from .scorers import advantage_magnitude
+
+            magnitude = advantage_magnitude(batch.advantages.detach(), batch.valid_mask).to("cpu", torch.float64)
+            sums[:, 2] = segment_sum(torch.where(finite, magnitude, torch.zeros_like(magnitude)), domain_index, k)
+        if batch.group_ids is not None:
+            group_index, groups = dense_groups(batch.group_ids.detach().cpu())
+            variance = segment_variance(clean, group_index, groups)
+            # A group belongs to the domain of its members (they share one prompt).
+            group_domain = torch.zeros(groups, dtype=torch.long).scatter_(0, group_index, domain_index)
+            sums[:, 3] = segment_sum(variance, group_domain, k)
+            sums[:, 4] = segment_sum(torch.ones(groups, dtype=torch.float64), group_domain, k)
+        sums[:, 5] = segment_sum((~finite).double(), domain_index, k)
+        return sums
+
+    def update(self, batch: RolloutBatch, step: int | None = None, sync: bool = True) -> None:
+        """Add one batch; with ``sync`` and torch.distributed initialised, sums are all-reduced first.
+
+        Pass ``sync=False`` when ``batch`` is already the global batch, identical on every rank.
+        """
+        self.update_from_sums(self.batch_sums(batch), step=step, sync=sync)
+
+    def update_from_sums(self, sums: torch.Tensor, step: int | None = None, sync: bool = True) -> None:
+        """Add per-domain sums ``(K, 6)`` (see `batch_sums`), e.g. computed by a host from its own data."""
+        sums = sums.to(torch.float64).clone()
+        if sync:
+            sums = _all_reduce_sum(sums)
+        step_value = float(self.updates if step is None else step)
+        count = sums[:, 0]
+        seen = (count > 0) | (sums[:, 4] > 0)
+        for d in torch.nonzero(seen).flatten().tolist():
+            slot = int(self.cursor[d])
+            observed_count = float(count[d])
+            self.history["reward"][d, slot] = sums[d, 1] / max(observed_count, 1.0)
+            self.history["abs_advantage"][d, slot] = sums[d, 2] / max(observed_count, 1.0)
+            self.history["group_variance"][d, slot] = sums[d, 3] / max(float(sums[d, 4]), 1.0)
+            self.history["count"][d, slot] = observed_count
+            self.history["step"][d, slot] = step_value
+            self.cursor[d] = (slot + 1) % self.window
+            self.filled[d] = min(int(self.filled[d]) + 1, self.window)
+        self.total_count += count
+        self.updates += 1
+
+    # ------------------------------------------------------------ statistics
+
+    def _valid(self) -> torch.Tensor:
+        return torch.arange(self.window).unsqueeze(0) < self.filled.unsqueeze(1)
+
+    def _window_mean(self, name: str) -> torch.Tensor:
+        valid = self._valid()
+        values = (self.history[name] * valid).sum(dim=1)
+        return torch.where(self.filled > 0, values / self.filled.clamp_min(1), torch.full_like(values, float("nan")))
+
+    def mean_reward(self) -> torch.Tensor:
+        """``(K,)`` windowed mean reward per domain (NaN for a domain never observed)."""
+        return self._window_mean("reward")
+
+    def mean_abs_advantage(self) -> torch.Tensor:
+        """``(K,)`` windowed mean |advantage| per domain (NaN if never observed)."""
+        return self._window_mean("abs_advantage")
+
+    def mean_group_variance(self) -> torch.Tensor:
+        """``(K,)`` windowed mean group reward variance per domain (NaN if never observed)."""
+        return self._window_mean("group_variance")
+
+    def window_counts(self) -> torch.Tensor:
+        """``(K,)`` samples per domain inside the window."""
+        return (self.history["count"] * self._valid()).sum(dim=1)
+
+    def reward_slope(self) -> torch.Tensor:
+        """``(K,)`` least-squares slope of windowed mean reward against step (0 with < 2 points)."""
+        valid = self._valid().to(torch.float64)
+        n = valid.sum(dim=1)
+        x, y = self.history["step"], self.history["reward"]
+        x_mean = (x * valid).sum(dim=1) / n.clamp_min(1)
+        y_mean = (y * valid).sum(dim=1) / n.clamp_min(1)
+        dx = (x - x_mean.unsqueeze(1)) * valid
+        dy = (y - y_mean.unsqueeze(1)) * valid
+        var_x = (dx * dx).sum(dim=1)
+        slope = (dx * dy).sum(dim=1) / var_x.clamp_min(1e-12)
+        return torch.where((n >= 2) & (var_x > 0), slope, torch.zeros_like(slope))
+
+    def as_dict(self) -> dict[str, dict[str, float]]:
+        """Every statistic per domain, as plain floats (for logs)."""
+        stats = {
+            "reward": self.mean_reward(), "abs_advantage": self.mean_abs_advantage(),
+            "group_variance": self.mean_group_variance(), "slope": self.reward_slope(),
+            "samples": self.total_count,
+        }
+        return {name: {d: float(v[i]) for i, d in enumerate(self.domains)} for name, v in stats.items()}
+
+    # ------------------------------------------------------------ state
+
+    def state_dict(self) -> dict:
+        return {
+            "domains": list(self.domains), "window": self.window, "updates": self.updates,
+            "history": {k: v.clone() for k, v in self.history.items()},
+            "filled": self.filled.clone(), "cursor": self.cursor.clone(), "total_count": self.total_count.clone(),
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        if list(state["domains"]) != self.domains or int(state["window"]) != self.window:
+            raise ConfigError(
+                f"DomainTracker state was saved for domains={state['domains']} window={state['window']}, "
+                f"but this tracker has domains={self.domains} window={self.window}; resume with the same config"
+            )
+        self.history = {k: v.clone().to(torch.float64) for k, v in state["history"].items()}
+        self.filled = state["filled"].clone()
+        self.cursor = state["cursor"].clone()
+        self.total_count = state["total_count"].clone()
+        self.updates = int(state["updates"])
+
+
+def _all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
+    import torch.distributed as dist
+
+    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+        return values
+    backend = dist.get_backend()
+    device = torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+    buffer = values.to(device)
+    dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
+    return buffer.to("cpu", torch.float64)
+
+
+__all__ = ["DomainTracker"]
