@@ -9,6 +9,7 @@ from .batch import RolloutBatch
 from .config import list_presets
 from .errors import BatchError, ConfigError, DataFlexError
 from .registry import build_component, list_components
+from .sampler import DomainMixingSampler
 from .strategy import Decision, Strategy, build_strategy
 from .tracker import DomainTracker
 
@@ -19,6 +20,7 @@ __all__ = [
     "ConfigError",
     "DataFlexError",
     "Decision",
+    "DomainMixingSampler",
     "DomainTracker",
     "RolloutBatch",
     "Strategy",
