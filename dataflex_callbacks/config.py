@@ -12,6 +12,7 @@ Two forms are accepted and resolve to one canonical (composable) dict:
        select:   {scorer: NAME|{name, params}, selector: NAME|{name, params}, warmup_steps}
        reweight: {scorer: ..., reweighter: ..., warmup_steps}
        mix:      {mixer: ..., domains, window, warmup_steps, update_every, smoothing, prior}
+       pre_select: NAME|{name, params}   (pre-rollout prompt skipping, e.g. skip_zero_variance)
        nan_policy: zero|drop|raise
 """
 
@@ -28,7 +29,7 @@ NAN_POLICIES = ("zero", "drop", "raise")
 SELECT_DEFAULTS = {"warmup_steps": 0}
 REWEIGHT_DEFAULTS = {"warmup_steps": 0}
 MIX_DEFAULTS = {"domains": None, "window": 50, "warmup_steps": 10, "update_every": 5, "smoothing": 0.0, "prior": None}
-TOP_LEVEL_KEYS = ("name", "select", "reweight", "mix", "nan_policy", "domain_key")
+TOP_LEVEL_KEYS = ("name", "pre_select", "select", "reweight", "mix", "nan_policy", "domain_key")
 LEGACY_KEYS = ("mechanism", "scorer", "actuator", "warmup_step", "update_step", "domains", "domain_key", "window", "name")
 
 
@@ -60,6 +61,8 @@ PRESETS: dict[str, tuple[str, dict]] = {
             {"reweight": _part(("advantage_magnitude", {}), "reweighter", ("per_advantage", {"alpha": 0.6}))}),
     "entropy_top": ("train only on the 20% highest-entropy tokens (80/20 rule)",
                     {"select": _part(("token_entropy", {}), "selector", ("entropy_top_tokens", {"fraction": 0.2}))}),
+    "skip": ("skip prompts whose groups keep having zero reward variance, before generation (GRESO)",
+             {"pre_select": {"name": "skip_zero_variance", "params": {}}}),
     "static": ("fixed uniform domain proportions", _mix("static")),
     "reward_gap": ("more data for domains whose reward lags", _mix("reward_gap")),
     "dump_ucb": ("UCB on per-domain |advantage| (DUMP)", _mix("dump_ucb")),
@@ -77,6 +80,8 @@ def load_config(config: Any) -> dict:
     """Turn a preset name, a YAML path or a dict into the canonical composable dict (validated keys)."""
     if isinstance(config, os.PathLike) or (isinstance(config, str) and (config.endswith((".yaml", ".yml", ".json")) or os.path.isfile(config))):
         config = _read_file(os.fspath(config))
+    if isinstance(config, str) and "+" in config:
+        return canonicalize(combine_presets(config))
     if isinstance(config, str):
         if config not in PRESETS:
             raise ConfigError(f"unknown strategy preset {config!r}; presets: {', '.join(PRESETS)}; or pass a dict or a YAML path")
@@ -91,6 +96,19 @@ def load_config(config: Any) -> dict:
     if "mechanism" in config:
         config = from_legacy(config)
     return canonicalize(config)
+
+
+def combine_presets(spec: str) -> dict:
+    """``"skip+difffilter"``: the union of presets that configure different parts."""
+    merged: dict = {"name": spec}
+    for name in spec.split("+"):
+        if name not in PRESETS:
+            raise ConfigError(f"unknown strategy preset {name!r} in {spec!r}; presets: {', '.join(PRESETS)}")
+        for key, value in PRESETS[name][1].items():
+            if key in merged:
+                raise ConfigError(f"presets in {spec!r} both configure '{key}'; combine presets of different parts")
+            merged[key] = copy.deepcopy(value)
+    return merged
 
 
 def _read_file(path: str) -> Any:
@@ -188,8 +206,10 @@ def canonicalize(config: Mapping) -> dict:
     nan_policy = config.get("nan_policy", "zero")
     if nan_policy not in NAN_POLICIES:
         raise ConfigError(f"nan_policy must be one of {', '.join(NAN_POLICIES)}; got {nan_policy!r}")
+    pre_select = config.get("pre_select")
     return {
         "name": str(config.get("name", "custom")),
+        "pre_select": None if pre_select is None else component_spec(pre_select, "pre_select"),
         "select": _section(config, "select", ("scorer", "selector"), SELECT_DEFAULTS),
         "reweight": _section(config, "reweight", ("scorer", "reweighter"), REWEIGHT_DEFAULTS),
         "mix": _section(config, "mix", ("mixer",), MIX_DEFAULTS),

@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from .errors import ConfigError
 
-KINDS = ("scorer", "selector", "reweighter", "mixer")
+KINDS = ("scorer", "selector", "reweighter", "mixer", "prerollout")
 
 _REGISTRY: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}
 _ALIASES: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
@@ -37,7 +37,7 @@ def _check_kind(kind: str) -> None:
 
 
 def list_components(kind: str, include_aliases: bool = False) -> list[str]:
-    """Registered names of one kind (``scorer``, ``selector``, ``reweighter``, ``mixer``), sorted."""
+    """Registered names of one kind (``scorer``, ``selector``, ``reweighter``, ``mixer``, ``prerollout``), sorted."""
     _check_kind(kind)
     _load_builtins()
     names = set(_REGISTRY[kind])
@@ -89,4 +89,4 @@ def describe(kind: str, name: str) -> str:
 
 def _load_builtins() -> None:
     # Importing the modules runs their @register decorators; done lazily to avoid import cycles.
-    from . import mixers, reweighters, scorers, selectors  # noqa: F401
+    from . import mixers, prerollout, reweighters, scorers, selectors  # noqa: F401

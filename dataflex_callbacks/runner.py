@@ -44,6 +44,7 @@ class RunOptions:
         prompt_column, answer_column, domain_column: columns of `dataset`.
         split: split of a hub `dataset` to read.
         verifier: `auto` (numeric when every answer is a number, else exact), `numeric`, `exact`.
+        domains: built-in domains to train on (default all of `tasks.TASK_DOMAINS`).
         n_train, n_test: prompts per domain of the built-in suite (train, held out); for a user
             dataset `n_test` rows are held out for evaluation.
         prompts_per_step: distinct prompts per optimizer step.
@@ -68,6 +69,7 @@ class RunOptions:
     domain_column: str | None = None
     split: str = "train"
     verifier: str = "auto"
+    domains: list[str] | None = None
     n_train: int = 200
     n_test: int = 50
     prompts_per_step: int = 8
@@ -146,7 +148,11 @@ def load_data(options: RunOptions):
     from dataflex_callbacks import tasks
 
     if options.dataset is None:
-        suite = tasks.load_task_suite(seed=options.seed, n_train=options.n_train, n_test=options.n_test)
+        try:
+            suite = tasks.load_task_suite(seed=options.seed, n_train=options.n_train, n_test=options.n_test,
+                                          domains=options.domains)
+        except ValueError as error:
+            raise RunInputError(str(error)) from error
         return suite["train"], suite["test"], {"verifier": "exact", "builtin_domains": True}
 
     try:

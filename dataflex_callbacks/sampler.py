@@ -13,10 +13,14 @@ Two layouts:
 - ``layout="shard"`` gives each of ``num_replicas`` ranks different rows of one global draw
   (Lightning, plain DDP).
 
-Resume: `state_dict` stores the random state at the start of the epoch, the proportions each
-chunk of the epoch used and how many indices were yielded. A restored sampler regenerates the epoch exactly: hosts that re-iterate
-and skip the consumed batches (``resume="replay"``, HF Trainer) and hosts that expect the stream
-to go on where it stopped (``resume="continue"``) both get the uninterrupted run's stream.
+Resume: `state_dict` stores the random state, the rows of every chunk drawn so far in the epoch
+and how many indices were yielded. A restored sampler re-yields the logged chunks and then draws on:
+hosts that re-iterate and skip the consumed batches (``resume="replay"``, HF Trainer) and hosts
+that expect the stream to go on where it stopped (``resume="continue"``) both get the
+uninterrupted run's stream, also when proportions or a pre-rollout filter changed mid-epoch.
+
+Pre-rollout selection: with a strategy that has a ``pre_select`` part, the mixer still chooses
+the domain and the filter chooses within it, skipping prompts it predicts to be useless.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 from torch.utils.data import Sampler
 
 from .errors import ConfigError
+from .history import KEY_COLUMNS, hashable_key, row_prompt_key
 from .params import check_choice, check_int
 from .proportions import check_proportions
 
@@ -108,6 +113,8 @@ class DomainMixingSampler(Sampler[int]):
         self.strategy = strategy
         if strategy is not None and strategy.mix_enabled:
             strategy.bind_domains(self.domains)
+        if strategy is not None and strategy.prompt_filter is not None:
+            strategy.prompt_filter.num_generations = self.num_generations
 
         index = {d: i for i, d in enumerate(self.domains)}
         rows = np.array([index.get(label, -1) for label in labels], dtype=np.int64)
@@ -130,11 +137,11 @@ class DomainMixingSampler(Sampler[int]):
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         self._perm = self._rows_by_domain.copy()
         self._pointers = np.zeros(len(self.domains), dtype=np.int64)
+        self._keys = self._row_keys(dataset, len(labels))
         self._shuffle_all()
-        self._epoch_start = self._snapshot()
-        self._log: list[list[float]] = []  # proportions used by each chunk of the current epoch
-        self._pending_skip = 0
+        self._epoch_rows: list[np.ndarray] = []  # rows of each chunk drawn in the current epoch
         self._position = 0  # indices yielded in the current epoch
+        self._resumed = False
 
     # ------------------------------------------------------------ configuration
 
@@ -149,6 +156,19 @@ class DomainMixingSampler(Sampler[int]):
         if not 0 <= rank < num_replicas:
             raise ConfigError(f"rank must be in [0, num_replicas={num_replicas}); got {rank}")
         return int(num_replicas), int(rank)
+
+    @staticmethod
+    def _row_keys(dataset: Any, n: int) -> list:
+        """Each row's prompt key, by the rule the host adapters use (`row_prompt_key`)."""
+        columns = getattr(dataset, "column_names", None)
+        if columns is not None:
+            for column in KEY_COLUMNS:
+                if column in columns:
+                    return [hashable_key(v) for v in dataset[column]]
+            return list(range(n))
+        if dataset is None:
+            return list(range(n))
+        return [row_prompt_key(dataset[i], i) for i in range(n)]
 
     def _uniform(self) -> dict[str, float]:
         return {d: 1.0 / len(self.domains) for d in self.domains}
@@ -186,14 +206,23 @@ class DomainMixingSampler(Sampler[int]):
         self._perm[start:start + size] = self._perm[start:start + size][self._rng.permutation(size)]
         self._pointers[k] = 0
 
-    def _draw_chunk(self, proportions: np.ndarray, n: int, report: bool = True) -> np.ndarray:
+    def _draw_chunk(self, proportions: np.ndarray, n: int) -> np.ndarray:
         """``n`` dataset rows: domains by ``proportions``, rows without replacement within a domain."""
         cumulative = np.cumsum(proportions)
         cumulative /= cumulative[-1]
         cumulative[-1] = 1.0
         chosen = np.searchsorted(cumulative, self._rng.random(n), side="right")
         counts = np.bincount(chosen, minlength=len(self.domains))
-        if np.all(self._pointers + counts <= self.sizes):
+        prompt_filter = self.strategy.prompt_filter if self.strategy is not None else None
+        if prompt_filter is not None:
+            rows = np.empty(n, dtype=np.int64)
+            skipped = 0
+            for k in np.flatnonzero(counts):
+                taken, skip_k = self._take_filtered(int(k), int(counts[k]), prompt_filter)
+                rows[chosen == k] = taken
+                skipped += skip_k
+            prompt_filter.record_draws([self._keys[r] for r in rows.tolist()], skipped)
+        elif np.all(self._pointers + counts <= self.sizes):
             order = np.argsort(chosen, kind="stable")
             starts = np.cumsum(counts) - counts
             rank = np.empty(n, dtype=np.int64)
@@ -209,9 +238,27 @@ class DomainMixingSampler(Sampler[int]):
                 self._pointers[k] += 1
         self.drawn_total += counts
         self.drawn_recent.append(counts)
-        if report and self.strategy is not None and self.strategy.mix_enabled:
+        if self.strategy is not None and self.strategy.mix_enabled:
             self.strategy.observe_sampled({d: int(c) for d, c in zip(self.domains, counts)})
         return rows
+
+    def _take_filtered(self, k: int, need: int, prompt_filter) -> tuple[np.ndarray, int]:
+        """``need`` rows of domain ``k`` that pass the pre-rollout filter, and how many were skipped."""
+        taken: list[int] = []
+        skipped = 0
+        while len(taken) < need:
+            if self._pointers[k] == self.sizes[k]:
+                self._shuffle_domain(k)
+            begin = self.offsets[k] + self._pointers[k]
+            window = int(min(self.sizes[k] - self._pointers[k], max(2 * (need - len(taken)), 8)))
+            candidates = self._perm[begin:begin + window]
+            keep_probability = prompt_filter.keep_probability([self._keys[r] for r in candidates.tolist()])
+            accepted = np.flatnonzero(self._rng.random(window) < keep_probability)[: need - len(taken)]
+            used = int(accepted[-1]) + 1 if len(taken) + len(accepted) == need else window
+            taken.extend(candidates[accepted].tolist())
+            skipped += used - len(accepted)
+            self._pointers[k] += used
+        return np.asarray(taken, dtype=np.int64), skipped
 
     def _layout(self, rows: np.ndarray) -> np.ndarray:
         if self.layout == "shard":
@@ -221,25 +268,23 @@ class DomainMixingSampler(Sampler[int]):
 
     def __iter__(self) -> Iterator[int]:
         chunk = self.batch_size * (self.num_replicas if self.layout == "shard" else 1)
-        replay, skip = list(self._log), self._pending_skip
-        self._restore(self._epoch_start)
-        self._log, self._pending_skip, self._position = [], 0, 0
+        replay = self._epoch_rows if self._resumed else []
+        skip = self._position if (self._resumed and self.resume == "continue") else 0
+        self._resumed, self._epoch_rows, self._position = False, [], 0
         for c in range(self.chunks_per_epoch):
-            if c < len(replay):
-                proportions = np.asarray(replay[c], dtype=np.float64)
-            else:
-                target = self.target_proportions
-                proportions = np.array([target[d] for d in self.domains], dtype=np.float64)
-            self._log.append(proportions.tolist())
-            # Chunks replayed after a resume were already reported to the strategy before saving.
-            rows = self._draw_chunk(proportions, chunk, report=c >= len(replay))
+            # After a resume, the chunks drawn before saving are re-yielded from the log as they were.
+            rows = replay[c] if c < len(replay) else self._draw_chunk(self._next_proportions(), chunk)
+            self._epoch_rows.append(rows)
             for index in self._layout(rows).tolist():
                 self._position += 1
                 if self._position > skip:
                     yield index
         self.epoch += 1
-        self._epoch_start = self._snapshot()
-        self._log = []
+        self._epoch_rows = []
+
+    def _next_proportions(self) -> np.ndarray:
+        target = self.target_proportions
+        return np.array([target[d] for d in self.domains], dtype=np.float64)
 
     def __len__(self) -> int:
         per_chunk = self.batch_size if self.layout == "shard" else self.batch_size * self.num_generations * self.repeat_count
@@ -247,42 +292,27 @@ class DomainMixingSampler(Sampler[int]):
 
     # ------------------------------------------------------------ state
 
-    def _snapshot(self) -> dict:
-        return {"rng": self._rng.bit_generator.state, "perm": self._perm.copy(), "pointers": self._pointers.copy(),
-                "drawn_total": self.drawn_total.copy(), "drawn_recent": [c.copy() for c in self.drawn_recent]}
-
-    def _restore(self, snap: dict) -> None:
-        self._rng.bit_generator.state = snap["rng"]
-        self._perm = snap["perm"].copy()
-        self._pointers = snap["pointers"].copy()
-        self.drawn_total = snap["drawn_total"].copy()
-        self.drawn_recent = deque((c.copy() for c in snap["drawn_recent"]), maxlen=RECENT_CHUNKS)
-
     def state_dict(self) -> dict:
-        """Epoch start state plus the proportions of every chunk drawn so far in this epoch."""
-        return {"domains": list(self.domains), "seed": self.seed, "epoch": self.epoch, "batch_size": self.batch_size,
-                "epoch_start": self._snapshot_copy(self._epoch_start), "log": [list(p) for p in self._log], "position": self._position,
+        """Random state, per-domain passes, counts, and the rows of every chunk drawn in this epoch."""
+        return {"domains": list(self.domains), "seed": self.seed, "batch_size": self.batch_size, "epoch": self.epoch,
+                "rng": self._rng.bit_generator.state, "perm": self._perm.tolist(), "pointers": self._pointers.tolist(),
+                "drawn_total": self.drawn_total.tolist(), "drawn_recent": [c.tolist() for c in self.drawn_recent],
+                "epoch_rows": [r.tolist() for r in self._epoch_rows], "position": self._position,
                 "proportions": dict(self._proportions)}
 
-    @staticmethod
-    def _snapshot_copy(snap: dict) -> dict:
-        return {"rng": snap["rng"], "perm": snap["perm"].tolist(), "pointers": snap["pointers"].tolist(),
-                "drawn_total": snap["drawn_total"].tolist(), "drawn_recent": [c.tolist() for c in snap["drawn_recent"]]}
-
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore; the next ``__iter__`` regenerates the interrupted epoch exactly (see ``resume``)."""
+        """Restore; the next ``__iter__`` continues the interrupted epoch exactly (see ``resume``)."""
         for key, mine in (("domains", self.domains), ("seed", self.seed), ("batch_size", self.batch_size)):
             if (list(state[key]) if key == "domains" else state[key]) != mine:
                 raise ConfigError(f"sampler state was saved with {key}={state[key]!r}, this sampler has {mine!r}; "
                                   "resume with the same sampler configuration")
-        snap = state["epoch_start"]
-        self._epoch_start = {"rng": snap["rng"], "perm": np.asarray(snap["perm"], dtype=np.int64),
-                             "pointers": np.asarray(snap["pointers"], dtype=np.int64),
-                             "drawn_total": np.asarray(snap["drawn_total"], dtype=np.int64),
-                             "drawn_recent": [np.asarray(c, dtype=np.int64) for c in snap["drawn_recent"]]}
-        self.epoch = int(state["epoch"])
-        self._log = [list(p) for p in state["log"]]
-        self._proportions = dict(state["proportions"])
+        self._rng.bit_generator.state = state["rng"]
+        self._perm = np.asarray(state["perm"], dtype=np.int64)
+        self._pointers = np.asarray(state["pointers"], dtype=np.int64)
+        self.drawn_total = np.asarray(state["drawn_total"], dtype=np.int64)
+        self.drawn_recent = deque((np.asarray(c, dtype=np.int64) for c in state["drawn_recent"]), maxlen=RECENT_CHUNKS)
+        self._epoch_rows = [np.asarray(r, dtype=np.int64) for r in state["epoch_rows"]]
         self._position = int(state["position"])
-        self._pending_skip = self._position if self.resume == "continue" else 0
-        self._restore(self._epoch_start)
+        self.epoch = int(state["epoch"])
+        self._proportions = dict(state["proportions"])
+        self._resumed = True

@@ -106,6 +106,8 @@ class Strategy:
         self.domain_key = self.config["domain_key"]
         self.select = _Part("select", self.config["select"], "selector") if self.config["select"] else None
         self.reweight = _Part("reweight", self.config["reweight"], "reweighter") if self.config["reweight"] else None
+        pre = self.config.get("pre_select")
+        self.prompt_filter = build_component("prerollout", pre["name"], **pre["params"]) if pre else None
         self.mixing: DomainMixing | None = None
         if self.config["mix"]:
             mix = self.config["mix"]
@@ -140,11 +142,13 @@ class Strategy:
         fields = set().union(*(p.requires for p in self.parts)) if self.parts else set()
         if self.mixing is not None:
             fields |= {"rewards", "domains"}
+        if self.prompt_filter is not None:
+            fields |= set(self.prompt_filter.requires)
         return fields
 
     @property
     def is_noop(self) -> bool:
-        return not self.parts and self.mixing is None
+        return not self.parts and self.mixing is None and self.prompt_filter is None
 
     @property
     def mix_enabled(self) -> bool:
@@ -178,6 +182,11 @@ class Strategy:
                     )
         if self.mixing is not None and "domains" not in available:
             raise ConfigError(f"the mix part needs domain labels, which {host} does not provide")
+        if self.prompt_filter is not None:
+            needed = set(self.prompt_filter.requires) - available
+            if needed:
+                raise ConfigError(f"pre_select {self.prompt_filter.name!r} needs {', '.join(sorted(needed))}, "
+                                  f"which {host} does not provide")
 
     def observe_sampled(self, domain_counts: Mapping[str, int]) -> None:
         """Record what the sampler actually drew (for the actual-proportion metrics)."""
@@ -237,6 +246,8 @@ class Strategy:
         if self.mixing is not None:
             self.mixing.observe(batch, step, sync=sync)
             metrics.update(self.mixing.metrics())
+        if self.prompt_filter is not None:
+            metrics.update(self.prompt_filter.observe(batch, step, sync=sync))
         return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics,
                         deferred=tuple(deferred), response_weights=response_w)
 
@@ -325,7 +336,8 @@ class Strategy:
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: the resolved config and the mixing state."""
-        return {"config": copy.deepcopy(self.config), "mixing": None if self.mixing is None else self.mixing.state_dict()}
+        return {"config": copy.deepcopy(self.config), "mixing": None if self.mixing is None else self.mixing.state_dict(),
+                "prompt_filter": None if self.prompt_filter is None else self.prompt_filter.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Restore saved state; with ``strict`` a changed config is an error naming what differs."""
@@ -338,11 +350,15 @@ class Strategy:
             )
         if self.mixing is not None and state.get("mixing") is not None:
             self.mixing.load_state_dict(state["mixing"])
+        if self.prompt_filter is not None and state.get("prompt_filter") is not None:
+            self.prompt_filter.load_state_dict(state["prompt_filter"])
 
     def __repr__(self) -> str:
         parts = [p.kind + "=" + p.scorer.name + "->" + p.actuator.name for p in self.parts]
         if self.mixing is not None:
             parts.append("mix=" + self.mixing.mixer.name)
+        if self.prompt_filter is not None:
+            parts.append("pre_select=" + self.prompt_filter.name)
         return f"Strategy({self.name!r}: {', '.join(parts) or 'no-op'})"
 
 

@@ -6,7 +6,7 @@ strategies are meant to exploit:
 
 | domain  | prompt -> answer                     | for the tiny model                                  |
 |---------|--------------------------------------|-----------------------------------------------------|
-| `echo`  | `echo 3 8 5` -> `5` (last digit)     | solved from step 0 (its untrained prior repeats the last character) |
+| `echo`  | `echo q k d` -> `d` (last letter)    | solved from step 0 (its untrained prior repeats the last character) |
 | `first` | `first 3 8 5` -> `3` (first digit)   | learned during the run (held-out accuracy rises)    |
 | `code`  | `code 3 8 5:` -> 8 random letters    | unlearnable: the answer is independent of the prompt |
 | `coin`  | `coin 3 8 5:` -> reward ~ Bernoulli(0.5) | noisy: the reward ignores the completion        |
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import string
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 from .verifiers import coin_flip, prefix_match
@@ -27,8 +27,10 @@ def _digits(rng: random.Random, count: int) -> list[str]:
 
 
 def _echo(rng: random.Random) -> tuple[str, str]:
-    digits = _digits(rng, 3)
-    return "echo " + " ".join(digits), digits[-1]
+    # Letters, not digits: `first` prompts end with a digit, so the two domains never ask for
+    # different answers after the same kind of last character (no interference between them).
+    letters = [rng.choice(string.ascii_lowercase) for _ in range(3)]
+    return "echo " + " ".join(letters), letters[-1]
 
 
 def _first(rng: random.Random) -> tuple[str, str]:
@@ -71,7 +73,7 @@ class TaskDomain:
     verify: Callable[[object, str], bool] = prefix_match
     noisy: bool = False
     noise_probability: float = 0.5
-    max_unique: int = field(default=1000)
+    max_unique: int = 1000
 
     def score(self, prompt: str, completion, answer: str, salt: object = 0) -> float:
         """Reward of one completion: 1.0 or 0.0. `salt` (e.g. seed and call index) seeds the noisy draw."""
@@ -83,7 +85,8 @@ class TaskDomain:
 TASK_DOMAINS: dict[str, TaskDomain] = {
     domain.name: domain
     for domain in (
-        TaskDomain("echo", "repeat the last digit of the prompt (solved from the start)", "easy", _echo),
+        TaskDomain("echo", "repeat the last letter of the prompt (solved from the start)", "easy", _echo,
+                   max_unique=26**3),
         TaskDomain("first", "answer the first digit of the prompt (learned during training)", "learnable", _first),
         TaskDomain("code", "guess an 8-letter code unrelated to the prompt (unlearnable)", "unlearnable", _code),
         TaskDomain("coin", "reward is a fair coin flip, whatever the answer (noisy)", "noisy", _coin, noisy=True),

@@ -1,0 +1,84 @@
+"""Pre-rollout selection: skip prompts predicted to give no learning signal, before generating.
+
+A group whose rewards all agree (all correct or all wrong) has zero advantage in GRPO and
+contributes no gradient, yet its generation was paid for. Prompts that gave such groups tend to
+keep giving them (GRESO, "Act Only When It Pays", arXiv 2506.02177). `SkipZeroVariance` keeps a
+`PromptHistory` and lets the sampler skip a prompt with zero-variance streak ``z`` with
+probability ``1 - max(min_keep, explore ** z)``:
+
+- the longer the streak, the likelier the skip;
+- ``explore`` adapts after every batch so the share of zero-variance groups among generated
+  groups tracks ``target_share`` (too many zero-variance groups: explore less);
+- ``min_keep`` is the floor chance of re-checking any prompt, so one that became learnable
+  comes back.
+"""
+
+from __future__ import annotations
+
+from typing import Hashable, Sequence
+
+import numpy as np
+
+from .batch import RolloutBatch
+from .history import PromptHistory
+from .params import check_number
+from .registry import register
+
+
+@register("prerollout", "skip_zero_variance")
+class SkipZeroVariance:
+    """Skip prompts whose recent groups all had zero reward variance (GRESO-style), adaptively."""
+
+    def __init__(self, target_share: float = 0.25, explore: float = 0.5, min_keep: float = 0.05,
+                 adapt_rate: float = 0.02):
+        self.target_share = check_number("target_share", target_share, low=0.0, high=1.0)
+        self.explore = check_number("explore", explore, low=0.0, high=1.0)
+        self.min_keep = check_number("min_keep", min_keep, low=0.0, high=1.0, low_open=True)
+        self.adapt_rate = check_number("adapt_rate", adapt_rate, low=0.0, high=1.0)
+        self.history = PromptHistory()
+        self.skipped = 0
+        self.drawn = 0
+        self.rechecked = 0
+        self.last_zero_share = float("nan")
+        self.num_generations = 1  # set by the sampler: completions a skipped prompt would have cost
+
+    requires = ("rewards", "group_ids", "prompt_keys")
+
+    def keep_probability(self, keys: Sequence[Hashable]) -> np.ndarray:
+        """Probability that each candidate prompt is generated now: ``max(min_keep, explore ** streak)``."""
+        streak = self.history.streaks(keys).astype(np.float64)
+        return np.where(streak > 0, np.maximum(self.min_keep, self.explore ** streak), 1.0)
+
+    def record_draws(self, accepted: Sequence[Hashable], skipped: int) -> None:
+        """Sampler bookkeeping: prompts it generated and how many candidates it skipped."""
+        self.drawn += len(accepted)
+        self.skipped += int(skipped)
+        self.rechecked += int((self.history.streaks(accepted) > 0).sum())
+
+    def observe(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
+        """Record the batch's group outcomes and adapt ``explore`` towards the target share."""
+        stats = self.history.update(batch, step, sync=sync)
+        if stats["groups"]:
+            self.last_zero_share = stats["zero_variance_share"]
+            direction = -1.0 if self.last_zero_share > self.target_share else 1.0
+            self.explore = float(min(1.0, max(self.min_keep, self.explore + direction * self.adapt_rate)))
+        return self.metrics()
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "prerollout/skipped_prompts": float(self.skipped),
+            "prerollout/completions_saved": float(self.skipped * self.num_generations),
+            "prerollout/zero_variance_share": self.last_zero_share,
+            "prerollout/recheck_rate": self.rechecked / self.drawn if self.drawn else 0.0,
+            "prerollout/explore": self.explore,
+        }
+
+    def state_dict(self) -> dict:
+        return {"history": self.history.state_dict(), "explore": self.explore, "skipped": self.skipped,
+                "drawn": self.drawn, "rechecked": self.rechecked, "last_zero_share": self.last_zero_share}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history.load_state_dict(state["history"])
+        self.explore = float(state["explore"])
+        self.skipped, self.drawn, self.rechecked = int(state["skipped"]), int(state["drawn"]), int(state["rechecked"])
+        self.last_zero_share = float(state["last_zero_share"])
