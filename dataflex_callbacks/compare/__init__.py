@@ -1,0 +1,1 @@
+"""Fair comparison of strategies: matched seeds, one budget, paired intervals (``dataflex compare``)."""
