@@ -217,7 +217,10 @@ class Strategy:
         """
         if not isinstance(batch, RolloutBatch):
             raise BatchError(f"Strategy.apply expects a RolloutBatch; got {type(batch).__name__}")
+        raw_batch = batch
         batch, finite, n_bad = self._clean_rewards(batch)
+        # Under "drop" a non-finite reward is no observation at all: the tracker skips it itself.
+        stats_batch = raw_batch if self.nan_policy == "drop" else batch
         keep = finite.clone() if self.nan_policy == "drop" else torch.ones(batch.n, dtype=torch.bool, device=batch.device)
         token_keep, response_w, token_w, deferred = None, None, None, []
 
@@ -244,7 +247,7 @@ class Strategy:
 
         metrics = self._metrics(batch, keep, token_keep, weights, n_bad)
         if self.mixing is not None:
-            self.mixing.observe(batch, step, sync=sync)
+            self.mixing.observe(stats_batch, step, sync=sync)
             metrics.update(self.mixing.metrics())
         if self.prompt_filter is not None:
             metrics.update(self.prompt_filter.observe(batch, step, sync=sync))
@@ -324,7 +327,8 @@ class Strategy:
         metrics.update(self._weight_metrics(keep, token_keep, weights, batch))
         if batch.domains is not None and n:
             labels = sorted(set(batch.domains))
-            index = torch.tensor([labels.index(d) for d in batch.domains]) if len(labels) > 1 else torch.zeros(n, dtype=torch.long)
+            code = {label: i for i, label in enumerate(labels)}
+            index = torch.tensor(list(map(code.__getitem__, batch.domains))) if len(labels) > 1 else torch.zeros(n, dtype=torch.long)
             rewards = batch.rewards.detach().to("cpu", torch.float64)
             sums = torch.zeros(len(labels), dtype=torch.float64).index_add_(0, index, rewards)
             counts = torch.bincount(index, minlength=len(labels)).to(torch.float64)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import numpy as np
 import torch
 
 from .batch import RolloutBatch
@@ -52,14 +53,16 @@ class DomainTracker:
         """Per-domain sums of one batch: ``(K, 6)`` float64 in the order of ``_STEP_SUMS``."""
         if batch.domains is None:
             raise BatchError("DomainTracker.update needs RolloutBatch.domains (one label per response)")
-        unknown = sorted({d for d in batch.domains} - set(self._index))
-        if unknown:
-            raise BatchError(f"batch has domain(s) {unknown} that the tracker does not know; known domains: {self.domains}")
+        try:
+            codes = np.fromiter(map(self._index.__getitem__, batch.domains), dtype=np.int64, count=batch.n)
+        except KeyError:
+            unknown = sorted(set(batch.domains) - set(self._index))
+            raise BatchError(f"batch has domain(s) {unknown} that the tracker does not know; known domains: {self.domains}") from None
         k = len(self.domains)
         sums = torch.zeros(k, len(_STEP_SUMS), dtype=torch.float64)
         if batch.n == 0:
             return sums
-        domain_index = torch.tensor([self._index[d] for d in batch.domains], dtype=torch.long)
+        domain_index = torch.from_numpy(codes)
         rewards = batch.rewards.detach().to("cpu", torch.float64)
         finite = torch.isfinite(rewards)
         clean = torch.where(finite, rewards, torch.zeros_like(rewards))
@@ -94,17 +97,20 @@ class DomainTracker:
             sums = _all_reduce_sum(sums)
         step_value = float(self.updates if step is None else step)
         count = sums[:, 0]
-        seen = (count > 0) | (sums[:, 4] > 0)
-        for d in torch.nonzero(seen).flatten().tolist():
-            slot = int(self.cursor[d])
-            observed_count = float(count[d])
-            self.history["reward"][d, slot] = sums[d, 1] / max(observed_count, 1.0)
-            self.history["abs_advantage"][d, slot] = sums[d, 2] / max(observed_count, 1.0)
-            self.history["group_variance"][d, slot] = sums[d, 3] / max(float(sums[d, 4]), 1.0)
-            self.history["count"][d, slot] = observed_count
-            self.history["step"][d, slot] = step_value
-            self.cursor[d] = (slot + 1) % self.window
-            self.filled[d] = min(int(self.filled[d]) + 1, self.window)
+        seen = torch.nonzero((count > 0) | (sums[:, 4] > 0)).flatten()
+        slots = self.cursor[seen]
+        per_sample = count[seen].clamp_min(1.0)
+        fresh = {
+            "reward": sums[seen, 1] / per_sample,
+            "abs_advantage": sums[seen, 2] / per_sample,
+            "group_variance": sums[seen, 3] / sums[seen, 4].clamp_min(1.0),
+            "count": count[seen],
+            "step": torch.full_like(per_sample, step_value),
+        }
+        for name, values in fresh.items():
+            self.history[name][seen, slots] = values
+        self.cursor[seen] = (slots + 1) % self.window
+        self.filled[seen] = (self.filled[seen] + 1).clamp_max(self.window)
         self.total_count += count
         self.updates += 1
 

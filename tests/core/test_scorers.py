@@ -1,0 +1,113 @@
+"""Scorers against the straightforward reference, plus their declared needs and errors."""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+import core_reference as ref
+from dataflex_callbacks import BatchError, RolloutBatch, build_component
+
+rows = st.lists(st.tuples(st.integers(0, 12), st.sampled_from([0.0, 1.0, 0.25, 0.5, 0.75, -1.0, 2.0])), min_size=0, max_size=40)
+
+
+def make_batch(n=12, length=6, seed=0, **overrides):
+    gen = torch.Generator().manual_seed(seed)
+    fields = dict(
+        rewards=(torch.rand(n, generator=gen) > 0.5).float(),
+        group_ids=torch.randint(0, 4, (n,), generator=gen) * 7 + 3,  # non-contiguous, unequal
+        completion_mask=torch.rand(n, length, generator=gen) > 0.3,
+        advantages=torch.randn(n, generator=gen),
+        logprobs=-torch.rand(n, length, generator=gen) * 3,
+        entropies=torch.rand(n, length, generator=gen),
+    )
+    fields.update(overrides)
+    return RolloutBatch(**fields)
+
+
+@settings(max_examples=60, deadline=None)
+@given(rows, st.sampled_from([0.5, 0.0, 0.9]))
+def test_group_scorers_match_reference(data, threshold):
+    gids = torch.tensor([g * 3 + 1 for g, _ in data], dtype=torch.long)
+    rewards = torch.tensor([r for _, r in data], dtype=torch.float32)
+    batch = RolloutBatch(rewards, group_ids=gids)
+    solve = build_component("scorer", "group_solve_rate", threshold=threshold).score(batch)
+    torch.testing.assert_close(solve, ref.group_solve_rate(rewards, gids, threshold))
+    variance = build_component("scorer", "group_reward_variance").score(batch)
+    torch.testing.assert_close(variance, ref.group_reward_variance(rewards, gids), atol=1e-6, rtol=1e-5)
+    # permuting rows permutes the scores
+    perm = torch.randperm(len(data))
+    permuted = RolloutBatch(rewards[perm], group_ids=gids[perm])
+    torch.testing.assert_close(build_component("scorer", "group_solve_rate", threshold=threshold).score(permuted), solve[perm])
+    torch.testing.assert_close(build_component("scorer", "group_reward_variance").score(permuted), variance[perm], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("reduce", ["mean", "sum", "max"])
+@pytest.mark.parametrize("token_level", [False, True])
+def test_advantage_magnitude_matches_reference(reduce, token_level):
+    batch = make_batch()
+    if token_level:
+        batch = batch.replace(advantages=torch.randn(batch.n, 6))
+    score = build_component("scorer", "advantage_magnitude", reduce=reduce).score(batch)
+    torch.testing.assert_close(score, ref.advantage_magnitude(batch.advantages, batch.valid_mask, reduce))
+
+
+def test_advantage_magnitude_row_without_valid_tokens_is_zero():
+    batch = RolloutBatch(torch.zeros(2), advantages=torch.ones(2, 3), completion_mask=torch.tensor([[1, 1, 0], [0, 0, 0]]))
+    for reduce in ("mean", "sum", "max"):
+        score = build_component("scorer", "advantage_magnitude", reduce=reduce).score(batch)
+        assert float(score[1]) == 0.0 and torch.isfinite(score).all()
+
+
+def test_simple_scorers():
+    batch = make_batch()
+    torch.testing.assert_close(build_component("scorer", "reward").score(batch), batch.rewards)
+    torch.testing.assert_close(build_component("scorer", "reward_difficulty").score(batch), batch.rewards)
+    torch.testing.assert_close(build_component("scorer", "token_prob").score(batch), batch.logprobs.exp())
+    torch.testing.assert_close(build_component("scorer", "token_entropy").score(batch), batch.entropies)
+    lengths = batch.completion_mask.sum(1).float()
+    torch.testing.assert_close(build_component("scorer", "response_length").score(batch), lengths)
+    torch.testing.assert_close(build_component("scorer", "reward_efficiency").score(batch), batch.rewards / lengths.clamp_min(1))
+
+
+@pytest.mark.parametrize(
+    "name, granularity, needs_groups, requires",
+    [
+        ("reward", "response", False, {"rewards"}),
+        ("group_solve_rate", "response", True, {"rewards", "group_ids"}),
+        ("group_reward_variance", "response", True, {"rewards", "group_ids"}),
+        ("advantage_magnitude", "response", False, {"advantages"}),
+        ("token_prob", "token", False, {"logprobs"}),
+        ("token_entropy", "token", False, {"entropies"}),
+        ("response_length", "response", False, {"completion_mask"}),
+        ("reward_efficiency", "response", False, {"rewards", "completion_mask"}),
+    ],
+)
+def test_declarations(name, granularity, needs_groups, requires):
+    scorer = build_component("scorer", name)
+    assert scorer.granularity == granularity and scorer.needs_groups == needs_groups and set(scorer.requires) == requires
+
+
+@pytest.mark.parametrize("name, field", [("group_solve_rate", "group_ids"), ("group_reward_variance", "group_ids"),
+                                         ("advantage_magnitude", "advantages"), ("token_prob", "logprobs"),
+                                         ("token_entropy", "entropies"), ("response_length", "completion_mask")])
+def test_missing_field_is_named(name, field):
+    with pytest.raises(BatchError, match=f"RolloutBatch.{field}"):
+        build_component("scorer", name).score(RolloutBatch(torch.zeros(3)))
+
+
+def test_bf16_inputs():
+    batch = make_batch(rewards=torch.tensor([1, 0, 1, 1, 0, 0, 1, 0, 1, 1, 0, 1], dtype=torch.bfloat16),
+                       advantages=torch.randn(12).to(torch.bfloat16), logprobs=(-torch.rand(12, 6)).to(torch.bfloat16))
+    for name in ("reward", "group_solve_rate", "group_reward_variance", "advantage_magnitude", "token_prob",
+                 "response_length", "reward_efficiency"):
+        score = build_component("scorer", name).score(batch)
+        assert score.dtype == torch.float32 and torch.isfinite(score).all()
+    torch.testing.assert_close(build_component("scorer", "group_solve_rate").score(batch),
+                               ref.group_solve_rate(batch.rewards.float(), batch.group_ids))
+
+
+def test_empty_batch_scores():
+    batch = RolloutBatch(torch.zeros(0), group_ids=torch.zeros(0, dtype=torch.long), advantages=torch.zeros(0),
+                         completion_mask=torch.zeros(0, 4, dtype=torch.bool))
+    for name in ("reward", "group_solve_rate", "group_reward_variance", "advantage_magnitude", "response_length"):
+        assert build_component("scorer", name).score(batch).shape == (0,)
