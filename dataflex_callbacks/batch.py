@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Hashable, Optional, Sequence
 
+import numpy as np
 import torch
 
 from .errors import BatchError
@@ -137,6 +138,17 @@ class RolloutBatch:
                 lengths = mask.sum(dim=1, dtype=torch.float32)
             self._cache["lengths"] = lengths
         return self._cache["lengths"]
+
+    def domain_codes(self) -> tuple[list[str], np.ndarray]:
+        """Distinct domain labels (sorted) and each row's index into them; computed once per batch."""
+        if self.domains is None:
+            raise BatchError("RolloutBatch.domains is not set; pass domains=[...] (one label per response)")
+        if "domain_codes" not in self._cache:
+            labels = sorted(set(self.domains))
+            lookup = {label: i for i, label in enumerate(labels)}
+            codes = np.fromiter(map(lookup.__getitem__, self.domains), dtype=np.int64, count=self.n)
+            self._cache["domain_codes"] = (labels, codes)
+        return self._cache["domain_codes"]
 
     def replace(self, **changes) -> "RolloutBatch":
         """A copy with some fields replaced (validated again)."""

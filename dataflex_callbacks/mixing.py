@@ -1,6 +1,6 @@
 """`DomainMixing`: the mix part of a strategy: tracker + mixer + update schedule + what was drawn.
 
-Target proportions start at a static prior; after ``warmup_steps`` they are recomputed by the
+Target proportions start at a static prior; from ``warmup_steps`` on they are recomputed by the
 mixer every ``update_every`` steps from the `DomainTracker` (optionally smoothed:
 ``p <- smoothing * p_old + (1 - smoothing) * p_new``, which keeps every floor). Both the target and
 the proportions actually drawn by the sampler are kept for logging.
@@ -76,8 +76,11 @@ class DomainMixing:
         """Feed one batch; returns True when the target proportions were recomputed at this step."""
         self._require_bound()
         self.tracker.update(batch, step=step, sync=sync)
-        due = step >= self.warmup_steps and (step - self.warmup_steps) % self.update_every == 0
-        if not due or self.last_update_step == step:
+        # Due at warmup_steps, then once update_every steps have passed since the last update: a
+        # host that calls at strided steps (one call per generation round) still gets updates.
+        if step < self.warmup_steps:
+            return False
+        if self.last_update_step is not None and step < self.last_update_step + self.update_every:
             return False
         fresh = self.mixer.proportions(self.tracker)
         if self.smoothing > 0:

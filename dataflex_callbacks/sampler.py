@@ -3,7 +3,8 @@
 Draws happen chunk by chunk (one chunk = one batch of prompts), each chunk under the proportions
 current at that moment, so a mixer can change them between batches; nothing is precomputed for
 an epoch. Within a domain, rows are drawn without replacement until the domain is exhausted,
-then reshuffled.
+then reshuffled. The per-domain passes run across epochs: an epoch is ``num_samples`` prompts,
+not one pass over the data.
 
 Two layouts:
 
@@ -11,13 +12,17 @@ Two layouts:
   times in a row, each chunk of ``batch_size`` prompts repeated ``repeat_count`` times, the same
   stream on every rank (the host shards batches itself).
 - ``layout="shard"`` gives each of ``num_replicas`` ranks different rows of one global draw
-  (Lightning, plain DDP).
+  (Lightning, plain DDP): rank ``r`` gets positions ``r, r + R, ...`` of each global chunk of
+  ``batch_size * R`` prompts.
 
-Resume: `state_dict` stores the random state, the rows of every chunk drawn so far in the epoch
-and how many indices were yielded. A restored sampler re-yields the logged chunks and then draws on:
-hosts that re-iterate and skip the consumed batches (``resume="replay"``, HF Trainer) and hosts
-that expect the stream to go on where it stopped (``resume="continue"``) both get the
-uninterrupted run's stream, also when proportions or a pre-rollout filter changed mid-epoch.
+Resume: `state_dict` stores the random state, the per-domain passes, the rows of every chunk drawn
+so far in the epoch and how many indices were yielded. A restored sampler re-yields the logged
+chunks and then draws on: hosts that re-iterate and skip the consumed batches (``resume="replay"``,
+HF Trainer / accelerate) and hosts that expect the stream to go on where it stopped
+(``resume="continue"``) both get the uninterrupted run's stream, also when proportions or a
+pre-rollout filter changed mid-epoch. A state saved after the last index of an epoch resumes
+with the next epoch in both modes. Calling ``iter()`` again mid-epoch without a restore abandons
+the rest of that epoch and starts the next one.
 
 Pre-rollout selection: with a strategy that has a ``pre_select`` part, the mixer still chooses
 the domain and the filter chooses within it, skipping prompts it predicts to be useless.
@@ -25,10 +30,13 @@ the domain and the filter chooses within it, skipping prompts it predicts to be 
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections import deque
+from operator import length_hint
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import numpy as np
+from torch.utils.data import IterableDataset as TorchIterableDataset
 from torch.utils.data import Sampler
 
 from .errors import ConfigError
@@ -39,28 +47,33 @@ from .proportions import check_proportions
 if TYPE_CHECKING:  # pragma: no cover
     from .strategy import Strategy
 
-RECENT_CHUNKS = 20
+RECENT_CHUNKS = 20  # chunks in the "recent" actual-proportion window
+SMALL_CHUNK = 32  # chunks up to this many prompts are drawn with plain Python arithmetic
 
 
 def domain_labels(dataset: Any, domain_key: str) -> list[str]:
     """Per-row domain labels of a map-style dataset (``datasets.Dataset``, list of dicts, ...)."""
-    type_name = type(dataset).__name__
-    if type_name == "IterableDataset" or (hasattr(dataset, "__iter__") and not hasattr(dataset, "__getitem__")):
+    iterable = isinstance(dataset, TorchIterableDataset) or any(
+        cls.__name__ == "IterableDataset" for cls in type(dataset).__mro__)
+    if iterable or (hasattr(dataset, "__iter__") and not hasattr(dataset, "__getitem__")):
         raise ConfigError(
-            "DomainMixingSampler needs a map-style dataset with random access; got an IterableDataset. "
-            "For streaming data, mix with datasets.interleave_datasets(per_domain_datasets, probabilities=[...])"
+            f"DomainMixingSampler needs a map-style dataset with random access; got a {type(dataset).__name__} "
+            "(iterable). For streaming data, mix with datasets.interleave_datasets(per_domain_datasets, "
+            "probabilities=[...]) instead, or load the data as a datasets.Dataset"
         )
     columns = getattr(dataset, "column_names", None)
     if columns is not None:
         if domain_key not in columns:
-            raise ConfigError(f"dataset has no domain column {domain_key!r}; its columns are {list(columns)}; set domain_key")
+            raise ConfigError(f"dataset has no domain column {domain_key!r}; its columns are {list(columns)}; "
+                              "pass domain_key=<the column holding the domain label>")
         return [str(v) for v in dataset[domain_key]]
     labels = []
     for i in range(len(dataset)):
         row = dataset[i]
         if not isinstance(row, Mapping) or domain_key not in row:
             have = list(row) if isinstance(row, Mapping) else type(row).__name__
-            raise ConfigError(f"dataset row {i} has no domain field {domain_key!r}; it has {have}; set domain_key")
+            raise ConfigError(f"dataset row {i} has no domain field {domain_key!r}; it has {have}; "
+                              "pass domain_key=<the field holding the domain label>")
         labels.append(str(row[domain_key]))
     return labels
 
@@ -72,16 +85,22 @@ class DomainMixingSampler(Sampler[int]):
         dataset: map-style dataset whose rows carry a domain label (or pass ``labels``).
         labels: per-row domain labels, instead of reading them from ``dataset``.
         domain_key: name of the domain column.
-        domains: the domains to mix, in order (default: sorted labels). Each must have rows.
-        proportions: initial proportions ``{domain: p}`` (default uniform).
-        batch_size: prompts per chunk; proportions are read once per chunk.
+        domains: the domains to mix, in order (default: the strategy's mix domains if it has
+            them, else the sorted labels). Each must have rows; rows of other domains are never drawn.
+        proportions: initial proportions ``{domain: p}`` (default uniform); ignored when a
+            strategy with a mix part drives the sampler.
+        batch_size: prompts per chunk (per rank in ``layout="shard"``); proportions are read once
+            per chunk.
         num_generations: consecutive repeats of each prompt (GRPO group size), ``layout="grpo"``.
-        repeat_count: repeats of each chunk (TRL's ``num_iterations * steps_per_generation``).
-        num_samples: prompts per epoch (default: dataset length), rounded down to whole chunks.
+        repeat_count: repeats of each chunk (TRL's ``num_iterations * steps_per_generation``),
+            ``layout="grpo"``.
+        num_samples: prompts per epoch (default: rows of the mixed domains), rounded down to
+            whole chunks.
         layout: ``"grpo"`` (same stream on every rank) or ``"shard"`` (rank-disjoint rows).
         num_replicas, rank: for ``layout="shard"`` (default: torch.distributed's, else 1 and 0).
-        strategy: a `Strategy` with a mix part; its target proportions drive the draws and the
-            sampler reports what it drew back to it.
+        strategy: a `Strategy`; with a mix part its target proportions drive the draws and the
+            sampler reports what it drew back to it (``strategy.observe_sampled``); with a
+            ``pre_select`` part its filter skips prompts within the chosen domain.
         seed: random seed; the stream is a function of seed and the proportions used.
         resume: ``"replay"`` or ``"continue"`` (see module docstring).
     """
@@ -98,11 +117,18 @@ class DomainMixingSampler(Sampler[int]):
         labels = [str(v) for v in labels]
         if not labels:
             raise ConfigError("DomainMixingSampler got an empty dataset")
+        self.strategy = strategy
+        self._mixing = strategy is not None and strategy.mix_enabled
+        if domains is None and self._mixing and strategy.domains is not None:
+            domains = strategy.domains  # the config's domain order wins over the sorted labels
         present = sorted(set(labels))
-        self.domains = list(domains) if domains is not None else present
+        self.domains = [str(d) for d in domains] if domains is not None else present
+        if len(set(self.domains)) != len(self.domains):
+            raise ConfigError(f"domains must be unique; got {self.domains}")
         empty = [d for d in self.domains if d not in present]
         if empty:
-            raise ConfigError(f"domain(s) {empty} have no rows in the dataset; domains with rows: {present}")
+            raise ConfigError(f"domain(s) {empty} have no rows in the dataset; domains with rows: {present}; "
+                              "remove them from the domain list or add data for them")
         self.batch_size = check_int("batch_size", batch_size, low=1)
         self.num_generations = check_int("num_generations", num_generations, low=1)
         self.repeat_count = check_int("repeat_count", repeat_count, low=1)
@@ -110,11 +136,11 @@ class DomainMixingSampler(Sampler[int]):
         self.resume = check_choice("resume", resume, ("replay", "continue"))
         self.num_replicas, self.rank = self._replicas(num_replicas, rank)
         self.seed = int(seed)
-        self.strategy = strategy
-        if strategy is not None and strategy.mix_enabled:
+        if self._mixing:
             strategy.bind_domains(self.domains)
-        if strategy is not None and strategy.prompt_filter is not None:
-            strategy.prompt_filter.num_generations = self.num_generations
+        self._prompt_filter = getattr(strategy, "prompt_filter", None)
+        if self._prompt_filter is not None:
+            self._prompt_filter.num_generations = self.num_generations
 
         index = {d: i for i, d in enumerate(self.domains)}
         rows = np.array([index.get(label, -1) for label in labels], dtype=np.int64)
@@ -122,26 +148,36 @@ class DomainMixingSampler(Sampler[int]):
         order = order[rows[order] >= 0]  # rows of domains not being mixed are never drawn
         self.sizes = np.bincount(rows[rows >= 0], minlength=len(self.domains)).astype(np.int64)
         self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
-        self._rows_by_domain = order.astype(np.int64)
+        self._sizes_list, self._offsets_list = self.sizes.tolist(), self.offsets.tolist()
         total = int(self.sizes.sum())
         self.num_samples = check_int("num_samples", num_samples, low=1) if num_samples is not None else total
-        draw = self.batch_size * (self.num_replicas if self.layout == "shard" else 1)
-        self.chunks_per_epoch = self.num_samples // draw
+        self.draw_size = self.batch_size * (self.num_replicas if self.layout == "shard" else 1)
+        self.chunks_per_epoch = self.num_samples // self.draw_size
         if self.chunks_per_epoch == 0:
-            raise ConfigError(f"num_samples={self.num_samples} is smaller than one chunk of {draw} prompts; lower batch_size")
+            raise ConfigError(f"num_samples={self.num_samples} is smaller than one chunk of {self.draw_size} prompts; "
+                              "lower batch_size or raise num_samples")
 
         self._proportions = self._uniform() if proportions is None else check_proportions(proportions, self.domains)
+        self._proportions_array = self._as_array(self._proportions)
+        self._strategy_target: dict | None = None  # last strategy target seen, and its array
+        self._strategy_array: np.ndarray | None = None
+        self._cumulative_of: tuple = (None, None)
         self.epoch = 0
-        self.drawn_total = np.zeros(len(self.domains), dtype=np.int64)
-        self.drawn_recent: deque = deque(maxlen=RECENT_CHUNKS)
+        # Per-domain bookkeeping as plain int lists: cheaper than numpy for a few domains per chunk.
+        self._drawn_total = [0] * len(self.domains)
+        self.drawn_recent: deque = deque(maxlen=RECENT_CHUNKS)  # per-chunk counts, lists of K ints
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
-        self._perm = self._rows_by_domain.copy()
-        self._pointers = np.zeros(len(self.domains), dtype=np.int64)
-        self._keys = self._row_keys(dataset, len(labels))
-        self._shuffle_all()
+        self._perm = order.astype(np.int64)  # rows grouped by domain; each domain's block is shuffled per pass
+        self._pointers = [0] * len(self.domains)  # next unread position in each domain's block
+        # Prompt keys are only needed by a pre-rollout filter; reading them can be costly.
+        self._keys = self._row_keys(dataset, len(labels)) if self._prompt_filter is not None else None
+        for k in range(len(self.domains)):
+            self._shuffle_domain(k)
         self._epoch_rows: list[np.ndarray] = []  # rows of each chunk drawn in the current epoch
-        self._position = 0  # indices yielded in the current epoch
         self._resumed = False
+        self._pending_skip = 0
+        # Indices yielded in this epoch = _position_base + _chunk_length - (items left in _chunk_iter).
+        self._position_base, self._chunk_length, self._chunk_iter = 0, 0, iter(())
 
     # ------------------------------------------------------------ configuration
 
@@ -153,6 +189,7 @@ class DomainMixingSampler(Sampler[int]):
             initialised = dist.is_available() and dist.is_initialized()
             num_replicas = num_replicas if num_replicas is not None else (dist.get_world_size() if initialised else 1)
             rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
+        check_int("num_replicas", num_replicas, low=1)
         if not 0 <= rank < num_replicas:
             raise ConfigError(f"rank must be in [0, num_replicas={num_replicas}); got {rank}")
         return int(num_replicas), int(rank)
@@ -173,18 +210,31 @@ class DomainMixingSampler(Sampler[int]):
     def _uniform(self) -> dict[str, float]:
         return {d: 1.0 / len(self.domains) for d in self.domains}
 
+    def _as_array(self, proportions: Mapping[str, float]) -> np.ndarray:
+        return np.array([proportions[d] for d in self.domains], dtype=np.float64)
+
     @property
     def target_proportions(self) -> dict[str, float]:
         """Proportions the next chunk will be drawn with."""
-        if self.strategy is not None and self.strategy.target_proportions is not None:
+        if self._mixing and self.strategy.target_proportions is not None:
             return dict(self.strategy.target_proportions)
         return dict(self._proportions)
 
+    def _target_array(self) -> np.ndarray:
+        """The next chunk's proportions; the same array object while they do not change."""
+        if not self._mixing:
+            return self._proportions_array
+        target = self.strategy.target_proportions
+        if target != self._strategy_target:
+            self._strategy_target, self._strategy_array = target, self._as_array(target)
+        return self._strategy_array
+
     def set_proportions(self, proportions: Mapping[str, float]) -> None:
         """Change the proportions for the following chunks (validated: known domains, >= 0, sum 1)."""
-        if self.strategy is not None and self.strategy.mix_enabled:
+        if self._mixing:
             raise ConfigError("this sampler follows its strategy's mixer; change the strategy, not the sampler")
         self._proportions = check_proportions(proportions, self.domains, "set_proportions")
+        self._proportions_array = self._as_array(self._proportions)
 
     def actual_proportions(self, recent: bool = False) -> dict[str, float]:
         """Share of each domain among prompts drawn (since the start, or over the last few chunks)."""
@@ -192,67 +242,45 @@ class DomainMixingSampler(Sampler[int]):
         n = counts.sum()
         return {d: float(counts[i] / n) if n else 0.0 for i, d in enumerate(self.domains)}
 
+    @property
+    def drawn_total(self) -> np.ndarray:
+        """``(K,)`` prompts drawn per domain since the start."""
+        return np.array(self._drawn_total, dtype=np.int64)
+
     def set_epoch(self, epoch: int) -> None:
         """Compatibility with DistributedSampler users; the stream already advances every epoch."""
 
     # ------------------------------------------------------------ drawing
 
-    def _shuffle_all(self) -> None:
-        for k in range(len(self.domains)):
-            self._shuffle_domain(k)
-
     def _shuffle_domain(self, k: int) -> None:
-        start, size = self.offsets[k], self.sizes[k]
-        self._perm[start:start + size] = self._perm[start:start + size][self._rng.permutation(size)]
+        start = self.offsets[k]
+        self._rng.shuffle(self._perm[start:start + self.sizes[k]])  # in place on the view
         self._pointers[k] = 0
 
-    def _draw_chunk(self, proportions: np.ndarray, n: int) -> np.ndarray:
-        """``n`` dataset rows: domains by ``proportions``, rows without replacement within a domain."""
-        cumulative = np.cumsum(proportions)
-        cumulative /= cumulative[-1]
-        cumulative[-1] = 1.0
-        chosen = np.searchsorted(cumulative, self._rng.random(n), side="right")
-        counts = np.bincount(chosen, minlength=len(self.domains))
-        prompt_filter = self.strategy.prompt_filter if self.strategy is not None else None
-        if prompt_filter is not None:
-            rows = np.empty(n, dtype=np.int64)
-            skipped = 0
-            for k in np.flatnonzero(counts):
-                taken, skip_k = self._take_filtered(int(k), int(counts[k]), prompt_filter)
-                rows[chosen == k] = taken
-                skipped += skip_k
-            prompt_filter.record_draws([self._keys[r] for r in rows.tolist()], skipped)
-        elif np.all(self._pointers + counts <= self.sizes):
-            order = np.argsort(chosen, kind="stable")
-            starts = np.cumsum(counts) - counts
-            rank = np.empty(n, dtype=np.int64)
-            rank[order] = np.arange(n) - starts[chosen[order]]
-            rows = self._perm[self.offsets[chosen] + self._pointers[chosen] + rank]
-            self._pointers += counts
-        else:  # some domain runs out inside this chunk: go row by row, reshuffling as needed
-            rows = np.empty(n, dtype=np.int64)
-            for i, k in enumerate(chosen):
-                if self._pointers[k] == self.sizes[k]:
-                    self._shuffle_domain(k)
-                rows[i] = self._perm[self.offsets[k] + self._pointers[k]]
-                self._pointers[k] += 1
-        self.drawn_total += counts
-        self.drawn_recent.append(counts)
-        if self.strategy is not None and self.strategy.mix_enabled:
-            self.strategy.observe_sampled({d: int(c) for d, c in zip(self.domains, counts)})
-        return rows
+    def _take(self, k: int, count: int) -> np.ndarray:
+        """The next ``count`` rows of domain ``k``, reshuffling the domain whenever it runs out."""
+        taken = []
+        while count > 0:
+            if self._pointers[k] == self._sizes_list[k]:
+                self._shuffle_domain(k)
+            start = self._offsets_list[k] + self._pointers[k]
+            size = min(count, self._sizes_list[k] - self._pointers[k])
+            taken.append(self._perm[start:start + size].copy())
+            self._pointers[k] += size
+            count -= size
+        return np.concatenate(taken)
 
-    def _take_filtered(self, k: int, need: int, prompt_filter) -> tuple[np.ndarray, int]:
+    def _take_filtered(self, k: int, need: int) -> tuple[np.ndarray, int]:
         """``need`` rows of domain ``k`` that pass the pre-rollout filter, and how many were skipped."""
         taken: list[int] = []
         skipped = 0
         while len(taken) < need:
-            if self._pointers[k] == self.sizes[k]:
+            if self._pointers[k] == self._sizes_list[k]:
                 self._shuffle_domain(k)
-            begin = self.offsets[k] + self._pointers[k]
-            window = int(min(self.sizes[k] - self._pointers[k], max(2 * (need - len(taken)), 8)))
+            begin = self._offsets_list[k] + self._pointers[k]
+            window = min(self._sizes_list[k] - self._pointers[k], max(2 * (need - len(taken)), 8))
             candidates = self._perm[begin:begin + window]
-            keep_probability = prompt_filter.keep_probability([self._keys[r] for r in candidates.tolist()])
+            keep_probability = self._prompt_filter.keep_probability([self._keys[r] for r in candidates.tolist()])
             accepted = np.flatnonzero(self._rng.random(window) < keep_probability)[: need - len(taken)]
             used = int(accepted[-1]) + 1 if len(taken) + len(accepted) == need else window
             taken.extend(candidates[accepted].tolist())
@@ -260,59 +288,139 @@ class DomainMixingSampler(Sampler[int]):
             self._pointers[k] += used
         return np.asarray(taken, dtype=np.int64), skipped
 
+    def _cumulative(self, proportions: np.ndarray) -> tuple[np.ndarray, list[float]]:
+        """Cumulative proportions (as an array and as a list), cached while ``proportions`` is unchanged."""
+        if self._cumulative_of[0] is not proportions:
+            cumulative = np.cumsum(proportions)
+            cumulative /= cumulative[-1]
+            cumulative[-1] = 1.0
+            self._cumulative_of = (proportions, (cumulative, cumulative.tolist()))
+        return self._cumulative_of[1]
+
+    def _draw_chunk(self, proportions: np.ndarray, n: int) -> np.ndarray:
+        """``n`` dataset rows: domains by ``proportions``, rows without replacement within a domain."""
+        uniforms = self._rng.random(n)
+        if n <= SMALL_CHUNK and self._prompt_filter is None:
+            # Same draw in plain Python: for a few rows, numpy's per-call overhead dominates.
+            cumulative = self._cumulative(proportions)[1]
+            pointers, sizes, offsets = self._pointers[:], self._sizes_list, self._offsets_list
+            counts = [0] * len(pointers)
+            positions = []
+            for u in uniforms.tolist():
+                k = bisect_right(cumulative, u)
+                p = pointers[k]
+                if p == sizes[k]:
+                    break  # a domain runs out: the general path below reshuffles it
+                positions.append(offsets[k] + p)
+                pointers[k] = p + 1
+                counts[k] += 1
+            else:
+                self._pointers = pointers
+                self._book(counts)
+                return self._perm[positions]
+        chosen = self._cumulative(proportions)[0].searchsorted(uniforms, side="right")
+        counts = np.bincount(chosen, minlength=len(self.domains))
+        order = chosen.argsort(kind="stable")  # positions of domain 0's draws, then domain 1's, ...
+        rows = np.empty(n, dtype=np.int64)
+        pointers = np.array(self._pointers, dtype=np.int64)
+        end = pointers + counts
+        if self._prompt_filter is not None:
+            taken, skipped = zip(*(self._take_filtered(k, int(c)) for k, c in enumerate(counts) if c))
+            rows[order] = np.concatenate(taken)
+            self._prompt_filter.record_draws([self._keys[r] for r in rows.tolist()], sum(skipped))
+        elif (end <= self.sizes).all():
+            # The j-th draw of domain k takes the row at pointer_k + j of k's shuffled block.
+            base = self.offsets + pointers - (np.cumsum(counts) - counts)
+            rows[order] = self._perm[np.arange(n) + np.repeat(base, counts)]
+            self._pointers = end.tolist()
+        else:  # some domain runs out inside this chunk
+            rows[order] = np.concatenate([self._take(k, int(c)) for k, c in enumerate(counts) if c])
+        self._book(counts.tolist())
+        return rows
+
+    def _book(self, counts: list[int]) -> None:
+        """Count one chunk's draws per domain, and tell the strategy."""
+        self._drawn_total = [a + b for a, b in zip(self._drawn_total, counts)]
+        self.drawn_recent.append(counts)
+        if self._mixing:
+            self.strategy.observe_sampled(dict(zip(self.domains, counts)))
+
     def _layout(self, rows: np.ndarray) -> np.ndarray:
         if self.layout == "shard":
             return rows[self.rank::self.num_replicas]
-        repeated = np.repeat(rows, self.num_generations)
-        return np.tile(repeated, self.repeat_count)
+        if self.num_generations > 1:
+            rows = np.repeat(rows, self.num_generations)
+        return np.tile(rows, self.repeat_count) if self.repeat_count > 1 else rows
 
     def __iter__(self) -> Iterator[int]:
-        chunk = self.batch_size * (self.num_replicas if self.layout == "shard" else 1)
-        replay = self._epoch_rows if self._resumed else []
-        skip = self._position if (self._resumed and self.resume == "continue") else 0
-        self._resumed, self._epoch_rows, self._position = False, [], 0
-        for c in range(self.chunks_per_epoch):
+        while True:
             # After a resume, the chunks drawn before saving are re-yielded from the log as they were.
-            rows = replay[c] if c < len(replay) else self._draw_chunk(self._next_proportions(), chunk)
-            self._epoch_rows.append(rows)
-            for index in self._layout(rows).tolist():
-                self._position += 1
-                if self._position > skip:
-                    yield index
-        self.epoch += 1
-        self._epoch_rows = []
-
-    def _next_proportions(self) -> np.ndarray:
-        target = self.target_proportions
-        return np.array([target[d] for d in self.domains], dtype=np.float64)
+            replay = self._epoch_rows if self._resumed else []
+            skip = self._pending_skip if self._resumed else 0
+            self._resumed, self._pending_skip, self._epoch_rows = False, 0, []
+            self._position_base, self._chunk_length, self._chunk_iter = 0, 0, iter(())
+            for c in range(self.chunks_per_epoch):
+                rows = replay[c] if c < len(replay) else self._draw_chunk(self._target_array(), self.draw_size)
+                self._epoch_rows.append(rows)
+                indices = self._layout(rows).tolist()
+                first = skip - self._position_base
+                self._chunk_length = len(indices)
+                if first >= len(indices):
+                    self._position_base += len(indices)
+                    continue
+                self._chunk_iter = iter(indices[first:] if first > 0 else indices)
+                yield from self._chunk_iter
+                self._position_base += len(indices)
+                self._chunk_length, self._chunk_iter = 0, iter(())
+            self.epoch += 1
+            self._epoch_rows, self._position_base = [], 0
+            if skip < len(self):
+                return
+            # The restored epoch had been fully consumed: go on with the next one in this iterator.
 
     def __len__(self) -> int:
         per_chunk = self.batch_size if self.layout == "shard" else self.batch_size * self.num_generations * self.repeat_count
         return self.chunks_per_epoch * per_chunk
 
+    @property
+    def position(self) -> int:
+        """Indices yielded so far in the current epoch."""
+        return self._position_base + self._chunk_length - length_hint(self._chunk_iter)
+
     # ------------------------------------------------------------ state
+
+    def _draw_config(self) -> dict:
+        return {"domains": list(self.domains), "seed": self.seed, "draw_size": self.draw_size, "layout": self.layout,
+                "num_generations": self.num_generations, "repeat_count": self.repeat_count,
+                "chunks_per_epoch": self.chunks_per_epoch}
 
     def state_dict(self) -> dict:
         """Random state, per-domain passes, counts, and the rows of every chunk drawn in this epoch."""
-        return {"domains": list(self.domains), "seed": self.seed, "batch_size": self.batch_size, "epoch": self.epoch,
-                "rng": self._rng.bit_generator.state, "perm": self._perm.tolist(), "pointers": self._pointers.tolist(),
-                "drawn_total": self.drawn_total.tolist(), "drawn_recent": [c.tolist() for c in self.drawn_recent],
-                "epoch_rows": [r.tolist() for r in self._epoch_rows], "position": self._position,
+        return {**self._draw_config(), "epoch": self.epoch,
+                "rng": self._rng.bit_generator.state, "perm": self._perm.tolist(), "pointers": list(self._pointers),
+                "drawn_total": list(self._drawn_total), "drawn_recent": [list(c) for c in self.drawn_recent],
+                "epoch_rows": [r.tolist() for r in self._epoch_rows], "position": self.position,
                 "proportions": dict(self._proportions)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore; the next ``__iter__`` continues the interrupted epoch exactly (see ``resume``)."""
-        for key, mine in (("domains", self.domains), ("seed", self.seed), ("batch_size", self.batch_size)):
-            if (list(state[key]) if key == "domains" else state[key]) != mine:
-                raise ConfigError(f"sampler state was saved with {key}={state[key]!r}, this sampler has {mine!r}; "
+        for key, mine in self._draw_config().items():
+            saved = list(state[key]) if key == "domains" else state.get(key)
+            if saved != mine:
+                raise ConfigError(f"sampler state was saved with {key}={saved!r}, this sampler has {mine!r}; "
                                   "resume with the same sampler configuration")
         self._rng.bit_generator.state = state["rng"]
         self._perm = np.asarray(state["perm"], dtype=np.int64)
-        self._pointers = np.asarray(state["pointers"], dtype=np.int64)
-        self.drawn_total = np.asarray(state["drawn_total"], dtype=np.int64)
-        self.drawn_recent = deque((np.asarray(c, dtype=np.int64) for c in state["drawn_recent"]), maxlen=RECENT_CHUNKS)
+        self._pointers = [int(p) for p in state["pointers"]]
+        self._drawn_total = [int(c) for c in state["drawn_total"]]
+        self.drawn_recent = deque(([int(c) for c in counts] for counts in state["drawn_recent"]), maxlen=RECENT_CHUNKS)
         self._epoch_rows = [np.asarray(r, dtype=np.int64) for r in state["epoch_rows"]]
-        self._position = int(state["position"])
         self.epoch = int(state["epoch"])
         self._proportions = dict(state["proportions"])
+        self._proportions_array = self._as_array(self._proportions)
+        position = int(state["position"])
+        # A fully consumed epoch is closed on the next iter() in both modes; "continue" also skips
+        # what was yielded of a partial epoch, "replay" leaves skipping to the host.
+        self._pending_skip = position if self.resume == "continue" or position >= len(self) else 0
         self._resumed = True
+        self._position_base, self._chunk_length, self._chunk_iter = position, 0, iter(())

@@ -326,9 +326,8 @@ class Strategy:
             metrics["dropped_all"] = float(metrics["dropped_all"] or (n > 0 and n_tok == 0))
         metrics.update(self._weight_metrics(keep, token_keep, weights, batch))
         if batch.domains is not None and n:
-            labels = sorted(set(batch.domains))
-            code = {label: i for i, label in enumerate(labels)}
-            index = torch.tensor(list(map(code.__getitem__, batch.domains))) if len(labels) > 1 else torch.zeros(n, dtype=torch.long)
+            labels, codes = batch.domain_codes()
+            index = torch.from_numpy(codes)
             rewards = batch.rewards.detach().to("cpu", torch.float64)
             sums = torch.zeros(len(labels), dtype=torch.float64).index_add_(0, index, rewards)
             counts = torch.bincount(index, minlength=len(labels)).to(torch.float64)

@@ -37,6 +37,7 @@ DEFAULT_MODEL_CONFIG = dict(
     tie_word_embeddings=True,
     initializer_range=0.02,
     embedding_init_std=0.1,
+    digit_embedding_init_std=0.03,  # weak digit echo: see tasks.domains
 )
 
 
@@ -85,6 +86,7 @@ def build_tiny_model(tokenizer, seed: int = 0, **config_overrides):
     settings = dict(DEFAULT_MODEL_CONFIG)
     settings.update(config_overrides)
     embedding_init_std = float(settings.pop("embedding_init_std"))
+    digit_embedding_init_std = float(settings.pop("digit_embedding_init_std"))
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         pad_token_id=tokenizer.pad_token_id,
@@ -101,6 +103,8 @@ def build_tiny_model(tokenizer, seed: int = 0, **config_overrides):
         for name, param in sorted(model.named_parameters()):
             if name.endswith("embed_tokens.weight"):
                 param.normal_(0.0, embedding_init_std, generator=generator)
+                digit_ids = tokenizer.convert_tokens_to_ids(list("0123456789"))
+                param[digit_ids] *= digit_embedding_init_std / embedding_init_std
             elif "norm" in name:
                 param.fill_(1.0)
             elif name.endswith(".bias"):

@@ -53,16 +53,16 @@ class DomainTracker:
         """Per-domain sums of one batch: ``(K, 6)`` float64 in the order of ``_STEP_SUMS``."""
         if batch.domains is None:
             raise BatchError("DomainTracker.update needs RolloutBatch.domains (one label per response)")
-        try:
-            codes = np.fromiter(map(self._index.__getitem__, batch.domains), dtype=np.int64, count=batch.n)
-        except KeyError:
-            unknown = sorted(set(batch.domains) - set(self._index))
-            raise BatchError(f"batch has domain(s) {unknown} that the tracker does not know; known domains: {self.domains}") from None
+        labels, codes = batch.domain_codes()
+        unknown = [label for label in labels if label not in self._index]
+        if unknown:
+            raise BatchError(f"batch has domain(s) {unknown} that the tracker does not know; known domains: {self.domains}")
+        to_tracker = np.array([self._index[label] for label in labels], dtype=np.int64)
         k = len(self.domains)
         sums = torch.zeros(k, len(_STEP_SUMS), dtype=torch.float64)
         if batch.n == 0:
             return sums
-        domain_index = torch.from_numpy(codes)
+        domain_index = torch.from_numpy(to_tracker[codes])
         rewards = batch.rewards.detach().to("cpu", torch.float64)
         finite = torch.isfinite(rewards)
         clean = torch.where(finite, rewards, torch.zeros_like(rewards))

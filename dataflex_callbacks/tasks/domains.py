@@ -6,10 +6,15 @@ strategies are meant to exploit:
 
 | domain  | prompt -> answer                     | for the tiny model                                  |
 |---------|--------------------------------------|-----------------------------------------------------|
-| `echo`  | `echo q k d` -> `d` (last letter)    | solved from step 0 (its untrained prior repeats the last character) |
-| `first` | `first 3 8 5` -> `3` (first digit)   | learned during the run (held-out accuracy rises)    |
+| `echo`  | `echo q k d` -> `d` (last letter)    | solved from step 0                                  |
+| `digit` | `echo 3 8 5` -> `5` (last digit)     | learned during the run (held-out accuracy rises)    |
 | `code`  | `code 3 8 5:` -> 8 random letters    | unlearnable: the answer is independent of the prompt |
 | `coin`  | `coin 3 8 5:` -> reward ~ Bernoulli(0.5) | noisy: the reward ignores the completion        |
+
+`echo` and `digit` ask for the same skill; the difference is the tiny model's prior. Its tied
+embeddings make it repeat the last input character, strongly for letters (embedding init std
+0.1) but weakly for digits (std 0.03): it samples the right digit ~10% of the time and its
+greedy answer is often wrong, so GRPO has signal to learn from and visible progress to make.
 """
 
 from __future__ import annotations
@@ -27,17 +32,13 @@ def _digits(rng: random.Random, count: int) -> list[str]:
 
 
 def _echo(rng: random.Random) -> tuple[str, str]:
-    # Letters, not digits: `first` prompts end with a digit, so the two domains never ask for
-    # different answers after the same kind of last character (no interference between them).
     letters = [rng.choice(string.ascii_lowercase) for _ in range(3)]
     return "echo " + " ".join(letters), letters[-1]
 
 
-def _first(rng: random.Random) -> tuple[str, str]:
+def _digit(rng: random.Random) -> tuple[str, str]:
     digits = _digits(rng, 3)
-    # No trailing separator: the untrained model's echo prior then answers the last digit,
-    # right by chance when it equals the first one, which gives GRPO its first signal.
-    return "first " + " ".join(digits), digits[0]
+    return "echo " + " ".join(digits), digits[-1]
 
 
 def _code(rng: random.Random) -> tuple[str, str]:
@@ -87,7 +88,7 @@ TASK_DOMAINS: dict[str, TaskDomain] = {
     for domain in (
         TaskDomain("echo", "repeat the last letter of the prompt (solved from the start)", "easy", _echo,
                    max_unique=26**3),
-        TaskDomain("first", "answer the first digit of the prompt (learned during training)", "learnable", _first),
+        TaskDomain("digit", "repeat the last digit of the prompt (learned during training)", "learnable", _digit),
         TaskDomain("code", "guess an 8-letter code unrelated to the prompt (unlearnable)", "unlearnable", _code),
         TaskDomain("coin", "reward is a fair coin flip, whatever the answer (noisy)", "noisy", _coin, noisy=True),
     )

@@ -1,0 +1,105 @@
+"""The `dataflex compare` subcommand: its arguments and its handler."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+
+DEFAULT_STRATEGIES = "baseline,difffilter,ar,dump_ucb"
+DEFAULT_SEEDS = "3"
+# Sized so the default grid (4 strategies x 3 seeds) finishes well under 10 minutes on a 2-core CPU.
+DEFAULT_BUDGET = "steps:100"
+DEFAULT_OUTPUT_DIR = os.path.join("runs", "compare")
+
+
+def add_compare_parser(commands) -> None:
+    """Add `compare` to the `dataflex` subcommands."""
+    compare = commands.add_parser(
+        "compare", help="train every strategy with every seed under one budget and report paired intervals",
+        description="Train every strategy with every seed (same initial weights and data per seed, same budget) and "
+                    "write report.md, results.csv and figures. Re-running the same command resumes: finished runs "
+                    "are kept.",
+    )
+    compare.add_argument("--strategies", default=DEFAULT_STRATEGIES,
+                         help=f"comma-separated presets, YAML/JSON files or 'none' (default: {DEFAULT_STRATEGIES})")
+    compare.add_argument("--seeds", default=DEFAULT_SEEDS, help="a count (3: seeds 0,1,2) or a list (0,5,7) (default: 3)")
+    compare.add_argument("--budget", default=DEFAULT_BUDGET,
+                         help=f"per run: steps:N or completions:N (default: {DEFAULT_BUDGET})")
+    compare.add_argument("--baseline", default=None, help="strategy the others are paired against (default: the first)")
+    compare.add_argument("--jobs", type=int, default=None, help="runs trained at once in separate processes (default: 2, at most the CPU count)")
+    compare.add_argument("--eval-points", type=int, default=4,
+                         help="held-out evaluations during each run, for the accuracy-vs-completions figure (default: 4)")
+    compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=f"comparison folder (default: {DEFAULT_OUTPUT_DIR})")
+    compare.add_argument("--overwrite", action="store_true", help="discard the finished runs in --output-dir and start over")
+    compare.add_argument("--model", default=None, help="hub id or local path (default: built-in tiny model)")
+    compare.add_argument("--dataset", default=None, help="datasets name or local jsonl/json/parquet/csv (default: built-in suite)")
+    compare.add_argument("--prompt-column", default="prompt")
+    compare.add_argument("--answer-column", default="answer")
+    compare.add_argument("--domain-column", default=None)
+    compare.add_argument("--split", default="train", help="split of a hub --dataset (default: train)")
+    compare.add_argument("--verifier", default="auto", choices=("auto", "numeric", "exact"))
+    compare.add_argument("--domains", default=None, help="comma-separated built-in domains (default: all)")
+    compare.add_argument("--num-generations", type=int, default=8)
+    compare.add_argument("--prompts-per-step", type=int, default=8)
+    compare.add_argument("--learning-rate", type=float, default=3e-3)
+    compare.add_argument("--max-completion-length", type=int, default=None)
+    compare.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def settings_from_args(args, argv: list[str] | None = None):
+    """Build `CompareSettings` from parsed arguments (raises `CompareInputError` on a bad value)."""
+    from dataflex_callbacks.runner import RunOptions
+
+    from .budget import Budget
+    from .grid import CompareInputError, CompareSettings, parse_seeds, parse_strategies
+
+    try:
+        budget = Budget.parse(args.budget)
+    except ValueError as error:
+        raise CompareInputError(str(error)) from None
+    base = RunOptions(
+        model=args.model, dataset=args.dataset, prompt_column=args.prompt_column, answer_column=args.answer_column,
+        domain_column=args.domain_column, split=args.split, verifier=args.verifier,
+        domains=args.domains.split(",") if args.domains else None, num_generations=args.num_generations,
+        prompts_per_step=args.prompts_per_step, learning_rate=args.learning_rate,
+        max_completion_length=args.max_completion_length,
+    )
+    jobs = args.jobs if args.jobs is not None else max(1, min(2, os.cpu_count() or 1))
+    command = "dataflex " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    return CompareSettings(
+        strategies=parse_strategies(args.strategies), seeds=parse_seeds(args.seeds), budget=budget, base=base,
+        output_dir=args.output_dir, baseline=args.baseline, jobs=jobs, eval_points=args.eval_points,
+        progress=not args.no_progress, command=command,
+    )
+
+
+def command_compare(args, argv: list[str] | None = None) -> int:
+    """Handler of `dataflex compare`: run the grid (resuming), write the report, print the summary table."""
+    import torch
+
+    torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
+    from dataflex_callbacks.runner import RunInputError
+
+    from .grid import CompareInputError, run_grid
+    from .report import paired_difference, write_report
+
+    try:
+        settings = settings_from_args(args, argv)
+        outcome = run_grid(settings, overwrite=args.overwrite)
+    except (CompareInputError, RunInputError) as error:
+        print(f"dataflex: error: {error}", file=sys.stderr)
+        return 2
+    paths = write_report(settings, outcome)
+    print(f"comparison folder: {settings.output_dir} ({outcome.wall_seconds:.0f}s; "
+          f"{len(outcome.computed)} runs computed, {len(outcome.reused)} reused)")
+    for strategy in settings.strategies:
+        if strategy == settings.baseline:
+            continue
+        paired = paired_difference(outcome.records, strategy, settings.baseline)
+        interval = paired["interval"]
+        verdict = "significant" if paired["significant"] else "not significant"
+        print(f"  {strategy:<16} - {settings.baseline}: {interval.mean:+.3f} [{interval.low:+.3f}, {interval.high:+.3f}] "
+              f"p={paired['p_value']:.3f} {verdict}")
+    print(f"report: {paths['report']}")
+    return 0

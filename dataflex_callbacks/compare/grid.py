@@ -1,0 +1,396 @@
+"""Plan, run and resume the strategy x seed grid of a comparison.
+
+Every run of the grid is one `dataflex run` (`runner.run_training`) with the same options except
+the strategy and the seed; the seed fixes the task suite, the initial weights, the sampling order and
+the noisy reward, so the runs of one seed differ only by their strategy. Each finished run leaves
+`runs/<strategy>-seed<k>/result.json`, written atomically (temporary file + `os.replace`): a run
+either has a complete result or none, and an interrupted comparison resumes by running only the
+runs without one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import re
+import shutil
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Callable
+
+from .budget import Budget, GenerationLedger, budget_callback
+
+COMPARE_FILE = "compare.json"
+RESULT_FILE = "result.json"
+RUNS_FOLDER = "runs"
+# RunOptions fields that vary per run or only change how a run is displayed, not its numbers.
+_PER_RUN_FIELDS = ("strategy", "seed", "steps", "output_dir", "overwrite", "progress")
+
+
+class CompareInputError(ValueError):
+    """A comparison that cannot start (bad strategy list, seeds, budget, or an output folder holding another comparison)."""
+
+
+@dataclass(frozen=True)
+class GridRun:
+    """One cell of the grid: a strategy trained with a seed."""
+
+    strategy: str
+    seed: int
+
+    @property
+    def name(self) -> str:
+        """Folder name `<strategy>-seed<k>` (a strategy file is named by its file name without extension)."""
+        stem = os.path.splitext(os.path.basename(str(self.strategy)))[0] or "strategy"
+        return f"{re.sub(r'[^A-Za-z0-9_.+-]', '_', stem)}-seed{self.seed}"
+
+
+@dataclass
+class CompareSettings:
+    """Settings of one `dataflex compare`.
+
+    Attributes:
+        strategies: strategy specs (preset names, YAML/JSON files, `none`), in report order.
+        seeds: seeds; every strategy runs with every seed.
+        budget: the compute every run gets (`Budget`).
+        base: `RunOptions` shared by every run (model, dataset, batch shape, learning rate, ...);
+            its strategy, seed, steps and output folder are set per run.
+        output_dir: comparison folder (runs, report.md, results.csv, figures).
+        baseline: the strategy the others are paired against (default the first one).
+        jobs: runs trained at once, in separate processes.
+        eval_points: held-out evaluations during each run, besides before and after (for the
+            accuracy-against-completions figure).
+        progress: show a progress bar over the whole grid.
+    """
+
+    strategies: list[str]
+    seeds: list[int]
+    budget: Budget
+    base: object = None
+    output_dir: str = os.path.join("runs", "compare")
+    baseline: str | None = None
+    jobs: int = 1
+    eval_points: int = 4
+    progress: bool = True
+    command: str = ""
+
+    def __post_init__(self):
+        from dataflex_callbacks.runner import RunOptions
+
+        if self.base is None:
+            self.base = RunOptions()
+        if not self.strategies:
+            raise CompareInputError("no strategies to compare; pass e.g. --strategies baseline,difffilter")
+        if len(set(self.strategies)) != len(self.strategies):
+            raise CompareInputError(f"strategies are listed twice in {self.strategies}; list each once")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise CompareInputError(f"seeds must be distinct and at least one, got {self.seeds}")
+        if self.baseline is None:
+            self.baseline = self.strategies[0]
+        if self.baseline not in self.strategies:
+            raise CompareInputError(f"baseline {self.baseline!r} is not among the strategies {self.strategies}")
+        if self.jobs < 1:
+            raise CompareInputError(f"--jobs must be at least 1, got {self.jobs}")
+        # Resolve the token lengths here, so the runner and the evaluations along the way use the same ones.
+        tiny = self.base.model is None
+        completion_tokens = self.base.max_completion_length or (4 if tiny else 64)
+        self.base = dataclasses.replace(
+            self.base, max_completion_length=completion_tokens,
+            eval_max_new_tokens=self.base.eval_max_new_tokens or max(8, completion_tokens),
+        )
+
+    @property
+    def completions_per_step(self) -> int:
+        return int(self.base.prompts_per_step) * int(self.base.num_generations)
+
+    def grid(self) -> list[GridRun]:
+        """Every (strategy, seed) pair, strategies outer."""
+        return [GridRun(strategy, seed) for strategy in self.strategies for seed in self.seeds]
+
+    def expected_steps(self) -> int:
+        return self.budget.expected_steps(self.completions_per_step)
+
+    def eval_every(self) -> int:
+        if self.eval_points <= 0:
+            return 0
+        return max(1, self.expected_steps() // (self.eval_points + 1))
+
+    def shared(self) -> dict:
+        """What every run of the comparison must share; a resumed comparison must match it exactly."""
+        options = {k: v for k, v in dataclasses.asdict(self.base).items() if k not in _PER_RUN_FIELDS}
+        return {"budget": str(self.budget), "eval_points": self.eval_points, "run_options": options}
+
+    def shared_key(self) -> str:
+        return hashlib.sha1(json.dumps(self.shared(), sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+    def run_dir(self, run: GridRun) -> str:
+        return os.path.join(self.output_dir, RUNS_FOLDER, run.name)
+
+    def options_for(self, run: GridRun, prerollout: bool = False):
+        return dataclasses.replace(
+            self.base, strategy=run.strategy, seed=run.seed, output_dir=self.run_dir(run), overwrite=True,
+            progress=False, steps=self.budget.step_cap(self.completions_per_step, prerollout),
+        )
+
+
+def write_json_atomic(path: str, data) -> None:
+    """Write JSON so that `path` holds either the old content or the complete new one, never a partial file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(temporary, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True, default=str)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+def load_result(settings: CompareSettings, run: GridRun) -> dict | None:
+    """The finished result of `run`, or None when it has none (or one made with other shared settings)."""
+    path = os.path.join(settings.run_dir(run), RESULT_FILE)
+    try:
+        with open(path) as handle:
+            record = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    if record.get("shared_key") != settings.shared_key():
+        return None
+    return record
+
+
+def _has_prerollout(strategy) -> bool:
+    return strategy is not None and getattr(strategy, "prompt_filter", None) is not None
+
+
+def check_strategies(settings: CompareSettings) -> dict[str, bool]:
+    """Build every strategy once before any run starts; returns `spec -> has a pre-rollout part`."""
+    from dataflex_callbacks.runner import RunInputError, resolve_strategy
+
+    found = {}
+    for spec in settings.strategies:
+        try:
+            found[spec] = _has_prerollout(resolve_strategy(spec))
+        except RunInputError as error:
+            raise CompareInputError(str(error)) from error
+    return found
+
+
+def _summarize(settings: CompareSettings, run: GridRun, result, ledger: GenerationLedger, curve: list[dict]) -> dict:
+    domains = list(result.config.get("domains") or [])
+    metrics = result.metrics
+    kept = [m["kept_frac"] for m in metrics if m.get("kept_frac") is not None]
+    final_step = ledger.steps or (metrics[-1]["step"] if metrics else 0)
+    points = [{"step": 0, "completions": 0, "accuracy": result.eval_before}]
+    points += [p for p in curve if p["step"] < final_step]
+    points.append({"step": final_step, "completions": ledger.completions, "accuracy": result.eval_after})
+    proportions = []
+    for m in metrics:
+        target = {d: m.get(f"dataflex/mix/target/{d}") for d in domains}
+        proportions.append({
+            "step": m["step"],
+            "sampled": {d: m.get(f"share/{d}") or 0.0 for d in domains},
+            "target": target if any(v is not None for v in target.values()) else None,
+        })
+    return {
+        "strategy": run.strategy,
+        "seed": run.seed,
+        "name": run.name,
+        "budget": str(settings.budget),
+        "shared_key": settings.shared_key(),
+        "run_dir": result.output_dir,
+        "domains": domains,
+        "steps": final_step,
+        "completions": ledger.completions,
+        "completion_tokens": round(ledger.completion_tokens, 3),
+        "wall_seconds": round(result.wall_seconds, 3),
+        "kept_frac": sum(kept) / len(kept) if kept else 1.0,
+        "before": result.eval_before,
+        "after": result.eval_after,
+        "curve": points,
+        "proportions": proportions,
+    }
+
+
+def execute_run(settings: CompareSettings, run: GridRun, prerollout: bool = False,
+                on_step: Callable[[int], None] | None = None) -> dict:
+    """Train one grid run, write its `result.json` atomically and return the result record."""
+    from dataflex_callbacks import tasks
+    from dataflex_callbacks.runner import load_data, run_training
+
+    options = settings.options_for(run, prerollout)
+    _, test, reward_settings = load_data(options)
+    eval_settings = dict(max_new_tokens=options.eval_max_new_tokens, seed=options.seed, **reward_settings)
+
+    def evaluate(model, tokenizer):
+        return tasks.evaluate(model, tokenizer, test, **eval_settings)
+
+    ledger = GenerationLedger(settings.budget)
+    callback = budget_callback(ledger, evaluate, settings.eval_every(), on_step)
+    with warnings.catch_warnings():
+        # Deprecation notices from transformers would be repeated by every run and bury the progress bar.
+        warnings.simplefilter("ignore", FutureWarning)
+        result = run_training(options, callbacks=[callback])
+    record = _summarize(settings, run, result, ledger, callback.curve)
+    write_json_atomic(os.path.join(settings.run_dir(run), RESULT_FILE), record)
+    return record
+
+
+# --------------------------------------------------------------------------- worker processes
+
+_progress_queue = None
+
+
+def _init_worker(queue) -> None:
+    global _progress_queue
+    import torch
+
+    torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    _progress_queue = queue
+
+
+def _execute_in_worker(settings: CompareSettings, run: GridRun, prerollout: bool) -> dict:
+    def report(step: int) -> None:
+        _progress_queue.put((run.name, step))
+
+    return execute_run(settings, run, prerollout, on_step=report)
+
+
+# --------------------------------------------------------------------------- the grid
+
+
+@dataclass
+class GridOutcome:
+    """Records of every grid run (grid order) and what this invocation did."""
+
+    records: list[dict]
+    computed: list[str] = field(default_factory=list)
+    reused: list[str] = field(default_factory=list)
+    wall_seconds: float = 0.0
+
+
+def _prepare_folder(settings: CompareSettings, overwrite: bool) -> None:
+    path = settings.output_dir
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise CompareInputError(f"output path {path!r} is a file; choose a folder with --output-dir")
+    manifest = os.path.join(path, COMPARE_FILE)
+    if overwrite and os.path.isdir(os.path.join(path, RUNS_FOLDER)):
+        shutil.rmtree(os.path.join(path, RUNS_FOLDER))
+    elif os.path.isfile(manifest):
+        with open(manifest) as handle:
+            previous = json.load(handle).get("shared")
+        if previous != json.loads(json.dumps(settings.shared(), default=str)):
+            raise CompareInputError(
+                f"{path!r} holds a comparison with other settings (budget, model, data or training options); "
+                "resume it with the same options, or pass --overwrite or another --output-dir"
+            )
+    write_json_atomic(manifest, {"shared": settings.shared(), "strategies": settings.strategies,
+                                 "seeds": settings.seeds, "baseline": settings.baseline})
+
+
+def run_grid(settings: CompareSettings, overwrite: bool = False) -> GridOutcome:
+    """Run every grid run that has no finished result yet (in `settings.jobs` processes) and return all records."""
+    started = time.perf_counter()
+    prerollout = check_strategies(settings)
+    _prepare_folder(settings, overwrite)
+    grid = settings.grid()
+    records: dict[str, dict] = {}
+    for run in grid:
+        record = load_result(settings, run)
+        if record is not None:
+            records[run.name] = record
+    pending = [run for run in grid if run.name not in records]
+    outcome = GridOutcome(records=[], reused=[run.name for run in grid if run.name in records])
+
+    expected = settings.expected_steps()
+    bar = None
+    if settings.progress:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=expected * len(grid), initial=expected * len(outcome.reused), desc="dataflex compare",
+                   unit="step", dynamic_ncols=True)
+    shown: dict[str, int] = {}
+
+    def advance(name: str, step: int) -> None:
+        step = min(step, expected)
+        if bar is not None and step > shown.get(name, 0):
+            bar.update(step - shown.get(name, 0))
+            shown[name] = step
+
+    def finish(run: GridRun, record: dict) -> None:
+        records[run.name] = record
+        outcome.computed.append(run.name)
+        advance(run.name, expected)
+        if bar is not None:
+            bar.set_postfix_str(f"runs {len(records)}/{len(grid)}")
+
+    try:
+        if settings.jobs == 1 or len(pending) <= 1:
+            for run in pending:
+                finish(run, execute_run(settings, run, prerollout[run.strategy],
+                                        on_step=lambda step, name=run.name: advance(name, step)))
+        else:
+            _run_parallel(settings, pending, prerollout, advance, finish)
+    finally:
+        if bar is not None:
+            bar.close()
+    outcome.records = [records[run.name] for run in grid]
+    outcome.wall_seconds = time.perf_counter() - started
+    return outcome
+
+
+def _run_parallel(settings, pending, prerollout, advance, finish) -> None:
+    import multiprocessing
+    import queue as queue_module
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+
+    # spawn: a fresh interpreter per worker, never a fork of a process that holds torch threads.
+    context = multiprocessing.get_context("spawn")
+    progress = context.Queue()
+    with ProcessPoolExecutor(max_workers=min(settings.jobs, len(pending)), mp_context=context,
+                             initializer=_init_worker, initargs=(progress,)) as pool:
+        futures = {pool.submit(_execute_in_worker, settings, run, prerollout[run.strategy]): run for run in pending}
+        remaining = set(futures)
+        try:
+            while remaining:
+                done, remaining = wait(remaining, timeout=0.5, return_when=FIRST_COMPLETED)
+                while True:
+                    try:
+                        name, step = progress.get_nowait()
+                    except queue_module.Empty:
+                        break
+                    advance(name, step)
+                for future in done:
+                    finish(futures[future], future.result())  # a failed run raises here; finished ones are kept
+        except BaseException:
+            for future in remaining:
+                future.cancel()
+            raise
+
+
+def parse_seeds(text) -> list[int]:
+    """`3` -> seeds 0, 1, 2; `0,5,7` -> exactly those seeds."""
+    text = str(text).strip()
+    try:
+        if "," in text:
+            seeds = [int(part) for part in text.split(",") if part.strip()]
+        else:
+            count = int(text)
+            if count < 1:
+                raise ValueError
+            seeds = list(range(count))
+    except ValueError:
+        raise CompareInputError(f"cannot read --seeds {text!r}; give a count (3) or a list (0,5,7)") from None
+    return seeds
+
+
+def parse_strategies(text) -> list[str]:
+    strategies = [part.strip() for part in str(text).split(",") if part.strip()]
+    if not strategies:
+        raise CompareInputError(f"cannot read --strategies {text!r}; give a comma-separated list, e.g. baseline,difffilter")
+    return strategies

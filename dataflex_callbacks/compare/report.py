@@ -1,0 +1,275 @@
+"""Write a comparison's `results.csv`, `report.md` and figures from the per-run result records."""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+
+import numpy as np
+
+from . import stats
+
+REPORT_FILE = "report.md"
+RESULTS_FILE = "results.csv"
+FIGURES_FOLDER = "figures"
+ACCURACY_FIGURE = "accuracy_vs_completions.png"
+PROPORTIONS_FIGURE = "domain_proportions.png"
+RUN_COLUMNS = ("strategy", "seed", "budget", "steps", "completions", "completion_tokens", "wall_seconds",
+               "kept_frac", "accuracy_before_overall", "accuracy_after_overall", "accuracy_gain_overall")
+
+
+def domains_of(records: list[dict]) -> list[str]:
+    """Domains evaluated in any run, sorted (without `overall`)."""
+    return sorted({d for r in records for d in r["after"] if d != "overall"})
+
+
+def results_columns(records: list[dict]) -> list[str]:
+    per_domain = [f"accuracy_{when}_{d}" for d in domains_of(records) for when in ("before", "after")]
+    return [*RUN_COLUMNS, *per_domain, "run_dir"]
+
+
+def result_row(record: dict) -> dict:
+    """One results.csv row: a run's budget use and held-out accuracy before and after."""
+    row = {key: record[key] for key in ("strategy", "seed", "budget", "steps", "completions", "completion_tokens",
+                                        "wall_seconds", "kept_frac", "run_dir")}
+    for when in ("before", "after"):
+        for domain, value in record[when].items():
+            row[f"accuracy_{when}_{domain}"] = value
+    row["accuracy_gain_overall"] = record["after"]["overall"] - record["before"]["overall"]
+    return row
+
+
+def write_results_csv(path: str, records: list[dict]) -> None:
+    columns = results_columns(records)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
+        writer.writeheader()
+        for record in records:
+            writer.writerow(result_row(record))
+
+
+# --------------------------------------------------------------------------- statistics
+
+
+def _by_strategy(records: list[dict], strategy: str) -> dict[int, dict]:
+    return {r["seed"]: r for r in records if r["strategy"] == strategy}
+
+
+def paired_difference(records: list[dict], strategy: str, baseline: str, domain: str = "overall") -> dict:
+    """Per-seed `after` accuracy of `strategy` minus `baseline` (seeds both have), interval, p-value, verdict."""
+    ours, theirs = _by_strategy(records, strategy), _by_strategy(records, baseline)
+    seeds = sorted(set(ours) & set(theirs))
+    differences = [ours[s]["after"].get(domain, math.nan) - theirs[s]["after"].get(domain, math.nan) for s in seeds]
+    interval = stats.paired_bootstrap_interval(differences)
+    return {"seeds": seeds, "differences": differences, "interval": interval,
+            "p_value": stats.sign_flip_pvalue(differences), "significant": interval.excludes_zero}
+
+
+def _fmt(value, digits: int = 3, signed: bool = False) -> str:
+    if value is None or (isinstance(value, float) and not math.isfinite(value)):
+        return "n/a"
+    return f"{value:+.{digits}f}" if signed else f"{value:.{digits}f}"
+
+
+def _fmt_interval(interval: stats.Interval, signed: bool = False) -> str:
+    if interval.n < 2:
+        return f"{_fmt(interval.mean, signed=signed)} (1 seed: no interval)"
+    return f"{_fmt(interval.mean, signed=signed)} [{_fmt(interval.low, signed=signed)}, {_fmt(interval.high, signed=signed)}]"
+
+
+def method_text() -> str:
+    """The statistical method, as documented in `compare.stats` (one source for code and report)."""
+    doc = stats.__doc__ or ""
+    marker = "Method (also written into every report):"
+    return doc.split(marker, 1)[1].strip() if marker in doc else doc.strip()
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def _mean_curve(runs: list[dict], domain: str):
+    """(completions, mean accuracy, low, high) at each evaluation point, averaged over seeds."""
+    length = min(len(r["curve"]) for r in runs)
+    x = np.array([[r["curve"][i]["completions"] for i in range(length)] for r in runs], dtype=float).mean(axis=0)
+    intervals = [stats.mean_interval([r["curve"][i]["accuracy"].get(domain, math.nan) for r in runs])
+                 for i in range(length)]
+    return x, [iv.mean for iv in intervals], [iv.low for iv in intervals], [iv.high for iv in intervals]
+
+
+def plot_accuracy(path: str, records: list[dict], strategies: list[str]) -> None:
+    """Held-out accuracy against completions generated: mean over seeds, shaded 95% interval."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = ["overall", *domains_of(records)]
+    figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
+    for axis, domain in zip(axes[0], panels):
+        for strategy in strategies:
+            runs = list(_by_strategy(records, strategy).values())
+            if not runs:
+                continue
+            x, mean, low, high = _mean_curve(runs, domain)
+            line, = axis.plot(x, mean, marker="o", markersize=3, label=strategy)
+            if len(runs) > 1:
+                axis.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        axis.set(title=f"held-out accuracy: {domain}", xlabel="completions generated", ylim=(-0.05, 1.05))
+    axes[0][0].set_ylabel("accuracy (mean over seeds, 95% band)")
+    axes[0][0].legend(fontsize="small")
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+def _rolling(values: np.ndarray, window: int) -> np.ndarray:
+    if window <= 1 or values.size == 0:
+        return values
+    kernel = np.ones(window)
+    sums = np.convolve(values, kernel, mode="full")[: values.size]
+    counts = np.convolve(np.ones(values.size), kernel, mode="full")[: values.size]
+    return sums / counts
+
+
+def plot_proportions(path: str, records: list[dict], strategies: list[str]) -> None:
+    """Domain proportions over steps per strategy: sampled (solid, rolling mean) and mixer target (dashed)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    domains = domains_of(records)
+    colors = {d: f"C{i}" for i, d in enumerate(domains)}
+    figure, axes = plt.subplots(1, len(strategies), figsize=(3.6 * len(strategies), 3.4), squeeze=False)
+    for axis, strategy in zip(axes[0], strategies):
+        runs = list(_by_strategy(records, strategy).values())
+        length = min((len(r["proportions"]) for r in runs), default=0)
+        if length == 0:
+            axis.set(title=strategy)
+            continue
+        steps = np.array([p["step"] for p in runs[0]["proportions"][:length]])
+        window = max(1, length // 15)
+        has_target = False
+        for domain in domains:
+            sampled = np.array([[r["proportions"][i]["sampled"].get(domain, 0.0) for i in range(length)] for r in runs])
+            axis.plot(steps, _rolling(sampled.mean(axis=0), window), color=colors[domain], label=domain)
+            targets = [[(r["proportions"][i]["target"] or {}).get(domain) for i in range(length)] for r in runs]
+            target = np.array([[math.nan if v is None else v for v in row] for row in targets], dtype=float)
+            if np.isfinite(target).any():
+                has_target = True
+                axis.plot(steps, np.nanmean(np.where(np.isfinite(target), target, np.nan), axis=0),
+                          color=colors[domain], linestyle="--")
+        note = "solid: sampled, dashed: target" if has_target else "sampled (no mixer target)"
+        axis.set(title=f"{strategy}\n{note}", xlabel="step", ylim=(0, 1))
+    axes[0][0].set_ylabel("share of prompts")
+    axes[0][0].legend(fontsize="small", loc="upper right")
+    figure.tight_layout()
+    figure.savefig(path, dpi=80)
+    plt.close(figure)
+
+
+# --------------------------------------------------------------------------- report.md
+
+
+def _settings_lines(settings, outcome) -> list[str]:
+    base = settings.base
+    total_run_seconds = sum(r["wall_seconds"] for r in outcome.records)
+    lines = [
+        f"- command: `{settings.command}`" if settings.command else None,
+        f"- model: {base.model or 'built-in tiny model'}; data: {base.dataset or 'built-in task suite'}",
+        f"- budget per run: `{settings.budget}` ({settings.completions_per_step} completions per step: "
+        f"{base.prompts_per_step} prompts x {base.num_generations} generations, {base.max_completion_length} tokens max)",
+        f"- seeds: {', '.join(str(s) for s in settings.seeds)} (same initial weights, data and reward noise for "
+        "every strategy of a seed); baseline: `" + settings.baseline + "`",
+        f"- held-out set: {base.n_test} prompts per domain, greedy decoding; accuracy is a fraction (0-1)",
+        f"- wall time: {outcome.wall_seconds:.0f} s for this invocation with {settings.jobs} job(s) "
+        f"({len(outcome.computed)} runs computed, {len(outcome.reused)} reused from a previous invocation); "
+        f"{total_run_seconds:.0f} s summed over runs",
+    ]
+    return [line for line in lines if line]
+
+
+def render_report(settings, outcome) -> str:
+    """The markdown report: per-strategy intervals, paired differences to the baseline, figures, method."""
+    records = outcome.records
+    strategies = settings.strategies
+    domains = domains_of(records)
+    out = ["# Strategy comparison", "", *_settings_lines(settings, outcome), ""]
+
+    out += ["## Held-out accuracy after training", "",
+            "Mean over seeds with the Student-t 95% interval `[low, high]`; `change` is after minus before.", ""]
+    header = ["strategy", "seeds", "overall", "change", *domains, "completions", "completion tokens", "kept fraction",
+              "wall s/run"]
+    out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for strategy in strategies:
+        runs = list(_by_strategy(records, strategy).values())
+        if not runs:
+            continue
+        overall = stats.mean_interval([r["after"]["overall"] for r in runs])
+        change = stats.mean_interval([r["after"]["overall"] - r["before"]["overall"] for r in runs])
+        cells = [f"`{strategy}`", str(len(runs)), _fmt_interval(overall), _fmt_interval(change, signed=True)]
+        cells += [_fmt(float(np.mean([r["after"].get(d, math.nan) for r in runs]))) for d in domains]
+        cells += [f"{np.mean([r['completions'] for r in runs]):.0f}", f"{np.mean([r['completion_tokens'] for r in runs]):.0f}",
+                  _fmt(float(np.mean([r["kept_frac"] for r in runs])), 2), f"{np.mean([r['wall_seconds'] for r in runs]):.0f}"]
+        out.append("| " + " | ".join(cells) + " |")
+    out.append("")
+
+    others = [s for s in strategies if s != settings.baseline]
+    if others:
+        n_seeds = len(settings.seeds)
+        out += [f"## Paired difference to the baseline `{settings.baseline}`", "",
+                "Overall held-out accuracy after training, strategy minus baseline, paired by seed. "
+                "**significant** means the 95% paired interval excludes 0. "
+                f"With {n_seeds} seeds the smallest possible sign-flip p-value is "
+                f"{_fmt(stats.min_attainable_pvalue(n_seeds))}.", ""]
+        header = ["strategy", "difference per seed", "mean [95% paired interval]", "sign-flip p", "verdict"]
+        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for strategy in others:
+            paired = paired_difference(records, strategy, settings.baseline)
+            per_seed = ", ".join(f"{s}: {_fmt(d, signed=True)}" for s, d in zip(paired["seeds"], paired["differences"]))
+            verdict = "**significant**" if paired["significant"] else "not significant"
+            out.append(f"| `{strategy}` | {per_seed} | {_fmt_interval(paired['interval'], signed=True)} | "
+                       f"{_fmt(paired['p_value'])} | {verdict} |")
+        out.append("")
+        out += ["Per domain (mean paired difference [95% interval]; `*` marks an interval that excludes 0):", ""]
+        out += ["| strategy | " + " | ".join(domains) + " |", "|" + "---|" * (len(domains) + 1)]
+        for strategy in others:
+            cells = []
+            for domain in domains:
+                paired = paired_difference(records, strategy, settings.baseline, domain)
+                cells.append(_fmt_interval(paired["interval"], signed=True) + (" *" if paired["significant"] else ""))
+            out.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
+        out.append("")
+
+    out += ["## Figures", "",
+            f"![held-out accuracy against completions generated]({FIGURES_FOLDER}/{ACCURACY_FIGURE})", "",
+            f"![domain proportions over steps]({FIGURES_FOLDER}/{PROPORTIONS_FIGURE})", "",
+            "## Method", "", method_text(), "",
+            "- The \"before\" accuracy of a seed is the same for every strategy (same initial weights), so the "
+            "paired difference of accuracies after training is also the paired difference of gains.",
+            "- Completions are counted from TRL's generation schedule (`generation_batch_size` completions every "
+            "`steps_per_generation * num_iterations` micro-steps); completion tokens from TRL's logged mean "
+            "completion length. A `completions:N` budget stops a run at the first step that reaches N.",
+            "- Runs of one invocation share the machine when `--jobs` > 1, so wall times are comparable only "
+            "roughly.", ""]
+    return "\n".join(out)
+
+
+def write_report(settings, outcome) -> dict[str, str]:
+    """Write results.csv, report.md and the figures into the comparison folder; returns their paths."""
+    folder = settings.output_dir
+    figures = os.path.join(folder, FIGURES_FOLDER)
+    os.makedirs(figures, exist_ok=True)
+    paths = {
+        "results": os.path.join(folder, RESULTS_FILE),
+        "report": os.path.join(folder, REPORT_FILE),
+        "accuracy_figure": os.path.join(figures, ACCURACY_FIGURE),
+        "proportions_figure": os.path.join(figures, PROPORTIONS_FIGURE),
+    }
+    write_results_csv(paths["results"], outcome.records)
+    plot_accuracy(paths["accuracy_figure"], outcome.records, settings.strategies)
+    plot_proportions(paths["proportions_figure"], outcome.records, settings.strategies)
+    with open(paths["report"], "w") as handle:
+        handle.write(render_report(settings, outcome))
+    return paths

@@ -1,0 +1,174 @@
+"""`BoundStrategy`: what ``self.dataflex`` is inside a LightningModule trained with `DataFlexCallback`.
+
+One line in ``training_step`` applies the strategy::
+
+    loss = self.dataflex.loss(per_token_loss, RolloutBatch(rewards, group_ids=..., completion_mask=...))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from dataflex_callbacks import DataFlexError, Decision, DomainMixingSampler, RolloutBatch
+
+from .aggregation import finish_loss, loss_sum_and_count
+from .gather import distributed_world, gather_rollouts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .callback import DataFlexCallback
+
+BATCH_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys")
+TENSOR_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies")
+SAMPLER_FIXED = ("layout", "resume", "strategy", "num_replicas", "rank")
+
+
+class BoundStrategy:
+    """The strategy of a `DataFlexCallback`, as a LightningModule's ``training_step`` uses it.
+
+    `DataFlexCallback` sets ``pl_module.dataflex`` to one of these at fit start and unbinds it at
+    the end. Declaring ``self.dataflex = BoundStrategy()`` in ``__init__`` is optional; it turns a
+    forgotten callback into a clear error instead of an ``AttributeError``.
+    """
+
+    def __init__(self) -> None:
+        self._callback: "DataFlexCallback | None" = None
+        self._last: tuple[int, RolloutBatch, Decision] | None = None
+
+    # ------------------------------------------------------------ binding
+
+    def _bind(self, callback: "DataFlexCallback") -> None:
+        self._callback, self._last = callback, None
+
+    def _unbind(self) -> None:
+        self._callback, self._last = None, None
+
+    @property
+    def bound(self) -> bool:
+        """Whether a `DataFlexCallback` of a running ``fit`` is attached."""
+        return self._callback is not None and self._callback.trainer is not None
+
+    def _trainer(self):
+        if not self.bound:
+            raise DataFlexError(
+                "self.dataflex is not attached to a data strategy: add the callback, e.g. "
+                "Trainer(callbacks=[DataFlexCallback('difffilter')]), and call dataflex.loss only inside training_step"
+            )
+        trainer = self._callback.trainer
+        if not trainer.training:
+            raise DataFlexError("dataflex.loss / dataflex.decide feed the strategy's statistics and belong in "
+                                "training_step; compute validation losses without them")
+        return trainer
+
+    @property
+    def strategy(self):
+        """The bound `Strategy` (raises when no callback is attached)."""
+        self._trainer()
+        return self._callback.strategy
+
+    # ------------------------------------------------------------ decisions and loss
+
+    def decide(self, batch: RolloutBatch) -> Decision:
+        """The strategy's decision for this rank's rows of the step, decided on the batch of all ranks.
+
+        Called again with the same ``batch`` object in the same step, it returns the same decision
+        (the statistics are fed once). Metrics are logged by the callback after the step.
+
+        Args:
+            batch: this rank's rollouts; tensors are detached before scoring.
+
+        Returns:
+            A `Decision` for the ``batch.n`` local rows: ``keep (N,)``, ``weights (N,)`` or ``(N, L)``.
+        """
+        trainer = self._trainer()
+        if not isinstance(batch, RolloutBatch):
+            raise DataFlexError(f"dataflex expects a dataflex_callbacks.RolloutBatch; got {type(batch).__name__}")
+        step = trainer.global_step
+        if self._last is not None and self._last[0] == step and self._last[1] is batch:
+            return self._last[2]
+        strategy = self._callback.strategy
+        strategy.check_host({name for name in BATCH_FIELDS if batch.has(name)}, host="the RolloutBatch given to dataflex")
+        detached = batch.replace(**{name: getattr(batch, name).detach() for name in TENSOR_FIELDS
+                                    if getattr(batch, name) is not None})
+        everyone, rows = gather_rollouts(detached)
+        # The gathered batch is the same on every rank, so the tracker must not all-reduce it again.
+        decision = _rows_of(strategy.apply(everyone, step, sync=False), rows, batch.num_tokens)
+        self._callback._record(decision.metrics)
+        self._last = (step, batch, decision)
+        return decision
+
+    def loss(self, per_token_loss: torch.Tensor, batch: RolloutBatch, *, loss_type: str = "token_mean",
+             decision: Decision | None = None, mask: torch.Tensor | None = None,
+             max_length: int | None = None) -> torch.Tensor:
+        """The selected, reweighted scalar loss of this step: dropped responses leave it and its normaliser.
+
+        Args:
+            per_token_loss: ``(N, L)`` per-token loss of this rank's responses, in the graph.
+            batch: the same responses' `RolloutBatch`.
+            loss_type: ``token_mean`` | ``sequence_mean`` | ``sequence_sum`` | ``fixed_length``
+                (see `aggregation`).
+            decision: reuse a decision from `decide` (default: decide now).
+            mask: ``(N, L)`` valid tokens (default ``batch.valid_mask``, else all tokens).
+            max_length: ``L`` of the ``fixed_length`` normaliser (default ``per_token_loss.shape[1]``).
+
+        Under DDP the normaliser counts the kept entries of all ranks and the loss is scaled by the
+        world size, so the gradient DDP averages equals the gradient of the global reduced batch;
+        the mean over ranks of the returned value is the global loss.
+        """
+        if decision is None:
+            decision = self.decide(batch)
+        else:
+            self._trainer()
+        if mask is None:
+            mask = batch.valid_mask
+        if mask is None:
+            mask = torch.ones(per_token_loss.shape, dtype=torch.bool, device=per_token_loss.device)
+        total, count = loss_sum_and_count(per_token_loss, decision, mask.to(per_token_loss.device).bool(), loss_type,
+                                          max_length=max_length)
+        world, _ = distributed_world()
+        if world > 1:
+            count = count.detach().clone()
+            dist.all_reduce(count, op=dist.ReduceOp.SUM)
+            total = total * world
+        return finish_loss(total, count)
+
+    # ------------------------------------------------------------ data
+
+    def sampler(self, dataset: Any, *, batch_size: int, seed: int = 0, **options: Any) -> DomainMixingSampler:
+        """A `DomainMixingSampler` for ``train_dataloader``: rank-sharded, driven and restored by the callback.
+
+        Pass it to ``DataLoader(dataset, batch_size=batch_size, sampler=...)`` with the same
+        ``batch_size`` (prompts per rank per step) and keep ``Trainer(use_distributed_sampler=False)``
+        under DDP. ``options`` go to `DomainMixingSampler` (``domain_key``, ``domains``,
+        ``num_samples``, ...); layout, rank and resume mode are set here.
+        """
+        if self._callback is None or self._callback.trainer is None:
+            self._trainer()
+        fixed = sorted(set(options) & set(SAMPLER_FIXED))
+        if fixed:
+            raise DataFlexError(f"dataflex.sampler sets {', '.join(fixed)} itself; remove them, or build a "
+                                "DomainMixingSampler(layout='shard', resume='continue', ...) and pass it to "
+                                "DataFlexCallback(sampler=...)")
+        trainer = self._callback.trainer
+        sampler = DomainMixingSampler(dataset, batch_size=batch_size, seed=seed, layout="shard",
+                                      num_replicas=trainer.world_size, rank=trainer.global_rank,
+                                      strategy=self._callback.strategy, resume="continue", **options)
+        self._callback.register_sampler(sampler)
+        return sampler
+
+
+def _rows_of(decision: Decision, rows: slice, num_tokens: int | None) -> Decision:
+    """The part of a global decision that covers this rank's rows (and its own token length)."""
+
+    def cut(value):
+        if value is None:
+            return None
+        value = value[rows]
+        return value[:, :num_tokens] if value.dim() == 2 and num_tokens is not None else value
+
+    return dataclasses.replace(decision, keep=cut(decision.keep), weights=cut(decision.weights),
+                               token_keep=cut(decision.token_keep), metrics=dict(decision.metrics),
+                               response_weights=cut(decision.response_weights))

@@ -1,0 +1,107 @@
+"""The `dataflex` command: a short real run, list/validate, and bad-input exit codes."""
+
+import json
+import os
+
+import pytest
+
+pytest.importorskip("trl")
+
+from dataflex_callbacks.cli import main  # noqa: E402
+
+SHORT = ["--steps", "3", "--no-progress", "--prompts-per-step", "4", "--num-generations", "4"]
+
+
+def _run(args):
+    return main(["run", *SHORT, *args])
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("runs") / "demo"
+    assert _run(["--output-dir", str(out)]) == 0
+    return out
+
+
+@pytest.mark.slow
+def test_run_writes_the_run_folder(finished_run):
+    assert sorted(os.listdir(finished_run)) == ["config.json", "eval.json", "metrics.jsonl", "plot.png"]
+    config = json.loads((finished_run / "config.json").read_text())
+    assert config["options"]["steps"] == 3 and config["strategy"] is not None
+    metrics = [json.loads(line) for line in (finished_run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    for record in metrics:
+        assert 0.0 <= record["kept_frac"] <= 1.0 and "loss" in record
+        assert abs(sum(record[f"share/{d}"] for d in config["domains"]) - 1.0) < 1e-6
+    evaluation = json.loads((finished_run / "eval.json").read_text())
+    assert set(evaluation) == {"before", "after"}
+    assert set(evaluation["before"]) == {"echo", "digit", "code", "coin", "overall"}
+
+
+@pytest.mark.slow
+def test_same_seed_same_metrics(finished_run, tmp_path):
+    assert _run(["--output-dir", str(tmp_path / "again")]) == 0
+    assert (tmp_path / "again" / "metrics.jsonl").read_text() == (finished_run / "metrics.jsonl").read_text()
+    assert (tmp_path / "again" / "eval.json").read_text() == (finished_run / "eval.json").read_text()
+
+
+@pytest.mark.slow
+def test_existing_run_needs_overwrite(finished_run, tmp_path, capsys):
+    import shutil
+
+    target = tmp_path / "copy"
+    shutil.copytree(finished_run, target)
+    before = sorted(os.listdir(target))
+    assert _run(["--output-dir", str(target)]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert sorted(os.listdir(target)) == before
+    assert _run(["--output-dir", str(target), "--overwrite", "--strategy", "none"]) == 0
+    assert json.loads((target / "config.json").read_text())["strategy"] is None
+
+
+def _assert_bad_input(args, tmp_path, capsys, expected):
+    out = tmp_path / "out"
+    assert _run(["--output-dir", str(out), *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert expected in err and len(err.splitlines()) == 1
+    assert not out.exists()  # nothing written
+
+
+def test_unknown_strategy(tmp_path, capsys):
+    _assert_bad_input(["--strategy", "no_such_preset"], tmp_path, capsys, "invalid strategy")
+
+
+def test_dataset_missing_column(tmp_path, capsys):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"question": "1+1?", "solution": "2"}\n{"question": "2+2?", "solution": "4"}\n')
+    _assert_bad_input(["--strategy", "none", "--dataset", str(data), "--prompt-column", "question"],
+                      tmp_path, capsys, "available columns: question, solution")
+
+
+def test_dataset_answers_the_verifier_cannot_read(tmp_path, capsys):
+    data = tmp_path / "data.jsonl"
+    data.write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": "2+2?", "answer": "four"}\n')
+    _assert_bad_input(["--strategy", "none", "--dataset", str(data), "--verifier", "numeric"],
+                      tmp_path, capsys, "cannot read")
+
+
+def test_missing_dataset_file(tmp_path, capsys):
+    _assert_bad_input(["--dataset", str(tmp_path / "nope.jsonl")], tmp_path, capsys, "cannot load dataset")
+
+
+def test_list_prints_components_and_presets(capsys):
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert "presets:" in out and "difffilter" in out and "group_solve_rate" in out
+
+
+def test_validate(tmp_path, capsys):
+    good = tmp_path / "good.yaml"
+    good.write_text("select:\n  scorer: group_solve_rate\n  selector: {name: threshold_band, low: 0.0, high: 1.0}\n")
+    assert main(["validate", str(good)]) == 0
+    assert "threshold_band" in capsys.readouterr().out
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("select:\n  scorer: no_such_scorer\n  selector: threshold_band\n")
+    assert main(["validate", str(bad)]) == 2
+    assert "invalid strategy" in capsys.readouterr().err
+    assert main(["validate", str(tmp_path / "missing.yaml")]) == 2

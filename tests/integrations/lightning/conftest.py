@@ -1,0 +1,8 @@
+"""Lightning adapter tests: make the toy module next to them importable by bare name."""
+
+import os
+import sys
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)

@@ -1,0 +1,27 @@
+"""`examples/lightning_grpo.py` trains a few real GRPO steps with the tiny model and the task suite."""
+
+import importlib.util
+import math
+import os
+
+import pytest
+
+from dataflex_callbacks.integrations.lightning import DataFlexCallback
+from dataflex_callbacks.tasks import load_task_suite
+from lightning_toy import toy_trainer
+
+pytestmark = pytest.mark.slow
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "lightning_grpo.py")
+
+
+def test_example_module_trains_with_the_callback():
+    spec = importlib.util.spec_from_file_location("lightning_grpo", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    module = example.GRPOModule(load_task_suite(seed=0, n_train=8, n_test=1)["train"], prompts_per_step=4)
+    trainer = toy_trainer([DataFlexCallback(example.STRATEGY)], max_steps=3)
+    trainer.fit(module)
+    metrics = trainer.callback_metrics
+    assert math.isfinite(float(metrics["train/loss"]))
+    assert {"dataflex/kept_frac", "dataflex/mix/target/echo"} <= set(metrics)
