@@ -1,0 +1,244 @@
+"""`DataFlexPPOTrainer`: verl's synchronous v1 trainer with a DataFlex strategy in the loop.
+
+Registered as ``trainer.v1.trainer_mode=dataflex_sync`` (alias ``dataflex_mix_sync``, the name
+DataFlex-RL configs use). Per training step:
+
+1. prompts come from verl's ``StatefulDataLoader``; with a ``mix`` part its sampler is the core's
+   `DomainMixingSampler` (its state is saved in verl's ``data.pt``); with ``pre_select``,
+   `_fetch_one_gen_batch` skips prompts before they are generated;
+2. after verl's ``_compute_advantage``, the strategy sees the batch's fields (``uid`` groups,
+   scores, advantages, ``response_mask``, ``old_log_probs``, ``entropy``, the domain column,
+   ``index``) and its decision is written back to TransferQueue as ``rollout_is_weights``
+   (multiplied into any weights verl computed) plus zeroed ``response_mask``/``loss_mask`` for
+   dropped responses, see `fields.loss_fields_from_decision`;
+3. the strategy's state (mixing statistics, prompt history) is saved next to verl's checkpoint as
+   ``dataflex.pt``.
+
+Everything else (rollout, rewards, log-probs, actor and critic updates) is verl's unchanged.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from torchdata.stateful_dataloader import StatefulDataLoader
+from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+from verl.utils import tensordict_utils as tu
+from verl.workers.utils.padding import response_to_nested
+
+from dataflex_callbacks import DomainMixingSampler
+from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.sampler import domain_labels
+
+from .config import strategy_from_verl_config
+from .fields import DOMAIN_COLUMN, check_loss_agg_mode, loss_fields_from_decision, rollout_batch_from_fields
+
+logger = logging.getLogger("dataflex_callbacks.integrations.verl")
+
+STATE_FILE = "dataflex.pt"
+# Fields verl's v1 trainer keeps in TransferQueue that the strategy may read; absent ones are skipped.
+STRATEGY_FIELDS = ("uid", "response_mask", "rm_scores", "token_level_rewards", "advantages", "old_log_probs",
+                   "entropy", "rollout_is_weights", "index")
+HOST_FIELDS = {"rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains",
+               "prompt_keys"}
+
+
+class DataFlexPPOTrainer(PPOTrainerSync):
+    """verl's sync v1 PPO/GRPO trainer that applies the ``dataflex:`` strategy of the config."""
+
+    # verl branches on ``self.trainer_mode == "sync"`` (replay buffer, dataloader chunking,
+    # TransferQueue checkpointing); this trainer is the sync trainer under another name.
+    @property
+    def trainer_mode(self) -> str:
+        return "sync"
+
+    @trainer_mode.setter
+    def trainer_mode(self, value: str) -> None:
+        self.registered_name = value
+
+    def __init__(self, config):
+        self.strategy, self.dataflex_options = strategy_from_verl_config(config)
+        if self.strategy is not None:
+            self.strategy.check_host(HOST_FIELDS, host="verl's v1 trainer")
+            check_loss_agg_mode(config.actor_rollout_ref.actor.loss_agg_mode)
+            logger.info("dataflex: %r", self.strategy)
+        else:
+            logger.warning("dataflex: trainer_mode=%s but the config has no enabled 'dataflex:' block; "
+                           "training exactly as trainer_mode=sync", config.trainer.v1.trainer_mode)
+        self.prompt_sampler: DomainMixingSampler | None = None
+        self._prompt_carry: TensorDict | None = None
+        self._prompt_rng = np.random.default_rng(self._sampler_seed(config))
+        self.dataflex_metrics: dict[str, float] = {}
+        super().__init__(config)
+
+    @property
+    def prompt_filter(self):
+        return None if self.strategy is None else self.strategy.prompt_filter
+
+    def _sampler_seed(self, config) -> int:
+        seed = self.dataflex_options.get("seed")
+        if seed is None:
+            seed = config.data.get("seed", None)
+        return 0 if seed is None else int(seed)
+
+    # ------------------------------------------------------------ prompt feed
+
+    def _domain_column(self) -> str:
+        key = self.strategy.domain_key if self.strategy is not None else DOMAIN_COLUMN
+        return key if key != "domain" else DOMAIN_COLUMN  # the core's default name -> verl's column
+
+    def _init_dataloader(self):
+        super()._init_dataloader()
+        if self.strategy is None or not self.strategy.mix_enabled:
+            return
+        dataset = self.train_dataset
+        frame = getattr(dataset, "dataframe", None)
+        column = self._domain_column()
+        if frame is not None:
+            if column not in frame.column_names:
+                raise ConfigError(f"dataflex mix: the training data has no domain column {column!r}; its columns are "
+                                  f"{frame.column_names}. Set dataflex.domain_key to the column holding the domain")
+            labels = [str(v) for v in frame[column]]
+        else:
+            labels = domain_labels(dataset, column)
+        loader = self.train_dataloader
+        self.prompt_sampler = DomainMixingSampler(
+            labels=labels, batch_size=loader.batch_size, num_samples=len(dataset), layout="grpo",
+            strategy=self.strategy, seed=self._sampler_seed(self.config), resume="continue")
+        # verl's loader with only the sampler swapped; StatefulDataLoader saves the sampler's
+        # state_dict in its own state, i.e. in verl's data.pt checkpoint.
+        self.train_dataloader = StatefulDataLoader(
+            dataset=dataset, batch_size=loader.batch_size, num_workers=loader.num_workers, drop_last=True,
+            collate_fn=loader.collate_fn, sampler=self.prompt_sampler)
+        self.train_dataloader_it = None
+        if loader.num_workers > 0:
+            logger.warning("dataflex mix: data.dataloader_num_workers=%d prefetches prompt batches, so a change of "
+                           "the mixing proportions reaches generation a few batches late; set it to 0 for exact "
+                           "per-step proportions", loader.num_workers)
+
+    def _fetch_one_gen_batch(self) -> TensorDict:
+        if self.prompt_filter is None:
+            return super()._fetch_one_gen_batch()
+        size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
+        accepted: list[TensorDict] = []
+        count, skipped, keys_used = 0, 0, []
+        while count < size:
+            if self._prompt_carry is not None:
+                candidates, self._prompt_carry = self._prompt_carry, None
+            else:
+                candidates = super()._fetch_one_gen_batch()
+            if "index" not in candidates.keys():
+                raise ConfigError("dataflex pre_select needs a stable per-prompt key: give every training row "
+                                  "extra_info.index (verl's example preprocessing scripts do)")
+            keys = list(tu.get(candidates, "index"))
+            keep = self._prompt_rng.random(len(keys)) < self.prompt_filter.keep_probability(keys)
+            rows = np.flatnonzero(keep)
+            take = rows[: size - count]
+            filled = len(take) == size - count
+            considered = int(take[-1]) + 1 if filled else len(keys)
+            skipped += considered - len(take)
+            if considered < len(keys):  # rows after the last accepted one wait for the next fetch
+                self._prompt_carry = tu.index_select_tensor_dict(candidates, list(range(considered, len(keys))))
+            if len(take):
+                accepted.append(tu.index_select_tensor_dict(candidates, take.tolist()))
+                keys_used.extend(keys[i] for i in take.tolist())
+                count += len(take)
+        self.prompt_filter.num_generations = int(self.config.actor_rollout_ref.rollout.n)
+        self.prompt_filter.record_draws(keys_used, skipped)
+        return accepted[0] if len(accepted) == 1 else tu.concat_tensordict(accepted)
+
+    # ------------------------------------------------------------ strategy after advantages
+
+    def _compute_advantage(self, batch, metrics: dict):
+        batch = super()._compute_advantage(batch, metrics)
+        if self.strategy is None or self.strategy.is_noop:
+            return batch
+        return self.apply_strategy(batch, metrics)
+
+    def apply_strategy(self, batch, metrics: dict):
+        """Run the strategy on a TransferQueue batch and write the loss fields back; returns the batch meta."""
+        domain_column = self._domain_column()
+        fields = list(STRATEGY_FIELDS) + [domain_column]
+        data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
+        nested_mask = data["response_mask"]
+        real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
+        tensors, non_tensors = _split_padded(data.to_padded_tensor())
+        if "rm_scores" in tensors:
+            tensors["token_level_scores"] = tensors.pop("rm_scores")
+        real_rows = torch.from_numpy(np.flatnonzero(real))
+        rollout = rollout_batch_from_fields(
+            {k: v[real_rows] for k, v in tensors.items()},
+            {k: np.asarray(v, dtype=object)[real] for k, v in non_tensors.items()},
+            domain_key=domain_column)
+        decision = self.strategy.apply(rollout, step=int(self.global_steps), sync=False)
+
+        response_mask = tensors["response_mask"]
+        existing = tensors.get("rollout_is_weights")
+        real_fields = loss_fields_from_decision(
+            decision, response_mask[real_rows], self.config.actor_rollout_ref.actor.loss_agg_mode,
+            existing_weights=None if existing is None else existing[real_rows])
+        out = {"rollout_is_weights": torch.zeros(response_mask.shape, dtype=torch.float32),
+               "response_mask": response_mask.clone(), "loss_mask": response_mask.clone()}
+        for name, value in real_fields.items():
+            out[name][real_rows] = value.to(out[name].dtype)
+        output = TensorDict({name: response_to_nested(value, nested_mask) for name, value in out.items()},
+                            batch_size=len(batch))
+        batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
+
+        step_metrics = {f"dataflex/{k}": float(v) for k, v in decision.metrics.items()}
+        if self.prompt_sampler is not None:
+            actual = self.prompt_sampler.actual_proportions(recent=True)
+            step_metrics.update({f"dataflex/sampled/{d}": p for d, p in actual.items()})
+        self.dataflex_metrics = step_metrics
+        metrics.update(step_metrics)
+        return batch
+
+    # ------------------------------------------------------------ checkpoint
+
+    def _step_folder(self) -> str | None:
+        if self.config.trainer.resume_mode == "resume_path":
+            folder = self.config.trainer.resume_from_path
+        else:
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+        return folder if os.path.isabs(folder) else os.path.join(os.getcwd(), folder)
+
+    def _save_checkpoint(self):
+        super()._save_checkpoint()
+        if self.strategy is not None:
+            folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
+            os.makedirs(folder, exist_ok=True)
+            torch.save({"strategy": self.strategy.state_dict(), "rng": self._prompt_rng.bit_generator.state},
+                       os.path.join(folder, STATE_FILE))
+
+    def _load_checkpoint(self):
+        super()._load_checkpoint()
+        if self.strategy is None or self.global_steps == 0:
+            return
+        self.load_dataflex_state(self._step_folder())
+
+    def load_dataflex_state(self, folder: str) -> None:
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.exists(path):
+            logger.warning("dataflex: no strategy state at %s; mixing statistics and prompt history start fresh", path)
+            return
+        state = torch.load(path, weights_only=False)
+        self.strategy.load_state_dict(state["strategy"])
+        self._prompt_rng.bit_generator.state = state["rng"]
+
+
+def _split_padded(data: TensorDict) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Tensor fields and per-row non-tensor fields (lists) of a padded TensorDict."""
+    tensors, non_tensors = {}, {}
+    for key in data.keys():
+        value = data.get(key)
+        if isinstance(value, torch.Tensor):
+            tensors[key] = value
+        else:
+            non_tensors[key] = list(value.tolist()) if hasattr(value, "tolist") else list(value)
+    return tensors, non_tensors

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Create (or refresh) .venv-verl: verl 0.9.1 + its own transformers + this repo, CPU only.
+#
+# verl pins transformers<5.11, which conflicts with the main environment, so the verl adapter
+# is tested in its own virtual environment. Idempotent: re-running only installs what is missing.
+# torch is installed FIRST from the CPU wheel so that no requirement later pulls a CUDA build.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VERL_VENV:-$ROOT/.venv-verl}"
+PYTHON="${PYTHON:-python3}"
+TORCH_VERSION="2.13.0"
+VERL_VERSION="0.9.1"
+# verl 0.9.1 requires transformers>=5.5.3,<5.11 (and !=5.6.0).
+TRANSFORMERS_SPEC="transformers>=5.5.3,<5.11,!=5.6.0"
+
+start=$(date +%s)
+if [[ ! -x "$VENV/bin/python" ]]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+pip_install() {  # drop the per-package notes about this machine's local index mirrors
+    "${PIP[@]}" install "$@" 2>&1 | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
+}
+
+pip_install -q "torch==$TORCH_VERSION"
+# TransferQueue (the v1 trainer's data plane) is a verl-core extra; we install it directly rather
+# than verl[verl-core], which would also pull fastapi, torchcodec, nvtx, qwen_vl_utils ...
+pip_install -q "torch==$TORCH_VERSION" "verl==$VERL_VERSION" "$TRANSFORMERS_SPEC" \
+    "TransferQueue>=0.1.10" pyzmq msgspec cachetools fastapi uvicorn
+pip_install -q --no-deps -e "$ROOT"
+pip_install -q numpy pyyaml torchmetrics tqdm "pytest>=8" "hypothesis>=6.100"
+
+"$VENV/bin/python" - <<'PY'
+import importlib.metadata as md
+eps = [ep.value for ep in md.entry_points(group="verl.plugins")]
+assert "dataflex_callbacks.integrations.verl.plugin:register" in eps, eps
+import torch, transformers, verl
+print(f"verl {verl.__version__}, torch {torch.__version__}, transformers {transformers.__version__}; "
+      f"verl.plugins entry points: {eps}")
+PY
+echo "setup_verl_env: ready in $(( $(date +%s) - start ))s at $VENV"
