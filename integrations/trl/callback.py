@@ -1,0 +1,416 @@
+"""`DataFlexCallback`: a data strategy applied inside TRL's GRPOTrainer, and `attach` to plug it into a stock trainer.
+
+A plain ``TrainerCallback`` never sees rewards or advantages, so the callback works through
+five trainer methods (wrapped by `attach`, overridden by `DataFlexGRPOTrainer`):
+
+- ``_calculate_rewards``: remember the rewards TRL gathered from every process;
+- ``_generate_and_score_completions``: after TRL computed advantages, build the global
+  `RolloutBatch`, run ``strategy.apply`` (same decision on every rank), mask dropped rows
+  out of the loss and store per-row keep/weights in the batch so they follow TRL's shuffle
+  and split into micro-batches;
+- ``_get_per_token_logps_and_entropies``: inside the loss only, compute the deferred
+  current-policy weights (``strategy.apply_policy``) and apply all weights to the gradient;
+- ``_compute_loss``: rescale the loss so the normaliser matches physical removal;
+- ``_load_optimizer_and_scheduler``: restore the strategy state on ``resume_from_checkpoint``.
+
+The callback hooks themselves log nothing extra: metrics go into TRL's own ``_metrics``, so
+they appear in TRL's logs (``dataflex/kept_frac``, ...) on every logging step, and the
+strategy state is written into each checkpoint folder by ``on_save``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections import Counter
+from typing import Any, Callable, Optional
+
+import torch
+from transformers import TrainerCallback
+
+from dataflex_callbacks import Strategy, build_strategy
+
+from .loss_scaling import ROW_COUNT_LOSSES, check_loss_type, removal_scale, scale_gradient
+from .signals import global_rollout_batch, local_policy_batch, resolve_reward_index, selection_rewards, stable_prompt_key
+
+STATE_FILE = "dataflex_strategy.pt"
+"""File name of the strategy state inside each ``checkpoint-<step>`` folder."""
+
+# Keys the adapter adds to TRL's per-row batch dict; tensors, so TRL's shuffle/split carry them.
+KEEP_KEY = "dataflex_keep"
+WEIGHTS_KEY = "dataflex_weights"
+REWARDS_KEY = "dataflex_rewards"
+GROUP_IDS_KEY = "dataflex_group_ids"
+RESPONSE_WEIGHTS_KEY = "dataflex_response_weights"
+
+NOT_ATTACHED_MESSAGE = (
+    "DataFlexCallback was passed in callbacks=[...] but never attached to the trainer: a TrainerCallback alone "
+    "never sees rewards or advantages, so it would silently do nothing. Attach it after building the trainer:\n"
+    "    from dataflex_callbacks.integrations.trl import attach\n"
+    "    attach(trainer, strategy)\n"
+    "or build the trainer as DataFlexGRPOTrainer(..., strategy=strategy) instead of GRPOTrainer."
+)
+
+_WRAPPED_METHODS = (
+    "_calculate_rewards",
+    "_generate_and_score_completions",
+    "_get_per_token_logps_and_entropies",
+    "_compute_loss",
+    "_load_optimizer_and_scheduler",
+    "_get_train_sampler",
+)
+
+
+class DataFlexCallback(TrainerCallback):
+    """Apply a data strategy (selection, reweighting, mixing targets) to a TRL ``GRPOTrainer``.
+
+    Use it through `attach(trainer, strategy)` or `DataFlexGRPOTrainer(..., strategy=...)`.
+
+    Args:
+        strategy: a `Strategy`, a preset name (``"difffilter"``), a config dict, or a YAML path.
+        selection_reward: name of the reward function the strategy scores on (one of the
+            trainer's ``reward_func_names``); None uses TRL's weighted sum of all reward functions.
+        domain_column: dataset column with each prompt's domain (optional in the data).
+        prompt_key_column: dataset column with a stable prompt id; None hashes the prompt.
+        record_decisions: keep every decision's ``(step, keep, weights)`` in ``self.history``
+            (on CPU), for tests and analysis.
+    """
+
+    def __init__(
+        self,
+        strategy: Any,
+        selection_reward: Optional[str] = None,
+        domain_column: str = "domain",
+        prompt_key_column: Optional[str] = None,
+        record_decisions: bool = False,
+    ):
+        self.strategy = strategy if isinstance(strategy, Strategy) else build_strategy(strategy)
+        self.selection_reward = selection_reward
+        self.domain_column = domain_column
+        self.prompt_key_column = prompt_key_column
+        self.record_decisions = record_decisions
+        self.history: list[dict[str, Any]] = []
+        self.last_decision = None
+        self.trainer = None
+        self._reward_index: Optional[int] = None
+        self._gathered_rewards: Optional[torch.Tensor] = None
+        self._weighted = False
+        self._loss_inputs: Optional[dict] = None
+        self._warned_mixing = False
+
+    # ------------------------------------------------------------------ binding
+    @property
+    def attached(self) -> bool:
+        """True once the callback is bound to a trainer (by `attach` or `DataFlexGRPOTrainer`)."""
+        return self.trainer is not None
+
+    def bind(self, trainer) -> None:
+        """Check the trainer's configuration against the strategy and remember the trainer."""
+        if not hasattr(trainer, "_generate_and_score_completions") or not hasattr(trainer, "_compute_loss"):
+            raise TypeError(
+                f"dataflex: the TRL adapter works with trl.GRPOTrainer (and subclasses); got {type(trainer).__name__}. "
+                "For other trainers use the Lightning or verl adapters, or the core API directly."
+            )
+        if self.trainer is not None and self.trainer is not trainer:
+            raise RuntimeError("dataflex: this DataFlexCallback is already attached to another trainer; create a new one.")
+        check_loss_type(trainer.loss_type)
+        self._reward_index = resolve_reward_index(self.selection_reward, trainer.reward_func_names)
+        if trainer.loss_type in ROW_COUNT_LOSSES and (
+            getattr(trainer, "_entropy_bonus_enabled", False) or getattr(trainer, "aux_loss_enabled", False)
+        ):
+            warnings.warn(
+                f"dataflex: with loss_type={trainer.loss_type!r} the loss is rescaled by B/K after TRL adds the entropy "
+                "bonus / MoE aux loss, so those terms are rescaled too: selection is then not exactly equal to "
+                "physical removal. Use loss_type='dapo' or 'bnpo' for exact equivalence with an entropy bonus.",
+                stacklevel=3,
+            )
+        available = {"rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "prompt_keys"}
+        dataset = getattr(trainer, "train_dataset", None)
+        column_names = getattr(dataset, "column_names", None) or []
+        if self.domain_column in column_names:
+            available.add("domains")
+        self.strategy.check_host(available, host=f"the TRL GRPOTrainer (dataset columns {list(column_names)})")
+        if self.strategy.mix_enabled and self.strategy.domains is None and "domains" in available:
+            self.strategy.bind_domains(sorted({str(d) for d in dataset[self.domain_column]}))
+        self.trainer = trainer
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not self.attached:
+            raise RuntimeError(NOT_ATTACHED_MESSAGE)
+        return control
+
+    # ------------------------------------------------------------------ rollout side
+    def calculate_rewards(self, trainer, original: Callable, *args, **kwargs) -> torch.Tensor:
+        """Wraps ``_calculate_rewards``: keep the ``(N_global, F)`` gathered rewards."""
+        rewards_per_func = original(*args, **kwargs)
+        self._gathered_rewards = rewards_per_func
+        return rewards_per_func
+
+    def score_completions(self, trainer, original: Callable, inputs: list) -> dict:
+        """Wraps ``_generate_and_score_completions``: decide on the global batch, mask the local rows."""
+        if not trainer.model.training:
+            return original(inputs)
+        self._gathered_rewards = None
+        output = original(inputs)
+        if self._gathered_rewards is None:
+            raise RuntimeError(
+                "dataflex: TRL produced a batch without calling _calculate_rewards, so the adapter has no rewards to "
+                "select on. This TRL code path (custom rollout?) is not supported by the TRL adapter."
+            )
+        self._apply_strategy(trainer, inputs, output)
+        self._gathered_rewards = None
+        return output
+
+    def _apply_strategy(self, trainer, inputs: list, output: dict) -> None:
+        accelerator = trainer.accelerator
+        tool_mask = output.get("tool_mask")
+        loss_mask = output["completion_mask"] if tool_mask is None else output["completion_mask"] * tool_mask
+
+        rewards = selection_rewards(self._gathered_rewards, trainer.reward_weights, self._reward_index)
+        has_domains = len(inputs) > 0 and self.domain_column in inputs[0]
+        domains = [row[self.domain_column] for row in inputs] if has_domains else None
+        key_column = self.prompt_key_column
+        prompt_keys = [stable_prompt_key(row[key_column] if key_column else row.get("prompt")) for row in inputs]
+        batch = global_rollout_batch(
+            accelerator, rewards, trainer.num_generations, loss_mask, output["advantages"], domains, prompt_keys
+        )
+
+        strategy = self.strategy
+        if strategy.mix_enabled and batch.domains is not None:
+            prompt_domains = batch.domains[:: trainer.num_generations]
+            strategy.observe_sampled(dict(Counter(prompt_domains)))
+        step = int(trainer.state.global_step)
+        # Seeded from (seed, step): any CPU randomness in the strategy is identical on every rank, and
+        # TRL's own CPU random stream (shuffling) is left exactly as in a run without the adapter.
+        generator = torch.default_generator
+        saved_rng = generator.get_state()
+        generator.manual_seed(int(trainer.args.seed) * 1_000_003 + step)
+        try:
+            decision = strategy.apply(batch, step, sync=False, defer_policy=strategy.needs_policy_signals)
+        finally:
+            generator.set_state(saved_rng)
+
+        self.write_decision(trainer, output, decision, batch, rewards)
+        self.last_decision = decision
+        if self.record_decisions:
+            self.history.append(
+                {
+                    "step": step,
+                    "keep": decision.keep.detach().cpu(),
+                    "weights": decision.weights.detach().cpu(),
+                    "metrics": dict(decision.metrics),
+                }
+            )
+        metrics = trainer._metrics["train"]
+        for name, value in decision.metrics.items():
+            metrics[f"dataflex/{name}"].append(float(value))
+
+    def write_decision(self, trainer, output: dict, decision, batch, rewards: torch.Tensor) -> None:
+        """Fold a global decision into this rank's rows of TRL's batch dict (in place).
+
+        Args:
+            trainer: the GRPOTrainer.
+            output: TRL's batch dict for this rank (``completion_mask`` ``(B, T)``, ...).
+            decision: the strategy's decision over all ``N`` rows of every rank.
+            batch: the global `RolloutBatch` the decision was made on (its ``group_ids`` and
+                ``valid_mask`` are used).
+            rewards: ``(N,)`` selection rewards.
+        """
+        accelerator = trainer.accelerator
+        completion_mask = output["completion_mask"]
+        tool_mask = output.get("tool_mask")
+        loss_mask = completion_mask if tool_mask is None else completion_mask * tool_mask
+        num_local, num_tokens = loss_mask.shape
+        rows = slice(accelerator.process_index * num_local, (accelerator.process_index + 1) * num_local)
+        device = loss_mask.device
+        keep = decision.keep[rows].to(device=device, dtype=torch.bool)
+        weights = decision.weights[rows].to(device=device, dtype=torch.float32)
+        if weights.dim() == 2:
+            weights = weights[:, :num_tokens]
+        token_keep = keep.unsqueeze(1).expand(num_local, num_tokens)
+        if decision.token_keep is not None:
+            token_keep = token_keep & decision.token_keep[rows, :num_tokens].to(device=device, dtype=torch.bool)
+
+        # TRL multiplies completion_mask by tool_mask to get the loss mask (attention keeps using
+        # completion_mask), so the keep mask goes there: dropped rows leave the loss, the forward is unchanged.
+        base_tool_mask = torch.ones_like(completion_mask) if tool_mask is None else tool_mask
+        output["tool_mask"] = base_tool_mask * token_keep.to(base_tool_mask.dtype)
+        kept_tokens = (loss_mask * token_keep.to(loss_mask.dtype)).sum()
+        if accelerator.num_processes > 1:
+            kept_tokens = accelerator.gather(kept_tokens).sum()
+        output["num_items_in_batch"] = kept_tokens
+        output[KEEP_KEY] = keep
+        output[WEIGHTS_KEY] = weights
+        output[REWARDS_KEY] = rewards[rows].to(device)
+        output[GROUP_IDS_KEY] = batch.group_ids[rows].to(device)
+        if decision.response_weights is not None:
+            output[RESPONSE_WEIGHTS_KEY] = decision.response_weights[rows].to(device=device, dtype=torch.float32)
+
+        # Decided on the global tensors, so every rank takes the same branch in the loss.
+        full_weights = decision.weights
+        keep_float = decision.keep.to(full_weights.dtype)
+        if full_weights.dim() == 2:
+            valid = batch.valid_mask.to(full_weights.device)
+            keep_float = keep_float.unsqueeze(1).expand_as(full_weights)
+            full_weights = torch.where(valid, full_weights, keep_float)
+        self._weighted = bool((full_weights != keep_float).any())
+
+    # ------------------------------------------------------------------ loss side
+    def compute_loss(self, trainer, original: Callable, model, inputs: dict) -> torch.Tensor:
+        """Wraps ``_compute_loss``: rescale so masking equals removing the dropped rows."""
+        if KEEP_KEY not in inputs:
+            return original(model, inputs)
+        self._loss_inputs = inputs
+        try:
+            loss = original(model, inputs)
+        finally:
+            self._loss_inputs = None
+        if trainer.loss_type in ROW_COUNT_LOSSES:
+            loss = loss * removal_scale(trainer.loss_type, inputs[KEEP_KEY]).to(loss.dtype)
+        return loss
+
+    def per_token_logps(self, trainer, original: Callable, *args, **kwargs):
+        """Wraps ``_get_per_token_logps_and_entropies``: inside the loss, weight the gradient per token."""
+        logps, entropies, aux_loss = original(*args, **kwargs)
+        inputs = self._loss_inputs
+        if inputs is None:  # old/reference log-probs at rollout time, or evaluation
+            return logps, entropies, aux_loss
+        weights = None
+        decision = self.last_decision
+        if getattr(decision, "deferred", False):
+            mask = inputs["completion_mask"] * inputs["tool_mask"]
+            policy_batch = local_policy_batch(
+                inputs[REWARDS_KEY], inputs[GROUP_IDS_KEY], mask, inputs["advantages"], logps, entropies
+            )
+            local = _replace_decision(decision, inputs[KEEP_KEY], inputs[WEIGHTS_KEY], inputs.get(RESPONSE_WEIGHTS_KEY))
+            policy_decision = self.strategy.apply_policy(policy_batch, local)
+            weights = policy_decision.weights
+            metrics = trainer._metrics["train" if trainer.model.training else "eval"]
+            for name in ("weight_mean", "weight_std", "weight_max", "ess"):
+                if name in policy_decision.metrics:
+                    metrics[f"dataflex/token/{name}"].append(float(policy_decision.metrics[name]))
+        elif self._weighted:
+            weights = inputs[WEIGHTS_KEY]
+        if weights is not None:
+            logps = scale_gradient(logps, weights.detach())
+        return logps, entropies, aux_loss
+
+    # ------------------------------------------------------------------ checkpoints
+    def on_save(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+            if os.path.isdir(folder):
+                self.save_state(folder)
+        return control
+
+    def save_state(self, folder: str) -> str:
+        """Write the strategy state into a checkpoint folder; returns the file path."""
+        path = os.path.join(folder, STATE_FILE)
+        torch.save({"strategy": self.strategy.state_dict(), "config": self.strategy.config}, path)
+        return path
+
+    def load_state(self, folder: str) -> bool:
+        """Restore the strategy state from a checkpoint folder; False (with a warning) when it has none."""
+        path = os.path.join(folder, STATE_FILE)
+        if not os.path.isfile(path):
+            warnings.warn(
+                f"dataflex: checkpoint {folder} has no {STATE_FILE} (saved without the DataFlex adapter?); the strategy "
+                "starts from a fresh state.",
+                stacklevel=2,
+            )
+            return False
+        # Our own file, written by save_state next to TRL's own pickled checkpoint files.
+        saved = torch.load(path, map_location="cpu", weights_only=False)
+        self.strategy.load_state_dict(saved["strategy"])
+        return True
+
+    def load_optimizer_and_scheduler(self, trainer, original: Callable, checkpoint: Optional[str]) -> None:
+        """Wraps ``_load_optimizer_and_scheduler``: the one trainer hook that receives the resume checkpoint."""
+        original(checkpoint)
+        if checkpoint is not None:
+            self.load_state(checkpoint)
+
+    # ------------------------------------------------------------------ sampling
+    def train_sampler(self, trainer, original: Callable, *args, **kwargs):
+        """Wraps ``_get_train_sampler``: the hook where domain mixing will replace TRL's RepeatSampler.
+
+        TRL's ``RepeatSampler`` yields each prompt ``num_generations`` times in a row, in
+        generation batches reused ``steps_per_generation * num_iterations`` times; a mixing
+        sampler must keep that layout (see `dataflex_callbacks.DomainMixingSampler`, issue 4).
+        Until it is wired, the mixing targets are computed and logged, but sampling is TRL's.
+        """
+        sampler = original(*args, **kwargs)
+        if self.strategy.mix_enabled and not self._warned_mixing:
+            self._warned_mixing = True
+            warnings.warn(
+                "dataflex: the strategy has a mix part; the TRL adapter tracks and logs domain targets "
+                "(dataflex/mix/...) but does not steer TRL's sampler yet, so proportions stay as in the dataset.",
+                stacklevel=2,
+            )
+        return sampler
+
+
+def _replace_decision(decision, keep: torch.Tensor, weights: torch.Tensor, response_weights: Optional[torch.Tensor]):
+    """The global decision restricted to one micro-batch's rows (per-row tensors carried by TRL's split)."""
+    changes = {"keep": keep, "weights": weights}
+    if hasattr(decision, "response_weights"):
+        changes["response_weights"] = response_weights
+    if getattr(decision, "token_keep", None) is not None:
+        changes["token_keep"] = None  # already folded into the loss mask at rollout time
+    if dataclasses.is_dataclass(decision):
+        return dataclasses.replace(decision, **changes)
+    local = type(decision).__new__(type(decision))
+    local.__dict__.update(decision.__dict__)
+    local.__dict__.update(changes)
+    return local
+
+
+def attach(trainer, strategy: Any = None, **options) -> DataFlexCallback:
+    """Plug a data strategy into an existing TRL ``GRPOTrainer`` in one line; returns the callback.
+
+    ``attach(trainer, "difffilter")`` adds a `DataFlexCallback`; if one was already passed in
+    ``callbacks=[...]``, that one is bound (``strategy``, when given, replaces its strategy).
+    ``options`` go to `DataFlexCallback` (``selection_reward``, ``domain_column``, ...).
+    """
+    existing = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, DataFlexCallback)]
+    if len(existing) > 1:
+        raise ValueError("dataflex: the trainer has several DataFlexCallbacks; keep one (one strategy per trainer).")
+    if existing:
+        callback = existing[0]
+        if callback.attached:
+            raise RuntimeError("dataflex: this trainer already has an attached DataFlexCallback; attach it only once.")
+        if strategy is not None:
+            callback.strategy = strategy if isinstance(strategy, Strategy) else build_strategy(strategy)
+        for name, value in options.items():
+            if not hasattr(callback, name):
+                raise TypeError(f"dataflex: attach() got an unknown option {name!r}")
+            setattr(callback, name, value)
+    else:
+        if strategy is None:
+            raise ValueError("dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy).")
+        callback = DataFlexCallback(strategy, **options)
+        trainer.add_callback(callback)
+    callback.bind(trainer)
+    hooks = {
+        "_calculate_rewards": callback.calculate_rewards,
+        "_generate_and_score_completions": callback.score_completions,
+        "_get_per_token_logps_and_entropies": callback.per_token_logps,
+        "_compute_loss": callback.compute_loss,
+        "_load_optimizer_and_scheduler": callback.load_optimizer_and_scheduler,
+        "_get_train_sampler": callback.train_sampler,
+    }
+    for name in _WRAPPED_METHODS:
+        _wrap_method(trainer, name, hooks[name])
+    return callback
+
+
+def _wrap_method(trainer, name: str, hook: Callable) -> None:
+    original = getattr(trainer, name)
+
+    def wrapped(*args, **kwargs):
+        return hook(trainer, original, *args, **kwargs)
+
+    wrapped.__name__ = name
+    wrapped.__doc__ = hook.__doc__
+    setattr(trainer, name, wrapped)

@@ -1,0 +1,137 @@
+"""Build `RolloutBatch`es from the tensors TRL's GRPOTrainer already has.
+
+TRL gathers the rewards of every process in ``_calculate_rewards`` (``(N_global, F)``, one
+column per reward function, rank-major order) and lays groups out as contiguous blocks of
+``num_generations`` rows in that global order, so a group can span processes. The per-token
+tensors stay local; `global_rollout_batch` gathers them so that every rank builds the same
+batch and the strategy reaches the same decision everywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any, Optional, Sequence
+
+import torch
+
+from dataflex_callbacks import RolloutBatch
+
+
+def resolve_reward_index(reward_name: Optional[str], reward_func_names: Sequence[str]) -> Optional[int]:
+    """Index of the reward function named ``reward_name`` (None: use the weighted sum of all of them).
+
+    Raises:
+        ValueError: the name is not one of the trainer's reward functions; the message lists them.
+    """
+    if reward_name is None:
+        return None
+    names = list(reward_func_names)
+    if reward_name not in names:
+        raise ValueError(
+            f"dataflex: selection_reward={reward_name!r} is not one of this trainer's reward functions {names}. "
+            "Pass one of these names, or selection_reward=None to select on the weighted sum of all rewards."
+        )
+    return names.index(reward_name)
+
+
+def selection_rewards(
+    rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, reward_index: Optional[int]
+) -> torch.Tensor:
+    """The ``(N,)`` reward the strategy selects on.
+
+    Args:
+        rewards_per_func: ``(N, F)`` gathered rewards, NaN where a function returned None.
+        reward_weights: ``(F,)`` TRL ``reward_weights``.
+        reward_index: one function's column, or None for the weighted sum (NaN if every function
+            returned None for that row, as in TRL).
+    """
+    if reward_index is not None:
+        return rewards_per_func[:, reward_index].float()
+    weights = reward_weights.to(device=rewards_per_func.device, dtype=rewards_per_func.dtype)
+    summed = (rewards_per_func * weights.unsqueeze(0)).nansum(dim=1)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    return summed.masked_fill(unscorable, float("nan")).float()
+
+
+def stable_prompt_key(prompt: Any) -> int:
+    """A 63-bit key of a prompt (text or chat messages) that is the same on every process and run."""
+    digest = hashlib.blake2b(repr(prompt).encode("utf-8"), digest_size=8).digest()
+    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
+
+
+def _gather_padded(accelerator, tensor: torch.Tensor) -> torch.Tensor:
+    """Gather a per-rank ``(B, T_rank)`` tensor into ``(N, T_max)``, right-padding with zeros."""
+    if accelerator.num_processes == 1:
+        return tensor
+    padded = accelerator.pad_across_processes(tensor, dim=1, pad_index=0, pad_first=False)
+    return accelerator.gather(padded)
+
+
+def global_rollout_batch(
+    accelerator,
+    global_rewards: torch.Tensor,
+    num_generations: int,
+    loss_mask: torch.Tensor,
+    advantages: torch.Tensor,
+    domains: Optional[Sequence[str]],
+    prompt_keys: Sequence[int],
+) -> RolloutBatch:
+    """The whole generation batch of all processes, identical on every rank.
+
+    Args:
+        accelerator: the trainer's ``accelerate.Accelerator``.
+        global_rewards: ``(N,)`` already gathered reward.
+        num_generations: responses per prompt (TRL ``num_generations``).
+        loss_mask: ``(B, T)`` this rank's completion mask (times TRL's tool mask).
+        advantages: ``(B,)`` or ``(B, T)`` this rank's advantages.
+        domains: this rank's ``B`` domain labels, or None when the dataset has no domain column.
+        prompt_keys: this rank's ``B`` integer prompt keys.
+    """
+    device = global_rewards.device
+    mask = _gather_padded(accelerator, loss_mask.to(device))
+    if advantages.dim() == 2:
+        adv = _gather_padded(accelerator, advantages.to(device))
+    else:
+        adv = accelerator.gather(advantages.to(device)) if accelerator.num_processes > 1 else advantages.to(device)
+    keys = torch.tensor(list(prompt_keys), dtype=torch.int64, device=device)
+    if accelerator.num_processes > 1:
+        keys = accelerator.gather(keys)
+    all_domains = None
+    if domains is not None:
+        all_domains = [str(d) for d in domains]
+        if accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            all_domains = [str(d) for d in gather_object(all_domains)]
+    group_ids = torch.arange(global_rewards.shape[0], device=device) // num_generations
+    return RolloutBatch(
+        rewards=global_rewards,
+        group_ids=group_ids,
+        completion_mask=mask.bool(),
+        advantages=adv.float(),
+        domains=all_domains,
+        prompt_keys=keys.tolist(),
+    )
+
+
+def local_policy_batch(
+    rewards: torch.Tensor,
+    group_ids: torch.Tensor,
+    loss_mask: torch.Tensor,
+    advantages: torch.Tensor,
+    logprobs: torch.Tensor,
+    entropies: Optional[torch.Tensor],
+) -> RolloutBatch:
+    """One micro-batch with the current policy's detached signals, for ``strategy.apply_policy``.
+
+    Shapes: ``rewards``/``group_ids`` ``(B,)``, ``loss_mask``/``logprobs``/``entropies`` ``(B, T)``,
+    ``advantages`` ``(B,)`` or ``(B, T)``.
+    """
+    return RolloutBatch(
+        rewards=rewards.float(),
+        group_ids=group_ids,
+        completion_mask=loss_mask.bool(),
+        advantages=advantages.float(),
+        logprobs=logprobs.detach().float(),
+        entropies=None if entropies is None else entropies.detach().float(),
+    )

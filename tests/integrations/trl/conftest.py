@@ -1,0 +1,87 @@
+"""Shared fixtures for the TRL adapter tests: a tiny local model, a toy dataset, a trainer factory."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest
+import torch
+
+torch.set_num_threads(1)
+
+pytest.importorskip("trl")
+
+from datasets import Dataset  # noqa: E402
+
+from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
+
+
+def parity_reward(completions, **kwargs):
+    """1 when the completion has an even number of characters: a cheap, deterministic 0/1 reward."""
+    return [float(len(c) % 2 == 0) for c in completions]
+
+
+def digit_reward(completions, **kwargs):
+    """Fraction of digits in the completion."""
+    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
+
+
+def checksum_reward(completions, **kwargs):
+    """Parity of the characters' code sum: a 0/1 reward that stays mixed within groups as the model trains."""
+    return [float(sum(map(ord, c)) % 2) for c in completions]
+
+
+@pytest.fixture(scope="session")
+def reward_functions():
+    """The toy reward functions by name."""
+    return {"parity_reward": parity_reward, "digit_reward": digit_reward, "checksum_reward": checksum_reward}
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    return build_tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def toy_dataset():
+    prompts = [f"{i}+{i % 7}=" for i in range(24)]
+    domains = ["add", "mul", "echo"] * 8
+    return Dataset.from_dict({"prompt": prompts, "domain": domains})
+
+
+@pytest.fixture(scope="session")
+def make_trainer(tmp_path_factory, tiny_tokenizer, toy_dataset):
+    """Build a tiny GRPO trainer: ``make_trainer(cls=GRPOTrainer, peft_config=None, trainer_kwargs=..., **config)``."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    def build(cls=GRPOTrainer, peft_config=None, reward_funcs=None, trainer_kwargs=None, **config):
+        settings = dict(
+            output_dir=str(tmp_path_factory.mktemp("run")),
+            per_device_train_batch_size=4,
+            num_generations=4,
+            max_completion_length=6,
+            max_steps=2,
+            logging_steps=1,
+            learning_rate=1e-3,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            seed=0,
+            bf16=False,
+            disable_tqdm=True,
+        )
+        settings.update(config)
+        kwargs = dict(trainer_kwargs or {})
+        return cls(
+            model=build_tiny_model(tiny_tokenizer, seed=0),
+            reward_funcs=reward_funcs or [parity_reward],
+            args=GRPOConfig(**settings),
+            train_dataset=toy_dataset,
+            processing_class=tiny_tokenizer,
+            peft_config=peft_config,
+            **kwargs,
+        )
+
+    return build
