@@ -15,10 +15,12 @@ def _fail(message: str) -> int:
     return 2
 
 
-def _quiet_environment() -> None:
-    # The job must never touch the network; an explicit user setting wins.
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+def _quiet_environment(args: argparse.Namespace) -> None:
+    # The built-in default needs no network, so it never touches it; a hub --model or --dataset
+    # given by the user is downloaded as usual. An explicit user setting wins either way.
+    if getattr(args, "model", None) is None and getattr(args, "dataset", None) is None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")  # errors stay one line on stderr
@@ -131,9 +133,9 @@ def _command_validate(args) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `dataflex` console script; returns the exit code (2 for bad input)."""
-    _quiet_environment()
     parser = build_parser()
     args = parser.parse_args(argv)
+    _quiet_environment(args)
     if args.command == "compare":
         from dataflex_callbacks.compare.cli import command_compare
 

@@ -252,10 +252,20 @@ def _metrics_callback(records: list[dict], domains: list[str], steps: int, progr
     from transformers import TrainerCallback
 
     class RecordMetrics(TrainerCallback):
-        """Keep one record per optimizer step and drive the progress bar."""
+        """Keep one record per optimizer step, count generated completions and drive the progress bar."""
 
         def __init__(self):
             self.bar = None
+            self.completions = 0
+
+        def on_step_end(self, args, state, control, **kwargs):
+            # TRL generates `generation_batch_size` completions (all processes) at micro-steps
+            # 0, G, 2G, ... with G = steps_per_generation * num_iterations. Pre-rollout selection
+            # changes which prompts are generated, never how many.
+            micro = int(args.gradient_accumulation_steps)
+            every = int(args.steps_per_generation) * int(getattr(args, "num_iterations", 1) or 1)
+            before, after = (state.global_step - 1) * micro, state.global_step * micro
+            self.completions += (-(-after // every) - -(-before // every)) * int(args.generation_batch_size)
 
         def on_train_begin(self, args, state, control, **kwargs):
             if progress:
@@ -267,6 +277,7 @@ def _metrics_callback(records: list[dict], domains: list[str], steps: int, progr
             if not logs or "loss" not in logs:
                 return  # the end-of-training summary has no per-step metrics
             record = _step_record(state.global_step, logs, domains)
+            record["completions"] = self.completions
             records.append(record)
             if self.bar is not None:
                 self.bar.update(record["step"] - self.bar.n)
@@ -284,7 +295,10 @@ def _metrics_callback(records: list[dict], domains: list[str], steps: int, progr
 
 
 def write_plot(path: str, metrics: list[dict], domains: list[str]) -> None:
-    """Plot reward per domain, kept fraction and domain shares over steps into `path` (PNG)."""
+    """Plot reward per domain, kept fraction and domain proportions over steps into `path` (PNG).
+
+    With a mixing strategy the proportions panel shows each domain's target and actual share.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -299,10 +313,22 @@ def write_plot(path: str, metrics: list[dict], domains: list[str]) -> None:
     axes[0].legend(fontsize="small")
     axes[1].plot(steps, [m.get("kept_frac", 1.0) for m in metrics], color="black")
     axes[1].set(title="kept fraction", xlabel="step", ylim=(-0.05, 1.05))
-    shares = [[m.get(f"share/{d}") or 0.0 for m in metrics] for d in domains]
-    if steps:
-        axes[2].stackplot(steps, shares, labels=domains)
-    axes[2].set(title="domain proportions (sampled)", xlabel="step", ylim=(0, 1))
+    mixing = any(f"dataflex/mix/target/{d}" in m for m in metrics for d in domains)
+    if mixing:
+        # Target (dashed) against actual (solid: share of the last sampler batches) per domain.
+        for index, domain in enumerate(domains):
+            color = f"C{index}"
+            target = [m.get(f"dataflex/mix/target/{domain}") for m in metrics]
+            actual = [m.get(f"dataflex/mix/actual/{domain}", m.get(f"share/{domain}")) for m in metrics]
+            axes[2].plot(steps, [float("nan") if v is None else v for v in actual], color=color, label=f"{domain} actual")
+            axes[2].plot(steps, [float("nan") if v is None else v for v in target], color=color, linestyle="--",
+                         label=f"{domain} target")
+        axes[2].set(title="domain proportions: target (--) and actual", xlabel="step", ylim=(0, 1))
+    else:
+        shares = [[m.get(f"share/{d}") or 0.0 for m in metrics] for d in domains]
+        if steps:
+            axes[2].stackplot(steps, shares, labels=domains)
+        axes[2].set(title="domain proportions (sampled)", xlabel="step", ylim=(0, 1))
     axes[2].legend(fontsize="small", loc="upper right")
     figure.tight_layout()
     figure.savefig(path, dpi=80)
@@ -401,6 +427,7 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
         "domains": domains,
         "n_train_rows": len(train),
         "n_test_rows": len(test),
+        "completions_generated": callback.completions,
         "verifier": reward_settings["verifier"],
         "trainer": {
             "class": type(trainer).__name__,

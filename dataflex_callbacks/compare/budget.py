@@ -8,10 +8,11 @@ many completions, which is the fair unit when a strategy changes how much is gen
 How completions are counted: TRL generates ``generation_batch_size`` completions (all processes
 together) once every ``steps_per_generation * num_iterations`` micro-steps. `GenerationLedger`
 applies that rule at the end of every optimizer step, and counts completion tokens from TRL's
-logged ``completions/mean_length`` of each generation. The TRL adapter does not skip prompts
-before generation yet, so today every strategy generates the same number of completions per
-step; a strategy with a pre-rollout part is still given 4x the steps so that, once skipping is
-wired, it can spend the same completions over more steps.
+logged ``completions/mean_length`` of each generation. TRL's generation batch has a fixed size
+(a pre-rollout sampler replaces skipped prompts rather than generating fewer), so with the TRL
+adapter every strategy generates the same number of completions per step; a strategy with a
+pre-rollout part is still given 4x the steps as a cap, so that a host that generates fewer per
+step can spend the same completions over more steps.
 """
 
 from __future__ import annotations
@@ -104,15 +105,17 @@ class GenerationLedger:
         return self.completions >= self.budget.amount
 
 
-def budget_callback(ledger: GenerationLedger, evaluate: Callable | None = None, eval_every: int = 0,
+def budget_callback(ledger: GenerationLedger, evaluate: Callable | None = None, eval_steps=(),
                     on_step: Callable[[int], None] | None = None):
     """A `transformers.TrainerCallback` that feeds `ledger`, stops training when the budget is spent,
-    evaluates held-out accuracy every `eval_every` steps and reports each finished step to `on_step`.
+    evaluates held-out accuracy after the steps in `eval_steps` and reports each finished step to `on_step`.
 
     `evaluate(model, tokenizer) -> dict[str, float]`; its results go to `callback.curve` as
     `{"step", "completions", "accuracy"}` rows (the final evaluation is the runner's own).
     """
     from transformers import TrainerCallback
+
+    eval_steps = frozenset(eval_steps)
 
     class BudgetCallback(TrainerCallback):
         """Count generated completions and tokens, stop at the budget, evaluate along the way."""
@@ -126,7 +129,7 @@ def budget_callback(ledger: GenerationLedger, evaluate: Callable | None = None, 
                                        int(args.gradient_accumulation_steps), generate_every)
             if spent:
                 control.should_training_stop = True
-            elif evaluate is not None and eval_every > 0 and state.global_step % eval_every == 0:
+            elif evaluate is not None and state.global_step in eval_steps:
                 self.curve.append({"step": state.global_step, "completions": ledger.completions,
                                    "accuracy": evaluate(model, processing_class)})
             if on_step is not None:

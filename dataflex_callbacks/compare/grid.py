@@ -113,10 +113,11 @@ class CompareSettings:
     def expected_steps(self) -> int:
         return self.budget.expected_steps(self.completions_per_step)
 
-    def eval_every(self) -> int:
-        if self.eval_points <= 0:
-            return 0
-        return max(1, self.expected_steps() // (self.eval_points + 1))
+    def eval_steps(self) -> list[int]:
+        """Steps after which a run is evaluated besides before and after: `eval_points` evenly spaced ones."""
+        total = self.expected_steps()
+        steps = {k * total // (self.eval_points + 1) for k in range(1, self.eval_points + 1)}
+        return sorted(s for s in steps if 0 < s < total)
 
     def shared(self) -> dict:
         """What every run of the comparison must share; a resumed comparison must match it exactly."""
@@ -204,7 +205,7 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
         "domains": domains,
         "steps": final_step,
         "completions": ledger.completions,
-        "completion_tokens": round(ledger.completion_tokens, 3),
+        "completion_tokens": int(round(ledger.completion_tokens)),
         "wall_seconds": round(result.wall_seconds, 3),
         "kept_frac": sum(kept) / len(kept) if kept else 1.0,
         "before": result.eval_before,
@@ -228,12 +229,15 @@ def execute_run(settings: CompareSettings, run: GridRun, prerollout: bool = Fals
         return tasks.evaluate(model, tokenizer, test, **eval_settings)
 
     ledger = GenerationLedger(settings.budget)
-    callback = budget_callback(ledger, evaluate, settings.eval_every(), on_step)
-    with warnings.catch_warnings():
-        # Deprecation notices from transformers would be repeated by every run and bury the progress bar.
-        warnings.simplefilter("ignore", FutureWarning)
+    callback = budget_callback(ledger, evaluate, settings.eval_steps(), on_step)
+    with warnings.catch_warnings(record=True) as caught:
+        # Caught, not printed: repeated by every run they would bury the progress bar. The library's own
+        # warnings (e.g. a mixer whose targets the sampler does not follow) go into the report instead.
+        warnings.simplefilter("always")
         result = run_training(options, callbacks=[callback])
     record = _summarize(settings, run, result, ledger, callback.curve)
+    notes = {str(w.message).strip() for w in caught if str(w.message).startswith("dataflex")}
+    record["notes"] = sorted(notes)
     write_json_atomic(os.path.join(settings.run_dir(run), RESULT_FILE), record)
     return record
 

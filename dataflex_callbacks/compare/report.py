@@ -97,8 +97,12 @@ def _mean_curve(runs: list[dict], domain: str):
     return x, [iv.mean for iv in intervals], [iv.low for iv in intervals], [iv.high for iv in intervals]
 
 
-def plot_accuracy(path: str, records: list[dict], strategies: list[str]) -> None:
-    """Held-out accuracy against completions generated: mean over seeds, shaded 95% interval."""
+def plot_accuracy(path: str, records: list[dict], strategies: list[str], baseline: str | None = None) -> None:
+    """Held-out accuracy against completions generated: mean over seeds, shaded 95% interval.
+
+    The baseline is drawn as a thick black line under the others, so a strategy that matches it
+    exactly stays visible on top of it.
+    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -112,7 +116,8 @@ def plot_accuracy(path: str, records: list[dict], strategies: list[str]) -> None
             if not runs:
                 continue
             x, mean, low, high = _mean_curve(runs, domain)
-            line, = axis.plot(x, mean, marker="o", markersize=3, label=strategy)
+            style = dict(color="black", linewidth=3.0, zorder=1) if strategy == baseline else dict(zorder=2)
+            line, = axis.plot(x, mean, marker="o", markersize=3, label=strategy, **style)
             if len(runs) > 1:
                 axis.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         axis.set(title=f"held-out accuracy: {domain}", xlabel="completions generated", ylim=(-0.05, 1.05))
@@ -242,6 +247,12 @@ def render_report(settings, outcome) -> str:
             out.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
         out.append("")
 
+    notes = sorted({(r["strategy"], note) for r in records for note in r.get("notes", [])})
+    if notes:
+        out += ["## Warnings from the runs", ""]
+        out += [f"- `{strategy}`: {note}" for strategy, note in notes]
+        out.append("")
+
     out += ["## Figures", "",
             f"![held-out accuracy against completions generated]({FIGURES_FOLDER}/{ACCURACY_FIGURE})", "",
             f"![domain proportions over steps]({FIGURES_FOLDER}/{PROPORTIONS_FIGURE})", "",
@@ -268,7 +279,7 @@ def write_report(settings, outcome) -> dict[str, str]:
         "proportions_figure": os.path.join(figures, PROPORTIONS_FIGURE),
     }
     write_results_csv(paths["results"], outcome.records)
-    plot_accuracy(paths["accuracy_figure"], outcome.records, settings.strategies)
+    plot_accuracy(paths["accuracy_figure"], outcome.records, settings.strategies, settings.baseline)
     plot_proportions(paths["proportions_figure"], outcome.records, settings.strategies)
     with open(paths["report"], "w") as handle:
         handle.write(render_report(settings, outcome))

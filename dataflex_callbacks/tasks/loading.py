@@ -38,7 +38,7 @@ def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_colu
     Returns a `datasets.Dataset` with the suite's columns: `prompt`, `answer` (as text),
     `domain` (from `domain_column`, else `default_domain`) and `prompt_key`. Other columns are
     dropped. Raises `DatasetColumnError` naming the available columns when a column is missing.
-    Hub names go through `datasets.load_dataset` (offline, it reads only the local cache).
+    Hub names go through `datasets.load_dataset` (downloaded, or read from the local cache when offline).
     """
     raw = _load_raw(name_or_path, split)
     available = list(raw.column_names)

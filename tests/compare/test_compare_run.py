@@ -1,0 +1,120 @@
+"""A small real `dataflex compare` (2 strategies x 2 seeds, 3 steps): report files, matched seeds, resume."""
+
+import csv
+import json
+import os
+
+import pytest
+
+from dataflex_callbacks.cli import main
+from dataflex_callbacks.compare import grid
+from dataflex_callbacks.compare.report import RUN_COLUMNS
+
+ARGS = ["compare", "--strategies", "baseline,difffilter", "--seeds", "2", "--budget", "steps:3",
+        "--eval-points", "1", "--no-progress"]
+DOMAINS = ("code", "coin", "digit", "echo")
+RUN_NAMES = ("baseline-seed0", "baseline-seed1", "difffilter-seed0", "difffilter-seed1")
+
+
+@pytest.fixture(scope="module")
+def compare_dir(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("compare") / "cmp"
+    # Two jobs: the first invocation goes through the worker processes.
+    assert main([*ARGS, "--output-dir", str(folder), "--jobs", "2"]) == 0
+    return folder
+
+
+def _rows(folder):
+    with open(folder / "results.csv", newline="") as handle:
+        reader = csv.DictReader(handle)
+        return reader.fieldnames, list(reader)
+
+
+def _result_times(folder):
+    return {name: os.stat(folder / "runs" / name / "result.json").st_mtime_ns for name in RUN_NAMES}
+
+
+def test_all_report_files_with_the_expected_columns(compare_dir):
+    for name in ("report.md", "results.csv", "compare.json", "figures/accuracy_vs_completions.png",
+                 "figures/domain_proportions.png"):
+        assert (compare_dir / name).stat().st_size > 0, name
+    columns, rows = _rows(compare_dir)
+    per_domain = [f"accuracy_{when}_{d}" for d in DOMAINS for when in ("before", "after")]
+    assert columns == [*RUN_COLUMNS, *per_domain, "run_dir"]
+    assert sorted((r["strategy"], r["seed"]) for r in rows) == [
+        ("baseline", "0"), ("baseline", "1"), ("difffilter", "0"), ("difffilter", "1")]
+    for row in rows:
+        assert row["budget"] == "steps:3" and row["steps"] == "3"
+        assert int(row["completions"]) == 3 * 8 * 8
+        assert 0 < int(row["completion_tokens"]) <= 3 * 8 * 8 * 4
+        assert 0.0 <= float(row["kept_frac"]) <= 1.0 and float(row["wall_seconds"]) > 0
+    report = (compare_dir / "report.md").read_text()
+    for text in ("Held-out accuracy after training", "Paired difference to the baseline `baseline`",
+                 "`difffilter`", "sign-flip", "Student-t", "## Method", "figures/accuracy_vs_completions.png"):
+        assert text in report, text
+    assert "not significant" in report or "**significant**" in report
+
+
+def test_runs_of_one_seed_start_from_the_same_weights_and_data(compare_dir):
+    for seed in (0, 1):
+        results = [json.loads((compare_dir / "runs" / f"{s}-seed{seed}" / "result.json").read_text())
+                   for s in ("baseline", "difffilter")]
+        assert results[0]["before"] == results[1]["before"]
+        first_steps = [json.loads((compare_dir / "runs" / f"{s}-seed{seed}" / "metrics.jsonl").open().readline())
+                       for s in ("baseline", "difffilter")]
+        # Step 1 is generated before any update: same prompts, same completions, same rewards.
+        for key in ("reward", "completions/mean_length", *(f"share/{d}" for d in DOMAINS)):
+            assert first_steps[0][key] == first_steps[1][key], key
+        assert [p["step"] for p in results[0]["curve"]] == [0, 1, 3]
+
+
+def test_resuming_a_finished_compare_recomputes_nothing(compare_dir, monkeypatch, capsys):
+    before = _result_times(compare_dir)
+
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("a finished run was recomputed")
+
+    monkeypatch.setattr(grid, "execute_run", must_not_run)
+    assert main([*ARGS, "--output-dir", str(compare_dir), "--jobs", "1"]) == 0
+    assert "0 runs computed, 4 reused" in capsys.readouterr().out
+    assert _result_times(compare_dir) == before
+    assert _rows(compare_dir)[1]
+
+
+def test_other_settings_on_the_same_folder_are_refused(compare_dir, capsys):
+    changed = [a if a != "steps:3" else "steps:4" for a in ARGS]
+    assert main([*changed, "--output-dir", str(compare_dir)]) == 2
+    assert "other settings" in capsys.readouterr().err
+
+
+def test_an_interrupted_compare_recomputes_only_the_missing_run(compare_dir, monkeypatch):
+    before = _result_times(compare_dir)
+    result_path = compare_dir / "runs" / "difffilter-seed1" / "result.json"
+    previous = json.loads(result_path.read_text())
+    os.remove(result_path)
+    calls = []
+    real = grid.execute_run
+
+    def counting(settings, run, *args, **kwargs):
+        calls.append(run.name)
+        return real(settings, run, *args, **kwargs)
+
+    monkeypatch.setattr(grid, "execute_run", counting)
+    assert main([*ARGS, "--output-dir", str(compare_dir), "--jobs", "1"]) == 0
+    assert calls == ["difffilter-seed1"]
+    after = _result_times(compare_dir)
+    assert {k: v for k, v in after.items() if k != "difffilter-seed1"} == {
+        k: v for k, v in before.items() if k != "difffilter-seed1"}
+    assert not [p for p in (compare_dir / "runs" / "difffilter-seed1").iterdir() if p.name.endswith(".tmp")]
+    # First computed in a worker process, now in this one: the same numbers.
+    recomputed = json.loads(result_path.read_text())
+    assert {k: v for k, v in recomputed.items() if k != "wall_seconds"} == {
+        k: v for k, v in previous.items() if k != "wall_seconds"}
+
+
+@pytest.mark.parametrize("bad", [["--budget", "tokens:5"], ["--seeds", "0"], ["--strategies", "nope"],
+                                 ["--strategies", "baseline,topk", "--baseline", "ar"]])
+def test_bad_arguments_fail_before_any_run(tmp_path, capsys, bad):
+    assert main(["compare", *bad, "--output-dir", str(tmp_path / "c"), "--no-progress"]) == 2
+    assert "dataflex: error:" in capsys.readouterr().err
+    assert not (tmp_path / "c" / "runs").exists()

@@ -1,0 +1,74 @@
+"""The comparison statistics on synthetic seeds with a known effect and with none."""
+
+import numpy as np
+import pytest
+
+from dataflex_callbacks.compare import stats
+
+REPETITIONS = 2000
+
+
+def _intervals(make_differences, repetitions=REPETITIONS, resamples=2000):
+    rng = np.random.default_rng(1234)
+    return [stats.paired_bootstrap_interval(make_differences(rng), resamples=resamples, seed=i)
+            for i in range(repetitions)]
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_mean_interval_covers_the_true_mean_95_percent_of_the_time(n):
+    rng = np.random.default_rng(n)
+    covered = 0
+    for _ in range(REPETITIONS):
+        interval = stats.mean_interval(rng.normal(0.45, 0.04, size=n))
+        covered += interval.low <= 0.45 <= interval.high
+    assert abs(covered / REPETITIONS - 0.95) < 0.02
+
+
+@pytest.mark.parametrize("n", [3, 5, 8])
+def test_paired_interval_covers_a_known_effect_about_95_percent(n):
+    effect = 0.02
+    intervals = _intervals(lambda rng: rng.normal(effect, 0.03, size=n))
+    coverage = np.mean([iv.low <= effect <= iv.high for iv in intervals])
+    assert 0.92 <= coverage <= 0.98, coverage
+
+
+@pytest.mark.parametrize("n", [3, 5, 8])
+def test_paired_interval_false_positive_rate_is_about_5_percent_without_effect(n):
+    intervals = _intervals(lambda rng: rng.normal(0.0, 0.03, size=n))
+    false_positive = np.mean([iv.excludes_zero for iv in intervals])
+    assert 0.02 <= false_positive <= 0.08, false_positive
+
+
+def test_paired_interval_detects_a_large_effect():
+    intervals = _intervals(lambda rng: rng.normal(0.05, 0.03, size=8), repetitions=300)
+    assert np.mean([iv.excludes_zero and iv.low > 0 for iv in intervals]) > 0.9
+
+
+def test_sign_flip_test_holds_its_level_without_effect():
+    rng = np.random.default_rng(7)
+    pvalues = np.array([stats.sign_flip_pvalue(rng.normal(0.0, 1.0, size=8)) for _ in range(REPETITIONS)])
+    # An exact permutation test: P(p <= alpha) <= alpha under a symmetric null.
+    assert np.mean(pvalues <= 0.05) <= 0.05 + 0.015
+    assert np.mean(pvalues <= 0.25) == pytest.approx(0.25, abs=0.03)
+
+
+def test_sign_flip_test_rejects_a_clear_effect_and_respects_its_floor():
+    rng = np.random.default_rng(8)
+    pvalues = [stats.sign_flip_pvalue(rng.normal(1.5, 1.0, size=8)) for _ in range(300)]
+    assert np.mean(np.array(pvalues) <= 0.05) > 0.85
+    # Three seeds all in the same direction: the smallest p-value three seeds can give.
+    assert stats.sign_flip_pvalue([0.1, 0.2, 0.3]) == pytest.approx(stats.min_attainable_pvalue(3)) == 0.25
+
+
+def test_paired_interval_agrees_with_the_analytic_t_interval():
+    d = np.array([0.01, 0.04, -0.02, 0.03, 0.05])
+    interval = stats.paired_bootstrap_interval(d, resamples=200_000)
+    analytic = stats.mean_interval(d)
+    assert interval.low == pytest.approx(analytic.low, abs=2e-3)
+    assert interval.high == pytest.approx(analytic.high, abs=2e-3)
+
+
+def test_degenerate_inputs_give_no_interval_rather_than_a_wrong_one():
+    assert stats.paired_bootstrap_interval([0.1]).n == 1
+    assert not stats.paired_bootstrap_interval([0.1]).excludes_zero
+    assert np.isnan(stats.mean_interval([]).mean)
