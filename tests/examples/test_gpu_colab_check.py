@@ -1,0 +1,31 @@
+"""benchmarks/gpu_colab_check.py runs its CPU fallback (`--device cpu --tiny`) and writes the results table."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CHECK = os.path.join(ROOT, "benchmarks", "gpu_colab_check.py")
+
+
+def test_gpu_check_cpu_fallback_writes_the_table(tmp_path):
+    out = tmp_path / "check.json"
+    command = [sys.executable, CHECK, "--device", "cpu", "--tiny", "--steps", "2", "--prompts-per-step", "2",
+               "--num-generations", "4", "--micro-batch", "4", "--max-completion-length", "6",
+               "--question-chars", "30", "--out", str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    report = json.loads(out.read_text())
+    runs = {row["variant"]: row for row in report["runs"]}
+    assert set(runs) == {"stock", "difffilter"}
+    assert runs["stock"]["ratio_vs_stock"] == 1.0 and runs["difffilter"]["ratio_vs_stock"] > 0
+    assert runs["difffilter"]["kept_frac_mean"] is not None and runs["stock"]["kept_frac_mean"] is None
+    assert all(row["peak_memory_gib"] is None and row["median_step_s"] > 0 for row in runs.values())
+    assert "ratio vs stock" in result.stdout
