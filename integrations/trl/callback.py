@@ -11,11 +11,15 @@ five trainer methods (wrapped by `attach`, overridden by `DataFlexGRPOTrainer`):
 - ``_get_per_token_logps_and_entropies``: inside the loss only, compute the deferred
   current-policy weights (``strategy.apply_policy``) and apply all weights to the gradient;
 - ``_compute_loss``: rescale the loss so the normaliser matches physical removal;
-- ``_load_optimizer_and_scheduler``: restore the strategy state on ``resume_from_checkpoint``.
+- ``_load_optimizer_and_scheduler``: restore the strategy (and sampler) state on ``resume_from_checkpoint``;
+- ``_get_train_sampler``: when the strategy chooses prompts before rollout (a ``mix`` or
+  ``pre_select`` part), a `DomainMixingSampler` with ``RepeatSampler``'s layout replaces TRL's
+  sampler (see `sampling`).
 
 The callback hooks themselves log nothing extra: metrics go into TRL's own ``_metrics``, so
-they appear in TRL's logs (``dataflex/kept_frac``, ...) on every logging step, and the
-strategy state is written into each checkpoint folder by ``on_save``.
+they appear in TRL's logs (``dataflex/kept_frac``, ``dataflex/mix/target/<domain>``,
+``dataflex/prerollout/skipped_prompts``, ...) on every logging step, and the strategy and
+sampler states are written into each checkpoint folder by ``on_save``.
 """
 
 from __future__ import annotations
@@ -32,10 +36,11 @@ from transformers import TrainerCallback
 from dataflex_callbacks import Strategy, build_strategy
 
 from .loss_scaling import ROW_COUNT_LOSSES, check_loss_type, removal_scale, scale_gradient
-from .signals import global_rollout_batch, local_policy_batch, resolve_reward_index, selection_rewards, stable_prompt_key
+from .sampling import acts_before_rollout, check_sampling_dataset, grpo_mixing_sampler, row_key
+from .signals import global_rollout_batch, local_policy_batch, resolve_reward_index, selection_rewards
 
 STATE_FILE = "dataflex_strategy.pt"
-"""File name of the strategy state inside each ``checkpoint-<step>`` folder."""
+"""File name of the strategy (and sampler) state inside each ``checkpoint-<step>`` folder."""
 
 # Keys the adapter adds to TRL's per-row batch dict; tensors, so TRL's shuffle/split carry them.
 KEEP_KEY = "dataflex_keep"
@@ -71,9 +76,11 @@ class DataFlexCallback(TrainerCallback):
         strategy: a `Strategy`, a preset name (``"difffilter"``), a config dict, or a YAML path.
         selection_reward: name of the reward function the strategy scores on (one of the
             trainer's ``reward_func_names``); None uses TRL's weighted sum of all reward functions.
-        domain_column: dataset column with each prompt's domain (optional in the data).
-        prompt_key_column: dataset column with a stable prompt id; None hashes the prompt.
-        record_decisions: keep every decision's ``(step, keep, weights)`` in ``self.history``
+        domain_column: dataset column with each prompt's domain (optional in the data; needed
+            by a ``mix`` part).
+        prompt_key_column: dataset column with a stable prompt id; None uses the ``prompt_key``
+            column if the data has one, else the prompt itself (`row_prompt_key`).
+        record_decisions: keep every decision's ``(step, keep, weights, metrics, prompt_keys)`` in ``self.history``
             (on CPU), for tests and analysis.
     """
 
@@ -97,7 +104,8 @@ class DataFlexCallback(TrainerCallback):
         self._gathered_rewards: Optional[torch.Tensor] = None
         self._weighted = False
         self._loss_inputs: Optional[dict] = None
-        self._warned_mixing = False
+        self.sampler = None  # the DomainMixingSampler installed in _get_train_sampler, if any
+        self._pending_sampler_state: Optional[dict] = None
 
     # ------------------------------------------------------------------ binding
     @property
@@ -131,6 +139,7 @@ class DataFlexCallback(TrainerCallback):
         if self.domain_column in column_names:
             available.add("domains")
         self.strategy.check_host(available, host=f"the TRL GRPOTrainer (dataset columns {list(column_names)})")
+        check_sampling_dataset(dataset, self.strategy, self.domain_column, self.prompt_key_column)
         if self.strategy.mix_enabled and self.strategy.domains is None and "domains" in available:
             self.strategy.bind_domains(sorted({str(d) for d in dataset[self.domain_column]}))
         self.trainer = trainer
@@ -170,14 +179,14 @@ class DataFlexCallback(TrainerCallback):
         rewards = selection_rewards(self._gathered_rewards, trainer.reward_weights, self._reward_index)
         has_domains = len(inputs) > 0 and self.domain_column in inputs[0]
         domains = [row[self.domain_column] for row in inputs] if has_domains else None
-        key_column = self.prompt_key_column
-        prompt_keys = [stable_prompt_key(row[key_column] if key_column else row.get("prompt")) for row in inputs]
+        prompt_keys = [row_key(row, self.prompt_key_column) for row in inputs]
         batch = global_rollout_batch(
             accelerator, rewards, trainer.num_generations, loss_mask, output["advantages"], domains, prompt_keys
         )
 
         strategy = self.strategy
-        if strategy.mix_enabled and batch.domains is not None:
+        # With the mixing sampler installed, the sampler reports each draw itself.
+        if strategy.mix_enabled and batch.domains is not None and self.sampler is None:
             prompt_domains = batch.domains[:: trainer.num_generations]
             strategy.observe_sampled(dict(Counter(prompt_domains)))
         step = int(trainer.state.global_step)
@@ -200,6 +209,7 @@ class DataFlexCallback(TrainerCallback):
                     "keep": decision.keep.detach().cpu(),
                     "weights": decision.weights.detach().cpu(),
                     "metrics": dict(decision.metrics),
+                    "prompt_keys": list(batch.prompt_keys),
                 }
             )
         metrics = trainer._metrics["train"]
@@ -305,13 +315,16 @@ class DataFlexCallback(TrainerCallback):
         return control
 
     def save_state(self, folder: str) -> str:
-        """Write the strategy state into a checkpoint folder; returns the file path."""
+        """Write the strategy state (and the mixing sampler's, when installed) into a checkpoint folder."""
         path = os.path.join(folder, STATE_FILE)
-        torch.save({"strategy": self.strategy.state_dict(), "config": self.strategy.config}, path)
+        state = {"strategy": self.strategy.state_dict(), "config": self.strategy.config}
+        if self.sampler is not None:
+            state["sampler"] = self.sampler.state_dict()
+        torch.save(state, path)
         return path
 
     def load_state(self, folder: str) -> bool:
-        """Restore the strategy state from a checkpoint folder; False (with a warning) when it has none."""
+        """Restore the strategy (and sampler) state from a checkpoint folder; False (with a warning) when it has none."""
         path = os.path.join(folder, STATE_FILE)
         if not os.path.isfile(path):
             warnings.warn(
@@ -323,7 +336,23 @@ class DataFlexCallback(TrainerCallback):
         # Our own file, written by save_state next to TRL's own pickled checkpoint files.
         saved = torch.load(path, map_location="cpu", weights_only=False)
         self.strategy.load_state_dict(saved["strategy"])
+        sampler_state = saved.get("sampler")
+        if sampler_state is not None and acts_before_rollout(self.strategy):
+            # HF Trainer builds the dataloader before loading the checkpoint; keep the state if it did not.
+            self._pending_sampler_state = sampler_state
+            self._restore_sampler()
+        elif acts_before_rollout(self.strategy):
+            warnings.warn(
+                f"dataflex: checkpoint {folder} has no sampler state (saved before the mixing sampler was wired?); "
+                "prompt sampling restarts from a fresh stream.",
+                stacklevel=2,
+            )
         return True
+
+    def _restore_sampler(self) -> None:
+        if self.sampler is not None and self._pending_sampler_state is not None:
+            self.sampler.load_state_dict(self._pending_sampler_state)
+            self._pending_sampler_state = None
 
     def load_optimizer_and_scheduler(self, trainer, original: Callable, checkpoint: Optional[str]) -> None:
         """Wraps ``_load_optimizer_and_scheduler``: the one trainer hook that receives the resume checkpoint."""
@@ -332,23 +361,19 @@ class DataFlexCallback(TrainerCallback):
             self.load_state(checkpoint)
 
     # ------------------------------------------------------------------ sampling
-    def train_sampler(self, trainer, original: Callable, *args, **kwargs):
-        """Wraps ``_get_train_sampler``: the hook where domain mixing will replace TRL's RepeatSampler.
+    def train_sampler(self, trainer, original: Callable, dataset=None):
+        """Wraps ``_get_train_sampler``: a `DomainMixingSampler` when the strategy chooses prompts before rollout.
 
-        TRL's ``RepeatSampler`` yields each prompt ``num_generations`` times in a row, in
-        generation batches reused ``steps_per_generation * num_iterations`` times; a mixing
-        sampler must keep that layout (see `dataflex_callbacks.DomainMixingSampler`, issue 4).
-        Until it is wired, the mixing targets are computed and logged, but sampling is TRL's.
+        A strategy with a ``mix`` part (domain proportions) or a ``pre_select`` part (skip prompts
+        predicted to give no signal) gets a sampler with TRL's ``RepeatSampler`` layout, driven
+        by the strategy (see `sampling.grpo_mixing_sampler`); any other strategy keeps TRL's sampler.
         """
-        sampler = original(*args, **kwargs)
-        if self.strategy.mix_enabled and not self._warned_mixing:
-            self._warned_mixing = True
-            warnings.warn(
-                "dataflex: the strategy has a mix part; the TRL adapter tracks and logs domain targets "
-                "(dataflex/mix/...) but does not steer TRL's sampler yet, so proportions stay as in the dataset.",
-                stacklevel=2,
-            )
-        return sampler
+        if not acts_before_rollout(self.strategy):
+            return original(dataset)
+        dataset = trainer.train_dataset if dataset is None else dataset
+        self.sampler = grpo_mixing_sampler(trainer, dataset, self.strategy, self.domain_column, self.prompt_key_column)
+        self._restore_sampler()
+        return self.sampler
 
 
 def _replace_decision(decision, keep: torch.Tensor, weights: torch.Tensor, response_weights: Optional[torch.Tensor]):

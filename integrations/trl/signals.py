@@ -4,13 +4,13 @@ TRL gathers the rewards of every process in ``_calculate_rewards`` (``(N_global,
 column per reward function, rank-major order) and lays groups out as contiguous blocks of
 ``num_generations`` rows in that global order, so a group can span processes. The per-token
 tensors stay local; `global_rollout_batch` gathers them so that every rank builds the same
-batch and the strategy reaches the same decision everywhere.
+batch and the strategy reaches the same decision everywhere. Prompt keys are the ones the
+mixing sampler draws by (`sampling.row_key`), gathered as Python objects.
 """
 
 from __future__ import annotations
 
-import hashlib
-from typing import Any, Optional, Sequence
+from typing import Hashable, Optional, Sequence
 
 import torch
 
@@ -53,12 +53,6 @@ def selection_rewards(
     return summed.masked_fill(unscorable, float("nan")).float()
 
 
-def stable_prompt_key(prompt: Any) -> int:
-    """A 63-bit key of a prompt (text or chat messages) that is the same on every process and run."""
-    digest = hashlib.blake2b(repr(prompt).encode("utf-8"), digest_size=8).digest()
-    return int.from_bytes(digest, "little") & ((1 << 63) - 1)
-
-
 def _gather_padded(accelerator, tensor: torch.Tensor) -> torch.Tensor:
     """Gather a per-rank ``(B, T_rank)`` tensor into ``(N, T_max)``, right-padding with zeros."""
     if accelerator.num_processes == 1:
@@ -74,7 +68,7 @@ def global_rollout_batch(
     loss_mask: torch.Tensor,
     advantages: torch.Tensor,
     domains: Optional[Sequence[str]],
-    prompt_keys: Sequence[int],
+    prompt_keys: Sequence[Hashable],
 ) -> RolloutBatch:
     """The whole generation batch of all processes, identical on every rank.
 
@@ -85,7 +79,7 @@ def global_rollout_batch(
         loss_mask: ``(B, T)`` this rank's completion mask (times TRL's tool mask).
         advantages: ``(B,)`` or ``(B, T)`` this rank's advantages.
         domains: this rank's ``B`` domain labels, or None when the dataset has no domain column.
-        prompt_keys: this rank's ``B`` integer prompt keys.
+        prompt_keys: this rank's ``B`` prompt keys (`sampling.row_key`: strings or ints).
     """
     device = global_rewards.device
     mask = _gather_padded(accelerator, loss_mask.to(device))
@@ -93,15 +87,13 @@ def global_rollout_batch(
         adv = _gather_padded(accelerator, advantages.to(device))
     else:
         adv = accelerator.gather(advantages.to(device)) if accelerator.num_processes > 1 else advantages.to(device)
-    keys = torch.tensor(list(prompt_keys), dtype=torch.int64, device=device)
+    keys = list(prompt_keys)
+    all_domains = None if domains is None else [str(d) for d in domains]
     if accelerator.num_processes > 1:
-        keys = accelerator.gather(keys)
-    all_domains = None
-    if domains is not None:
-        all_domains = [str(d) for d in domains]
-        if accelerator.num_processes > 1:
-            from accelerate.utils import gather_object
+        from accelerate.utils import gather_object
 
+        keys = gather_object(keys)
+        if all_domains is not None:
             all_domains = [str(d) for d in gather_object(all_domains)]
     group_ids = torch.arange(global_rewards.shape[0], device=device) // num_generations
     return RolloutBatch(
@@ -110,7 +102,7 @@ def global_rollout_batch(
         completion_mask=mask.bool(),
         advantages=adv.float(),
         domains=all_domains,
-        prompt_keys=keys.tolist(),
+        prompt_keys=keys,
     )
 
 

@@ -19,7 +19,8 @@ class DataFlexGRPOTrainer(GRPOTrainer):
         strategy: a `Strategy`, preset name (``"difffilter"``), config dict or YAML path.
         selection_reward: reward function name the strategy scores on (None: weighted sum).
         domain_column: dataset column holding each prompt's domain.
-        prompt_key_column: dataset column with a stable prompt id (None: hash of the prompt).
+        prompt_key_column: dataset column with a stable prompt id (None: the ``prompt_key`` column if
+            present, else the prompt).
         record_decisions: keep every decision in ``trainer.dataflex.history``.
         *args, **kwargs: passed to ``trl.GRPOTrainer``.
     """
@@ -62,6 +63,6 @@ class DataFlexGRPOTrainer(GRPOTrainer):
         return self.dataflex.load_optimizer_and_scheduler(self, super()._load_optimizer_and_scheduler, checkpoint)
 
     def _get_train_sampler(self, dataset=None):
-        # Hook for domain mixing: a DomainMixingSampler replaces TRL's RepeatSampler here (see
-        # DataFlexCallback.train_sampler); today it returns TRL's sampler unchanged.
+        # A strategy with a mix or pre_select part draws prompts through a DomainMixingSampler here
+        # (see DataFlexCallback.train_sampler); any other strategy keeps TRL's RepeatSampler.
         return self.dataflex.train_sampler(self, super()._get_train_sampler, dataset)

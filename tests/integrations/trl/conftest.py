@@ -1,6 +1,7 @@
 """Shared fixtures for the TRL adapter tests: a tiny local model, a toy dataset, a trainer factory."""
 
 import os
+import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
@@ -12,6 +13,11 @@ import torch
 torch.set_num_threads(1)
 
 pytest.importorskip("trl")
+
+# Helper modules next to these tests (mixing_runs.py) are imported by bare name; tests/ is not a package.
+_HERE = os.path.dirname(os.path.abspath(__file__))
+if _HERE not in sys.path:
+    sys.path.insert(0, _HERE)
 
 from datasets import Dataset  # noqa: E402
 

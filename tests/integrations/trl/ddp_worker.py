@@ -1,7 +1,9 @@
 """Worker for test_distributed.py: one rank of a 2-process CPU (gloo) GRPO run with a strategy.
 
-Run as ``torchrun --nproc_per_node 2 ddp_worker.py OUT_DIR``; each rank writes its decisions to
-``OUT_DIR/rank<r>.json``.
+Run as ``torchrun --nproc_per_node 2 ddp_worker.py OUT_DIR [MODE]``; each rank writes its decisions to
+``OUT_DIR/rank<r>.json``. ``MODE`` ``select`` (default) runs selection + reweighting; ``mixing`` runs
+domain mixing with pre-rollout selection through the DomainMixingSampler and also records the
+sampler's index stream and final state.
 """
 
 import json
@@ -21,9 +23,15 @@ from trl import GRPOConfig  # noqa: E402
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer  # noqa: E402
 from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
-STRATEGY = {
-    "select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.2, "high": 0.8}},
-    "reweight": {"scorer": "response_length", "reweighter": {"name": "softmax", "temperature": 2.0}},
+STRATEGIES = {
+    "select": {
+        "select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.2, "high": 0.8}},
+        "reweight": {"scorer": "response_length", "reweighter": {"name": "softmax", "temperature": 2.0}},
+    },
+    "mixing": {
+        "pre_select": "skip_zero_variance",
+        "mix": {"mixer": "learnability", "warmup_steps": 1, "update_every": 1},
+    },
 }
 
 
@@ -31,7 +39,7 @@ def parity_reward(completions, **kwargs):
     return [float(len(c) % 2 == 0) for c in completions]
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, mode: str = "select") -> None:
     tokenizer = build_tiny_tokenizer()
     dataset = Dataset.from_dict({"prompt": [f"{i}*{i % 5}=" for i in range(24)], "domain": ["a", "b"] * 12})
     args = GRPOConfig(
@@ -41,7 +49,7 @@ def main(out_dir: str) -> None:
         per_device_train_batch_size=3,
         num_generations=2,
         max_completion_length=6,
-        max_steps=3,
+        max_steps=3 if mode == "select" else 12,  # mixing: 1.5 epochs, so prompts come back and get skipped
         loss_type="dapo",
         learning_rate=1e-3,
         logging_steps=1,
@@ -54,14 +62,29 @@ def main(out_dir: str) -> None:
     )
     trainer = DataFlexGRPOTrainer(
         model=build_tiny_model(tokenizer, seed=0), reward_funcs=parity_reward, args=args, train_dataset=dataset,
-        processing_class=tokenizer, strategy=STRATEGY, record_decisions=True,
+        processing_class=tokenizer, strategy=STRATEGIES[mode], record_decisions=True,
     )
+    if mode == "mixing":
+        from mixing_runs import RecordingSampler
+
+        install = trainer._get_train_sampler
+
+        def recording(dataset=None):
+            trainer.recorder = RecordingSampler(install(dataset))
+            return trainer.recorder
+
+        trainer._get_train_sampler = recording
     trainer.train()
     history = [
-        {"step": h["step"], "keep": h["keep"].tolist(), "weights": h["weights"].tolist()}
+        {"step": h["step"], "keep": h["keep"].tolist(), "weights": h["weights"].tolist(),
+         "prompt_keys": h["prompt_keys"], "metrics": h["metrics"]}
         for h in trainer.dataflex.history
     ]
     record = {"world_size": trainer.accelerator.num_processes, "history": history}
+    if mode == "mixing":
+        record["stream"] = trainer.recorder.indices
+        record["sampler_state"] = json.loads(json.dumps(trainer.dataflex.sampler.state_dict(), default=str))
+        record["strategy_state"] = json.loads(json.dumps(trainer.dataflex.strategy.state_dict(), default=str))
     with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as handle:
         json.dump(record, handle)
     # Tear the gloo group down before interpreter exit; leaving it to the destructors can abort the process.
@@ -70,4 +93,4 @@ def main(out_dir: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(*sys.argv[1:])

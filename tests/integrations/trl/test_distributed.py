@@ -11,10 +11,10 @@ import pytest
 WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
 
 
-@pytest.mark.slow
-def test_two_ranks_make_identical_decisions_without_hanging(tmp_path):
+def run_two_ranks(tmp_path, mode):
+    """Run ddp_worker.py on 2 CPU processes; returns both ranks' records."""
     command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               WORKER, str(tmp_path)]
+               WORKER, str(tmp_path), mode]
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
     # A hang (a collective one rank skips) shows up as this timeout instead of a stuck test session;
     # the workers get their own process group so a timeout ends all of them.
@@ -27,10 +27,28 @@ def test_two_ranks_make_identical_decisions_without_hanging(tmp_path):
         process.communicate()
         pytest.fail("the two-process run did not finish in 240 s (hang in a collective?)")
     assert process.returncode == 0, stderr[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_two_ranks_make_identical_decisions_without_hanging(tmp_path):
+    ranks = run_two_ranks(tmp_path, "select")
     assert ranks[0]["world_size"] == ranks[1]["world_size"] == 2
     assert ranks[0]["history"] == ranks[1]["history"]
     history = ranks[0]["history"]
     assert len(history) == 3 and all(len(h["keep"]) == 6 for h in history)
     # Rows 2 (rank 0) and 3 (rank 1) form one group; group selection keeps or drops it as a whole.
     assert all(h["keep"][2] == h["keep"][3] for h in history)
+
+
+@pytest.mark.slow
+def test_two_ranks_draw_the_same_mixing_stream_and_skip_the_same_prompts(tmp_path):
+    ranks = run_two_ranks(tmp_path, "mixing")
+    assert ranks[0]["world_size"] == ranks[1]["world_size"] == 2
+    assert len(ranks[0]["stream"]) >= 12 * 6 and ranks[0]["stream"] == ranks[1]["stream"]
+    assert ranks[0]["history"] == ranks[1]["history"]
+    assert ranks[0]["sampler_state"] == ranks[1]["sampler_state"]
+    assert ranks[0]["strategy_state"] == ranks[1]["strategy_state"]
+    # Every rank's RolloutBatch holds all 6 rows (3 prompts x 2 generations), keys gathered from both ranks.
+    assert all(len(h["prompt_keys"]) == 6 for h in ranks[0]["history"])
+    assert ranks[0]["history"][-1]["metrics"]["prerollout/skipped_prompts"] > 0

@@ -1,0 +1,111 @@
+"""The `DomainMixingSampler` that replaces TRL's ``RepeatSampler`` when a strategy acts before rollout.
+
+TRL draws prompts through ``GRPOTrainer._get_train_sampler``. A strategy with a ``mix`` part
+(which domain next) or a ``pre_select`` part (which prompts to skip) must choose there, before
+anything is generated. `grpo_mixing_sampler` builds a sampler with ``RepeatSampler``'s layout:
+
+- ``batch_size = generation_batch_size // num_generations`` prompts per chunk (one generation
+  round of all processes together);
+- each prompt ``num_generations`` times in a row;
+- each chunk ``num_iterations * steps_per_generation`` times (TRL reuses a generation round);
+- the same stream on every rank (seeded by ``args.seed``), since TRL shards batches itself;
+- ``resume="replay"``: HF Trainer re-iterates the sampler on resume and skips consumed batches.
+
+Prompt keys: the sampler and the adapter's `RolloutBatch` name a prompt by the same key,
+`row_key` (the ``prompt_key_column`` when given, else `dataflex_callbacks.history.row_prompt_key`),
+so the history a pre-rollout filter keeps from rollouts is the one the sampler reads.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Hashable, Mapping, Optional
+
+from dataflex_callbacks import DomainMixingSampler, Strategy
+from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.history import KEY_COLUMNS, hashable_key, row_prompt_key
+
+ALL_ROWS_DOMAIN = "all"
+"""Domain label given to every row when pre-rollout selection runs on a dataset without a domain column."""
+
+
+def acts_before_rollout(strategy: Strategy) -> bool:
+    """True when the strategy has a part that chooses prompts (``mix`` or ``pre_select``)."""
+    return strategy.mix_enabled or getattr(strategy, "prompt_filter", None) is not None
+
+
+def row_key(row: Mapping[str, Any], key_column: Optional[str]) -> Hashable:
+    """A dataset row's prompt key: its ``key_column`` value, else the `row_prompt_key` rule."""
+    if key_column is not None:
+        return hashable_key(row[key_column])
+    return row_prompt_key(row, None)
+
+
+class _SamplerColumns:
+    """The two columns the sampler reads, as a read-only column view (``view[column] -> list``).
+
+    The sampler reads prompt keys from a ``prompt_key`` column; exposing the adapter's key column
+    under that name keeps one key rule for the sampler and the rollout batch.
+    """
+
+    def __init__(self, dataset: Any, domain_column: Optional[str], key_column: Optional[str]):
+        self._dataset = dataset
+        self._domain_column = domain_column
+        self._key_column = key_column
+        self.column_names = ["prompt_key", "domain"]
+
+    def __len__(self) -> int:
+        return len(self._dataset)
+
+    def __getitem__(self, column: str) -> list:
+        if column == "domain":
+            if self._domain_column is None:
+                return [ALL_ROWS_DOMAIN] * len(self._dataset)
+            return [str(v) for v in self._dataset[self._domain_column]]
+        if column == "prompt_key":
+            names = self._dataset.column_names
+            source = self._key_column or next((c for c in KEY_COLUMNS if c in names), None)
+            if source is None:
+                return list(range(len(self._dataset)))
+            return [hashable_key(v) for v in self._dataset[source]]
+        raise KeyError(column)
+
+
+def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_column: str, key_column: Optional[str]) -> None:
+    """Fail at build time when the train dataset cannot feed a mixing / pre-rollout sampler."""
+    if not acts_before_rollout(strategy) or dataset is None:
+        return
+    iterable = any(cls.__name__ == "IterableDataset" for cls in type(dataset).__mro__)
+    if iterable or not hasattr(dataset, "column_names"):
+        raise ConfigError(
+            f"dataflex: strategy {strategy.name!r} chooses prompts before rollout (mix / pre_select), which needs a "
+            f"map-style datasets.Dataset; got a {type(dataset).__name__}. Load the data as a datasets.Dataset, or "
+            "for streaming data mix with datasets.interleave_datasets(per_domain, probabilities=[...]) and drop the "
+            "strategy's mix part"
+        )
+    columns = list(dataset.column_names)
+    if strategy.mix_enabled and domain_column not in columns:
+        raise ConfigError(f"dataflex: the strategy's mix part needs the domain column {domain_column!r}; the train "
+                          f"dataset has {columns}; pass domain_column=<the column holding each prompt's domain>")
+    if key_column is not None and key_column not in columns:
+        raise ConfigError(f"dataflex: prompt_key_column={key_column!r} is not a column of the train dataset {columns}")
+
+
+def grpo_mixing_sampler(trainer, dataset: Any, strategy: Strategy, domain_column: str,
+                        key_column: Optional[str]) -> DomainMixingSampler:
+    """A `DomainMixingSampler` with TRL's ``RepeatSampler`` layout for ``trainer`` (see module docstring)."""
+    args = trainer.args
+    columns = list(getattr(dataset, "column_names", None) or [])
+    view = _SamplerColumns(dataset, domain_column if domain_column in columns else None, key_column)
+    return DomainMixingSampler(
+        view,
+        domain_key="domain",
+        batch_size=args.generation_batch_size // trainer.num_generations,
+        num_generations=trainer.num_generations,
+        repeat_count=trainer.num_iterations * args.steps_per_generation,
+        layout="grpo",
+        num_replicas=1,
+        rank=0,
+        strategy=strategy,
+        seed=args.seed,
+        resume="replay",
+    )
