@@ -26,6 +26,35 @@ def _quiet_environment(args: argparse.Namespace) -> None:
     os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")  # errors stay one line on stderr
 
 
+def add_training_arguments(parser: argparse.ArgumentParser) -> None:
+    """Model, data and training options shared by `dataflex run` and `dataflex compare`."""
+    parser.add_argument("--model", default=None, help="hub id or local path (default: built-in tiny model)")
+    parser.add_argument("--dataset", default=None, help="datasets name or local jsonl/json/parquet/csv (default: built-in suite)")
+    parser.add_argument("--prompt-column", default="prompt")
+    parser.add_argument("--answer-column", default="answer")
+    parser.add_argument("--domain-column", default=None)
+    parser.add_argument("--split", default="train", help="split of a hub --dataset (default: train)")
+    parser.add_argument("--verifier", default="auto", choices=("auto", "numeric", "exact"))
+    parser.add_argument("--domains", default=None, help="comma-separated built-in domains (default: all)")
+    parser.add_argument("--n-train", type=int, default=200, help="training prompts per built-in domain (default: 200)")
+    parser.add_argument("--num-generations", type=int, default=8)
+    parser.add_argument("--prompts-per-step", type=int, default=8)
+    parser.add_argument("--learning-rate", type=float, default=3e-3)
+    parser.add_argument("--max-completion-length", type=int, default=None)
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+
+
+def training_options(args: argparse.Namespace) -> dict:
+    """`RunOptions` fields from the arguments added by `add_training_arguments`."""
+    return dict(
+        model=args.model, dataset=args.dataset, prompt_column=args.prompt_column, answer_column=args.answer_column,
+        domain_column=args.domain_column, split=args.split, verifier=args.verifier,
+        domains=args.domains.split(",") if args.domains else None, n_train=args.n_train,
+        num_generations=args.num_generations, prompts_per_step=args.prompts_per_step,
+        learning_rate=args.learning_rate, max_completion_length=args.max_completion_length,
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dataflex", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -36,19 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0)
     run.add_argument("--output-dir", default=None, help="run folder (default: runs/<strategy>-<timestamp>)")
     run.add_argument("--overwrite", action="store_true", help="replace an existing run in --output-dir")
-    run.add_argument("--model", default=None, help="hub id or local path (default: built-in tiny model)")
-    run.add_argument("--dataset", default=None, help="datasets name or local jsonl/json/parquet/csv (default: built-in suite)")
-    run.add_argument("--prompt-column", default="prompt")
-    run.add_argument("--answer-column", default="answer")
-    run.add_argument("--domain-column", default=None)
-    run.add_argument("--split", default="train", help="split of a hub --dataset (default: train)")
-    run.add_argument("--verifier", default="auto", choices=("auto", "numeric", "exact"))
-    run.add_argument("--domains", default=None, help="comma-separated built-in domains (default: all)")
-    run.add_argument("--num-generations", type=int, default=8)
-    run.add_argument("--prompts-per-step", type=int, default=8)
-    run.add_argument("--learning-rate", type=float, default=3e-3)
-    run.add_argument("--max-completion-length", type=int, default=None)
-    run.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    add_training_arguments(run)
 
     commands.add_parser("list", help="print every strategy component and preset with a one-line description")
 
@@ -76,12 +93,7 @@ def _command_run(args) -> int:
 
     options = RunOptions(
         strategy=args.strategy, steps=args.steps, seed=args.seed, output_dir=args.output_dir,
-        overwrite=args.overwrite, model=args.model, dataset=args.dataset, prompt_column=args.prompt_column,
-        answer_column=args.answer_column, domain_column=args.domain_column, split=args.split,
-        verifier=args.verifier, domains=args.domains.split(",") if args.domains else None,
-        num_generations=args.num_generations, prompts_per_step=args.prompts_per_step,
-        learning_rate=args.learning_rate, max_completion_length=args.max_completion_length,
-        progress=not args.no_progress,
+        overwrite=args.overwrite, progress=not args.no_progress, **training_options(args),
     )
     try:
         result = run_training(options)

@@ -15,6 +15,7 @@ from .errors import BatchError
 from .groups import dense_groups, segment_sum
 from .params import check_choice, check_number
 from .registry import register
+from .scorers import check_score_shape
 
 NORMALIZE_MODES = ("mean_one", "per_group_mean_one", "none")
 
@@ -65,13 +66,8 @@ class Reweighter:
 
     def weights(self, scores: torch.Tensor, batch: RolloutBatch, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Weights ``(N,)`` or ``(N, L)`` (as the scores), zero outside ``mask``, normalised per ``normalize``."""
-        want_dim = 2 if self.granularity == "token" else 1
-        if scores.dim() != want_dim:
-            shape = "(N, L)" if want_dim == 2 else "(N,)"
-            raise BatchError(
-                f"reweighter {self.name!r} works on {self.granularity}-level scores {shape}; got shape "
-                f"{tuple(scores.shape)}: pair it with a {self.granularity}-level scorer"
-            )
+        check_score_shape("reweighter", self.name, self.granularity, scores)
+        want_dim = scores.dim()
         if mask is None:
             mask = batch.valid_mask if want_dim == 2 else torch.ones(batch.n, dtype=torch.bool, device=batch.device)
         elif want_dim == 2 and mask.dim() == 1:

@@ -46,6 +46,17 @@ def advantage_magnitude(advantages: torch.Tensor, valid_mask: torch.Tensor | Non
     return total / mask.sum(dim=1).clamp_min(1)
 
 
+def check_score_shape(kind: str, name: str, granularity: str, scores: torch.Tensor) -> None:
+    """Raise `BatchError` unless ``scores`` is ``(N,)`` for response-level or ``(N, L)`` for token-level components."""
+    want_dim = 2 if granularity == "token" else 1
+    if scores.dim() != want_dim:
+        shape = "(N, L)" if want_dim == 2 else "(N,)"
+        raise BatchError(
+            f"{kind} {name!r} works on {granularity}-level scores {shape}; got shape "
+            f"{tuple(scores.shape)}: pair it with a {granularity}-level scorer"
+        )
+
+
 # ---------------------------------------------------------------- registered scorers
 
 

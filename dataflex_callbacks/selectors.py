@@ -13,6 +13,7 @@ from .errors import BatchError
 from .groups import dense_groups, rank_within_groups, sort_within_groups
 from .params import check_choice, check_int, check_number
 from .registry import register
+from .scorers import check_score_shape
 
 
 def _round_half_up(values: torch.Tensor) -> torch.Tensor:
@@ -124,13 +125,7 @@ class Selector:
     requires: tuple[str, ...] = ()
 
     def select(self, scores: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
-        want_dim = 2 if self.granularity == "token" else 1
-        if scores.dim() != want_dim:
-            shape = "(N, L)" if want_dim == 2 else "(N,)"
-            raise BatchError(
-                f"selector {self.name!r} works on {self.granularity}-level scores {shape}; got shape "
-                f"{tuple(scores.shape)}: pair it with a {self.granularity}-level scorer"
-            )
+        check_score_shape("selector", self.name, self.granularity, scores)
         for field_name in self.requires:
             if not batch.has(field_name):
                 raise BatchError(f"selector {self.name!r} needs RolloutBatch.{field_name}, which this batch does not have")

@@ -14,7 +14,7 @@ import torch
 
 from .batch import RolloutBatch
 from .errors import BatchError, ConfigError
-from .groups import dense_groups, segment_sum, segment_variance
+from .groups import dense_groups
 from .params import check_int
 
 # Per-step sums gathered per domain; every one is reduced across ranks with "sum".
@@ -62,26 +62,33 @@ class DomainTracker:
         sums = torch.zeros(k, len(_STEP_SUMS), dtype=torch.float64)
         if batch.n == 0:
             return sums
-        domain_index = torch.from_numpy(to_tracker[codes])
-        rewards = batch.rewards.detach().to("cpu", torch.float64)
+        # Everything is reduced on the batch's device, with one scatter per level (rows, groups);
+        # only the (K, 6) sums travel to the CPU.
+        device = batch.device
+        domain_index = torch.from_numpy(to_tracker[codes]).to(device)
+        rewards = batch.rewards.detach().to(torch.float64)
         finite = torch.isfinite(rewards)
         clean = torch.where(finite, rewards, torch.zeros_like(rewards))
-        sums[:, 0] = segment_sum(finite.double(), domain_index, k)
-        sums[:, 1] = segment_sum(clean, domain_index, k)
+        finite_f = finite.to(torch.float64)
         if batch.advantages is not None:
             from .scorers import advantage_magnitude
 
-            magnitude = advantage_magnitude(batch.advantages.detach(), batch.valid_mask).to("cpu", torch.float64)
-            sums[:, 2] = segment_sum(torch.where(finite, magnitude, torch.zeros_like(magnitude)), domain_index, k)
+            magnitude = advantage_magnitude(batch.advantages.detach(), batch.valid_mask).to(torch.float64) * finite_f
+        else:
+            magnitude = torch.zeros_like(clean)
+        rows = torch.stack([finite_f, clean, magnitude, 1.0 - finite_f], dim=1)
+        per_domain = torch.zeros(k, 4, dtype=torch.float64, device=device).index_add_(0, domain_index, rows)
+        per_group_domain = torch.zeros(k, 2, dtype=torch.float64, device=device)
         if batch.group_ids is not None:
-            group_index, groups = dense_groups(batch.group_ids.detach().cpu())
-            variance = segment_variance(clean, group_index, groups)
+            group_index, groups = dense_groups(batch.group_ids.detach())
+            moments = torch.stack([torch.ones_like(clean), clean, clean * clean], dim=1)
+            moments = torch.zeros(groups, 3, dtype=torch.float64, device=device).index_add_(0, group_index, moments)
+            mean = moments[:, 1] / moments[:, 0]
+            variance = (moments[:, 2] / moments[:, 0] - mean * mean).clamp_min(0.0)  # float64: no cancellation issue
             # A group belongs to the domain of its members (they share one prompt).
-            group_domain = torch.zeros(groups, dtype=torch.long).scatter_(0, group_index, domain_index)
-            sums[:, 3] = segment_sum(variance, group_domain, k)
-            sums[:, 4] = segment_sum(torch.ones(groups, dtype=torch.float64), group_domain, k)
-        sums[:, 5] = segment_sum((~finite).double(), domain_index, k)
-        return sums
+            group_domain = torch.zeros(groups, dtype=torch.long, device=device).scatter_(0, group_index, domain_index)
+            per_group_domain.index_add_(0, group_domain, torch.stack([variance, torch.ones_like(variance)], dim=1))
+        return torch.cat([per_domain[:, :3], per_group_domain, per_domain[:, 3:]], dim=1).cpu()
 
     def update(self, batch: RolloutBatch, step: int | None = None, sync: bool = True) -> None:
         """Add one batch; with ``sync`` and torch.distributed initialised, sums are all-reduced first.

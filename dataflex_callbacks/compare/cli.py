@@ -32,19 +32,9 @@ def add_compare_parser(commands) -> None:
                          help="held-out evaluations during each run, for the accuracy-vs-completions figure (default: 4)")
     compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=f"comparison folder (default: {DEFAULT_OUTPUT_DIR})")
     compare.add_argument("--overwrite", action="store_true", help="discard the finished runs in --output-dir and start over")
-    compare.add_argument("--model", default=None, help="hub id or local path (default: built-in tiny model)")
-    compare.add_argument("--dataset", default=None, help="datasets name or local jsonl/json/parquet/csv (default: built-in suite)")
-    compare.add_argument("--prompt-column", default="prompt")
-    compare.add_argument("--answer-column", default="answer")
-    compare.add_argument("--domain-column", default=None)
-    compare.add_argument("--split", default="train", help="split of a hub --dataset (default: train)")
-    compare.add_argument("--verifier", default="auto", choices=("auto", "numeric", "exact"))
-    compare.add_argument("--domains", default=None, help="comma-separated built-in domains (default: all)")
-    compare.add_argument("--num-generations", type=int, default=8)
-    compare.add_argument("--prompts-per-step", type=int, default=8)
-    compare.add_argument("--learning-rate", type=float, default=3e-3)
-    compare.add_argument("--max-completion-length", type=int, default=None)
-    compare.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    from dataflex_callbacks.cli import add_training_arguments
+
+    add_training_arguments(compare)
 
 
 def settings_from_args(args, argv: list[str] | None = None):
@@ -58,13 +48,9 @@ def settings_from_args(args, argv: list[str] | None = None):
         budget = Budget.parse(args.budget)
     except ValueError as error:
         raise CompareInputError(str(error)) from None
-    base = RunOptions(
-        model=args.model, dataset=args.dataset, prompt_column=args.prompt_column, answer_column=args.answer_column,
-        domain_column=args.domain_column, split=args.split, verifier=args.verifier,
-        domains=args.domains.split(",") if args.domains else None, num_generations=args.num_generations,
-        prompts_per_step=args.prompts_per_step, learning_rate=args.learning_rate,
-        max_completion_length=args.max_completion_length,
-    )
+    from dataflex_callbacks.cli import training_options
+
+    base = RunOptions(**training_options(args))
     jobs = args.jobs if args.jobs is not None else max(1, min(2, os.cpu_count() or 1))
     command = "dataflex " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     return CompareSettings(
