@@ -14,7 +14,6 @@ import torch
 
 from .batch import RolloutBatch
 from .errors import BatchError, ConfigError
-from .groups import dense_groups
 from .params import check_int
 
 # Per-step sums gathered per domain; every one is reduced across ranks with "sum".
@@ -62,33 +61,28 @@ class DomainTracker:
         sums = torch.zeros(k, len(_STEP_SUMS), dtype=torch.float64)
         if batch.n == 0:
             return sums
-        # Everything is reduced on the batch's device, with one scatter per level (rows, groups);
-        # only the (K, 6) sums travel to the CPU.
-        device = batch.device
-        domain_index = torch.from_numpy(to_tracker[codes]).to(device)
-        rewards = batch.rewards.detach().to(torch.float64)
-        finite = torch.isfinite(rewards)
-        clean = torch.where(finite, rewards, torch.zeros_like(rewards))
-        finite_f = finite.to(torch.float64)
+        # The statistics need only a few (N,) vectors; reducing them with numpy on the CPU costs a
+        # fraction of the per-call overhead of small torch kernels (and one host copy on a GPU).
+        domain_index = to_tracker[codes]
+        rewards = batch.rewards.detach().to("cpu", torch.float64).numpy()
+        finite = np.isfinite(rewards)
+        finite_f = finite.astype(np.float64)
+        clean = np.where(finite, rewards, 0.0)
+        finite_count = np.bincount(domain_index, weights=finite_f, minlength=k)
+        sums = np.zeros((k, len(_STEP_SUMS)))
+        sums[:, 0] = finite_count
+        sums[:, 1] = np.bincount(domain_index, weights=clean, minlength=k)
         if batch.advantages is not None:
             from .scorers import advantage_magnitude
 
-            magnitude = advantage_magnitude(batch.advantages.detach(), batch.valid_mask).to(torch.float64) * finite_f
-        else:
-            magnitude = torch.zeros_like(clean)
-        rows = torch.stack([finite_f, clean, magnitude, 1.0 - finite_f], dim=1)
-        per_domain = torch.zeros(k, 4, dtype=torch.float64, device=device).index_add_(0, domain_index, rows)
-        per_group_domain = torch.zeros(k, 2, dtype=torch.float64, device=device)
+            magnitude = advantage_magnitude(batch.advantages.detach(), batch.valid_mask).to("cpu", torch.float64).numpy()
+            sums[:, 2] = np.bincount(domain_index, weights=magnitude * finite_f, minlength=k)
         if batch.group_ids is not None:
-            group_index, groups = dense_groups(batch.group_ids.detach())
-            moments = torch.stack([torch.ones_like(clean), clean, clean * clean], dim=1)
-            moments = torch.zeros(groups, 3, dtype=torch.float64, device=device).index_add_(0, group_index, moments)
-            mean = moments[:, 1] / moments[:, 0]
-            variance = (moments[:, 2] / moments[:, 0] - mean * mean).clamp_min(0.0)  # float64: no cancellation issue
-            # A group belongs to the domain of its members (they share one prompt).
-            group_domain = torch.zeros(groups, dtype=torch.long, device=device).scatter_(0, group_index, domain_index)
-            per_group_domain.index_add_(0, group_domain, torch.stack([variance, torch.ones_like(variance)], dim=1))
-        return torch.cat([per_domain[:, :3], per_group_domain, per_domain[:, 3:]], dim=1).cpu()
+            variance, group_domain = _group_variance(batch.group_ids.detach().cpu().numpy(), clean, domain_index)
+            sums[:, 3] = np.bincount(group_domain, weights=variance, minlength=k)
+            sums[:, 4] = np.bincount(group_domain, minlength=k)
+        sums[:, 5] = np.bincount(domain_index, minlength=k) - finite_count
+        return torch.from_numpy(sums)
 
     def update(self, batch: RolloutBatch, step: int | None = None, sync: bool = True) -> None:
         """Add one batch; with ``sync`` and torch.distributed initialised, sums are all-reduced first.
@@ -103,22 +97,24 @@ class DomainTracker:
         if sync:
             sums = _all_reduce_sum(sums)
         step_value = float(self.updates if step is None else step)
-        count = sums[:, 0]
-        seen = torch.nonzero((count > 0) | (sums[:, 4] > 0)).flatten()
-        slots = self.cursor[seen]
-        per_sample = count[seen].clamp_min(1.0)
+        values = sums.numpy()
+        count = values[:, 0]
+        seen = np.flatnonzero((count > 0) | (values[:, 4] > 0))
+        cursor, filled = self.cursor.numpy(), self.filled.numpy()  # views: writes land in the tensors
+        slots = cursor[seen]
+        per_sample = np.maximum(count[seen], 1.0)
         fresh = {
-            "reward": sums[seen, 1] / per_sample,
-            "abs_advantage": sums[seen, 2] / per_sample,
-            "group_variance": sums[seen, 3] / sums[seen, 4].clamp_min(1.0),
+            "reward": values[seen, 1] / per_sample,
+            "abs_advantage": values[seen, 2] / per_sample,
+            "group_variance": values[seen, 3] / np.maximum(values[seen, 4], 1.0),
             "count": count[seen],
-            "step": torch.full_like(per_sample, step_value),
+            "step": np.full(seen.shape[0], step_value),
         }
-        for name, values in fresh.items():
-            self.history[name][seen, slots] = values
-        self.cursor[seen] = (slots + 1) % self.window
-        self.filled[seen] = (self.filled[seen] + 1).clamp_max(self.window)
-        self.total_count += count
+        for name, column in fresh.items():
+            self.history[name].numpy()[seen, slots] = column
+        cursor[seen] = (slots + 1) % self.window
+        filled[seen] = np.minimum(filled[seen] + 1, self.window)
+        self.total_count += sums[:, 0]
         self.updates += 1
 
     # ------------------------------------------------------------ statistics
@@ -189,6 +185,30 @@ class DomainTracker:
         self.cursor = state["cursor"].clone()
         self.total_count = state["total_count"].clone()
         self.updates = int(state["updates"])
+
+
+def _group_variance(group_ids: np.ndarray, rewards: np.ndarray, domain_index: np.ndarray):
+    """Population reward variance per group ``(G,)`` and each group's domain ``(G,)``.
+
+    A group belongs to the domain of its members (they share one prompt). Contiguous equal-size
+    groups (the GRPO layout) reduce over a ``(G, s)`` view; any other layout goes through ids.
+    """
+    n = group_ids.shape[0]
+    changes = np.flatnonzero(group_ids[1:] != group_ids[:-1])
+    size = int(changes[0]) + 1 if changes.size else n
+    if n % size == 0 and changes.size == n // size - 1 and np.all(np.diff(changes) == size) \
+            and np.all(group_ids[changes + 1] > group_ids[changes]):
+        blocks = rewards.reshape(-1, size)
+        centred = blocks - blocks.mean(axis=1, keepdims=True)
+        return (centred * centred).mean(axis=1), domain_index.reshape(-1, size)[:, 0]
+    _, group_index = np.unique(group_ids, return_inverse=True)
+    sizes = np.bincount(group_index)
+    mean = np.bincount(group_index, weights=rewards) / sizes
+    centred = rewards - mean[group_index]
+    variance = np.bincount(group_index, weights=centred * centred) / sizes
+    group_domain = np.zeros(sizes.shape[0], dtype=np.int64)
+    group_domain[group_index] = domain_index
+    return variance, group_domain
 
 
 def _all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
