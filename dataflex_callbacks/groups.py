@@ -22,24 +22,6 @@ def dense_groups(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
     return index, unique.numel()
 
 
-def equal_contiguous_size(group_ids: torch.Tensor) -> int | None:
-    """Group size ``s`` if the ids form contiguous blocks of ``s`` equal ids in increasing order, else None.
-
-    That is the GRPO layout; per-group reductions then become reductions over a ``(G, s)`` view.
-    """
-    n = group_ids.numel()
-    if n == 0:
-        return None
-    changes = torch.nonzero(group_ids[1:] != group_ids[:-1])
-    size = int(changes[0, 0]) + 1 if changes.numel() else n
-    if n % size:
-        return None
-    blocks = group_ids.view(-1, size)
-    if not bool((blocks == blocks[:, :1]).all()) or not bool((blocks[1:, 0] > blocks[:-1, 0]).all()):
-        return None
-    return size
-
-
 def segment_sum(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
     """Sum of ``values (N,)`` per group -> ``(G,)``."""
     out = torch.zeros(num_groups, dtype=values.dtype, device=values.device)
