@@ -63,12 +63,17 @@ class DomainTracker:
             return sums
         # The statistics need only a few (N,) vectors; reducing them with numpy on the CPU costs a
         # fraction of the per-call overhead of small torch kernels (and one host copy on a GPU).
-        domain_index = to_tracker[codes]
+        identity = to_tracker.shape[0] == k and bool(np.all(to_tracker == np.arange(k)))
+        domain_index = codes if identity else to_tracker[codes]
         rewards = batch.rewards.detach().to("cpu", torch.float64).numpy()
+        rows_per_domain = np.bincount(domain_index, minlength=k).astype(np.float64)
         finite = np.isfinite(rewards)
-        finite_f = finite.astype(np.float64)
-        clean = np.where(finite, rewards, 0.0)
-        finite_count = np.bincount(domain_index, weights=finite_f, minlength=k)
+        if finite.all():  # the common case: no masking arrays to build
+            finite_f, clean, finite_count = None, rewards, rows_per_domain
+        else:
+            finite_f = finite.astype(np.float64)
+            clean = np.where(finite, rewards, 0.0)
+            finite_count = np.bincount(domain_index, weights=finite_f, minlength=k)
         sums = np.zeros((k, len(_STEP_SUMS)))
         sums[:, 0] = finite_count
         sums[:, 1] = np.bincount(domain_index, weights=clean, minlength=k)
@@ -76,12 +81,14 @@ class DomainTracker:
             from .scorers import advantage_magnitude
 
             magnitude = advantage_magnitude(batch.advantages.detach(), batch.valid_mask).to("cpu", torch.float64).numpy()
-            sums[:, 2] = np.bincount(domain_index, weights=magnitude * finite_f, minlength=k)
+            if finite_f is not None:
+                magnitude = magnitude * finite_f
+            sums[:, 2] = np.bincount(domain_index, weights=magnitude, minlength=k)
         if batch.group_ids is not None:
             variance, group_domain = _group_variance(batch.group_ids.detach().cpu().numpy(), clean, domain_index)
             sums[:, 3] = np.bincount(group_domain, weights=variance, minlength=k)
             sums[:, 4] = np.bincount(group_domain, minlength=k)
-        sums[:, 5] = np.bincount(domain_index, minlength=k) - finite_count
+        sums[:, 5] = rows_per_domain - finite_count
         return torch.from_numpy(sums)
 
     def update(self, batch: RolloutBatch, step: int | None = None, sync: bool = True) -> None:
