@@ -48,7 +48,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from .strategy import Strategy
 
 RECENT_CHUNKS = 20  # chunks in the "recent" actual-proportion window
-SMALL_CHUNK = 32  # chunks up to this many prompts are drawn with plain Python arithmetic
+UNIFORM_BLOCK = 4096  # uniforms drawn per generator call
+SMALL_CHUNK = 32  # chunks up to this many prompts are drawn ahead, several at a time
+PREFETCH_CHUNKS = 64  # small chunks drawn in one vectorised step while the proportions stay the same
 
 
 def domain_labels(dataset: Any, domain_key: str) -> list[str]:
@@ -165,12 +167,16 @@ class DomainMixingSampler(Sampler[int]):
         self.epoch = 0
         # Per-domain bookkeeping as plain int lists: cheaper than numpy for a few domains per chunk.
         self._drawn_total = [0] * len(self.domains)
-        self.drawn_recent: deque = deque(maxlen=RECENT_CHUNKS)  # per-chunk counts, lists of K ints
+        self._drawn_recent: deque = deque(maxlen=RECENT_CHUNKS)  # per-chunk counts, lists of K ints
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
         self._perm = order.astype(np.int64)  # rows grouped by domain; each domain's block is shuffled per pass
         self._pointers = [0] * len(self.domains)  # next unread position in each domain's block
+        self._uniform_buffer = np.empty(0)  # uniforms drawn ahead in blocks (one generator call per block)
+        self._uniform_pos = 0  # next unused entry of the buffer
+        self._ahead: dict | None = None  # small chunks drawn ahead under one proportions array
         # Prompt keys are only needed by a pre-rollout filter; reading them can be costly.
         self._keys = self._row_keys(dataset, len(labels)) if self._prompt_filter is not None else None
+        self._perm_list = self._perm.tolist()  # the same rows as Python ints, for the small-chunk path
         for k in range(len(self.domains)):
             self._shuffle_domain(k)
         self._epoch_rows: list[np.ndarray] = []  # rows of each chunk drawn in the current epoch
@@ -245,7 +251,14 @@ class DomainMixingSampler(Sampler[int]):
     @property
     def drawn_total(self) -> np.ndarray:
         """``(K,)`` prompts drawn per domain since the start."""
+        self._book_served()
         return np.array(self._drawn_total, dtype=np.int64)
+
+    @property
+    def drawn_recent(self) -> deque:
+        """Per-domain counts of the last few chunks (lists of K ints), oldest first."""
+        self._book_served()
+        return self._drawn_recent
 
     def set_epoch(self, epoch: int) -> None:
         """Compatibility with DistributedSampler users; the stream already advances every epoch."""
@@ -255,6 +268,7 @@ class DomainMixingSampler(Sampler[int]):
     def _shuffle_domain(self, k: int) -> None:
         start = self.offsets[k]
         self._rng.shuffle(self._perm[start:start + self.sizes[k]])  # in place on the view
+        self._perm_list[start:start + self.sizes[k]] = self._perm[start:start + self.sizes[k]].tolist()
         self._pointers[k] = 0
 
     def _take(self, k: int, count: int) -> np.ndarray:
@@ -288,6 +302,20 @@ class DomainMixingSampler(Sampler[int]):
             self._pointers[k] += used
         return np.asarray(taken, dtype=np.int64), skipped
 
+    def _uniforms(self, n: int) -> np.ndarray:
+        """The next ``n`` uniforms of the stream, drawn from the generator in blocks of at least 4096.
+
+        Every path (small chunks, drawn-ahead blocks, large chunks) reads this one stream, so the
+        rows drawn do not depend on which path served a chunk.
+        """
+        pos = self._uniform_pos
+        if self._uniform_buffer.shape[0] - pos < n:
+            fresh = self._rng.random(max(UNIFORM_BLOCK, n))
+            self._uniform_buffer = np.concatenate([self._uniform_buffer[pos:], fresh])
+            pos = 0
+        self._uniform_pos = pos + n
+        return self._uniform_buffer[pos:pos + n]
+
     def _cumulative(self, proportions: np.ndarray) -> tuple[np.ndarray, list[float]]:
         """Cumulative proportions (as an array and as a list), cached while ``proportions`` is unchanged."""
         if self._cumulative_of[0] is not proportions:
@@ -297,28 +325,33 @@ class DomainMixingSampler(Sampler[int]):
             self._cumulative_of = (proportions, (cumulative, cumulative.tolist()))
         return self._cumulative_of[1]
 
-    def _draw_chunk(self, proportions: np.ndarray, n: int) -> np.ndarray:
-        """``n`` dataset rows: domains by ``proportions``, rows without replacement within a domain."""
-        uniforms = self._rng.random(n)
+    def _draw_chunk(self, proportions: np.ndarray, n: int):
+        """``n`` dataset rows (a list for small chunks, else an array): domains by ``proportions``,
+        rows without replacement within a domain."""
+        if n <= SMALL_CHUNK and self._prompt_filter is None:
+            rows = self._next_ahead(proportions, n)
+            if rows is not None:
+                return rows
+        uniforms = self._uniforms(n)
         if n <= SMALL_CHUNK and self._prompt_filter is None:
             # Same draw in plain Python: for a few rows, numpy's per-call overhead dominates.
             cumulative = self._cumulative(proportions)[1]
-            pointers, sizes, offsets = self._pointers[:], self._sizes_list, self._offsets_list
+            pointers, sizes, offsets, perm = self._pointers[:], self._sizes_list, self._offsets_list, self._perm_list
             counts = [0] * len(pointers)
-            positions = []
+            rows = []
             for u in uniforms.tolist():
                 k = bisect_right(cumulative, u)
                 p = pointers[k]
                 if p == sizes[k]:
                     break  # a domain runs out: the general path below reshuffles it
-                positions.append(offsets[k] + p)
+                rows.append(perm[offsets[k] + p])
                 pointers[k] = p + 1
                 counts[k] += 1
             else:
                 self._pointers = pointers
                 self._book(counts)
-                return self._perm[positions]
-        chosen = self._cumulative(proportions)[0].searchsorted(uniforms, side="right")
+                return rows
+        chosen = self._cumulative(proportions)[0].searchsorted(np.asarray(uniforms), side="right")
         counts = np.bincount(chosen, minlength=len(self.domains))
         order = chosen.argsort(kind="stable")  # positions of domain 0's draws, then domain 1's, ...
         rows = np.empty(n, dtype=np.int64)
@@ -338,19 +371,87 @@ class DomainMixingSampler(Sampler[int]):
         self._book(counts.tolist())
         return rows
 
+    def _next_ahead(self, proportions: np.ndarray, n: int) -> list[int] | None:
+        """The next small chunk from the drawn-ahead block, drawing a block when needed.
+
+        A block is exactly what drawing its chunks one by one would give (same uniforms, same
+        pointers), as long as the proportions stay the same object; when they change, the unserved
+        rest of the block is rolled back. None when a domain would run out inside a block.
+        """
+        ahead = self._ahead
+        if ahead is not None and (ahead["proportions"] is not proportions or ahead["pos"] == len(ahead["rows"])):
+            self._rollback_ahead()
+            ahead = None
+        if ahead is None:
+            ahead = self._draw_ahead(proportions, n)
+            if ahead is None:
+                return None
+        rows = ahead["rows"][ahead["pos"]]
+        ahead["pos"] += 1
+        if self._mixing:  # the strategy hears of every chunk as it is drawn; otherwise book lazily
+            self._book_served()
+        return rows
+
+    def _draw_ahead(self, proportions: np.ndarray, n: int) -> dict | None:
+        chunks = PREFETCH_CHUNKS
+        uniforms = self._uniforms(chunks * n)
+        chosen = self._cumulative(proportions)[0].searchsorted(uniforms, side="right")
+        k = len(self.domains)
+        counts = np.bincount(chosen, minlength=k)
+        pointers = np.array(self._pointers, dtype=np.int64)
+        if not (pointers + counts <= self.sizes).all():
+            self._uniform_pos -= chunks * n  # not drawn after all: the per-chunk path reshuffles as needed
+            return None
+        order = chosen.argsort(kind="stable")
+        base = self.offsets + pointers - (np.cumsum(counts) - counts)
+        rows = np.empty(chunks * n, dtype=np.int64)
+        rows[order] = self._perm[np.arange(chunks * n) + np.repeat(base, counts)]
+        self._pointers = (pointers + counts).tolist()
+        per_chunk = np.bincount((chosen.reshape(chunks, n) + k * np.arange(chunks)[:, None]).ravel(),
+                                minlength=chunks * k).reshape(chunks, k)
+        self._ahead = {"proportions": proportions, "rows": rows.reshape(chunks, n).tolist(),
+                       "counts": per_chunk.tolist(), "pos": 0, "booked": 0, "n": n}
+        return self._ahead
+
+    def _book_served(self) -> None:
+        """Count the served chunks of the drawn-ahead block that are not counted yet."""
+        ahead = self._ahead
+        if ahead is not None:
+            for counts in ahead["counts"][ahead["booked"]:ahead["pos"]]:
+                self._book(counts)
+            ahead["booked"] = ahead["pos"]
+
+    def _rollback_ahead(self) -> None:
+        """Undo the unserved chunks of the drawn-ahead block (pointers and uniforms)."""
+        self._book_served()
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return
+        unserved = ahead["counts"][ahead["pos"]:]
+        if unserved:
+            for k, c in enumerate(np.sum(unserved, axis=0).tolist()):
+                self._pointers[k] -= c
+            self._uniform_pos -= len(unserved) * ahead["n"]
+
     def _book(self, counts: list[int]) -> None:
         """Count one chunk's draws per domain, and tell the strategy."""
-        self._drawn_total = [a + b for a, b in zip(self._drawn_total, counts)]
-        self.drawn_recent.append(counts)
+        total = self._drawn_total
+        for k, c in enumerate(counts):
+            if c:
+                total[k] += c
+        self._drawn_recent.append(counts)
         if self._mixing:
             self.strategy.observe_sampled(dict(zip(self.domains, counts)))
 
-    def _layout(self, rows: np.ndarray) -> np.ndarray:
+    def _layout(self, rows) -> list[int]:
+        """The indices one chunk of drawn rows (array or list) yields, in the configured layout."""
         if self.layout == "shard":
-            return rows[self.rank::self.num_replicas]
-        if self.num_generations > 1:
-            rows = np.repeat(rows, self.num_generations)
-        return np.tile(rows, self.repeat_count) if self.repeat_count > 1 else rows
+            rows = rows[self.rank::self.num_replicas]
+            return rows.tolist() if isinstance(rows, np.ndarray) else rows
+        if self.num_generations == 1 and self.repeat_count == 1:
+            return rows.tolist() if isinstance(rows, np.ndarray) else rows
+        repeated = np.repeat(np.asarray(rows, dtype=np.int64), self.num_generations)
+        return (np.tile(repeated, self.repeat_count) if self.repeat_count > 1 else repeated).tolist()
 
     def __iter__(self) -> Iterator[int]:
         while True:
@@ -359,19 +460,25 @@ class DomainMixingSampler(Sampler[int]):
             skip = self._pending_skip if self._resumed else 0
             self._resumed, self._pending_skip, self._epoch_rows = False, 0, []
             self._position_base, self._chunk_length, self._chunk_iter = 0, 0, iter(())
+            epoch_rows, draw, target, size = self._epoch_rows, self._draw_chunk, self._target_array, self.draw_size
+            plain = self.layout == "grpo" and self.num_generations == 1 and self.repeat_count == 1
             for c in range(self.chunks_per_epoch):
-                rows = replay[c] if c < len(replay) else self._draw_chunk(self._target_array(), self.draw_size)
-                self._epoch_rows.append(rows)
-                indices = self._layout(rows).tolist()
-                first = skip - self._position_base
-                self._chunk_length = len(indices)
-                if first >= len(indices):
-                    self._position_base += len(indices)
-                    continue
-                self._chunk_iter = iter(indices[first:] if first > 0 else indices)
+                rows = replay[c] if c < len(replay) else draw(target(), size)
+                epoch_rows.append(rows)
+                indices = rows if plain and isinstance(rows, list) else self._layout(rows)
+                length = len(indices)
+                if skip:
+                    first = skip - self._position_base
+                    if first >= length:
+                        self._position_base += length
+                        continue
+                    if first > 0:
+                        indices = indices[first:]
+                # `position` reads these three while the chunk is being consumed.
+                self._chunk_length, self._chunk_iter = length, iter(indices)
                 yield from self._chunk_iter
-                self._position_base += len(indices)
-                self._chunk_length, self._chunk_iter = 0, iter(())
+                self._position_base += length
+                self._chunk_length = 0
             self.epoch += 1
             self._epoch_rows, self._position_base = [], 0
             if skip < len(self):
@@ -396,10 +503,12 @@ class DomainMixingSampler(Sampler[int]):
 
     def state_dict(self) -> dict:
         """Random state, per-domain passes, counts, and the rows of every chunk drawn in this epoch."""
+        self._rollback_ahead()  # state as if only the chunks served so far had been drawn
         return {**self._draw_config(), "epoch": self.epoch,
                 "rng": self._rng.bit_generator.state, "perm": self._perm.tolist(), "pointers": list(self._pointers),
                 "drawn_total": list(self._drawn_total), "drawn_recent": [list(c) for c in self.drawn_recent],
-                "epoch_rows": [r.tolist() for r in self._epoch_rows], "position": self.position,
+                "epoch_rows": [np.asarray(r, dtype=np.int64).tolist() for r in self._epoch_rows],
+                "uniforms": self._uniform_buffer[self._uniform_pos:].tolist(), "position": self.position,
                 "proportions": dict(self._proportions)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -409,11 +518,14 @@ class DomainMixingSampler(Sampler[int]):
             if saved != mine:
                 raise ConfigError(f"sampler state was saved with {key}={saved!r}, this sampler has {mine!r}; "
                                   "resume with the same sampler configuration")
+        self._ahead = None
         self._rng.bit_generator.state = state["rng"]
         self._perm = np.asarray(state["perm"], dtype=np.int64)
+        self._perm_list = self._perm.tolist()
+        self._uniform_buffer, self._uniform_pos = np.asarray(state.get("uniforms", []), dtype=np.float64), 0
         self._pointers = [int(p) for p in state["pointers"]]
         self._drawn_total = [int(c) for c in state["drawn_total"]]
-        self.drawn_recent = deque(([int(c) for c in counts] for counts in state["drawn_recent"]), maxlen=RECENT_CHUNKS)
+        self._drawn_recent = deque(([int(c) for c in counts] for counts in state["drawn_recent"]), maxlen=RECENT_CHUNKS)
         self._epoch_rows = [np.asarray(r, dtype=np.int64) for r in state["epoch_rows"]]
         self.epoch = int(state["epoch"])
         self._proportions = dict(state["proportions"])
