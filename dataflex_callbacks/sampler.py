@@ -30,6 +30,7 @@ the domain and the filter chooses within it, skipping prompts it predicts to be 
 
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 from collections import deque
 from operator import length_hint
@@ -179,7 +180,9 @@ class DomainMixingSampler(Sampler[int]):
         self._perm_list = self._perm.tolist()  # the same rows as Python ints, for the small-chunk path
         for k in range(len(self.domains)):
             self._shuffle_domain(k)
-        self._epoch_rows: list[np.ndarray] = []  # rows of each chunk drawn in the current epoch
+        # Rows of every chunk drawn in the current epoch, flat (chunks are draw_size long): a typed
+        # array, not a list of lists, so the garbage collector never scans an epoch's worth of lists.
+        self._epoch_rows = array("q")
         self._resumed = False
         self._pending_skip = 0
         # Indices yielded in this epoch = _position_base + _chunk_length - (items left in _chunk_iter).
@@ -379,25 +382,24 @@ class DomainMixingSampler(Sampler[int]):
         rest of the block is rolled back. None when a domain would run out inside a block.
         """
         ahead = self._ahead
-        if ahead is not None and (ahead["proportions"] is not proportions or ahead["pos"] == len(ahead["rows"])):
+        if ahead is not None and (ahead["proportions"] is not proportions or ahead["pos"] == ahead["chunks"]):
             self._rollback_ahead()
             ahead = None
         if ahead is None:
             ahead = self._draw_ahead(proportions, n)
             if ahead is None:
                 return None
-        rows = ahead["rows"][ahead["pos"]]
-        ahead["pos"] += 1
+        pos = ahead["pos"]
+        ahead["pos"] = pos + 1
         if self._mixing:  # the strategy hears of every chunk as it is drawn; otherwise book lazily
             self._book_served()
-        return rows
+        return ahead["rows"][pos * n:(pos + 1) * n]
 
     def _draw_ahead(self, proportions: np.ndarray, n: int) -> dict | None:
         chunks = PREFETCH_CHUNKS
         uniforms = self._uniforms(chunks * n)
         chosen = self._cumulative(proportions)[0].searchsorted(uniforms, side="right")
-        k = len(self.domains)
-        counts = np.bincount(chosen, minlength=k)
+        counts = np.bincount(chosen, minlength=len(self.domains))
         pointers = np.array(self._pointers, dtype=np.int64)
         if not (pointers + counts <= self.sizes).all():
             self._uniform_pos -= chunks * n  # not drawn after all: the per-chunk path reshuffles as needed
@@ -407,31 +409,40 @@ class DomainMixingSampler(Sampler[int]):
         rows = np.empty(chunks * n, dtype=np.int64)
         rows[order] = self._perm[np.arange(chunks * n) + np.repeat(base, counts)]
         self._pointers = (pointers + counts).tolist()
-        per_chunk = np.bincount((chosen.reshape(chunks, n) + k * np.arange(chunks)[:, None]).ravel(),
-                                minlength=chunks * k).reshape(chunks, k)
-        self._ahead = {"proportions": proportions, "rows": rows.reshape(chunks, n).tolist(),
-                       "counts": per_chunk.tolist(), "pos": 0, "booked": 0, "n": n}
+        self._ahead = {"proportions": proportions, "rows": rows.tolist(), "chosen": chosen, "chunks": chunks,
+                       "pos": 0, "booked": 0, "n": n}
         return self._ahead
 
     def _book_served(self) -> None:
         """Count the served chunks of the drawn-ahead block that are not counted yet."""
         ahead = self._ahead
-        if ahead is not None:
-            for counts in ahead["counts"][ahead["booked"]:ahead["pos"]]:
-                self._book(counts)
-            ahead["booked"] = ahead["pos"]
+        if ahead is None or ahead["booked"] == ahead["pos"]:
+            return
+        n, k = ahead["n"], len(self.domains)
+        served = ahead["pos"] - ahead["booked"]
+        chosen = ahead["chosen"][ahead["booked"] * n:ahead["pos"] * n]
+        if self._mixing:  # the strategy is told chunk by chunk
+            for c in range(served):
+                self._book(np.bincount(chosen[c * n:(c + 1) * n], minlength=k).tolist())
+        else:  # totals in one count; per-chunk counts only for the recent window
+            total = self._drawn_total
+            for d, c in enumerate(np.bincount(chosen, minlength=k).tolist()):
+                total[d] += c
+            recent = min(served, RECENT_CHUNKS)
+            tail = chosen[(served - recent) * n:].reshape(recent, n) + k * np.arange(recent)[:, None]
+            self._drawn_recent.extend(np.bincount(tail.ravel(), minlength=recent * k).reshape(recent, k).tolist())
+        ahead["booked"] = ahead["pos"]
 
     def _rollback_ahead(self) -> None:
         """Undo the unserved chunks of the drawn-ahead block (pointers and uniforms)."""
         self._book_served()
         ahead, self._ahead = self._ahead, None
-        if ahead is None:
+        if ahead is None or ahead["pos"] == ahead["chunks"]:
             return
-        unserved = ahead["counts"][ahead["pos"]:]
-        if unserved:
-            for k, c in enumerate(np.sum(unserved, axis=0).tolist()):
-                self._pointers[k] -= c
-            self._uniform_pos -= len(unserved) * ahead["n"]
+        unserved = ahead["chosen"][ahead["pos"] * ahead["n"]:]
+        for d, c in enumerate(np.bincount(unserved, minlength=len(self.domains)).tolist()):
+            self._pointers[d] -= c
+        self._uniform_pos -= unserved.shape[0]
 
     def _book(self, counts: list[int]) -> None:
         """Count one chunk's draws per domain, and tell the strategy."""
@@ -456,15 +467,22 @@ class DomainMixingSampler(Sampler[int]):
     def __iter__(self) -> Iterator[int]:
         while True:
             # After a resume, the chunks drawn before saving are re-yielded from the log as they were.
-            replay = self._epoch_rows if self._resumed else []
+            replay = self._epoch_rows if self._resumed else array("q")
             skip = self._pending_skip if self._resumed else 0
-            self._resumed, self._pending_skip, self._epoch_rows = False, 0, []
+            self._resumed, self._pending_skip, self._epoch_rows = False, 0, array("q")
             self._position_base, self._chunk_length, self._chunk_iter = 0, 0, iter(())
             epoch_rows, draw, target, size = self._epoch_rows, self._draw_chunk, self._target_array, self.draw_size
+            replayed = len(replay) // size
             plain = self.layout == "grpo" and self.num_generations == 1 and self.repeat_count == 1
             for c in range(self.chunks_per_epoch):
-                rows = replay[c] if c < len(replay) else draw(target(), size)
-                epoch_rows.append(rows)
+                if c < replayed:
+                    rows = replay[c * size:(c + 1) * size].tolist()
+                else:
+                    rows = draw(target(), size)
+                if isinstance(rows, list):
+                    epoch_rows.extend(rows)
+                else:
+                    epoch_rows.frombytes(rows.astype(np.int64, copy=False).tobytes())
                 indices = rows if plain and isinstance(rows, list) else self._layout(rows)
                 length = len(indices)
                 if skip:
@@ -480,7 +498,7 @@ class DomainMixingSampler(Sampler[int]):
                 self._position_base += length
                 self._chunk_length = 0
             self.epoch += 1
-            self._epoch_rows, self._position_base = [], 0
+            self._epoch_rows, self._position_base = array("q"), 0
             if skip < len(self):
                 return
             # The restored epoch had been fully consumed: go on with the next one in this iterator.
@@ -507,7 +525,8 @@ class DomainMixingSampler(Sampler[int]):
         return {**self._draw_config(), "epoch": self.epoch,
                 "rng": self._rng.bit_generator.state, "perm": self._perm.tolist(), "pointers": list(self._pointers),
                 "drawn_total": list(self._drawn_total), "drawn_recent": [list(c) for c in self.drawn_recent],
-                "epoch_rows": [np.asarray(r, dtype=np.int64).tolist() for r in self._epoch_rows],
+                "epoch_rows": [self._epoch_rows[i:i + self.draw_size].tolist()
+                               for i in range(0, len(self._epoch_rows), self.draw_size)],
                 "uniforms": self._uniform_buffer[self._uniform_pos:].tolist(), "position": self.position,
                 "proportions": dict(self._proportions)}
 
@@ -526,7 +545,7 @@ class DomainMixingSampler(Sampler[int]):
         self._pointers = [int(p) for p in state["pointers"]]
         self._drawn_total = [int(c) for c in state["drawn_total"]]
         self._drawn_recent = deque(([int(c) for c in counts] for counts in state["drawn_recent"]), maxlen=RECENT_CHUNKS)
-        self._epoch_rows = [np.asarray(r, dtype=np.int64) for r in state["epoch_rows"]]
+        self._epoch_rows = array("q", (int(r) for rows in state["epoch_rows"] for r in rows))
         self.epoch = int(state["epoch"])
         self._proportions = dict(state["proportions"])
         self._proportions_array = self._as_array(self._proportions)
