@@ -153,7 +153,11 @@ def main(argv: list[str] | None = None) -> int:
 
         return command_compare(args, argv)
     handlers = {"run": _command_run, "list": _command_list, "validate": _command_validate}
-    return handlers[args.command](args)
+    try:
+        return handlers[args.command](args)
+    except BrokenPipeError:  # output piped into `head` and the like: stop quietly
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":
