@@ -338,7 +338,7 @@ class Strategy:
     # ------------------------------------------------------------ state
 
     def state_dict(self) -> dict:
-        """Everything needed to continue exactly: the resolved config and the mixing state."""
+        """Everything needed to continue exactly: the resolved config, the mixing and pre-rollout state."""
         return {"config": copy.deepcopy(self.config), "mixing": None if self.mixing is None else self.mixing.state_dict(),
                 "prompt_filter": None if self.prompt_filter is None else self.prompt_filter.state_dict()}
 
