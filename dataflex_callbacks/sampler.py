@@ -31,7 +31,6 @@ the domain and the filter chooses within it, skipping prompts it predicts to be 
 from __future__ import annotations
 
 from array import array
-from bisect import bisect_right
 from collections import deque
 from operator import length_hint
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
@@ -177,7 +176,6 @@ class DomainMixingSampler(Sampler[int]):
         self._ahead: dict | None = None  # small chunks drawn ahead under one proportions array
         # Prompt keys are only needed by a pre-rollout filter; reading them can be costly.
         self._keys = self._row_keys(dataset, len(labels)) if self._prompt_filter is not None else None
-        self._perm_list = self._perm.tolist()  # the same rows as Python ints, for the small-chunk path
         for k in range(len(self.domains)):
             self._shuffle_domain(k)
         # Rows of every chunk drawn in the current epoch, flat (chunks are draw_size long): a typed
@@ -271,7 +269,6 @@ class DomainMixingSampler(Sampler[int]):
     def _shuffle_domain(self, k: int) -> None:
         start = self.offsets[k]
         self._rng.shuffle(self._perm[start:start + self.sizes[k]])  # in place on the view
-        self._perm_list[start:start + self.sizes[k]] = self._perm[start:start + self.sizes[k]].tolist()
         self._pointers[k] = 0
 
     def _take(self, k: int, count: int) -> np.ndarray:
@@ -319,42 +316,25 @@ class DomainMixingSampler(Sampler[int]):
         self._uniform_pos = pos + n
         return self._uniform_buffer[pos:pos + n]
 
-    def _cumulative(self, proportions: np.ndarray) -> tuple[np.ndarray, list[float]]:
-        """Cumulative proportions (as an array and as a list), cached while ``proportions`` is unchanged."""
+    def _cumulative(self, proportions: np.ndarray) -> np.ndarray:
+        """Cumulative proportions, cached while ``proportions`` is the same object."""
         if self._cumulative_of[0] is not proportions:
             cumulative = np.cumsum(proportions)
             cumulative /= cumulative[-1]
             cumulative[-1] = 1.0
-            self._cumulative_of = (proportions, (cumulative, cumulative.tolist()))
+            self._cumulative_of = (proportions, cumulative)
         return self._cumulative_of[1]
 
     def _draw_chunk(self, proportions: np.ndarray, n: int):
-        """``n`` dataset rows (a list for small chunks, else an array): domains by ``proportions``,
-        rows without replacement within a domain."""
+        """``n`` dataset rows (a list for small chunks, drawn ahead in blocks; else an array): domains
+        by ``proportions``, rows without replacement within a domain. A small chunk whose block would
+        run a domain out takes the general path, which reshuffles; both read the same uniforms."""
         if n <= SMALL_CHUNK and self._prompt_filter is None:
             rows = self._next_ahead(proportions, n)
             if rows is not None:
                 return rows
         uniforms = self._uniforms(n)
-        if n <= SMALL_CHUNK and self._prompt_filter is None:
-            # Same draw in plain Python: for a few rows, numpy's per-call overhead dominates.
-            cumulative = self._cumulative(proportions)[1]
-            pointers, sizes, offsets, perm = self._pointers[:], self._sizes_list, self._offsets_list, self._perm_list
-            counts = [0] * len(pointers)
-            rows = []
-            for u in uniforms.tolist():
-                k = bisect_right(cumulative, u)
-                p = pointers[k]
-                if p == sizes[k]:
-                    break  # a domain runs out: the general path below reshuffles it
-                rows.append(perm[offsets[k] + p])
-                pointers[k] = p + 1
-                counts[k] += 1
-            else:
-                self._pointers = pointers
-                self._book(counts)
-                return rows
-        chosen = self._cumulative(proportions)[0].searchsorted(np.asarray(uniforms), side="right")
+        chosen = self._cumulative(proportions).searchsorted(uniforms, side="right")
         counts = np.bincount(chosen, minlength=len(self.domains))
         order = chosen.argsort(kind="stable")  # positions of domain 0's draws, then domain 1's, ...
         rows = np.empty(n, dtype=np.int64)
@@ -398,7 +378,7 @@ class DomainMixingSampler(Sampler[int]):
     def _draw_ahead(self, proportions: np.ndarray, n: int) -> dict | None:
         chunks = PREFETCH_CHUNKS
         uniforms = self._uniforms(chunks * n)
-        chosen = self._cumulative(proportions)[0].searchsorted(uniforms, side="right")
+        chosen = self._cumulative(proportions).searchsorted(uniforms, side="right")
         counts = np.bincount(chosen, minlength=len(self.domains))
         pointers = np.array(self._pointers, dtype=np.int64)
         if not (pointers + counts <= self.sizes).all():
@@ -540,7 +520,6 @@ class DomainMixingSampler(Sampler[int]):
         self._ahead = None
         self._rng.bit_generator.state = state["rng"]
         self._perm = np.asarray(state["perm"], dtype=np.int64)
-        self._perm_list = self._perm.tolist()
         self._uniform_buffer, self._uniform_pos = np.asarray(state.get("uniforms", []), dtype=np.float64), 0
         self._pointers = [int(p) for p in state["pointers"]]
         self._drawn_total = [int(c) for c in state["drawn_total"]]
