@@ -102,79 +102,75 @@ class StaticMixer(Mixer):
         return torch.tensor([self.fixed[d] for d in self.domains], dtype=torch.float64)
 
 
-@register("mixer", "reward_gap")
-class RewardGapMixer(Mixer):
-    """softmax((max_d R_d - R_d) / T): more data for domains whose reward lags."""
+class SoftmaxMixer(Mixer):
+    """Base of the dynamic mixers: proportions ``softmax(value_d / temperature)`` of a per-domain value."""
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, floor: float = 0.05):
         self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
         super().__init__(domains, floor)
 
-    def _gap(self, tracker):
+    def value(self, tracker: DomainTracker) -> torch.Tensor:  # pragma: no cover - abstract
+        """``(K,)`` the per-domain value the softmax ranks domains by."""
+        raise NotImplementedError
+
+    def raw_proportions(self, tracker):
+        return softmax_temperature(self.value(tracker), self.temperature)
+
+    def signal(self, tracker):
+        return dict(zip(self.domains, self.value(tracker).tolist()))
+
+
+@register("mixer", "reward_gap")
+class RewardGapMixer(SoftmaxMixer):
+    """softmax((max_d R_d - R_d) / T): more data for domains whose reward lags."""
+
+    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, floor: float = 0.05):
+        super().__init__(domains, temperature, floor)
+
+    def value(self, tracker):
         reward = fill_unobserved(tracker.mean_reward(), "min")
         return reward.max() - reward
 
-    def raw_proportions(self, tracker):
-        return softmax_temperature(self._gap(tracker), self.temperature)
-
-    def signal(self, tracker):
-        return dict(zip(self.domains, self._gap(tracker).tolist()))
-
 
 @register("mixer", "dump_ucb")
-class DumpUcbMixer(Mixer):
+class DumpUcbMixer(SoftmaxMixer):
     """softmax((U_d + c*sqrt(2 ln(N+1)/(n_d+1))) / T), U_d the windowed mean |advantage| (DUMP)."""
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, c: float = 0.1, floor: float = 0.05):
-        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
         self.c = check_number("c", c, low=0.0)
-        super().__init__(domains, floor)
+        super().__init__(domains, temperature, floor)
 
-    def ucb(self, tracker):
-        value = fill_unobserved(tracker.mean_abs_advantage(), "max")
+    def value(self, tracker):
+        mean_abs_advantage = fill_unobserved(tracker.mean_abs_advantage(), "max")
         seen = tracker.total_count
         bonus = self.c * torch.sqrt(2.0 * math.log(float(seen.sum()) + 1.0) / (seen + 1.0))
-        return value + bonus
-
-    def raw_proportions(self, tracker):
-        return softmax_temperature(self.ucb(tracker), self.temperature)
-
-    def signal(self, tracker):
-        return dict(zip(self.domains, self.ucb(tracker).tolist()))
+        return mean_abs_advantage + bonus
 
 
 @register("mixer", "tscl")
-class TsclMixer(Mixer):
+class TsclMixer(SoftmaxMixer):
     """softmax(|slope_d| / T) of the windowed reward slope (teacher-student curriculum)."""
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.01, floor: float = 0.05, signed: bool = False):
-        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
         if not isinstance(signed, bool):
             raise ValueError(f"parameter 'signed' must be true or false; got {signed!r}")
         self.signed = signed
-        super().__init__(domains, floor)
+        super().__init__(domains, temperature, floor)
 
-    def progress(self, tracker):
+    def value(self, tracker):
         slope = tracker.reward_slope()
         return slope.clamp_min(0.0) if self.signed else slope.abs()
 
-    def raw_proportions(self, tracker):
-        return softmax_temperature(self.progress(tracker), self.temperature)
-
     def signal(self, tracker):
-        return dict(zip(self.domains, tracker.reward_slope().tolist()))
+        return dict(zip(self.domains, tracker.reward_slope().tolist()))  # the signed slope reads better in logs
 
 
 @register("mixer", "learnability")
-class LearnabilityMixer(Mixer):
+class LearnabilityMixer(SoftmaxMixer):
     """softmax(V_d / T), V_d the windowed mean group reward variance (p(1-p) for 0/1 rewards)."""
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.05, floor: float = 0.05):
-        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
-        super().__init__(domains, floor)
+        super().__init__(domains, temperature, floor)
 
-    def raw_proportions(self, tracker):
-        return softmax_temperature(fill_unobserved(tracker.mean_group_variance(), "max"), self.temperature)
-
-    def signal(self, tracker):
-        return dict(zip(self.domains, tracker.mean_group_variance().tolist()))
+    def value(self, tracker):
+        return fill_unobserved(tracker.mean_group_variance(), "max")
