@@ -7,7 +7,6 @@ import json
 import os
 import sys
 
-COMPONENT_KINDS = ("scorer", "selector", "reweighter", "mixer", "prerollout")
 
 
 def _fail(message: str) -> int:
@@ -106,21 +105,14 @@ def _command_run(args) -> int:
     return 0
 
 
-def _first_line(obj) -> str:
-    doc = (getattr(obj, "__doc__", None) or "").strip()
-    return doc.splitlines()[0] if doc else ""
-
-
 def _command_list(args) -> int:
-    try:
-        from dataflex_callbacks import list_components, list_presets
-        from dataflex_callbacks.registry import component_class
-    except ImportError as error:
-        return _fail(f"the strategy library is not available in this install ({error})")
-    for kind in COMPONENT_KINDS:
+    from dataflex_callbacks import list_components, list_presets
+    from dataflex_callbacks.registry import KINDS, describe
+
+    for kind in KINDS:
         print(f"{kind}s:")
         for name in list_components(kind):
-            print(f"  {name:<24} {_first_line(component_class(kind, name))}")
+            print(f"  {name:<24} {describe(kind, name)}")
     print("presets:")
     for name, description in list_presets().items():
         print(f"  {name:<24} {description}")
