@@ -105,13 +105,16 @@ class DomainMixingSampler(Sampler[int]):
             ``pre_select`` part its filter skips prompts within the chosen domain.
         seed: random seed; the stream is a function of seed and the proportions used.
         resume: ``"replay"`` or ``"continue"`` (see module docstring).
+        key_column: column naming each prompt for a pre-rollout filter (default: ``prompt_key``,
+            else ``prompt``, else the row index: `row_prompt_key`'s rule, which adapters share).
     """
 
     def __init__(self, dataset: Any = None, *, labels: Sequence[str] | None = None, domain_key: str = "domain",
                  domains: Sequence[str] | None = None, proportions: Mapping[str, float] | None = None,
                  batch_size: int = 8, num_generations: int = 1, repeat_count: int = 1, num_samples: int | None = None,
                  layout: str = "grpo", num_replicas: int | None = None, rank: int | None = None,
-                 strategy: "Strategy | None" = None, seed: int = 0, resume: str = "replay"):
+                 strategy: "Strategy | None" = None, seed: int = 0, resume: str = "replay",
+                 key_column: str | None = None):
         if labels is None:
             if dataset is None:
                 raise ConfigError("DomainMixingSampler needs a dataset or labels=[...]")
@@ -175,7 +178,7 @@ class DomainMixingSampler(Sampler[int]):
         self._uniform_pos = 0  # next unused entry of the buffer
         self._ahead: dict | None = None  # small chunks drawn ahead under one proportions array
         # Prompt keys are only needed by a pre-rollout filter; reading them can be costly.
-        self._keys = self._row_keys(dataset, len(labels)) if self._prompt_filter is not None else None
+        self._keys = self._row_keys(dataset, len(labels), key_column) if self._prompt_filter is not None else None
         for k in range(len(self.domains)):
             self._shuffle_domain(k)
         # Rows of every chunk drawn in the current epoch, flat (chunks are draw_size long): a typed
@@ -202,16 +205,19 @@ class DomainMixingSampler(Sampler[int]):
         return int(num_replicas), int(rank)
 
     @staticmethod
-    def _row_keys(dataset: Any, n: int) -> list:
-        """Each row's prompt key, by the rule the host adapters use (`row_prompt_key`)."""
-        columns = getattr(dataset, "column_names", None)
-        if columns is not None:
-            for column in KEY_COLUMNS:
-                if column in columns:
-                    return [hashable_key(v) for v in dataset[column]]
-            return list(range(n))
+    def _row_keys(dataset: Any, n: int, key_column: str | None = None) -> list:
+        """Each row's prompt key: ``key_column`` if given, else the rule the adapters use (`row_prompt_key`)."""
         if dataset is None:
             return list(range(n))
+        columns = getattr(dataset, "column_names", None)
+        if key_column is not None:
+            if columns is not None and key_column not in columns:
+                raise ConfigError(f"key_column {key_column!r} is not a column of the dataset; its columns are {list(columns)}")
+            values = dataset[key_column] if columns is not None else [dataset[i][key_column] for i in range(n)]
+            return [hashable_key(v) for v in values]
+        if columns is not None:
+            source = next((c for c in KEY_COLUMNS if c in columns), None)
+            return list(range(n)) if source is None else [hashable_key(v) for v in dataset[source]]
         return [row_prompt_key(dataset[i], i) for i in range(n)]
 
     def _uniform(self) -> dict[str, float]:

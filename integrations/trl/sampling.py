@@ -22,7 +22,7 @@ from typing import Any, Hashable, Mapping, Optional
 
 from dataflex_callbacks import DomainMixingSampler, Strategy
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.history import KEY_COLUMNS, hashable_key, row_prompt_key
+from dataflex_callbacks.history import hashable_key, row_prompt_key
 
 ALL_ROWS_DOMAIN = "all"
 """Domain label given to every row when pre-rollout selection runs on a dataset without a domain column."""
@@ -38,36 +38,6 @@ def row_key(row: Mapping[str, Any], key_column: Optional[str]) -> Hashable:
     if key_column is not None:
         return hashable_key(row[key_column])
     return row_prompt_key(row, None)
-
-
-class _SamplerColumns:
-    """The two columns the sampler reads, as a read-only column view (``view[column] -> list``).
-
-    The sampler reads prompt keys from a ``prompt_key`` column; exposing the adapter's key column
-    under that name keeps one key rule for the sampler and the rollout batch.
-    """
-
-    def __init__(self, dataset: Any, domain_column: Optional[str], key_column: Optional[str]):
-        self._dataset = dataset
-        self._domain_column = domain_column
-        self._key_column = key_column
-        self.column_names = ["prompt_key", "domain"]
-
-    def __len__(self) -> int:
-        return len(self._dataset)
-
-    def __getitem__(self, column: str) -> list:
-        if column == "domain":
-            if self._domain_column is None:
-                return [ALL_ROWS_DOMAIN] * len(self._dataset)
-            return [str(v) for v in self._dataset[self._domain_column]]
-        if column == "prompt_key":
-            names = self._dataset.column_names
-            source = self._key_column or next((c for c in KEY_COLUMNS if c in names), None)
-            if source is None:
-                return list(range(len(self._dataset)))
-            return [hashable_key(v) for v in self._dataset[source]]
-        raise KeyError(column)
 
 
 def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_column: str, key_column: Optional[str]) -> None:
@@ -95,10 +65,14 @@ def grpo_mixing_sampler(trainer, dataset: Any, strategy: Strategy, domain_column
     """A `DomainMixingSampler` with TRL's ``RepeatSampler`` layout for ``trainer`` (see module docstring)."""
     args = trainer.args
     columns = list(getattr(dataset, "column_names", None) or [])
-    view = _SamplerColumns(dataset, domain_column if domain_column in columns else None, key_column)
+    if domain_column in columns:
+        labels = [str(v) for v in dataset[domain_column]]
+    else:  # pre-rollout selection without domains: every row is one domain
+        labels = [ALL_ROWS_DOMAIN] * len(dataset)
     return DomainMixingSampler(
-        view,
-        domain_key="domain",
+        dataset,
+        labels=labels,
+        key_column=key_column,
         batch_size=args.generation_batch_size // trainer.num_generations,
         num_generations=trainer.num_generations,
         repeat_count=trainer.num_iterations * args.steps_per_generation,

@@ -419,3 +419,17 @@ def test_small_chunk_shortcut_draws_the_same_stream(monkeypatch, batch_size):
     shortcut = two_epochs()
     monkeypatch.setattr(sampler_module, "SMALL_CHUNK", 0)
     assert two_epochs() == shortcut
+
+
+def test_key_column_names_the_prompts_the_filter_sees_and_a_missing_one_is_an_error():
+    from datasets import Dataset
+
+    from dataflex_callbacks import build_strategy
+
+    data = Dataset.from_dict({"domain": ["a"] * 4, "prompt": ["p0", "p1", "p2", "p3"], "qid": ["q0", "q1", "q2", "q3"]})
+    by_qid = DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"), key_column="qid")
+    default = DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"))
+    assert by_qid._keys == ["q0", "q1", "q2", "q3"]
+    assert default._keys == ["p0", "p1", "p2", "p3"]
+    with pytest.raises(ConfigError, match="key_column 'nope'.*columns are"):
+        DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"), key_column="nope")
