@@ -10,7 +10,8 @@ import torch
 
 from .errors import BatchError
 
-_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys")
+_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys",
+           "completion_ids")
 
 
 @dataclass(eq=False)
@@ -32,6 +33,9 @@ class RolloutBatch:
         entropies: ``(N, L)`` per-token policy entropies.
         domains: ``N`` domain labels (strings).
         prompt_keys: ``N`` stable per-prompt keys (for history-based strategies).
+        completion_ids: ``(N, L)`` integer token ids of the completions (positions outside
+            ``completion_mask`` are ignored); lets pre-rollout selection notice rewards that
+            disagree on identical completions.
     """
 
     rewards: torch.Tensor
@@ -42,6 +46,7 @@ class RolloutBatch:
     entropies: Optional[torch.Tensor] = None
     domains: Optional[Sequence[str]] = None
     prompt_keys: Optional[Sequence[Hashable]] = None
+    completion_ids: Optional[torch.Tensor] = None
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -85,6 +90,13 @@ class RolloutBatch:
                     raise BatchError(
                         f"RolloutBatch.{name} has L={value.shape[1]} tokens but other token fields have L={length}"
                     )
+        if self.completion_ids is not None:
+            check_tensor("completion_ids", self.completion_ids, (2,))
+            if self.completion_ids.is_floating_point() or self.completion_ids.dtype == torch.bool:
+                raise BatchError(f"RolloutBatch.completion_ids must be an integer tensor; got dtype {self.completion_ids.dtype}")
+            if length is not None and self.completion_ids.shape[1] != length:
+                raise BatchError(f"RolloutBatch.completion_ids has L={self.completion_ids.shape[1]} tokens but other "
+                                 f"token fields have L={length}")
         for name in ("domains", "prompt_keys"):
             value = getattr(self, name)
             if value is None:

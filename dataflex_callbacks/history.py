@@ -1,7 +1,7 @@
 """`PromptHistory`: compact per-prompt record of recent group outcomes.
 
 One slot per prompt key, stored in flat numpy arrays (about 20 bytes a prompt, so hundreds of
-thousands of prompts cost a few MB): the current streak of zero-variance groups, how often the
+thousands of prompts cost a few MB): the current streak of no-signal groups, how often the
 prompt was seen, its last solve rate and the step it was last seen. Keys (dataset row indices
 for the sampler, or any hashable) map to slots through one dictionary.
 
@@ -11,7 +11,7 @@ call it with ``sync=True`` to all-gather the per-group outcomes first.
 
 from __future__ import annotations
 
-from typing import Hashable, Sequence
+from typing import Hashable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -47,7 +47,10 @@ def row_prompt_key(row, index: int) -> Hashable:
 class PromptHistory:
     """Per-prompt outcome history: zero-variance streaks, solve rates, last step seen."""
 
-    def __init__(self, capacity: int = 1024):
+    def __init__(self, capacity: int = 1024, prior_rate: float = 0.2):
+        self.prior_rate = float(prior_rate)
+        self.domain_prior: dict[str, float] = {}  # domain -> moving average of its no-signal share
+        self.domain_noise: dict[str, float] = {}  # domain -> moving average of its reward-noise estimate 2 * rho
         self._slots: dict[Hashable, int] = {}
         self.size = 0
         self._allocate(max(int(capacity), 1))
@@ -89,8 +92,8 @@ class PromptHistory:
         return out
 
     @staticmethod
-    def group_outcomes(batch: RolloutBatch, threshold: float = 0.5) -> tuple[list, torch.Tensor, torch.Tensor]:
-        """Per group: its prompt key, solve rate and reward variance."""
+    def group_outcomes(batch: RolloutBatch, threshold: float = 0.5) -> "GroupOutcomes":
+        """Per group: its prompt key, domain, solve rate, reward variance, and whether its rewards are inconsistent."""
         if batch.group_ids is None or batch.prompt_keys is None:
             missing = "group_ids" if batch.group_ids is None else "prompt_keys"
             raise BatchError(f"PromptHistory needs RolloutBatch.{missing} (pre-rollout selection tracks prompts by group)")
@@ -98,37 +101,89 @@ class PromptHistory:
         index, groups = dense_groups(batch.group_ids.detach().cpu())
         first_row = torch.full((groups,), batch.n, dtype=torch.long).scatter_reduce_(
             0, index, torch.arange(batch.n), reduce="amin")
-        keys = [batch.prompt_keys[i] for i in first_row.tolist()]
+        rows = first_row.tolist()
+        keys = [batch.prompt_keys[i] for i in rows]
+        labels = None if batch.domains is None else [batch.domains[i] for i in rows]
         solve = segment_mean((rewards > threshold).double(), index, groups)
         variance = segment_variance(rewards, index, groups)
-        return keys, solve, variance
+        pairs, disagreeing = identical_pairs(batch, rewards.numpy(), index.numpy(), groups)
+        return GroupOutcomes(keys, labels, solve.numpy(), variance.numpy(), pairs, disagreeing)
 
     def update(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
-        """Record each group's outcome; returns ``zero_variance_share`` and ``groups`` for this batch."""
-        keys, solve, variance = self.group_outcomes(batch)
+        """Record each group's outcome; returns the batch's group count and no-signal shares."""
+        outcomes = self.group_outcomes(batch)
         if sync:
-            keys, solve, variance = _all_gather_outcomes(keys, solve, variance)
-        return self.record(keys, solve.numpy(), variance.numpy(), step)
+            outcomes = _all_gather_outcomes(outcomes)
+        return self.record(outcomes.keys, outcomes.solve_rate, outcomes.variance, step, labels=outcomes.labels,
+                           pairs=outcomes.pairs, disagreeing=outcomes.disagreeing)
 
-    def record(self, keys: Sequence[Hashable], solve_rate: np.ndarray, variance: np.ndarray, step: int) -> dict[str, float]:
-        """Record outcomes given directly (one entry per group)."""
+    def record(self, keys: Sequence[Hashable], solve_rate: np.ndarray, variance: np.ndarray, step: int,
+               labels: Sequence[str] | None = None, pairs: np.ndarray | None = None,
+               disagreeing: np.ndarray | None = None) -> dict[str, float]:
+        """Record outcomes given directly (one entry per group).
+
+        A group gives no learning signal when its rewards all agree (zero variance) or when two
+        identical completions got different rewards (``disagreeing > 0``: the reward is noise, it
+        does not depend on the answer alone). The streak counts such groups in a row.
+
+        With ``labels`` (each group's domain), each domain's predicted no-signal share for prompts
+        not seen yet is tracked as an exponential moving average (`domain_prior`) of
+        ``z + (1 - z) * min(1, 2 * rho)``: ``z`` the domain's share of zero-variance groups and
+        ``rho`` the share of its identical-completion pairs scored differently. If a share ``eta``
+        of rewards were fair coin flips, ``rho = eta / 2``; so ``2 * rho`` estimates the share of
+        the domain's rewards that are noise, which per-group flags (needing a duplicate answer in
+        the group) undercount.
+        """
+        n = len(keys)
         zero = np.asarray(variance) <= ZERO_VARIANCE_EPS
-        for key, rate, is_zero in zip(keys, np.asarray(solve_rate), zero):
+        pairs = np.zeros(n) if pairs is None else np.asarray(pairs, dtype=np.float64)
+        disagreeing = np.zeros(n) if disagreeing is None else np.asarray(disagreeing, dtype=np.float64)
+        noisy = (disagreeing > 0) & ~zero
+        no_signal = zero | noisy
+        for key, rate, empty in zip(keys, np.asarray(solve_rate), no_signal):
             slot = self._slot(key)
-            self.streak[slot] = self.streak[slot] + 1 if is_zero else 0
+            self.streak[slot] = self.streak[slot] + 1 if empty else 0
             self.seen[slot] += 1
             self.solve_rate[slot] = rate
             self.last_step[slot] = step
-        n = len(keys)
-        return {"groups": float(n), "zero_variance_share": float(zero.mean()) if n else 0.0}
+        if labels is not None and n:
+            self._update_prior(labels, zero, pairs, disagreeing)
+        return {"groups": float(n), "zero_variance_share": float(zero.mean()) if n else 0.0,
+                "noisy_share": float(noisy.mean()) if n else 0.0,
+                "no_signal_share": float(no_signal.mean()) if n else 0.0}
+
+    def _update_prior(self, labels: Sequence[str], zero: np.ndarray, pairs: np.ndarray, disagreeing: np.ndarray) -> None:
+        names, codes = np.unique(np.asarray([str(label) for label in labels]), return_inverse=True)
+        groups = np.bincount(codes, minlength=len(names))
+        zero_share = np.bincount(codes, weights=zero.astype(np.float64), minlength=len(names)) / groups
+        pair_total = np.bincount(codes, weights=pairs, minlength=len(names))
+        pair_disagree = np.bincount(codes, weights=disagreeing, minlength=len(names))
+        for k, name in enumerate(names.tolist()):
+            if pair_total[k] > 0:
+                noise = min(1.0, 2.0 * pair_disagree[k] / pair_total[k])
+                old_noise = self.domain_noise.get(name)
+                self.domain_noise[name] = noise if old_noise is None else (
+                    (1 - self.prior_rate) * old_noise + self.prior_rate * noise)
+            noise = self.domain_noise.get(name, 0.0)
+            share = zero_share[k] + (1.0 - zero_share[k]) * noise
+            old = self.domain_prior.get(name)
+            self.domain_prior[name] = share if old is None else (1 - self.prior_rate) * old + self.prior_rate * share
+
+    def prior(self, labels: Sequence[str]) -> np.ndarray:
+        """Predicted no-signal probability of an unseen prompt of each domain (NaN for a domain not seen yet)."""
+        return np.fromiter((self.domain_prior.get(str(label), np.nan) for label in labels), dtype=np.float64,
+                           count=len(labels))
 
     def state_dict(self) -> dict:
         n = self.size
         return {"keys": list(self.keys), "streak": self.streak[:n].copy(), "seen": self.seen[:n].copy(),
-                "solve_rate": self.solve_rate[:n].copy(), "last_step": self.last_step[:n].copy()}
+                "solve_rate": self.solve_rate[:n].copy(), "last_step": self.last_step[:n].copy(),
+                "domain_prior": dict(self.domain_prior), "domain_noise": dict(self.domain_noise)}
 
     def load_state_dict(self, state: dict) -> None:
         keys = list(state["keys"])
+        self.domain_prior = {str(k): float(v) for k, v in state.get("domain_prior", {}).items()}
+        self.domain_noise = {str(k): float(v) for k, v in state.get("domain_noise", {}).items()}
         self._slots = {k: i for i, k in enumerate(keys)}
         self.keys = keys
         self.size = len(keys)
@@ -141,14 +196,55 @@ class PromptHistory:
             self._allocate(capacity)
 
 
-def _all_gather_outcomes(keys, solve, variance):
+def identical_pairs(batch: RolloutBatch, rewards: np.ndarray, index: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: pairs of identical completions, and how many of them got different rewards.
+
+    A verifiable reward is a function of the completion; a pair of identical answers scored
+    differently shows reward noise. Both counts are zero without ``completion_ids``. Vectorised:
+    completions are numbered by `np.unique` over their masked token rows; pairs are counted from
+    the sizes of the (group, completion) and (group, completion, reward) classes.
+    """
+    pairs = np.zeros(groups, dtype=np.float64)
+    disagreeing = np.zeros(groups, dtype=np.float64)
+    if batch.completion_ids is None or batch.n == 0:
+        return pairs, disagreeing
+    ids = batch.completion_ids.detach().cpu().long()
+    mask = batch.valid_mask
+    if mask is not None:
+        ids = torch.where(mask.detach().cpu(), ids, torch.full_like(ids, -1))
+    _, completion = np.unique(ids.numpy(), axis=0, return_inverse=True)
+    _, reward_class = np.unique(rewards, return_inverse=True)
+    same_answer = np.stack([index, completion.reshape(-1)], axis=1)
+    same_score = np.stack([index, completion.reshape(-1), reward_class.reshape(-1)], axis=1)
+    for table, out in ((same_answer, pairs), (same_score, disagreeing)):
+        classes, counts = np.unique(table, axis=0, return_counts=True)
+        np.add.at(out, classes[:, 0], counts * (counts - 1) / 2.0)
+    return pairs, pairs - disagreeing
+
+
+class GroupOutcomes(NamedTuple):
+    """What `PromptHistory.group_outcomes` reads off one batch, one entry per group."""
+
+    keys: list
+    labels: list | None
+    solve_rate: np.ndarray
+    variance: np.ndarray
+    pairs: np.ndarray  # pairs of identical completions in the group
+    disagreeing: np.ndarray  # of those, pairs scored differently
+
+
+def _all_gather_outcomes(outcomes: GroupOutcomes) -> GroupOutcomes:
     import torch.distributed as dist
 
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return keys, solve, variance
+        return outcomes
     gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (list(keys), solve.tolist(), variance.tolist()))
-    all_keys = [k for part in gathered for k in part[0]]
-    all_solve = torch.tensor([v for part in gathered for v in part[1]], dtype=torch.float64)
-    all_var = torch.tensor([v for part in gathered for v in part[2]], dtype=torch.float64)
-    return all_keys, all_solve, all_var
+    dist.all_gather_object(gathered, (list(outcomes.keys), outcomes.labels, outcomes.solve_rate.tolist(),
+                                      outcomes.variance.tolist(), outcomes.pairs.tolist(),
+                                      outcomes.disagreeing.tolist()))
+    labels = None if any(part[1] is None for part in gathered) else [v for part in gathered for v in part[1]]
+    return GroupOutcomes([k for part in gathered for k in part[0]], labels,
+                         np.array([v for part in gathered for v in part[2]], dtype=np.float64),
+                         np.array([v for part in gathered for v in part[3]], dtype=np.float64),
+                         np.array([v for part in gathered for v in part[4]], dtype=np.float64),
+                         np.array([v for part in gathered for v in part[5]], dtype=np.float64))

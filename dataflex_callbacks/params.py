@@ -34,3 +34,10 @@ def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     if value not in choices:
         raise ValueError(f"parameter {name!r} must be one of {', '.join(map(repr, choices))}; got {value!r}")
     return value
+
+
+def check_bool(name: str, value: Any) -> bool:
+    """``value`` if it is a bool, else a ValueError naming ``name``."""
+    if not isinstance(value, bool):
+        raise ValueError(f"parameter {name!r} must be true or false; got {value!r}")
+    return value

@@ -107,6 +107,11 @@ class DomainMixingSampler(Sampler[int]):
         resume: ``"replay"`` or ``"continue"`` (see module docstring).
         key_column: column naming each prompt for a pre-rollout filter (default: ``prompt_key``,
             else ``prompt``, else the row index: `row_prompt_key`'s rule, which adapters share).
+        prompt_labels: each row's domain, for the pre-rollout filter to predict prompts it has not
+            seen from their domain (its ``domain_prior``). Give it when ``labels`` pool the rows (one
+            label for all, no mix part), so that skipped prompts are replaced from any domain; with
+            per-domain ``labels`` the draw already fixes the domain and a domain prior would skip
+            candidates of the chosen domain at random. Default: no prior.
     """
 
     def __init__(self, dataset: Any = None, *, labels: Sequence[str] | None = None, domain_key: str = "domain",
@@ -114,7 +119,7 @@ class DomainMixingSampler(Sampler[int]):
                  batch_size: int = 8, num_generations: int = 1, repeat_count: int = 1, num_samples: int | None = None,
                  layout: str = "grpo", num_replicas: int | None = None, rank: int | None = None,
                  strategy: "Strategy | None" = None, seed: int = 0, resume: str = "replay",
-                 key_column: str | None = None):
+                 key_column: str | None = None, prompt_labels: Sequence[str] | None = None):
         if labels is None:
             if dataset is None:
                 raise ConfigError("DomainMixingSampler needs a dataset or labels=[...]")
@@ -179,6 +184,9 @@ class DomainMixingSampler(Sampler[int]):
         self._ahead: dict | None = None  # small chunks drawn ahead under one proportions array
         # Prompt keys are only needed by a pre-rollout filter; reading them can be costly.
         self._keys = self._row_keys(dataset, len(labels), key_column) if self._prompt_filter is not None else None
+        if prompt_labels is not None and len(prompt_labels) != len(labels):
+            raise ConfigError(f"prompt_labels has {len(prompt_labels)} entries but the dataset has {len(labels)} rows")
+        self._prompt_labels = None if prompt_labels is None else [str(v) for v in prompt_labels]
         for k in range(len(self.domains)):
             self._shuffle_domain(k)
         # Rows of every chunk drawn in the current epoch, flat (chunks are draw_size long): a typed
@@ -300,7 +308,9 @@ class DomainMixingSampler(Sampler[int]):
             begin = self._offsets_list[k] + self._pointers[k]
             window = min(self._sizes_list[k] - self._pointers[k], max(2 * (need - len(taken)), 8))
             candidates = self._perm[begin:begin + window]
-            keep_probability = self._prompt_filter.keep_probability([self._keys[r] for r in candidates.tolist()])
+            rows = candidates.tolist()
+            labels = None if self._prompt_labels is None else [self._prompt_labels[r] for r in rows]
+            keep_probability = self._prompt_filter.keep_probability([self._keys[r] for r in rows], labels)
             accepted = np.flatnonzero(self._rng.random(window) < keep_probability)[: need - len(taken)]
             used = int(accepted[-1]) + 1 if len(taken) + len(accepted) == need else window
             taken.extend(candidates[accepted].tolist())

@@ -97,6 +97,44 @@ def _mean_curve(runs: list[dict], domain: str):
     return x, [iv.mean for iv in intervals], [iv.low for iv in intervals], [iv.high for iv in intervals]
 
 
+def completions_to_reach(completions, accuracy, level: float) -> float:
+    """Completions from which a mean accuracy curve stays at or above ``level``: its last crossing
+    from below (linear between evaluation points); NaN if it ends below. Curves of RL runs often dip
+    before they climb, so the first point above ``level`` (often the starting one) would say little."""
+    x, y = np.asarray(completions, dtype=float), np.asarray(accuracy, dtype=float)
+    below = np.flatnonzero(y < level - 1e-12)
+    if len(below) == 0:
+        return float(x[0])
+    i = int(below[-1])
+    if i == len(y) - 1:
+        return math.nan
+    return float(x[i] + (level - y[i]) / (y[i + 1] - y[i]) * (x[i + 1] - x[i]))
+
+
+def reach_table(records: list[dict], strategies: list[str], baseline: str) -> list[str]:
+    """Markdown rows: completions each strategy's mean curve needs to reach the baseline's final mean accuracy.
+
+    The baseline's own row is where its curve reached that level for good, the reference of the ratio.
+    """
+    base_runs = list(_by_strategy(records, baseline).values())
+    if not base_runs:
+        return []
+    x, y, _, _ = _mean_curve(base_runs, "overall")
+    level = float(y[-1])
+    reference = completions_to_reach(x, y, level)
+    rows = ["| strategy | completions to reach | share of the baseline's |", "|---|---|---|"]
+    for strategy in strategies:
+        runs = list(_by_strategy(records, strategy).values())
+        if not runs:
+            continue
+        sx, sy, _, _ = _mean_curve(runs, "overall")
+        reach = completions_to_reach(sx, sy, level)
+        cells = ["never" if math.isnan(reach) else f"{reach:.0f}",
+                 "-" if math.isnan(reach) or not reference else f"{reach / reference:.2f}"]
+        rows.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
+    return rows
+
+
 def plot_accuracy(path: str, records: list[dict], strategies: list[str], baseline: str | None = None) -> None:
     """Held-out accuracy against completions generated: mean over seeds, shaded 95% interval.
 
@@ -246,6 +284,14 @@ def render_report(settings, outcome) -> str:
                 cells.append(_fmt_interval(paired["interval"], signed=True) + (" *" if paired["significant"] else ""))
             out.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
         out.append("")
+
+    reach = reach_table(records, strategies, settings.baseline)
+    if reach and len(_by_strategy(records, settings.baseline)) and len(records[0].get("curve", [])) > 2:
+        base_level = _mean_curve(list(_by_strategy(records, settings.baseline).values()), "overall")[1][-1]
+        out += [f"## Completions to reach the baseline's final accuracy ({_fmt(base_level)})", "",
+                "On the seed-mean overall accuracy curves (evaluation points, linear in between): the "
+                "completions from which a curve stays at or above that level; the baseline's own row is the "
+                "reference.", "", *reach, ""]
 
     notes = sorted({(r["strategy"], note) for r in records for note in r.get("notes", [])})
     if notes:

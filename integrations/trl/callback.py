@@ -180,8 +180,11 @@ class DataFlexCallback(TrainerCallback):
         has_domains = len(inputs) > 0 and self.domain_column in inputs[0]
         domains = [row[self.domain_column] for row in inputs] if has_domains else None
         prompt_keys = [row_key(row, self.prompt_key_column) for row in inputs]
+        prompt_filter = self.strategy.prompt_filter
+        wants_ids = prompt_filter is not None and getattr(prompt_filter, "noise_check", False)
         batch = global_rollout_batch(
-            accelerator, rewards, trainer.num_generations, loss_mask, output["advantages"], domains, prompt_keys
+            accelerator, rewards, trainer.num_generations, loss_mask, output["advantages"], domains, prompt_keys,
+            completion_ids=output["completion_ids"] if wants_ids else None,
         )
 
         strategy = self.strategy

@@ -11,6 +11,10 @@ anything is generated. `grpo_mixing_sampler` builds a sampler with ``RepeatSampl
 - the same stream on every rank (seeded by ``args.seed``), since TRL shards batches itself;
 - ``resume="replay"``: HF Trainer re-iterates the sampler on resume and skips consumed batches.
 
+Without a mix part the sampler draws from all rows as one pool (as ``RepeatSampler`` does), so
+prompts a pre-rollout filter skips are replaced by prompts of any domain; the domain column, when
+there is one, only tells the filter which domain an unseen prompt belongs to.
+
 Prompt keys: the sampler and the adapter's `RolloutBatch` name a prompt by the same key,
 `row_key` (the ``prompt_key_column`` when given, else `dataflex_callbacks.history.row_prompt_key`),
 so the history a pre-rollout filter keeps from rollouts is the one the sampler reads.
@@ -65,14 +69,16 @@ def grpo_mixing_sampler(trainer, dataset: Any, strategy: Strategy, domain_column
     """A `DomainMixingSampler` with TRL's ``RepeatSampler`` layout for ``trainer`` (see module docstring)."""
     args = trainer.args
     columns = list(getattr(dataset, "column_names", None) or [])
-    if domain_column in columns:
-        labels = [str(v) for v in dataset[domain_column]]
-    else:  # pre-rollout selection without domains: every row is one domain
+    domains = [str(v) for v in dataset[domain_column]] if domain_column in columns else None
+    if strategy.mix_enabled:
+        labels = domains
+    else:  # pre-rollout selection alone draws from one pool, like RepeatSampler; domains only inform its prior
         labels = [ALL_ROWS_DOMAIN] * len(dataset)
     return DomainMixingSampler(
         dataset,
         labels=labels,
         key_column=key_column,
+        prompt_labels=domains,
         batch_size=args.generation_batch_size // trainer.num_generations,
         num_generations=trainer.num_generations,
         repeat_count=trainer.num_iterations * args.steps_per_generation,

@@ -69,6 +69,7 @@ def global_rollout_batch(
     advantages: torch.Tensor,
     domains: Optional[Sequence[str]],
     prompt_keys: Sequence[Hashable],
+    completion_ids: Optional[torch.Tensor] = None,
 ) -> RolloutBatch:
     """The whole generation batch of all processes, identical on every rank.
 
@@ -80,6 +81,8 @@ def global_rollout_batch(
         advantages: ``(B,)`` or ``(B, T)`` this rank's advantages.
         domains: this rank's ``B`` domain labels, or None when the dataset has no domain column.
         prompt_keys: this rank's ``B`` prompt keys (`sampling.row_key`: strings or ints).
+        completion_ids: this rank's ``(B, T)`` completion token ids, gathered only when given
+            (a pre-rollout filter's noise check reads them).
     """
     device = global_rewards.device
     mask = _gather_padded(accelerator, loss_mask.to(device))
@@ -87,6 +90,7 @@ def global_rollout_batch(
         adv = _gather_padded(accelerator, advantages.to(device))
     else:
         adv = accelerator.gather(advantages.to(device)) if accelerator.num_processes > 1 else advantages.to(device)
+    ids = None if completion_ids is None else _gather_padded(accelerator, completion_ids.to(device))
     keys = list(prompt_keys)
     all_domains = None if domains is None else [str(d) for d in domains]
     if accelerator.num_processes > 1:
@@ -103,6 +107,7 @@ def global_rollout_batch(
         advantages=adv.float(),
         domains=all_domains,
         prompt_keys=keys,
+        completion_ids=ids,
     )
 
 

@@ -26,7 +26,8 @@ def streaks_by_domain(prompt_filter):
 @pytest.mark.parametrize("preset", ["skip", "skip+diffband"])
 def test_zero_variance_prompts_are_skipped_and_the_history_resumes(tmp_path, preset):
     # Measured (preset `skip`, seeds 0-2, 16-24 steps): 200-500 candidate prompts skipped; every
-    # `code` prompt (never solved) keeps an unbroken streak, `coin` (fair coin reward) rarely has one.
+    # `code` prompt (never solved) keeps an unbroken streak; `coin` (fair coin reward) only breaks
+    # the noise check when a group repeats an answer.
     full = suite_trainer(tmp_path / "full", preset, **SETTINGS)
     full.train()
     prompt_filter = full.dataflex.strategy.prompt_filter
@@ -39,6 +40,10 @@ def test_zero_variance_prompts_are_skipped_and_the_history_resumes(tmp_path, pre
     by_domain = streaks_by_domain(prompt_filter)
     assert all(streak == seen for streak, seen in by_domain["code"])  # never solved: always zero variance
     assert np.mean([s for s, _ in by_domain["code"]]) > np.mean([s for s, _ in by_domain["coin"]])
+    # The noise check (completion ids gathered from TRL): only the fair-coin reward scores one answer both ways.
+    noise = prompt_filter.history.domain_noise
+    assert noise["coin"] > 0.2 and all(noise.get(d, 0.0) == 0.0 for d in ("echo", "digit", "code")), noise
+    assert prompt_filter.history.domain_prior["code"] == pytest.approx(1.0)
 
     # The RolloutBatch keys are the sampler's keys of the rows it drew.
     sampler, rows, size = full.dataflex.sampler, full.recorder.indices, full.args.generation_batch_size

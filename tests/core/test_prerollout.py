@@ -1,0 +1,297 @@
+"""PromptHistory and skip_zero_variance on synthetic streams: streaks, re-checks, target tracking,
+the domain prior, the reward-noise check, resume and two ranks."""
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from dataflex_callbacks import DomainMixingSampler, RolloutBatch, build_component, build_strategy
+from dataflex_callbacks.history import PromptHistory, identical_pairs
+from dataflex_callbacks.groups import dense_groups
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def group_batch(keys, rewards_per_group, domains=None, ids=None):
+    """A batch with one group per key; ``rewards_per_group`` is a list of reward lists."""
+    sizes = [len(r) for r in rewards_per_group]
+    rewards = torch.tensor([v for r in rewards_per_group for v in r], dtype=torch.float32)
+    group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
+    prompt_keys = [k for k, n in zip(keys, sizes) for _ in range(n)]
+    labels = None if domains is None else [d for d, n in zip(domains, sizes) for _ in range(n)]
+    return RolloutBatch(rewards=rewards, group_ids=group_ids, prompt_keys=prompt_keys, domains=labels,
+                        completion_ids=ids)
+
+
+# ------------------------------------------------------------------ identical-completion pairs
+
+
+def brute_force_pairs(ids, mask, rewards, groups):
+    pairs = np.zeros(max(groups) + 1)
+    disagreeing = np.zeros(max(groups) + 1)
+    # Same answer: the same valid positions holding the same tokens.
+    answers = [tuple(t if m else None for t, m in zip(row, keep)) for row, keep in zip(ids, mask)]
+    for i, j in itertools.combinations(range(len(rewards)), 2):
+        if groups[i] == groups[j] and answers[i] == answers[j]:
+            pairs[groups[i]] += 1
+            disagreeing[groups[i]] += rewards[i] != rewards[j]
+    return pairs, disagreeing
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_identical_pairs_match_a_brute_force_count(data):
+    n = data.draw(st.integers(1, 24))
+    length = data.draw(st.integers(1, 4))
+    groups = data.draw(st.lists(st.integers(0, 4), min_size=n, max_size=n))
+    ids = data.draw(st.lists(st.lists(st.integers(0, 2), min_size=length, max_size=length), min_size=n, max_size=n))
+    mask = data.draw(st.lists(st.lists(st.booleans(), min_size=length, max_size=length), min_size=n, max_size=n))
+    rewards = data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=n, max_size=n))
+    batch = RolloutBatch(rewards=torch.tensor(rewards), group_ids=torch.tensor(groups), completion_ids=torch.tensor(ids),
+                         completion_mask=torch.tensor(mask))
+    index, count = dense_groups(batch.group_ids)
+    pairs, disagreeing = identical_pairs(batch, np.array(rewards), index.numpy(), count)
+    ref_pairs, ref_disagreeing = brute_force_pairs(ids, mask, rewards, index.tolist())
+    np.testing.assert_array_equal(pairs, ref_pairs[:count])
+    np.testing.assert_array_equal(disagreeing, ref_disagreeing[:count])
+
+
+def test_without_completion_ids_no_pair_is_counted():
+    batch = group_batch(["p"], [[0.0, 1.0, 0.0]])
+    index, count = dense_groups(batch.group_ids)
+    pairs, disagreeing = identical_pairs(batch, batch.rewards.numpy(), index.numpy(), count)
+    assert pairs.tolist() == [0.0] and disagreeing.tolist() == [0.0]
+
+
+def test_completion_ids_are_validated():
+    with pytest.raises(Exception, match="completion_ids must be an integer tensor"):
+        RolloutBatch(rewards=torch.zeros(2), completion_ids=torch.zeros(2, 3))
+    with pytest.raises(Exception, match="completion_ids has L=3 tokens but other token fields have L=4"):
+        RolloutBatch(rewards=torch.zeros(2), completion_mask=torch.ones(2, 4), completion_ids=torch.zeros(2, 3, dtype=torch.long))
+    with pytest.raises(Exception, match=r"completion_ids must have shape \(N, L\) with N=2"):
+        RolloutBatch(rewards=torch.zeros(2), completion_ids=torch.zeros(3, 1, dtype=torch.long))
+
+
+# ------------------------------------------------------------------ streaks and the skip rule
+
+
+def test_streak_counts_zero_variance_and_noisy_groups_and_resets_on_signal():
+    history = PromptHistory()
+    same = torch.zeros(4, 2, dtype=torch.long)  # four identical answers
+    distinct = torch.arange(8).reshape(4, 2)
+    history.update(group_batch(["solved"], [[1, 1, 1, 1]], ids=distinct), step=0)
+    history.update(group_batch(["solved"], [[1, 1, 1, 1]], ids=distinct), step=1)
+    history.update(group_batch(["noisy"], [[1, 0, 1, 0]], ids=same), step=1)
+    history.update(group_batch(["learnable"], [[1, 0, 1, 0]], ids=distinct), step=1)
+    assert history.streaks(["solved", "noisy", "learnable", "unseen"]).tolist() == [2, 1, 0, 0]
+    history.update(group_batch(["solved"], [[1, 0, 1, 1]], ids=distinct), step=2)
+    assert history.streaks(["solved"]).tolist() == [0]
+    assert history.seen[history.lookup(["solved"])].tolist() == [3]
+
+
+def test_an_always_solved_prompt_is_skipped_more_and_more_down_to_the_floor():
+    prompt_filter = build_component("prerollout", "skip_zero_variance", explore=0.6, min_keep=0.05, adapt_rate=0.0)
+    keep = []
+    for step in range(12):
+        keep.append(float(prompt_filter.keep_probability(["easy"])[0]))
+        prompt_filter.observe(group_batch(["easy"], [[1.0] * 4]), step)
+    assert keep[0] == 1.0
+    assert all(a > b for a, b in zip(keep, keep[1:6]))  # strictly more likely to be skipped with every streak
+    assert keep[-1] == pytest.approx(0.05)  # never below the floor
+    assert keep[1:6] == pytest.approx([0.6 ** k for k in range(1, 6)])
+
+
+def skip_strategy(**params):
+    return build_strategy({"pre_select": {"name": "skip_zero_variance", "params": params}})
+
+
+def simulate(params, solve_rate, steps, batch_size=4, generations=4, seed=0, labels=None):
+    """Draw prompts with a skip sampler and score them; ``solve_rate(prompt, step)`` is each prompt's true p.
+
+    Returns the filter, and per step the drawn prompt indices and the batch's zero-variance share.
+    """
+    strategy = skip_strategy(**params)
+    n = len(labels) if labels is not None else 40
+    sampler = DomainMixingSampler(labels=labels or ["all"] * n, batch_size=batch_size, layout="shard", num_replicas=1,
+                                  rank=0, strategy=strategy, seed=seed, resume="continue")
+    rng = np.random.default_rng(seed)
+    stream = iter(itertools.chain.from_iterable(iter(sampler) for _ in itertools.count()))
+    drawn, shares = [], []
+    for step in range(steps):
+        prompts = [next(stream) for _ in range(batch_size)]
+        rewards = [(rng.random(generations) < solve_rate(p, step)).astype(float).tolist() for p in prompts]
+        domains = None if labels is None else [labels[p] for p in prompts]
+        decision = strategy.apply(group_batch(prompts, rewards, domains), step, sync=False)
+        drawn.append(prompts)
+        shares.append(decision.metrics["prerollout/zero_variance_share"])
+    return strategy.prompt_filter, drawn, shares
+
+
+def test_a_prompt_that_turns_learnable_is_rechecked_within_the_expected_number_of_passes(monkeypatch):
+    # 40 always-solved prompts; prompt 0 turns learnable (solve rate 0.5) at step 100. Each pass over the
+    # data makes it a candidate once, kept with probability >= min_keep: the wait in passes is at most
+    # geometric with mean 1 / min_keep.
+    min_keep, waits = 0.2, []
+    shuffles = []
+    original = DomainMixingSampler._shuffle_domain
+
+    def counting(self, k):
+        shuffles.append(1)
+        return original(self, k)
+
+    monkeypatch.setattr(DomainMixingSampler, "_shuffle_domain", counting)
+    for seed in range(20):
+        passes_at = []
+
+        def solve_rate(p, step):
+            if p == 0:  # called once per drawn prompt, in step order
+                passes_at.append((step, len(shuffles)))
+            return 0.5 if (p == 0 and step >= 100) else 1.0
+
+        shuffles.clear()
+        prompt_filter, drawn, _ = simulate(dict(target_share=0.0, min_keep=min_keep), solve_rate, 400, seed=seed)
+        assert prompt_filter.skipped > 0
+        before = max((n for step, n in passes_at if step < 100), default=0)
+        first_step, first_passes = next((step, n) for step, n in passes_at if step >= 100)
+        waits.append(first_passes - before)
+        # Once re-checked and learnable, its streak is reset and it is kept again.
+        assert prompt_filter.history.streaks([0])[0] == 0 or any(0 in d for d in drawn[first_step + 1:])
+    assert np.mean(waits) <= 1.5 / min_keep
+    assert max(waits) <= 5 / min_keep
+
+
+def test_zero_variance_share_tracks_its_target():
+    # 30% of prompts always give signal (solve rate 0.5 with 8 answers), 70% never do.
+    def solve_rate(p, step):
+        return 0.5 if p % 10 < 3 else (1.0 if p % 2 else 0.0)
+
+    for target in (0.2, 0.5):
+        _, _, shares = simulate(dict(target_share=target, adapt_rate=0.02, min_keep=0.01), solve_rate, 600,
+                                batch_size=10, generations=8)
+        assert abs(np.mean(shares[300:]) - target) < 0.06, (target, np.mean(shares[300:]))
+    baseline = np.mean([solve_rate(p, 0) in (0.0, 1.0) for p in range(40)])
+    assert baseline == pytest.approx(0.7)
+
+
+# ------------------------------------------------------------------ domain prior and noise estimate
+
+
+def test_domain_prior_predicts_unseen_prompts_from_their_domain():
+    prompt_filter = build_component("prerollout", "skip_zero_variance", explore=0.5, min_keep=0.05, adapt_rate=0.0)
+    distinct = torch.arange(16).reshape(16, 1)
+    # domain a: both groups zero variance; domain b: one of two groups.
+    prompt_filter.observe(group_batch(["a1", "a2", "b1", "b2"], [[1] * 4, [0] * 4, [1] * 4, [1, 0, 0, 1]],
+                                      ["a", "a", "b", "b"], ids=distinct), step=0)
+    assert prompt_filter.history.domain_prior == {"a": 1.0, "b": 0.5}
+    keep = prompt_filter.keep_probability(["a9", "b9", "c9", "b2", "a1"], ["a", "b", "c", "b", "a"])
+    # unseen: 1 - q (1 - explore); unknown domain: 1; seen prompts: their own streak.
+    assert keep.tolist() == pytest.approx([0.5, 0.75, 1.0, 1.0, 0.5])
+    assert prompt_filter.keep_probability(["a9"]).tolist() == [1.0]  # no labels: no prior
+    off = build_component("prerollout", "skip_zero_variance", domain_prior=False)
+    off.load_state_dict(prompt_filter.state_dict())
+    assert off.keep_probability(["a9"], ["a"]).tolist() == [1.0]
+    # The prior is a moving average: a second batch where domain a gives signal moves it by prior_rate.
+    prompt_filter.observe(group_batch(["a3"], [[1, 0, 1, 0]], ["a"], ids=distinct[:4]), step=1)
+    assert prompt_filter.history.domain_prior["a"] == pytest.approx(0.8 * 1.0 + 0.2 * 0.0)
+
+
+def test_noise_estimate_is_twice_the_disagreement_rate_of_identical_answers():
+    history = PromptHistory(prior_rate=1.0)
+    # One group of 4 answers: x, x, x, y with rewards 1, 1, 0, 1: 3 identical pairs, 2 scored differently.
+    ids = torch.tensor([[7], [7], [7], [8]])
+    history.update(group_batch(["p"], [[1, 1, 0, 1]], ["d"], ids=ids), step=0)
+    assert history.domain_noise["d"] == pytest.approx(1.0)  # min(1, 2 * 2/3)
+    # Six answers: x x x x y y, rewards 1 1 1 0 | 1 0: 7 identical pairs, 3 + 1 = 4 disagree... use a 1-in-6 case.
+    ids = torch.tensor([[1], [1], [1], [1], [2], [3]])
+    history.update(group_batch(["q"], [[1, 1, 1, 0, 1, 0]], ["e"], ids=ids), step=0)
+    assert history.domain_noise["e"] == pytest.approx(min(1.0, 2 * 3 / 6))
+    assert history.domain_prior["e"] == pytest.approx(0.0 + 1.0 * 1.0)
+    # Identical answers scored alike: no noise, and the prior is the zero-variance share alone.
+    history.update(group_batch(["r", "s"], [[1, 1, 0], [1, 1, 1]], ["f", "f"], ids=torch.tensor([[1], [1], [2], [1], [1], [1]])), 0)
+    assert history.domain_noise["f"] == 0.0 and history.domain_prior["f"] == pytest.approx(0.5)
+
+
+def test_noise_check_off_ignores_disagreeing_answers():
+    ids = torch.zeros(4, 1, dtype=torch.long)
+    on = build_component("prerollout", "skip_zero_variance")
+    off = build_component("prerollout", "skip_zero_variance", noise_check=False)
+    for prompt_filter in (on, off):
+        prompt_filter.observe(group_batch(["p"], [[1, 0, 1, 0]], ["d"], ids=ids), step=0)
+    assert on.history.streaks(["p"]).tolist() == [1] and on.metrics()["prerollout/noisy_share"] == 1.0
+    assert off.history.streaks(["p"]).tolist() == [0] and off.metrics()["prerollout/noisy_share"] == 0.0
+
+
+@pytest.mark.parametrize("params, message", [({"explore": 1.5}, "explore"), ({"min_keep": 0.0}, "min_keep"),
+                                             ({"prior_rate": 0.0}, "prior_rate"), ({"domain_prior": 1}, "domain_prior"),
+                                             ({"noise_check": "yes"}, "noise_check")])
+def test_bad_parameters_name_themselves(params, message):
+    with pytest.raises(ValueError, match=message):
+        build_component("prerollout", "skip_zero_variance", **params)
+
+
+# ------------------------------------------------------------------ resume and two ranks
+
+
+def test_resumed_filter_and_sampler_continue_exactly():
+    labels = ["a"] * 20 + ["b"] * 20
+
+    def run(steps, state=None):
+        strategy = skip_strategy(target_share=0.1)
+        sampler = DomainMixingSampler(labels=["all"] * 40, prompt_labels=labels, batch_size=4, layout="shard",
+                                      num_replicas=1, rank=0, strategy=strategy, seed=5, resume="continue")
+        if state is not None:
+            strategy.load_state_dict(state["strategy"])
+            sampler.load_state_dict(state["sampler"])
+        rng = np.random.default_rng(len(state["log"]) if state else 0)
+        log = list(state["log"]) if state else []
+        it = iter(sampler)
+        for step in range(len(log), steps):
+            prompts = [next(it) for _ in range(4)]
+            rewards = [(rng.random(4) < (1.0 if p < 20 else 0.5)).astype(float).tolist() for p in prompts]
+            strategy.apply(group_batch(prompts, rewards, [labels[p] for p in prompts]), step, sync=False)
+            log.append(prompts)
+        return log, {"strategy": strategy.state_dict(), "sampler": sampler.state_dict(), "log": log}
+
+    full, _ = run(9)
+    _, state = run(4)
+    resumed, _ = run(9, state)
+    assert resumed == full
+
+
+def test_two_ranks_build_the_history_one_process_builds_from_the_whole_batch(tmp_path):
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    init = tmp_path / "init"
+    script = os.path.join(HERE, "prerollout_two_ranks.py")
+    procs = [subprocess.Popen([sys.executable, script, str(r), "2", str(init), str(tmp_path)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()[-2000:]
+    ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    assert ranks[0] == ranks[1]
+
+    # The same three global batches, whole, in one process.
+    prompt_filter = build_component("prerollout", "skip_zero_variance")
+    generator = torch.Generator().manual_seed(0)
+    for step in range(3):
+        rewards = (torch.rand(24, generator=generator) < torch.tensor([0.0, 1.0, 0.5, 0.5, 0.0, 1.0]).repeat_interleave(4)).float()
+        ids = torch.randint(0, 2, (24, 3), generator=generator)
+        keys = [f"p{g + 2 * step}" for g in range(6) for _ in range(4)]
+        domains = [("a", "b")[g % 2] for g in range(6) for _ in range(4)]
+        prompt_filter.observe(RolloutBatch(rewards=rewards, group_ids=torch.arange(24) // 4, prompt_keys=keys,
+                                           domains=domains, completion_ids=ids), step)
+    history = prompt_filter.history
+    assert ranks[0]["keys"] == history.keys
+    assert ranks[0]["streak"] == history.streak[:history.size].tolist()
+    assert ranks[0]["seen"] == history.seen[:history.size].tolist()
+    assert ranks[0]["domain_prior"] == pytest.approx(history.domain_prior)
+    assert ranks[0]["domain_noise"] == pytest.approx(history.domain_noise)
+    assert ranks[0]["explore"] == prompt_filter.explore
