@@ -84,16 +84,20 @@ class PromptHistory:
         return np.fromiter((self._slots.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
 
     def streaks(self, keys: Sequence[Hashable]) -> np.ndarray:
-        """Current zero-variance streak of each key (0 for unseen keys)."""
-        slots = self.lookup(keys)
+        """Current no-signal streak of each key (0 for unseen keys)."""
+        return self.streaks_at(self.lookup(keys))
+
+    def streaks_at(self, slots: np.ndarray) -> np.ndarray:
+        """`streaks` for slots already looked up (``-1``, an unseen key, gives 0)."""
         out = np.zeros(len(slots), dtype=np.int32)
         known = slots >= 0
         out[known] = self.streak[slots[known]]
         return out
 
     @staticmethod
-    def group_outcomes(batch: RolloutBatch, threshold: float = 0.5) -> "GroupOutcomes":
-        """Per group: its prompt key, domain, solve rate, reward variance, and whether its rewards are inconsistent."""
+    def group_outcomes(batch: RolloutBatch, threshold: float = 0.5, count_pairs: bool = True) -> "GroupOutcomes":
+        """Per group: its prompt key, domain, solve rate, reward variance, and its identical-answer pairs
+        (`identical_pairs`; zero when ``count_pairs`` is False or the batch has no ``completion_ids``)."""
         if batch.group_ids is None or batch.prompt_keys is None:
             missing = "group_ids" if batch.group_ids is None else "prompt_keys"
             raise BatchError(f"PromptHistory needs RolloutBatch.{missing} (pre-rollout selection tracks prompts by group)")
@@ -106,12 +110,18 @@ class PromptHistory:
         labels = None if batch.domains is None else [batch.domains[i] for i in rows]
         solve = segment_mean((rewards > threshold).double(), index, groups)
         variance = segment_variance(rewards, index, groups)
-        pairs, disagreeing = identical_pairs(batch, rewards.numpy(), index.numpy(), groups)
+        if count_pairs:
+            pairs, disagreeing = identical_pairs(batch, rewards.numpy(), index.numpy(), groups)
+        else:
+            pairs = disagreeing = np.zeros(groups)
         return GroupOutcomes(keys, labels, solve.numpy(), variance.numpy(), pairs, disagreeing)
 
-    def update(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
-        """Record each group's outcome; returns the batch's group count and no-signal shares."""
-        outcomes = self.group_outcomes(batch)
+    def update(self, batch: RolloutBatch, step: int, sync: bool = False, noise_check: bool = True) -> dict[str, float]:
+        """Record each group's outcome; returns the batch's group count and no-signal shares.
+
+        ``noise_check=False`` ignores ``completion_ids``: only zero-variance groups count as no-signal.
+        """
+        outcomes = self.group_outcomes(batch, count_pairs=noise_check)
         if sync:
             outcomes = _all_gather_outcomes(outcomes)
         return self.record(outcomes.keys, outcomes.solve_rate, outcomes.variance, step, labels=outcomes.labels,
@@ -196,30 +206,51 @@ class PromptHistory:
             self._allocate(capacity)
 
 
+_HASH_SEED = 20_506_021_770  # fixed: the same answer hashes alike in every process and run
+
+
+def completion_hashes(completion_ids: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """``(N,)`` int64 hash of each completion's valid tokens and their positions, on the ids' device.
+
+    ``sum_t x_t * w_t`` with ``x_t`` the token id at a valid position and -1 elsewhere, random
+    64-bit weights ``w`` and int64 wrap-around: two different answers collide with probability
+    about 2^-64, so the rows need not be compared (or moved off the GPU) token by token. On the CPU
+    an integer matrix-vector product computes it (about 10x faster than multiply-then-sum there);
+    CUDA has no int64 matmul, so it multiplies and sums.
+    """
+    generator = torch.Generator().manual_seed(_HASH_SEED)
+    weights = torch.randint(-2**63, 2**63 - 1, (completion_ids.shape[1],), generator=generator, dtype=torch.int64)
+    tokens = completion_ids.long()
+    if mask is not None:
+        tokens = torch.where(mask.to(tokens.device), tokens, -1)
+    weights = weights.to(tokens.device)
+    if tokens.device.type == "cpu":
+        return tokens @ weights
+    return (tokens * weights).sum(dim=1)
+
+
 def identical_pairs(batch: RolloutBatch, rewards: np.ndarray, index: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
     """Per group: pairs of identical completions, and how many of them got different rewards.
 
     A verifiable reward is a function of the completion; a pair of identical answers scored
     differently shows reward noise. Both counts are zero without ``completion_ids``. Vectorised:
-    completions are numbered by `np.unique` over their masked token rows; pairs are counted from
-    the sizes of the (group, completion) and (group, completion, reward) classes.
+    answers are numbered by their `completion_hashes`; pairs are counted from the sizes of the
+    (group, answer) and (group, answer, reward) classes.
     """
-    pairs = np.zeros(groups, dtype=np.float64)
-    disagreeing = np.zeros(groups, dtype=np.float64)
     if batch.completion_ids is None or batch.n == 0:
-        return pairs, disagreeing
-    ids = batch.completion_ids.detach().cpu().long()
-    mask = batch.valid_mask
-    if mask is not None:
-        ids = torch.where(mask.detach().cpu(), ids, torch.full_like(ids, -1))
-    _, completion = np.unique(ids.numpy(), axis=0, return_inverse=True)
-    _, reward_class = np.unique(rewards, return_inverse=True)
-    same_answer = np.stack([index, completion.reshape(-1)], axis=1)
-    same_score = np.stack([index, completion.reshape(-1), reward_class.reshape(-1)], axis=1)
-    for table, out in ((same_answer, pairs), (same_score, disagreeing)):
-        classes, counts = np.unique(table, axis=0, return_counts=True)
-        np.add.at(out, classes[:, 0], counts * (counts - 1) / 2.0)
-    return pairs, pairs - disagreeing
+        return np.zeros(groups), np.zeros(groups)
+    hashes = completion_hashes(batch.completion_ids.detach(), batch.valid_mask).cpu().numpy()
+    _, answer = np.unique(hashes, return_inverse=True)
+    _, score = np.unique(rewards, return_inverse=True)
+    answers, scores = int(answer.max()) + 1, int(score.max()) + 1
+    same_answer = index.astype(np.int64) * answers + answer.reshape(-1)
+    same_score = same_answer * scores + score.reshape(-1)
+    counts = []
+    for key, classes_per_group in ((same_answer, answers), (same_score, answers * scores)):
+        classes, size = np.unique(key, return_counts=True)
+        counts.append(np.bincount(classes // classes_per_group, weights=size * (size - 1) / 2.0, minlength=groups))
+    pairs, same_score_pairs = counts
+    return pairs, pairs - same_score_pairs
 
 
 class GroupOutcomes(NamedTuple):

@@ -67,9 +67,8 @@ class SkipZeroVariance:
         ``q`` its domain's recent no-signal share; otherwise 1.
         """
         slots = self.history.lookup(keys)
-        streak = np.zeros(len(slots), dtype=np.float64)
         seen = slots >= 0
-        streak[seen] = self.history.streak[slots[seen]]
+        streak = self.history.streaks_at(slots).astype(np.float64)
         keep = np.where(streak > 0, np.maximum(self.min_keep, self.explore ** streak), 1.0)
         if self.domain_prior and labels is not None and not seen.all():
             unseen = ~seen
@@ -86,9 +85,7 @@ class SkipZeroVariance:
 
     def observe(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
         """Record the batch's group outcomes and adapt ``explore`` towards the target share."""
-        if not self.noise_check and batch.completion_ids is not None:
-            batch = batch.replace(completion_ids=None)
-        stats = self.history.update(batch, step, sync=sync)
+        stats = self.history.update(batch, step, sync=sync, noise_check=self.noise_check)
         if stats["groups"]:
             self.last_zero_share = stats["zero_variance_share"]
             self.last_noisy_share = stats["noisy_share"]

@@ -111,14 +111,15 @@ def completions_to_reach(completions, accuracy, level: float) -> float:
     return float(x[i] + (level - y[i]) / (y[i + 1] - y[i]) * (x[i + 1] - x[i]))
 
 
-def reach_table(records: list[dict], strategies: list[str], baseline: str) -> list[str]:
-    """Markdown rows: completions each strategy's mean curve needs to reach the baseline's final mean accuracy.
+def reach_table(records: list[dict], strategies: list[str], baseline: str) -> tuple[float, list[str]]:
+    """The baseline's final mean accuracy, and markdown rows: completions each strategy's mean curve
+    needs to reach it (none without baseline runs).
 
     The baseline's own row is where its curve reached that level for good, the reference of the ratio.
     """
     base_runs = list(_by_strategy(records, baseline).values())
     if not base_runs:
-        return []
+        return math.nan, []
     x, y, _, _ = _mean_curve(base_runs, "overall")
     level = float(y[-1])
     reference = completions_to_reach(x, y, level)
@@ -132,7 +133,7 @@ def reach_table(records: list[dict], strategies: list[str], baseline: str) -> li
         cells = ["never" if math.isnan(reach) else f"{reach:.0f}",
                  "-" if math.isnan(reach) or not reference else f"{reach / reference:.2f}"]
         rows.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
-    return rows
+    return level, rows
 
 
 def plot_accuracy(path: str, records: list[dict], strategies: list[str], baseline: str | None = None) -> None:
@@ -285,9 +286,8 @@ def render_report(settings, outcome) -> str:
             out.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
         out.append("")
 
-    reach = reach_table(records, strategies, settings.baseline)
-    if reach and len(_by_strategy(records, settings.baseline)) and len(records[0].get("curve", [])) > 2:
-        base_level = _mean_curve(list(_by_strategy(records, settings.baseline).values()), "overall")[1][-1]
+    base_level, reach = reach_table(records, strategies, settings.baseline)
+    if reach:
         out += [f"## Completions to reach the baseline's final accuracy ({_fmt(base_level)})", "",
                 "On the seed-mean overall accuracy curves (evaluation points, linear in between): the "
                 "completions from which a curve stays at or above that level; the baseline's own row is the "

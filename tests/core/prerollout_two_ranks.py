@@ -10,21 +10,35 @@ import torch.distributed as dist
 from dataflex_callbacks import RolloutBatch, build_component
 
 
+STEPS = 3
+
+
+def global_batches():
+    """The global batches of the run: per step 6 groups of 4 answers (one group per prompt), with domains and ids."""
+    generator = torch.Generator().manual_seed(0)
+    solve_rates = torch.tensor([0.0, 1.0, 0.5, 0.5, 0.0, 1.0]).repeat_interleave(4)
+    for step in range(STEPS):
+        rewards = (torch.rand(24, generator=generator) < solve_rates).float()
+        ids = torch.randint(0, 2, (24, 3), generator=generator)
+        keys = [f"p{g + 2 * step}" for g in range(6) for _ in range(4)]
+        domains = [("a", "b")[g % 2] for g in range(6) for _ in range(4)]
+        yield RolloutBatch(rewards=rewards, group_ids=torch.arange(24) // 4, prompt_keys=keys, domains=domains,
+                           completion_ids=ids)
+
+
+def rows_of(batch: RolloutBatch, rows: slice) -> RolloutBatch:
+    return RolloutBatch(rewards=batch.rewards[rows], group_ids=batch.group_ids[rows],
+                        prompt_keys=batch.prompt_keys[rows], domains=batch.domains[rows],
+                        completion_ids=batch.completion_ids[rows])
+
+
 def main(rank: int, world: int, init_file: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     prompt_filter = build_component("prerollout", "skip_zero_variance")
-    generator = torch.Generator().manual_seed(0)
-    for step in range(3):
-        # The global batch: 6 groups of 4 (one per prompt), rank r holds groups 3r .. 3r + 2.
-        rewards = (torch.rand(24, generator=generator) < torch.tensor([0.0, 1.0, 0.5, 0.5, 0.0, 1.0]).repeat_interleave(4)).float()
-        ids = torch.randint(0, 2, (24, 3), generator=generator)
-        rows = slice(12 * rank, 12 * (rank + 1))
-        keys = [f"p{g + 2 * step}" for g in range(6) for _ in range(4)]
-        domains = [("a", "b")[g % 2] for g in range(6) for _ in range(4)]
-        batch = RolloutBatch(rewards=rewards[rows], group_ids=torch.arange(24)[rows] // 4, prompt_keys=keys[rows],
-                             domains=domains[rows], completion_ids=ids[rows])
-        prompt_filter.observe(batch, step, sync=True)
+    for step, batch in enumerate(global_batches()):
+        # Rank r holds groups 3r .. 3r + 2 of the global batch.
+        prompt_filter.observe(rows_of(batch, slice(12 * rank, 12 * (rank + 1))), step, sync=True)
     state = prompt_filter.state_dict()
     history = state["history"]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:

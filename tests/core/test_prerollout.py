@@ -14,8 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflex_callbacks import DomainMixingSampler, RolloutBatch, build_component, build_strategy
-from dataflex_callbacks.history import PromptHistory, identical_pairs
+from dataflex_callbacks.history import PromptHistory, completion_hashes, identical_pairs
 from dataflex_callbacks.groups import dense_groups
+from prerollout_two_ranks import global_batches
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -62,6 +63,20 @@ def test_identical_pairs_match_a_brute_force_count(data):
     ref_pairs, ref_disagreeing = brute_force_pairs(ids, mask, rewards, index.tolist())
     np.testing.assert_array_equal(pairs, ref_pairs[:count])
     np.testing.assert_array_equal(disagreeing, ref_disagreeing[:count])
+
+
+def test_completion_hash_cpu_product_equals_the_multiply_and_sum_cuda_uses():
+    ids = torch.randint(0, 50_000, (64, 33), generator=torch.Generator().manual_seed(1))
+    mask = torch.rand(64, 33, generator=torch.Generator().manual_seed(2)) < 0.8
+    hashes = completion_hashes(ids, mask)
+    weights = torch.randint(-2**63, 2**63 - 1, (33,), generator=torch.Generator().manual_seed(20_506_021_770))
+    assert torch.equal(hashes, (torch.where(mask, ids, -1) * weights).sum(dim=1))
+    # Masked positions count as -1, not as token 0; the same answer hashes alike whatever its padding.
+    zero = torch.zeros(1, 3, dtype=torch.long)
+    assert completion_hashes(zero, torch.tensor([[True, True, False]])) != completion_hashes(zero, None)
+    padded = torch.tensor([[5, 6, 0], [5, 6, 9]])
+    same = completion_hashes(padded, torch.tensor([[True, True, False], [True, True, False]]))
+    assert same[0] == same[1]
 
 
 def test_without_completion_ids_no_pair_is_counted():
@@ -278,16 +293,10 @@ def test_two_ranks_build_the_history_one_process_builds_from_the_whole_batch(tmp
     ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
     assert ranks[0] == ranks[1]
 
-    # The same three global batches, whole, in one process.
+    # The same global batches, whole, in one process.
     prompt_filter = build_component("prerollout", "skip_zero_variance")
-    generator = torch.Generator().manual_seed(0)
-    for step in range(3):
-        rewards = (torch.rand(24, generator=generator) < torch.tensor([0.0, 1.0, 0.5, 0.5, 0.0, 1.0]).repeat_interleave(4)).float()
-        ids = torch.randint(0, 2, (24, 3), generator=generator)
-        keys = [f"p{g + 2 * step}" for g in range(6) for _ in range(4)]
-        domains = [("a", "b")[g % 2] for g in range(6) for _ in range(4)]
-        prompt_filter.observe(RolloutBatch(rewards=rewards, group_ids=torch.arange(24) // 4, prompt_keys=keys,
-                                           domains=domains, completion_ids=ids), step)
+    for step, batch in enumerate(global_batches()):
+        prompt_filter.observe(batch, step)
     history = prompt_filter.history
     assert ranks[0]["keys"] == history.keys
     assert ranks[0]["streak"] == history.streak[:history.size].tolist()

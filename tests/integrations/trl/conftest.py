@@ -21,6 +21,7 @@ if _HERE not in sys.path:
 
 from datasets import Dataset  # noqa: E402
 
+from cpu_settings import CPU_RUN_SETTINGS  # noqa: E402
 from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 
@@ -69,14 +70,9 @@ def make_trainer(tmp_path_factory, tiny_tokenizer, toy_dataset):
             num_generations=4,
             max_completion_length=6,
             max_steps=2,
-            logging_steps=1,
             learning_rate=1e-3,
-            report_to=[],
-            save_strategy="no",
-            use_cpu=True,
             seed=0,
-            bf16=False,
-            disable_tqdm=True,
+            **CPU_RUN_SETTINGS,
         )
         settings.update(config)
         kwargs = dict(trainer_kwargs or {})

@@ -20,6 +20,7 @@ torch.set_num_threads(1)
 from datasets import Dataset  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
+from cpu_settings import CPU_RUN_SETTINGS  # noqa: E402
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer  # noqa: E402
 from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
@@ -52,13 +53,8 @@ def main(out_dir: str, mode: str = "select") -> None:
         max_steps=3 if mode == "select" else 12,  # mixing: 1.5 epochs, so prompts come back and get skipped
         loss_type="dapo",
         learning_rate=1e-3,
-        logging_steps=1,
-        report_to=[],
-        save_strategy="no",
-        use_cpu=True,
         seed=0,
-        bf16=False,
-        disable_tqdm=True,
+        **CPU_RUN_SETTINGS,
     )
     trainer = DataFlexGRPOTrainer(
         model=build_tiny_model(tokenizer, seed=0), reward_funcs=parity_reward, args=args, train_dataset=dataset,

@@ -5,6 +5,7 @@ import os
 from torch.utils.data import Sampler
 from trl import GRPOConfig
 
+from cpu_settings import CPU_RUN_SETTINGS
 from dataflex_callbacks import tasks
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer
@@ -32,8 +33,7 @@ def suite_trainer(output_dir, strategy, *, steps, seed=0, n_train=50, prompts=4,
     train = tasks.load_task_suite(seed=seed, n_train=n_train, n_test=1)["train"]
     settings = dict(output_dir=os.fspath(output_dir), per_device_train_batch_size=prompts * num_generations,
                     num_generations=num_generations, max_completion_length=4, max_steps=steps, learning_rate=3e-3,
-                    beta=0.0, logging_steps=1, report_to=[], save_strategy="no", use_cpu=True, seed=seed,
-                    disable_tqdm=True)
+                    beta=0.0, seed=seed, **CPU_RUN_SETTINGS)
     settings.update(config)
     trainer = DataFlexGRPOTrainer(model=build_tiny_model(tokenizer, seed=seed), reward_funcs=tasks.make_reward_fn(seed=seed),
                                   args=GRPOConfig(**settings), train_dataset=train, processing_class=tokenizer,
