@@ -7,7 +7,7 @@ your trainer already computed, and apply its `Decision` to the loss. Host adapte
 
 from .batch import RolloutBatch
 from .config import list_presets
-from .errors import BatchError, ConfigError, DataFlexError
+from .errors import BatchError, ConfigError, DataFlexError, StateError
 from .registry import build_component, list_components
 from .sampler import DomainMixingSampler
 from .strategy import Decision, Strategy, build_strategy
@@ -23,6 +23,7 @@ __all__ = [
     "DomainMixingSampler",
     "DomainTracker",
     "RolloutBatch",
+    "StateError",
     "Strategy",
     "build_component",
     "build_strategy",

@@ -10,6 +10,11 @@ import torch
 
 from .errors import BatchError
 
+# Rows per block in the CPU masked row reductions: about 128K entries, so each block's temporaries
+# stay in cache and reuse freed memory. One (N, L) temporary per call would instead be a fresh
+# allocation of tens of MB, whose page faults cost more than the arithmetic (N=8192, L=1024).
+_BLOCK_ENTRIES = 1 << 17
+
 _FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys",
            "completion_ids")
 
@@ -147,7 +152,7 @@ class RolloutBatch:
             if mask is None:
                 lengths = torch.ones(self.n, device=self.device)
             else:
-                lengths = mask.sum(dim=1, dtype=torch.float32)
+                lengths = row_counts(mask)
             self._cache["lengths"] = lengths
         return self._cache["lengths"]
 
@@ -163,16 +168,148 @@ class RolloutBatch:
         return self._cache["domain_codes"]
 
     def replace(self, **changes) -> "RolloutBatch":
-        """A copy with some fields replaced (validated again)."""
+        """A copy with some fields replaced (validated again); cached derived values whose sources did not change carry over."""
         values = {name: getattr(self, name) for name in _FIELDS}
         unknown = set(changes) - set(_FIELDS)
         if unknown:
             raise BatchError(f"RolloutBatch has no field(s) {sorted(unknown)}; fields are {list(_FIELDS)}")
         values.update(changes)
-        return RolloutBatch(**values)
+        copy = RolloutBatch(**values)
+        token_fields = {"completion_mask", "logprobs", "entropies", "advantages"} & set(changes)
+        if not token_fields or (self.completion_mask is not None and "completion_mask" not in token_fields):
+            copy._cache.update({k: v for k, v in self._cache.items() if k in ("valid_mask", "lengths")})
+        if "domains" not in changes and "domain_codes" in self._cache:
+            copy._cache["domain_codes"] = self._cache["domain_codes"]
+        return copy
 
     def has(self, name: str) -> bool:
         """Whether the signal ``name`` is available (``completion_mask`` counts as present if derivable)."""
         if name == "completion_mask":
             return self.valid_mask is not None
         return getattr(self, name) is not None
+
+
+# ---------------------------------------------------------------- masked row reductions
+
+
+def _row_blocks(n_rows: int, n_cols: int) -> list[tuple[int, int]]:
+    step = max(1, _BLOCK_ENTRIES // max(n_cols, 1))
+    return [(start, min(n_rows, start + step)) for start in range(0, n_rows, step)]
+
+
+def row_counts(mask: torch.Tensor) -> torch.Tensor:
+    """Number of true entries per row of a ``(N, L)`` bool mask -> ``(N,)`` float32.
+
+    A bool row sum is a slow, unvectorised path on CPU (about 40 ms at N=8192, L=1024); summing
+    float blocks is 20x faster and exact up to 2^24 tokens per row.
+    """
+    if mask.is_cuda or mask.dtype != torch.bool:
+        return mask.sum(dim=1, dtype=torch.float32)
+    if mask.is_contiguous() and mask.numel() and mask.shape[1] % 8 == 0 and mask.storage_offset() % 8 == 0:
+        return _row_counts_packed(mask)
+    counts = torch.empty(mask.shape[0], dtype=torch.float32)
+    block = torch.empty(min(mask.shape[0], max(1, _BLOCK_ENTRIES // max(mask.shape[1], 1))), mask.shape[1])
+    for start, end in _row_blocks(*mask.shape):
+        part = block[: end - start]
+        part.copy_(mask[start:end].view(torch.uint8))
+        torch.sum(part, dim=1, out=counts[start:end])
+    return counts
+
+
+def _row_counts_packed(mask: torch.Tensor) -> torch.Tensor:
+    """`row_counts` of a contiguous bool mask whose rows are a multiple of 8 bytes, 8 tokens per add.
+
+    A bool is one byte holding 0 or 1, so a row read as int64 words and summed adds 8 tokens per
+    word, one per byte lane; a lane cannot carry into the next while it holds at most 255, hence
+    blocks of 255 words (2040 tokens). The 8 lanes of the sum are then added up.
+    """
+    n = mask.shape[0]
+    words = mask.view(torch.int64)  # (N, L / 8)
+    counts = torch.zeros(n, dtype=torch.int64)
+    for start in range(0, words.shape[1], 255):
+        lanes = words[:, start:start + 255].sum(dim=1)
+        counts += lanes.view(torch.uint8).view(n, 8).sum(dim=1)
+    return counts.to(torch.float32)
+
+
+def true_count(mask: torch.Tensor) -> float:
+    """Number of true entries of a bool mask (fast on ``(N, L)`` CPU masks, see `row_counts`)."""
+    return float(row_counts(mask).sum()) if mask.dim() == 2 else float(mask.sum())
+
+
+def masked_abs_row_reduce(values: torch.Tensor, mask: torch.Tensor | None, reduce: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per row of ``values (N, L)``: sum (or max) of ``|values| * mask``, and the mask's count -> two ``(N,)`` float32.
+
+    Computed as ``(|v| * float(mask)).sum(-1)`` row by row, so the result is bit-for-bit the plain
+    tensor expression's, in blocks of rows on CPU (see ``_BLOCK_ENTRIES``).
+    """
+    values = values.to(torch.float32)
+    n, length = values.shape
+    if mask is None:
+        mask = torch.ones(n, length, dtype=torch.bool, device=values.device)
+    if values.is_cuda or n == 0 or length == 0:
+        weighted = values.abs() * mask.to(torch.float32)
+        total = weighted.amax(dim=1) if (reduce == "max" and length) else weighted.sum(dim=1)
+        return total, mask.sum(dim=1, dtype=torch.float32)
+    total = torch.empty(n, dtype=torch.float32)
+    counts = torch.empty(n, dtype=torch.float32)
+    rows = min(n, max(1, _BLOCK_ENTRIES // length))
+    block, block_mask = torch.empty(rows, length), torch.empty(rows, length)
+    for start, end in _row_blocks(n, length):
+        part, part_mask = block[: end - start], block_mask[: end - start]
+        torch.abs(values[start:end], out=part)
+        part_mask.copy_(mask[start:end].view(torch.uint8) if mask.dtype == torch.bool else mask[start:end])
+        torch.sum(part_mask, dim=1, out=counts[start:end])
+        part.mul_(part_mask)
+        if reduce == "max":
+            torch.amax(part, dim=1, out=total[start:end])
+        else:
+            torch.sum(part, dim=1, out=total[start:end])
+    return total, counts
+
+
+def nonfinite_rows(values: torch.Tensor, mask: torch.Tensor | None = None, *,
+                   allow_negative_inf: bool = False) -> tuple[torch.Tensor | None, torch.Tensor]:
+    """Rows with a NaN or infinite entry among their valid entries, and ``values`` with every non-finite entry set to 0.
+
+    Args:
+        values: ``(N,)`` or ``(N, L)`` float.
+        mask: ``(N, L)`` bool valid entries; non-finite entries outside it are zeroed but not counted.
+        allow_negative_inf: keep ``-inf`` as a value (a log-probability of an impossible token).
+
+    Returns:
+        ``(bad_rows, cleaned)``: ``bad_rows`` is None when every entry is fine (checked with one
+        reduction, no ``(N, L)`` temporary), else an ``(N,)`` bool; ``cleaned`` is ``values`` itself
+        when nothing needed replacing.
+    """
+    if values.numel() == 0:
+        return None, values
+    # One reduction decides the common case; float32 accumulation so a half-precision sum cannot overflow.
+    total = values.sum(dtype=torch.float32) if values.element_size() < 4 else values.sum()
+    if bool(torch.isfinite(total)):
+        return None, values
+    bad = torch.isnan(values) | (values == float("inf")) if allow_negative_inf else ~torch.isfinite(values)
+    if not bool(bad.any()):  # the sum overflowed, or only -inf entries that are allowed
+        return None, values
+    cleaned = values.masked_fill(bad, 0.0)
+    if values.dim() == 2:
+        if mask is not None:
+            bad = bad & mask
+        bad = bad.any(dim=1)
+    return bad, cleaned
+
+
+def masked_centered_square_sum(values: torch.Tensor, mask: torch.Tensor, center: float) -> float:
+    """``sum over mask of (values - center)^2`` for ``(N, L)`` tensors, centred so a small spread keeps its precision."""
+    if values.is_cuda or values.shape[1] == 0:
+        centred = (values.to(torch.float64) - center) * mask
+        return float((centred * centred).sum())
+    total = 0.0
+    rows = min(values.shape[0], max(1, _BLOCK_ENTRIES // values.shape[1]))
+    block_mask = torch.empty(rows, values.shape[1])
+    for start, end in _row_blocks(*values.shape):
+        part_mask = block_mask[: end - start]
+        part_mask.copy_(mask[start:end].view(torch.uint8) if mask.dtype == torch.bool else mask[start:end])
+        part = (values[start:end] - center).mul_(part_mask).reshape(-1)
+        total += float(torch.dot(part, part))
+    return total

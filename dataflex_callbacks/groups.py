@@ -38,11 +38,29 @@ def segment_mean(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> 
     return segment_sum(values, index, num_groups) / group_sizes(index, num_groups).clamp_min(1).to(values.dtype)
 
 
+def segment_max(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Largest of ``values (N,)`` per group -> ``(G,)`` (-inf for an empty group)."""
+    out = torch.full((num_groups,), float("-inf"), dtype=values.dtype, device=values.device)
+    return out.scatter_reduce_(0, index, values, reduce="amax")
+
+
+def segment_min(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
+    """Smallest of ``values (N,)`` per group -> ``(G,)`` (+inf for an empty group)."""
+    out = torch.full((num_groups,), float("inf"), dtype=values.dtype, device=values.device)
+    return out.scatter_reduce_(0, index, values, reduce="amin")
+
+
 def segment_variance(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
-    """Population variance of ``values (N,)`` per group -> ``(G,)`` (two-pass, so no cancellation)."""
+    """Population variance of ``values (N,)`` per group -> ``(G,)``; exactly 0 where a group's values are equal.
+
+    Two passes (no cancellation). A group of equal continuous values (0.1 eight times) would
+    otherwise get a rounding residue like 1e-17, and a ``variance > 0`` filter would keep it.
+    """
     mean = segment_mean(values, index, num_groups)
     centred = values - mean[index]
-    return segment_mean(centred * centred, index, num_groups)
+    variance = segment_mean(centred * centred, index, num_groups)
+    constant = segment_max(values, index, num_groups) == segment_min(values, index, num_groups)
+    return variance.masked_fill(constant, 0.0)
 
 
 def sort_within_groups(values: torch.Tensor, index: torch.Tensor, descending: bool = False) -> torch.Tensor:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from .batch import RolloutBatch
+from .batch import RolloutBatch, row_counts, true_count
 from .errors import BatchError
 from .groups import dense_groups, segment_sum
 from .params import check_choice, check_number
@@ -24,32 +24,53 @@ def normalize_weights(raw: torch.Tensor, mask: torch.Tensor, mode: str = "mean_o
                       group_ids: torch.Tensor | None = None) -> torch.Tensor:
     """Zero ``raw`` outside ``mask`` and rescale it to mean 1 over ``mask`` (globally or per group).
 
+    Args:
+        raw: ``(N,)`` or ``(N, L)`` non-negative raw weights (left unchanged).
+        mask: bool, shaped like ``raw``: the entries the weights apply to.
+        mode: ``mean_one``, ``per_group_mean_one`` (needs ``group_ids``) or ``none``.
+
     A normalisation set whose raw weights sum to 0 gets uniform weight 1: there is no emphasis to
     keep, and a zero scale would silently drop data the selector kept.
     """
-    weights = torch.where(mask, raw.to(torch.float32), torch.zeros((), device=raw.device))
+    return normalize_weights_(raw.to(torch.float32, copy=True), mask, mode, group_ids)
+
+
+def normalize_weights_(weights: torch.Tensor, mask: torch.Tensor | None, mode: str = "mean_one",
+                       group_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """`normalize_weights` in place on a float32 tensor the caller owns (no ``(N, L)`` temporaries).
+
+    ``mask=None`` means every entry (no masking work at all).
+    """
+    if mask is not None:
+        weights.masked_fill_(~mask, 0.0)
     if mode == "none":
         return weights
-    maskf = mask.to(torch.float32)
     if mode == "mean_one":
-        total, count = weights.sum(), maskf.sum()
-        if float(count) == 0:
+        count = float(weights.numel()) if mask is None else true_count(mask)
+        if count == 0:
             return weights
-        if float(total) <= 0:
-            return maskf
-        return weights * (count / total)
+        total = float(weights.sum())
+        if total <= 0:
+            return weights.fill_(1.0) if mask is None else weights.copy_(mask)
+        return weights.mul_(count / total)
     if group_ids is None:
         raise BatchError("normalize='per_group_mean_one' needs RolloutBatch.group_ids")
+    if mask is None:
+        mask = torch.ones_like(weights, dtype=torch.bool)
     index, groups = dense_groups(group_ids)
     row_total = weights.sum(dim=1) if weights.dim() == 2 else weights
-    row_count = maskf.sum(dim=1) if maskf.dim() == 2 else maskf
+    row_count = row_counts(mask) if mask.dim() == 2 else mask.to(torch.float32)
     total = segment_sum(row_total, index, groups)[index]
     count = segment_sum(row_count, index, groups)[index]
     scale = torch.where(total > 0, count / total.clamp_min(1e-30), torch.zeros_like(total))
     fallback = (total <= 0) & (count > 0)
-    if weights.dim() == 2:
-        scale, fallback = scale.unsqueeze(1), fallback.unsqueeze(1)
-    return torch.where(fallback, maskf, weights * scale)
+    if weights.dim() == 1:
+        return torch.where(fallback, mask.to(torch.float32), weights.mul_(scale))
+    weights.mul_(scale.unsqueeze(1))
+    rows = torch.nonzero(fallback).flatten()
+    if rows.numel():
+        weights[rows] = mask[rows].to(torch.float32)
+    return weights
 
 
 class Reweighter:
@@ -72,10 +93,13 @@ class Reweighter:
             mask = batch.valid_mask if want_dim == 2 else torch.ones(batch.n, dtype=torch.bool, device=batch.device)
         elif want_dim == 2 and mask.dim() == 1:
             mask = mask.unsqueeze(1) & batch.valid_mask
-        raw = self._raw(scores.to(torch.float32), mask)
-        return normalize_weights(raw, mask, self.normalize, batch.group_ids)
+        if want_dim == 1 and bool(mask.all()):
+            mask = None  # every response counts: skip all masking work
+        raw = self._raw(scores.to(torch.float32), mask)  # a fresh tensor: normalised in place
+        return normalize_weights_(raw.to(torch.float32), mask, self.normalize, batch.group_ids)
 
-    def _raw(self, scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:  # pragma: no cover - abstract
+    def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:  # pragma: no cover - abstract
+        """Raw weights shaped like ``scores``, as a new tensor (normalised in place); ``mask`` None: all entries."""
         raise NotImplementedError
 
 
@@ -88,10 +112,14 @@ class SoftmaxWeights(Reweighter):
         self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
 
     def _raw(self, scores, mask):
-        logits = (scores / self.temperature).masked_fill(~mask, float("-inf"))
-        if not bool(mask.any()):
-            return torch.zeros_like(scores)
-        return torch.exp(logits - logits.max())
+        logits = scores / self.temperature
+        if mask is None:
+            return torch.softmax(logits, dim=0) if logits.numel() else logits
+        logits.masked_fill_(~mask, float("-inf"))
+        if logits.numel() == 0:
+            return logits
+        # An all-masked set has max -inf; clamping keeps exp() at 0 there instead of NaN.
+        return logits.sub_(logits.max().clamp_min(-1e30)).exp_()
 
 
 @register("reweighter", "difficulty_band")
@@ -107,7 +135,7 @@ class DifficultyBand(Reweighter):
         self.focus_weight = check_number("focus_weight", focus_weight, low=0.0)
 
     def _raw(self, scores, mask):
-        inside_values = scores[mask]
+        inside_values = scores if mask is None else scores[mask]
         if inside_values.numel() == 0:
             return torch.zeros_like(scores)
         bounds = torch.quantile(inside_values, torch.tensor([self.low_q, self.high_q], device=scores.device))
@@ -145,16 +173,23 @@ class AdvantageReweight(Reweighter):
         self.alpha = check_number("alpha", alpha, low=0.0, high=1.0)
 
     def _raw(self, scores, mask):
-        return self.alpha * scores + (1.0 - self.alpha)
+        return (scores * self.alpha).add_(1.0 - self.alpha)
+
+
+PER_EPSILON = 1e-8  # added to |score| before the power, as DataFlex-RL does: |A| = 0 keeps a small weight
 
 
 @register("reweighter", "per_advantage")
 class PrioritizedAdvantage(Reweighter):
-    """w_i = |score_i|^alpha, prioritized-replay style (score: advantage magnitude)."""
+    """w_i = (|score_i| + 1e-8)^alpha, prioritized-replay style (score: advantage magnitude).
+
+    The 1e-8 (DataFlex-RL's) gives a zero-advantage response a small non-zero priority, as
+    prioritized replay's epsilon does (about 1.5e-4 of the mean weight at alpha 0.5).
+    """
 
     def __init__(self, alpha: float = 0.6, normalize: str = "mean_one"):
         super().__init__(normalize)
         self.alpha = check_number("alpha", alpha, low=0.0)
 
     def _raw(self, scores, mask):
-        return scores.abs().pow(self.alpha)
+        return (scores.abs() + PER_EPSILON).pow_(self.alpha)

@@ -6,13 +6,17 @@ Pure tensor functions do the math; the registered classes declare what they need
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 
-from .batch import RolloutBatch
+from .batch import RolloutBatch, masked_abs_row_reduce, row_counts
 from .errors import BatchError
 from .groups import dense_groups, segment_mean, segment_variance
 from .params import check_choice, check_number
 from .registry import register
+
+REDUCE_MODES = ("mean", "sum", "max")
 
 # ---------------------------------------------------------------- pure functions
 
@@ -31,19 +35,27 @@ def group_reward_variance(rewards: torch.Tensor, group_ids: torch.Tensor) -> tor
 
 
 def advantage_magnitude(advantages: torch.Tensor, valid_mask: torch.Tensor | None, reduce: str = "mean") -> torch.Tensor:
-    """Mean, sum or max over valid tokens of ``|A_it|``: ``(N,)``; ``(N,)`` advantages count per token."""
-    magnitude = advantages.to(torch.float32).abs()
-    if magnitude.dim() == 1:
+    """Mean, sum or max over valid tokens of ``|A_it|``: ``(N,)``; ``(N,)`` advantages count per token.
+
+    Args:
+        advantages: ``(N,)`` or ``(N, L)`` float.
+        valid_mask: ``(N, L)`` bool, or None (every token valid).
+        reduce: ``mean`` (a row without valid tokens scores 0), ``sum`` or ``max``.
+    """
+    if advantages.dim() == 1:
+        magnitude = advantages.to(torch.float32).abs()
         if reduce == "sum" and valid_mask is not None:
-            return magnitude * valid_mask.sum(dim=1, dtype=torch.float32)
+            return magnitude * row_counts(valid_mask)
         return magnitude
-    mask = valid_mask if valid_mask is not None else torch.ones_like(magnitude, dtype=torch.bool)
-    if reduce == "max":
-        return magnitude.masked_fill(~mask, 0.0).amax(dim=1) if magnitude.shape[1] else magnitude.new_zeros(magnitude.shape[0])
-    total = (magnitude * mask).sum(dim=1)
-    if reduce == "sum":
-        return total
-    return total / mask.sum(dim=1).clamp_min(1)
+    total, counts = masked_abs_row_reduce(advantages, valid_mask, reduce)
+    if reduce == "mean":
+        return total / counts.clamp_min(1)
+    return total
+
+
+def rewards_are_binary(rewards: torch.Tensor) -> bool:
+    """Whether every reward ``(N,)`` is exactly 0 or 1."""
+    return bool(((rewards == 0) | (rewards == 1)).all())
 
 
 def check_score_shape(kind: str, name: str, granularity: str, scores: torch.Tensor) -> None:
@@ -96,23 +108,58 @@ class RewardScorer(Scorer):
         return batch.rewards.to(torch.float32)
 
 
+def _one_of(name: str, value, alias: str, alias_value):
+    """The value of a parameter given under its name or its alias (None if neither); both is an error."""
+    if value is not None and alias_value is not None:
+        raise ValueError(f"parameter {name!r} was given twice, also as its alias {alias!r}; keep one of them")
+    return alias_value if value is None else value
+
+
 @register("scorer", "group_solve_rate")
 class GroupSolveRateScorer(Scorer):
-    """Share of the group's responses whose reward exceeds ``threshold`` (default 0.5)."""
+    """Share of the group's responses whose reward exceeds ``threshold`` (default 0.5).
+
+    ``success_threshold`` (DataFlex-RL's name) is an alias of ``threshold``. Meant for 0/1
+    (verifier) rewards: on other rewards with the default threshold it warns once, since a
+    solve-rate band then tends to drop every group.
+    """
 
     requires = ("rewards", "group_ids")
     needs_groups = True
 
-    def __init__(self, threshold: float = 0.5):
-        self.threshold = check_number("threshold", threshold)
+    def __init__(self, threshold: float | None = None, success_threshold: float | None = None):
+        given = "success_threshold" if success_threshold is not None else "threshold"
+        threshold = _one_of("threshold", threshold, "success_threshold", success_threshold)
+        self.explicit_threshold = threshold is not None
+        self.threshold = check_number(given, 0.5 if threshold is None else threshold)
+        self._warned = False
 
     def _score(self, batch):
+        if not self.explicit_threshold and not self._warned and not rewards_are_binary(batch.rewards):
+            self._warned = True
+            warnings.warn(non_binary_solve_rate_message(batch.rewards, self.threshold), UserWarning, stacklevel=3)
         return group_solve_rate(batch.rewards, batch.group_ids, self.threshold)
+
+
+def non_binary_solve_rate_message(rewards: torch.Tensor, threshold: float) -> str:
+    """The one-time warning of `GroupSolveRateScorer` on rewards that are not all 0 or 1."""
+    finite = rewards[torch.isfinite(rewards)].float()
+    seen = f"{finite.min().item():.4g} to {finite.max().item():.4g}" if finite.numel() else "no finite value"
+    return (f"dataflex: scorer 'group_solve_rate' got rewards that are not all 0 or 1 ({seen}); it counts a response as "
+            f"solved when its reward is above {threshold:g}, so a solve-rate band (difffilter, DataFlex-RL's diffband) can drop "
+            "every group and train nothing. Fix: set the scorer's success_threshold= (alias threshold=) to this "
+            "reward's 'solved' level, pass the TRL adapter selection_reward=<a 0/1 reward function>, or judge 'all "
+            "rewards equal' on the spread: scorer group_reward_variance with selector threshold_band(low=0, "
+            "high=inf). This warning is shown once.")
 
 
 @register("scorer", "group_reward_variance")
 class GroupRewardVarianceScorer(Scorer):
-    """Population variance of rewards inside the response's group."""
+    """Population variance of rewards inside the response's group (exactly 0 when they are all equal).
+
+    With ``threshold_band(low=0, high=inf)`` it keeps exactly the groups whose rewards differ, on
+    any reward scale (DAPO's dynamic sampling rule).
+    """
 
     requires = ("rewards", "group_ids")
     needs_groups = True
@@ -123,12 +170,14 @@ class GroupRewardVarianceScorer(Scorer):
 
 @register("scorer", "advantage_magnitude")
 class AdvantageMagnitudeScorer(Scorer):
-    """Mean (or sum, max) over valid tokens of |advantage|."""
+    """Mean (or sum, max) over valid tokens of |advantage|; ``agg`` (DataFlex-RL's name) is an alias of ``reduce``."""
 
     requires = ("advantages",)
 
-    def __init__(self, reduce: str = "mean"):
-        self.reduce = check_choice("reduce", reduce, ("mean", "sum", "max"))
+    def __init__(self, reduce: str | None = None, agg: str | None = None):
+        given = "agg" if agg is not None else "reduce"
+        reduce = _one_of("reduce", reduce, "agg", agg)
+        self.reduce = check_choice(given, "mean" if reduce is None else reduce, REDUCE_MODES)
 
     def _score(self, batch):
         return advantage_magnitude(batch.advantages, batch.valid_mask, self.reduce)

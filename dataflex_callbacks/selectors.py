@@ -1,56 +1,79 @@
 """Selectors: scores -> keep mask, ``(N,)`` for responses or ``(N, L)`` for tokens.
 
 A dropped response leaves the loss and its normaliser; the host adapters guarantee that.
-Ties are broken by row order, so a decision never depends on the sort implementation.
+Counts are ``round(fraction * size)`` with Python's rounding (half to even: 2.5 -> 2), as in
+DataFlex-RL. Ties: ``topk_fraction`` and ``gfpo`` choose among equal scores exactly as
+``torch.topk`` on the CPU does (DataFlex-RL's rule; computed on the CPU so the choice is the same
+on every device); ``max_variance`` and ``entropy_top_tokens`` give ties to the earlier row/token.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .batch import RolloutBatch
+from .batch import RolloutBatch, true_count
 from .errors import BatchError
 from .groups import dense_groups, rank_within_groups, sort_within_groups
-from .params import check_choice, check_int, check_number
+from .params import check_bool, check_choice, check_int, check_number
 from .registry import register
 from .scorers import check_score_shape
 
 
-def _round_half_up(values: torch.Tensor) -> torch.Tensor:
-    return torch.floor(values + 0.5)
+def round_count(fraction: float, size: int) -> int:
+    """``round(fraction * size)`` half to even, clamped to ``[1, size]`` (``size`` >= 1)."""
+    return max(1, min(size, round(fraction * size)))
 
 # ---------------------------------------------------------------- pure functions
 
 
 def threshold_band(scores: torch.Tensor, low: float, high: float) -> torch.Tensor:
-    """Keep ``low < s < high`` (open interval): ``(N,)`` bool."""
+    """Keep ``low < s < high`` (open interval; ``high`` may be ``inf``): ``(N,)`` bool."""
     return (scores > low) & (scores < high)
 
 
 def topk_fraction(scores: torch.Tensor, fraction: float, largest: bool = True) -> torch.Tensor:
-    """Keep the ``round(fraction * N)`` (at least 1) best scores; ties go to the earlier row."""
+    """Keep the ``round(fraction * N)`` (at least 1) best scores ``(N,)``; ties as ``torch.topk`` on CPU."""
     n = scores.shape[0]
-    keep = torch.zeros(n, dtype=torch.bool, device=scores.device)
-    if n == 0:
-        return keep
-    k = max(1, min(n, int(fraction * n + 0.5)))
-    order = torch.sort(scores, descending=largest, stable=True).indices
-    keep[order[:k]] = True
-    return keep
+    keep = torch.zeros(n, dtype=torch.bool)
+    if n:
+        chosen = torch.topk(scores.detach().to("cpu", torch.float32), round_count(fraction, n), largest=largest).indices
+        keep[chosen] = True
+    return keep.to(scores.device)
 
 
 def top_within_groups(metric: torch.Tensor, group_ids: torch.Tensor, k: int) -> torch.Tensor:
-    """Keep the ``k`` largest ``metric`` values in every group (whole group if smaller): ``(N,)``."""
-    index, count = dense_groups(group_ids)
-    order = sort_within_groups(metric, index, descending=True)
-    return rank_within_groups(order, index, count) < k
+    """Keep the ``k`` largest ``metric (N,)`` values in every group (the whole group if it has <= k): ``(N,)``.
+
+    Each group's members, in row order, go through ``torch.topk`` on the CPU, as DataFlex-RL's
+    per-group loop does, so ties are broken the same way. Groups are batched by size: one
+    ``topk`` call per distinct group size, not per group.
+    """
+    device = metric.device
+    metric = metric.detach().to("cpu", torch.float32)
+    index, count = dense_groups(group_ids.detach().cpu())
+    n = metric.shape[0]
+    keep = torch.ones(n, dtype=torch.bool)
+    if n == 0:
+        return keep.to(device)
+    sizes = torch.bincount(index, minlength=count)
+    contiguous = bool((index[1:] >= index[:-1]).all())
+    members = torch.arange(n) if contiguous else torch.sort(index, stable=True).indices  # rows grouped, row order kept
+    starts = torch.cumsum(sizes, 0) - sizes
+    for size in torch.unique(sizes[sizes > k]).tolist():
+        groups = torch.nonzero(sizes == size).flatten()
+        rows = members[starts[groups].unsqueeze(1) + torch.arange(size)]  # (groups of this size, size)
+        top = torch.topk(metric[rows], k, dim=1).indices
+        keep[rows] = False
+        keep[rows.gather(1, top)] = True
+    return keep.to(device)
 
 
 def max_variance_subset(scores: torch.Tensor, group_ids: torch.Tensor, keep_fraction: float) -> torch.Tensor:
     """Per group of size G, keep the ``n = round(f * G)`` responses whose scores have maximal variance.
 
     The optimum is the ``a`` lowest plus the ``n - a`` highest scores for some ``a`` (PODS,
-    arXiv 2504.13818); every ``a`` is evaluated at once from prefix sums over the sorted groups.
+    arXiv 2504.13818); every ``a`` is evaluated at once from per-group prefix sums of the sorted
+    scores, and the smallest best ``a`` wins a tie. ``n`` rounds half to even (f=0.5, G=5: 2).
     """
     n_rows = scores.shape[0]
     if n_rows == 0:
@@ -58,59 +81,91 @@ def max_variance_subset(scores: torch.Tensor, group_ids: torch.Tensor, keep_frac
     index, count = dense_groups(group_ids)
     values = scores.to(torch.float64)
     order = sort_within_groups(values, index)
-    sorted_values = values[order]
+    rank = rank_within_groups(order, index, count)
     sizes = torch.bincount(index, minlength=count)
-    starts = torch.cumsum(sizes, 0) - sizes
-    n_keep = _round_half_up(keep_fraction * sizes.to(torch.float64)).long().clamp(min=1)
+    width = int(sizes.max())
+    # Each group's sorted scores as one row, summed from the group's own start (as a per-group
+    # loop would), so equal candidate variances stay exactly equal and the tie rule holds.
+    table = values.new_zeros(count, width)
+    table[index, rank] = values
+    zero = values.new_zeros(count, 1)
+    prefix = torch.cat([zero, torch.cumsum(table, 1)], 1)
+    prefix_sq = torch.cat([zero, torch.cumsum(table * table, 1)], 1)
+    n_keep = torch.round(keep_fraction * sizes.to(torch.float64)).long().clamp(min=1)
     n_keep = torch.minimum(n_keep, sizes)
 
-    zero = values.new_zeros(1)
-    prefix = torch.cat([zero, torch.cumsum(sorted_values, 0)])
-    prefix_sq = torch.cat([zero, torch.cumsum(sorted_values * sorted_values, 0)])
-    candidates = torch.arange(int(n_keep.max()) + 1, device=scores.device)  # a = 0 .. max n
-    a = candidates.unsqueeze(0).expand(count, -1)
-    allowed = a <= n_keep.unsqueeze(1)
-    start = starts.unsqueeze(1)
-    low_end = (start + a).clamp(max=n_rows)
-    high_begin = (start + sizes.unsqueeze(1) - n_keep.unsqueeze(1) + a).clamp(max=n_rows)
-    group_end = (starts + sizes).unsqueeze(1)
-    total = (prefix[low_end] - prefix[start]) + (prefix[group_end] - prefix[high_begin])
-    total_sq = (prefix_sq[low_end] - prefix_sq[start]) + (prefix_sq[group_end] - prefix_sq[high_begin])
+    a = torch.arange(int(n_keep.max()) + 1, device=scores.device).unsqueeze(0)  # a = 0 .. max n
+    high_count = n_keep.unsqueeze(1) - a
+    allowed = high_count >= 0
+    ends = sizes.unsqueeze(1)
+    high_begin = (ends - high_count).clamp(0, width)
+
+    def kept_sum(table_prefix: torch.Tensor) -> torch.Tensor:
+        low = table_prefix.gather(1, a.clamp(max=width).expand(count, -1))
+        high = table_prefix.gather(1, ends) - table_prefix.gather(1, high_begin)
+        return low + torch.where(high_count > 0, high, torch.zeros_like(high))
+
     size_kept = n_keep.unsqueeze(1).to(torch.float64)
+    total, total_sq = kept_sum(prefix), kept_sum(prefix_sq)
     variance = total_sq / size_kept - (total / size_kept) ** 2
     variance = variance.masked_fill(~allowed, float("-inf"))
     best_a = torch.argmax(variance, dim=1)  # first maximum: the smallest a wins ties
 
-    rank = rank_within_groups(order, index, count)
     row_best = best_a[index]
     return (rank < row_best) | (rank >= sizes[index] - n_keep[index] + row_best)
 
 
 def top_tokens(scores: torch.Tensor, valid_mask: torch.Tensor, fraction: float) -> torch.Tensor:
-    """Keep the top ``round(fraction * valid tokens)`` (at least 1) valid tokens by score: ``(N, L)``.
+    """Keep the top ``round(fraction * valid tokens)`` (at least 1) valid tokens by score ``(N, L)``: ``(N, L)`` bool.
 
-    Uses a k-th value threshold (linear time); ties at the threshold go to earlier tokens in
-    row-major order.
+    Uses a k-th value threshold (linear time) over the scores with invalid tokens set to -inf;
+    ties at the threshold go to earlier tokens in row-major order.
     """
-    keep = torch.zeros_like(valid_mask, dtype=torch.bool)
-    flat_valid = valid_mask.reshape(-1)
-    n_valid = int(flat_valid.sum())
+    n_valid = int(true_count(valid_mask))
     if n_valid == 0:
-        return keep
-    k = max(1, min(n_valid, int(fraction * n_valid + 0.5)))
-    flat_scores = scores.reshape(-1).to(torch.float32)
-    valid_scores = flat_scores[flat_valid]
-    if valid_scores.is_cuda:
-        # CUDA kthvalue on ~1e8 entries is ~100x slower than a full sort; both give the same value.
-        threshold = torch.sort(valid_scores, descending=True).values[k - 1]
-    else:
-        threshold = torch.kthvalue(valid_scores, n_valid - k + 1).values
-    above = flat_valid & (flat_scores > threshold)
-    at = flat_valid & (flat_scores == threshold)
-    room = k - int(above.sum())
-    at_rank = torch.cumsum(at.to(torch.int64), 0)
-    flat_keep = above | (at & (at_rank <= room))
-    return flat_keep.view_as(valid_mask)
+        return torch.zeros_like(valid_mask, dtype=torch.bool)
+    k = round_count(fraction, n_valid)
+    masked = scores.to(torch.float32).masked_fill(~valid_mask, float("-inf"))
+    flat = masked.reshape(-1)
+    threshold = kth_largest(masked, k)
+    keep = masked >= threshold  # invalid tokens are -inf: never at or above a valid threshold
+    if int(true_count(keep)) > k:  # more ties at the threshold than room: the earliest ones
+        keep = masked > threshold
+        room = k - int(true_count(keep))
+        keep.view(-1)[torch.nonzero(flat == threshold).flatten()[:room]] = True
+    return keep
+
+
+def kth_largest(values: torch.Tensor, k: int) -> torch.Tensor:
+    """The k-th largest entry of ``values (N, L)`` float32 (``1 <= k <= numel``), exactly.
+
+    On large CPU inputs a sample brackets the answer, so the exact selection runs only on
+    the few entries inside the bracket (a full k-th value pass copies and partitions all of them);
+    if the bracket misses, the full pass runs.
+    """
+    flat = values.reshape(-1)
+    n = flat.numel()
+    if flat.is_cuda:
+        # CUDA kthvalue on ~1e8 entries is ~100x slower than topk; both give the same value.
+        return torch.topk(flat, k, sorted=False).values.min()
+    if n < 1 << 18:
+        return torch.kthvalue(flat, n - k + 1).values
+    # A fixed random sample (seeded: the result never depends on it, only the speed); a strided one
+    # would follow the padding pattern when L is a multiple of the stride.
+    m = n // 32
+    sample = flat[torch.randint(n, (m,), generator=torch.Generator().manual_seed(0))]
+    expected = k * m / n
+    margin = 6.0 * expected ** 0.5 + 32.0
+    high_rank, low_rank = max(1, int(expected - margin)), min(m, int(expected + margin) + 1)
+    high = torch.kthvalue(sample, m - high_rank + 1).values  # about high_rank sample entries are >= it
+    low = torch.kthvalue(sample, m - low_rank + 1).values
+    above = int(true_count(values > high))
+    if above < k:
+        candidates = flat[(flat >= low) & (flat <= high)]
+        need = k - above  # the answer is the need-th largest entry of [low, high]
+        if need <= candidates.numel():
+            return torch.kthvalue(candidates, candidates.numel() - need + 1).values
+    return torch.kthvalue(flat, n - k + 1).values
 
 
 # ---------------------------------------------------------------- registered selectors
@@ -151,13 +206,11 @@ class ThresholdBand(Selector):
 
 @register("selector", "topk_fraction")
 class TopkFraction(Selector):
-    """Keep the round(fraction*N) highest (or lowest) scoring responses, at least one."""
+    """Keep the round(fraction*N) highest (or lowest) scoring responses, at least one (ties as torch.topk on CPU)."""
 
     def __init__(self, fraction: float = 0.5, largest: bool = True):
         self.fraction = check_number("fraction", fraction, low=0.0, high=1.0, low_open=True)
-        if not isinstance(largest, bool):
-            raise ValueError(f"parameter 'largest' must be true or false; got {largest!r}")
-        self.largest = largest
+        self.largest = check_bool("largest", largest)
 
     def _select(self, scores, batch):
         return topk_fraction(scores, self.fraction, self.largest)
@@ -165,7 +218,11 @@ class TopkFraction(Selector):
 
 @register("selector", "gfpo")
 class GroupFilter(Selector):
-    """Keep the k shortest (metric=short) or most reward-per-token (efficiency) responses per group (GFPO)."""
+    """Keep the k shortest (metric=short) or most score-per-token (efficiency) responses per group (GFPO).
+
+    ``efficiency`` divides the configured scorer's value (``reward``: r_i) by the response length;
+    ``score`` ranks by the scorer's value itself. Groups of at most k responses are kept whole.
+    """
 
     needs_groups = True
     requires = ("group_ids",)
@@ -180,7 +237,8 @@ class GroupFilter(Selector):
         if self.metric == "short":
             metric = -batch.lengths
         elif self.metric == "efficiency":
-            metric = batch.rewards.to(torch.float32).nan_to_num(0.0) / batch.lengths.clamp_min(1)
+            # The configured scorer's value per token (with the `reward` scorer: r_i / L_i).
+            metric = scores.to(torch.float32) / batch.lengths.clamp_min(1)
         else:
             metric = scores
         return top_within_groups(metric, batch.group_ids, self.k)
@@ -188,7 +246,7 @@ class GroupFilter(Selector):
 
 @register("selector", "max_variance")
 class MaxVariance(Selector):
-    """Keep the round(f*G)-subset of each group with maximal score variance (PODS down-sampling)."""
+    """Keep the round(f*G)-subset of each group with maximal score variance (PODS down-sampling; round half to even)."""
 
     needs_groups = True
     requires = ("group_ids",)

@@ -10,20 +10,23 @@ log-probs or entropies can be deferred to the loss (``defer_policy=True`` then
 from __future__ import annotations
 
 import copy
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
 
-from .batch import RolloutBatch
+from .batch import RolloutBatch, masked_centered_square_sum, nonfinite_rows, true_count
 from .config import load_config
-from .errors import BatchError, ConfigError
+from .errors import BatchError, ConfigError, check_state
 from .mixers import Mixer
 from .mixing import DomainMixing
 from .registry import build_component
-from .reweighters import normalize_weights
+from .reweighters import normalize_weights_
 
 POLICY_SIGNALS = ("logprobs", "entropies")
+# Float signals `nan_policy` covers; each gets a ``nonfinite_<name>`` counter (responses) in the metrics.
+CHECKED_SIGNALS = ("rewards", "advantages", "logprobs", "entropies")
 
 
 @dataclass
@@ -104,6 +107,10 @@ class Strategy:
         self.name = self.config["name"]
         self.nan_policy = self.config["nan_policy"]
         self.domain_key = self.config["domain_key"]
+        # A step that keeps nothing warns once (see `_warn_dropped_all`); an adapter that warns about
+        # it itself, with more context, sets this to False.
+        self.warn_dropped_all = True
+        self._warned_dropped_all = False
         self.select = _Part("select", self.config["select"], "selector") if self.config["select"] else None
         self.reweight = _Part("reweight", self.config["reweight"], "reweighter") if self.config["reweight"] else None
         pre = self.config.get("pre_select")
@@ -116,7 +123,8 @@ class Strategy:
             try:
                 self.mixing = DomainMixing(mixer, domains=mix["domains"], window=mix["window"],
                                            warmup_steps=mix["warmup_steps"], update_every=mix["update_every"],
-                                           smoothing=mix["smoothing"], prior=mix["prior"])
+                                           smoothing=mix["smoothing"], prior=mix["prior"],
+                                           window_unit=mix.get("window_unit", "steps"))
             except ValueError as error:
                 raise ConfigError(f"mix: {error}") from error
 
@@ -195,15 +203,65 @@ class Strategy:
 
     # ------------------------------------------------------------ decisions
 
-    def _clean_rewards(self, batch: RolloutBatch) -> tuple[RolloutBatch, torch.Tensor, int]:
-        finite = torch.isfinite(batch.rewards)
-        n_bad = int(batch.n - int(finite.sum())) if batch.n else 0
-        if n_bad == 0:
-            return batch, finite, 0
-        if self.nan_policy == "raise":
-            raise BatchError(f"{n_bad} of {batch.n} rewards are NaN or infinite (nan_policy='raise')")
-        cleaned = batch.replace(rewards=torch.where(finite, batch.rewards, torch.zeros_like(batch.rewards)))
-        return cleaned, finite, n_bad
+    def _checked_signals(self, batch: RolloutBatch, policy_only: bool = False) -> list[str]:
+        """The float signals of ``batch`` some component reads (rewards always: metrics and mixing read them)."""
+        read = self.requires | {"rewards"}
+        if self.mixing is not None:
+            read.add("advantages")  # the tracker's per-domain |advantage|
+        names = POLICY_SIGNALS if policy_only else CHECKED_SIGNALS
+        return [name for name in names if name in read and getattr(batch, name) is not None]
+
+    def _clean_signals(self, batch: RolloutBatch, names: Sequence[str]) -> tuple[RolloutBatch, torch.Tensor | None, dict]:
+        """Apply ``nan_policy`` to every signal in ``names``.
+
+        Returns the batch with non-finite entries set to 0, the ``(N,)`` bool rows holding one
+        (None if none) and ``{nonfinite_<name>: rows}`` counts. ``-inf`` log-probs (impossible
+        tokens, probability 0) are values, not errors.
+        """
+        bad_any, counts, cleaned = None, {}, {}
+        for name in names:
+            value = getattr(batch, name)
+            mask = batch.valid_mask if value.dim() == 2 else None
+            bad, fixed = nonfinite_rows(value, mask, allow_negative_inf=name == "logprobs")
+            n_bad = 0 if bad is None else int(bad.sum())
+            counts[f"nonfinite_{name}"] = float(n_bad)
+            if fixed is not value:
+                cleaned[name] = fixed
+            if n_bad:
+                if self.nan_policy == "raise":
+                    what = f"{name} are" if name == "rewards" else f"responses have {name} that are"
+                    raise BatchError(
+                        f"{n_bad} of {batch.n} {what} NaN or infinite (nan_policy='raise'); fix how {name} are "
+                        "computed, or set nan_policy to 'zero' (count them as 0) or 'drop' (leave those responses out)"
+                    )
+                bad_any = bad if bad_any is None else bad_any | bad
+        if cleaned:
+            batch = batch.replace(**cleaned)
+        return batch, bad_any, counts
+
+    def _warn_dropped_all(self, step: int, reason: str) -> None:
+        if self._warned_dropped_all or not self.warn_dropped_all:
+            return
+        self._warned_dropped_all = True
+        warnings.warn(f"dataflex: step {step}: strategy {self.name!r} {reason}, so this step trains nothing "
+                      "(metric dropped_all=1). This warning is shown once.", UserWarning, stacklevel=3)
+
+    def _dropped_all_reason(self, n_bad: int, n: int, counts: dict, token_level: bool) -> str:
+        if n_bad == n:
+            signals = ", ".join(k[len("nonfinite_"):] for k, v in counts.items() if v)
+            return (f"left out all {n} responses because each has a NaN or infinite value ({signals}) and "
+                    "nan_policy='drop'. Fix the signal's computation, or set nan_policy: zero to count such values as 0")
+        part = self.select
+        if part is None:
+            return f"left out all {n} responses"
+        what = "token" if token_level else "response"
+        fix = "check that the selector's band or fraction fits the scale of the scorer's values"
+        if part.scorer.name == "group_solve_rate":
+            fix = (f"the solve rate counts rewards above the scorer's threshold ({part.scorer.threshold:g}) as solved; "
+                   "for rewards that are "
+                   "not 0/1 set success_threshold=, pass the TRL adapter selection_reward=<a 0/1 reward>, or use "
+                   "diffband (group_reward_variance with threshold_band(0, inf))")
+        return f"kept no {what}: selector {part.actuator.name!r} on scorer {part.scorer.name!r} dropped them all. Fix: {fix}"
 
     def apply(self, batch: RolloutBatch, step: int, *, defer_policy: bool = False, sync: bool = True) -> Decision:
         """Decide keep mask and weights for one batch, and feed the mixing statistics.
@@ -217,11 +275,14 @@ class Strategy:
         """
         if not isinstance(batch, RolloutBatch):
             raise BatchError(f"Strategy.apply expects a RolloutBatch; got {type(batch).__name__}")
-        raw_batch = batch
-        batch, finite, n_bad = self._clean_rewards(batch)
-        # Under "drop" a non-finite reward is no observation at all: the tracker skips it itself.
-        stats_batch = raw_batch if self.nan_policy == "drop" else batch
-        keep = finite.clone() if self.nan_policy == "drop" else torch.ones(batch.n, dtype=torch.bool, device=batch.device)
+        batch, bad_rows, counts = self._clean_signals(batch, self._checked_signals(batch))
+        keep = torch.ones(batch.n, dtype=torch.bool, device=batch.device)
+        stats_batch = batch
+        if bad_rows is not None and self.nan_policy == "drop":
+            keep = ~bad_rows
+            # A dropped row is no observation at all: a NaN reward makes the tracker skip the whole row.
+            stats_batch = batch.replace(rewards=batch.rewards.masked_fill(bad_rows, float("nan")))
+        n_dropped_bad = int((~keep).sum()) if batch.n else 0
         token_keep, response_w, token_w, deferred = None, None, None, []
 
         if self.select is not None and self.select.active(step):
@@ -245,7 +306,9 @@ class Strategy:
                     response_w = self.reweight.actuator.weights(scores, batch, mask=keep)
         weights = self._combine(batch, keep, token_keep, response_w, token_w)
 
-        metrics = self._metrics(batch, keep, token_keep, weights, n_bad)
+        metrics = self._metrics(batch, keep, token_keep, weights, counts, stats_batch.rewards)
+        if metrics["dropped_all"]:
+            self._warn_dropped_all(step, self._dropped_all_reason(n_dropped_bad, batch.n, counts, token_keep is not None))
         if self.mixing is not None:
             self.mixing.observe(stats_batch, step, sync=sync)
             metrics.update(self.mixing.metrics())
@@ -265,6 +328,10 @@ class Strategy:
         keep, token_keep, token_w = decision.keep, decision.token_keep, None
         if batch.n != keep.shape[0]:
             raise BatchError(f"apply_policy got {batch.n} rows but the decision covers {keep.shape[0]}")
+        batch, bad_rows, counts = self._clean_signals(batch, self._checked_signals(batch, policy_only=True))
+        if bad_rows is not None and self.nan_policy == "drop":
+            keep = keep & ~bad_rows
+            token_keep = None if token_keep is None else token_keep & keep.unsqueeze(1)
         if "select" in decision.deferred:
             scores = self.select.scorer.score(batch)
             token_keep = self.select.actuator.select(scores, batch) & batch.valid_mask & keep.unsqueeze(1)
@@ -273,7 +340,12 @@ class Strategy:
             token_w = self.reweight.actuator.weights(scores, batch, mask=self._token_mask(batch, keep, token_keep))
         weights = self._combine(batch, keep, token_keep, decision.response_weights, token_w)
         metrics = dict(decision.metrics)
+        metrics.update(counts)
         metrics.update(self._weight_metrics(keep, token_keep, weights, batch))
+        if keep is not decision.keep:
+            kept = int(keep.sum())
+            metrics["kept_frac"] = kept / batch.n if batch.n else 0.0
+            metrics["dropped_all"] = float(metrics.get("dropped_all", 0.0) or (batch.n > 0 and kept == 0))
         return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics, deferred=(),
                         response_weights=decision.response_weights)
 
@@ -283,56 +355,68 @@ class Strategy:
             return token_keep
         if batch.valid_mask is None:
             raise BatchError("token-level parts need RolloutBatch.completion_mask (or another (N, L) field)")
+        if bool(keep.all()):
+            return batch.valid_mask  # read-only here: no (N, L) copy when every response stays
         return batch.valid_mask & keep.unsqueeze(1)
 
     def _combine(self, batch, keep, token_keep, response_w, token_w) -> torch.Tensor:
         if token_keep is None and token_w is None:
             return response_w if response_w is not None else keep.to(torch.float32)
+        if token_w is not None and response_w is None:
+            return token_w  # already zero outside its mask (the kept tokens) and normalised
         mask = self._token_mask(batch, keep, token_keep)
         weights = mask.to(torch.float32)
         if response_w is not None:
-            weights = weights * response_w.unsqueeze(1)
+            weights.mul_(response_w.unsqueeze(1))
         if token_w is not None:
-            weights = weights * token_w
+            weights.mul_(token_w)
         mode = self.reweight.actuator.normalize if self.reweight is not None else "mean_one"
-        return normalize_weights(weights, mask, mode, batch.group_ids)
+        return normalize_weights_(weights, mask, mode, batch.group_ids)
 
     # ------------------------------------------------------------ metrics
 
     def _weight_metrics(self, keep, token_keep, weights, batch) -> dict[str, float]:
-        if weights.dim() == 2:
-            mask = self._token_mask(batch, keep, token_keep)
-        else:
-            mask = keep
-        kept = weights[mask].to(torch.float64)
-        n = kept.numel()
+        # Weights are 0 outside their mask, so plain sums over all entries are sums over the kept
+        # ones: no gather of the kept entries, no (N, L) temporary.
+        mask = self._token_mask(batch, keep, token_keep) if weights.dim() == 2 else keep
+        n = true_count(mask)
         if n == 0:
             return {"weight_mean": 0.0, "weight_std": 0.0, "weight_max": 0.0, "ess": 0.0}
-        total, square = kept.sum(), (kept * kept).sum()
-        stats = torch.stack([kept.mean(), kept.std(unbiased=False), kept.max(),
-                             torch.where(square > 0, total * total / (n * square), torch.zeros_like(square))])
-        mean, std, maximum, ess = stats.tolist()
+        if weights.dim() == 2:
+            total, maximum = float(weights.sum()), float(weights.max())
+            mean = total / n
+            spread = masked_centered_square_sum(weights, mask, mean)
+        else:
+            values = weights.to(torch.float64)
+            total, maximum = float(values.sum()), float(values.max())
+            mean = total / n
+            spread = float(((values - mean) * keep).square().sum())
+        square = spread + n * mean * mean  # sum of squared weights over the mask
+        std = (spread / n) ** 0.5
+        ess = total * total / (n * square) if square > 0 else 0.0
         return {"weight_mean": mean, "weight_std": std, "weight_max": maximum, "ess": ess}
 
-    def _metrics(self, batch, keep, token_keep, weights, n_bad) -> dict[str, float]:
+    def _metrics(self, batch, keep, token_keep, weights, counts, observed_rewards) -> dict[str, float]:
         n = batch.n
         kept = int(keep.sum()) if n else 0
-        metrics = {"kept_frac": kept / n if n else 0.0, "dropped_all": float(n > 0 and kept == 0), "nonfinite_rewards": float(n_bad)}
+        metrics = {"kept_frac": kept / n if n else 0.0, "dropped_all": float(n > 0 and kept == 0), "nonfinite_rewards": 0.0}
+        metrics.update(counts)
         if token_keep is not None:
-            valid = batch.valid_mask & keep.unsqueeze(1)
-            n_valid = int(valid.sum())
-            n_tok = int(token_keep.sum())
+            n_valid = float(batch.lengths[keep].sum())
+            n_tok = true_count(token_keep)
             metrics["kept_token_frac"] = n_tok / n_valid if n_valid else 0.0
             metrics["dropped_all"] = float(metrics["dropped_all"] or (n > 0 and n_tok == 0))
         metrics.update(self._weight_metrics(keep, token_keep, weights, batch))
         if batch.domains is not None and n:
             labels, codes = batch.domain_codes()
             index = torch.from_numpy(codes)
-            rewards = batch.rewards.detach().to("cpu", torch.float64)
-            sums = torch.zeros(len(labels), dtype=torch.float64).index_add_(0, index, rewards)
-            counts = torch.bincount(index, minlength=len(labels)).to(torch.float64)
-            for label, value in zip(labels, (sums / counts).tolist()):
-                metrics[f"reward/{label}"] = value
+            rewards = observed_rewards.detach().to("cpu", torch.float64)
+            seen = torch.isfinite(rewards)  # rows left out under nan_policy='drop' are not observations
+            sums = torch.zeros(len(labels), dtype=torch.float64).index_add_(0, index, rewards.where(seen, 0.0))
+            rows = torch.zeros(len(labels), dtype=torch.float64).index_add_(0, index, seen.to(torch.float64))
+            for label, total, count in zip(labels, sums.tolist(), rows.tolist()):
+                if count:
+                    metrics[f"reward/{label}"] = total / count
         return metrics
 
     # ------------------------------------------------------------ state
@@ -344,9 +428,10 @@ class Strategy:
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Restore saved state; with ``strict`` a changed config is an error naming what differs."""
-        saved = state.get("config")
+        check_state(state, ("config",), "Strategy")
+        saved = _comparable_config(state["config"], self.config)
         if strict and saved != self.config:
-            changed = sorted(k for k in set(saved or {}) | set(self.config) if (saved or {}).get(k) != self.config.get(k))
+            changed = sorted(k for k in set(saved) | set(self.config) if saved.get(k) != self.config.get(k))
             raise ConfigError(
                 f"the saved strategy state was made with a different config (changed: {', '.join(changed)}); "
                 "resume with the same strategy config, or pass strict=False to restore only the mixing state"
@@ -363,6 +448,22 @@ class Strategy:
         if self.prompt_filter is not None:
             parts.append("pre_select=" + self.prompt_filter.name)
         return f"Strategy({self.name!r}: {', '.join(parts) or 'no-op'})"
+
+
+def _comparable_config(saved: Any, current: Mapping[str, Any]) -> dict:
+    """A saved config brought to the current canonical form, so keys added since it was saved do not count as changes.
+
+    States written before ``domain_key`` could be unset stored the default ``"domain"``; that equals an unset key.
+    """
+    if not isinstance(saved, Mapping):
+        return {"config": saved}
+    try:
+        saved = load_config(dict(saved))
+    except ConfigError:
+        return dict(saved)
+    if saved.get("domain_key") == "domain" and current.get("domain_key") is None:
+        saved["domain_key"] = None
+    return saved
 
 
 def build_strategy(config: Any = "baseline") -> Strategy:

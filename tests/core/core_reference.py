@@ -34,8 +34,9 @@ def population_variance(values) -> float:
     return sum((v - mean) ** 2 for v in values) / len(values)
 
 
-def round_half_up(x: float) -> int:
-    return int(math.floor(x + 0.5))
+def round_count(fraction: float, size: int) -> int:
+    """DataFlex-RL's count: max(1, int(round(fraction * size))), Python's round (half to even)."""
+    return min(size, max(1, int(round(fraction * size))))
 
 
 # ---------------------------------------------------------------- scorers
@@ -89,30 +90,31 @@ def threshold_band(scores, low, high) -> torch.Tensor:
 
 
 def topk_fraction(scores: torch.Tensor, fraction: float, largest: bool = True) -> torch.Tensor:
+    """DataFlex-RL's rule: ``torch.topk`` of the whole float32 score vector on the CPU."""
     n = scores.shape[0]
     keep = torch.zeros(n, dtype=torch.bool)
     if n == 0:
         return keep
-    k = max(1, min(n, round_half_up(fraction * n)))
-    values = scores.tolist()
-    order = sorted(range(n), key=lambda i: ((-values[i] if largest else values[i]), i))
-    keep[order[:k]] = True
+    keep[torch.topk(scores.float().cpu(), round_count(fraction, n), largest=largest).indices] = True
     return keep
 
 
 def top_within_groups(metric: torch.Tensor, group_ids: torch.Tensor, k: int) -> torch.Tensor:
-    """Per group, the k largest metric values; ties go to the earlier row."""
+    """Per group (rows in row order): whole group if it has <= k rows, else ``torch.topk`` of its metric."""
     keep = torch.zeros(metric.shape[0], dtype=torch.bool)
-    values = metric.tolist()
+    metric = metric.float().cpu()
     for rows in groups_of(group_ids).values():
-        best = sorted(rows, key=lambda i: (-values[i], i))[:k]
-        keep[best] = True
+        if len(rows) <= k:
+            keep[rows] = True
+            continue
+        top = torch.topk(metric[torch.tensor(rows)], k).indices.tolist()
+        keep[[rows[j] for j in top]] = True
     return keep
 
 
-def gfpo(rewards: torch.Tensor, lengths: torch.Tensor, group_ids: torch.Tensor, k: int, metric: str) -> torch.Tensor:
-    r = torch.nan_to_num(rewards.float(), nan=0.0)
-    value = -lengths.float() if metric == "short" else r / lengths.float().clamp_min(1)
+def gfpo(scores: torch.Tensor, lengths: torch.Tensor, group_ids: torch.Tensor, k: int, metric: str) -> torch.Tensor:
+    """GFPO as DataFlex-RL: ``-L`` (short) or scorer value / max(L, 1) (efficiency), top k per group."""
+    value = -lengths.float() if metric == "short" else scores.float() / lengths.float().clamp_min(1)
     return top_within_groups(value, group_ids, k)
 
 
@@ -122,23 +124,35 @@ def max_variance_value(values, n_keep: int) -> float:
 
 
 def max_variance_keep_size(group_size: int, keep_fraction: float) -> int:
-    return min(group_size, max(1, round_half_up(keep_fraction * group_size)))
+    return round_count(keep_fraction, group_size)
 
 
 def max_variance_loop(scores: torch.Tensor, group_ids: torch.Tensor, keep_fraction: float) -> torch.Tensor:
-    """Per-group loop using the sorted a-lowest + (n-a)-highest characterisation (any G)."""
+    """DataFlex-RL's per-group scan: sort ascending (stable), prefix sums from the group's start, every
+    ``a`` lowest + ``n - a`` highest, first strictly larger variance wins; ``n >= G`` keeps the group."""
     keep = torch.zeros(scores.shape[0], dtype=torch.bool)
-    values = scores.double().tolist()
+    values = scores.float().tolist()
     for rows in groups_of(group_ids).values():
-        ordered = sorted(rows, key=lambda i: (values[i], i))
-        n = max_variance_keep_size(len(rows), keep_fraction)
-        best, best_var = None, -1.0
+        size = len(rows)
+        n = max_variance_keep_size(size, keep_fraction)
+        if n >= size:
+            keep[rows] = True
+            continue
+        ordered = sorted(rows, key=lambda i: values[i])
+        prefix, prefix_sq = [0.0], [0.0]
+        for i in ordered:
+            prefix.append(prefix[-1] + values[i])
+            prefix_sq.append(prefix_sq[-1] + values[i] * values[i])
+        best_var, best_a = -1.0, 0
         for a in range(n + 1):
-            chosen = ordered[:a] + ordered[len(ordered) - (n - a):]
-            var = population_variance([values[i] for i in chosen])
-            if var > best_var + 1e-12:
-                best, best_var = chosen, var
-        keep[best] = True
+            b = n - a
+            total = prefix[a] + (prefix[size] - prefix[size - b] if b > 0 else 0.0)
+            total_sq = prefix_sq[a] + (prefix_sq[size] - prefix_sq[size - b] if b > 0 else 0.0)
+            var = total_sq / n - (total / n) ** 2
+            if var > best_var:
+                best_var, best_a = var, a
+        chosen = ordered[:best_a] + (ordered[size - (n - best_a):] if n - best_a > 0 else [])
+        keep[chosen] = True
     return keep
 
 
@@ -148,7 +162,7 @@ def top_tokens(scores: torch.Tensor, mask: torch.Tensor, fraction: float) -> tor
     valid = [i for i, m in enumerate(flat_mask) if m]
     keep = torch.zeros(len(flat_mask), dtype=torch.bool)
     if valid:
-        k = max(1, min(len(valid), round_half_up(fraction * len(valid))))
+        k = round_count(fraction, len(valid))
         chosen = sorted(valid, key=lambda i: (-flat_scores[i], i))[:k]
         keep[chosen] = True
     return keep.view_as(mask)
@@ -160,7 +174,7 @@ def top_tokens_by_sort(scores: torch.Tensor, mask: torch.Tensor, fraction: float
     valid = torch.nonzero(flat_mask).flatten()
     keep = torch.zeros_like(flat_mask)
     if valid.numel():
-        k = max(1, min(valid.numel(), round_half_up(fraction * valid.numel())))
+        k = round_count(fraction, valid.numel())
         order = torch.sort(scores.reshape(-1)[valid].float(), descending=True, stable=True).indices
         keep[valid[order[:k]]] = True
     return keep.view_as(mask)
@@ -218,7 +232,8 @@ def advantage_reweight_raw(probs, alpha):
 
 
 def per_advantage_raw(scores, alpha):
-    return scores.double().abs() ** alpha
+    """DataFlex-RL's priority: (|s| + 1e-8) ** alpha, in the scores' float32."""
+    return (scores.float().abs() + 1e-8) ** alpha
 
 
 # ---------------------------------------------------------------- mixers
@@ -285,3 +300,68 @@ class ReferenceTracker:
                 continue
             out.append(float(np.polyfit(xs, np.array([o[1] for o in pts]), 1)[0]))
         return out
+
+
+# ---------------------------------------------------------------- DataFlex-RL's methods, as we read them
+# Written from the behaviour of haolpku/DataFlex-RL (src/dataflex_verl), not from its code: its scorers are
+# vectorised over (bs, L) token grids with float masks, its group steps loop over np.unique(uid), and its
+# reweighters normalise every row to mean 1 (w / max(mean, 1e-8)).
+
+
+def dfrl_advantage_magnitude(advantages: torch.Tensor, mask: torch.Tensor, agg: str = "mean") -> torch.Tensor:
+    maskf = mask.to(advantages.dtype)
+    weighted = advantages.abs() * maskf
+    if agg == "sum":
+        return weighted.sum(dim=-1)
+    if agg == "max":
+        return weighted.amax(dim=-1)
+    return weighted.sum(dim=-1) / maskf.sum(dim=-1).clamp(min=1.0)
+
+
+def dfrl_group_solve_rate(rewards: torch.Tensor, group_ids: torch.Tensor, success_threshold: float = 0.5) -> torch.Tensor:
+    success = (rewards.float() > success_threshold).float()
+    uid = np.asarray(group_ids.cpu())
+    out = torch.zeros_like(success)
+    for g in np.unique(uid):
+        rows = np.where(uid == g)[0]
+        out[rows] = success[rows].mean()
+    return out
+
+
+def dfrl_threshold_band(scores: torch.Tensor, low: float, high: float) -> torch.Tensor:
+    s = scores.float()
+    return (s > low) & (s < high)
+
+
+def dfrl_gfpo(scores: torch.Tensor, mask: torch.Tensor, group_ids: torch.Tensor, k: int, metric: str) -> torch.Tensor:
+    lengths = mask.float().sum(-1).clamp(min=1.0)
+    return gfpo(scores, lengths, group_ids, k, metric)
+
+
+def dfrl_mean_one(weights: torch.Tensor) -> torch.Tensor:
+    return weights / weights.mean().clamp(min=1e-8)
+
+
+def dfrl_softmax(scores: torch.Tensor, temperature: float) -> torch.Tensor:
+    s = scores.float().flatten()
+    return dfrl_mean_one(torch.softmax(s / temperature, dim=0) * s.numel())
+
+
+def dfrl_difficulty_band(scores: torch.Tensor, low_q: float, high_q: float, focus_weight: float) -> torch.Tensor:
+    s = scores.float().flatten()
+    if s.numel() <= 1:
+        return torch.ones_like(s)
+    lo, hi = torch.quantile(s, low_q), torch.quantile(s, high_q)
+    w = torch.ones_like(s)
+    w[(s >= lo) & (s <= hi)] = focus_weight
+    return dfrl_mean_one(w)
+
+
+def dfrl_advantage_reweight(probs: torch.Tensor, mask: torch.Tensor, alpha: float) -> torch.Tensor:
+    w = alpha * probs.float() + (1.0 - alpha)
+    maskf = mask.float()
+    return w * (maskf.sum().clamp(min=1.0) / (w * maskf).sum().clamp(min=1e-8))
+
+
+def dfrl_per_advantage(scores: torch.Tensor, alpha: float) -> torch.Tensor:
+    return dfrl_mean_one((scores.float().flatten().abs() + 1e-8) ** alpha)

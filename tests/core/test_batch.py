@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from dataflex_callbacks import BatchError, RolloutBatch
+from dataflex_callbacks.batch import masked_abs_row_reduce, row_counts
 
 
 def test_minimal_batch_counts_responses_as_length_one():
@@ -72,3 +73,33 @@ def test_replace_validates_and_rejects_unknown_fields():
         batch.replace(reward=torch.ones(2))
     with pytest.raises(BatchError):
         batch.replace(rewards=torch.ones(3))
+
+
+def test_row_counts_of_full_long_rows():
+    # the packed path adds 8 tokens per int64 word: a full row of 4096 must not carry between bytes
+    for shape in [(4, 4096), (3, 8), (2, 16384)]:
+        assert row_counts(torch.ones(*shape, dtype=torch.bool)).tolist() == [float(shape[1])] * shape[0]
+    assert row_counts(torch.ones(6, 16, dtype=torch.bool)[:, ::2]).tolist() == [8.0] * 6  # not contiguous
+
+
+@pytest.mark.parametrize("shape", [(3, 5), (300, 700), (300, 1024), (1, 200000), (0, 4), (4, 0)])
+def test_masked_row_reductions_equal_the_plain_expressions(shape):
+    gen = torch.Generator().manual_seed(0)
+    mask = torch.rand(*shape, generator=gen) > 0.5
+    values = torch.randn(*shape, generator=gen)
+    assert torch.equal(row_counts(mask), mask.float().sum(1))
+    for reduce in ("sum", "max"):
+        total, counts = masked_abs_row_reduce(values, mask, reduce)
+        weighted = values.abs() * mask.float()
+        expected = weighted.amax(1) if reduce == "max" and shape[1] else weighted.sum(1)
+        assert torch.equal(total, expected) and torch.equal(counts, mask.float().sum(1))
+
+
+def test_replace_keeps_derived_values_whose_sources_did_not_change():
+    mask = torch.tensor([[True, False], [True, True]])
+    batch = RolloutBatch(torch.zeros(2), completion_mask=mask, advantages=torch.ones(2, 2))
+    lengths = batch.lengths
+    assert batch.replace(advantages=torch.zeros(2, 2)).lengths is lengths
+    assert batch.replace(rewards=torch.ones(2)).lengths is lengths
+    changed = batch.replace(completion_mask=torch.ones(2, 2, dtype=torch.bool))
+    assert changed.lengths.tolist() == [2.0, 2.0]

@@ -110,3 +110,25 @@ def test_bf16_scores():
     for name in sorted(RESPONSE_LEVEL):
         w = build_component("reweighter", name).weights(scores, RolloutBatch(scores))
         assert w.dtype == torch.float32 and float(w.mean()) == pytest.approx(1.0, rel=1e-5)
+
+
+@pytest.mark.parametrize("name, params, fragment", [
+    ("softmax", {"temperature": "1"}, "'temperature'"), ("softmax", {"temperature": 0.0}, "'temperature'"),
+    ("softmax", {"normalize": ["mean_one"]}, "'normalize'"), ("difficulty_band", {"focus_weight": "2"}, "'focus_weight'"),
+    ("difficulty_band", {"low_q": 0.9, "high_q": 0.1}, "'low_q'"), ("reward_range", {"inside": None}, "'inside'"),
+    ("reward_range", {"outside": -1.0}, "'outside'"), ("advantage_reweight", {"alpha": True}, "'alpha'"),
+    ("advantage_reweight", {"alpha": 1.5}, "'alpha'"), ("per_advantage", {"alpha": [0.5]}, "'alpha'"),
+])
+def test_wrong_parameters_name_the_parameter(name, params, fragment):
+    from dataflex_callbacks import ConfigError
+
+    with pytest.raises(ConfigError, match=fragment):
+        build_component("reweighter", name, **params)
+
+
+def test_per_advantage_gives_zero_advantage_a_small_weight_as_the_reference():
+    scores = torch.tensor([0.0, 0.5, 1.0, 2.0])
+    w = build_component("reweighter", "per_advantage", alpha=0.5).weights(scores, RolloutBatch(scores))
+    assert float(w[0]) > 0
+    torch.testing.assert_close(w, ref.dfrl_per_advantage(scores, 0.5))
+    assert float(w[0]) == pytest.approx(1e-4 / float(((scores + 1e-8) ** 0.5).mean()), rel=1e-4)

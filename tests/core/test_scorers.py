@@ -1,11 +1,14 @@
 """Scorers against the straightforward reference, plus their declared needs and errors."""
 
+import warnings
+
 import pytest
 import torch
+import yaml
 from hypothesis import given, settings, strategies as st
 
 import core_reference as ref
-from dataflex_callbacks import BatchError, RolloutBatch, build_component
+from dataflex_callbacks import BatchError, ConfigError, RolloutBatch, build_component, build_strategy
 
 rows = st.lists(st.tuples(st.integers(0, 12), st.sampled_from([0.0, 1.0, 0.25, 0.5, 0.75, -1.0, 2.0])), min_size=0, max_size=40)
 
@@ -111,3 +114,89 @@ def test_empty_batch_scores():
                          completion_mask=torch.zeros(0, 4, dtype=torch.bool))
     for name in ("reward", "group_solve_rate", "group_reward_variance", "advantage_magnitude", "response_length"):
         assert build_component("scorer", name).score(batch).shape == (0,)
+
+
+# ---------------------------------------------------------------- DataFlex-RL names, non-binary rewards, spreads
+
+
+def test_reference_parameter_names_are_aliases():
+    batch = make_batch(rewards=torch.tensor([0.2, 0.9, 0.4, 0.6] * 3))
+    by_alias = build_component("scorer", "group_solve_rate", success_threshold=0.3).score(batch)
+    torch.testing.assert_close(by_alias, build_component("scorer", "group_solve_rate", threshold=0.3).score(batch))
+    for agg in ("mean", "sum", "max"):
+        torch.testing.assert_close(build_component("scorer", "advantage_magnitude", agg=agg).score(batch),
+                                   build_component("scorer", "advantage_magnitude", reduce=agg).score(batch))
+
+
+@pytest.mark.parametrize("name, params", [("group_solve_rate", {"threshold": 0.5, "success_threshold": 0.5}),
+                                          ("advantage_magnitude", {"reduce": "mean", "agg": "mean"})])
+def test_name_and_alias_together_is_an_error(name, params):
+    with pytest.raises(ConfigError, match="alias"):
+        build_component("scorer", name, **params)
+
+
+@pytest.mark.parametrize("name, params, fragment", [
+    ("group_solve_rate", {"threshold": "high"}, "'threshold'"),
+    ("group_solve_rate", {"success_threshold": [0.5]}, "'success_threshold'"),
+    ("group_solve_rate", {"threshold": float("nan")}, "'threshold'"),
+    ("advantage_magnitude", {"reduce": "median"}, "'reduce'"),
+    ("advantage_magnitude", {"agg": ["mean"]}, "'agg'"),
+])
+def test_wrong_parameter_types_name_the_parameter(name, params, fragment):
+    with pytest.raises(ConfigError, match=fragment + " must be"):  # a value check, not "unknown parameter"
+        build_component("scorer", name, **params)
+
+
+def test_solve_rate_on_non_binary_rewards_warns_once_naming_the_fixes():
+    scorer = build_component("scorer", "group_solve_rate")
+    batch = make_batch(rewards=torch.linspace(0.1, 0.4, 12))  # a length reward, say: nothing is "solved"
+    with pytest.warns(UserWarning, match="not all 0 or 1") as record:
+        scorer.score(batch)
+    text = str(record[0].message)
+    for fix in ("success_threshold=", "selection_reward=", "group_reward_variance", "threshold_band"):
+        assert fix in text
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        scorer.score(batch)  # once
+        build_component("scorer", "group_solve_rate").score(make_batch())  # 0/1 rewards: silent
+        build_component("scorer", "group_solve_rate", success_threshold=0.25).score(batch)  # the user chose
+
+
+def test_group_reward_variance_is_exactly_zero_for_equal_continuous_rewards():
+    values = [0.1, 0.7, 1.0 / 3.0, 2.9, 1e-7]
+    rewards = torch.tensor([v for v in values for _ in range(8)], dtype=torch.float32)
+    gids = torch.arange(40) // 8
+    for dtype in (torch.float32, torch.float64, torch.bfloat16):
+        score = build_component("scorer", "group_reward_variance").score(RolloutBatch(rewards.to(dtype), group_ids=gids))
+        assert (score == 0).all(), dtype
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 9), st.booleans(), st.floats(-5, 5, allow_nan=False, width=32)),
+                min_size=1, max_size=12), st.integers(0, 2**16), st.sampled_from(["yaml", "dict"]))
+def test_spread_filter_keeps_exactly_the_groups_whose_rewards_differ(groups, seed, form):
+    gen = torch.Generator().manual_seed(seed)
+    gids, rewards, differs = [], [], []
+    for g, (size, equal, base) in enumerate(groups):
+        values = [base] * size if equal else (base + torch.rand(size, generator=gen)).tolist()
+        gids += [g] * size
+        rewards += values
+        differs += [len(set(torch.tensor(values, dtype=torch.float32).tolist())) > 1] * size
+    perm = torch.randperm(len(gids), generator=gen)
+    batch = RolloutBatch(torch.tensor(rewards, dtype=torch.float32)[perm], group_ids=torch.tensor(gids)[perm])
+    select = {"scorer": "group_reward_variance", "selector": {"name": "threshold_band", "params": {"low": 0.0, "high": float("inf")}}}
+    if form == "yaml":
+        select = yaml.safe_load("scorer: group_reward_variance\n"
+                                "selector: {name: threshold_band, params: {low: 0.0, high: .inf}}")
+    keep = build_strategy({"select": select}).apply(batch, 0).keep
+    assert keep.tolist() == torch.tensor(differs)[perm].tolist()
+
+
+def test_advantage_magnitude_on_token_advantages_is_the_plain_expression_bit_for_bit():
+    gen = torch.Generator().manual_seed(3)
+    mask = torch.rand(300, 700, generator=gen) > 0.4  # bool mask, verl's form; > one CPU block of rows
+    advantages = torch.randn(300, 700, generator=gen)
+    for reduce in ("mean", "sum", "max"):
+        got = build_component("scorer", "advantage_magnitude", reduce=reduce).score(
+            RolloutBatch(torch.zeros(300), advantages=advantages, completion_mask=mask))
+        assert torch.equal(got, ref.dfrl_advantage_magnitude(advantages, mask, reduce)), reduce

@@ -6,7 +6,7 @@ from hypothesis import assume, given, settings, strategies as st
 
 import core_reference as ref
 from dataflex_callbacks import BatchError, RolloutBatch, build_component
-from dataflex_callbacks.selectors import max_variance_subset
+from dataflex_callbacks.selectors import max_variance_subset, top_tokens
 
 REWARD_VALUES = [0.0, 1.0, 0.5, 0.25, -1.0, 3.0]
 
@@ -56,8 +56,16 @@ def test_topk_keeps_rounded_count_and_matches_reference(values, fraction, larges
     scores = torch.tensor(values, dtype=torch.float32)
     keep = select("topk_fraction", scores, RolloutBatch(scores), fraction=fraction, largest=largest)
     n = len(values)
-    assert int(keep.sum()) == (max(1, ref.round_half_up(fraction * n)) if n else 0)
-    assert torch.equal(keep, ref.topk_fraction(scores, fraction, largest))  # ties: earlier row wins
+    assert int(keep.sum()) == (ref.round_count(fraction, n) if n else 0)  # Python round: half to even
+    if keep.any() and (~keep).any():  # a true top-k: no dropped score beats a kept one
+        kept, dropped = scores[keep], scores[~keep]
+        assert (kept.min() >= dropped.max()) if largest else (kept.max() <= dropped.min())
+    assert torch.equal(keep, ref.topk_fraction(scores, fraction, largest))  # ties: as torch.topk on CPU (DataFlex-RL)
+
+
+def test_topk_rounds_half_to_even():
+    scores = torch.arange(5, dtype=torch.float32)  # 0.5 * 5 = 2.5 -> 2 kept (DataFlex-RL), not 3
+    assert select("topk_fraction", scores, RolloutBatch(scores), fraction=0.5).tolist() == [False, False, False, True, True]
 
 
 def test_topk_permutation_equivariant_without_ties():
@@ -126,6 +134,19 @@ def test_max_variance_matches_loop_reference_variance(data, fraction):
         assert sum(bool(keep[i]) for i in members) == sum(bool(expected[i]) for i in members)
 
 
+@settings(max_examples=60, deadline=None)
+@given(grouped(max_size=16), st.sampled_from([0.3, 0.5, 0.75]))
+def test_max_variance_keeps_the_loop_references_rows(data, fraction):
+    gids, scores = data  # many ties: the same rows as the per-group scan, not only the same variance
+    assert torch.equal(max_variance_subset(scores, gids, fraction), ref.max_variance_loop(scores, gids, fraction))
+
+
+def test_max_variance_rounds_half_to_even():
+    scores = torch.tensor([0.0, 1.0, 0.0, 1.0, 1.0])  # f=0.5, G=5: round(2.5) = 2 kept (DataFlex-RL's maxvar runs)
+    keep = max_variance_subset(scores, torch.zeros(5, dtype=torch.long), 0.5)
+    assert int(keep.sum()) == 2 and sorted(scores[keep].tolist()) == [0.0, 1.0]
+
+
 def test_max_variance_permutation_equivariant_with_distinct_scores():
     gids = torch.arange(40) % 5
     scores = torch.randperm(40).float()
@@ -157,7 +178,7 @@ def test_top_tokens_count_validity_and_reference(n, length, fraction, seed, ties
     keep = select("entropy_top_tokens", scores, batch, fraction=fraction)
     assert not (keep & ~mask).any()
     n_valid = int(mask.sum())
-    assert int(keep.sum()) == (max(1, ref.round_half_up(fraction * n_valid)) if n_valid else 0)
+    assert int(keep.sum()) == (ref.round_count(fraction, n_valid) if n_valid else 0)
     assert torch.equal(keep, ref.top_tokens(scores, mask, fraction))
 
 
@@ -197,3 +218,67 @@ def test_bf16_scores():
     batch = RolloutBatch(scores, group_ids=torch.tensor([0, 0, 0, 1, 1, 1]))
     assert int(select("max_variance", scores, batch).sum()) == 4
     assert int(select("topk_fraction", scores, batch).sum()) == 3
+
+
+@pytest.mark.parametrize("name, params, fragment", [
+    ("threshold_band", {"low": "a"}, "'low'"), ("threshold_band", {"high": [1]}, "'high'"),
+    ("threshold_band", {"low": 1.0, "high": 0.5}, "'low'"), ("topk_fraction", {"fraction": "half"}, "'fraction'"),
+    ("topk_fraction", {"fraction": 0.0}, "'fraction'"), ("topk_fraction", {"largest": "yes"}, "'largest'"),
+    ("gfpo", {"k": 2.5}, "'k'"), ("gfpo", {"k": "3"}, "'k'"), ("gfpo", {"k": 0}, "'k'"),
+    ("gfpo", {"metric": ["short"]}, "'metric'"), ("max_variance", {"keep_fraction": None}, "'keep_fraction'"),
+    ("max_variance", {"keep_fraction": 1.5}, "'keep_fraction'"), ("entropy_top_tokens", {"fraction": {}}, "'fraction'"),
+])
+def test_wrong_parameters_name_the_parameter(name, params, fragment):
+    from dataflex_callbacks import ConfigError
+
+    with pytest.raises(ConfigError, match=fragment):
+        build_component("selector", name, **params)
+
+
+def test_numpy_scalars_are_accepted_as_parameters():
+    import numpy as np
+
+    assert build_component("selector", "topk_fraction", fraction=np.float32(0.5), largest=np.bool_(False)).largest is False
+    assert build_component("selector", "gfpo", k=np.int64(2)).k == 2
+
+
+def test_threshold_band_accepts_an_infinite_bound():
+    scores = torch.tensor([0.0, 1e-12, 5.0, 1e30])
+    keep = select("threshold_band", scores, RolloutBatch(scores), low=0.0, high=float("inf"))
+    assert keep.tolist() == [False, True, True, True]
+
+
+def test_gfpo_efficiency_divides_the_scorers_value_not_the_reward():
+    mask = torch.arange(6) < torch.tensor([[6], [1], [3]])
+    batch = RolloutBatch(torch.tensor([1.0, 0.0, 0.0]), group_ids=torch.zeros(3, dtype=torch.long), completion_mask=mask)
+    scores = torch.tensor([0.0, 2.0, 3.0])  # e.g. a length-penalised reward model score
+    assert select("gfpo", scores, batch, k=1).tolist() == [False, True, False]  # 2/1 beats 3/3 and 0/6
+
+
+def test_topk_and_gfpo_ties_follow_torch_topk_on_cpu_on_every_device():
+    scores = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 1.0, 1.0, 1.0, 0.0, 1.0])
+    keep = select("topk_fraction", scores, RolloutBatch(scores), fraction=0.5)
+    expected = torch.zeros(10, dtype=torch.bool)
+    expected[torch.topk(scores, 5).indices] = True
+    assert torch.equal(keep, expected)
+    if torch.cuda.is_available():
+        cuda = scores.cuda()
+        assert torch.equal(select("topk_fraction", cuda, RolloutBatch(cuda), fraction=0.5).cpu(), expected)
+
+
+@pytest.mark.parametrize("seed, ties, fraction", [(0, False, 0.2), (1, True, 0.2), (2, False, 0.01), (3, True, 0.9),
+                                                  (4, False, 1.0)])
+def test_top_tokens_on_large_inputs_take_the_sampled_bracket_and_stay_exact(seed, ties, fraction):
+    from dataflex_callbacks.selectors import kth_largest
+
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(16, 1025, (300,), generator=gen)
+    mask = torch.arange(1024) < lengths.unsqueeze(1)  # padding at the end of each row, L a power of 2
+    scores = torch.rand(300, 1024, generator=gen)
+    if ties:
+        scores = (scores * 5).floor()
+    keep = top_tokens(scores, mask, fraction)
+    assert torch.equal(keep, ref.top_tokens_by_sort(scores, mask, fraction))
+    values = scores.masked_fill(~mask, float("-inf"))
+    for k in (1, 7, int(mask.sum()) // 3, int(mask.sum())):
+        assert kth_largest(values, k) == torch.sort(values.reshape(-1), descending=True).values[k - 1]

@@ -267,3 +267,21 @@ def test_bf16_batches(preset):
 def test_apply_rejects_non_batch():
     with pytest.raises(BatchError, match="RolloutBatch"):
         build_strategy().apply({"rewards": torch.ones(2)}, 0)
+
+
+@pytest.mark.parametrize("garbage", [None, [1, 2], "state", {"mixing": {}}])
+def test_strategy_load_garbage_state_is_a_clear_error(garbage):
+    from dataflex_callbacks import StateError
+    with pytest.raises(StateError, match="Strategy.load_state_dict"):
+        build_strategy("reward_gap").load_state_dict(garbage)
+
+
+def test_state_saved_before_domain_key_could_be_unset_resumes_strictly():
+    strategy = build_strategy("reward_gap")
+    old = strategy.state_dict()
+    old["config"] = dict(old["config"], domain_key="domain")   # what earlier versions stored
+    old["config"]["mix"] = {k: v for k, v in old["config"]["mix"].items() if k != "window_unit"}
+    build_strategy("reward_gap").load_state_dict(old)           # no "changed" error
+    changed = dict(old, config=dict(old["config"], nan_policy="drop"))
+    with pytest.raises(ConfigError, match="changed: nan_policy"):
+        build_strategy("reward_gap").load_state_dict(changed)
