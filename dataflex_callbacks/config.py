@@ -2,18 +2,25 @@
 
 Two forms are accepted and resolve to one canonical (composable) dict:
 
-1. The single-mechanism block of the DataFlex-RL verl plugin, unchanged::
+1. The single-mechanism block of the DataFlex-RL verl plugin, unchanged (the "reference form")::
 
        {mechanism: select|reweight|mix, scorer: {name, params}, actuator: {name, params},
         warmup_step, update_step, domains, domain_key, window}
+
+   Omitted parameters take the reference plugin's defaults (`REFERENCE_DEFAULTS`, an update
+   every step, a window of 50 response rows), so such a block decides as it did there.
 
 2. The composable form, any subset of ``select``, ``reweight`` and ``mix``::
 
        select:   {scorer: NAME|{name, params}, selector: NAME|{name, params}, warmup_steps}
        reweight: {scorer: ..., reweighter: ..., warmup_steps}
-       mix:      {mixer: ..., domains, window, warmup_steps, update_every, smoothing, prior}
+       mix:      {mixer: ..., domains, window, window_unit, warmup_steps, update_every, smoothing, prior}
        pre_select: NAME|{name, params}   (pre-rollout prompt skipping, e.g. skip_zero_variance)
        nan_policy: zero|drop|raise
+       domain_key: the dataset column holding the domain label (None: the host's default)
+
+Either form may sit under a ``dataflex:`` key of a larger file (a verl config with ``trainer:``,
+``data:``, ... beside it); only that block is read.
 """
 
 from __future__ import annotations
@@ -23,14 +30,32 @@ import os
 from typing import Any, Mapping
 
 from .errors import ConfigError
+from .params import plain_scalar
+from .proportions import check_domains
 
 NAN_POLICIES = ("zero", "drop", "raise")
+WINDOW_UNITS = ("steps", "rows")
 
 SELECT_DEFAULTS = {"warmup_steps": 0}
 REWEIGHT_DEFAULTS = {"warmup_steps": 0}
-MIX_DEFAULTS = {"domains": None, "window": 50, "warmup_steps": 10, "update_every": 5, "smoothing": 0.0, "prior": None}
+MIX_DEFAULTS = {"domains": None, "window": 50, "window_unit": "steps", "warmup_steps": 10, "update_every": 5,
+                "smoothing": 0.0, "prior": None}
 TOP_LEVEL_KEYS = ("name", "pre_select", "select", "reweight", "mix", "nan_policy", "domain_key")
 LEGACY_KEYS = ("mechanism", "scorer", "actuator", "warmup_step", "update_step", "domains", "domain_key", "window", "name")
+
+# Defaults of the DataFlex-RL plugin that differ from this library's, filled into reference-form
+# blocks that omit them (keyed by canonical component name). Everything else already agrees.
+REFERENCE_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
+    ("selector", "gfpo"): {"k": 8},
+    ("reweighter", "advantage_reweight"): {"alpha": 0.5},
+    ("reweighter", "per_advantage"): {"alpha": 0.5},
+    ("mixer", "reward_gap"): {"temperature": 1.0},
+    ("mixer", "dump_ucb"): {"temperature": 1.0, "c": 1.0},
+    ("mixer", "tscl"): {"temperature": 1.0},
+}
+# Keys the verl adapter reads from the same ``dataflex:`` block (with their types).
+HOST_KEYS = {"enable": bool, "seed": int}
+REFERENCE_MIX = {"warmup_steps": 0, "update_every": 1, "window": 50, "window_unit": "rows"}
 
 
 def _part(scorer, actuator_key, actuator):
@@ -45,8 +70,10 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "baseline": ("no data strategy: every rollout trains with weight 1", {}),
     "difffilter": ("keep groups with solve rate in (0.2, 0.8): 2-3 of 5 correct (online difficulty filtering)",
                    {"select": _part(("group_solve_rate", {}), "selector", ("threshold_band", {"low": 0.2, "high": 0.8}))}),
-    "diffband": ("drop all-correct and all-wrong groups (DAPO dynamic sampling)",
-                 {"select": _part(("group_solve_rate", {}), "selector", ("threshold_band", {"low": 0.0, "high": 1.0}))}),
+    "diffband": ("drop groups whose rewards are all equal, i.e. zero reward variance (DAPO dynamic sampling; "
+                 "any reward scale)",
+                 {"select": _part(("group_reward_variance", {}), "selector",
+                                  ("threshold_band", {"low": 0.0, "high": float("inf")}))}),
     "topk": ("keep the half of responses with the largest |advantage|",
              {"select": _part(("advantage_magnitude", {}), "selector", ("topk_fraction", {"fraction": 0.5}))}),
     "maxvar": ("keep the half of each group with maximal reward variance (PODS)",
@@ -77,9 +104,14 @@ def list_presets() -> dict[str, str]:
 
 
 def load_config(config: Any) -> dict:
-    """Turn a preset name, a YAML path or a dict into the canonical composable dict (validated keys)."""
+    """Turn a preset name, a YAML path or a dict into the canonical composable dict (validated keys).
+
+    A mapping (or file) with a ``dataflex:`` key is read through that block, whatever else sits
+    beside it (``trainer:``, ``data:``, ``actor_rollout_ref:`` of a verl config).
+    """
     if isinstance(config, os.PathLike) or (isinstance(config, str) and (config.endswith((".yaml", ".yml", ".json")) or os.path.isfile(config))):
         config = _read_file(os.fspath(config))
+    config = plain(config)
     if isinstance(config, str) and "+" in config:
         return canonicalize(combine_presets(config))
     if isinstance(config, str):
@@ -90,12 +122,66 @@ def load_config(config: Any) -> dict:
         return canonicalize(resolved)
     if not isinstance(config, Mapping):
         raise ConfigError(f"a strategy config must be a preset name, a dict or a YAML path; got {type(config).__name__}")
+    if "dataflex" in config:
+        return load_config(_dataflex_block(dict(config)))
     config = dict(config)
-    if set(config) == {"dataflex"}:
-        config = dict(config["dataflex"])
     if "mechanism" in config:
         config = from_legacy(config)
     return canonicalize(config)
+
+
+def _dataflex_block(config: dict) -> Any:
+    """The strategy of a config's ``dataflex:`` block (a mapping, a preset name or a path), or ``config`` itself.
+
+    The block may also use the verl adapter's wrapper form ``{strategy: <preset|path|mapping>,
+    enable: bool, seed: int}``; ``enable`` and ``seed`` are checked here and used by the adapter.
+    """
+    if "dataflex" not in config:
+        return config
+    block = config["dataflex"]
+    clash = sorted(set(config) & (set(TOP_LEVEL_KEYS) | set(LEGACY_KEYS)))
+    if clash:
+        raise ConfigError(f"the config has a 'dataflex:' block and strategy key(s) {clash} beside it; "
+                          "put the whole strategy inside 'dataflex:'")
+    if block is None or (isinstance(block, Mapping) and not block):
+        raise ConfigError("the 'dataflex:' block is empty; give a preset name or a strategy mapping under it")
+    if isinstance(block, str):
+        return block
+    if not isinstance(block, Mapping):
+        raise ConfigError(f"'dataflex:' must hold a strategy mapping or a preset name; got {type(block).__name__}")
+    block = dict(block)
+    for key, kind in HOST_KEYS.items():
+        if key in block:
+            value = block.pop(key)
+            if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+                raise ConfigError(f"dataflex.{key} must be {'true or false' if kind is bool else 'an integer'}; got {value!r}")
+    if "strategy" in block:
+        extra = sorted(set(block) - {"strategy"})
+        if extra:
+            raise ConfigError(f"dataflex: key 'strategy' names a whole strategy; it cannot be combined with key(s) "
+                              f"{extra}. Put them in the strategy's YAML file, or drop 'strategy'")
+        if block["strategy"] is None or isinstance(block["strategy"], Mapping) and "dataflex" in block["strategy"]:
+            raise ConfigError(f"dataflex.strategy must be a preset name, a YAML path or a strategy mapping; "
+                              f"got {block['strategy']!r}")
+        return block["strategy"]
+    return block
+
+
+def plain(value: Any) -> Any:
+    """``value`` as plain Python containers and scalars (OmegaConf nodes, tuples, numpy/torch numbers converted).
+
+    The resolved config is saved in checkpoints; only plain values load under
+    ``torch.load(weights_only=True)`` and serialise to JSON.
+    """
+    if type(value).__module__.startswith("omegaconf"):
+        from omegaconf import OmegaConf
+
+        value = OmegaConf.to_container(value, resolve=True)
+    if isinstance(value, Mapping):
+        return {plain(k): plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [plain(v) for v in value]
+    return plain_scalar(value)
 
 
 def combine_presets(spec: str) -> dict:
@@ -127,7 +213,7 @@ def _read_file(path: str) -> Any:
 
 
 def from_legacy(block: Mapping) -> dict:
-    """Translate the DataFlex-RL single-mechanism block into the composable form."""
+    """Translate the DataFlex-RL single-mechanism block into the composable form, with the reference's defaults."""
     unknown = sorted(set(block) - set(LEGACY_KEYS))
     if unknown:
         raise ConfigError(f"dataflex block: unknown key(s) {unknown}; valid keys: {', '.join(LEGACY_KEYS)}")
@@ -136,12 +222,16 @@ def from_legacy(block: Mapping) -> dict:
         raise ConfigError(f"dataflex block: mechanism must be one of select, reweight, mix; got {mechanism!r}")
     if "actuator" not in block:
         raise ConfigError("dataflex block: key 'actuator' is required (the selector, reweighter or mixer)")
-    out: dict = {"name": block.get("name", f"{mechanism}:{_component_name(block['actuator'], 'actuator')}")}
+    actuator_key = {"select": "selector", "reweight": "reweighter", "mix": "mixer"}[mechanism]
+    actuator = _with_reference_defaults(actuator_key, component_spec(block["actuator"], "dataflex.actuator"))
+    out: dict = {"name": block.get("name", f"{mechanism}:{actuator['name']}")}
     if "domain_key" in block:
         out["domain_key"] = block["domain_key"]
     warmup = block.get("warmup_step", 0)
     if mechanism == "mix":
-        mix = {"mixer": block["actuator"], "warmup_steps": warmup}
+        if "scorer" in block:
+            _check_mix_scorer(block["scorer"])
+        mix = {**REFERENCE_MIX, "mixer": actuator, "warmup_steps": warmup}
         if "update_step" in block:
             mix["update_every"] = block["update_step"]
         for key in ("domains", "window"):
@@ -151,15 +241,35 @@ def from_legacy(block: Mapping) -> dict:
         return out
     if "scorer" not in block:
         raise ConfigError(f"dataflex block: mechanism {mechanism!r} needs key 'scorer'")
-    actuator_key = "selector" if mechanism == "select" else "reweighter"
-    out[mechanism] = {"scorer": block["scorer"], actuator_key: block["actuator"], "warmup_steps": warmup}
+    out[mechanism] = {"scorer": block["scorer"], actuator_key: actuator, "warmup_steps": warmup}
     return out
 
 
+def _with_reference_defaults(kind: str, spec: dict) -> dict:
+    from .registry import component_class
+
+    try:
+        canonical = component_class(kind, spec["name"]).name
+    except ConfigError:
+        return spec  # the build step names the unknown component with the valid choices
+    defaults = REFERENCE_DEFAULTS.get((kind, canonical), {})
+    return {"name": spec["name"], "params": {**defaults, **spec["params"]}}
+
+
+def _check_mix_scorer(spec: Any) -> None:
+    # Each mixer reads the signal its paper defines (reward, |advantage|, reward slope, variance), so
+    # the block's scorer only has to exist: an unknown one (e.g. an on-policy-distillation signal)
+    # must fail here, not be ignored.
+    from .registry import build_component
+
+    scorer = component_spec(spec, "dataflex.scorer")
+    build_component("scorer", scorer["name"], **scorer["params"])
+
+
 def _component_name(spec: Any, where: str) -> str:
-    if isinstance(spec, str):
+    if isinstance(spec, str) and spec:
         return spec
-    if isinstance(spec, Mapping) and isinstance(spec.get("name"), str):
+    if isinstance(spec, Mapping) and isinstance(spec.get("name"), str) and spec["name"]:
         return spec["name"]
     raise ConfigError(f"{where} must be a name or a mapping with 'name' (and optional 'params'); got {spec!r}")
 
@@ -169,8 +279,15 @@ def component_spec(spec: Any, where: str) -> dict:
     name = _component_name(spec, where)
     if isinstance(spec, str):
         return {"name": name, "params": {}}
-    params = dict(spec.get("params") or {})
-    extra = {k: v for k, v in spec.items() if k not in ("name", "params")}
+    raw = spec.get("params")
+    if raw is not None and not isinstance(raw, Mapping):
+        raise ConfigError(f"{where}.params must be a mapping of parameter names to values (e.g. {{alpha: 0.5}}); "
+                          f"got {raw!r}")
+    params = plain(dict(raw or {}))
+    bad_names = [k for k in params if not isinstance(k, str)]
+    if bad_names:
+        raise ConfigError(f"{where}.params: parameter names must be strings; got {bad_names}")
+    extra = {k: plain(v) for k, v in spec.items() if k not in ("name", "params")}
     overlap = sorted(set(params) & set(extra))
     if overlap:
         raise ConfigError(f"{where}: parameter(s) {overlap} given both inline and under 'params'")
@@ -193,8 +310,22 @@ def _section(config: Mapping, key: str, component_keys: tuple[str, ...], default
         if name not in section:
             raise ConfigError(f"'{key}' needs key '{name}'")
         out[name] = component_spec(section[name], f"{key}.{name}")
-    out.update({k: section[k] for k in defaults if k in section})
+    out.update({k: plain(section[k]) for k in defaults if k in section})
     return out
+
+
+def _mix_section(config: Mapping) -> dict | None:
+    mix = _section(config, "mix", ("mixer",), MIX_DEFAULTS)
+    if mix is None:
+        return None
+    if mix["domains"] is not None:
+        mix["domains"] = check_domains(mix["domains"], "mix.domains")
+    if mix["window_unit"] not in WINDOW_UNITS:
+        raise ConfigError(f"mix.window_unit must be one of {', '.join(WINDOW_UNITS)} (what one window slot holds: "
+                          f"one step's observation, or one response row); got {mix['window_unit']!r}")
+    if mix["prior"] is not None and (isinstance(mix["prior"], str) or not hasattr(mix["prior"], "__len__")):
+        raise ConfigError(f"mix.prior must be a mapping {{domain: proportion}} or a list in domain order; got {mix['prior']!r}")
+    return mix
 
 
 def canonicalize(config: Mapping) -> dict:
@@ -202,17 +333,25 @@ def canonicalize(config: Mapping) -> dict:
     unknown = sorted(set(config) - set(TOP_LEVEL_KEYS))
     if unknown:
         raise ConfigError(f"strategy config: unknown key(s) {unknown}; valid keys: {', '.join(TOP_LEVEL_KEYS)} "
-                          "(or the DataFlex-RL block with 'mechanism')")
+                          "(or the DataFlex-RL block with 'mechanism'); a verl or trainer config must hold the "
+                          "strategy under a 'dataflex:' key")
     nan_policy = config.get("nan_policy", "zero")
-    if nan_policy not in NAN_POLICIES:
+    if not isinstance(nan_policy, str) or nan_policy not in NAN_POLICIES:
         raise ConfigError(f"nan_policy must be one of {', '.join(NAN_POLICIES)}; got {nan_policy!r}")
+    name = config.get("name", "custom")
+    if not isinstance(name, str) or not name:
+        raise ConfigError(f"'name' must be a non-empty string; got {name!r}")
+    domain_key = config.get("domain_key")
+    if domain_key is not None and (not isinstance(domain_key, str) or not domain_key):
+        raise ConfigError(f"domain_key must be the name of the dataset column holding the domain label; got {domain_key!r}")
     pre_select = config.get("pre_select")
     return {
-        "name": str(config.get("name", "custom")),
+        "name": name,
         "pre_select": None if pre_select is None else component_spec(pre_select, "pre_select"),
         "select": _section(config, "select", ("scorer", "selector"), SELECT_DEFAULTS),
         "reweight": _section(config, "reweight", ("scorer", "reweighter"), REWEIGHT_DEFAULTS),
-        "mix": _section(config, "mix", ("mixer",), MIX_DEFAULTS),
+        "mix": _mix_section(config),
         "nan_policy": nan_policy,
-        "domain_key": str(config.get("domain_key", "domain")),
+        # None = not set: each host then uses its own default column (verl: data_source, else domain).
+        "domain_key": domain_key,
     }

@@ -9,13 +9,13 @@ for the mixer's signal, so each domain gets explored.
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import torch
 
 from .errors import ConfigError
-from .params import check_number
-from .proportions import check_proportions
+from .params import check_bool, check_number
+from .proportions import check_domains, check_proportions
 from .registry import register
 from .tracker import DomainTracker
 
@@ -45,18 +45,14 @@ class Mixer:
     name = "mixer"
 
     def __init__(self, domains: Sequence[str] | None = None, floor: float = 0.05):
-        self.domains = list(domains) if domains is not None else None
+        self.domains = None
         self.floor = check_number("floor", floor, low=0.0)
-        if self.domains is not None:
-            self.bind(self.domains)
+        if domains is not None:
+            self.bind(domains)
 
     def bind(self, domains: Sequence[str]) -> None:
         """Set the domain list (done by the strategy when the data's domains become known)."""
-        domains = list(domains)
-        if not domains:
-            raise ConfigError(f"mixer {self.name!r} needs at least one domain")
-        if len(set(domains)) != len(domains):
-            raise ConfigError(f"mixer {self.name!r}: domains must be unique; got {domains}")
+        domains = check_domains(domains, f"mixer {self.name!r} domains")
         if len(domains) * self.floor > 1.0 + 1e-12:
             raise ConfigError(
                 f"mixer {self.name!r}: floor={self.floor} times {len(domains)} domains exceeds 1; "
@@ -74,6 +70,10 @@ class Mixer:
         p = apply_floor(q / q.sum(), self.floor)
         return {d: float(p[i]) for i, d in enumerate(self.domains)}
 
+    def starting_proportions(self) -> dict[str, float] | None:
+        """Proportions to use before the first update (None: the mix block's prior, uniform by default)."""
+        return None
+
     def raw_proportions(self, tracker: DomainTracker) -> torch.Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -86,14 +86,25 @@ class Mixer:
 class StaticMixer(Mixer):
     """Fixed proportions (uniform by default): the baseline."""
 
-    def __init__(self, domains: Sequence[str] | None = None, proportions: dict[str, float] | None = None, floor: float = 0.0):
-        self.fixed = None if proportions is None else {str(k): float(v) for k, v in dict(proportions).items()}
+    def __init__(self, domains: Sequence[str] | None = None,
+                 proportions: dict[str, float] | Sequence[float] | None = None, floor: float = 0.0):
+        """``proportions``: a mapping ``{domain: p}`` or a list in domain order (DataFlex-RL's form), summing to 1."""
+        if proportions is not None and not isinstance(proportions, Mapping) and (
+                isinstance(proportions, str) or not hasattr(proportions, "__len__")):
+            raise ConfigError(f"static mixer 'proportions' must be a mapping {{domain: p}} or a list in domain order; "
+                              f"got {proportions!r}")
+        self.fixed = None if proportions is None else (
+            dict(proportions) if isinstance(proportions, Mapping) else list(proportions))
         super().__init__(domains, floor)
 
     def bind(self, domains):
         super().bind(domains)
         if self.fixed is not None:
             self.fixed = check_proportions(self.fixed, self.domains, "static mixer 'proportions'")
+
+    def starting_proportions(self):
+        # Fixed proportions hold from the first draw, not only from the first update.
+        return None if self.fixed is None else dict(self.fixed)
 
     def raw_proportions(self, tracker):
         k = len(self.domains)
@@ -152,9 +163,7 @@ class TsclMixer(SoftmaxMixer):
     """softmax(|slope_d| / T) of the windowed reward slope (teacher-student curriculum)."""
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.01, floor: float = 0.05, signed: bool = False):
-        if not isinstance(signed, bool):
-            raise ValueError(f"parameter 'signed' must be true or false; got {signed!r}")
-        self.signed = signed
+        self.signed = check_bool("signed", signed)
         super().__init__(domains, temperature, floor)
 
     def value(self, tracker):

@@ -3,7 +3,8 @@
 Target proportions start at a static prior; from ``warmup_steps`` on they are recomputed by the
 mixer every ``update_every`` steps from the `DomainTracker` (optionally smoothed:
 ``p <- smoothing * p_old + (1 - smoothing) * p_new``, which keeps every floor). Both the target and
-the proportions actually drawn by the sampler are kept for logging.
+the proportions actually drawn by the sampler are kept for logging. ``window_unit`` says what the
+tracker's window counts: steps (default) or response rows (DataFlex-RL's meaning).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from collections import deque
 from typing import Mapping, Sequence
 
 from .batch import RolloutBatch
-from .errors import ConfigError
+from .errors import ConfigError, StateError, check_state
 from .mixers import Mixer
-from .params import check_int, check_number
-from .proportions import check_proportions
-from .tracker import DomainTracker
+from .params import check_choice, check_int, check_number
+from .proportions import check_domains, check_proportions
+from .tracker import WINDOW_UNITS, DomainTracker
 
 RECENT_DRAWS = 20  # sampler batches in the "recent" actual-proportion window
 
@@ -25,13 +26,19 @@ class DomainMixing:
     """Schedule that turns tracked per-domain statistics into target sampling proportions."""
 
     def __init__(self, mixer: Mixer, domains: Sequence[str] | None = None, window: int = 50, warmup_steps: int = 10,
-                 update_every: int = 5, smoothing: float = 0.0, prior: Mapping[str, float] | None = None):
+                 update_every: int = 5, smoothing: float = 0.0, prior: Mapping[str, float] | Sequence[float] | None = None,
+                 window_unit: str = "steps"):
+        if not isinstance(mixer, Mixer):
+            raise ConfigError(f"DomainMixing needs a Mixer (e.g. build_component('mixer', 'reward_gap')); got {mixer!r}")
         self.mixer = mixer
         self.window = check_int("window", window, low=1)
+        self.window_unit = check_choice("window_unit", window_unit, WINDOW_UNITS)
         self.warmup_steps = check_int("warmup_steps", warmup_steps, low=0)
         self.update_every = check_int("update_every", update_every, low=1)
         self.smoothing = check_number("smoothing", smoothing, low=0.0, high=1.0, high_open=True)
-        self.prior_config = None if prior is None else dict(prior)
+        if prior is not None and not isinstance(prior, Mapping) and (isinstance(prior, str) or not hasattr(prior, "__len__")):
+            raise ConfigError(f"mix 'prior' must be a mapping {{domain: proportion}} or a list in domain order; got {prior!r}")
+        self.prior_config = None if prior is None else (dict(prior) if isinstance(prior, Mapping) else list(prior))
         self.domains: list[str] | None = None
         self.tracker: DomainTracker | None = None
         self.target: dict[str, float] | None = None
@@ -47,16 +54,16 @@ class DomainMixing:
 
     def bind(self, domains: Sequence[str]) -> None:
         """Fix the domain list (from the config, or from the dataset's domain column)."""
-        domains = [str(d) for d in domains]
+        domains = check_domains(domains, "mix domains")
         if self.domains is not None:
             if domains != self.domains:
                 raise ConfigError(f"mix domains are already {self.domains}; cannot rebind to {domains}")
             return
         self.mixer.bind(domains)
         self.domains = domains
-        self.tracker = DomainTracker(domains, self.window)
+        self.tracker = DomainTracker(domains, self.window, self.window_unit)
         if self.prior_config is None:
-            prior = {d: 1.0 / len(domains) for d in domains}
+            prior = self.mixer.starting_proportions() or {d: 1.0 / len(domains) for d in domains}
         else:
             prior = check_proportions(self.prior_config, domains, "mix 'prior'")
         floor = self.mixer.floor
@@ -86,7 +93,7 @@ class DomainMixing:
         if self.smoothing > 0:
             fresh = {d: self.smoothing * self.target[d] + (1 - self.smoothing) * fresh[d] for d in self.domains}
         self.target = fresh
-        self.last_update_step = step
+        self.last_update_step = int(step)
         return True
 
     def observe_drawn(self, counts: Mapping[str, int]) -> None:
@@ -120,19 +127,34 @@ class DomainMixing:
         return out
 
     def state_dict(self) -> dict:
+        """A copy of the schedule state: tensors, Python scalars, strings and lists/dicts of them only."""
         return {
-            "domains": self.domains, "target": self.target, "last_update_step": self.last_update_step,
+            "domains": None if self.domains is None else list(self.domains),
+            "target": None if self.target is None else {d: float(p) for d, p in self.target.items()},
+            "last_update_step": None if self.last_update_step is None else int(self.last_update_step),
             "tracker": None if self.tracker is None else self.tracker.state_dict(),
-            "drawn_total": dict(self.drawn_total), "drawn_recent": list(self.drawn_recent),
+            "drawn_total": {d: int(c) for d, c in self.drawn_total.items()},
+            "drawn_recent": [{d: int(c) for d, c in draw.items()} for draw in self.drawn_recent],
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict` output; the domains must match those already bound (if any)."""
+        check_state(state, ("domains", "target", "last_update_step", "tracker", "drawn_total", "drawn_recent"), "DomainMixing")
         if state["domains"] is None:
             return
-        self.bind(state["domains"])
+        domains = check_domains(state["domains"], "saved mix domains")
+        target, drawn_total = state["target"], state["drawn_total"]
+        if not isinstance(target, Mapping) or sorted(target) != sorted(domains):
+            raise StateError(f"DomainMixing state: 'target' must map each of {domains} to a proportion; got {target!r}")
+        if not isinstance(drawn_total, Mapping) or sorted(drawn_total) != sorted(domains):
+            raise StateError(f"DomainMixing state: 'drawn_total' must map each of {domains} to a count; got {drawn_total!r}")
+        if not isinstance(state["drawn_recent"], (list, tuple)) or not all(isinstance(d, Mapping) for d in state["drawn_recent"]):
+            raise StateError(f"DomainMixing state: 'drawn_recent' must be a list of {{domain: count}} dicts; got {state['drawn_recent']!r}")
+        self.bind(domains)
         self.tracker.load_state_dict(state["tracker"])
-        self.target = dict(state["target"])
-        self.last_update_step = state["last_update_step"]
-        self.drawn_total = dict(state["drawn_total"])
-        self.drawn_recent = deque(state["drawn_recent"], maxlen=RECENT_DRAWS)
+        self.target = {d: float(target[d]) for d in domains}
+        self.last_update_step = None if state["last_update_step"] is None else int(state["last_update_step"])
+        self.drawn_total = {d: int(drawn_total[d]) for d in domains}
+        self.drawn_recent = deque(({d: int(c) for d, c in draw.items()} for draw in state["drawn_recent"]),
+                                  maxlen=RECENT_DRAWS)
 

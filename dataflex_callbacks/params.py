@@ -6,9 +6,33 @@ import math
 from typing import Any, Iterable
 
 
+def plain_scalar(value: Any) -> Any:
+    """A 0-d numpy/torch number as the Python int/float/bool it holds; any other value unchanged.
+
+    Users pass ``np.float64(0.3)`` or ``torch.tensor(0.3)`` for numbers; checks and saved
+    state want plain Python scalars (``torch.load(weights_only=True)`` refuses numpy scalars).
+    """
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if isinstance(value, str):  # numpy.str_ and other str subclasses
+        return str(value)
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        try:
+            item = value.item()
+        except (TypeError, ValueError, RuntimeError):
+            return value
+        if isinstance(item, (bool, int, float)):
+            return item
+    return value
+
+
 def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
                  low_open: bool = False, high_open: bool = False) -> float:
-    """``value`` as a float inside the given bounds, else a ValueError naming ``name``."""
+    """``value`` as a float inside the given bounds, else a ValueError naming ``name``.
+
+    Accepts Python, numpy and 0-d torch numbers; infinities pass unless a bound excludes them.
+    """
+    value = plain_scalar(value)
     if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(float(value)):
         raise ValueError(f"parameter {name!r} must be a number; got {value!r}")
     value = float(value)
@@ -20,7 +44,8 @@ def check_number(name: str, value: Any, *, low: float | None = None, high: float
 
 
 def check_int(name: str, value: Any, *, low: int | None = None) -> int:
-    """``value`` as an int ``>= low``, else a ValueError naming ``name``."""
+    """``value`` as an int ``>= low``, else a ValueError naming ``name`` (numpy/torch integers accepted)."""
+    value = plain_scalar(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise ValueError(f"parameter {name!r} must be an integer; got {value!r}")
     if low is not None and value < low:
@@ -31,13 +56,14 @@ def check_int(name: str, value: Any, *, low: int | None = None) -> int:
 def check_choice(name: str, value: Any, choices: Iterable[str]) -> str:
     """``value`` if it is one of ``choices``, else a ValueError listing them."""
     choices = tuple(choices)
-    if value not in choices:
+    if not isinstance(value, str) or value not in choices:
         raise ValueError(f"parameter {name!r} must be one of {', '.join(map(repr, choices))}; got {value!r}")
     return value
 
 
 def check_bool(name: str, value: Any) -> bool:
-    """``value`` if it is a bool, else a ValueError naming ``name``."""
+    """``value`` if it is a bool (numpy bools accepted), else a ValueError naming ``name``."""
+    value = plain_scalar(value)
     if not isinstance(value, bool):
         raise ValueError(f"parameter {name!r} must be true or false; got {value!r}")
     return value

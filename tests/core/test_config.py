@@ -105,3 +105,114 @@ def test_empty_and_invalid_yaml(tmp_path):
     bad.write_text("select: [unclosed")
     with pytest.raises(ConfigError, match="not valid YAML"):
         load_config(str(bad))
+
+
+# ---------------------------------------------------------------- files with verl keys, domain_key, misuse
+
+
+def test_a_verl_file_is_read_through_its_dataflex_block(tmp_path):
+    path = tmp_path / "verl.yaml"
+    path.write_text(yaml.safe_dump({"trainer": {"v1": {"trainer_mode": "dataflex_sync"}, "nnodes": 1},
+                                    "data": {"train_batch_size": 8}, "dataflex": LEGACY}))
+    assert build_strategy(str(path)).config == build_strategy(LEGACY).config
+    bare = tmp_path / "trainer_only.yaml"
+    bare.write_text(yaml.safe_dump({"trainer": {"nnodes": 1}}))
+    with pytest.raises(ConfigError, match=r"unknown key\(s\) \['trainer'\].*under a 'dataflex:' key"):
+        build_strategy(str(bare))
+
+
+def test_domain_key_stays_unset_unless_given():
+    assert load_config("reward_gap")["domain_key"] is None
+    assert build_strategy({"mix": {"mixer": "static"}}).domain_key is None
+    assert build_strategy({"mix": {"mixer": "static"}, "domain_key": "domain"}).domain_key == "domain"
+    assert build_strategy({"mechanism": "mix", "actuator": "static", "domain_key": "topic"}).domain_key == "topic"
+    for bad in (5, "", ["domain"]):
+        with pytest.raises(ConfigError, match="domain_key"):
+            load_config({"domain_key": bad})
+
+
+@pytest.mark.parametrize("domains, expected", [("math", ["math"]), (["math"], ["math"]), ([1, 2], ["1", "2"]),
+                                               (("a", "b"), ["a", "b"])])
+def test_mix_domains_forms(domains, expected):
+    assert load_config({"mix": {"mixer": "static", "domains": domains}})["mix"]["domains"] == expected
+    assert build_strategy({"mechanism": "mix", "actuator": "static", "domains": domains}).domains == expected
+
+
+@pytest.mark.parametrize("domains, fragment", [
+    (["math", None], "non-empty string"),
+    (["math", "math"], "unique"),
+    ([], "empty"),
+    ([""], "non-empty"),
+    ({"math": 1}, "list of domain names"),
+    (3, "list of domain names"),
+    ([["a"]], "non-empty string"),
+])
+def test_bad_mix_domains_are_refused(domains, fragment, tmp_path):
+    with pytest.raises(ConfigError, match=fragment):
+        load_config({"mix": {"mixer": "static", "domains": domains}})
+    from dataflex_callbacks.cli import main
+
+    path = tmp_path / "mix.yaml"
+    path.write_text(yaml.safe_dump({"mix": {"mixer": "static", "domains": domains}}))
+    assert main(["validate", str(path)]) == 2
+
+
+@pytest.mark.parametrize("config, fragment", [
+    ({"select": {"scorer": "reward", "selector": {"name": "topk_fraction", "params": [1, 2]}}},
+     "select.selector.params must be a mapping"),
+    ({"select": {"scorer": {"name": "reward", "params": "x"}, "selector": "topk_fraction"}}, "select.scorer.params"),
+    ({"select": {"scorer": "reward", "selector": {"name": "topk_fraction", "params": {"fraction": "half"}}}},
+     "parameter 'fraction' must be a number"),
+    ({"select": {"scorer": "reward", "selector": {"name": "gfpo", "k": "3"}}}, "parameter 'k' must be an integer"),
+    ({"select": {"scorer": "reward", "selector": {"name": "topk_fraction", "fractoin": 0.5}}}, "accepted: fraction"),
+    ({"mix": {"mixer": {"name": "reward_gap", "temperature": [1]}}}, "parameter 'temperature'"),
+    ({"mix": {"mixer": "static", "window": "50"}}, "parameter 'window'"),
+    ({"mix": {"mixer": "static", "window_unit": "tokens"}}, "window_unit"),
+    ({"mix": {"mixer": "static", "prior": 0.5}}, "mix.prior"),
+    ({"mix": {"mixer": {"name": "static", "proportions": [0.5, 0.5]}, "domains": ["a", "b", "c"]}}, "2 value(s)"),
+    ({"mix": {"mixer": "tscl", "domains": ["a"]}, "name": ["x"]}, "'name' must be a non-empty string"),
+    ({"nan_policy": ["drop"]}, "nan_policy must be one of"),
+    ({"mechanism": "mix", "scorer": "distill_gap", "actuator": "reward_gap"}, "unknown scorer 'distill_gap'"),
+    ({"dataflex": [1, 2]}, "'dataflex:' must hold"),
+])
+def test_misuse_names_the_parameter(config, fragment):
+    with pytest.raises(ConfigError) as info:
+        build_strategy(config)
+    assert fragment in str(info.value)
+
+
+def test_numpy_and_torch_numbers_are_accepted_and_stored_plain():
+    np = pytest.importorskip("numpy")
+    torch = pytest.importorskip("torch")
+    config = {"select": {"scorer": "reward", "selector": {"name": "topk_fraction", "fraction": np.float32(0.25)}},
+              "mix": {"mixer": {"name": "static", "proportions": {"a": np.float64(0.5), "b": torch.tensor(0.5)}},
+                      "domains": np.array(["a", "b"]), "window": np.int64(5), "prior": [np.float64(0.5), 0.5]}}
+    strategy = build_strategy(config)
+    json.dumps(strategy.config)
+    assert type(strategy.config["select"]["selector"]["params"]["fraction"]) is float
+    assert type(strategy.config["mix"]["window"]) is int and strategy.domains == ["a", "b"]
+
+
+def test_diffband_judges_the_reward_spread_and_difffilter_the_solve_rate():
+    diffband = load_config("diffband")["select"]
+    assert diffband["scorer"]["name"] == "group_reward_variance"
+    assert diffband["selector"] == {"name": "threshold_band", "params": {"low": 0.0, "high": float("inf")}}
+    assert "reward variance" in list_presets()["diffband"]
+    difffilter = load_config("difffilter")["select"]
+    assert difffilter["scorer"]["name"] == "group_solve_rate"
+    assert difffilter["selector"]["params"] == {"low": 0.2, "high": 0.8}
+
+
+def test_the_verl_adapter_wrapper_form_of_the_dataflex_block(tmp_path):
+    assert load_config({"trainer": {}, "dataflex": {"strategy": "difffilter", "seed": 3, "enable": True}})["name"] == "difffilter"
+    assert load_config({"dataflex": {"strategy": LEGACY}})["select"] == load_config(LEGACY)["select"]
+    strategy_file = tmp_path / "s.yaml"
+    strategy_file.write_text(yaml.safe_dump(COMPOSABLE))
+    assert load_config({"dataflex": {"strategy": str(strategy_file)}}) == load_config(COMPOSABLE)
+    for block, fragment in [({"strategy": "difffilter", "select": {}}, "cannot be combined"),
+                            ({"strategy": "difffilter", "seed": "3"}, "dataflex.seed must be an integer"),
+                            ({"strategy": "difffilter", "enable": 1}, "dataflex.enable must be true or false"),
+                            ({"strategy": None}, "dataflex.strategy must be"),
+                            ({}, "empty")]:
+        with pytest.raises(ConfigError, match=fragment):
+            load_config({"dataflex": block})

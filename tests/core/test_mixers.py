@@ -109,3 +109,52 @@ def test_floor_too_large_and_domain_mismatch():
         mixer.proportions(DomainTracker(DOMAINS))
     with pytest.raises(ConfigError, match="no domains"):
         build_component("mixer", "tscl").proportions(DomainTracker(DOMAINS))
+
+
+def test_static_proportions_as_a_list_in_domain_order():
+    tracker = DomainTracker(DOMAINS)
+    mixer = build_component("mixer", "static", domains=DOMAINS, proportions=[0.5, 0.3, 0.2])
+    assert mixer.proportions(tracker) == pytest.approx({"a": 0.5, "b": 0.3, "c": 0.2})
+    late = build_component("mixer", "static", proportions=[0.2, 0.3, 0.5])  # bound later, as by a strategy
+    late.bind(DOMAINS)
+    assert late.proportions(tracker) == pytest.approx({"a": 0.2, "b": 0.3, "c": 0.5})
+
+
+@pytest.mark.parametrize("proportions, fragment", [
+    ([0.5, 0.5], "2 value(s) but there are 3 domain(s)"),
+    ([0.5, 0.3, 0.2, 0.0], "4 value(s)"),
+    ([0.5, 0.5, 0.5], "normalise"),
+    ("uniform", "mapping"),
+    (0.5, "mapping"),
+    ([0.5, None, 0.5], "finite number"),
+])
+def test_static_bad_proportions_explain(proportions, fragment):
+    with pytest.raises(ConfigError) as info:
+        build_component("mixer", "static", domains=DOMAINS, proportions=proportions)
+    assert fragment in str(info.value)
+
+
+@pytest.mark.parametrize("convert", [np.float64, np.float32, lambda v: torch.tensor(v, dtype=torch.float64), np.array])
+def test_numpy_and_torch_scalars_are_numbers(convert):
+    values = {"a": convert(0.5), "b": convert(0.25), "c": convert(0.25)}
+    mixer = build_component("mixer", "static", domains=DOMAINS, proportions=values)
+    assert mixer.proportions(DomainTracker(DOMAINS)) == pytest.approx({"a": 0.5, "b": 0.25, "c": 0.25})
+    gap = build_component("mixer", "reward_gap", domains=DOMAINS, temperature=convert(0.5), floor=convert(0.1))
+    assert gap.temperature == 0.5 and type(gap.floor) is float
+
+
+@pytest.mark.parametrize("domains, fragment", [
+    ("abc", None),  # a single string is one domain, never a, b, c
+    (["a", None], "non-empty string"),
+    (["a", ""], "non-empty"),
+    (["a", "a"], "unique"),
+    ([], "empty"),
+    ([1.5], "non-empty string"),
+    ({"a": 1}, "list of domain names"),
+])
+def test_mixer_domains_are_checked(domains, fragment):
+    if fragment is None:
+        assert build_component("mixer", "reward_gap", domains=domains).domains == ["abc"]
+        return
+    with pytest.raises(ConfigError, match=fragment):
+        build_component("mixer", "reward_gap", domains=domains)
