@@ -1,10 +1,17 @@
 """`DomainMixingSampler`: a DataLoader sampler that draws prompts by per-domain proportions.
 
-Draws happen chunk by chunk (one chunk = one batch of prompts), each chunk under the proportions
-current at that moment, so a mixer can change them between batches; nothing is precomputed for
-an epoch. Within a domain, rows are drawn without replacement until the domain is exhausted,
-then reshuffled. The per-domain passes run across epochs: an epoch is ``num_samples`` prompts,
-not one pass over the data.
+Draws happen chunk by chunk (one chunk = one batch of prompts, the generation batch), each chunk
+under the proportions current at that moment, so a mixer can change them between batches;
+nothing is precomputed for an epoch. Within a domain, rows are drawn without replacement until the
+domain is exhausted, then reshuffled; when that happens inside a chunk, the rows the chunk already
+holds go to the end of the new pass, so no row appears twice in one chunk while its domain has
+unused rows. The per-domain passes run across epochs: an epoch is ``num_samples`` prompts, not
+one pass over the data.
+
+Without proportions and without a strategy that has a mix part, the sampler draws from all rows
+as one pool (the data's own domain distribution, like ``RandomSampler``) until `set_proportions`
+is called. ``quota="exact"`` gives each chunk exactly the largest-remainder quotas of the target
+proportions instead of independent draws.
 
 Two layouts:
 
@@ -16,13 +23,14 @@ Two layouts:
   ``batch_size * R`` prompts.
 
 Resume: `state_dict` stores the random state, the per-domain passes, the rows of every chunk drawn
-so far in the epoch and how many indices were yielded. A restored sampler re-yields the logged
-chunks and then draws on: hosts that re-iterate and skip the consumed batches (``resume="replay"``,
-HF Trainer / accelerate) and hosts that expect the stream to go on where it stopped
-(``resume="continue"``) both get the uninterrupted run's stream, also when proportions or a
-pre-rollout filter changed mid-epoch. A state saved after the last index of an epoch resumes
-with the next epoch in both modes. Calling ``iter()`` again mid-epoch without a restore abandons
-the rest of that epoch and starts the next one.
+so far in the epoch, how many indices were yielded and a fingerprint of the data (row count,
+domain labels, prompt keys). A restored sampler re-yields the logged chunks and then draws on:
+hosts that re-iterate and skip the consumed batches (``resume="replay"``, HF Trainer / accelerate)
+and hosts that expect the stream to go on where it stopped (``resume="continue"``) both get the
+uninterrupted run's stream, also when proportions or a pre-rollout filter changed mid-epoch. A
+state saved after the last index of an epoch resumes with the next epoch in both modes. Calling
+``iter()`` again mid-epoch without a restore abandons the rest of that epoch and starts the next
+one. A state saved for other data (rows added, removed, reordered or relabelled) is refused.
 
 Pre-rollout selection: with a strategy that has a ``pre_select`` part, the mixer still chooses
 the domain and the filter chooses within it, skipping prompts it predicts to be useless.
@@ -30,6 +38,9 @@ the domain and the filter chooses within it, skipping prompts it predicts to be 
 
 from __future__ import annotations
 
+import hashlib
+import math
+import warnings
 from array import array
 from collections import deque
 from operator import length_hint
@@ -39,9 +50,9 @@ import numpy as np
 from torch.utils.data import IterableDataset as TorchIterableDataset
 from torch.utils.data import Sampler
 
-from .errors import ConfigError
+from .errors import ConfigError, DataFlexError, StateError, check_state
 from .history import KEY_COLUMNS, hashable_key, row_prompt_key
-from .params import check_choice, check_int
+from .params import check_bool, check_choice, check_int
 from .proportions import check_proportions
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -51,10 +62,113 @@ RECENT_CHUNKS = 20  # chunks in the "recent" actual-proportion window
 UNIFORM_BLOCK = 4096  # uniforms drawn per generator call
 SMALL_CHUNK = 32  # chunks up to this many prompts are drawn ahead, several at a time
 PREFETCH_CHUNKS = 64  # small chunks drawn in one vectorised step while the proportions stay the same
+POOL_LABEL = "all"  # the one domain of a pooled sampler over data without a domain column
+QUOTAS = ("independent", "exact")
+TIE_TOLERANCE = 1e-9  # quota remainders this close count as equal (float noise, e.g. 0.1 * 30)
+STATE_KEYS = ("domains", "seed", "draw_size", "layout", "num_generations", "repeat_count", "chunks_per_epoch",
+              "epoch", "rng", "perm", "pointers", "drawn_total", "drawn_recent", "epoch_rows", "position",
+              "proportions")
+OLD_STATE_DEFAULTS = {"quota": "independent"}  # draw settings that states of earlier versions lack
 
 
-def domain_labels(dataset: Any, domain_key: str) -> list[str]:
-    """Per-row domain labels of a map-style dataset (``datasets.Dataset``, list of dicts, ...)."""
+def largest_remainder_quotas(proportions: Sequence[float], n: int) -> np.ndarray:
+    """Per-domain counts that sum to ``n`` and follow ``proportions`` as closely as whole numbers can.
+
+    Hamilton's (largest-remainder) rule, as DataFlex-RL's replay buffer fills a batch: each domain
+    gets ``floor(n * p_d)``, and the ``n - sum(floors)`` prompts left go one each to the domains with
+    the largest remainders ``n * p_d - floor(n * p_d)``. Equal remainders (within 1e-9, so float
+    noise cannot break a tie) go to the domain listed first; a domain with proportion 0 gets none.
+
+    Args:
+        proportions: ``(K,)`` non-negative, summing to 1 (renormalised here).
+        n: batch size, ``>= 0``.
+
+    Returns:
+        ``(K,)`` int64 counts summing to ``n``.
+    """
+    p = np.asarray(proportions, dtype=np.float64)
+    scaled = n * p / p.sum()
+    counts = np.floor(scaled + TIE_TOLERANCE).astype(np.int64)
+    remainder = np.where(p > 0, np.round(np.maximum(scaled - counts, 0.0) / TIE_TOLERANCE) * TIE_TOLERANCE, -1.0)
+    left = n - int(counts.sum())
+    if left > 0:
+        order = np.lexsort((np.arange(p.shape[0]), -remainder))  # largest remainder first, then domain order
+        counts[order[:left]] += 1
+    return counts
+
+
+def _is_null(value: Any) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
+
+
+def _null_rows(values: Sequence) -> list[int]:
+    return [i for i, v in enumerate(values) if _is_null(v)]
+
+
+def _refuse_nulls(rows: list[int], column: str, what: str) -> None:
+    if rows:
+        shown = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
+        raise ConfigError(f"{len(rows)} row(s) have a null {what} in column {column!r} (row {shown}); give every "
+                          f"row a value, or drop those rows first (e.g. dataset.filter(lambda row: row[{column!r}] "
+                          "is not None))")
+
+
+def _column(dataset: Any, column: str) -> list:
+    """All values of a column as a list (``datasets`` >= 4 returns a lazy column, slow to iterate)."""
+    values = dataset[column]
+    return values if isinstance(values, list) else list(values[:])
+
+
+def _labels_from(values: Sequence, column: str) -> list[str]:
+    labels = [str(v) for v in values]
+    if "None" in labels or "nan" in labels:  # what str() makes of a null; the strings themselves are fine
+        _refuse_nulls(_null_rows(values), column, "domain label")
+    return labels
+
+
+def _digest(*parts: bytes) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    for part in parts:
+        digest.update(part)
+    return digest.hexdigest()
+
+
+def _arrow_key_digest(dataset: Any, column: str) -> str | None:
+    """Digest of a ``datasets.Dataset`` column straight from its Arrow data (fast); None when not Arrow-backed.
+
+    Refuses null keys (the column is read anyway). The digest is independent of chunking and of how
+    the dataset was built, and follows its row order (select / shuffle views included).
+    """
+    if not callable(getattr(dataset, "with_format", None)):
+        return None
+    try:
+        import pyarrow as pa
+
+        values = dataset.with_format("arrow")[column]
+        if isinstance(values, pa.ChunkedArray):
+            values = values.combine_chunks()
+        if not isinstance(values, pa.Array):
+            return None
+    except Exception:  # not an Arrow-backed dataset after all: no key digest
+        return None
+    if values.null_count:
+        _refuse_nulls(np.flatnonzero(values.is_null().to_numpy(zero_copy_only=False)).tolist(), column, "prompt")
+    if pa.types.is_floating(values.type):
+        import pyarrow.compute as pc
+
+        _refuse_nulls(np.flatnonzero(pc.is_nan(values).to_numpy(zero_copy_only=False)).tolist(), column, "prompt")
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, pa.schema([("key", values.type)])) as writer:
+        writer.write_batch(pa.record_batch([values], names=["key"]))
+    return _digest(sink.getvalue().to_pybytes())
+
+
+def domain_labels(dataset: Any, domain_key: str, *, required: bool = True) -> list[str] | None:
+    """Per-row domain labels of a map-style dataset (``datasets.Dataset``, list of dicts, ...).
+
+    A null label (None / NaN) is refused with its row. ``required=False`` returns None instead of
+    failing when the dataset has no ``domain_key`` column at all (a one-pool sampler needs no domains).
+    """
     iterable = isinstance(dataset, TorchIterableDataset) or any(
         cls.__name__ == "IterableDataset" for cls in type(dataset).__mro__)
     if iterable or (hasattr(dataset, "__iter__") and not hasattr(dataset, "__getitem__")):
@@ -66,52 +180,66 @@ def domain_labels(dataset: Any, domain_key: str) -> list[str]:
     columns = getattr(dataset, "column_names", None)
     if columns is not None:
         if domain_key not in columns:
+            if not required:
+                return None
             raise ConfigError(f"dataset has no domain column {domain_key!r}; its columns are {list(columns)}; "
                               "pass domain_key=<the column holding the domain label>")
-        return [str(v) for v in dataset[domain_key]]
-    labels = []
+        return _labels_from(_column(dataset, domain_key), domain_key)
+    values = []
     for i in range(len(dataset)):
         row = dataset[i]
         if not isinstance(row, Mapping) or domain_key not in row:
+            if i == 0 and not required:
+                return None
             have = list(row) if isinstance(row, Mapping) else type(row).__name__
             raise ConfigError(f"dataset row {i} has no domain field {domain_key!r}; it has {have}; "
                               "pass domain_key=<the field holding the domain label>")
-        labels.append(str(row[domain_key]))
-    return labels
+        values.append(row[domain_key])
+    return _labels_from(values, domain_key)
 
 
 class DomainMixingSampler(Sampler[int]):
-    """Sample dataset rows so that each batch follows per-domain proportions.
+    """Sample dataset rows so that each batch follows per-domain proportions (or the data's own mix).
 
     Args:
         dataset: map-style dataset whose rows carry a domain label (or pass ``labels``).
         labels: per-row domain labels, instead of reading them from ``dataset``.
-        domain_key: name of the domain column.
-        domains: the domains to mix, in order (default: the strategy's mix domains if it has
+        domain_key: name of the domain column. A one-pool sampler (see ``mixing``) given
+            ``mixing=False`` or a ``strategy`` accepts a dataset without it (all rows: domain ``"all"``).
+        domains: the domains to draw from, in order (default: the strategy's mix domains if it has
             them, else the sorted labels). Each must have rows; rows of other domains are never drawn.
-        proportions: initial proportions ``{domain: p}`` (default uniform); ignored when a
-            strategy with a mix part drives the sampler.
+        proportions: initial proportions ``{domain: p}`` (or a list in domain order); giving them
+            turns mixing on (see ``mixing``). Ignored when a strategy with a mix part drives the sampler.
         batch_size: prompts per chunk (per rank in ``layout="shard"``); proportions are read once
-            per chunk.
+            per chunk, and a chunk never holds a row twice while its domain has unused rows.
         num_generations: consecutive repeats of each prompt (GRPO group size), ``layout="grpo"``.
         repeat_count: repeats of each chunk (TRL's ``num_iterations * steps_per_generation``),
             ``layout="grpo"``.
-        num_samples: prompts per epoch (default: rows of the mixed domains), rounded down to
+        num_samples: prompts per epoch (default: rows of the drawn domains), rounded down to
             whole chunks.
         layout: ``"grpo"`` (same stream on every rank) or ``"shard"`` (rank-disjoint rows).
         num_replicas, rank: for ``layout="shard"`` (default: torch.distributed's, else 1 and 0).
         strategy: a `Strategy`; with a mix part its target proportions drive the draws and the
             sampler reports what it drew back to it (``strategy.observe_sampled``); with a
-            ``pre_select`` part its filter skips prompts within the chosen domain.
-        seed: random seed; the stream is a function of seed and the proportions used.
+            ``pre_select`` part its filter skips prompts within the chosen domain (or the pool).
+        seed: random seed, an int ``>= 0``; the stream is a function of seed and the proportions used.
         resume: ``"replay"`` or ``"continue"`` (see module docstring).
         key_column: column naming each prompt for a pre-rollout filter (default: ``prompt_key``,
             else ``prompt``, else the row index: `row_prompt_key`'s rule, which adapters share).
         prompt_labels: each row's domain, for the pre-rollout filter to predict prompts it has not
-            seen from their domain (its ``domain_prior``). Give it when ``labels`` pool the rows (one
-            label for all, no mix part), so that skipped prompts are replaced from any domain; with
-            per-domain ``labels`` the draw already fixes the domain and a domain prior would skip
-            candidates of the chosen domain at random. Default: no prior.
+            seen from their domain (its ``domain_prior``). A one-pool sampler uses its domain labels
+            for this by default; with per-domain draws the draw already fixes the domain and a domain
+            prior would skip candidates of the chosen domain at random, so the default is no prior.
+        mixing: ``True``: draw each prompt's domain by the proportions (uniform unless given), then a
+            row of it. ``False``: draw from all rows of ``domains`` as one pool, so each domain keeps
+            its share of the data (``RandomSampler``'s distribution; a skipped prompt is replaced from
+            any domain). ``None`` (default): mixing when ``proportions`` are given or ``strategy`` has a
+            mix part, else one pool until the first `set_proportions` call.
+        quota: ``"independent"`` (default): each prompt's domain is an independent draw from the
+            proportions, so a batch's shares vary around the target. ``"exact"``: every chunk holds
+            exactly `largest_remainder_quotas` (target, chunk size) prompts of each domain (the
+            global chunk of ``batch_size * num_replicas`` in ``layout="shard"``), in random positions;
+            as DataFlex-RL's replay buffer fills its batches. Needs mixing.
     """
 
     def __init__(self, dataset: Any = None, *, labels: Sequence[str] | None = None, domain_key: str = "domain",
@@ -119,16 +247,34 @@ class DomainMixingSampler(Sampler[int]):
                  batch_size: int = 8, num_generations: int = 1, repeat_count: int = 1, num_samples: int | None = None,
                  layout: str = "grpo", num_replicas: int | None = None, rank: int | None = None,
                  strategy: "Strategy | None" = None, seed: int = 0, resume: str = "replay",
-                 key_column: str | None = None, prompt_labels: Sequence[str] | None = None):
+                 key_column: str | None = None, prompt_labels: Sequence[str] | None = None,
+                 mixing: bool | None = None, quota: str = "independent"):
+        self.strategy = strategy
+        self._mixing = strategy is not None and strategy.mix_enabled  # the strategy's mixer sets the targets
+        self._mixing_option = mixing = None if mixing is None else check_bool("mixing", mixing)
+        if mixing is False and self._mixing:
+            raise ConfigError(f"mixing=False asks for one pool, but strategy {strategy.name!r} has a mix part that "
+                              "chooses domains; drop mixing=False, or use a strategy without a mix part")
+        pooled = (not self._mixing and proportions is None) if mixing is None else not mixing
+        self.quota = check_choice("quota", quota, QUOTAS)
+        if pooled and self.quota == "exact":
+            raise ConfigError("quota='exact' splits each batch among domains by proportions, but this sampler draws "
+                              "from one pool (no proportions, no mix part, or mixing=False); pass proportions={...} "
+                              "or mixing=True, or a strategy with a mix part")
+        self.seed = check_int("seed", seed, low=0)
+        has_labels = True
         if labels is None:
             if dataset is None:
                 raise ConfigError("DomainMixingSampler needs a dataset or labels=[...]")
-            labels = domain_labels(dataset, domain_key)
-        labels = [str(v) for v in labels]
+            # A pool needs no domains; a plain sampler without the column is more likely a wrong domain_key.
+            optional = pooled and (mixing is False or strategy is not None)
+            labels = domain_labels(dataset, domain_key, required=not optional)
+            if labels is None:  # one pool over data without a domain column
+                labels, has_labels = [POOL_LABEL] * len(dataset), False
+        else:
+            labels = _labels_from(list(labels), "labels")
         if not labels:
             raise ConfigError("DomainMixingSampler got an empty dataset")
-        self.strategy = strategy
-        self._mixing = strategy is not None and strategy.mix_enabled
         if domains is None and self._mixing and strategy.domains is not None:
             domains = strategy.domains  # the config's domain order wins over the sorted labels
         present = sorted(set(labels))
@@ -145,21 +291,20 @@ class DomainMixingSampler(Sampler[int]):
         self.layout = check_choice("layout", layout, ("grpo", "shard"))
         self.resume = check_choice("resume", resume, ("replay", "continue"))
         self.num_replicas, self.rank = self._replicas(num_replicas, rank)
-        self.seed = int(seed)
         if self._mixing:
             strategy.bind_domains(self.domains)
         self._prompt_filter = getattr(strategy, "prompt_filter", None)
         if self._prompt_filter is not None:
             self._prompt_filter.num_generations = self.num_generations
 
-        index = {d: i for i, d in enumerate(self.domains)}
-        rows = np.array([index.get(label, -1) for label in labels], dtype=np.int64)
-        order = np.argsort(rows, kind="stable")
-        order = order[rows[order] >= 0]  # rows of domains not being mixed are never drawn
-        self.sizes = np.bincount(rows[rows >= 0], minlength=len(self.domains)).astype(np.int64)
-        self.offsets = np.concatenate([[0], np.cumsum(self.sizes)[:-1]]).astype(np.int64)
-        self._sizes_list, self._offsets_list = self.sizes.tolist(), self.offsets.tolist()
-        total = int(self.sizes.sum())
+        # Rows as codes over all labels present (for the fingerprint), then as indices into self.domains.
+        codes_of = {label: i for i, label in enumerate(present)}
+        codes = np.fromiter(map(codes_of.__getitem__, labels), dtype=np.int64, count=len(labels))
+        domain_of_code = np.array([self.domains.index(p) if p in self.domains else -1 for p in present], dtype=np.int64)
+        self._domain_of_row = domain_of_code[codes]  # (N,) index into self.domains, -1: never drawn
+        self._domain_sizes = np.bincount(self._domain_of_row[self._domain_of_row >= 0],
+                                         minlength=len(self.domains)).astype(np.int64)
+        total = int(self._domain_sizes.sum())
         self.num_samples = check_int("num_samples", num_samples, low=1) if num_samples is not None else total
         self.draw_size = self.batch_size * (self.num_replicas if self.layout == "shard" else 1)
         self.chunks_per_epoch = self.num_samples // self.draw_size
@@ -169,16 +314,16 @@ class DomainMixingSampler(Sampler[int]):
 
         self._proportions = self._uniform() if proportions is None else check_proportions(proportions, self.domains)
         self._proportions_array = self._as_array(self._proportions)
+        self._pool_array = np.ones(1)  # a pooled sampler draws its one block with probability 1
         self._strategy_target: dict | None = None  # last strategy target seen, and its array
         self._strategy_array: np.ndarray | None = None
         self._cumulative_of: tuple = (None, None)
+        self._quota_of: tuple = (None, None, None)
         self.epoch = 0
         # Per-domain bookkeeping as plain int lists: cheaper than numpy for a few domains per chunk.
         self._drawn_total = [0] * len(self.domains)
         self._drawn_recent: deque = deque(maxlen=RECENT_CHUNKS)  # per-chunk counts, lists of K ints
         self._rng = np.random.Generator(np.random.PCG64(self.seed))
-        self._perm = order.astype(np.int64)  # rows grouped by domain; each domain's block is shuffled per pass
-        self._pointers = [0] * len(self.domains)  # next unread position in each domain's block
         self._uniform_buffer = np.empty(0)  # uniforms drawn ahead in blocks (one generator call per block)
         self._uniform_pos = 0  # next unused entry of the buffer
         self._ahead: dict | None = None  # small chunks drawn ahead under one proportions array
@@ -186,9 +331,12 @@ class DomainMixingSampler(Sampler[int]):
         self._keys = self._row_keys(dataset, len(labels), key_column) if self._prompt_filter is not None else None
         if prompt_labels is not None and len(prompt_labels) != len(labels):
             raise ConfigError(f"prompt_labels has {len(prompt_labels)} entries but the dataset has {len(labels)} rows")
+        self._prompt_labels_default = prompt_labels is None and pooled and has_labels
+        if self._prompt_labels_default:  # one pool: the domain tells the filter about unseen prompts
+            prompt_labels = labels
         self._prompt_labels = None if prompt_labels is None else [str(v) for v in prompt_labels]
-        for k in range(len(self.domains)):
-            self._shuffle_domain(k)
+        self._fingerprint = self._data_fingerprint(dataset, present, codes, key_column)
+        self._build_blocks(pooled)  # shuffles every block: the stream's first use of the generator
         # Rows of every chunk drawn in the current epoch, flat (chunks are draw_size long): a typed
         # array, not a list of lists, so the garbage collector never scans an epoch's worth of lists.
         self._epoch_rows = array("q")
@@ -198,6 +346,45 @@ class DomainMixingSampler(Sampler[int]):
         self._position_base, self._chunk_length, self._chunk_iter = 0, 0, iter(())
 
     # ------------------------------------------------------------ configuration
+
+    def _blocks_for(self, pooled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(block of each row (N,), block sizes (B,), block offsets (B,))``: one block per domain, or one pool."""
+        block_of_row = np.where(self._domain_of_row >= 0, 0, -1) if pooled else self._domain_of_row
+        sizes = np.array([self._domain_sizes.sum()]) if pooled else self._domain_sizes
+        offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+        return block_of_row, sizes.astype(np.int64), offsets.astype(np.int64)
+
+    def _set_blocks(self, pooled: bool, perm: np.ndarray | None = None) -> None:
+        """Switch the draw structure; with ``perm`` None, rows in index order (to be shuffled)."""
+        self._pooled = pooled
+        self._block_of_row, self._sizes, self._offsets = self._blocks_for(pooled)
+        self._sizes_list, self._offsets_list = self._sizes.tolist(), self._offsets.tolist()
+        if perm is None:
+            order = np.argsort(self._block_of_row, kind="stable")
+            perm = order[self._block_of_row[order] >= 0]  # rows of domains not being drawn never are
+        self._perm = np.asarray(perm, dtype=np.int64)  # rows grouped by block; each block is shuffled per pass
+        self._pointers = [0] * len(self._sizes_list)  # next unread position in each block
+
+    def _build_blocks(self, pooled: bool) -> None:
+        self._set_blocks(pooled)
+        for k in range(len(self._sizes_list)):
+            self._shuffle_domain(k)
+
+    def _data_fingerprint(self, dataset: Any, present: list[str], codes: np.ndarray, key_column: str | None) -> dict:
+        """Row count, rows per label, a digest of every row's label and (when readable cheaply) of its prompt key."""
+        counts = np.bincount(codes, minlength=len(present)).tolist()
+        labels = _digest("\x1f".join(present).encode(), codes.astype("<i8").tobytes())
+        keys = None
+        columns = getattr(dataset, "column_names", None)
+        source = key_column if key_column is not None else next((c for c in KEY_COLUMNS if c in (columns or ())), None)
+        if columns is not None and source is not None:
+            if source not in columns:
+                raise ConfigError(f"key_column {source!r} is not a column of the dataset; "
+                                  f"its columns are {list(columns)}")
+            keys = _arrow_key_digest(dataset, source)
+        if keys is None and self._keys is not None:  # read for the pre-rollout filter anyway
+            keys = _digest(repr(self._keys).encode())
+        return {"rows": int(codes.shape[0]), "domain_rows": dict(zip(present, counts)), "labels": labels, "keys": keys}
 
     @staticmethod
     def _replicas(num_replicas, rank):
@@ -214,19 +401,34 @@ class DomainMixingSampler(Sampler[int]):
 
     @staticmethod
     def _row_keys(dataset: Any, n: int, key_column: str | None = None) -> list:
-        """Each row's prompt key: ``key_column`` if given, else the rule the adapters use (`row_prompt_key`)."""
+        """Each row's prompt key: ``key_column`` if given, else the rule the adapters use (`row_prompt_key`).
+
+        A null key (None / NaN) is refused with its row.
+        """
         if dataset is None:
             return list(range(n))
         columns = getattr(dataset, "column_names", None)
         if key_column is not None:
             if columns is not None and key_column not in columns:
                 raise ConfigError(f"key_column {key_column!r} is not a column of the dataset; its columns are {list(columns)}")
-            values = dataset[key_column] if columns is not None else [dataset[i][key_column] for i in range(n)]
+            values = _column(dataset, key_column) if columns is not None else [dataset[i][key_column] for i in range(n)]
+            _refuse_nulls(_null_rows(values), key_column, "prompt key")
             return [hashable_key(v) for v in values]
         if columns is not None:
             source = next((c for c in KEY_COLUMNS if c in columns), None)
-            return list(range(n)) if source is None else [hashable_key(v) for v in dataset[source]]
-        return [row_prompt_key(dataset[i], i) for i in range(n)]
+            if source is None:
+                return list(range(n))
+            values = _column(dataset, source)
+            _refuse_nulls(_null_rows(values), source, "prompt")
+            return [hashable_key(v) for v in values]
+        keys = []
+        for i in range(n):
+            row = dataset[i]
+            source = next((c for c in KEY_COLUMNS if hasattr(row, "keys") and c in row), None)
+            if source is not None and _is_null(row[source]):
+                _refuse_nulls([i], source, "prompt")
+            keys.append(row_prompt_key(row, i))
+        return keys
 
     def _uniform(self) -> dict[str, float]:
         return {d: 1.0 / len(self.domains) for d in self.domains}
@@ -236,13 +438,28 @@ class DomainMixingSampler(Sampler[int]):
 
     @property
     def target_proportions(self) -> dict[str, float]:
-        """Proportions the next chunk will be drawn with."""
+        """Proportions the next chunk will be drawn with (a one-pool sampler: each domain's share of the rows)."""
         if self._mixing and self.strategy.target_proportions is not None:
             return dict(self.strategy.target_proportions)
+        if self._pooled:
+            total = int(self._domain_sizes.sum())
+            return {d: int(c) / total for d, c in zip(self.domains, self._domain_sizes.tolist())}
         return dict(self._proportions)
 
+    @property
+    def pooled(self) -> bool:
+        """True while the sampler draws from all rows as one pool (no proportions, no mix part)."""
+        return self._pooled
+
+    @property
+    def sizes(self) -> np.ndarray:
+        """``(K,)`` rows of each domain in ``domains``."""
+        return self._domain_sizes.copy()
+
     def _target_array(self) -> np.ndarray:
-        """The next chunk's proportions; the same array object while they do not change."""
+        """The next chunk's proportions over the draw blocks; the same array object while they do not change."""
+        if self._pooled:
+            return self._pool_array
         if not self._mixing:
             return self._proportions_array
         target = self.strategy.target_proportions
@@ -251,10 +468,22 @@ class DomainMixingSampler(Sampler[int]):
         return self._strategy_array
 
     def set_proportions(self, proportions: Mapping[str, float]) -> None:
-        """Change the proportions for the following chunks (validated: known domains, >= 0, sum 1)."""
+        """Change the proportions for the following chunks (validated: known domains, >= 0, sum 1).
+
+        A one-pool sampler built without proportions (``mixing=None``) starts mixing by domain here.
+        """
         if self._mixing:
             raise ConfigError("this sampler follows its strategy's mixer; change the strategy, not the sampler")
-        self._proportions = check_proportions(proportions, self.domains, "set_proportions")
+        checked = check_proportions(proportions, self.domains, "set_proportions")
+        if self._pooled:
+            if self._mixing_option is False:
+                raise ConfigError("this sampler draws from one pool (mixing=False), so it has no proportions to set; "
+                                  "build it with mixing=True (or proportions={...}) to mix by domain")
+            self._rollback_ahead()
+            self._build_blocks(pooled=False)
+            if self._prompt_labels_default:  # the draw now fixes the domain: no domain prior (see prompt_labels)
+                self._prompt_labels = None
+        self._proportions = checked
         self._proportions_array = self._as_array(self._proportions)
 
     def actual_proportions(self, recent: bool = False) -> dict[str, float]:
@@ -279,18 +508,33 @@ class DomainMixingSampler(Sampler[int]):
         """Compatibility with DistributedSampler users; the stream already advances every epoch."""
 
     # ------------------------------------------------------------ drawing
+    # Rows are drawn from "blocks": one per domain when mixing, one for all rows when pooled.
 
     def _shuffle_domain(self, k: int) -> None:
-        start = self.offsets[k]
-        self._rng.shuffle(self._perm[start:start + self.sizes[k]])  # in place on the view
+        """Start a new pass over block ``k``: shuffle it in place."""
+        start = self._offsets_list[k]
+        self._rng.shuffle(self._perm[start:start + self._sizes_list[k]])  # in place on the view
         self._pointers[k] = 0
 
+    def _new_pass(self, k: int, avoid: list[np.ndarray] | list[int]) -> None:
+        """Start a new pass over block ``k`` mid-chunk; rows in ``avoid`` (already in the chunk) go to its end.
+
+        Moving them back (a stable partition) keeps the new pass a uniform shuffle of the other rows,
+        so the chunk gets no row twice while the block has rows it does not hold yet.
+        """
+        self._shuffle_domain(k)
+        if len(avoid):
+            block = self._perm[self._offsets_list[k]:self._offsets_list[k] + self._sizes_list[k]]
+            used = np.isin(block, np.concatenate(avoid) if isinstance(avoid[0], np.ndarray) else avoid)
+            if used.any():
+                block[:] = np.concatenate([block[~used], block[used]])
+
     def _take(self, k: int, count: int) -> np.ndarray:
-        """The next ``count`` rows of domain ``k``, reshuffling the domain whenever it runs out."""
+        """The next ``count`` rows of block ``k``, reshuffling the block whenever it runs out."""
         taken = []
         while count > 0:
             if self._pointers[k] == self._sizes_list[k]:
-                self._shuffle_domain(k)
+                self._new_pass(k, taken)
             start = self._offsets_list[k] + self._pointers[k]
             size = min(count, self._sizes_list[k] - self._pointers[k])
             taken.append(self._perm[start:start + size].copy())
@@ -299,22 +543,32 @@ class DomainMixingSampler(Sampler[int]):
         return np.concatenate(taken)
 
     def _take_filtered(self, k: int, need: int) -> tuple[np.ndarray, int]:
-        """``need`` rows of domain ``k`` that pass the pre-rollout filter, and how many were skipped."""
+        """``need`` rows of block ``k`` that pass the pre-rollout filter, and how many were skipped."""
         taken: list[int] = []
+        in_chunk: set[int] = set()
         skipped = 0
         while len(taken) < need:
             if self._pointers[k] == self._sizes_list[k]:
-                self._shuffle_domain(k)
+                self._new_pass(k, taken)
             begin = self._offsets_list[k] + self._pointers[k]
             window = min(self._sizes_list[k] - self._pointers[k], max(2 * (need - len(taken)), 8))
             candidates = self._perm[begin:begin + window]
             rows = candidates.tolist()
             labels = None if self._prompt_labels is None else [self._prompt_labels[r] for r in rows]
             keep_probability = self._prompt_filter.keep_probability([self._keys[r] for r in rows], labels)
+            # After a wrap-around the chunk's own rows come back at the end of the new pass: while the
+            # domain has rows the chunk does not hold yet, a row is not taken twice (no prompt twice in
+            # one generation batch, none on two ranks in one step).
+            repeat = None
+            if in_chunk and len(in_chunk) < self._sizes_list[k]:
+                repeat = np.fromiter((r in in_chunk for r in rows), dtype=bool, count=len(rows))
+                keep_probability = np.where(repeat, 0.0, keep_probability)
             accepted = np.flatnonzero(self._rng.random(window) < keep_probability)[: need - len(taken)]
             used = int(accepted[-1]) + 1 if len(taken) + len(accepted) == need else window
-            taken.extend(candidates[accepted].tolist())
-            skipped += used - len(accepted)
+            chosen = candidates[accepted].tolist()
+            taken.extend(chosen)
+            in_chunk.update(chosen)
+            skipped += used - len(accepted) - (0 if repeat is None else int(repeat[:used].sum()))
             self._pointers[k] += used
         return np.asarray(taken, dtype=np.int64), skipped
 
@@ -341,18 +595,40 @@ class DomainMixingSampler(Sampler[int]):
             self._cumulative_of = (proportions, cumulative)
         return self._cumulative_of[1]
 
+    def _quota_layout(self, proportions: np.ndarray, n: int) -> np.ndarray:
+        """``(n,)`` block ids, each block ``largest_remainder_quotas`` times; cached per proportions object."""
+        if self._quota_of[0] is not proportions or self._quota_of[1] != n:
+            quotas = largest_remainder_quotas(proportions, n)
+            self._quota_of = (proportions, n, np.repeat(np.arange(quotas.shape[0]), quotas))
+        return self._quota_of[2]
+
+    def _choose(self, proportions: np.ndarray, uniforms: np.ndarray, n: int) -> np.ndarray:
+        """The block of each draw of ``len(uniforms) // n`` chunks of ``n``: one uniform per draw either way.
+
+        ``quota="independent"``: each draw inverts the cumulative proportions. ``quota="exact"``: each
+        chunk is the quota layout in the random order that sorting its uniforms gives.
+        """
+        if self.quota == "exact" and not self._pooled:
+            return self._quota_layout(proportions, n)[uniforms.reshape(-1, n).argsort(axis=1)].ravel()
+        return self._cumulative(proportions).searchsorted(uniforms, side="right")
+
+    def _domain_counts(self, rows: np.ndarray, block_counts: np.ndarray) -> list[int]:
+        """Draws per domain of one chunk: the block counts, or (pooled) counted from the rows."""
+        if self._pooled:
+            return np.bincount(self._domain_of_row[rows], minlength=len(self.domains)).tolist()
+        return block_counts.tolist()
+
     def _draw_chunk(self, proportions: np.ndarray, n: int):
-        """``n`` dataset rows (a list for small chunks, drawn ahead in blocks; else an array): domains
-        by ``proportions``, rows without replacement within a domain. A small chunk whose block would
+        """``n`` dataset rows (a list for small chunks, drawn ahead in blocks; else an array): blocks
+        by ``proportions``, rows without replacement within a block. A small chunk whose block would
         run a domain out takes the general path, which reshuffles; both read the same uniforms."""
         if n <= SMALL_CHUNK and self._prompt_filter is None:
             rows = self._next_ahead(proportions, n)
             if rows is not None:
                 return rows
-        uniforms = self._uniforms(n)
-        chosen = self._cumulative(proportions).searchsorted(uniforms, side="right")
-        counts = np.bincount(chosen, minlength=len(self.domains))
-        order = chosen.argsort(kind="stable")  # positions of domain 0's draws, then domain 1's, ...
+        chosen = self._choose(proportions, self._uniforms(n), n)
+        counts = np.bincount(chosen, minlength=len(self._sizes_list))
+        order = chosen.argsort(kind="stable")  # positions of block 0's draws, then block 1's, ...
         rows = np.empty(n, dtype=np.int64)
         pointers = np.array(self._pointers, dtype=np.int64)
         end = pointers + counts
@@ -360,14 +636,14 @@ class DomainMixingSampler(Sampler[int]):
             taken, skipped = zip(*(self._take_filtered(k, int(c)) for k, c in enumerate(counts) if c))
             rows[order] = np.concatenate(taken)
             self._prompt_filter.record_draws([self._keys[r] for r in rows.tolist()], sum(skipped))
-        elif (end <= self.sizes).all():
-            # The j-th draw of domain k takes the row at pointer_k + j of k's shuffled block.
-            base = self.offsets + pointers - (np.cumsum(counts) - counts)
+        elif (end <= self._sizes).all():
+            # The j-th draw of block k takes the row at pointer_k + j of k's shuffled block.
+            base = self._offsets + pointers - (np.cumsum(counts) - counts)
             rows[order] = self._perm[np.arange(n) + np.repeat(base, counts)]
             self._pointers = end.tolist()
-        else:  # some domain runs out inside this chunk
+        else:  # some block runs out inside this chunk
             rows[order] = np.concatenate([self._take(k, int(c)) for k, c in enumerate(counts) if c])
-        self._book(counts.tolist())
+        self._book(self._domain_counts(rows, counts))
         return rows
 
     def _next_ahead(self, proportions: np.ndarray, n: int) -> list[int] | None:
@@ -393,20 +669,20 @@ class DomainMixingSampler(Sampler[int]):
 
     def _draw_ahead(self, proportions: np.ndarray, n: int) -> dict | None:
         chunks = PREFETCH_CHUNKS
-        uniforms = self._uniforms(chunks * n)
-        chosen = self._cumulative(proportions).searchsorted(uniforms, side="right")
-        counts = np.bincount(chosen, minlength=len(self.domains))
+        chosen = self._choose(proportions, self._uniforms(chunks * n), n)
+        counts = np.bincount(chosen, minlength=len(self._sizes_list))
         pointers = np.array(self._pointers, dtype=np.int64)
-        if not (pointers + counts <= self.sizes).all():
+        if not (pointers + counts <= self._sizes).all():
             self._uniform_pos -= chunks * n  # not drawn after all: the per-chunk path reshuffles as needed
             return None
         order = chosen.argsort(kind="stable")
-        base = self.offsets + pointers - (np.cumsum(counts) - counts)
+        base = self._offsets + pointers - (np.cumsum(counts) - counts)
         rows = np.empty(chunks * n, dtype=np.int64)
         rows[order] = self._perm[np.arange(chunks * n) + np.repeat(base, counts)]
         self._pointers = (pointers + counts).tolist()
-        self._ahead = {"proportions": proportions, "rows": rows.tolist(), "chosen": chosen, "chunks": chunks,
-                       "pos": 0, "booked": 0, "n": n}
+        domains = self._domain_of_row[rows] if self._pooled else chosen  # what the bookkeeping counts
+        self._ahead = {"proportions": proportions, "rows": rows.tolist(), "chosen": chosen, "domains": domains,
+                       "chunks": chunks, "pos": 0, "booked": 0, "n": n}
         return self._ahead
 
     def _book_served(self) -> None:
@@ -416,7 +692,7 @@ class DomainMixingSampler(Sampler[int]):
             return
         n, k = ahead["n"], len(self.domains)
         served = ahead["pos"] - ahead["booked"]
-        chosen = ahead["chosen"][ahead["booked"] * n:ahead["pos"] * n]
+        chosen = ahead["domains"][ahead["booked"] * n:ahead["pos"] * n]
         if self._mixing:  # the strategy is told chunk by chunk
             for c in range(served):
                 self._book(np.bincount(chosen[c * n:(c + 1) * n], minlength=k).tolist())
@@ -429,16 +705,22 @@ class DomainMixingSampler(Sampler[int]):
             self._drawn_recent.extend(np.bincount(tail.ravel(), minlength=recent * k).reshape(recent, k).tolist())
         ahead["booked"] = ahead["pos"]
 
+    def _unserved(self) -> tuple[list[int], int]:
+        """Block pointers and uniform position as if only the served chunks of the drawn-ahead block were drawn."""
+        pointers, position = list(self._pointers), self._uniform_pos
+        ahead = self._ahead
+        if ahead is not None and ahead["pos"] < ahead["chunks"]:
+            unserved = ahead["chosen"][ahead["pos"] * ahead["n"]:]
+            for d, c in enumerate(np.bincount(unserved, minlength=len(pointers)).tolist()):
+                pointers[d] -= c
+            position -= unserved.shape[0]
+        return pointers, position
+
     def _rollback_ahead(self) -> None:
         """Undo the unserved chunks of the drawn-ahead block (pointers and uniforms)."""
         self._book_served()
-        ahead, self._ahead = self._ahead, None
-        if ahead is None or ahead["pos"] == ahead["chunks"]:
-            return
-        unserved = ahead["chosen"][ahead["pos"] * ahead["n"]:]
-        for d, c in enumerate(np.bincount(unserved, minlength=len(self.domains)).tolist()):
-            self._pointers[d] -= c
-        self._uniform_pos -= unserved.shape[0]
+        self._pointers, self._uniform_pos = self._unserved()
+        self._ahead = None
 
     def _book(self, counts: list[int]) -> None:
         """Count one chunk's draws per domain, and tell the strategy."""
@@ -513,40 +795,143 @@ class DomainMixingSampler(Sampler[int]):
     def _draw_config(self) -> dict:
         return {"domains": list(self.domains), "seed": self.seed, "draw_size": self.draw_size, "layout": self.layout,
                 "num_generations": self.num_generations, "repeat_count": self.repeat_count,
-                "chunks_per_epoch": self.chunks_per_epoch}
+                "chunks_per_epoch": self.chunks_per_epoch, "quota": self.quota}
 
     def state_dict(self) -> dict:
-        """Random state, per-domain passes, counts, and the rows of every chunk drawn in this epoch."""
-        self._rollback_ahead()  # state as if only the chunks served so far had been drawn
-        return {**self._draw_config(), "epoch": self.epoch,
-                "rng": self._rng.bit_generator.state, "perm": self._perm.tolist(), "pointers": list(self._pointers),
-                "drawn_total": list(self._drawn_total), "drawn_recent": [list(c) for c in self.drawn_recent],
+        """Random state, per-domain passes, counts, the rows of every chunk drawn in this epoch, a data fingerprint.
+
+        Only Python ints, floats, strings, bools and lists / dicts of them, so a checkpoint holding
+        it loads with ``torch.load(..., weights_only=True)``. Reading it does not change the sampler.
+        """
+        self._book_served()  # counts of chunks already served; changes no draw
+        pointers, uniform_pos = self._unserved()  # as if only the chunks served so far had been drawn
+        fingerprint = {**self._fingerprint, "domain_rows": dict(self._fingerprint["domain_rows"])}
+        return {**self._draw_config(), "data": fingerprint, "pooled": self._pooled, "epoch": self.epoch,
+                "rng": self._rng.bit_generator.state, "perm": self._perm.tolist(), "pointers": pointers,
+                "drawn_total": list(self._drawn_total), "drawn_recent": [list(c) for c in self._drawn_recent],
                 "epoch_rows": [self._epoch_rows[i:i + self.draw_size].tolist()
                                for i in range(0, len(self._epoch_rows), self.draw_size)],
-                "uniforms": self._uniform_buffer[self._uniform_pos:].tolist(), "position": self.position,
+                "uniforms": self._uniform_buffer[uniform_pos:].tolist(), "position": self.position,
                 "proportions": dict(self._proportions)}
 
+    def _data_change(self, saved: Any) -> str | None:
+        """What differs between the data a state was saved for and this sampler's data; None if nothing."""
+        mine = self._fingerprint
+        if not isinstance(saved, Mapping):
+            return f"its data fingerprint is malformed ({type(saved).__name__})"
+        changes = []
+        rows = saved.get("rows")
+        if rows != mine["rows"]:
+            delta = mine["rows"] - rows if isinstance(rows, int) else None
+            what = f"{abs(delta)} row(s) {'added' if delta > 0 else 'removed'}" if delta else "the row count differs"
+            changes.append(f"{what} ({rows} rows then, {mine['rows']} now)")
+        saved_rows = saved.get("domain_rows") if isinstance(saved.get("domain_rows"), Mapping) else {}
+        for label in sorted(set(saved_rows) | set(mine["domain_rows"])):
+            then, now = saved_rows.get(label, 0), mine["domain_rows"].get(label, 0)
+            if then != now:
+                changes.append(f"domain {label!r} had {then} rows, has {now}")
+        if not changes and saved.get("labels") != mine["labels"]:
+            changes.append("the rows carry different domain labels (rows reordered or relabelled)")
+        if not changes and None not in (saved.get("keys"), mine["keys"]) and saved.get("keys") != mine["keys"]:
+            changes.append("the prompts differ (rows reordered or edited, or another prompt key column)")
+        return "; ".join(changes) or None
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore; the next ``__iter__`` continues the interrupted epoch exactly (see ``resume``)."""
+        """Restore; the next ``__iter__`` continues the interrupted epoch exactly (see ``resume``).
+
+        Refused, with what changed, when the state was saved with other draw settings or for other
+        data (rows added, removed, reordered or relabelled); a state of an earlier version without a
+        data fingerprint loads with a warning. A state that is not this sampler's is a `StateError`.
+        """
+        state = check_state(state, STATE_KEYS, "DomainMixingSampler")
+        # The data first: a changed row count also changes the epoch length, and that is the news.
+        if "data" in state:
+            change = self._data_change(state["data"])
+            if change is not None:
+                raise StateError(f"DomainMixingSampler.load_state_dict: the state was saved for different data: "
+                                 f"{change}. Resume on the same dataset (same rows, same order, same domain labels), "
+                                 "or start this sampler fresh instead of loading the state")
+        else:
+            warnings.warn("DomainMixingSampler.load_state_dict: the state has no data fingerprint (saved by an earlier "
+                          "version), so a changed dataset cannot be detected; only its row layout is checked",
+                          stacklevel=2)
         for key, mine in self._draw_config().items():
-            saved = list(state[key]) if key == "domains" else state.get(key)
+            saved = state.get(key, OLD_STATE_DEFAULTS.get(key))
+            if key == "domains" and isinstance(saved, (list, tuple)):
+                saved = [str(d) for d in saved]
             if saved != mine:
                 raise ConfigError(f"sampler state was saved with {key}={saved!r}, this sampler has {mine!r}; "
                                   "resume with the same sampler configuration")
+        pooled = state.get("pooled", False)
+        if pooled != self._pooled:
+            # Built without proportions (one pool until set_proportions): adopt a state saved after the switch.
+            adopt = self._pooled and pooled is False and self._mixing_option is None and not self._mixing
+            if not adopt:
+                raise ConfigError(f"sampler state was saved {'from one pool' if pooled else 'mixing by domain'}, "
+                                  f"this sampler {'draws from one pool' if self._pooled else 'mixes by domain'}; "
+                                  "resume with the same proportions / mixing setting")
+        try:
+            rng = np.random.Generator(np.random.PCG64())
+            rng.bit_generator.state = state["rng"]
+            perm = np.asarray(state["perm"], dtype=np.int64)
+            uniforms = np.asarray(state.get("uniforms", []), dtype=np.float64)
+            pointers = [int(p) for p in state["pointers"]]
+            drawn_total = [int(c) for c in state["drawn_total"]]
+            drawn_recent = [[int(c) for c in counts] for counts in state["drawn_recent"]]
+            epoch_rows = np.asarray([int(r) for rows in state["epoch_rows"] for r in rows], dtype=np.int64)
+            epoch, position = int(state["epoch"]), int(state["position"])
+            if not isinstance(state["proportions"], Mapping):
+                raise TypeError(f"proportions is a {type(state['proportions']).__name__}")
+        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:
+            raise StateError(f"DomainMixingSampler.load_state_dict: the state is malformed ({type(error).__name__}: "
+                             f"{error}); load a dict returned by DomainMixingSampler.state_dict()") from error
+        proportions = check_proportions(state["proportions"], self.domains, "saved sampler proportions")
+        block_of_row, sizes, _ = self._blocks_for(pooled)
+        self._check_layout(perm, pointers, drawn_total, drawn_recent, epoch_rows, position, uniforms,
+                           block_of_row, sizes)
+        # Everything checked: restore.
+        self._set_blocks(pooled, perm)
+        if not pooled and self._prompt_labels_default:  # switched to mixing: no domain prior (see prompt_labels)
+            self._prompt_labels = None
         self._ahead = None
-        self._rng.bit_generator.state = state["rng"]
-        self._perm = np.asarray(state["perm"], dtype=np.int64)
-        self._uniform_buffer, self._uniform_pos = np.asarray(state.get("uniforms", []), dtype=np.float64), 0
-        self._pointers = [int(p) for p in state["pointers"]]
-        self._drawn_total = [int(c) for c in state["drawn_total"]]
-        self._drawn_recent = deque(([int(c) for c in counts] for counts in state["drawn_recent"]), maxlen=RECENT_CHUNKS)
-        self._epoch_rows = array("q", (int(r) for rows in state["epoch_rows"] for r in rows))
-        self.epoch = int(state["epoch"])
-        self._proportions = dict(state["proportions"])
+        self._rng = rng
+        self._uniform_buffer, self._uniform_pos = uniforms, 0
+        self._pointers = pointers
+        self._drawn_total = drawn_total
+        self._drawn_recent = deque(drawn_recent, maxlen=RECENT_CHUNKS)
+        self._epoch_rows = array("q", epoch_rows.tobytes())
+        self.epoch = epoch
+        self._proportions = proportions
         self._proportions_array = self._as_array(self._proportions)
-        position = int(state["position"])
         # A fully consumed epoch is closed on the next iter() in both modes; "continue" also skips
         # what was yielded of a partial epoch, "replay" leaves skipping to the host.
         self._pending_skip = position if self.resume == "continue" or position >= len(self) else 0
         self._resumed = True
         self._position_base, self._chunk_length, self._chunk_iter = position, 0, iter(())
+
+    def _check_layout(self, perm, pointers, drawn_total, drawn_recent, epoch_rows, position, uniforms,
+                      block_of_row, sizes) -> None:
+        """Refuse a state whose rows do not fit this dataset (also for states without a fingerprint)."""
+        n_rows = block_of_row.shape[0]
+        blocks = np.repeat(np.arange(sizes.shape[0]), sizes)
+        problem = None
+        if perm.shape != blocks.shape or (perm.size and (perm.min() < 0 or perm.max() >= n_rows)):
+            problem = f"its row order covers {perm.shape[0]} rows, this dataset draws {blocks.shape[0]} of {n_rows}"
+        elif (block_of_row[perm] != blocks).any() or (np.bincount(perm, minlength=n_rows) > 1).any():
+            problem = "its row order puts rows in other domains than this dataset's labels do"
+        elif len(pointers) != sizes.shape[0] or any(not 0 <= p <= s for p, s in zip(pointers, sizes.tolist())):
+            problem = f"its pass positions {pointers} do not fit domain sizes {sizes.tolist()}"
+        elif len(drawn_total) != len(self.domains) or any(len(c) != len(self.domains) for c in drawn_recent):
+            problem = f"its draw counts are not over the {len(self.domains)} domains {self.domains}"
+        elif epoch_rows.shape[0] % self.draw_size or epoch_rows.shape[0] > self.chunks_per_epoch * self.draw_size:
+            problem = f"it logs {epoch_rows.shape[0]} rows this epoch, not whole chunks of {self.draw_size}"
+        elif epoch_rows.size and (epoch_rows.min() < 0 or epoch_rows.max() >= n_rows
+                                  or (block_of_row[epoch_rows] < 0).any()):
+            problem = "its rows drawn this epoch are not rows this sampler draws"
+        elif not 0 <= position <= len(self):
+            problem = f"its position {position} is outside the epoch of {len(self)} indices"
+        elif uniforms.ndim != 1 or not ((uniforms >= 0) & (uniforms < 1)).all():
+            problem = "its buffered random numbers are malformed"
+        if problem is not None:
+            raise StateError(f"DomainMixingSampler.load_state_dict: the state does not fit this sampler's data: "
+                             f"{problem}. Resume on the same dataset, or start this sampler fresh")
