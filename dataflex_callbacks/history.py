@@ -25,9 +25,17 @@ KEY_COLUMNS = ("prompt_key", "prompt")  # where a row's prompt key is read from,
 
 
 def hashable_key(value) -> Hashable:
-    """A prompt key usable in a dict: strings and ints as they are, anything else as canonical JSON."""
+    """A prompt key usable in a dict: strings and ints as they are, anything else as canonical JSON.
+
+    A numpy scalar or 0-d tensor (what a collate function makes of an int column) counts as its
+    Python value, so ``np.int64(3)``, ``torch.tensor(3)`` and ``3`` name the same prompt.
+    """
     if isinstance(value, (str, int)):
         return value
+    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
+        value = value.item()
+        if isinstance(value, (str, int)):
+            return value
     import json
 
     return json.dumps(value, sort_keys=True, default=str)
@@ -151,7 +159,7 @@ class PromptHistory:
         noisy = (disagreeing > 0) & ~zero
         no_signal = zero | noisy
         for key, rate, empty in zip(keys, np.asarray(solve_rate), no_signal):
-            slot = self._slot(key)
+            slot = self._slot(hashable_key(key))
             self.streak[slot] = self.streak[slot] + 1 if empty else 0
             self.seen[slot] += 1
             self.solve_rate[slot] = rate
@@ -185,25 +193,41 @@ class PromptHistory:
                            count=len(labels))
 
     def state_dict(self) -> dict:
+        """Keys (str / int), per-prompt arrays as CPU tensors, domain estimates as floats.
+
+        Only tensors and Python scalars, so a host's checkpoint holding it loads with
+        ``torch.load(..., weights_only=True)`` (Lightning's and recent HF Trainer's default).
+        """
         n = self.size
-        return {"keys": list(self.keys), "streak": self.streak[:n].copy(), "seen": self.seen[:n].copy(),
-                "solve_rate": self.solve_rate[:n].copy(), "last_step": self.last_step[:n].copy(),
-                "domain_prior": dict(self.domain_prior), "domain_noise": dict(self.domain_noise)}
+        return {"keys": [hashable_key(k) for k in self.keys],
+                "streak": torch.from_numpy(self.streak[:n].copy()), "seen": torch.from_numpy(self.seen[:n].copy()),
+                "solve_rate": torch.from_numpy(self.solve_rate[:n].copy()),
+                "last_step": torch.from_numpy(self.last_step[:n].copy()),
+                "domain_prior": {str(k): float(v) for k, v in self.domain_prior.items()},
+                "domain_noise": {str(k): float(v) for k, v in self.domain_noise.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        keys = list(state["keys"])
+        """Restore a `state_dict` (tensors, or the numpy arrays of states saved by earlier versions)."""
+        keys = [hashable_key(k) for k in state["keys"]]
         self.domain_prior = {str(k): float(v) for k, v in state.get("domain_prior", {}).items()}
         self.domain_noise = {str(k): float(v) for k, v in state.get("domain_noise", {}).items()}
         self._slots = {k: i for i, k in enumerate(keys)}
         self.keys = keys
         self.size = len(keys)
         capacity = max(self.size, 1)
-        self.streak = np.asarray(state["streak"], dtype=np.int32).copy()
-        self.seen = np.asarray(state["seen"], dtype=np.int32).copy()
-        self.solve_rate = np.asarray(state["solve_rate"], dtype=np.float32).copy()
-        self.last_step = np.asarray(state["last_step"], dtype=np.int64).copy()
+        self.streak = _numpy(state["streak"], np.int32)
+        self.seen = _numpy(state["seen"], np.int32)
+        self.solve_rate = _numpy(state["solve_rate"], np.float32)
+        self.last_step = _numpy(state["last_step"], np.int64)
         if self.streak.shape[0] < capacity:
             self._allocate(capacity)
+
+
+def _numpy(value, dtype) -> np.ndarray:
+    """A writable numpy copy of a saved array (a tensor on any device, a numpy array or a list)."""
+    if isinstance(value, torch.Tensor):
+        value = value.detach().cpu().numpy()
+    return np.array(value, dtype=dtype)
 
 
 _HASH_SEED = 20_506_021_770  # fixed: the same answer hashes alike in every process and run

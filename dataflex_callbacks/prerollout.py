@@ -105,9 +105,10 @@ class SkipZeroVariance:
         }
 
     def state_dict(self) -> dict:
-        return {"history": self.history.state_dict(), "explore": self.explore, "skipped": self.skipped,
-                "drawn": self.drawn, "rechecked": self.rechecked, "last_zero_share": self.last_zero_share,
-                "last_noisy_share": self.last_noisy_share}
+        """History (tensors) and counters (Python scalars): loads with ``torch.load(weights_only=True)``."""
+        return {"history": self.history.state_dict(), "explore": float(self.explore), "skipped": int(self.skipped),
+                "drawn": int(self.drawn), "rechecked": int(self.rechecked),
+                "last_zero_share": float(self.last_zero_share), "last_noisy_share": float(self.last_noisy_share)}
 
     def load_state_dict(self, state: dict) -> None:
         self.history.load_state_dict(state["history"])

@@ -3,10 +3,13 @@
 The module below is an ordinary GRPO ``LightningModule`` (sample a group of answers per prompt,
 score them, group-normalised advantages, clipped policy-gradient loss). The data strategy adds
 two lines: ``DataFlexCallback(...)`` in the Trainer, and ``self.dataflex.loss(...)`` to reduce the
-per-token loss (plus ``self.dataflex.sampler(...)`` for domain mixing).
+per-token loss; the prompt sampler (``self.dataflex.sampler(...)``, or ``build_sampler(self.trainer,
+...)`` in a ``LightningDataModule``) lets mixing and pre-rollout skipping choose the prompts.
 
     python examples/lightning_grpo.py                       # ~1 minute on a laptop CPU
     python examples/lightning_grpo.py --strategy difffilter --steps 60
+    python examples/lightning_grpo.py --strategy skip       # skip prompts that keep giving no signal
+    python examples/lightning_grpo.py --data-module         # the data in a LightningDataModule
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
 from dataflex_callbacks import RolloutBatch
-from dataflex_callbacks.integrations.lightning import DataFlexCallback
+from dataflex_callbacks.integrations.lightning import DataFlexCallback, build_sampler
 from dataflex_callbacks.tasks import evaluate, load_task_suite, make_reward_fn
 from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer
 
@@ -47,7 +50,8 @@ class GRPOModule(pl.LightningModule):
         self.reward_fn = make_reward_fn(seed=0)
 
     def train_dataloader(self):
-        sampler = self.dataflex.sampler(self.dataset, batch_size=self.prompts_per_step)  # domain mixing
+        # The strategy's prompt sampler: mixes domains, skips prompts, shards ranks; a plain shuffle otherwise.
+        sampler = self.dataflex.sampler(self.dataset, batch_size=self.prompts_per_step)
         return DataLoader(self.dataset, batch_size=self.prompts_per_step, sampler=sampler, collate_fn=list)
 
     @torch.no_grad()
@@ -90,9 +94,12 @@ class GRPOModule(pl.LightningModule):
         clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip)
         per_token_loss = -torch.min(ratio * advantages.unsqueeze(1), clipped * advantages.unsqueeze(1))
 
+        # prompt_keys follow the sampler's rule (the row's "prompt_key" field); completion_ids let the
+        # pre-rollout filter spot reward noise (identical answers scored differently).
         rollout = RolloutBatch(rewards, group_ids=torch.arange(len(rows), device=self.device).repeat_interleave(group),
                                completion_mask=completion_mask, advantages=advantages, logprobs=logprobs.detach(),
-                               domains=repeat([r["domain"] for r in rows]), prompt_keys=repeat([r["prompt_key"] for r in rows]))
+                               domains=repeat([r["domain"] for r in rows]), prompt_keys=repeat([r["prompt_key"] for r in rows]),
+                               completion_ids=completion)
         loss = self.dataflex.loss(per_token_loss, rollout, loss_type=self.loss_type)
         self.log("train/reward", rewards.mean(), prog_bar=True, batch_size=len(rows))
         self.log("train/loss", loss, batch_size=len(rows))
@@ -102,12 +109,25 @@ class GRPOModule(pl.LightningModule):
         return torch.optim.AdamW(self.model.parameters(), lr=self.lr)
 
 
+class TaskData(pl.LightningDataModule):
+    """The same prompts from a ``LightningDataModule``: ``build_sampler`` reaches the callback through the trainer."""
+
+    def __init__(self, dataset, prompts_per_step: int = 8):
+        super().__init__()
+        self.dataset, self.prompts_per_step = dataset, prompts_per_step
+
+    def train_dataloader(self):
+        sampler = build_sampler(self.trainer, self.dataset, batch_size=self.prompts_per_step)
+        return DataLoader(self.dataset, batch_size=self.prompts_per_step, sampler=sampler, collate_fn=list)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--strategy", default=None, help="preset name or YAML path (default: the composed STRATEGY)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-dir", default="runs/lightning_grpo")
+    parser.add_argument("--data-module", action="store_true", help="serve the prompts from a LightningDataModule")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -116,14 +136,16 @@ def main() -> None:
     module = GRPOModule(suite["train"])
     callback = DataFlexCallback(args.strategy or STRATEGY)
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=args.steps, callbacks=[callback],
-                         use_distributed_sampler=False, logger=CSVLogger(args.log_dir), log_every_n_steps=5,
-                         enable_checkpointing=False, enable_model_summary=False)
+                         logger=CSVLogger(args.log_dir), log_every_n_steps=5, enable_checkpointing=False,
+                         enable_model_summary=False)
     before = evaluate(module.model, module.tokenizer, suite["test"])
-    trainer.fit(module)
+    trainer.fit(module, datamodule=TaskData(suite["train"]) if args.data_module else None)
 
     metrics = {name: round(float(value), 3) for name, value in trainer.callback_metrics.items()}
-    print("last step:", {name: value for name, value in metrics.items() if name.startswith(("dataflex/kept", "dataflex/ess",
-                                                                                             "dataflex/mix/target"))})
+    shown = ("dataflex/kept", "dataflex/ess", "dataflex/mix/target", "dataflex/prerollout/skipped",
+             "dataflex/prerollout/completions")
+    print("last step:", {name: value for name, value in metrics.items()
+                         if name.startswith(shown) and not name.endswith(("_step", "_epoch"))})
     after = evaluate(module.model, module.tokenizer, suite["test"])
     print("held-out accuracy before -> after:", {name: f"{before[name]:.2f} -> {after[name]:.2f}" for name in after})
 

@@ -12,15 +12,18 @@ One callback, one line in ``training_step``::
                                    domains=domains)
             return self.dataflex.loss(per_token_loss, rollout, loss_type="sequence_mean")
 
-        def train_dataloader(self):  # optional, for domain mixing
+        def train_dataloader(self):  # needed for mixing and pre-rollout skipping; fine for any strategy
             sampler = self.dataflex.sampler(self.dataset, batch_size=8)
             return DataLoader(self.dataset, batch_size=8, sampler=sampler, collate_fn=list)
 
-    trainer = L.Trainer(callbacks=[DataFlexCallback("difffilter")], use_distributed_sampler=False)
+    trainer = L.Trainer(callbacks=[DataFlexCallback("difffilter")])
+
+In a ``LightningDataModule``, ``build_sampler(self.trainer, dataset, batch_size=8)`` builds the same sampler.
 """
 
 from .aggregation import LOSS_TYPES
 from .binding import BoundStrategy
 from .callback import DataFlexCallback
+from .sampling import ShardedSampler, build_sampler
 
-__all__ = ["BoundStrategy", "DataFlexCallback", "LOSS_TYPES"]
+__all__ = ["BoundStrategy", "DataFlexCallback", "LOSS_TYPES", "ShardedSampler", "build_sampler"]

@@ -17,21 +17,23 @@ from dataflex_callbacks import DataFlexError, Decision, DomainMixingSampler, Rol
 
 from .aggregation import finish_loss, loss_sum_and_count
 from .gather import distributed_world, gather_rollouts
+from .sampling import check_prompt_keys
 
 if TYPE_CHECKING:  # pragma: no cover
     from .callback import DataFlexCallback
 
-BATCH_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys")
-TENSOR_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies")
-SAMPLER_FIXED = ("layout", "resume", "strategy", "num_replicas", "rank")
+BATCH_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys",
+                "completion_ids")
+TENSOR_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "completion_ids")
 
 
 class BoundStrategy:
     """The strategy of a `DataFlexCallback`, as a LightningModule's ``training_step`` uses it.
 
     `DataFlexCallback` sets ``pl_module.dataflex`` to one of these at fit start and unbinds it at
-    the end. Declaring ``self.dataflex = BoundStrategy()`` in ``__init__`` is optional; it turns a
-    forgotten callback into a clear error instead of an ``AttributeError``.
+    the end (also when ``fit`` stops with an exception). Declaring ``self.dataflex =
+    BoundStrategy()`` in ``__init__`` is optional; it turns a forgotten callback into a clear
+    error instead of an ``AttributeError``.
     """
 
     def __init__(self) -> None:
@@ -94,11 +96,26 @@ class BoundStrategy:
         detached = batch.replace(**{name: getattr(batch, name).detach() for name in TENSOR_FIELDS
                                     if getattr(batch, name) is not None})
         everyone, rows = gather_rollouts(detached)
+        if strategy.prompt_filter is not None:
+            self._prepare_prompt_filter(strategy.prompt_filter, everyone)
         # The gathered batch is the same on every rank, so the tracker must not all-reduce it again.
         decision = _rows_of(strategy.apply(everyone, step, sync=False), rows, batch.num_tokens)
-        self._callback._record(decision.metrics)
+        self._callback._record(decision.metrics, everyone.n)
         self._last = (step, batch, decision)
         return decision
+
+    def _prepare_prompt_filter(self, prompt_filter, everyone: RolloutBatch) -> None:
+        """Check the step's prompt keys against the sampler's, and give the filter the group size.
+
+        Both read the gathered batch, identical on every rank, so every rank raises alike.
+        """
+        known = self._callback.prompt_keys_known()
+        if known is not None and everyone.prompt_keys is not None:
+            check_prompt_keys(everyone.prompt_keys, known, self._callback.sampler)
+        if everyone.group_ids is not None and everyone.n:
+            # A skipped prompt saves one group of completions: the mean group size of the step.
+            groups = int(torch.unique(everyone.group_ids).numel())
+            prompt_filter.num_generations = max(1, round(everyone.n / groups))
 
     def loss(self, per_token_loss: torch.Tensor, batch: RolloutBatch, *, loss_type: str = "token_mean",
              decision: Decision | None = None, mask: torch.Tensor | None = None,
@@ -138,26 +155,18 @@ class BoundStrategy:
     # ------------------------------------------------------------ data
 
     def sampler(self, dataset: Any, *, batch_size: int, seed: int = 0, **options: Any) -> DomainMixingSampler:
-        """A `DomainMixingSampler` for ``train_dataloader``: rank-sharded, driven and restored by the callback.
+        """The run's prompt sampler for ``train_dataloader``: rank-sharded, driven and restored by the callback.
 
         Pass it to ``DataLoader(dataset, batch_size=batch_size, sampler=...)`` with the same
-        ``batch_size`` (prompts per rank per step) and keep ``Trainer(use_distributed_sampler=False)``
-        under DDP. ``options`` go to `DomainMixingSampler` (``domain_key``, ``domains``,
-        ``num_samples``, ...); layout, rank and resume mode are set here.
+        ``batch_size`` (prompts per rank per step). With a ``mix`` part it follows the mixer;
+        without one it draws all rows as one pool (the data's own domain distribution). Lightning
+        keeps it as it is under DDP. ``options`` go to `DomainMixingSampler` (``domains``,
+        ``proportions``, ``num_samples``, ``key_column``, ...); the domain column is the config's
+        ``domain_key``. See `sampling.build_sampler`, its twin for a ``LightningDataModule``.
         """
         if self._callback is None or self._callback.trainer is None:
             self._trainer()
-        fixed = sorted(set(options) & set(SAMPLER_FIXED))
-        if fixed:
-            raise DataFlexError(f"dataflex.sampler sets {', '.join(fixed)} itself; remove them, or build a "
-                                "DomainMixingSampler(layout='shard', resume='continue', ...) and pass it to "
-                                "DataFlexCallback(sampler=...)")
-        trainer = self._callback.trainer
-        sampler = DomainMixingSampler(dataset, batch_size=batch_size, seed=seed, layout="shard",
-                                      num_replicas=trainer.world_size, rank=trainer.global_rank,
-                                      strategy=self._callback.strategy, resume="continue", **options)
-        self._callback.register_sampler(sampler)
-        return sampler
+        return self._callback.build_sampler(dataset, batch_size=batch_size, seed=seed, **options)
 
 
 def _rows_of(decision: Decision, rows: slice, num_tokens: int | None) -> Decision:

@@ -13,7 +13,7 @@ import torch.distributed as dist
 
 from dataflex_callbacks import BatchError, RolloutBatch
 
-TOKEN_FIELDS = ("logprobs", "entropies")
+TOKEN_FIELDS = ("logprobs", "entropies", "completion_ids")
 
 
 def distributed_world() -> tuple[int, int]:
@@ -44,7 +44,7 @@ def _layout(batch: RolloutBatch) -> list[int]:
     advantage_dims = 0 if batch.advantages is None else batch.advantages.dim()
     flags = [batch.group_ids is not None, batch.completion_mask is not None, advantage_dims,
              batch.logprobs is not None, batch.entropies is not None, batch.domains is not None,
-             batch.prompt_keys is not None]
+             batch.prompt_keys is not None, batch.completion_ids is not None]
     return [batch.n, batch.num_tokens or 0] + [int(f) for f in flags]
 
 
@@ -94,5 +94,6 @@ def gather_rollouts(batch: RolloutBatch) -> tuple[RolloutBatch, slice]:
 
 
 def _describe(layout: list[int]) -> str:
-    names = ("group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys")
+    names = ("group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys",
+             "completion_ids")
     return ", ".join(["rewards"] + [name for name, flag in zip(names, layout[2:]) if flag])

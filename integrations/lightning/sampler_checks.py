@@ -4,12 +4,14 @@ from __future__ import annotations
 
 from typing import Any, Iterator
 
-from torch.utils.data import DataLoader
+from lightning.pytorch.utilities import rank_zero_warn
+from torch.utils.data import DataLoader, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data.distributed import DistributedSampler
 
 from dataflex_callbacks import ConfigError, DomainMixingSampler, Strategy
 
-FIX = ("build it in train_dataloader() with self.dataflex.sampler(dataset, batch_size=B) and pass it to "
-       "DataLoader(dataset, batch_size=B, sampler=...)")
+FIX = ("build it in train_dataloader() with self.dataflex.sampler(dataset, batch_size=B) (in a LightningDataModule: "
+       "build_sampler(self.trainer, dataset, batch_size=B)) and pass it to DataLoader(dataset, batch_size=B, sampler=...)")
 
 
 def _dataloaders(loaders: Any) -> Iterator[DataLoader]:
@@ -21,6 +23,39 @@ def _dataloaders(loaders: Any) -> Iterator[DataLoader]:
     elif isinstance(loaders, (list, tuple)):
         for value in loaders:
             yield from _dataloaders(value)
+
+
+def _sampler_of(loader: DataLoader) -> Any:
+    batch_sampler = loader.batch_sampler
+    return getattr(batch_sampler, "sampler", batch_sampler) if batch_sampler is not None else loader.sampler
+
+
+def check_distributed_data(loaders: Any, world_size: int) -> None:
+    """Under DDP, refuse a train DataLoader that would give every rank the same prompts.
+
+    With ``Trainer(use_distributed_sampler=False)`` Lightning leaves a plain ``DataLoader``'s
+    ``RandomSampler`` / ``SequentialSampler`` as it is, so each rank iterates the whole dataset in
+    the same order and trains on the same prompts. Samplers that shard (``DistributedSampler``,
+    the DataFlex sampler) pass; other custom samplers without ``num_replicas`` / ``rank`` get a
+    warning, iterable datasets are left to the user (they must shard themselves).
+    """
+    if world_size <= 1:
+        return
+    for loader in _dataloaders(loaders):
+        if isinstance(loader.dataset, IterableDataset):
+            continue
+        sampler = _sampler_of(loader)
+        if isinstance(sampler, (DistributedSampler, DomainMixingSampler)):
+            continue
+        if isinstance(sampler, (RandomSampler, SequentialSampler)):
+            raise ConfigError(
+                f"every one of the {world_size} ranks would train on the same prompts: the train DataLoader's "
+                f"{type(sampler).__name__} is not sharded by rank (Trainer(use_distributed_sampler=False) keeps it). "
+                "Remove use_distributed_sampler=False (Lightning then shards it), or " + FIX
+            )
+        if not (hasattr(sampler, "num_replicas") and hasattr(sampler, "rank")):
+            rank_zero_warn(f"dataflex: the train sampler {type(sampler).__name__} has no num_replicas / rank; if it "
+                           f"does not shard by rank, all {world_size} ranks train on the same prompts")
 
 
 def find_mixing_sampler(loaders: Any) -> tuple[DomainMixingSampler, DataLoader] | None:
@@ -38,8 +73,9 @@ def find_mixing_sampler(loaders: Any) -> tuple[DomainMixingSampler, DataLoader] 
             if isinstance(inner, DomainMixingSampler):
                 raise ConfigError(
                     "Lightning replaced the DomainMixingSampler with its DistributedSamplerWrapper, which draws a "
-                    "whole epoch before training and shards it again, so domain mixing cannot act between steps. "
-                    "Set Trainer(use_distributed_sampler=False); the sampler shards by rank itself (" + FIX + ")"
+                    "whole epoch before training and shards it again, so the strategy cannot act between steps. "
+                    "Build the sampler with self.dataflex.sampler(...) (Lightning keeps that one as it is), or set "
+                    "Trainer(use_distributed_sampler=False) for a DomainMixingSampler(layout='shard') you built"
                 )
     return None
 

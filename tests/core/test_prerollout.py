@@ -152,8 +152,9 @@ def simulate(params, solve_rate, steps, batch_size=4, generations=4, seed=0, lab
 
 def test_a_prompt_that_turns_learnable_is_rechecked_within_the_expected_number_of_passes(monkeypatch):
     # 40 always-solved prompts; prompt 0 turns learnable (solve rate 0.5) at step 100. Each pass over the
-    # data makes it a candidate once, kept with probability >= min_keep: the wait in passes is at most
-    # geometric with mean 1 / min_keep.
+    # data makes it a candidate once, kept with probability >= min_keep: the wait in passes, counted from
+    # step 100, is at most geometric with mean 1 / min_keep. (Counted from its last draw before step 100
+    # it would be the renewal interval straddling step 100, of mean about 2 / min_keep - 1.)
     min_keep, waits = 0.2, []
     shuffles = []
     original = DomainMixingSampler._shuffle_domain
@@ -167,15 +168,14 @@ def test_a_prompt_that_turns_learnable_is_rechecked_within_the_expected_number_o
         passes_at = []
 
         def solve_rate(p, step):
-            if p == 0:  # called once per drawn prompt, in step order
-                passes_at.append((step, len(shuffles)))
+            passes_at.append((p, step, len(shuffles)))  # called once per drawn prompt, in step order
             return 0.5 if (p == 0 and step >= 100) else 1.0
 
         shuffles.clear()
         prompt_filter, drawn, _ = simulate(dict(target_share=0.0, min_keep=min_keep), solve_rate, 400, seed=seed)
         assert prompt_filter.skipped > 0
-        before = max((n for step, n in passes_at if step < 100), default=0)
-        first_step, first_passes = next((step, n) for step, n in passes_at if step >= 100)
+        before = next(n for _, step, n in passes_at if step >= 100)  # passes started by step 100
+        first_step, first_passes = next((step, n) for p, step, n in passes_at if p == 0 and step >= 100)
         waits.append(first_passes - before)
         # Once re-checked and learnable, its streak is reset and it is kept again.
         assert prompt_filter.history.streaks([0])[0] == 0 or any(0 in d for d in drawn[first_step + 1:])
@@ -279,6 +279,26 @@ def test_resumed_filter_and_sampler_continue_exactly():
     _, state = run(4)
     resumed, _ = run(9, state)
     assert resumed == full
+
+
+def test_state_loads_with_weights_only_loading_and_restores_the_filter(tmp_path):
+    # Keys as a collate function may deliver them: numpy and 0-d tensor integers name the same prompt as the int.
+    prompt_filter = build_component("prerollout", "skip_zero_variance", explore=0.5)
+    keys = [np.int64(3), torch.tensor(4), "q"]
+    prompt_filter.observe(group_batch(keys, [[1, 1, 1], [0, 1, 0], [0, 0, 0]], ["a", "b", "a"]), step=0)
+    prompt_filter.observe(group_batch([3, "q"], [[1, 1, 1], [0, 0, 0]], ["a", "a"]), step=1)
+    torch.save(prompt_filter.state_dict(), tmp_path / "state.pt")
+    state = torch.load(tmp_path / "state.pt", weights_only=True)  # tensors and Python scalars only
+    assert state["history"]["keys"] == [3, 4, "q"]
+    restored = build_component("prerollout", "skip_zero_variance")
+    restored.load_state_dict(state)
+    assert restored.history.streaks([3, 4, "q"]).tolist() == [2, 0, 2]
+    candidates, labels = [3, 4, "q", "new"], ["a", "b", "a", "a"]
+    assert restored.keep_probability(candidates, labels).tolist() == prompt_filter.keep_probability(candidates, labels).tolist()
+    assert restored.metrics() == pytest.approx(prompt_filter.metrics(), nan_ok=True)
+    # Grows after a restore like a fresh history.
+    restored.observe(group_batch([f"k{i}" for i in range(5)], [[1, 0]] * 5), step=2)
+    assert restored.history.size == 8
 
 
 def test_two_ranks_build_the_history_one_process_builds_from_the_whole_batch(tmp_path):

@@ -1,6 +1,11 @@
-"""Two-process DDP run of the toy GRPO module on CPU (gloo); each rank writes its records and tracker counts to OUT/rank<r>.json.
+"""Two-process DDP runs of the toy GRPO module on CPU (gloo); each rank writes its records to OUT/rank<r>.json.
 
-Usage: python lightning_ddp_run.py OUT   (Lightning starts the second process itself)
+Usage: python lightning_ddp_run.py OUT MODE   (Lightning starts the second process itself)
+
+MODE ``mix``: mixing, selection, reweighting and pre-rollout skipping through ``self.dataflex.sampler``.
+MODE ``plain``: a plain DataLoader (no DataFlex sampler) with difffilter.
+Both use the Trainer's default ``use_distributed_sampler``; ``unsafe`` is ``plain`` with
+``use_distributed_sampler=False``, which the callback must refuse.
 """
 
 import json
@@ -16,18 +21,27 @@ import lightning.pytorch as pl  # noqa: E402
 from dataflex_callbacks.integrations.lightning import DataFlexCallback  # noqa: E402
 from lightning_toy import STRATEGY, ToyGRPO, toy_rows  # noqa: E402
 
+SKIP_AND_MIX = {**STRATEGY, "pre_select": {"name": "skip_zero_variance", "params": {}}}
 
-def main(out: str) -> None:
-    module = ToyGRPO(toy_rows(24))
-    callback = DataFlexCallback(STRATEGY)
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=4, use_distributed_sampler=False,
-                         callbacks=[callback], logger=False, enable_checkpointing=False,
-                         enable_progress_bar=False, enable_model_summary=False)
+
+def main(out: str, mode: str) -> None:
+    mixing = mode == "mix"
+    module = ToyGRPO(toy_rows(24), use_sampler=mixing, same_answers=mixing)
+    callback = DataFlexCallback(SKIP_AND_MIX if mixing else "difffilter")
+    flags = {"use_distributed_sampler": False} if mode == "unsafe" else {}
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=4, callbacks=[callback], logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, **flags)
     trainer.fit(module)
+    result = {"records": module.records}
+    if mixing:
+        prompt_filter = callback.strategy.prompt_filter
+        result.update(samples_tracked=callback.strategy.mixing.tracker.total_count.tolist(),
+                      history_keys=prompt_filter.history.keys, streaks=prompt_filter.history.streak.tolist(),
+                      domain_noise=prompt_filter.history.domain_noise,
+                      sampler_type=type(trainer.train_dataloader.sampler).__name__)
     with open(os.path.join(out, f"rank{trainer.global_rank}.json"), "w") as handle:
-        json.dump({"records": module.records, "samples_tracked": callback.strategy.mixing.tracker.total_count.tolist()},
-                  handle)
+        json.dump(result, handle)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

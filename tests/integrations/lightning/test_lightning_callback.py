@@ -108,3 +108,19 @@ def test_sampler_batch_size_and_strategy_must_match():
 def test_loss_outside_a_fit_is_a_clear_error():
     with pytest.raises(DataFlexError, match="not attached"):
         BoundStrategy().loss(torch.zeros(2, 3), None)
+
+
+class FailingGRPO(ToyGRPO):
+    def training_step(self, batch, batch_idx):
+        if self.global_step == 1:
+            raise RuntimeError("out of memory in generation")
+        return super().training_step(batch, batch_idx)
+
+
+def test_an_exception_in_training_step_unbinds_the_module():
+    module, callback = FailingGRPO(toy_rows()), DataFlexCallback(STRATEGY)
+    with pytest.raises(RuntimeError, match="out of memory"):
+        toy_trainer([callback], max_steps=4).fit(module)
+    assert not module.dataflex.bound and callback.trainer is None
+    with pytest.raises(DataFlexError, match="not attached"):
+        module.dataflex.strategy

@@ -1,4 +1,5 @@
-"""A 2-process DDP run (gloo, CPU): both ranks take the same decisions, equal to one process deciding on the whole step."""
+"""2-process DDP runs (gloo, CPU): both ranks take the same decisions, equal to one process deciding on the whole
+step, on different prompts; a DataLoader that would give every rank the same prompts is refused."""
 
 import json
 import os
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from dataflex_callbacks import RolloutBatch, build_strategy
-from lightning_toy import STRATEGY
+from lightning_toy import STRATEGY, toy_rows
 from lightning_loss_reference import reduced_batch, reference_loss
 
 pytestmark = pytest.mark.slow
@@ -21,15 +22,47 @@ def pad(rows, width, value=0):
     return [list(row) + [value] * (width - len(row)) for row in rows]
 
 
-@pytest.fixture(scope="module")
-def ranks(tmp_path_factory):
-    out = tmp_path_factory.mktemp("ddp")
+def launch(out, mode):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     env.pop("MASTER_PORT", None)
-    done = subprocess.run([sys.executable, os.path.join(HERE, "lightning_ddp_run.py"), str(out)], cwd=HERE, env=env,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, os.path.join(HERE, "lightning_ddp_run.py"), str(out), mode], cwd=HERE,
+                          env=env, capture_output=True, text=True, timeout=300)
+
+
+def run_ranks(out, mode):
+    done = launch(out, mode)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.load(open(out / f"rank{r}.json")) for r in range(2)]
+
+
+@pytest.fixture(scope="module")
+def ranks(tmp_path_factory):
+    return run_ranks(tmp_path_factory.mktemp("ddp"), "mix")
+
+
+def test_the_sampler_needs_no_trainer_flag_and_skipping_agrees_across_ranks(ranks):
+    # The Trainer keeps its default use_distributed_sampler: Lightning leaves the DataFlex sampler as it is.
+    assert ranks[0]["sampler_type"] == ranks[1]["sampler_type"] == "ShardedSampler"
+    assert ranks[0]["history_keys"] == ranks[1]["history_keys"] and ranks[0]["history_keys"]
+    assert ranks[0]["streaks"] == ranks[1]["streaks"]
+    # completion_ids are gathered too: identical answers scored differently show up as reward noise.
+    assert ranks[0]["domain_noise"] == ranks[1]["domain_noise"] and max(ranks[0]["domain_noise"].values()) > 0
+    issued = {row["prompt_key"] for row in toy_rows(24)}
+    assert set(ranks[0]["history_keys"]) <= issued, "the history is keyed by the sampler's keys"
+
+
+def test_a_plain_dataloader_trains_different_prompts_on_each_rank(tmp_path):
+    zero, one = (rank["records"] for rank in run_ranks(tmp_path, "plain"))
+    assert len(zero) == len(one) == 4
+    for a, b in zip(zero, one):
+        assert not set(a["rows"]) & set(b["rows"]), f"both ranks trained on prompts {set(a['rows']) & set(b['rows'])}"
+
+
+def test_a_plain_dataloader_without_lightnings_distributed_sampler_is_refused(tmp_path):
+    done = launch(tmp_path, "unsafe")
+    assert done.returncode != 0
+    assert "would train on the same prompts" in done.stderr and "use_distributed_sampler=False" in done.stderr
+    assert not list(tmp_path.glob("rank*.json")), "refused before training"
 
 
 def test_the_tracker_counts_every_response_once(ranks):

@@ -1,0 +1,139 @@
+"""The prompt sampler of a Lightning run, built from a LightningModule, a LightningDataModule or any code holding the trainer.
+
+``self.dataflex.sampler(dataset, batch_size=B)`` in a module and ``build_sampler(self.trainer,
+dataset, batch_size=B)`` in a data module build the same thing: a `DomainMixingSampler` that
+
+- gives each rank different rows of one global draw (``layout="shard"``), and is a
+  ``DistributedSampler`` to Lightning, which therefore keeps it as it is under DDP
+  (``use_distributed_sampler`` may stay at its default);
+- follows the strategy's mixer when the strategy has a ``mix`` part, and otherwise draws all rows
+  as one pool, so the data keeps its own domain distribution (a ``pre_select`` filter's skipped
+  prompts are replaced by prompts of any domain; the domain column only feeds its prior);
+- reads domains from the config's ``domain_key`` (default ``"domain"``);
+- is restored from the checkpoint by the callback before the first batch is drawn.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
+
+from torch.utils.data.distributed import DistributedSampler
+
+from dataflex_callbacks import ConfigError, DataFlexError, DomainMixingSampler, Strategy
+from dataflex_callbacks.history import KEY_COLUMNS, hashable_key
+
+if TYPE_CHECKING:  # pragma: no cover
+    import lightning.pytorch as pl
+
+    from .callback import DataFlexCallback
+
+SAMPLER_FIXED = ("layout", "resume", "strategy", "num_replicas", "rank")
+
+
+class ShardedSampler(DomainMixingSampler, DistributedSampler):
+    """A rank-sharded `DomainMixingSampler` that Lightning recognises as distributed.
+
+    Lightning wraps every train sampler that is not a ``DistributedSampler`` in its
+    ``DistributedSamplerWrapper``, which draws a whole epoch up front; being one, this sampler is
+    left alone and mixes between steps. Build it with `build_sampler`.
+    """
+
+    shuffle = True  # read by code that inspects DistributedSamplers; draws are random
+    drop_last = True  # an epoch is whole global chunks
+
+    def __init__(self, dataset: Any = None, *, key_column: str | None = None, **options: Any):
+        DomainMixingSampler.__init__(self, dataset, key_column=key_column, **options)
+        self.key_column = key_column
+
+
+def dataflex_callback(trainer: "pl.Trainer") -> "DataFlexCallback":
+    """The one `DataFlexCallback` of ``trainer`` (raises naming the fix when there is none, or several)."""
+    from .callback import DataFlexCallback
+
+    found = [callback for callback in getattr(trainer, "callbacks", None) or [] if isinstance(callback, DataFlexCallback)]
+    if len(found) != 1:
+        problem = "has no DataFlexCallback" if not found else f"has {len(found)} DataFlexCallbacks"
+        raise ConfigError(f"the Trainer {problem}; pass exactly one: Trainer(callbacks=[DataFlexCallback('skip')])")
+    return found[0]
+
+
+def build_sampler(trainer: "pl.Trainer", dataset: Any, *, batch_size: int, seed: int = 0,
+                  **options: Any) -> DomainMixingSampler:
+    """The run's prompt sampler, for a ``LightningDataModule.train_dataloader`` (see module docstring).
+
+    ``sampler = build_sampler(self.trainer, dataset, batch_size=B)``, then
+    ``DataLoader(dataset, batch_size=B, sampler=sampler)``: ``B`` prompts per rank per step.
+
+    Args:
+        trainer: the Trainer running ``fit`` (``self.trainer`` in a data module).
+        dataset: map-style dataset (``datasets.Dataset``, list of dicts, ...) of ``n`` rows.
+        batch_size: prompts per rank per step; the DataLoader's ``batch_size``.
+        seed: seed of the draw stream (the same on every rank).
+        options: more `DomainMixingSampler` options (``domain_key``, ``domains``, ``proportions``,
+            ``num_samples``, ``key_column``, ``mixing``, ``quota``, ...); ``proportions`` (or
+            ``mixing=True``) draws by domain even without a mix part.
+    """
+    return dataflex_callback(trainer).build_sampler(dataset, batch_size=batch_size, seed=seed, **options)
+
+
+def make_sampler(strategy: Strategy, dataset: Any, *, batch_size: int, seed: int, world_size: int, rank: int,
+                 options: Mapping[str, Any]) -> ShardedSampler:
+    """A `ShardedSampler` for ``strategy`` on rank ``rank`` of ``world_size`` (the body of `build_sampler`).
+
+    Without a mix part (and without ``proportions``) `DomainMixingSampler` draws all rows as one
+    pool; its domain labels then feed only a pre-rollout filter's prior.
+    """
+    options = dict(options)
+    fixed = sorted(set(options) & set(SAMPLER_FIXED))
+    if fixed:
+        raise ConfigError(f"the Lightning sampler sets {', '.join(fixed)} itself; remove them, or build a "
+                          "DomainMixingSampler(layout='shard', resume='continue', ...) and pass it to "
+                          "DataFlexCallback(sampler=...)")
+    options["domain_key"] = resolve_domain_key(strategy, options.get("domain_key"))
+    return ShardedSampler(dataset, batch_size=batch_size, seed=seed, layout="shard", num_replicas=world_size, rank=rank,
+                          strategy=strategy, resume="continue", **options)
+
+
+def resolve_domain_key(strategy: Strategy, given: str | None) -> str:
+    """The domain column: the config's ``domain_key``, else ``given``, else ``"domain"``; a contradiction is an error."""
+    configured = getattr(strategy, "domain_key", None)
+    if given is not None and configured is not None and given != configured:
+        raise ConfigError(f"sampler(domain_key={given!r}) contradicts the strategy config's domain_key={configured!r}; "
+                          "drop the argument (the config's column is used) or change domain_key in the config")
+    return given or configured or "domain"
+
+
+# ------------------------------------------------------------ prompt keys
+
+
+def sampler_keys(sampler: DomainMixingSampler) -> frozenset | None:
+    """The prompt keys ``sampler`` names its rows by (None when it keeps none: no pre-rollout filter)."""
+    keys = getattr(sampler, "_keys", None)
+    return None if keys is None else frozenset(keys)
+
+
+def key_rule(sampler: DomainMixingSampler) -> str:
+    """How ``sampler`` names a row, in words."""
+    column = getattr(sampler, "key_column", None)
+    if column is not None:
+        return f"its {column!r} field"
+    first, second = KEY_COLUMNS
+    return f"its {first!r} field, else its {second!r} field, else its row index"
+
+
+def check_prompt_keys(keys: Sequence[Hashable], known: frozenset, sampler: DomainMixingSampler) -> None:
+    """Raise when a step's ``prompt_keys`` hold keys ``sampler`` never issued (a different key rule).
+
+    Pre-rollout selection looks a drawn row up by the sampler's key; history recorded under other
+    keys is never found, so nothing would ever be skipped, silently.
+    """
+    unknown = sorted({hashable_key(key) for key in keys} - known, key=repr)
+    if not unknown:
+        return
+    examples = sorted(known, key=repr)[:3]
+    raise DataFlexError(
+        f"RolloutBatch.prompt_keys {unknown[:3]} are not keys the prompt sampler issues, so pre-rollout selection "
+        f"can never match its history to the prompts it draws; the sampler names a row by {key_rule(sampler)} "
+        f"(e.g. {examples}). Pass prompt_keys by the same rule (one per response), or build the sampler with "
+        "key_column='<the field you pass>'"
+    )
