@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import warnings
 from collections import Counter
 from typing import Any, Callable, Optional
@@ -34,9 +35,12 @@ import torch
 from transformers import TrainerCallback
 
 from dataflex_callbacks import Strategy, build_strategy
+from dataflex_callbacks.errors import ConfigError
 
-from .loss_scaling import ROW_COUNT_LOSSES, check_loss_type, removal_scale, scale_gradient
-from .sampling import acts_before_rollout, check_sampling_dataset, grpo_mixing_sampler, row_key
+from .diagnostics import dropped_all_message
+from .loss_scaling import ROW_COUNT_LOSSES, can_drop_rows, check_loss_type, removal_scale, scale_gradient
+from .sampling import (DEFAULT_DOMAIN_SOURCE, acts_before_rollout, check_sampling_dataset, check_shuffle,
+                       grpo_mixing_sampler, resolve_domain_column, row_key)
 from .signals import global_rollout_batch, local_policy_batch, resolve_reward_index, selection_rewards
 
 STATE_FILE = "dataflex_strategy.pt"
@@ -77,26 +81,34 @@ class DataFlexCallback(TrainerCallback):
         selection_reward: name of the reward function the strategy scores on (one of the
             trainer's ``reward_func_names``); None uses TRL's weighted sum of all reward functions.
         domain_column: dataset column with each prompt's domain (optional in the data; needed
-            by a ``mix`` part).
+            by a ``mix`` part). None (default): the strategy config's ``domain_key`` when it sets
+            one, else ``"domain"``; giving both with different columns is an error.
         prompt_key_column: dataset column with a stable prompt id; None uses the ``prompt_key``
             column if the data has one, else the prompt itself (`row_prompt_key`).
         record_decisions: keep every decision's ``(step, keep, weights, metrics, prompt_keys)`` in ``self.history``
             (on CPU), for tests and analysis.
+        strict: on ``resume_from_checkpoint``, refuse a checkpoint whose strategy config differs
+            from this one (default). ``strict=False`` restores only the mixing and pre-rollout state.
     """
 
     def __init__(
         self,
         strategy: Any,
         selection_reward: Optional[str] = None,
-        domain_column: str = "domain",
+        domain_column: Optional[str] = None,
         prompt_key_column: Optional[str] = None,
         record_decisions: bool = False,
+        strict: bool = True,
     ):
         self.strategy = strategy if isinstance(strategy, Strategy) else build_strategy(strategy)
+        # This callback's own warning adds the reward spread and TRL's fixes; the core's would repeat it.
+        self.strategy.warn_dropped_all = False
         self.selection_reward = selection_reward
-        self.domain_column = domain_column
+        self.domain_column = domain_column  # resolved against the config's domain_key in bind()
         self.prompt_key_column = prompt_key_column
         self.record_decisions = record_decisions
+        self.strict = strict
+        self._warned_dropped_all = False
         self.history: list[dict[str, Any]] = []
         self.last_decision = None
         self.trainer = None
@@ -124,13 +136,15 @@ class DataFlexCallback(TrainerCallback):
             raise RuntimeError("dataflex: this DataFlexCallback is already attached to another trainer; create a new one.")
         check_loss_type(trainer.loss_type)
         self._reward_index = resolve_reward_index(self.selection_reward, trainer.reward_func_names)
-        if trainer.loss_type in ROW_COUNT_LOSSES and (
+        self.domain_column, domain_source = resolve_domain_column(self.strategy, self.domain_column)
+        if trainer.loss_type in ROW_COUNT_LOSSES and can_drop_rows(self.strategy) and (
             getattr(trainer, "_entropy_bonus_enabled", False) or getattr(trainer, "aux_loss_enabled", False)
         ):
             warnings.warn(
-                f"dataflex: with loss_type={trainer.loss_type!r} the loss is rescaled by B/K after TRL adds the entropy "
-                "bonus / MoE aux loss, so those terms are rescaled too: selection is then not exactly equal to "
-                "physical removal. Use loss_type='dapo' or 'bnpo' for exact equivalence with an entropy bonus.",
+                f"dataflex: with loss_type={trainer.loss_type!r} the loss of a micro-batch with K of B rows kept is "
+                "rescaled by B/K after TRL adds the entropy bonus / MoE aux loss, so those terms are rescaled too: "
+                "selection is then not exactly equal to physical removal, and the logged loss is "
+                "(B/K) * (policy loss - entropy_coef * entropy). Use loss_type='dapo' or 'bnpo' for exact equivalence.",
                 stacklevel=3,
             )
         available = {"rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "prompt_keys"}
@@ -138,8 +152,16 @@ class DataFlexCallback(TrainerCallback):
         column_names = getattr(dataset, "column_names", None) or []
         if self.domain_column in column_names:
             available.add("domains")
+        # Before check_host: its generic "needs domain labels" would not name the option that fixes it.
+        check_sampling_dataset(dataset, self.strategy, self.domain_column, self.prompt_key_column, domain_source)
+        check_shuffle(trainer, self.strategy)
         self.strategy.check_host(available, host=f"the TRL GRPOTrainer (dataset columns {list(column_names)})")
-        check_sampling_dataset(dataset, self.strategy, self.domain_column, self.prompt_key_column)
+        if column_names and self.domain_column not in column_names and domain_source != DEFAULT_DOMAIN_SOURCE:
+            warnings.warn(
+                f"dataflex: {domain_source} names a column the train dataset does not have ({list(column_names)}): "
+                "no per-domain metrics. Name the column holding each prompt's domain.",
+                stacklevel=3,
+            )
         if self.strategy.mix_enabled and self.strategy.domains is None and "domains" in available:
             self.strategy.bind_domains(sorted({str(d) for d in dataset[self.domain_column]}))
         self.trainer = trainer
@@ -218,6 +240,10 @@ class DataFlexCallback(TrainerCallback):
         metrics = trainer._metrics["train"]
         for name, value in decision.metrics.items():
             metrics[f"dataflex/{name}"].append(float(value))
+        if decision.metrics.get("dropped_all") and not self._warned_dropped_all:
+            self._warned_dropped_all = True
+            if accelerator.is_main_process:
+                warnings.warn(dropped_all_message(strategy, step, batch), stacklevel=2)
 
     def write_decision(self, trainer, output: dict, decision, batch, rewards: torch.Tensor) -> None:
         """Fold a global decision into this rank's rows of TRL's batch dict (in place).
@@ -326,8 +352,13 @@ class DataFlexCallback(TrainerCallback):
         torch.save(state, path)
         return path
 
-    def load_state(self, folder: str) -> bool:
-        """Restore the strategy (and sampler) state from a checkpoint folder; False (with a warning) when it has none."""
+    def load_state(self, folder: str, weights_only: bool = True) -> bool:
+        """Restore the strategy (and sampler) state from a checkpoint folder; False (with a warning) when it has none.
+
+        The file is read with ``torch.load(weights_only=True)``, the safe loading TRL and torch use
+        by default; ``weights_only=False`` reads a trusted file written by an older version that
+        stored numpy values.
+        """
         path = os.path.join(folder, STATE_FILE)
         if not os.path.isfile(path):
             warnings.warn(
@@ -336,9 +367,17 @@ class DataFlexCallback(TrainerCallback):
                 stacklevel=2,
             )
             return False
-        # Our own file, written by save_state next to TRL's own pickled checkpoint files.
-        saved = torch.load(path, map_location="cpu", weights_only=False)
-        self.strategy.load_state_dict(saved["strategy"])
+        saved = load_checkpoint_state(path, weights_only)
+        if not isinstance(saved, dict) or not isinstance(saved.get("strategy"), dict):
+            raise ConfigError(f"dataflex: {path} is not a DataFlex strategy state (no 'strategy' dict in it); "
+                              "resume from a checkpoint folder written by DataFlexGRPOTrainer or attach()")
+        try:
+            self.strategy.load_state_dict(saved["strategy"], strict=self.strict)
+        except ConfigError as error:
+            # The core names strict=False; say where the TRL adapter takes it.
+            where = (" (with the TRL adapter: DataFlexGRPOTrainer(..., strict=False) or attach(trainer, strategy, "
+                     "strict=False))") if "strict=False" in str(error) else ""
+            raise ConfigError(f"dataflex: cannot resume from {folder}: {error}{where}") from error
         sampler_state = saved.get("sampler")
         if sampler_state is not None and acts_before_rollout(self.strategy):
             # HF Trainer builds the dataloader before loading the checkpoint; keep the state if it did not.
@@ -354,8 +393,15 @@ class DataFlexCallback(TrainerCallback):
 
     def _restore_sampler(self) -> None:
         if self.sampler is not None and self._pending_sampler_state is not None:
-            self.sampler.load_state_dict(self._pending_sampler_state)
-            self._pending_sampler_state = None
+            state, self._pending_sampler_state = self._pending_sampler_state, None
+            if self.strict:
+                self.sampler.load_state_dict(state)
+                return
+            try:
+                self.sampler.load_state_dict(state)
+            except (ValueError, KeyError, TypeError) as error:  # strict=False: a changed mix may not fit the old stream
+                warnings.warn(f"dataflex: strict=False: the saved sampler state does not fit this run ({error}); "
+                              "prompt sampling restarts from a fresh stream.", stacklevel=2)
 
     def load_optimizer_and_scheduler(self, trainer, original: Callable, checkpoint: Optional[str]) -> None:
         """Wraps ``_load_optimizer_and_scheduler``: the one trainer hook that receives the resume checkpoint."""
@@ -379,6 +425,19 @@ class DataFlexCallback(TrainerCallback):
         return self.sampler
 
 
+def load_checkpoint_state(path: str, weights_only: bool = True) -> dict:
+    """Read a `save_state` file with torch's safe loading; a clear error when it holds anything else."""
+    try:
+        return torch.load(path, map_location="cpu", weights_only=weights_only)
+    except pickle.UnpicklingError as error:
+        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
+        raise ConfigError(
+            f"dataflex: {path} holds objects that safe loading (torch.load weights_only=True) refuses ({reason}); "
+            "it was written by an older dataflex-callbacks. If you trust the file, restore it once with "
+            "callback.load_state(checkpoint_folder, weights_only=False) and save a new checkpoint."
+        ) from error
+
+
 def _replace_decision(decision, keep: torch.Tensor, weights: torch.Tensor, response_weights: Optional[torch.Tensor]):
     """The global decision restricted to one micro-batch's rows (per-row tensors carried by TRL's split)."""
     changes = {"keep": keep, "weights": weights}
@@ -399,8 +458,14 @@ def attach(trainer, strategy: Any = None, **options) -> DataFlexCallback:
 
     ``attach(trainer, "difffilter")`` adds a `DataFlexCallback`; if one was already passed in
     ``callbacks=[...]``, that one is bound (``strategy``, when given, replaces its strategy).
-    ``options`` go to `DataFlexCallback` (``selection_reward``, ``domain_column``, ...).
+    ``options`` go to `DataFlexCallback` (``selection_reward``, ``domain_column``, ``strict``, ...).
     """
+    own = getattr(trainer, "dataflex", None)
+    if isinstance(own, DataFlexCallback) and own.attached:
+        raise RuntimeError(
+            f"dataflex: this {type(trainer).__name__} already applies strategy {own.strategy.name!r}; attach() is for a "
+            "stock GRPOTrainer. Give the strategy once: DataFlexGRPOTrainer(..., strategy=...) or attach(GRPOTrainer(...), ...)."
+        )
     existing = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, DataFlexCallback)]
     if len(existing) > 1:
         raise ValueError("dataflex: the trainer has several DataFlexCallbacks; keep one (one strategy per trainer).")

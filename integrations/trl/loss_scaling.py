@@ -50,6 +50,16 @@ def check_loss_type(loss_type: str) -> None:
         )
 
 
+def can_drop_rows(strategy) -> bool:
+    """True when ``strategy`` can drop whole responses: a row-level ``select`` part, or ``nan_policy="drop"``.
+
+    Only then can a micro-batch keep fewer than its B rows, so only then does `removal_scale`
+    differ from 1 (reweighting, mixing, pre-rollout skipping and token-level selection never drop rows).
+    """
+    select = getattr(strategy, "select", None)
+    return (select is not None and not select.token_level) or getattr(strategy, "nan_policy", None) == "drop"
+
+
 def removal_scale(loss_type: str, keep: torch.Tensor) -> torch.Tensor:
     """Factor that turns the masked micro-batch loss into the loss of the kept rows only.
 

@@ -25,8 +25,14 @@ from __future__ import annotations
 from typing import Any, Hashable, Mapping, Optional
 
 from dataflex_callbacks import DomainMixingSampler, Strategy
+from dataflex_callbacks.sampler import domain_labels
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.history import hashable_key, row_prompt_key
+
+DEFAULT_DOMAIN_COLUMN = "domain"
+"""Dataset column read for domains when neither the strategy config's ``domain_key`` nor ``domain_column=`` names one."""
+
+DEFAULT_DOMAIN_SOURCE = f"the default domain column {DEFAULT_DOMAIN_COLUMN!r}"
 
 ALL_ROWS_DOMAIN = "all"
 """Domain label given to every row when pre-rollout selection runs on a dataset without a domain column."""
@@ -44,8 +50,51 @@ def row_key(row: Mapping[str, Any], key_column: Optional[str]) -> Hashable:
     return row_prompt_key(row, None)
 
 
-def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_column: str, key_column: Optional[str]) -> None:
-    """Fail at build time when the train dataset cannot feed a mixing / pre-rollout sampler."""
+def resolve_domain_column(strategy: Strategy, domain_column: Optional[str]) -> tuple[str, str]:
+    """The dataset column holding domains, and where that name came from (for error messages).
+
+    The strategy config's ``domain_key`` (DataFlex-RL's name) and the adapter's ``domain_column=``
+    name the same column, so one YAML means the same column in TRL, Lightning and verl: the one
+    given wins, ``"domain"`` when neither is, and two different names are an error.
+    """
+    config_key = getattr(strategy, "domain_key", None)
+    if domain_column is None:
+        if config_key is None:
+            return DEFAULT_DOMAIN_COLUMN, DEFAULT_DOMAIN_SOURCE
+        return str(config_key), f"the strategy config's domain_key={config_key!r}"
+    if not isinstance(domain_column, str) or not domain_column:
+        raise ConfigError(f"dataflex: domain_column must be a column name (a non-empty string); got {domain_column!r}")
+    if config_key is not None and str(config_key) != domain_column:
+        raise ConfigError(
+            f"dataflex: the strategy config sets domain_key={config_key!r} but domain_column={domain_column!r} was "
+            "passed; both name the column holding each prompt's domain, so give it once: drop domain_column= "
+            f"to use the config's, or set domain_key: {domain_column} in the config"
+        )
+    return domain_column, f"domain_column={domain_column!r}"
+
+
+def check_shuffle(trainer, strategy: Strategy) -> None:
+    """Refuse ``shuffle_dataset=False`` with a strategy that draws its own prompts, instead of ignoring it.
+
+    ``shuffle_dataset=False`` asks TRL for the dataset's order (a curriculum). A ``mix`` part draws
+    domains by proportions and a ``pre_select`` part skips prompts, so neither can keep that order.
+    """
+    if acts_before_rollout(strategy) and getattr(trainer, "shuffle_dataset", True) is False:
+        raise ConfigError(
+            f"dataflex: GRPOConfig(shuffle_dataset=False) asks for the dataset's order, but strategy {strategy.name!r} "
+            "chooses prompts before rollout (mix: by domain proportions; pre_select: skipping prompts), which draws "
+            "them at random and cannot keep that order. Set shuffle_dataset=True, or drop the strategy's mix / "
+            "pre_select part to keep the dataset order"
+        )
+
+
+def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_column: str, key_column: Optional[str],
+                           domain_source: Optional[str] = None) -> None:
+    """Fail at build time when the train dataset cannot feed a mixing / pre-rollout sampler.
+
+    ``domain_source`` says where ``domain_column`` came from (`resolve_domain_column`), so the
+    error names the setting to change.
+    """
     if not acts_before_rollout(strategy) or dataset is None:
         return
     iterable = any(cls.__name__ == "IterableDataset" for cls in type(dataset).__mro__)
@@ -58,8 +107,12 @@ def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_column: str,
         )
     columns = list(dataset.column_names)
     if strategy.mix_enabled and domain_column not in columns:
-        raise ConfigError(f"dataflex: the strategy's mix part needs the domain column {domain_column!r}; the train "
-                          f"dataset has {columns}; pass domain_column=<the column holding each prompt's domain>")
+        if domain_source is not None and "domain_key" in domain_source:
+            fix = "set domain_key in the strategy config to the column holding each prompt's domain"
+        else:
+            fix = "pass domain_column=<the column holding each prompt's domain> (or set domain_key in the strategy config)"
+        raise ConfigError(f"dataflex: the strategy's mix part needs the domain column {domain_column!r} "
+                          f"({domain_source or 'domain_column'}); the train dataset has {columns}; {fix}")
     if key_column is not None and key_column not in columns:
         raise ConfigError(f"dataflex: prompt_key_column={key_column!r} is not a column of the train dataset {columns}")
 
@@ -69,7 +122,8 @@ def grpo_mixing_sampler(trainer, dataset: Any, strategy: Strategy, domain_column
     """A `DomainMixingSampler` with TRL's ``RepeatSampler`` layout for ``trainer`` (see module docstring)."""
     args = trainer.args
     columns = list(getattr(dataset, "column_names", None) or [])
-    domains = [str(v) for v in dataset[domain_column]] if domain_column in columns else None
+    # Null labels are refused with their row (not turned into a domain called 'None').
+    domains = domain_labels(dataset, domain_column, required=False) if domain_column in columns else None
     if strategy.mix_enabled:
         labels = domains
     else:  # pre-rollout selection alone draws from one pool, like RepeatSampler; domains only inform its prior

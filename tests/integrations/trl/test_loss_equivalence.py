@@ -12,6 +12,7 @@ from trl import GRPOTrainer
 
 from dataflex_callbacks import Decision, RolloutBatch, build_strategy
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
+from dataflex_callbacks.integrations.trl.loss_scaling import ROW_COUNT_LOSSES
 from dataflex_callbacks.integrations.trl.signals import local_policy_batch
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo"]
@@ -74,6 +75,7 @@ def masked_inputs(trainer, inputs, keep, weights=None):
                          completion_mask=inputs["completion_mask"].bool())
     decision = Decision(keep=keep, weights=keep.float() if weights is None else weights)
     trainer.dataflex.write_decision(trainer, output, decision, batch, batch.rewards)
+    trainer.dataflex.last_decision = decision  # as _apply_strategy does; no deferred decision left from another test
     return output
 
 
@@ -160,3 +162,27 @@ def test_policy_token_weights_go_through_the_logprob_wrapper(bench, loss_type):
         assert (grad - reference).abs().max().item() <= TOLERANCE
     finally:
         trainer.dataflex.strategy = previous
+
+
+@pytest.mark.parametrize("loss_type", ["grpo", "dr_grpo", "luspo", "sapo", "dapo", "bnpo"])
+def test_logged_loss_with_an_entropy_bonus_is_the_documented_number(bench, loss_type):
+    """docs/trl.md: with an entropy bonus, row-count losses log and train on (B/K)(masked policy loss - c*H), which is
+    the reduced batch's policy loss - (B/K)*c*H; the other loss types give the reduced batch's loss exactly."""
+    trainer, inputs = bench
+    keep = torch.tensor([True, False, True, True, False, True])
+    coef = 0.05
+    configure(trainer, loss_type, 0.0)
+    reduced = reduced_inputs(inputs, keep)
+    try:
+        policy, _ = loss_and_grad(trainer, stock_loss(trainer), reduced)
+        trainer.entropy_coef, trainer._entropy_bonus_enabled = coef, True
+        with_bonus, _ = loss_and_grad(trainer, stock_loss(trainer), reduced)
+        logged, _ = loss_and_grad(trainer, trainer._compute_loss, masked_inputs(trainer, inputs, keep))
+    finally:
+        trainer.entropy_coef, trainer._entropy_bonus_enabled = 0.0, False
+    entropy = (policy - with_bonus) / coef  # mean entropy over the kept tokens
+    assert entropy.item() > 0
+    scale = len(keep) / int(keep.sum()) if loss_type in ROW_COUNT_LOSSES else 1.0
+    assert logged.item() == pytest.approx((policy - scale * coef * entropy).item(), abs=TOLERANCE)
+    if loss_type not in ROW_COUNT_LOSSES:
+        assert logged.item() == pytest.approx(with_bonus.item(), abs=TOLERANCE)

@@ -84,7 +84,7 @@ def test_resumed_run_continues_the_sampler_stream_and_decisions(tmp_path):
     full = suite_trainer(tmp_path / "full", MIX, **settings)
     full.train()
     checkpoint = tmp_path / "full" / "checkpoint-4"
-    saved = torch.load(checkpoint / STATE_FILE, weights_only=False)
+    saved = torch.load(checkpoint / STATE_FILE, weights_only=True)
     assert saved["sampler"]["position"] > 0 and saved["strategy"]["mixing"]["last_update_step"] is not None
 
     resumed = suite_trainer(tmp_path / "resumed", MIX, **settings)

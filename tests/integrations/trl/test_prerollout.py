@@ -39,7 +39,9 @@ def test_zero_variance_prompts_are_skipped_and_the_history_resumes(tmp_path, pre
         assert all(0.0 <= v <= 1.0 for v in logged(full, f"dataflex/prerollout/{name}"))
     by_domain = streaks_by_domain(prompt_filter)
     assert all(streak == seen for streak, seen in by_domain["code"])  # never solved: always zero variance
-    assert np.mean([s for s, _ in by_domain["code"]]) > np.mean([s for s, _ in by_domain["coin"]])
+    # Per observation, not raw streak means: a skipped prompt is seen less often, which caps its streak.
+    streak_share = {d: np.mean([s / n for s, n in by_domain[d]]) for d in ("code", "coin")}
+    assert streak_share["code"] == 1.0 > streak_share["coin"], streak_share
     # The noise check (completion ids gathered from TRL): only the fair-coin reward scores one answer both ways.
     noise = prompt_filter.history.domain_noise
     assert noise["coin"] > 0.2 and all(noise.get(d, 0.0) == 0.0 for d in ("echo", "digit", "code")), noise
@@ -51,7 +53,7 @@ def test_zero_variance_prompts_are_skipped_and_the_history_resumes(tmp_path, pre
         assert entry["prompt_keys"] == [sampler._keys[r] for r in rows[step * size:(step + 1) * size]]
 
     checkpoint = tmp_path / "full" / "checkpoint-8"
-    state = torch.load(checkpoint / STATE_FILE, weights_only=False)
+    state = torch.load(checkpoint / STATE_FILE, weights_only=True)
     assert len(state["strategy"]["prompt_filter"]["history"]["keys"]) > 0 and "sampler" in state
 
     resumed = suite_trainer(tmp_path / "resumed", preset, **SETTINGS)

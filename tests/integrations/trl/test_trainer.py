@@ -134,3 +134,15 @@ def test_unsupported_host_trainer_is_rejected():
 
     with pytest.raises(TypeError, match="GRPOTrainer"):
         DataFlexCallback("difffilter").bind(NotGRPO())
+
+
+@pytest.mark.parametrize("loss_type,extra", [("grpo", {}), ("dapo", {"gradient_accumulation_steps": 2}), ("dr_grpo", {"entropy_coef": 0.01}),
+                                             ("bnpo", {"num_iterations": 2}), ("luspo", {"importance_sampling_level": "sequence"})])
+def test_baseline_is_bit_identical_to_stock_trl(make_trainer, loss_type, extra):
+    stock = make_trainer(loss_type=loss_type, **extra)
+    stock.train()
+    ours = make_trainer(cls=DataFlexGRPOTrainer, loss_type=loss_type, trainer_kwargs={"strategy": "baseline"}, **extra)
+    ours.train()
+    for a, b in zip(stock.model.parameters(), ours.model.parameters()):
+        assert torch.equal(a, b)
+    assert logged(stock, "loss") == logged(ours, "loss")

@@ -1,0 +1,243 @@
+"""Misuse of the TRL adapter gives one clear error or a loud warning naming the fix, never a silent no-op."""
+
+import warnings
+
+import pytest
+import torch
+from datasets import Dataset
+
+from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
+from dataflex_callbacks.integrations.trl.callback import STATE_FILE
+from mixing_runs import RecordingSampler
+
+RESCALE_WARNING = "rescaled by B/K"
+MIX = {"mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1}}
+
+
+def constant_partial_reward(completions, **kwargs):
+    """0.3 for every completion: a partial-credit reward that is never 'solved' at the default threshold 0.5."""
+    return [0.3] * len(completions)
+
+
+def parity_reward(completions, **kwargs):
+    return [float(len(c) % 2 == 0) for c in completions]
+
+
+def build_warnings(make_trainer, strategy, **config):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer = make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": strategy}, **config)
+    return trainer, [str(w.message) for w in caught]
+
+
+# ---------------------------------------------------------------- B/K warning only where rows can be dropped
+@pytest.mark.parametrize("strategy", ["baseline", "softmax", "static", "skip"])
+def test_no_rescale_warning_for_strategies_that_never_drop_rows(make_trainer, strategy):
+    _, messages = build_warnings(make_trainer, strategy, loss_type="grpo", entropy_coef=0.01)
+    assert not [m for m in messages if RESCALE_WARNING in m]
+
+
+@pytest.mark.parametrize("strategy", ["difffilter", "topk", {"nan_policy": "drop"}])
+def test_rescale_warning_for_strategies_that_drop_rows(make_trainer, strategy):
+    _, messages = build_warnings(make_trainer, strategy, loss_type="dr_grpo", entropy_coef=0.01)
+    assert [m for m in messages if RESCALE_WARNING in m and "logged loss" in m]
+
+
+# ---------------------------------------------------------------- one strategy, given once
+def test_trainer_with_the_same_strategy_in_a_callback_uses_that_callback(make_trainer):
+    callback = DataFlexCallback("difffilter", record_decisions=True)
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=1,
+                           trainer_kwargs={"strategy": "difffilter", "callbacks": [callback]})
+    assert trainer.dataflex is callback and callback.attached
+    assert sum(isinstance(cb, DataFlexCallback) for cb in trainer.callback_handler.callbacks) == 1
+    trainer.train()  # used to raise "never attached ... use DataFlexGRPOTrainer"
+    assert len(callback.history) == 1
+
+
+def test_trainer_with_only_a_callback_uses_it(make_trainer):
+    callback = DataFlexCallback("softmax")
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"callbacks": [callback]})
+    assert trainer.dataflex is callback and callback.strategy.name == "softmax"
+
+
+def test_two_different_strategies_are_refused_with_the_fix(make_trainer):
+    with pytest.raises(ValueError, match=r"two different strategies.*Give the strategy once"):
+        make_trainer(cls=DataFlexGRPOTrainer,
+                     trainer_kwargs={"strategy": "difffilter", "callbacks": [DataFlexCallback("softmax")]})
+    with pytest.raises(ValueError, match=r"selection_reward='parity_reward'.*set it in one place"):
+        make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"selection_reward": "parity_reward",
+                                                             "callbacks": [DataFlexCallback("difffilter")]})
+    with pytest.raises(ValueError, match="needs strategy="):
+        make_trainer(cls=DataFlexGRPOTrainer)
+
+
+def test_a_second_strategy_added_later_is_refused(make_trainer):
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "difffilter"})
+    with pytest.raises(ValueError, match="already applies strategy 'difffilter'"):
+        trainer.add_callback(DataFlexCallback("softmax"))
+    with pytest.raises(RuntimeError, match=r"already applies strategy 'difffilter'.*attach\(\) is for a stock"):
+        attach(trainer, "softmax")
+
+
+# ---------------------------------------------------------------- strict resume is a real option
+@pytest.fixture(scope="module")
+def mixed_checkpoint(make_trainer, tmp_path_factory):
+    out = tmp_path_factory.mktemp("strict")
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=2, save_strategy="steps", save_steps=2,
+                           output_dir=str(out), trainer_kwargs={"strategy": MIX})
+    trainer.train()
+    return out / "checkpoint-2", None
+
+
+CHANGED_MIX = {"mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 2}}
+
+
+def test_changed_config_on_resume_names_the_adapters_strict_option(make_trainer, mixed_checkpoint, tmp_path):
+    checkpoint, _ = mixed_checkpoint
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=3, output_dir=str(tmp_path),
+                           trainer_kwargs={"strategy": CHANGED_MIX})
+    with pytest.raises(ConfigError, match=r"changed: mix.*DataFlexGRPOTrainer\(\.\.\., strict=False\)"):
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+
+
+def assert_same_state(a, b, where="state"):
+    """Nested dicts/lists of tensors and Python values are equal."""
+    if isinstance(a, torch.Tensor) or isinstance(b, torch.Tensor):
+        assert torch.equal(torch.as_tensor(a), torch.as_tensor(b)), where
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), where
+        for key in a:
+            assert_same_state(a[key], b[key], f"{where}.{key}")
+    elif isinstance(a, (list, tuple)):
+        assert isinstance(b, (list, tuple)) and len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same_state(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, where
+
+
+@pytest.mark.parametrize("way_in", ["subclass", "attach"])
+def test_strict_false_resumes_a_changed_config_with_the_mixing_state(make_trainer, mixed_checkpoint, tmp_path, way_in):
+    checkpoint, _ = mixed_checkpoint
+    if way_in == "subclass":
+        trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=3, output_dir=str(tmp_path),
+                               trainer_kwargs={"strategy": CHANGED_MIX, "strict": False, "record_decisions": True})
+        callback = trainer.dataflex
+    else:
+        trainer = make_trainer(max_steps=3, output_dir=str(tmp_path))
+        callback = attach(trainer, CHANGED_MIX, strict=False, record_decisions=True)
+    assert callback.load_state(str(checkpoint))
+    saved = torch.load(checkpoint / STATE_FILE)
+    assert_same_state(callback.strategy.state_dict()["mixing"], saved["strategy"]["mixing"])
+    trainer.train(resume_from_checkpoint=str(checkpoint))
+    assert [h["step"] for h in callback.history] == [2]
+
+
+# ---------------------------------------------------------------- domain column named in the error
+def test_mix_preset_without_a_domain_column_names_domain_column(make_trainer, tiny_tokenizer):
+    from trl import GRPOConfig
+
+    from dataflex_callbacks.tiny_model import build_tiny_model
+    from cpu_settings import CPU_RUN_SETTINGS
+
+    data = Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3=", "4+4="], "topic": ["a", "b", "a", "b"]})
+    args = GRPOConfig(output_dir="unused", per_device_train_batch_size=4, num_generations=4, max_steps=1,
+                      **CPU_RUN_SETTINGS)
+    with pytest.raises(ConfigError, match=r"domain column 'domain'.*has \['prompt', 'topic'\].*pass domain_column="):
+        DataFlexGRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward, args=args,
+                            train_dataset=data, processing_class=tiny_tokenizer, strategy="static")
+
+
+@pytest.mark.parametrize("strategy", ["static", "skip"])
+def test_a_null_domain_label_is_refused_with_its_row(tiny_tokenizer, strategy):
+    from trl import GRPOConfig
+
+    from dataflex_callbacks.tiny_model import build_tiny_model
+    from cpu_settings import CPU_RUN_SETTINGS
+
+    data = Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3=", "4+4="], "domain": ["a", None, "a", "b"]})
+    args = GRPOConfig(output_dir="unused", per_device_train_batch_size=4, num_generations=4, max_steps=1,
+                      **CPU_RUN_SETTINGS)
+    with pytest.raises(ConfigError, match=r"null domain label in column 'domain' \(row 1\)"):
+        trainer = DataFlexGRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward,
+                                      args=args, train_dataset=data, processing_class=tiny_tokenizer,
+                                      strategy=strategy)
+        trainer._get_train_sampler(data)
+
+
+# ---------------------------------------------------------------- shuffle_dataset=False is not ignored
+@pytest.mark.parametrize("strategy", ["static", "skip"])
+def test_shuffle_dataset_false_with_a_prompt_choosing_strategy_is_refused(make_trainer, strategy):
+    with pytest.raises(ConfigError, match=r"shuffle_dataset=False.*Set shuffle_dataset=True"):
+        make_trainer(cls=DataFlexGRPOTrainer, shuffle_dataset=False, trainer_kwargs={"strategy": strategy})
+
+
+def test_shuffle_dataset_false_keeps_the_dataset_order_without_a_prompt_choosing_part(make_trainer):
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, shuffle_dataset=False, trainer_kwargs={"strategy": "difffilter"})
+    stream = list(trainer._get_train_sampler())
+    assert stream[::trainer.num_generations][:6] == [0, 1, 2, 3, 4, 5]
+
+
+# ---------------------------------------------------------------- every group dropped: loud, once, with the fix
+def test_a_step_that_drops_every_group_warns_once_naming_the_fix(make_trainer):
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=3, reward_funcs=[constant_partial_reward],
+                           trainer_kwargs={"strategy": "difffilter"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    dropped = [str(w.message) for w in caught if "dropped every" in str(w.message)]
+    assert len(dropped) == 1, dropped
+    assert "step 0" in dropped[0] and "not 0/1" in dropped[0] and "selection_reward=" in dropped[0]
+    assert "group_reward_variance" in dropped[0]
+    assert [e["dataflex/dropped_all"] for e in trainer.state.log_history if "dataflex/dropped_all" in e] == [1.0] * 3
+
+
+def test_no_dropped_all_warning_when_something_trains(make_trainer):
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=2, trainer_kwargs={"strategy": "softmax"})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    assert not [w for w in caught if "dropped every" in str(w.message)]
+
+
+# ---------------------------------------------------------------- no prompt twice in one generation batch
+def test_a_mixing_generation_batch_holds_each_prompt_once(make_trainer, tiny_tokenizer):
+    """One generation batch holds each drawn prompt exactly num_generations times, also when a small domain's pass
+    wraps around inside the batch (5 rows drawn at 50%, 4 prompts per batch)."""
+    from trl import GRPOConfig
+
+    from cpu_settings import CPU_RUN_SETTINGS
+    from dataflex_callbacks.tiny_model import build_tiny_model
+
+    data = Dataset.from_dict({"prompt": [f"q{i}=" for i in range(30)], "domain": ["small"] * 5 + ["big"] * 25})
+    args = GRPOConfig(output_dir="unused", per_device_train_batch_size=8, num_generations=2, max_completion_length=4,
+                      max_steps=7, seed=0, **CPU_RUN_SETTINGS)
+    strategy = {"mix": {"mixer": {"name": "static", "proportions": {"small": 0.5, "big": 0.5}}}}
+    trainer = DataFlexGRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward,
+                                  args=args, train_dataset=data, processing_class=tiny_tokenizer, strategy=strategy,
+                                  record_decisions=True)
+    install = trainer._get_train_sampler
+
+    def recording(dataset=None):
+        trainer.recorder = RecordingSampler(install(dataset))
+        return trainer.recorder
+
+    trainer._get_train_sampler = recording
+    trainer.train()
+    size, generations = args.generation_batch_size, trainer.num_generations
+    rows = trainer.recorder.indices
+    batches = [rows[i:i + size] for i in range(0, len(rows) - size + 1, size)]
+    assert len(batches) >= 7
+    for batch in batches:
+        assert batch[::generations] == batch[1::generations]  # TRL's layout: each prompt twice in a row
+        assert len(set(batch[::generations])) == size // generations, batch
+    for entry in trainer.dataflex.history:  # what the strategy saw: 4 groups of 2 under 4 different keys
+        assert len(set(entry["prompt_keys"])) == size // generations
+    # The same over many more batches of the installed sampler (several epochs of its stream).
+    sampler = trainer.dataflex.sampler
+    for _ in range(6):
+        stream = list(sampler)
+        for start in range(0, len(stream) - size + 1, size):
+            prompts = stream[start:start + size][::generations]
+            assert len(set(prompts)) == len(prompts), prompts
