@@ -6,11 +6,19 @@
 # the verl plugin), and GSM8K in verl's parquet layout:
 #   python examples/data_preprocess/gsm8k.py --local_save_dir data/gsm8k   (from verl's repository)
 # Usage: DATA_DIR=data/gsm8k N_GPUS=4 bash examples/verl/run_grpo_qwen05b_gsm8k.sh [hydra overrides...]
+# Several nodes: start a Ray cluster first (docs/verl.md, "Several nodes"), then on the head node
+#   DATA_DIR=/shared/data/gsm8k N_GPUS=8 NNODES=2 bash examples/verl/run_grpo_qwen05b_gsm8k.sh \
+#       trainer.default_local_dir=/shared/checkpoints/gsm8k_difffilter
 set -euo pipefail
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-export DATA_DIR="${DATA_DIR:-data/gsm8k}" N_GPUS="${N_GPUS:-4}"
+DATA_DIR="${DATA_DIR:-data/gsm8k}" N_GPUS="${N_GPUS:-4}" NNODES="${NNODES:-1}"
 python - <<'PY'
 from verl.trainer.ppo.v1 import get_trainer_cls
 get_trainer_cls("dataflex_sync")  # fails early if the plugin is not installed in this environment
 PY
-python -m verl.trainer.main_ppo --config-path="$HERE" --config-name=grpo_qwen05b_gsm8k_difffilter "$@"
+# Literal overrides (ints, absolute paths), resolved here once: verl re-resolves its config on a
+# Ray actor that may sit on another node, where this shell's environment is not set.
+python -m verl.trainer.main_ppo --config-path="$HERE" --config-name=grpo_qwen05b_gsm8k_difffilter \
+    data.train_files="$(realpath -m "$DATA_DIR/train.parquet")" \
+    data.val_files="$(realpath -m "$DATA_DIR/test.parquet")" \
+    trainer.n_gpus_per_node="$N_GPUS" trainer.nnodes="$NNODES" "$@"

@@ -14,18 +14,31 @@ or YAML path under ``strategy``::
     dataflex:
       strategy: difffilter
 
-Adapter keys, accepted in every form: ``enable`` (default true) and ``seed`` (the prompt sampler's
-seed; default ``data.seed``).
+Adapter keys, accepted in every form: ``enable`` (default true), ``seed`` (the prompt sampler's
+seed; default ``data.seed``) and ``quota`` (the mixing sampler's ``"independent"`` or ``"exact"``
+per-batch domain counts, see `DomainMixingSampler`).
+
+DataFlex-RL's mix scripts also set ``trainer.v1.sampler.custom_sampler.path=pkg://dataflex_verl...``
+(its replay buffer, which filled each batch with exact per-domain quotas). That module does not
+exist here; `drop_reference_sampler` clears those lines with a warning, and the trainer then
+mixes in the prompt dataloader with ``quota="exact"`` unless ``quota`` says otherwise.
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Mapping
 
 from dataflex_callbacks import Strategy, build_strategy
 from dataflex_callbacks.errors import ConfigError
 
-ADAPTER_KEYS = ("enable", "seed")
+logger = logging.getLogger("dataflex_callbacks.integrations.verl")
+
+ADAPTER_KEYS = ("enable", "seed", "quota")
+QUOTAS = ("independent", "exact")
+# DataFlex-RL's replay buffer, named by its mix scripts; the package is not installed with this library.
+REFERENCE_SAMPLER_PACKAGE = "dataflex_verl"
+_warned_reference_sampler = False
 
 
 def dataflex_block(config: Any) -> dict | None:
@@ -63,6 +76,9 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
     seed = options.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise ConfigError(f"dataflex.seed must be an integer; got {seed!r}")
+    quota = options.get("quota")
+    if quota is not None and quota not in QUOTAS:
+        raise ConfigError(f"dataflex.quota must be one of {', '.join(QUOTAS)}; got {quota!r}")
     if not enable:
         return None, options
     if "strategy" in block:
@@ -79,3 +95,51 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
         return build_strategy(spec), options
     except ConfigError as error:
         raise ConfigError(f"verl config 'dataflex': {error}") from error
+
+
+def _mentions_reference_package(value: Any) -> bool:
+    if not isinstance(value, str):
+        return False
+    module = value.removeprefix("pkg://").replace("/", ".")
+    return module == REFERENCE_SAMPLER_PACKAGE or module.startswith(REFERENCE_SAMPLER_PACKAGE + ".")
+
+
+def drop_reference_sampler(config: Any) -> bool:
+    """Clear ``trainer.v1.sampler.custom_sampler`` when it names DataFlex-RL's replay buffer; True if cleared.
+
+    verl would otherwise fail with "No module named 'dataflex_verl'" while building its replay
+    buffer. The reference's buffer filled each batch with exact per-domain quotas; here the ``mix``
+    part draws the prompts themselves through `DomainMixingSampler` (``quota="exact"`` for the
+    same batch composition), so verl's own replay buffer is the right one. Warns once per
+    process, naming the lines to delete.
+    """
+    global _warned_reference_sampler
+    sampler = _select(config, "trainer.v1.sampler.custom_sampler")
+    if sampler is None or not _mentions_reference_package(sampler.get("path", None)):
+        return False
+    path, name = sampler.get("path"), sampler.get("name", None)
+    from omegaconf import DictConfig, open_dict, read_write
+
+    if isinstance(sampler, DictConfig):
+        with read_write(sampler), open_dict(sampler):
+            sampler["path"], sampler["name"] = None, None
+    else:
+        sampler["path"], sampler["name"] = None, None
+    if not _warned_reference_sampler:
+        _warned_reference_sampler = True
+        logger.warning(
+            "dataflex: ignoring trainer.v1.sampler.custom_sampler.path=%s (name=%s), DataFlex-RL's replay buffer: "
+            "this adapter mixes domains in the prompt dataloader (DomainMixingSampler, exact per-domain quotas per "
+            "batch as that buffer had; dataflex.quota=independent for independent draws) and uses verl's own "
+            "replay buffer. Delete the two 'trainer.v1.sampler.custom_sampler.*' lines to silence this warning",
+            path, name)
+    return True
+
+
+def _select(config: Any, dotted: str) -> Any:
+    node = config
+    for part in dotted.split("."):
+        node = node.get(part, None) if hasattr(node, "get") else None
+        if node is None:
+            return None
+    return node

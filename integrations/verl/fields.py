@@ -61,8 +61,8 @@ def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: 
             ``(N, L)`` are used when present.
         non_tensors: ``uid`` (N,) for groups; the domain column and ``index`` (prompt keys)
             when present.
-        domain_key: the column holding the domain label; default ``data_source`` (verl's),
-            falling back to ``domain``.
+        domain_key: the column holding the domain label (only that one when given); default
+            ``data_source`` (verl's), falling back to ``domain``.
 
     The reward of a response is the sum of its token-level *scores* (the verifier's outcome
     score, before any in-reward KL penalty), which is what the difficulty and mixing signals mean.
@@ -78,7 +78,7 @@ def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: 
     uids = non_tensors.get("uid")
     group_ids = group_ids_from_uids(_as_list(uids)) if uids is not None else None
     domains = None
-    for key in ([domain_key] if domain_key else []) + [DOMAIN_COLUMN, "domain"]:
+    for key in [domain_key] if domain_key else [DOMAIN_COLUMN, "domain"]:
         if key in non_tensors:
             domains = [str(d) for d in _as_list(non_tensors[key])]
             break

@@ -36,7 +36,7 @@ from dataflex_callbacks import DomainMixingSampler
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.sampler import domain_labels
 
-from .config import strategy_from_verl_config
+from .config import drop_reference_sampler, strategy_from_verl_config
 from .fields import DOMAIN_COLUMN, check_loss_agg_mode, loss_fields_from_decision, rollout_batch_from_fields
 
 logger = logging.getLogger("dataflex_callbacks.integrations.verl")
@@ -63,7 +63,13 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         self.registered_name = value
 
     def __init__(self, config):
+        # Before verl builds its replay buffer from that config.
+        self._reference_sampler = drop_reference_sampler(config)
         self.strategy, self.dataflex_options = strategy_from_verl_config(config)
+        self._domain_column_name: str | None = None  # fixed by _init_dataloader when mixing
+        if self.dataflex_options.get("quota") is not None and not getattr(self.strategy, "mix_enabled", False):
+            raise ConfigError("dataflex.quota sets the per-batch domain counts of a mix part, and this strategy has "
+                              "none; remove dataflex.quota or add a mix part")
         if self.strategy is not None:
             self.strategy.check_host(HOST_FIELDS, host="verl's v1 trainer")
             check_loss_agg_mode(config.actor_rollout_ref.actor.loss_agg_mode)
@@ -90,8 +96,34 @@ class DataFlexPPOTrainer(PPOTrainerSync):
     # ------------------------------------------------------------ prompt feed
 
     def _domain_column(self) -> str:
-        key = self.strategy.domain_key if self.strategy is not None else DOMAIN_COLUMN
-        return key if key != "domain" else DOMAIN_COLUMN  # the core's default name -> verl's column
+        """The dataset column holding the domain: ``dataflex.domain_key`` if set, else verl's ``data_source``."""
+        if self._domain_column_name is not None:
+            return self._domain_column_name
+        key = getattr(self.strategy, "domain_key", None)
+        return key or DOMAIN_COLUMN
+
+    def _choose_domain_column(self, columns, values_of) -> str:
+        """`_domain_column`, except that an unset key reads ``domain`` when only it holds the mix's domains.
+
+        DataFlex-RL's mix data keeps ``data_source`` for reward routing and puts the domain in a
+        ``domain`` column, its default ``domain_key``; a reference block that lists its domains
+        but names no key then still finds them.
+        """
+        key = getattr(self.strategy, "domain_key", None)
+        if key:
+            return key
+        declared = getattr(self.strategy, "domains", None)
+        if not declared or "domain" not in columns:
+            return DOMAIN_COLUMN
+        wanted = {str(d) for d in declared}
+        if DOMAIN_COLUMN in columns and wanted <= set(map(str, values_of(DOMAIN_COLUMN))):
+            return DOMAIN_COLUMN
+        if wanted <= set(map(str, values_of("domain"))):
+            logger.warning("dataflex mix: the domains %s are values of the 'domain' column, not of %r; reading "
+                           "domains from 'domain' (DataFlex-RL's default). Set dataflex.domain_key to silence this",
+                           sorted(wanted), DOMAIN_COLUMN)
+            return "domain"
+        return DOMAIN_COLUMN
 
     def _init_dataloader(self):
         super()._init_dataloader()
@@ -99,18 +131,20 @@ class DataFlexPPOTrainer(PPOTrainerSync):
             return
         dataset = self.train_dataset
         frame = getattr(dataset, "dataframe", None)
-        column = self._domain_column()
         if frame is not None:
+            column = self._choose_domain_column(frame.column_names, lambda name: frame[name])
             if column not in frame.column_names:
                 raise ConfigError(f"dataflex mix: the training data has no domain column {column!r}; its columns are "
                                   f"{frame.column_names}. Set dataflex.domain_key to the column holding the domain")
-            labels = [str(v) for v in frame[column]]
+            labels = domain_labels(frame, column)
         else:
+            column = self._domain_column()
             labels = domain_labels(dataset, column)
+        self._domain_column_name = column
         loader = self.train_dataloader
         self.prompt_sampler = DomainMixingSampler(
             labels=labels, batch_size=loader.batch_size, num_samples=len(dataset), layout="grpo",
-            strategy=self.strategy, seed=self._sampler_seed(self.config), resume="continue")
+            strategy=self.strategy, seed=self._sampler_seed(self.config), resume="continue", quota=self._quota())
         # verl's loader with only the sampler swapped; StatefulDataLoader saves the sampler's
         # state_dict in its own state, i.e. in verl's data.pt checkpoint.
         self.train_dataloader = StatefulDataLoader(
@@ -121,6 +155,13 @@ class DataFlexPPOTrainer(PPOTrainerSync):
             logger.warning("dataflex mix: data.dataloader_num_workers=%d prefetches prompt batches, so a change of "
                            "the mixing proportions reaches generation a few batches late; set it to 0 for exact "
                            "per-step proportions", loader.num_workers)
+
+    def _quota(self) -> str:
+        """``dataflex.quota``; unset, exact quotas where the config asked for DataFlex-RL's replay buffer."""
+        quota = self.dataflex_options.get("quota")
+        if quota is None:
+            quota = "exact" if self._reference_sampler else "independent"
+        return quota
 
     def _fetch_one_gen_batch(self) -> TensorDict:
         if self.prompt_filter is None:
@@ -227,7 +268,8 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         if not os.path.exists(path):
             logger.warning("dataflex: no strategy state at %s; mixing statistics and prompt history start fresh", path)
             return
-        state = torch.load(path, weights_only=False)
+        # Plain containers, tensors and numbers only: safe loading, as for any checkpoint a user may share.
+        state = torch.load(path, weights_only=True)
         self.strategy.load_state_dict(state["strategy"])
         self._prompt_rng.bit_generator.state = state["rng"]
 

@@ -52,8 +52,12 @@ def transfer_queue():
     ray.shutdown()
 
 
-def put_trajectories(tq, partition="train", with_padding=True):
-    """Synthetic GRPO groups in the agent loop's TransferQueue layout; returns (KVBatchMeta, padded fields)."""
+def put_trajectories(tq, partition="train", with_padding=True, columns=None):
+    """Synthetic GRPO groups in the agent loop's TransferQueue layout; returns (KVBatchMeta, padded fields).
+
+    ``columns``: extra dataset columns ``{name: function(group index) -> value}``, stored per response
+    as the agent loop stores every dataset column.
+    """
     from transfer_queue import KVBatchMeta
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict
 
@@ -69,7 +73,8 @@ def put_trajectories(tq, partition="train", with_padding=True):
                      "rm_scores": tensors["token_level_scores"][i, :length],
                      "old_log_probs": tensors["old_log_probs"][i, :length],
                      "uid": uids[i], "data_source": str(non_tensors["data_source"][i]),
-                     "index": int(non_tensors["index"][i])})
+                     "index": int(non_tensors["index"][i]),
+                     **{name: value(int(non_tensors["index"][i])) for name, value in (columns or {}).items()}})
         keys.append(f"{uids[i]}_{i % GROUP_SIZE}_0")
         tags.append({"status": "success", "seq_len": 3 + length, "global_steps": 1})
     if with_padding:  # verl's no-op padding row (upsample_batch_to_divisible_size)
@@ -149,3 +154,19 @@ def test_bad_dataflex_key_is_named_at_trainer_start():
         build_trainer("+dataflex.selectt.scorer=reward")
     with pytest.raises(ConfigError, match="dataflex.enable"):
         build_trainer("+dataflex.enable=maybe", "+dataflex.strategy=difffilter")
+
+
+def test_domains_are_read_from_the_domain_key_column(transfer_queue):
+    """DataFlex-RL's layout: data_source routes the reward, the `domain` column names the mix domain."""
+    trainer = build_trainer("+dataflex.mechanism=mix", "+dataflex.domains=[gsm8k_short,gsm8k_long]",
+                            "+dataflex.domain_key=domain", "+dataflex.actuator.name=reward_gap",
+                            "+dataflex.warmup_step=0", "+dataflex.update_step=1")
+    assert trainer._domain_column() == "domain"
+    trainer.global_steps = 1
+    meta, n = put_trajectories(transfer_queue, with_padding=False, columns={
+        "data_source": lambda group: "openai/gsm8k", "domain": lambda group: ("gsm8k_short", "gsm8k_long")[group % 2]})
+    trainer._compute_advantage(meta, {})
+    samples = trainer.strategy.mixing.tracker.as_dict()["samples"]
+    groups = n // GROUP_SIZE
+    assert samples == {"gsm8k_short": GROUP_SIZE * ((groups + 1) // 2), "gsm8k_long": GROUP_SIZE * (groups // 2)}
+    transfer_queue.kv_clear(keys=meta.keys, partition_id=meta.partition_id)
