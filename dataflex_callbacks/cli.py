@@ -1,4 +1,9 @@
-"""The `dataflex` command: `run` (train with a strategy), `compare` (strategies x seeds), `list`, `validate FILE`."""
+"""The `dataflex` command: `run` (train with a strategy), `compare` (strategies x seeds), `list`, `validate FILE`.
+
+Bad input of any kind (an argument argparse cannot read, a number out of range, a path that
+cannot be a folder, unusable data) prints exactly one line on stderr, `dataflex: error: ...`,
+exits with code 2, loads no model and leaves no output folder behind.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +12,21 @@ import json
 import os
 import sys
 
+EXIT_BAD_INPUT = 2
 
 
 def _fail(message: str) -> int:
-    print(f"dataflex: error: {message}", file=sys.stderr)
-    return 2
+    text = " ".join(str(message).split())  # one line, whatever the message held
+    print(f"dataflex: error: {text}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """An `ArgumentParser` whose errors are one line on stderr (no usage block) and exit code 2."""
+
+    def error(self, message: str):
+        _fail(f"{message} (see `{self.prog} --help`)")
+        sys.exit(EXIT_BAD_INPUT)
 
 
 def _quiet_environment(args: argparse.Namespace) -> None:
@@ -48,14 +63,14 @@ def training_options(args: argparse.Namespace) -> dict:
     return dict(
         model=args.model, dataset=args.dataset, prompt_column=args.prompt_column, answer_column=args.answer_column,
         domain_column=args.domain_column, split=args.split, verifier=args.verifier,
-        domains=args.domains.split(",") if args.domains else None, n_train=args.n_train,
+        domains=[d.strip() for d in args.domains.split(",") if d.strip()] if args.domains is not None else None, n_train=args.n_train,
         num_generations=args.num_generations, prompts_per_step=args.prompts_per_step,
         learning_rate=args.learning_rate, max_completion_length=args.max_completion_length,
     )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dataflex", description=__doc__)
+    parser = OneLineParser(prog="dataflex", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
     run = commands.add_parser("run", help="GRPO-train a model with a data strategy and write a run folder")
@@ -78,6 +93,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _command_run(args) -> int:
+    from dataflex_callbacks.runner import RunInputError, RunOptions, check_run_options, run_training
+
+    options = RunOptions(
+        strategy=args.strategy, steps=args.steps, seed=args.seed, output_dir=args.output_dir,
+        overwrite=args.overwrite, progress=not args.no_progress, **training_options(args),
+    )
+    try:
+        check_run_options(options)  # numbers first: a typo costs no torch import
+    except RunInputError as error:
+        return _fail(str(error))
     import torch
 
     # Tiny models gain nothing from intra-op threads, and fixed threads keep CPU runs reproducible.
@@ -88,12 +113,6 @@ def _command_run(args) -> int:
         datasets.disable_progress_bars()  # a bad-input error stays one line on stderr
     except ImportError:
         pass
-    from dataflex_callbacks.runner import RunInputError, RunOptions, run_training
-
-    options = RunOptions(
-        strategy=args.strategy, steps=args.steps, seed=args.seed, output_dir=args.output_dir,
-        overwrite=args.overwrite, progress=not args.no_progress, **training_options(args),
-    )
     try:
         result = run_training(options)
     except RunInputError as error:

@@ -5,8 +5,10 @@ commands (a later `dataflex compare`) can run several strategies or seeds and re
 returned `RunResult`. With the defaults it trains the built-in tiny model on the built-in task
 suite on a CPU in a couple of minutes, with no network access.
 
-Every input is checked before anything is written: a bad strategy, dataset, column, answer or
-output folder raises `RunInputError` (the CLI turns it into a one-line error and exit code 2).
+Every input is checked before the model is loaded and before anything is written: a bad number
+(`OPTION_RULES`), output folder, strategy, dataset, column, answer, or too few rows for one step
+raises `RunInputError` (the CLI turns it into a one-line error and exit code 2), and a run that
+fails removes the folder it created.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import dataclasses
 import datetime as _datetime
 import json
 import math
+import operator
 import os
 import shutil
 import time
@@ -118,36 +121,198 @@ def resolve_strategy(spec: str):
         raise RunInputError(f"invalid strategy {spec!r}: {message}") from error
 
 
+# One rule per numeric option of `RunOptions` (OPTION_RULES below): every number a user gives is checked
+# there, before any data, model or folder is touched; `dataflex compare` checks its own numbers with the same rules.
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding (used by TRL/transformers `set_seed`) refuses anything larger
+
+
+@dataclass(frozen=True)
+class NumberRule:
+    """What a numeric option accepts: an integer or a finite float within `[low, high]` (or `> low` when `open_low`)."""
+
+    integer: bool
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    optional: bool = False
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a finite number"
+        low, high = (None if b is None else (int(b) if self.integer else b) for b in (self.low, self.high))
+        if low is not None and high is not None:
+            return f"{kind} from {low} to {high}"
+        if low is not None:
+            return f"{kind} {'>' if self.open_low else '>='} {low}"
+        return kind
+
+
+OPTION_RULES: dict[str, NumberRule] = {
+    "steps": NumberRule(integer=True, low=1),
+    "seed": NumberRule(integer=True, low=0, high=MAX_SEED),
+    "n_train": NumberRule(integer=True, low=1),
+    "n_test": NumberRule(integer=True, low=1),
+    "prompts_per_step": NumberRule(integer=True, low=1),
+    "num_generations": NumberRule(integer=True, low=2),  # GRPO compares the responses of one prompt
+    "max_completion_length": NumberRule(integer=True, low=1, optional=True),
+    "eval_max_new_tokens": NumberRule(integer=True, low=1, optional=True),
+    "learning_rate": NumberRule(integer=False, low=0, open_low=True),
+    "temperature": NumberRule(integer=False, low=0, open_low=True),
+    "beta": NumberRule(integer=False, low=0),
+}
+
+
+def option_flag(name: str) -> str:
+    """The command-line flag of a `RunOptions` field: `learning_rate` -> `--learning-rate`."""
+    return "--" + name.replace("_", "-")
+
+
+def check_number(flag: str, value, rule: NumberRule, error: type = None):
+    """Return `value` as int/float if `rule` accepts it, else raise `error` (default `RunInputError`) naming `flag`.
+
+    Integers may be Python, numpy or torch integer scalars; floats any real scalar. Text, bools, NaN
+    and infinities are refused.
+    """
+    error = error or RunInputError
+    if value is None and rule.optional:
+        return None
+    number = None
+    if not isinstance(value, (bool, str, bytes)):
+        try:
+            number = operator.index(value) if rule.integer else float(value)
+        except (TypeError, ValueError, OverflowError):
+            number = None
+    ok = number is not None and math.isfinite(number)
+    if ok and rule.low is not None:
+        ok = number > rule.low if rule.open_low else number >= rule.low
+    if ok and rule.high is not None:
+        ok = number <= rule.high
+    if not ok:
+        raise error(f"{flag} must be {rule.describe()}, got {value!r}")
+    return number
+
+
+def check_run_options(options: RunOptions, error: type = None) -> None:
+    """Check every user-facing option of `options` (numbers, choices, names) before any expensive work.
+
+    Raises `error` (default `RunInputError`) with one line naming the option, the bad value and what is accepted.
+    """
+    error = error or RunInputError
+    for name, rule in OPTION_RULES.items():
+        check_number(option_flag(name), getattr(options, name), rule, error)
+    if options.verifier not in ("auto", "numeric", "exact"):
+        raise error(f"unknown --verifier {options.verifier!r}; choose auto, numeric or exact")
+    for name in ("prompt_column", "answer_column", "split"):
+        value = getattr(options, name)
+        if not isinstance(value, str) or not value.strip():
+            raise error(f"{option_flag(name)} must be a non-empty name, got {value!r}")
+    if options.domain_column is not None and (not isinstance(options.domain_column, str) or not options.domain_column.strip()):
+        raise error(f"--domain-column must be a non-empty column name, got {options.domain_column!r}")
+    if options.domains is not None:
+        if options.dataset is not None:
+            raise error("--domains picks built-in task domains and does nothing with --dataset; leave it out "
+                        "(the data's --domain-column gives the domains)")
+        bad = [d for d in options.domains if not isinstance(d, str) or not d.strip()]
+        if bad or not options.domains:
+            raise error(f"--domains must list domain names separated by commas, got {options.domains!r}")
+    if options.output_dir is not None and not str(options.output_dir).strip():
+        raise error("--output-dir must be a folder path, got an empty string")
+
+
 def resolve_output_dir(options: RunOptions) -> str:
-    """Return the run folder, refusing one that already holds a run unless `overwrite`."""
+    """Return the run folder, refusing a path that cannot be a folder, or one that holds a run unless `overwrite`."""
     if options.output_dir:
         path = os.fspath(options.output_dir)
     else:
         stamp = _datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         name = os.path.splitext(os.path.basename(str(options.strategy)))[0] or "run"
         path = os.path.join("runs", f"{name}-{stamp}")
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise RunInputError(f"output path {path!r} is a file; choose a folder with --output-dir")
+    check_folder_path(path)
     existing = [name for name in RUN_FILES if os.path.exists(os.path.join(path, name))]
     if existing and not options.overwrite:
         raise RunInputError(f"{path!r} already holds a run ({', '.join(existing)}); pass --overwrite or another --output-dir")
     return path
 
 
-def _check_options(options: RunOptions) -> None:
-    positive = ("steps", "prompts_per_step", "num_generations", "n_train", "n_test")
-    for name in positive:
-        if int(getattr(options, name)) < 1:
-            raise RunInputError(f"--{name.replace('_', '-')} must be at least 1, got {getattr(options, name)}")
-    if options.num_generations < 2:
-        raise RunInputError(f"--num-generations must be at least 2 (GRPO compares responses), got {options.num_generations}")
-    if options.verifier not in ("auto", "numeric", "exact"):
-        raise RunInputError(f"unknown verifier {options.verifier!r}; choose auto, numeric or exact")
+def check_folder_path(path: str, flag: str = "--output-dir", error: type = None) -> None:
+    """Refuse a folder path that is a file or lies under a file (one line naming the blocking file)."""
+    error = error or RunInputError
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise error(f"{flag} {path!r} is a file, not a folder; choose a folder path with {flag}")
+    parent = os.path.dirname(os.path.abspath(path))
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent):
+        raise error(f"{flag} {path!r} cannot be created: {parent!r} is a file; choose a path under a folder with {flag}")
+
+
+class OutputFolder:
+    """The folder a job writes into: created (with its missing parents) and write-tested up front, and
+    removed again, with everything in it, when the job fails before finishing, if this job created it.
+
+    A folder that existed before is never removed; only `leftovers` (e.g. the trainer's scratch
+    folder) are removed from it.
+    """
+
+    def __init__(self, path: str, flag: str = "--output-dir", error: type = None, leftovers: tuple = ()):
+        self.path = path
+        self.flag = flag
+        self.error = error or RunInputError
+        self.leftovers = tuple(leftovers)
+        self.created: str | None = None  # topmost folder this job created
+
+    def create(self) -> "OutputFolder":
+        """Make the folder and check a file can be written in it; raises the job's input error if not."""
+        check_folder_path(self.path, self.flag, self.error)
+        absolute = os.path.abspath(self.path)
+        top = None
+        probe = absolute
+        while not os.path.exists(probe):
+            top = probe
+            probe = os.path.dirname(probe)
+        try:
+            os.makedirs(absolute, exist_ok=True)
+            self.created = top
+            test_file = os.path.join(absolute, f".dataflex-write-test.{os.getpid()}")
+            with open(test_file, "w") as handle:
+                handle.write("ok")
+            os.remove(test_file)
+        except OSError as failure:
+            self.created = top if top is not None and os.path.isdir(top) else None
+            self.discard()
+            reason = failure.strerror or type(failure).__name__
+            raise self.error(f"cannot write to {self.flag} {self.path!r} ({reason}); choose a folder you can write to "
+                             f"with {self.flag}") from None
+        return self
+
+    def discard(self) -> None:
+        """Remove what this job created (the whole folder if it made it, else only the leftovers)."""
+        if self.created is not None:
+            shutil.rmtree(self.created, ignore_errors=True)
+            self.created = None
+            return
+        for name in self.leftovers:
+            target = os.path.join(self.path, name)
+            if os.path.isdir(target):
+                shutil.rmtree(target, ignore_errors=True)
+            elif os.path.exists(target):
+                os.remove(target)
+
+
+def first_line(error: BaseException) -> str:
+    """One line for the user: the message of the innermost cause (libraries often wrap the real reason)."""
+    seen = set()
+    while (error.__cause__ or error.__context__) is not None and id(error) not in seen:
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    text = str(error).strip()
+    line = text.splitlines()[0] if text else ""
+    return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
 def load_data(options: RunOptions):
     """Return `(train, test, reward_settings)`: the built-in suite, or the user dataset split for evaluation."""
     from dataflex_callbacks import tasks
+    from dataflex_callbacks.tasks.loading import DatasetError
 
     if options.dataset is None:
         try:
@@ -162,11 +327,12 @@ def load_data(options: RunOptions):
             options.dataset, prompt_column=options.prompt_column, answer_column=options.answer_column,
             domain_column=options.domain_column, split=options.split,
         )
-    except tasks.loading.DatasetColumnError as error:
+    except DatasetError as error:  # empty or malformed file, bad prompt or domain values, missing column
         raise RunInputError(str(error)) from error
-    except Exception as error:  # missing file, unreadable file, hub name absent from the offline cache
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise RunInputError(f"cannot load dataset {options.dataset!r}: {first_line}") from error
+    except FileNotFoundError as error:
+        raise RunInputError(f"cannot load dataset {options.dataset!r}: {error}; check the path") from error
+    except Exception as error:  # unreadable file, hub name absent from the offline cache
+        raise RunInputError(f"cannot load dataset {options.dataset!r}: {first_line(error)}") from error
     if len(data) < 2:
         raise RunInputError(f"dataset {options.dataset!r} has {len(data)} row(s); need at least 2")
 
@@ -186,6 +352,36 @@ def load_data(options: RunOptions):
     return split["train"], split["test"], {"verifier": verifier, "builtin_domains": False}
 
 
+def check_trainable(options: RunOptions, strategy, train, error: type = None) -> None:
+    """Refuse training data that cannot fill one optimizer step, and a mix config naming domains the data lacks.
+
+    Without this a run with fewer rows than `prompts_per_step` performs 0 optimizer steps and
+    reports an untouched model as trained.
+    """
+    error = error or RunInputError
+    row_domains = [str(d) for d in train["domain"]]
+    present = sorted(set(row_domains))
+    usable = len(row_domains)
+    mixed = None if strategy is None else getattr(strategy, "domains", None)
+    if mixed is not None:
+        missing = [d for d in mixed if d not in present]
+        if missing:
+            raise error(
+                f"strategy {options.strategy!r} mixes domain(s) {missing} that the training data does not have "
+                f"(its domains: {', '.join(present)}); list only those in mix.domains, or leave mix.domains out "
+                "to take them from the data"
+            )
+        usable = sum(1 for d in row_domains if d in set(mixed))
+    if usable < options.prompts_per_step:
+        more = ("raise --n-train (prompts per built-in domain)" if options.dataset is None
+                else f"add rows to the dataset ({options.dataset!r}; some rows are held out for evaluation: --n-test)")
+        raise error(
+            f"the training data has {usable} usable row(s) but one optimizer step needs {options.prompts_per_step} "
+            f"distinct prompts (--prompts-per-step), so the run would train nothing; {more}, "
+            "or lower --prompts-per-step"
+        )
+
+
 def load_model(options: RunOptions):
     """Return `(model, tokenizer, description)`: the built-in tiny model, or `from_pretrained(options.model)`."""
     if options.model is None:
@@ -199,8 +395,7 @@ def load_model(options: RunOptions):
         tokenizer = AutoTokenizer.from_pretrained(options.model)
         model = AutoModelForCausalLM.from_pretrained(options.model)
     except Exception as error:
-        first_line = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise RunInputError(f"cannot load model {options.model!r}: {first_line}") from error
+        raise RunInputError(f"cannot load model {options.model!r}: {first_line(error)}") from error
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
@@ -224,8 +419,13 @@ def make_trainer(model, tokenizer, reward_fn, train_dataset, args, strategy, cal
             "the TRL adapter (dataflex_callbacks.integrations.trl.DataFlexGRPOTrainer) is not available; "
             "use --strategy none"
         ) from None
-    return DataFlexGRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=train_dataset,
-                               processing_class=tokenizer, callbacks=callbacks, strategy=strategy)
+    from dataflex_callbacks.errors import DataFlexError
+
+    try:
+        return DataFlexGRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=train_dataset,
+                                   processing_class=tokenizer, callbacks=callbacks, strategy=strategy)
+    except DataFlexError as error:  # the strategy does not fit this data (a domain column, a mix domain, ...)
+        raise RunInputError(str(error).strip().splitlines()[0]) from error
 
 
 def _step_record(step: int, logs: dict, domains: list[str]) -> dict:
@@ -356,13 +556,28 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
     `callbacks`: extra `transformers.TrainerCallback`s added to the trainer (`dataflex compare` uses one to
     count generated completions, stop at a completions budget and evaluate during training).
 
-    Raises `RunInputError` before writing anything when an input is unusable.
+    Raises `RunInputError` before loading the model when an input is unusable (numbers, output
+    folder, strategy, data, too few rows for one step), and when training performed no optimizer
+    step. A run that fails removes the run folder if it created it (else only its scratch folder).
     """
     started = time.perf_counter()
-    _check_options(options)
+    check_run_options(options)
     output_dir = resolve_output_dir(options)
     strategy = resolve_strategy(options.strategy)
     train, test, reward_settings = load_data(options)
+    check_trainable(options, strategy, train)
+    folder = OutputFolder(output_dir, leftovers=(TRAINER_FOLDER,)).create()
+    try:
+        return _train_and_record(options, callbacks, started, output_dir, strategy, train, test, reward_settings)
+    except BaseException:
+        folder.discard()
+        raise
+
+
+TRAINER_FOLDER = "trainer"
+
+
+def _train_and_record(options, callbacks, started, output_dir, strategy, train, test, reward_settings) -> RunResult:
     model, tokenizer, model_description = load_model(options)
 
     import torch
@@ -376,16 +591,8 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
     eval_tokens = options.eval_max_new_tokens or max(8, completion_tokens)
     domains = sorted(set(train["domain"]) | set(test["domain"]))
 
-    os.makedirs(output_dir, exist_ok=True)
-    for name in RUN_FILES:
-        if os.path.exists(os.path.join(output_dir, name)):
-            os.remove(os.path.join(output_dir, name))
-
     set_seed(options.seed)
-    eval_settings = dict(max_new_tokens=eval_tokens, seed=options.seed, **reward_settings)
-    eval_before = tasks.evaluate(model, tokenizer, test, **eval_settings)
-
-    trainer_dir = os.path.join(output_dir, "trainer")
+    trainer_dir = os.path.join(output_dir, TRAINER_FOLDER)
     args = GRPOConfig(
         output_dir=trainer_dir,
         max_steps=options.steps,
@@ -414,7 +621,17 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
 
     for noisy_callback in (PrinterCallback, ProgressCallback):  # our callback prints the progress instead
         trainer.remove_callback(noisy_callback)
+
+    # Before and after are the same computation on the same device (the trainer has placed the model):
+    # `tasks.evaluate` holds dtype, cache, padding and batching fixed.
+    eval_settings = dict(max_new_tokens=eval_tokens, seed=options.seed, **reward_settings)
+    eval_before = tasks.evaluate(trainer.model, tokenizer, test, **eval_settings)
     trainer.train()
+    if trainer.state.global_step == 0:
+        raise RunInputError(
+            f"training performed 0 optimizer steps ({len(train)} training rows, {options.prompts_per_step} prompts "
+            "per step): nothing was trained; add training rows or lower --prompts-per-step"
+        )
     eval_after = tasks.evaluate(trainer.model, tokenizer, test, **eval_settings)
     shutil.rmtree(trainer_dir, ignore_errors=True)
 

@@ -60,32 +60,58 @@ def settings_from_args(args, argv: list[str] | None = None):
     )
 
 
-def command_compare(args, argv: list[str] | None = None) -> int:
-    """Handler of `dataflex compare`: run the grid (resuming), write the report, print the summary table."""
-    import torch
+def summary_lines(settings, outcome) -> list[str]:
+    """The lines `dataflex compare` prints: paired difference of each strategy to the baseline.
 
-    torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
-    from dataflex_callbacks.runner import RunInputError
+    With one seed there is a difference but no interval and no test: the line says so instead of
+    printing NaN bounds.
+    """
+    from .report import paired_difference
 
-    from .grid import CompareInputError, run_grid
-    from .report import paired_difference, write_report
-
-    try:
-        settings = settings_from_args(args, argv)
-        outcome = run_grid(settings, overwrite=args.overwrite)
-    except (CompareInputError, RunInputError) as error:
-        print(f"dataflex: error: {error}", file=sys.stderr)
-        return 2
-    paths = write_report(settings, outcome)
-    print(f"comparison folder: {settings.output_dir} ({outcome.wall_seconds:.0f}s; "
-          f"{len(outcome.computed)} runs computed, {len(outcome.reused)} reused)")
+    lines = []
     for strategy in settings.strategies:
         if strategy == settings.baseline:
             continue
         paired = paired_difference(outcome.records, strategy, settings.baseline)
         interval = paired["interval"]
+        head = f"  {strategy:<16} - {settings.baseline}: {interval.mean:+.3f}"
+        if interval.n < 2:
+            lines.append(f"{head} (interval and p-value n/a: needs >= 2 seeds, got {interval.n})")
+            continue
         verdict = "significant" if paired["significant"] else "not significant"
-        print(f"  {strategy:<16} - {settings.baseline}: {interval.mean:+.3f} [{interval.low:+.3f}, {interval.high:+.3f}] "
-              f"p={paired['p_value']:.3f} {verdict}")
+        lines.append(f"{head} [{interval.low:+.3f}, {interval.high:+.3f}] p={paired['p_value']:.3f} {verdict}")
+    return lines
+
+
+def command_compare(args, argv: list[str] | None = None) -> int:
+    """Handler of `dataflex compare`: run the grid (resuming), write the report, print the summary table.
+
+    Bad input exits with code 2 and one line on stderr, before any folder is written.
+    """
+    from dataflex_callbacks.cli import _fail
+    from dataflex_callbacks.runner import RunInputError
+
+    from .grid import CompareInputError, run_grid
+    from .report import write_report
+
+    def warn(message: str) -> None:
+        print(f"dataflex: warning: {' '.join(str(message).split())}", file=sys.stderr)
+
+    try:
+        settings = settings_from_args(args, argv)  # numbers and names first: a typo costs no torch import
+    except (CompareInputError, RunInputError) as error:
+        return _fail(str(error))
+    import torch
+
+    torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
+    try:
+        outcome = run_grid(settings, overwrite=args.overwrite, on_warning=warn)
+    except (CompareInputError, RunInputError) as error:
+        return _fail(str(error))
+    paths = write_report(settings, outcome)
+    print(f"comparison folder: {settings.output_dir} ({outcome.wall_seconds:.0f}s; "
+          f"{len(outcome.computed)} runs computed, {len(outcome.reused)} reused)")
+    for line in summary_lines(settings, outcome):
+        print(line)
     print(f"report: {paths['report']}")
     return 0

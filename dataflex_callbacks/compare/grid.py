@@ -5,7 +5,12 @@ the strategy and the seed; the seed fixes the task suite, the initial weights, t
 the noisy reward, so the runs of one seed differ only by their strategy. Each finished run leaves
 `runs/<strategy>-seed<k>/result.json`, written atomically (temporary file + `os.replace`): a run
 either has a complete result or none, and an interrupted comparison resumes by running only the
-runs without one.
+runs without one. A result that is unreadable or lacks a field is recomputed, with a warning.
+
+Processes and files: every input is checked (numbers, strategies, data, output folder) before
+anything is written; a comparison holds an exclusive lock on its folder (`.compare.lock`), so a
+second `dataflex compare` on the same folder is refused; worker processes die with the process
+that started them, even when it is killed with SIGKILL.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ import json
 import os
 import re
 import shutil
+import sys
+import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -26,6 +33,8 @@ from .budget import Budget, GenerationLedger, budget_callback
 COMPARE_FILE = "compare.json"
 RESULT_FILE = "result.json"
 RUNS_FOLDER = "runs"
+LOCK_FILE = ".compare.lock"
+MAX_SEED_COUNT = 1000  # `--seeds N` beyond this is a typo, not a comparison
 # RunOptions fields that vary per run or only change how a run is displayed, not its numbers.
 _PER_RUN_FIELDS = ("strategy", "seed", "steps", "output_dir", "overwrite", "progress")
 
@@ -86,14 +95,23 @@ class CompareSettings:
             raise CompareInputError("no strategies to compare; pass e.g. --strategies baseline,difffilter")
         if len(set(self.strategies)) != len(self.strategies):
             raise CompareInputError(f"strategies are listed twice in {self.strategies}; list each once")
+        from dataflex_callbacks.runner import OPTION_RULES, NumberRule, check_number, check_run_options
+
+        self.seeds = [check_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in self.seeds]
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise CompareInputError(f"seeds must be distinct and at least one, got {self.seeds}")
         if self.baseline is None:
             self.baseline = self.strategies[0]
         if self.baseline not in self.strategies:
             raise CompareInputError(f"baseline {self.baseline!r} is not among the strategies {self.strategies}")
-        if self.jobs < 1:
-            raise CompareInputError(f"--jobs must be at least 1, got {self.jobs}")
+        self.jobs = check_number("--jobs", self.jobs, NumberRule(integer=True, low=1), CompareInputError)
+        self.eval_points = check_number("--eval-points", self.eval_points, NumberRule(integer=True, low=0),
+                                        CompareInputError)
+        if not isinstance(self.budget, Budget):
+            raise CompareInputError(f"budget must be a Budget (e.g. Budget.parse('steps:100')), got {self.budget!r}")
+        if not str(self.output_dir or "").strip():
+            raise CompareInputError("--output-dir must be a folder path, got an empty string")
+        check_run_options(self.base, CompareInputError)
         # Resolve the token lengths here, so the runner and the evaluations along the way use the same ones.
         tiny = self.base.model is None
         completion_tokens = self.base.max_completion_length or (4 if tiny else 64)
@@ -149,15 +167,56 @@ def write_json_atomic(path: str, data) -> None:
     os.replace(temporary, path)
 
 
-def load_result(settings: CompareSettings, run: GridRun) -> dict | None:
-    """The finished result of `run`, or None when it has none (or one made with other shared settings)."""
+# Every field `_summarize` writes, with its type: a result.json missing one or holding another type is recomputed.
+RESULT_FIELDS = {"strategy": str, "seed": int, "name": str, "budget": str, "shared_key": str, "run_dir": str,
+                 "domains": list, "steps": int, "completions": int, "completion_tokens": int,
+                 "wall_seconds": (int, float), "kept_frac": (int, float), "before": dict, "after": dict,
+                 "curve": list, "proportions": list}
+
+
+def result_problem(record) -> str | None:
+    """What is wrong with a loaded result record (a missing field, a wrong type), or None when it is complete."""
+    if not isinstance(record, dict):
+        return f"it holds a JSON {type(record).__name__}, not an object"
+    for key, kind in RESULT_FIELDS.items():
+        if key not in record:
+            return f"it lacks the field {key!r}"
+        if not isinstance(record[key], kind) or isinstance(record[key], bool):
+            return f"its field {key!r} is a {type(record[key]).__name__}"
+    for when in ("before", "after"):
+        if not isinstance(record[when].get("overall"), (int, float)):
+            return f"its {when!r} accuracy has no number 'overall'"
+    for point in record["curve"]:
+        if not (isinstance(point, dict) and {"step", "completions", "accuracy"} <= set(point)
+                and isinstance(point["accuracy"], dict)):
+            return "its accuracy curve has a malformed point"
+    return None
+
+
+def load_result(settings: CompareSettings, run: GridRun, on_warning: Callable[[str], None] | None = None) -> dict | None:
+    """The finished result of `run`, or None when it has none (or one made with other shared settings).
+
+    A result file that cannot be read or lacks a field counts as missing (the run is recomputed);
+    `on_warning` hears about it.
+    """
     path = os.path.join(settings.run_dir(run), RESULT_FILE)
+    if not os.path.exists(path):
+        return None
     try:
         with open(path) as handle:
             record = json.load(handle)
-    except (OSError, ValueError):
+        problem = result_problem(record)
+    except (OSError, ValueError) as error:
+        problem = f"it cannot be read ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+    if problem is not None:
+        if on_warning is not None:
+            on_warning(f"{path} is not a complete run result ({problem}); recomputing run {run.name}")
         return None
     if record.get("shared_key") != settings.shared_key():
+        return None
+    if record["strategy"] != run.strategy or record["seed"] != run.seed:
+        if on_warning is not None:
+            on_warning(f"{path} holds the run {record['strategy']!r} seed {record['seed']}, not {run.name}; recomputing it")
         return None
     return record
 
@@ -168,15 +227,37 @@ def _has_prerollout(strategy) -> bool:
 
 def check_strategies(settings: CompareSettings) -> dict[str, bool]:
     """Build every strategy once before any run starts; returns `spec -> has a pre-rollout part`."""
+    return {spec: _has_prerollout(strategy) for spec, strategy in build_strategies(settings).items()}
+
+
+def build_strategies(settings: CompareSettings) -> dict:
+    """`spec -> built strategy (None for plain GRPO)` for every strategy; a bad one raises `CompareInputError`."""
     from dataflex_callbacks.runner import RunInputError, resolve_strategy
 
     found = {}
     for spec in settings.strategies:
         try:
-            found[spec] = _has_prerollout(resolve_strategy(spec))
+            found[spec] = resolve_strategy(spec)
         except RunInputError as error:
             raise CompareInputError(str(error)) from error
     return found
+
+
+def check_data(settings: CompareSettings, strategies: dict) -> None:
+    """Load the data once and check every strategy can train on it, before any folder is written.
+
+    Raises `CompareInputError` for unusable data (missing file or column, malformed rows, too few
+    rows for one step, mix domains the data lacks).
+    """
+    from dataflex_callbacks.runner import RunInputError, check_trainable, load_data
+
+    options = settings.options_for(settings.grid()[0])
+    try:
+        train, _, _ = load_data(options)
+    except RunInputError as error:
+        raise CompareInputError(str(error)) from error
+    for spec, strategy in strategies.items():
+        check_trainable(dataclasses.replace(options, strategy=spec), strategy, train, CompareInputError)
 
 
 def _summarize(settings: CompareSettings, run: GridRun, result, ledger: GenerationLedger, curve: list[dict]) -> dict:
@@ -245,10 +326,42 @@ def execute_run(settings: CompareSettings, run: GridRun, prerollout: bool = Fals
 # --------------------------------------------------------------------------- worker processes
 
 _progress_queue = None
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+PARENT_CHECK_SECONDS = 1.0
 
 
-def _init_worker(queue) -> None:
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process exit as soon as `parent_pid` (the process that started it) is gone, even after SIGKILL.
+
+    On Linux the kernel sends SIGKILL on the parent's death (`prctl(PR_SET_PDEATHSIG)`); everywhere,
+    a daemon thread checks once a second that the parent is still the same process.
+    """
+    import signal
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):  # no prctl: the watchdog below still applies
+            pass
+    if os.getppid() != parent_pid:  # the parent died before the signal was armed
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(PARENT_CHECK_SECONDS)
+            if os.getppid() != parent_pid:  # re-parented: the compare process is gone
+                os._exit(1)
+
+    threading.Thread(target=watch, name="dataflex-parent-watchdog", daemon=True).start()
+
+
+def _init_worker(queue, parent_pid: int | None = None) -> None:
     global _progress_queue
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
     import torch
 
     torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
@@ -278,34 +391,145 @@ class GridOutcome:
     wall_seconds: float = 0.0
 
 
-def _prepare_folder(settings: CompareSettings, overwrite: bool) -> None:
+class FolderLock:
+    """An exclusive lock on a comparison folder (`fcntl.flock` on `.compare.lock`), held while a comparison runs.
+
+    The kernel releases it when the holder exits, however it exits. Where `fcntl` is missing
+    (Windows), comparisons are not locked.
+    """
+
+    def __init__(self, folder: str):
+        self.path = os.path.join(folder, LOCK_FILE)
+        self.handle = None
+
+    def acquire(self) -> "FolderLock":
+        try:
+            import fcntl
+        except ImportError:
+            return self
+        handle = open(self.path, "a+")
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            owner = handle.read().strip() or "unknown"
+            handle.close()
+            raise CompareInputError(
+                f"another `dataflex compare` (pid {owner}) is running in {os.path.dirname(self.path)!r}; "
+                "wait for it to finish (then rerun to resume), or choose another --output-dir"
+            ) from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        self.handle = handle
+        return self
+
+    def release(self) -> None:
+        if self.handle is not None:
+            self.handle.close()  # closing the file releases the flock
+            self.handle = None
+
+
+def _read_manifest(path: str) -> dict:
+    """The `shared` settings recorded in compare.json; a clear `CompareInputError` naming the file if unreadable."""
+    fix = (f"delete {path!r} (the finished runs in {RUNS_FOLDER}/ are kept and reused when the settings match) "
+           "or pass --overwrite")
+    try:
+        with open(path) as handle:
+            manifest = json.load(handle)
+    except (OSError, ValueError) as error:
+        reason = str(error).splitlines()[0] if str(error) else type(error).__name__
+        raise CompareInputError(f"{path!r} cannot be read ({type(error).__name__}: {reason}; truncated by an "
+                                f"interrupted write?); {fix}") from None
+    if not isinstance(manifest, dict) or not isinstance(manifest.get("shared"), dict):
+        raise CompareInputError(f"{path!r} has no 'shared' settings (not written by dataflex compare?); {fix}")
+    return manifest["shared"]
+
+
+def _finished_results(settings: CompareSettings) -> list[str]:
+    """Run folders under runs/ that hold a complete result.json (any settings)."""
+    runs = os.path.join(settings.output_dir, RUNS_FOLDER)
+    found = []
+    for name in sorted(os.listdir(runs)) if os.path.isdir(runs) else []:
+        try:
+            with open(os.path.join(runs, name, RESULT_FILE)) as handle:
+                if result_problem(json.load(handle)) is None:
+                    found.append(name)
+        except (OSError, ValueError):
+            continue
+    return found
+
+
+def _prepare_folder(settings: CompareSettings, overwrite: bool, on_warning: Callable[[str], None] | None = None) -> None:
+    """Check the folder's compare.json against these settings (refusing other settings with finished runs), then write it."""
     path = settings.output_dir
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise CompareInputError(f"output path {path!r} is a file; choose a folder with --output-dir")
     manifest = os.path.join(path, COMPARE_FILE)
+    current = json.loads(json.dumps(settings.shared(), default=str))
     if overwrite and os.path.isdir(os.path.join(path, RUNS_FOLDER)):
         shutil.rmtree(os.path.join(path, RUNS_FOLDER))
-    elif os.path.isfile(manifest):
-        with open(manifest) as handle:
-            previous = json.load(handle).get("shared")
-        if previous != json.loads(json.dumps(settings.shared(), default=str)):
-            raise CompareInputError(
-                f"{path!r} holds a comparison with other settings (budget, model, data or training options); "
-                "resume it with the same options, or pass --overwrite or another --output-dir"
-            )
+    elif os.path.exists(manifest):
+        previous = _read_manifest(manifest)
+        if previous != current:
+            finished = _finished_results(settings)
+            if finished:
+                raise CompareInputError(
+                    f"{path!r} holds a comparison with other settings (budget, model, data or training options) and "
+                    f"{len(finished)} finished run(s); resume it with the same options, or pass --overwrite or "
+                    "another --output-dir"
+                )
+            if on_warning is not None:  # nothing finished to keep: a failed start must not block the fixed command
+                on_warning(f"{manifest} was written with other settings but no run finished; replacing it")
     write_json_atomic(manifest, {"shared": settings.shared(), "strategies": settings.strategies,
                                  "seeds": settings.seeds, "baseline": settings.baseline})
 
 
-def run_grid(settings: CompareSettings, overwrite: bool = False) -> GridOutcome:
-    """Run every grid run that has no finished result yet (in `settings.jobs` processes) and return all records."""
+def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
+    """Check every input, then create and lock the folder and write compare.json; returns `(prerollout, folder, lock)`.
+
+    Nothing is written before the checks pass; if a later step of the start fails, the folder is
+    removed again when this start created it.
+    """
+    from dataflex_callbacks.runner import OutputFolder
+
+    strategies = build_strategies(settings)
+    check_data(settings, strategies)
+    folder = OutputFolder(settings.output_dir, error=CompareInputError).create()
+    lock = FolderLock(settings.output_dir)
+    try:
+        lock.acquire()
+        _prepare_folder(settings, overwrite, on_warning)
+    except BaseException:
+        lock.release()
+        folder.discard()
+        raise
+    return {spec: _has_prerollout(s) for spec, s in strategies.items()}, folder, lock
+
+
+def run_grid(settings: CompareSettings, overwrite: bool = False,
+             on_warning: Callable[[str], None] | None = None) -> GridOutcome:
+    """Run every grid run that has no finished result yet (in `settings.jobs` processes) and return all records.
+
+    `on_warning(message)` hears about results that are recomputed (default: `warnings.warn`).
+    Raises `CompareInputError` (or the runner's `RunInputError`) before writing anything when an
+    input is unusable, and when another comparison holds the folder.
+    """
+    if on_warning is None:
+        def on_warning(message: str) -> None:
+            warnings.warn(f"dataflex compare: {message}", stacklevel=3)
     started = time.perf_counter()
-    prerollout = check_strategies(settings)
-    _prepare_folder(settings, overwrite)
+    prerollout, _, lock = _start(settings, overwrite, on_warning)
+    try:
+        return _run_started_grid(settings, prerollout, on_warning, started)
+    finally:
+        lock.release()
+
+
+def _run_started_grid(settings: CompareSettings, prerollout: dict, on_warning, started: float) -> GridOutcome:
     grid = settings.grid()
     records: dict[str, dict] = {}
     for run in grid:
-        record = load_result(settings, run)
+        record = load_result(settings, run, on_warning)
         if record is not None:
             records[run.name] = record
     pending = [run for run in grid if run.name not in records]
@@ -357,7 +581,7 @@ def _run_parallel(settings, pending, prerollout, advance, finish) -> None:
     context = multiprocessing.get_context("spawn")
     progress = context.Queue()
     with ProcessPoolExecutor(max_workers=min(settings.jobs, len(pending)), mp_context=context,
-                             initializer=_init_worker, initargs=(progress,)) as pool:
+                             initializer=_init_worker, initargs=(progress, os.getpid())) as pool:
         futures = {pool.submit(_execute_in_worker, settings, run, prerollout[run.strategy]): run for run in pending}
         remaining = set(futures)
         try:
@@ -371,26 +595,30 @@ def _run_parallel(settings, pending, prerollout, advance, finish) -> None:
                     advance(name, step)
                 for future in done:
                     finish(futures[future], future.result())  # a failed run raises here; finished ones are kept
-        except BaseException:
+        except BaseException as error:
             for future in remaining:
                 future.cancel()
+            if not isinstance(error, Exception):  # Ctrl-C: stop the runs in progress instead of waiting for them
+                for process in list((getattr(pool, "_processes", None) or {}).values()):
+                    process.terminate()
             raise
 
 
 def parse_seeds(text) -> list[int]:
     """`3` -> seeds 0, 1, 2; `0,5,7` -> exactly those seeds."""
+    from dataflex_callbacks.runner import OPTION_RULES, check_number
+
     text = str(text).strip()
     try:
-        if "," in text:
-            seeds = [int(part) for part in text.split(",") if part.strip()]
-        else:
-            count = int(text)
-            if count < 1:
-                raise ValueError
-            seeds = list(range(count))
+        listed = [int(part) for part in text.split(",") if part.strip()] if "," in text else None
+        count = None if listed is not None else int(text)
     except ValueError:
         raise CompareInputError(f"cannot read --seeds {text!r}; give a count (3) or a list (0,5,7)") from None
-    return seeds
+    if count is not None and not 1 <= count <= MAX_SEED_COUNT:
+        raise CompareInputError(f"--seeds count must be from 1 to {MAX_SEED_COUNT}, got {count}; "
+                                "give a count (3) or a list of seeds (0,5,7)")
+    seeds = listed if listed is not None else list(range(count))
+    return [check_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in seeds]
 
 
 def parse_strategies(text) -> list[str]:

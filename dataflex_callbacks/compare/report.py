@@ -74,7 +74,7 @@ def _fmt(value, digits: int = 3, signed: bool = False) -> str:
 
 def _fmt_interval(interval: stats.Interval, signed: bool = False) -> str:
     if interval.n < 2:
-        return f"{_fmt(interval.mean, signed=signed)} (1 seed: no interval)"
+        return f"{_fmt(interval.mean, signed=signed)} (interval n/a: needs >= 2 seeds)"
     return f"{_fmt(interval.mean, signed=signed)} [{_fmt(interval.low, signed=signed)}, {_fmt(interval.high, signed=signed)}]"
 
 
@@ -273,8 +273,11 @@ def render_report(settings, outcome) -> str:
             paired = paired_difference(records, strategy, settings.baseline)
             per_seed = ", ".join(f"{s}: {_fmt(d, signed=True)}" for s, d in zip(paired["seeds"], paired["differences"]))
             verdict = "**significant**" if paired["significant"] else "not significant"
+            p_value = _fmt(paired["p_value"])
+            if len(paired["seeds"]) < 2:  # one pair: no interval, and a sign-flip test of one value says nothing
+                verdict = p_value = "n/a (needs >= 2 seeds)"
             out.append(f"| `{strategy}` | {per_seed} | {_fmt_interval(paired['interval'], signed=True)} | "
-                       f"{_fmt(paired['p_value'])} | {verdict} |")
+                       f"{p_value} | {verdict} |")
         out.append("")
         out += ["Per domain (mean paired difference [95% interval]; `*` marks an interval that excludes 0):", ""]
         out += ["| strategy | " + " | ".join(domains) + " |", "|" + "---|" * (len(domains) + 1)]

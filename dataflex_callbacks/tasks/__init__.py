@@ -3,6 +3,7 @@
 from .domains import TASK_DOMAINS, TaskDomain
 from .evaluation import evaluate, generate_greedy
 from .loading import load_prompt_dataset
+from .multi_domain_reward import MultiDomainReward, compute_score, multi_domain_reward
 from .suite import TaskReward, load_task_suite, make_reward_fn, prompt_key
 from .verifiers import (
     answer_is_readable,
@@ -18,9 +19,11 @@ from .verifiers import (
 __all__ = [
     "TASK_DOMAINS",
     "TaskDomain",
+    "MultiDomainReward",
     "TaskReward",
     "answer_is_readable",
     "coin_flip",
+    "compute_score",
     "evaluate",
     "exact_match",
     "extract_answer",
@@ -30,6 +33,7 @@ __all__ = [
     "load_prompt_dataset",
     "load_task_suite",
     "make_reward_fn",
+    "multi_domain_reward",
     "numeric_match",
     "prefix_match",
     "prompt_key",

@@ -1,14 +1,55 @@
-"""Held-out accuracy per domain with greedy decoding."""
+"""Held-out accuracy per domain with greedy decoding.
+
+The evaluation is one fixed computation whatever a trainer did to the model object: the model's
+own forward in its parameter dtype (a mixed-precision wrapper that `accelerate` installs on
+`model.forward` during `train()` is bypassed), KV cache on, eval mode, left padding, fixed
+batches. So two evaluations of unchanged weights give identical completions, and the "before"
+and "after" columns of a run differ only by what training changed.
+"""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Callable
 
 from .suite import TaskReward
 
 
-def generate_greedy(model, tokenizer, prompts: list[str], max_new_tokens: int = 8, batch_size: int = 64) -> list[str]:
-    """Greedy completions (special tokens removed) for plain-text `prompts`, in order."""
+@contextlib.contextmanager
+def _plain_forward(model):
+    """Run `model` with its own forward, without the autocast wrapper `accelerate` puts on it for mixed precision.
+
+    Measured: TRL's `GRPOConfig` defaults to bf16, so after `trainer.train()` (even one of 0 steps) the
+    model computes in bf16 autocast and 1 of 200 greedy completions of the tiny model changed.
+    """
+    wrapped = model.__dict__.get("forward")
+    original = model.__dict__.get("_original_forward")
+    if wrapped is None or original is None:
+        yield
+        return
+    model.forward = original
+    try:
+        yield
+    finally:
+        model.forward = wrapped  # training goes on in the precision the trainer chose
+
+
+def render_prompts(tokenizer, prompts: list) -> list[str]:
+    """Prompt texts for generation: plain text as is, chat prompts through the tokenizer's chat template."""
+    rendered = []
+    for prompt in prompts:
+        if isinstance(prompt, str):
+            rendered.append(prompt)
+        else:  # a conversation, rendered as TRL renders it for generation
+            rendered.append(tokenizer.apply_chat_template(list(prompt), tokenize=False, add_generation_prompt=True))
+    return rendered
+
+
+def generate_greedy(model, tokenizer, prompts: list, max_new_tokens: int = 8, batch_size: int = 64) -> list[str]:
+    """Greedy completions (special tokens removed) for `prompts` (text or chat messages), in order.
+
+    Deterministic for given weights: see the module docstring for what is held fixed.
+    """
     import torch
 
     was_training = model.training
@@ -16,18 +57,21 @@ def generate_greedy(model, tokenizer, prompts: list[str], max_new_tokens: int = 
     padding_side = tokenizer.padding_side
     tokenizer.padding_side = "left"  # generation continues from the right edge
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    texts = render_prompts(tokenizer, prompts)
     completions: list[str] = []
     try:
         device = next(model.parameters()).device
-        for start in range(0, len(prompts), batch_size):
-            batch = tokenizer(prompts[start:start + batch_size], return_tensors="pt", padding=True).to(device)
-            with torch.no_grad():
-                output = model.generate(
-                    **batch, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=pad_id,
-                    temperature=None, top_p=None, top_k=None,
-                )
-            new_tokens = output[:, batch["input_ids"].shape[1]:]
-            completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
+        with _plain_forward(model):
+            for start in range(0, len(texts), batch_size):
+                batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True).to(device)
+                with torch.no_grad():
+                    output = model.generate(
+                        **batch, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=pad_id,
+                        temperature=None, top_p=None, top_k=None,
+                        use_cache=True,  # trainers switch `config.use_cache` off; the evaluation must not follow
+                    )
+                new_tokens = output[:, batch["input_ids"].shape[1]:]
+                completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     finally:
         tokenizer.padding_side = padding_side
         model.train(was_training)

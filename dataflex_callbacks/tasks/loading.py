@@ -1,7 +1,13 @@
-"""Load a user prompt dataset (hub name or local jsonl/json/parquet/csv file) into the suite's columns."""
+"""Load a user prompt dataset (hub name or local jsonl/json/parquet/csv file) into the suite's columns.
+
+Bad data fails here with one line that names the file, the row (or JSONL line) and the fix:
+an empty file, a JSONL line that is not a JSON object, a prompt that is not text or a list of
+chat messages, a row without a domain.
+"""
 
 from __future__ import annotations
 
+import json
 import os
 
 from .suite import prompt_key
@@ -9,11 +15,113 @@ from .suite import prompt_key
 _LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
-class DatasetColumnError(ValueError):
+class DatasetError(ValueError):
+    """The dataset cannot be used as given (empty, malformed, bad prompt or domain values); the message says where."""
+
+
+class DatasetColumnError(DatasetError):
     """A requested column is not in the dataset; the message lists the available columns."""
 
 
-def _load_raw(name_or_path: str, split: str):
+def _check_prompt_forms(rows, prompt_column: str, path: str, unit: str) -> None:
+    """Refuse a file whose prompts mix text and chat-message lists (Arrow cannot hold both in one column)."""
+    first: dict[str, int] = {}
+    for number, row in rows:
+        value = row.get(prompt_column) if isinstance(row, dict) else None
+        form = "text" if isinstance(value, str) else "a list of chat messages" if isinstance(value, list) else None
+        if form is not None:
+            first.setdefault(form, number)
+        if len(first) == 2:
+            (form_a, at_a), (form_b, at_b) = sorted(first.items(), key=lambda item: item[1])
+            raise DatasetError(f"dataset file {path!r}: prompt column {prompt_column!r} mixes forms ({unit} {at_a} is "
+                               f"{form_a}, {unit} {at_b} is {form_b}); write every prompt in one form")
+
+
+def _check_json_lines(path: str, prompt_column: str | None = None) -> None:
+    """Raise `DatasetError` naming the first line of a JSON-lines file that is not a JSON object."""
+    rows = 0
+    parsed = []
+    with open(path, encoding="utf-8", errors="strict") as handle:
+        try:
+            for number, line in enumerate(handle, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    value = json.loads(line)
+                except ValueError as error:
+                    reason = getattr(error, "msg", str(error))
+                    column = getattr(error, "colno", None)
+                    where = f"line {number}" + (f", column {column}" if column else "")
+                    raise DatasetError(f"dataset file {path!r}: {where} is not valid JSON ({reason}); "
+                                       "fix or remove that line (one JSON object per line)") from None
+                if not isinstance(value, dict):
+                    raise DatasetError(f"dataset file {path!r}: line {number} holds a JSON {type(value).__name__}, "
+                                       "not an object; write one object per line, e.g. {\"prompt\": ..., \"answer\": ...}")
+                rows += 1
+                if prompt_column is not None:
+                    parsed.append((number, {prompt_column: value.get(prompt_column)}))
+        except UnicodeDecodeError as error:
+            raise DatasetError(f"dataset file {path!r} is not UTF-8 text ({error.reason} at byte {error.start}); "
+                               "save it as UTF-8") from None
+    if rows == 0:
+        raise DatasetError(f"dataset file {path!r} has no rows (only blank lines); add one JSON object per line")
+    if prompt_column is not None:
+        _check_prompt_forms(parsed, prompt_column, path, "line")
+
+
+def _check_local_file(path: str, extension: str, prompt_column: str | None = None) -> None:
+    """Refuse an empty local file, and a JSON/JSONL file whose text is malformed, before `datasets` reads it."""
+    if os.path.getsize(path) == 0:
+        raise DatasetError(f"dataset file {path!r} is empty; it needs at least 2 rows with a prompt and an answer")
+    if extension == ".jsonl":
+        _check_json_lines(path, prompt_column)
+    elif extension == ".json":
+        try:
+            with open(path, encoding="utf-8") as handle:
+                value = json.load(handle)
+        except ValueError:
+            _check_json_lines(path, prompt_column)  # not one JSON document: it must be JSON lines; name the bad line
+            return
+        if isinstance(value, (list, dict)) and not value:
+            raise DatasetError(f"dataset file {path!r} holds an empty JSON {type(value).__name__}; it needs rows")
+        if isinstance(value, list) and not all(isinstance(row, dict) for row in value):
+            first = next(i for i, row in enumerate(value) if not isinstance(row, dict))
+            raise DatasetError(f"dataset file {path!r}: item {first} of the JSON list is a "
+                               f"{type(value[first]).__name__}, not an object with a prompt and an answer")
+        if isinstance(value, list) and prompt_column is not None:
+            _check_prompt_forms(enumerate(value), prompt_column, path, "item")
+
+
+def is_chat_prompt(value) -> bool:
+    """True for a conversational prompt: a non-empty list of `{"role": str, "content": str}` messages."""
+    return (isinstance(value, (list, tuple)) and len(value) > 0
+            and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+                    for m in value))
+
+
+def _check_prompts(prompts: list, column: str, source: str) -> None:
+    bad = [i for i, p in enumerate(prompts) if not ((isinstance(p, str) and p.strip()) or is_chat_prompt(p))]
+    if bad:
+        first = bad[0]
+        value = prompts[first]
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+        raise DatasetError(
+            f"prompt column {column!r} of {source!r} has {len(bad)} row(s) that are not a prompt (first: row {first}, "
+            f"{shown} of type {type(value).__name__}); a prompt is non-empty text or a list of chat messages "
+            "[{\"role\": ..., \"content\": ...}]: fix those rows or choose --prompt-column"
+        )
+
+
+def _check_domains(domains: list, column: str, source: str) -> None:
+    bad = [i for i, d in enumerate(domains) if d is None or (isinstance(d, str) and not d.strip())]
+    if bad:
+        raise DatasetError(
+            f"domain column {column!r} of {source!r} has {len(bad)} empty (null) value(s) (first: row {bad[0]}); "
+            "give every row a domain, or leave out --domain-column to put all rows in one domain"
+        )
+
+
+def _load_raw(name_or_path: str, split: str, prompt_column: str | None = None):
     from datasets import load_dataset
 
     path = os.fspath(name_or_path)
@@ -24,6 +132,7 @@ def _load_raw(name_or_path: str, split: str):
                 f"cannot read {path!r}: unsupported file type {extension or '(none)'}; "
                 f"use one of {sorted(_LOCAL_FORMATS)}"
             )
+        _check_local_file(path, extension, prompt_column)
         # A single local file is one split, whatever `split` names.
         return load_dataset(_LOCAL_FORMATS[extension], data_files=path, split="train")
     if extension in _LOCAL_FORMATS:
@@ -37,10 +146,16 @@ def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_colu
 
     Returns a `datasets.Dataset` with the suite's columns: `prompt`, `answer` (as text),
     `domain` (from `domain_column`, else `default_domain`) and `prompt_key`. Other columns are
-    dropped. Raises `DatasetColumnError` naming the available columns when a column is missing.
-    Hub names go through `datasets.load_dataset` (downloaded, or read from the local cache when offline).
+    dropped. A prompt is non-empty text or a list of chat messages (`[{"role": ..., "content": ...}]`).
+    Raises `DatasetColumnError` naming the available columns when a column is missing, and
+    `DatasetError` naming the file and row (or JSONL line) for an empty or malformed file, a
+    value that is not a prompt, or a row without a domain. Hub names go through
+    `datasets.load_dataset` (downloaded, or read from the local cache when offline).
     """
-    raw = _load_raw(name_or_path, split)
+    source = os.fspath(name_or_path)
+    raw = _load_raw(name_or_path, split, prompt_column)
+    if len(raw) == 0:
+        raise DatasetError(f"dataset {source!r} has no rows; it needs at least 2 rows with a prompt and an answer")
     available = list(raw.column_names)
     for role, column in (("prompt", prompt_column), ("answer", answer_column), ("domain", domain_column)):
         if column is not None and column not in available:
@@ -49,9 +164,12 @@ def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_colu
                 f"available columns: {', '.join(available)} (set --{role}-column)"
             )
     prompts = list(raw[prompt_column])
+    _check_prompts(prompts, prompt_column, source)
     answers = ["" if a is None else str(a) for a in raw[answer_column]]
     if domain_column is not None:
-        domains = [str(d) for d in raw[domain_column]]
+        domains = list(raw[domain_column])
+        _check_domains(domains, domain_column, source)
+        domains = [str(d) for d in domains]
     else:
         domains = [default_domain] * len(prompts)
 

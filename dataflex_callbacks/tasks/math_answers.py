@@ -131,7 +131,7 @@ def reference_answer(answer) -> str:
     return (boxed if boxed is not None else text).strip()
 
 
-def math_answers_match(completion, answer, tolerance: float = 1e-6) -> bool:
+def math_answers_match(completion, answer, tolerance: float = 1e-9) -> bool:
     """True when the completion's final answer equals the reference (by value for numbers, else normalised text).
 
     `answer` is a dataset reference: a GSM8K solution ending in ``#### N``, a MATH ``\\boxed{}``

@@ -1,5 +1,6 @@
 """The `dataflex` command: a short real run, list/validate, and bad-input exit codes."""
 
+import dataclasses
 import json
 import os
 
@@ -105,3 +106,23 @@ def test_validate(tmp_path, capsys):
     assert main(["validate", str(bad)]) == 2
     assert "invalid strategy" in capsys.readouterr().err
     assert main(["validate", str(tmp_path / "missing.yaml")]) == 2
+
+
+@pytest.mark.slow
+def test_a_run_that_trains_nothing_is_an_error_and_leaves_nothing(tmp_path, monkeypatch):
+    from dataflex_callbacks import runner
+
+    # Skip the up-front row check to reach the guard behind it: 4 training rows, 8 prompts per step, so
+    # TRL's sampler yields no batch and train() returns after 0 optimizer steps.
+    monkeypatch.setattr(runner, "check_trainable", lambda *args, **kwargs: None)
+    options = runner.RunOptions(n_train=1, n_test=5, steps=2, progress=False, strategy="none")
+    new_folder = tmp_path / "new" / "run"
+    with pytest.raises(runner.RunInputError, match="0 optimizer steps.*--prompts-per-step"):
+        runner.run_training(dataclasses.replace(options, output_dir=str(new_folder)))
+    assert not (tmp_path / "new").exists()  # the folders this run created are gone
+    existing = tmp_path / "mine"
+    existing.mkdir()
+    (existing / "notes.txt").write_text("keep me")
+    with pytest.raises(runner.RunInputError, match="0 optimizer steps"):
+        runner.run_training(dataclasses.replace(options, output_dir=str(existing)))
+    assert sorted(os.listdir(existing)) == ["notes.txt"]  # a folder the user made stays, without our scratch files

@@ -3,6 +3,7 @@
 import csv
 import json
 import os
+import re
 
 import pytest
 
@@ -118,3 +119,84 @@ def test_bad_arguments_fail_before_any_run(tmp_path, capsys, bad):
     assert main(["compare", *bad, "--output-dir", str(tmp_path / "c"), "--no-progress"]) == 2
     assert "dataflex: error:" in capsys.readouterr().err
     assert not (tmp_path / "c" / "runs").exists()
+
+
+def test_a_truncated_compare_json_is_a_one_line_error_naming_it(compare_dir, capsys):
+    manifest = compare_dir / "compare.json"
+    text = manifest.read_text()
+    try:
+        manifest.write_text(text[: len(text) // 2])
+        assert main([*ARGS, "--output-dir", str(compare_dir), "--jobs", "1"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "compare.json" in err and "cannot be read" in err and "--overwrite" in err
+    finally:
+        manifest.write_text(text)
+
+
+@pytest.mark.parametrize("damage", ["missing key", "truncated"])
+def test_a_damaged_result_is_recomputed_with_a_warning(compare_dir, monkeypatch, capsys, damage):
+    result_path = compare_dir / "runs" / "baseline-seed1" / "result.json"
+    previous = json.loads(result_path.read_text())
+    if damage == "missing key":
+        result_path.write_text(json.dumps({k: v for k, v in previous.items() if k != "after"}))
+    else:
+        result_path.write_text(result_path.read_text()[:100])
+    calls = []
+    real = grid.execute_run
+
+    def counting(settings, run, *args, **kwargs):
+        calls.append(run.name)
+        return real(settings, run, *args, **kwargs)
+
+    monkeypatch.setattr(grid, "execute_run", counting)
+    assert main([*ARGS, "--output-dir", str(compare_dir), "--jobs", "1"]) == 0
+    err = capsys.readouterr().err
+    assert calls == ["baseline-seed1"]
+    assert "dataflex: warning:" in err and "baseline-seed1" in err and "recomputing" in err
+    recomputed = json.loads(result_path.read_text())
+    assert {k: v for k, v in recomputed.items() if k != "wall_seconds"} == {
+        k: v for k, v in previous.items() if k != "wall_seconds"}
+
+
+def _small_settings(folder, budget="steps:3"):
+    from dataflex_callbacks.compare import Budget, CompareSettings
+
+    return CompareSettings(strategies=["baseline", "difffilter"], seeds=[0, 1], budget=Budget.parse(budget),
+                           output_dir=str(folder), eval_points=1, progress=False)
+
+
+def test_a_manifest_without_finished_runs_does_not_block_the_corrected_command(compare_dir, tmp_path):
+    # A start that failed after writing compare.json (e.g. in its first run) leaves no finished run:
+    # the corrected command with other settings takes the folder over.
+    folder = tmp_path / "cmp"
+    old = _small_settings(folder, "steps:9")
+    folder.mkdir()
+    grid.write_json_atomic(str(folder / "compare.json"), {"shared": old.shared()})
+    new = _small_settings(folder)
+    heard = []
+    grid._prepare_folder(new, overwrite=False, on_warning=heard.append)
+    assert json.loads((folder / "compare.json").read_text())["shared"]["budget"] == "steps:3"
+    assert heard and "no run finished" in heard[0]
+    # With a finished run in the folder, other settings are refused: that run would be lost.
+    (folder / "runs" / "baseline-seed0").mkdir(parents=True)
+    (folder / "runs" / "baseline-seed0" / "result.json").write_text(
+        (compare_dir / "runs" / "baseline-seed0" / "result.json").read_text())
+    with pytest.raises(grid.CompareInputError, match="other settings"):
+        grid._prepare_folder(old, overwrite=False)
+
+
+def test_one_seed_prints_no_nan_interval(compare_dir):
+    from dataflex_callbacks.compare.cli import summary_lines
+    from dataflex_callbacks.compare.grid import GridOutcome
+    from dataflex_callbacks.compare.report import render_report
+
+    settings = _small_settings(compare_dir)
+    settings.seeds = [0]
+    records = [json.loads((compare_dir / "runs" / f"{s}-seed0" / "result.json").read_text())
+               for s in ("baseline", "difffilter")]
+    outcome = GridOutcome(records=records, reused=[r["name"] for r in records])
+    lines = summary_lines(settings, outcome)
+    assert len(lines) == 1 and not re.search(r"\bnan\b", lines[0]) and "n/a: needs >= 2 seeds" in lines[0]
+    report = render_report(settings, outcome)
+    assert not re.search(r"\bnan\b", report, flags=re.IGNORECASE)  # "n/a", never a NaN bound
+    assert "needs >= 2 seeds" in report

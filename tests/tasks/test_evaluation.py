@@ -20,3 +20,45 @@ def test_untrained_model_accuracy_per_domain():
     assert accuracy["digit"] < 1.0
     assert accuracy == evaluate(model, tokenizer, test, batch_size=7)  # batching does not change the answer
     assert tokenizer.padding_side == "left" and model.training  # settings restored
+
+
+def test_unchanged_weights_give_identical_completions_after_a_trainer_touched_the_model(tmp_path):
+    """A 0-step `GRPOTrainer.train()` leaves the weights as they were; the evaluation must not change either.
+
+    Measured before the fix: TRL's default bf16 made accelerate wrap `model.forward` in autocast during
+    train(), and 1 of these 200 greedy completions changed.
+    """
+    pytest.importorskip("trl")
+    import torch
+    from trl import GRPOConfig, GRPOTrainer
+
+    from dataflex_callbacks.tasks import generate_greedy, make_reward_fn
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer, seed=0)
+    suite = load_task_suite(seed=0, n_train=1, n_test=50)
+    prompts = list(suite["test"]["prompt"])
+    weights = {k: v.clone() for k, v in model.state_dict().items()}
+    before = generate_greedy(model, tokenizer, prompts)
+    assert generate_greedy(model, tokenizer, prompts) == before  # deterministic as such
+
+    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=64, num_generations=8,
+                      max_completion_length=4, logging_steps=1, save_strategy="no", report_to="none",
+                      use_cpu=True, disable_tqdm=True, beta=0.0)
+    trainer = GRPOTrainer(model=model, reward_funcs=make_reward_fn(), args=args, train_dataset=suite["train"],
+                          processing_class=tokenizer)
+    trainer.train()  # 4 rows, 8 prompts per step: no optimizer step
+    assert trainer.state.global_step == 0
+    assert all(torch.equal(weights[k], v) for k, v in trainer.model.state_dict().items())
+    assert generate_greedy(trainer.model, tokenizer, prompts) == before
+    assert evaluate(trainer.model, tokenizer, suite["test"]) == evaluate(build_tiny_model(tokenizer), tokenizer,
+                                                                          suite["test"])
+
+
+def test_chat_prompts_are_rendered_with_the_chat_template():
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer)
+    test = load_task_suite(seed=0, n_train=1, n_test=5)["test"]
+    chat = test.map(lambda row: {"prompt": [{"role": "user", "content": row["prompt"]}]})
+    # The tiny model's chat template is the message text itself: the same completions, the same scores.
+    assert evaluate(model, tokenizer, chat) == evaluate(model, tokenizer, test)

@@ -99,3 +99,8 @@ def test_reward_function_scores_each_completion_against_its_own_answer():
     completions = [[{"role": "assistant", "content": "\\boxed{72}"}], "#### 10", "\\boxed{72}", ""]
     answers = [GSM8K_SOLUTIONS["72"], GSM8K_SOLUTIONS["10"], GSM8K_SOLUTIONS["10"], GSM8K_SOLUTIONS["5"]]
     assert math_answer_reward(completions, answers, prompts=["p"] * 4) == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_a_large_integer_off_by_one_is_wrong():
+    assert not math_answers_match("#### 1000001", "1000000")
+    assert math_answers_match("#### 1,000,000", "1000000")

@@ -1,0 +1,80 @@
+"""`dataflex compare` and its processes: workers die with a killed parent, one comparison per folder."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+psutil = pytest.importorskip("psutil")
+pytest.importorskip("trl")
+
+from dataflex_callbacks.cli import main  # noqa: E402
+from dataflex_callbacks.compare.grid import LOCK_FILE, FolderLock  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _alive(process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _cmdline(process) -> str:
+    try:
+        return " ".join(process.cmdline())
+    except psutil.Error:
+        return ""
+
+
+@pytest.mark.slow
+def test_kill_9_of_compare_leaves_no_worker_and_a_second_compare_is_refused(tmp_path, capsys):
+    folder = tmp_path / "cmp"
+    # Two strategies x one seed, --jobs 2: both runs train at once in worker processes, far longer than the test.
+    args = ["compare", "--strategies", "baseline,ar", "--seeds", "1", "--budget", "steps:2000", "--jobs", "2",
+            "--eval-points", "0", "--no-progress", "--output-dir", str(folder)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    parent = subprocess.Popen([sys.executable, "-m", "dataflex_callbacks", *args], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    descendants = []
+    try:
+        deadline = time.monotonic() + 600
+        runs = folder / "runs"
+        # Both runs have started training when their run folders exist (created after the data checks).
+        while not (runs.is_dir() and len(list(runs.iterdir())) == 2):
+            assert parent.poll() is None, parent.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the runs did not start"
+            time.sleep(0.5)
+        time.sleep(2.0)
+        descendants = psutil.Process(parent.pid).children(recursive=True)
+        workers = [p for p in descendants if "spawn_main" in _cmdline(p)]
+        assert len(workers) == 2, [_cmdline(p) for p in descendants]
+
+        # The folder is locked: a second comparison on it is refused at once, with one line.
+        assert main(args) == 2
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and "another `dataflex compare`" in err and str(parent.pid) in err
+
+        parent.send_signal(signal.SIGKILL)
+        parent.wait(timeout=60)
+        deadline = time.monotonic() + 30
+        while any(_alive(p) for p in descendants) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        left = [(p.pid, _cmdline(p)) for p in descendants if _alive(p)]
+        assert not left, f"processes left running after kill -9 of dataflex compare: {left}"
+        # The kernel released the dead comparison's lock: a resume may start.
+        FolderLock(str(folder)).acquire().release()
+        assert (folder / LOCK_FILE).exists()
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        for process in descendants:
+            if _alive(process):
+                process.kill()
