@@ -118,21 +118,80 @@ def max_variance_subset(scores: torch.Tensor, group_ids: torch.Tensor, keep_frac
 def top_tokens(scores: torch.Tensor, valid_mask: torch.Tensor, fraction: float) -> torch.Tensor:
     """Keep the top ``round(fraction * valid tokens)`` (at least 1) valid tokens by score ``(N, L)``: ``(N, L)`` bool.
 
-    Uses a k-th value threshold (linear time) over the scores with invalid tokens set to -inf;
-    ties at the threshold go to earlier tokens in row-major order.
+    Finds the k-th largest valid score (linear time), keeps the valid tokens above it and, of
+    the ties at it, the earliest in row-major order.
     """
     n_valid = int(true_count(valid_mask))
     if n_valid == 0:
         return torch.zeros_like(valid_mask, dtype=torch.bool)
     k = round_count(fraction, n_valid)
-    masked = scores.to(torch.float32).masked_fill(~valid_mask, float("-inf"))
-    flat = masked.reshape(-1)
+    scores = scores.to(torch.float32)
+    valid_mask = valid_mask if valid_mask.dtype == torch.bool else valid_mask != 0
+    found = _top_tokens_blocked(scores, valid_mask, k, n_valid)
+    if found is not None:
+        return found
+    # GPU, small or non-finite input: one masked copy and an exact k-th value.
+    masked = scores.masked_fill(~valid_mask, float("-inf"))
     threshold = kth_largest(masked, k)
-    keep = masked >= threshold  # invalid tokens are -inf: never at or above a valid threshold
-    if int(true_count(keep)) > k:  # more ties at the threshold than room: the earliest ones
-        keep = masked > threshold
-        room = k - int(true_count(keep))
-        keep.view(-1)[torch.nonzero(flat == threshold).flatten()[:room]] = True
+    keep = masked > threshold
+    room = k - int(true_count(keep))
+    if room > 0:  # ties at the threshold: the earliest ones
+        ties = (masked == threshold).view(-1)
+        keep.view(-1)[torch.nonzero(ties).flatten()[:room]] = True
+    return keep
+
+
+def _top_tokens_blocked(scores: torch.Tensor, valid_mask: torch.Tensor, k: int, n_valid: int) -> torch.Tensor | None:
+    """`top_tokens` on large CPU inputs in one pass of cache-sized row blocks, or None (use the dense path).
+
+    Sampled rows bracket the k-th largest valid score in ``[low, high]``. The pass writes the
+    valid tokens above ``high`` into the result and collects the few valid tokens inside the
+    bracket with their positions; the exact k-th value and its ties are settled among those. No
+    ``(N, L)`` masked copy is made: its fresh allocation alone costs more than the selection.
+    """
+    n_rows, length = scores.shape
+    if scores.is_cuda or scores.numel() < 1 << 18 or not (scores.is_contiguous() and valid_mask.is_contiguous()):
+        return None
+    if not bool(torch.isfinite(scores.sum())):  # NaN / inf: the dense path's ordering rules
+        return None
+    # Whole rows at fixed seeded positions (contiguous reads); the result never depends on them, only the speed.
+    picks = torch.randint(n_rows, (max(1, n_rows // 16),), generator=torch.Generator().manual_seed(0))
+    sample = scores[picks][valid_mask[picks]]
+    size = sample.numel()
+    if size < 256:
+        return None
+    expected = k * size / n_valid
+    margin = 8.0 * expected ** 0.5 + 64.0
+    high_rank, low_rank = int(expected - margin), min(size, int(expected + margin) + 1)
+    high = float("inf") if high_rank < 1 else float(torch.kthvalue(sample, size - high_rank + 1).values)
+    low = float(torch.kthvalue(sample, size - low_rank + 1).values)
+    keep = torch.empty(n_rows, length, dtype=torch.bool)
+    rows = max(1, (1 << 17) // max(length, 1))
+    flags = torch.empty(min(rows, n_rows), length, dtype=torch.bool)
+    above, positions, values = 0, [], []
+    for start in range(0, n_rows, rows):
+        block, part, inside = scores[start:start + rows], keep[start:start + rows], flags[: min(rows, n_rows - start)]
+        block_mask = valid_mask[start:start + rows]
+        torch.gt(block, high, out=part)
+        part &= block_mask
+        above += int(part.view(torch.uint8).sum(dtype=torch.int64))
+        torch.ge(block, low, out=inside)
+        inside &= block_mask
+        inside &= ~part
+        where = torch.nonzero(inside.view(-1)).flatten()
+        values.append(block.reshape(-1)[where])
+        positions.append(where + start * length)
+    values, positions = torch.cat(values), torch.cat(positions)
+    need = k - above  # how many of the bracket's entries (largest first) are kept
+    if need < 0 or need > values.numel():
+        return None  # the sample's bracket missed the k-th value
+    if need == 0:
+        return keep
+    threshold = torch.kthvalue(values, values.numel() - need + 1).values
+    flat = keep.view(-1)
+    flat[positions[values > threshold]] = True
+    room = need - int((values > threshold).sum())
+    flat[positions[values == threshold][:room]] = True  # positions ascend: the earliest ties
     return keep
 
 

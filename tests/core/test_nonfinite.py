@@ -132,6 +132,14 @@ def test_selection_that_keeps_nothing_warns_once_naming_the_fix():
         strategy.apply(batch, 1)
 
 
+def test_binary_rewards_that_fill_no_band_get_the_band_advice_not_the_threshold_advice():
+    batch = batch_with(rewards=torch.ones(N))  # 0/1 rewards, every group solved
+    with pytest.warns(UserWarning) as record:
+        build_strategy("difffilter").apply(batch, 0)
+    text = " ".join(str(w.message) for w in record)
+    assert "the rewards are 0/1" in text and "widen" in text and "success_threshold=" not in text
+
+
 def test_nonfinite_outside_the_mask_is_cleaned_not_counted():
     batch = batch_with(token_advantages=True)
     advantages, entropies = batch.advantages.clone(), batch.entropies.clone()
