@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import operator
 from dataclasses import dataclass, field
 from typing import Hashable, Optional, Sequence
 
@@ -162,9 +163,7 @@ class RolloutBatch:
             raise BatchError("RolloutBatch.domains is not set; pass domains=[...] (one label per response)")
         if "domain_codes" not in self._cache:
             labels = sorted(set(self.domains))
-            lookup = {label: i for i, label in enumerate(labels)}
-            codes = np.fromiter(map(lookup.__getitem__, self.domains), dtype=np.int64, count=self.n)
-            self._cache["domain_codes"] = (labels, codes)
+            self._cache["domain_codes"] = (labels, _label_codes(self.domains, labels))
         return self._cache["domain_codes"]
 
     def replace(self, **changes) -> "RolloutBatch":
@@ -313,3 +312,16 @@ def masked_centered_square_sum(values: torch.Tensor, mask: torch.Tensor, center:
         part = (values[start:end] - center).mul_(part_mask).reshape(-1)
         total += float(torch.dot(part, part))
     return total
+
+
+def _label_codes(values, labels: list) -> np.ndarray:
+    """Each of ``values``' index into ``labels`` as int64 ``(len(values),)``; ``labels`` holds every value."""
+    if len(values) < 2:
+        return np.array([labels.index(v) for v in values], dtype=np.int64)
+    if len(labels) <= 256:
+        # One byte per row, looked up and joined in C (itemgetter, bytes.join): no Python-level loop.
+        lookup = {label: bytes((i,)) for i, label in enumerate(labels)}
+        joined = b"".join(operator.itemgetter(*values)(lookup))
+        return np.frombuffer(joined, dtype=np.uint8).astype(np.int64)
+    lookup = {label: i for i, label in enumerate(labels)}
+    return np.fromiter(map(lookup.__getitem__, values), dtype=np.int64, count=len(values))

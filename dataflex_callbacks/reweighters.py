@@ -8,9 +8,11 @@ run; only relative emphasis changes. ``normalize``: ``mean_one`` (default),
 
 from __future__ import annotations
 
+import math
+
 import torch
 
-from .batch import RolloutBatch, row_counts, true_count
+from .batch import RolloutBatch, _row_blocks, row_counts, true_count
 from .errors import BatchError
 from .groups import dense_groups, segment_sum
 from .params import check_choice, check_number
@@ -88,6 +90,13 @@ class Reweighter:
     def weights(self, scores: torch.Tensor, batch: RolloutBatch, mask: torch.Tensor | None = None) -> torch.Tensor:
         """Weights ``(N,)`` or ``(N, L)`` (as the scores), zero outside ``mask``, normalised per ``normalize``."""
         check_score_shape("reweighter", self.name, self.granularity, scores)
+        mask = self._entries(scores, batch, mask)
+        raw = self._raw(scores.to(torch.float32), mask)  # a fresh tensor: normalised in place
+        return normalize_weights_(raw.to(torch.float32), mask, self.normalize, batch.group_ids)
+
+    @staticmethod
+    def _entries(scores: torch.Tensor, batch: RolloutBatch, mask: torch.Tensor | None) -> torch.Tensor | None:
+        """The mask the weights apply to, shaped like ``scores``; None when every response of ``(N,)`` scores counts."""
         want_dim = scores.dim()
         if mask is None:
             mask = batch.valid_mask if want_dim == 2 else torch.ones(batch.n, dtype=torch.bool, device=batch.device)
@@ -95,8 +104,7 @@ class Reweighter:
             mask = mask.unsqueeze(1) & batch.valid_mask
         if want_dim == 1 and bool(mask.all()):
             mask = None  # every response counts: skip all masking work
-        raw = self._raw(scores.to(torch.float32), mask)  # a fresh tensor: normalised in place
-        return normalize_weights_(raw.to(torch.float32), mask, self.normalize, batch.group_ids)
+        return mask
 
     def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:  # pragma: no cover - abstract
         """Raw weights shaped like ``scores``, as a new tensor (normalised in place); ``mask`` None: all entries."""
@@ -110,6 +118,14 @@ class SoftmaxWeights(Reweighter):
     def __init__(self, temperature: float = 1.0, normalize: str = "mean_one"):
         super().__init__(normalize)
         self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
+
+    def weights(self, scores, batch, mask=None):
+        """As `Reweighter.weights`; all responses at mean 1: softmax times N (a softmax already sums to 1)."""
+        if (scores.dim() == 1 and self.normalize == "mean_one" and scores.numel()
+                and (mask is None or bool(mask.all()))):
+            check_score_shape("reweighter", self.name, self.granularity, scores)
+            return torch.softmax(scores.to(torch.float32) / self.temperature, dim=0).mul_(scores.shape[0])
+        return super().weights(scores, batch, mask)
 
     def _raw(self, scores, mask):
         logits = scores / self.temperature
@@ -138,9 +154,30 @@ class DifficultyBand(Reweighter):
         inside_values = scores if mask is None else scores[mask]
         if inside_values.numel() == 0:
             return torch.zeros_like(scores)
-        bounds = torch.quantile(inside_values, torch.tensor([self.low_q, self.high_q], device=scores.device))
-        in_band = (scores >= bounds[0]) & (scores <= bounds[1])
-        return torch.where(in_band, torch.full_like(scores, self.focus_weight), torch.ones_like(scores))
+        low, high = linear_quantiles(inside_values, (self.low_q, self.high_q))
+        in_band = (scores >= low) & (scores <= high)
+        return torch.where(in_band, self.focus_weight, 1.0).to(scores.dtype)
+
+
+def linear_quantiles(values: torch.Tensor, qs: tuple[float, ...]) -> list[torch.Tensor]:
+    """``torch.quantile(values, qs)`` (linear interpolation) for float32 ``values (n,)``, bit for bit, without a full sort.
+
+    Each quantile is a lerp between two order statistics found with ``kthvalue`` (linear time);
+    the rank and the lerp weight are computed in float32 as torch.quantile computes them.
+    NaN input goes to torch.quantile itself (its NaN rule).
+    """
+    if bool(torch.isnan(values).any()):
+        found = torch.quantile(values, torch.tensor(qs, dtype=values.dtype, device=values.device))
+        return list(found.unbind())
+    ranks = torch.tensor(qs, dtype=values.dtype) * (values.numel() - 1)
+    below, above = ranks.floor().long().tolist(), ranks.ceil().long().tolist()
+    weights = ranks - ranks.floor()
+    out = []
+    for rank_below, rank_above, weight in zip(below, above, weights):
+        low = torch.kthvalue(values, rank_below + 1).values
+        high = low if rank_above == rank_below else torch.kthvalue(values, rank_above + 1).values
+        out.append(torch.lerp(low, high, weight.to(values.device)))
+    return out
 
 
 @register("reweighter", "reward_range")
@@ -174,6 +211,46 @@ class AdvantageReweight(Reweighter):
 
     def _raw(self, scores, mask):
         return (scores * self.alpha).add_(1.0 - self.alpha)
+
+    def weights(self, scores, batch, mask=None):
+        """As `Reweighter.weights`; on CPU one blocked pass makes, masks and sums the raw weights."""
+        check_score_shape("reweighter", self.name, self.granularity, scores)
+        mask = self._entries(scores, batch, mask)
+        blocked = (not scores.is_cuda and scores.numel() > 0 and mask is not None and mask.dtype == torch.bool
+                   and mask.shape == scores.shape and not mask.is_cuda)
+        if not blocked:
+            return super().weights(scores, batch, mask)
+        raw, total = self._masked_raw_blocked(scores.to(torch.float32), mask)
+        if not math.isfinite(total):  # an inf or NaN probability: 0 * inf outside the mask would be NaN
+            return super().weights(scores, batch, mask)
+        if self.normalize != "mean_one":
+            return normalize_weights_(raw, mask, self.normalize, batch.group_ids)
+        count = true_count(mask)
+        if count == 0:
+            return raw
+        if total <= 0:
+            return raw.copy_(mask)
+        return raw.mul_(count / total)
+
+    def _masked_raw_blocked(self, probs: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, float]:
+        """Raw weights of ``probs (N, L)`` zeroed outside ``mask (N, L)`` bool, and their sum.
+
+        Row blocks small enough to stay in cache: the ``(N, L)`` array is written once and no
+        ``(N, L)`` temporary is made. The mask multiplies as 0/1 floats: bool-mask kernels
+        (``where``, ``masked_fill_``) are unvectorised on CPU and 20x slower.
+        """
+        n, length = probs.shape
+        out = torch.empty(n, length, dtype=torch.float32)
+        blocks = _row_blocks(n, length)
+        mask_buffer = torch.empty(min(n, blocks[0][1]), length, dtype=torch.float32)
+        sums = torch.empty(len(blocks), dtype=torch.float32)
+        for i, (start, end) in enumerate(blocks):
+            part, part_mask = out[start:end], mask_buffer[: end - start]
+            part_mask.copy_(mask[start:end].view(torch.uint8))
+            torch.mul(probs[start:end], self.alpha, out=part)
+            part.add_(1.0 - self.alpha).mul_(part_mask)
+            sums[i] = part.sum()
+        return out, float(sums.sum(dtype=torch.float64))
 
 
 PER_EPSILON = 1e-8  # added to |score| before the power, as DataFlex-RL does: |A| = 0 keeps a small weight

@@ -78,8 +78,11 @@ def max_variance_subset(scores: torch.Tensor, group_ids: torch.Tensor, keep_frac
     n_rows = scores.shape[0]
     if n_rows == 0:
         return torch.zeros(0, dtype=torch.bool, device=scores.device)
-    index, count = dense_groups(group_ids)
     values = scores.to(torch.float64)
+    equal = _equal_contiguous_groups(group_ids)
+    if equal is not None:
+        return _max_variance_equal_groups(values, equal, keep_fraction)
+    index, count = dense_groups(group_ids)
     order = sort_within_groups(values, index)
     rank = rank_within_groups(order, index, count)
     sizes = torch.bincount(index, minlength=count)
@@ -113,6 +116,48 @@ def max_variance_subset(scores: torch.Tensor, group_ids: torch.Tensor, keep_frac
 
     row_best = best_a[index]
     return (rank < row_best) | (rank >= sizes[index] - n_keep[index] + row_best)
+
+
+def _equal_contiguous_groups(group_ids: torch.Tensor) -> int | None:
+    """The common group size when ``group_ids (N,)`` are sorted runs all of one size (GRPO's layout), else None."""
+    n = group_ids.shape[0]
+    change = torch.nonzero(group_ids[1:] != group_ids[:-1]).flatten()
+    size = int(change[0]) + 1 if change.numel() else n
+    if n % size:
+        return None
+    # Runs of `size` rows each, every run's id different from its neighbour's and ids increasing.
+    view = group_ids.view(n // size, size)
+    if not bool((view == view[:, :1]).all()) or not bool((view[1:, 0] > view[:-1, 0]).all()):
+        return None
+    return size
+
+
+def _max_variance_equal_groups(values: torch.Tensor, size: int, keep_fraction: float) -> torch.Tensor:
+    """`max_variance_subset` for ``values (N,)`` float64 in contiguous groups of ``size``: one batched sort.
+
+    The same sums in the same order as the general path (prefix sums of each group's sorted
+    scores from its start), so the chosen subsets are identical.
+    """
+    groups = values.shape[0] // size
+    n_keep = min(size, max(1, round(keep_fraction * size)))  # torch.round halves to even, as round() does
+    if n_keep >= size:
+        return torch.ones(values.shape[0], dtype=torch.bool, device=values.device)
+    ordered, perm = torch.sort(values.view(groups, size), dim=1, stable=True)
+    # Prefix sums of the sorted scores and their squares, together: (2, groups, size + 1).
+    prefix = values.new_zeros(2, groups, size + 1)
+    prefix[:, :, 1:] = torch.cumsum(torch.stack((ordered, ordered * ordered)), 2)
+    # Candidate a (0 .. n_keep) keeps sorted positions [0, a) and [size - n_keep + a, size): plain slices.
+    high = prefix[:, :, size:] - prefix[:, :, size - n_keep:]
+    high[:, :, n_keep] = 0.0  # a = n_keep takes no high scores
+    total, total_sq = prefix[:, :, :n_keep + 1] + high
+    variance = total_sq / n_keep - (total / n_keep) ** 2
+    best_a = torch.argmax(variance, dim=1)  # first maximum: the smallest a wins ties
+    position = torch.arange(size, device=values.device)
+    a = torch.arange(n_keep + 1, device=values.device).unsqueeze(1)
+    patterns = (position < a) | (position >= size - n_keep + a)  # (n_keep + 1, size): kept sorted positions per a
+    keep = torch.empty_like(perm, dtype=torch.bool)
+    keep.scatter_(1, perm, patterns[best_a])
+    return keep.flatten()
 
 
 def top_tokens(scores: torch.Tensor, valid_mask: torch.Tensor, fraction: float) -> torch.Tensor:
