@@ -36,6 +36,10 @@ def dropped_all_message(strategy, step: int, batch) -> str:
                "the scorer's threshold (default 0.5), so every group looks all-solved or all-failed. Pass "
                "selection_reward=<a 0/1 reward function>, set the scorer's threshold for this reward scale, or "
                "select on the reward spread instead (scorer group_reward_variance with threshold_band(0, inf))")
+    elif scorer in SOLVE_RATE_SCORERS:
+        fix = ("the rewards are 0/1 and no group's solve rate fell inside the selector's band; if this repeats, the "
+               "prompts are all too easy or too hard for the model, or the band is too narrow for the group size: "
+               "widen threshold_band(low, high), raise num_generations, or use diffband (drops only all-equal groups)")
     elif scorer is not None:
         fix = (f"check that the selector of scorer {scorer!r} can keep anything on this reward scale, or pass "
                "selection_reward=<the reward function to select on>")

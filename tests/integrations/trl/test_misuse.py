@@ -193,6 +193,15 @@ def test_a_step_that_drops_every_group_warns_once_naming_the_fix(make_trainer):
     assert [e["dataflex/dropped_all"] for e in trainer.state.log_history if "dataflex/dropped_all" in e] == [1.0] * 3
 
 
+def test_dropped_all_advice_for_0_1_rewards_is_about_the_band_not_the_threshold():
+    from dataflex_callbacks import RolloutBatch, build_strategy
+    from dataflex_callbacks.integrations.trl.diagnostics import dropped_all_message
+
+    batch = RolloutBatch(torch.tensor([1.0] * 4 + [0.0] * 4), group_ids=torch.tensor([0] * 4 + [1] * 4))
+    text = dropped_all_message(build_strategy("difffilter"), 3, batch)
+    assert "the rewards are 0/1" in text and "widen threshold_band" in text and "not 0/1" not in text
+
+
 def test_no_dropped_all_warning_when_something_trains(make_trainer):
     trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=2, trainer_kwargs={"strategy": "softmax"})
     with warnings.catch_warnings(record=True) as caught:
