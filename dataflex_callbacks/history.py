@@ -88,8 +88,8 @@ class PromptHistory:
         return slot
 
     def lookup(self, keys: Sequence[Hashable]) -> np.ndarray:
-        """Slots of ``keys`` (``-1`` for a key never seen)."""
-        return np.fromiter((self._slots.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        """Slots of ``keys`` (``-1`` for a key never seen); keys of any form `hashable_key` accepts."""
+        return np.fromiter((self._slots.get(hashable_key(k), -1) for k in keys), dtype=np.int64, count=len(keys))
 
     def streaks(self, keys: Sequence[Hashable]) -> np.ndarray:
         """Current no-signal streak of each key (0 for unseen keys)."""

@@ -324,3 +324,14 @@ def test_two_ranks_build_the_history_one_process_builds_from_the_whole_batch(tmp
     assert ranks[0]["domain_prior"] == pytest.approx(history.domain_prior)
     assert ranks[0]["domain_noise"] == pytest.approx(history.domain_noise)
     assert ranks[0]["explore"] == prompt_filter.explore
+
+
+def test_list_valued_prompt_keys_are_keys():
+    """Chat prompts as keys (lists of messages) work and equal lists share one history entry."""
+    strategy = skip_strategy()
+    chat = [{"role": "user", "content": "2+2?"}]
+    keys = [chat, [1, 2], [3]]
+    for step in range(3):
+        strategy.apply(group_batch(keys, [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]), step, sync=False)
+    streaks = strategy.prompt_filter.history.streaks([[{"role": "user", "content": "2+2?"}], [1, 2], [3], [4]])
+    assert streaks.tolist() == [3, 0, 3, 0]
