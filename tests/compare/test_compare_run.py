@@ -35,6 +35,19 @@ def _result_times(folder):
     return {name: os.stat(folder / "runs" / name / "result.json").st_mtime_ns for name in RUN_NAMES}
 
 
+
+def count_runs(monkeypatch):
+    """Record the name of every run `dataflex compare` computes (in process, ``--jobs 1``)."""
+    calls = []
+    real = grid.execute_run
+
+    def counting(settings, run, *args, **kwargs):
+        calls.append(run.name)
+        return real(settings, run, *args, **kwargs)
+
+    monkeypatch.setattr(grid, "execute_run", counting)
+    return calls
+
 def test_all_report_files_with_the_expected_columns(compare_dir):
     for name in ("report.md", "results.csv", "compare.json", "figures/accuracy_vs_completions.png",
                  "figures/domain_proportions.png"):
@@ -93,14 +106,7 @@ def test_an_interrupted_compare_recomputes_only_the_missing_run(compare_dir, mon
     result_path = compare_dir / "runs" / "difffilter-seed1" / "result.json"
     previous = json.loads(result_path.read_text())
     os.remove(result_path)
-    calls = []
-    real = grid.execute_run
-
-    def counting(settings, run, *args, **kwargs):
-        calls.append(run.name)
-        return real(settings, run, *args, **kwargs)
-
-    monkeypatch.setattr(grid, "execute_run", counting)
+    calls = count_runs(monkeypatch)
     assert main([*ARGS, "--output-dir", str(compare_dir), "--jobs", "1"]) == 0
     assert calls == ["difffilter-seed1"]
     after = _result_times(compare_dir)
@@ -141,14 +147,7 @@ def test_a_damaged_result_is_recomputed_with_a_warning(compare_dir, monkeypatch,
         result_path.write_text(json.dumps({k: v for k, v in previous.items() if k != "after"}))
     else:
         result_path.write_text(result_path.read_text()[:100])
-    calls = []
-    real = grid.execute_run
-
-    def counting(settings, run, *args, **kwargs):
-        calls.append(run.name)
-        return real(settings, run, *args, **kwargs)
-
-    monkeypatch.setattr(grid, "execute_run", counting)
+    calls = count_runs(monkeypatch)
     assert main([*ARGS, "--output-dir", str(compare_dir), "--jobs", "1"]) == 0
     err = capsys.readouterr().err
     assert calls == ["baseline-seed1"]

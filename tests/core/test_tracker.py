@@ -16,7 +16,7 @@ from dataflex_callbacks.errors import DataFlexError, StateError
 DOMAINS = ["math", "code", "logic"]
 
 
-class PlainTracker:
+class PlainTracker(ref.ReferenceTracker):
     """Per-domain plain lists of observations, truncated to the last ``window``; NaN rows are no observation.
 
     ``unit="steps"``: one observation per step a domain had a finite row (the step's means);
@@ -24,9 +24,8 @@ class PlainTracker:
     """
 
     def __init__(self, domains, window, unit="steps"):
-        self.domains, self.window, self.unit = list(domains), window, unit
-        self.obs = {d: [] for d in self.domains}  # (step, reward, abs_adv, group_var, count)
-        self.total = {d: 0.0 for d in self.domains}
+        super().__init__(domains, window)
+        self.unit = unit
 
     def update(self, rewards, domains, step, advantages=None, group_ids=None):
         rewards = [float(r) for r in rewards]
@@ -58,20 +57,6 @@ class PlainTracker:
                                     sum(groups) / max(len(groups), 1), float(len(rows))))
             self.obs[d] = self.obs[d][-self.window:]
 
-    def mean(self, field):
-        col = {"reward": 1, "abs_advantage": 2, "group_variance": 3}[field]
-        return [float(np.mean([o[col] for o in self.obs[d]])) if self.obs[d] else float("nan") for d in self.domains]
-
-    def slope(self):
-        out = []
-        for d in self.domains:
-            pts = self.obs[d]
-            xs = np.array([o[0] for o in pts])
-            if len(pts) < 2 or np.ptp(xs) == 0:
-                out.append(0.0)
-                continue
-            out.append(float(np.polyfit(xs, np.array([o[1] for o in pts]), 1)[0]))
-        return out
 
 
 def random_batch(gen, n=24, group=4, with_nan=False):

@@ -61,15 +61,9 @@ def main(out_dir: str, mode: str = "select") -> None:
         processing_class=tokenizer, strategy=STRATEGIES[mode], record_decisions=True,
     )
     if mode == "mixing":
-        from mixing_runs import RecordingSampler
+        from mixing_runs import record_train_sampler
 
-        install = trainer._get_train_sampler
-
-        def recording(dataset=None):
-            trainer.recorder = RecordingSampler(install(dataset))
-            return trainer.recorder
-
-        trainer._get_train_sampler = recording
+        record_train_sampler(trainer)
     trainer.train()
     history = [
         {"step": h["step"], "keep": h["keep"].tolist(), "weights": h["weights"].tolist(),

@@ -41,6 +41,11 @@ def suite_trainer(output_dir, strategy, *, steps, seed=0, n_train=50, prompts=4,
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)
+    return record_train_sampler(trainer)
+
+
+def record_train_sampler(trainer):
+    """Wrap the sampler ``trainer`` installs in a `RecordingSampler`, kept as ``trainer.recorder``."""
     install = trainer._get_train_sampler
 
     def recording(dataset=None):

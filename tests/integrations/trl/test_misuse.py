@@ -9,7 +9,7 @@ from datasets import Dataset
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
 from dataflex_callbacks.integrations.trl.callback import STATE_FILE
-from mixing_runs import RecordingSampler
+from mixing_runs import record_train_sampler
 
 RESCALE_WARNING = "rescaled by B/K"
 MIX = {"mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1}}
@@ -226,13 +226,7 @@ def test_a_mixing_generation_batch_holds_each_prompt_once(make_trainer, tiny_tok
     trainer = DataFlexGRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward,
                                   args=args, train_dataset=data, processing_class=tiny_tokenizer, strategy=strategy,
                                   record_decisions=True)
-    install = trainer._get_train_sampler
-
-    def recording(dataset=None):
-        trainer.recorder = RecordingSampler(install(dataset))
-        return trainer.recorder
-
-    trainer._get_train_sampler = recording
+    record_train_sampler(trainer)
     trainer.train()
     size, generations = args.generation_batch_size, trainer.num_generations
     rows = trainer.recorder.indices
