@@ -14,7 +14,7 @@ Two forms are accepted and resolve to one canonical (composable) dict:
 
        select:   {scorer: NAME|{name, params}, selector: NAME|{name, params}, warmup_steps}
        reweight: {scorer: ..., reweighter: ..., warmup_steps}
-       mix:      {mixer: ..., domains, window, window_unit, warmup_steps, update_every, smoothing, prior}
+       mix:      {mixer: ..., domains, window, window_unit, quota, warmup_steps, update_every, smoothing, prior}
        pre_select: NAME|{name, params}   (pre-rollout prompt skipping, e.g. skip_zero_variance)
        nan_policy: zero|drop|raise
        domain_key: the dataset column holding the domain label (None: the host's default)
@@ -38,8 +38,8 @@ WINDOW_UNITS = ("steps", "rows")
 
 SELECT_DEFAULTS = {"warmup_steps": 0}
 REWEIGHT_DEFAULTS = {"warmup_steps": 0}
-MIX_DEFAULTS = {"domains": None, "window": 50, "window_unit": "steps", "warmup_steps": 10, "update_every": 5,
-                "smoothing": 0.0, "prior": None}
+MIX_DEFAULTS = {"domains": None, "window": 50, "window_unit": "steps", "quota": "independent", "warmup_steps": 10,
+                "update_every": 5, "smoothing": 0.0, "prior": None}
 TOP_LEVEL_KEYS = ("name", "pre_select", "select", "reweight", "mix", "nan_policy", "domain_key")
 LEGACY_KEYS = ("mechanism", "scorer", "actuator", "warmup_step", "update_step", "domains", "domain_key", "window", "name")
 
@@ -55,7 +55,8 @@ REFERENCE_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
 }
 # Keys the verl adapter reads from the same ``dataflex:`` block (with their types).
 HOST_KEYS = {"enable": bool, "seed": int}
-REFERENCE_MIX = {"warmup_steps": 0, "update_every": 1, "window": 50, "window_unit": "rows"}
+QUOTAS = ("independent", "exact")  # DomainMixingSampler's batch split; "exact" is DataFlex-RL's replay buffer
+REFERENCE_MIX = {"warmup_steps": 0, "update_every": 1, "window": 50, "window_unit": "rows", "quota": "exact"}
 
 
 def _part(scorer, actuator_key, actuator):
@@ -323,6 +324,9 @@ def _mix_section(config: Mapping) -> dict | None:
     if mix["window_unit"] not in WINDOW_UNITS:
         raise ConfigError(f"mix.window_unit must be one of {', '.join(WINDOW_UNITS)} (what one window slot holds: "
                           f"one step's observation, or one response row); got {mix['window_unit']!r}")
+    if mix["quota"] not in QUOTAS:
+        raise ConfigError(f"mix.quota must be one of {', '.join(QUOTAS)} (how a batch is split among domains: "
+                          f"independent draws, or exact largest-remainder counts); got {mix['quota']!r}")
     if mix["prior"] is not None and (isinstance(mix["prior"], str) or not hasattr(mix["prior"], "__len__")):
         raise ConfigError(f"mix.prior must be a mapping {{domain: proportion}} or a list in domain order; got {mix['prior']!r}")
     return mix

@@ -50,6 +50,7 @@ import numpy as np
 from torch.utils.data import IterableDataset as TorchIterableDataset
 from torch.utils.data import Sampler
 
+from .config import QUOTAS
 from .errors import ConfigError, DataFlexError, StateError, check_state
 from .history import KEY_COLUMNS, hashable_key, row_prompt_key
 from .params import check_bool, check_choice, check_int
@@ -63,7 +64,6 @@ UNIFORM_BLOCK = 4096  # uniforms drawn per generator call
 SMALL_CHUNK = 32  # chunks up to this many prompts are drawn ahead, several at a time
 PREFETCH_CHUNKS = 64  # small chunks drawn in one vectorised step while the proportions stay the same
 POOL_LABEL = "all"  # the one domain of a pooled sampler over data without a domain column
-QUOTAS = ("independent", "exact")
 TIE_TOLERANCE = 1e-9  # quota remainders this close count as equal (float noise, e.g. 0.1 * 30)
 STATE_KEYS = ("domains", "seed", "draw_size", "layout", "num_generations", "repeat_count", "chunks_per_epoch",
               "epoch", "rng", "perm", "pointers", "drawn_total", "drawn_recent", "epoch_rows", "position",
@@ -235,7 +235,8 @@ class DomainMixingSampler(Sampler[int]):
             its share of the data (``RandomSampler``'s distribution; a skipped prompt is replaced from
             any domain). ``None`` (default): mixing when ``proportions`` are given or ``strategy`` has a
             mix part, else one pool until the first `set_proportions` call.
-        quota: ``"independent"`` (default): each prompt's domain is an independent draw from the
+        quota: ``None`` (default): the strategy's ``mix.quota`` (``"exact"`` for a DataFlex-RL mix
+            block, else ``"independent"``). ``"independent"``: each prompt's domain is an independent draw from the
             proportions, so a batch's shares vary around the target. ``"exact"``: every chunk holds
             exactly `largest_remainder_quotas` (target, chunk size) prompts of each domain (the
             global chunk of ``batch_size * num_replicas`` in ``layout="shard"``), in random positions;
@@ -248,7 +249,7 @@ class DomainMixingSampler(Sampler[int]):
                  layout: str = "grpo", num_replicas: int | None = None, rank: int | None = None,
                  strategy: "Strategy | None" = None, seed: int = 0, resume: str = "replay",
                  key_column: str | None = None, prompt_labels: Sequence[str] | None = None,
-                 mixing: bool | None = None, quota: str = "independent"):
+                 mixing: bool | None = None, quota: str | None = None):
         self.strategy = strategy
         self._mixing = strategy is not None and strategy.mix_enabled  # the strategy's mixer sets the targets
         self._mixing_option = mixing = None if mixing is None else check_bool("mixing", mixing)
@@ -256,6 +257,8 @@ class DomainMixingSampler(Sampler[int]):
             raise ConfigError(f"mixing=False asks for one pool, but strategy {strategy.name!r} has a mix part that "
                               "chooses domains; drop mixing=False, or use a strategy without a mix part")
         pooled = (not self._mixing and proportions is None) if mixing is None else not mixing
+        if quota is None:  # the strategy's mix.quota, else independent draws
+            quota = strategy.config["mix"].get("quota", "independent") if self._mixing else "independent"
         self.quota = check_choice("quota", quota, QUOTAS)
         if pooled and self.quota == "exact":
             raise ConfigError("quota='exact' splits each batch among domains by proportions, but this sampler draws "

@@ -156,11 +156,12 @@ class DataFlexPPOTrainer(PPOTrainerSync):
                            "the mixing proportions reaches generation a few batches late; set it to 0 for exact "
                            "per-step proportions", loader.num_workers)
 
-    def _quota(self) -> str:
-        """``dataflex.quota``; unset, exact quotas where the config asked for DataFlex-RL's replay buffer."""
+    def _quota(self) -> str | None:
+        """``dataflex.quota``; unset, exact quotas where the config asked for DataFlex-RL's replay buffer,
+        else the strategy's ``mix.quota`` (None lets the sampler read it)."""
         quota = self.dataflex_options.get("quota")
-        if quota is None:
-            quota = "exact" if self._reference_sampler else "independent"
+        if quota is None and self._reference_sampler:
+            quota = "exact"
         return quota
 
     def _fetch_one_gen_batch(self) -> TensorDict:

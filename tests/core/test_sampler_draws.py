@@ -306,3 +306,20 @@ def test_a_skipping_filter_does_not_take_a_row_twice_in_one_chunk(num_replicas):
     steps = [sum((rank[s * batch_size:(s + 1) * batch_size] for rank in ranks), [])
              for s in range(len(ranks[0]) // batch_size)]
     assert_no_needless_repeat(steps, labels, {"a": 5, "c": 60})
+
+
+def test_the_strategy_mix_quota_sets_the_sampler_quota():
+    """`mix.quota` in the config reaches the sampler in every host; DataFlex-RL mix blocks get exact quotas."""
+    labels = interleaved(SMALL_DOMAINS)
+    composable = build_strategy({"mix": {"mixer": "static", "quota": "exact"}})
+    reference = build_strategy({"mechanism": "mix", "actuator": {"name": "static", "params": {}}})
+    assert DomainMixingSampler(labels=labels, strategy=build_strategy("static")).quota == "independent"
+    for strategy in (composable, reference):
+        sampler = DomainMixingSampler(labels=labels, strategy=strategy, batch_size=6, num_samples=6 * 30, seed=2)
+        assert sampler.quota == "exact"
+        for chunk in chunk_rows(list(sampler), 6):
+            assert sorted(Counter(labels[r] for r in chunk).values()) == [2, 2, 2]
+    # An explicit argument still wins.
+    assert DomainMixingSampler(labels=labels, strategy=composable, quota="independent").quota == "independent"
+    with pytest.raises(ConfigError, match="mix.quota must be one of independent, exact"):
+        build_strategy({"mix": {"mixer": "static", "quota": "largest"}})

@@ -244,3 +244,22 @@ def test_a_mixing_generation_batch_holds_each_prompt_once(make_trainer, tiny_tok
         for start in range(0, len(stream) - size + 1, size):
             prompts = stream[start:start + size][::generations]
             assert len(set(prompts)) == len(prompts), prompts
+
+
+def test_mix_quota_from_the_config_reaches_the_trl_sampler(tiny_tokenizer):
+    from trl import GRPOConfig
+
+    from dataflex_callbacks.tiny_model import build_tiny_model
+    from cpu_settings import CPU_RUN_SETTINGS
+
+    data = Dataset.from_dict({"prompt": [f"q{i}=" for i in range(12)], "domain": ["a", "b", "c"] * 4})
+    args = GRPOConfig(output_dir="unused", per_device_train_batch_size=6, num_generations=2, max_steps=1,
+                      **CPU_RUN_SETTINGS)
+    trainer = DataFlexGRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward,
+                                  args=args, train_dataset=data, processing_class=tiny_tokenizer,
+                                  strategy={"mix": {"mixer": "static", "quota": "exact"}})
+    sampler = trainer._get_train_sampler(data)
+    assert sampler.quota == "exact"
+    rows = list(sampler)[::2][:3 * 6]  # one row per prompt, 3 generation batches of 3 prompts
+    for batch in (rows[i:i + 3] for i in range(0, len(rows), 3)):
+        assert sorted(data[r]["domain"] for r in batch) == ["a", "b", "c"]
