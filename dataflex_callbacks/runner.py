@@ -166,7 +166,7 @@ def option_flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
-def check_number(flag: str, value, rule: NumberRule, error: type = None):
+def check_option_number(flag: str, value, rule: NumberRule, error: type = None):
     """Return `value` as int/float if `rule` accepts it, else raise `error` (default `RunInputError`) naming `flag`.
 
     Integers may be Python, numpy or torch integer scalars; floats any real scalar. Text, bools, NaN
@@ -198,7 +198,7 @@ def check_run_options(options: RunOptions, error: type = None) -> None:
     """
     error = error or RunInputError
     for name, rule in OPTION_RULES.items():
-        check_number(option_flag(name), getattr(options, name), rule, error)
+        check_option_number(option_flag(name), getattr(options, name), rule, error)
     if options.verifier not in ("auto", "numeric", "exact"):
         raise error(f"unknown --verifier {options.verifier!r}; choose auto, numeric or exact")
     for name in ("prompt_column", "answer_column", "split"):

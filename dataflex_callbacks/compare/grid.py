@@ -95,17 +95,17 @@ class CompareSettings:
             raise CompareInputError("no strategies to compare; pass e.g. --strategies baseline,difffilter")
         if len(set(self.strategies)) != len(self.strategies):
             raise CompareInputError(f"strategies are listed twice in {self.strategies}; list each once")
-        from dataflex_callbacks.runner import OPTION_RULES, NumberRule, check_number, check_run_options
+        from dataflex_callbacks.runner import OPTION_RULES, NumberRule, check_option_number, check_run_options
 
-        self.seeds = [check_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in self.seeds]
+        self.seeds = [check_option_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in self.seeds]
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise CompareInputError(f"seeds must be distinct and at least one, got {self.seeds}")
         if self.baseline is None:
             self.baseline = self.strategies[0]
         if self.baseline not in self.strategies:
             raise CompareInputError(f"baseline {self.baseline!r} is not among the strategies {self.strategies}")
-        self.jobs = check_number("--jobs", self.jobs, NumberRule(integer=True, low=1), CompareInputError)
-        self.eval_points = check_number("--eval-points", self.eval_points, NumberRule(integer=True, low=0),
+        self.jobs = check_option_number("--jobs", self.jobs, NumberRule(integer=True, low=1), CompareInputError)
+        self.eval_points = check_option_number("--eval-points", self.eval_points, NumberRule(integer=True, low=0),
                                         CompareInputError)
         if not isinstance(self.budget, Budget):
             raise CompareInputError(f"budget must be a Budget (e.g. Budget.parse('steps:100')), got {self.budget!r}")
@@ -606,7 +606,7 @@ def _run_parallel(settings, pending, prerollout, advance, finish) -> None:
 
 def parse_seeds(text) -> list[int]:
     """`3` -> seeds 0, 1, 2; `0,5,7` -> exactly those seeds."""
-    from dataflex_callbacks.runner import OPTION_RULES, check_number
+    from dataflex_callbacks.runner import OPTION_RULES, check_option_number
 
     text = str(text).strip()
     try:
@@ -618,7 +618,7 @@ def parse_seeds(text) -> list[int]:
         raise CompareInputError(f"--seeds count must be from 1 to {MAX_SEED_COUNT}, got {count}; "
                                 "give a count (3) or a list of seeds (0,5,7)")
     seeds = listed if listed is not None else list(range(count))
-    return [check_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in seeds]
+    return [check_option_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in seeds]
 
 
 def parse_strategies(text) -> list[str]:
