@@ -243,31 +243,42 @@ class Strategy:
         if self._warned_dropped_all or not self.warn_dropped_all:
             return
         self._warned_dropped_all = True
-        warnings.warn(f"dataflex: step {step}: strategy {self.name!r} {reason}, so this step trains nothing "
-                      "(metric dropped_all=1). This warning is shown once.", UserWarning, stacklevel=3)
+        warnings.warn(f"dataflex: step {step}: strategy {self.name!r} {reason}. This step trains nothing (metric "
+                      "dropped_all=1); if it repeats, nothing trains. This warning is shown once.",
+                      UserWarning, stacklevel=3)
 
     def _dropped_all_reason(self, n_bad: int, n: int, counts: dict, token_level: bool, rewards: torch.Tensor) -> str:
+        """What dropped everything and the likely fix, from the signals' counters and the rewards ``(N,)``."""
         if n_bad == n:
             signals = ", ".join(k[len("nonfinite_"):] for k, v in counts.items() if v)
             return (f"left out all {n} responses because each has a NaN or infinite value ({signals}) and "
                     "nan_policy='drop'. Fix the signal's computation, or set nan_policy: zero to count such values as 0")
+        finite = rewards[torch.isfinite(rewards)].float()
+        if finite.numel():
+            values = torch.unique(finite)
+            spread = (f"rewards from {finite.min().item():.4g} to {finite.max().item():.4g}, "
+                      f"{values.numel()} distinct values")
+            binary = bool(((values == 0) | (values == 1)).all())
+        else:
+            spread, binary = "no finite reward", True
         part = self.select
         if part is None:
-            return f"left out all {n} responses"
+            return f"left out all {n} responses ({spread})"
         what = "token" if token_level else "response"
-        finite = rewards[torch.isfinite(rewards)]
-        binary_rewards = bool(((finite == 0) | (finite == 1)).all())
-        fix = "check that the selector's band or fraction fits the scale of the scorer's values"
-        if part.scorer.name == "group_solve_rate" and not binary_rewards:
-            fix = (f"the solve rate counts rewards above the scorer's threshold ({part.scorer.threshold:g}) as solved; "
-                   "for rewards that are "
-                   "not 0/1 set success_threshold=, pass the TRL adapter selection_reward=<a 0/1 reward>, or use "
-                   "diffband (group_reward_variance with threshold_band(0, inf))")
+        fix = ("check that the selector's band or fraction fits the scale of the scorer's values, or pass the TRL "
+               "adapter selection_reward=<the reward function to select on>")
+        if part.scorer.name == "group_solve_rate" and not binary:
+            fix = (f"the rewards are not 0/1 and the solve rate counts rewards above the scorer's threshold "
+                   f"({part.scorer.threshold:g}) as solved, so every group looks all-solved or all-failed: set "
+                   "success_threshold= for this reward scale, pass the TRL adapter selection_reward=<a 0/1 reward>, "
+                   "or use diffband (group_reward_variance with threshold_band(0, inf))")
         elif part.scorer.name == "group_solve_rate":
-            fix = ("the rewards are 0/1 and no group's solve rate fell inside the band; if this repeats, the tasks are "
-                   "all too easy or too hard for the model, or the band is too narrow for the group size: widen "
-                   "threshold_band(low, high) or use diffband (drops only all-equal groups)")
-        return f"kept no {what}: selector {part.actuator.name!r} on scorer {part.scorer.name!r} dropped them all. Fix: {fix}"
+            fix = ("the rewards are 0/1 and no group's solve rate fell inside the band; if this repeats, the prompts "
+                   "are all too easy or too hard for the model, or the band is too narrow for the group size: widen "
+                   "threshold_band(low, high), generate more completions per prompt, or use diffband (drops only "
+                   "all-equal groups)")
+        return (f"kept no {what} of {n} ({spread}): selector {part.actuator.name!r} on scorer {part.scorer.name!r} "
+                f"dropped them all. Fix: {fix}")
 
     def apply(self, batch: RolloutBatch, step: int, *, defer_policy: bool = False, sync: bool = True) -> Decision:
         """Decide keep mask and weights for one batch, and feed the mixing statistics.

@@ -98,7 +98,9 @@ class BoundStrategy:
         everyone, rows = gather_rollouts(detached)
         if strategy.prompt_filter is not None:
             self._prepare_prompt_filter(strategy.prompt_filter, everyone)
-        # The gathered batch is the same on every rank, so the tracker must not all-reduce it again.
+        # The gathered batch is the same on every rank, so the tracker must not all-reduce it again, and
+        # only rank 0 says when a step keeps nothing.
+        strategy.warn_dropped_all = trainer.is_global_zero
         decision = _rows_of(strategy.apply(everyone, step, sync=False), rows, batch.num_tokens)
         self._callback._record(decision.metrics, everyone.n)
         self._last = (step, batch, decision)

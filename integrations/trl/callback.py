@@ -37,7 +37,6 @@ from transformers import TrainerCallback
 from dataflex_callbacks import Strategy, build_strategy
 from dataflex_callbacks.errors import ConfigError
 
-from .diagnostics import dropped_all_message
 from .loss_scaling import ROW_COUNT_LOSSES, can_drop_rows, check_loss_type, removal_scale, scale_gradient
 from .sampling import (DEFAULT_DOMAIN_SOURCE, acts_before_rollout, check_sampling_dataset, check_shuffle,
                        grpo_mixing_sampler, resolve_domain_column, row_key)
@@ -101,14 +100,11 @@ class DataFlexCallback(TrainerCallback):
         strict: bool = True,
     ):
         self.strategy = strategy if isinstance(strategy, Strategy) else build_strategy(strategy)
-        # This callback's own warning adds the reward spread and TRL's fixes; the core's would repeat it.
-        self.strategy.warn_dropped_all = False
         self.selection_reward = selection_reward
         self.domain_column = domain_column  # resolved against the config's domain_key in bind()
         self.prompt_key_column = prompt_key_column
         self.record_decisions = record_decisions
         self.strict = strict
-        self._warned_dropped_all = False
         self.history: list[dict[str, Any]] = []
         self.last_decision = None
         self.trainer = None
@@ -220,6 +216,8 @@ class DataFlexCallback(TrainerCallback):
         generator = torch.default_generator
         saved_rng = generator.get_state()
         generator.manual_seed(int(trainer.args.seed) * 1_000_003 + step)
+        # Every rank decides on the same global batch; only the main process says when a step keeps nothing.
+        strategy.warn_dropped_all = accelerator.is_main_process
         try:
             decision = strategy.apply(batch, step, sync=False, defer_policy=strategy.needs_policy_signals)
         finally:
@@ -240,10 +238,6 @@ class DataFlexCallback(TrainerCallback):
         metrics = trainer._metrics["train"]
         for name, value in decision.metrics.items():
             metrics[f"dataflex/{name}"].append(float(value))
-        if decision.metrics.get("dropped_all") and not self._warned_dropped_all:
-            self._warned_dropped_all = True
-            if accelerator.is_main_process:
-                warnings.warn(dropped_all_message(strategy, step, batch), stacklevel=2)
 
     def write_decision(self, trainer, output: dict, decision, batch, rewards: torch.Tensor) -> None:
         """Fold a global decision into this rank's rows of TRL's batch dict (in place).
