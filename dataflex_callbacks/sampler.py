@@ -332,6 +332,7 @@ class DomainMixingSampler(Sampler[int]):
         self._ahead: dict | None = None  # small chunks drawn ahead under one proportions array
         # Prompt keys are only needed by a pre-rollout filter; reading them can be costly.
         self._keys = self._row_keys(dataset, len(labels), key_column) if self._prompt_filter is not None else None
+        self.key_column = key_column
         if prompt_labels is not None and len(prompt_labels) != len(labels):
             raise ConfigError(f"prompt_labels has {len(prompt_labels)} entries but the dataset has {len(labels)} rows")
         self._prompt_labels_default = prompt_labels is None and pooled and has_labels
@@ -448,6 +449,11 @@ class DomainMixingSampler(Sampler[int]):
             total = int(self._domain_sizes.sum())
             return {d: int(c) / total for d, c in zip(self.domains, self._domain_sizes.tolist())}
         return dict(self._proportions)
+
+    @property
+    def prompt_keys(self) -> list | None:
+        """Each row's prompt key as the pre-rollout filter sees it (None without a filter: keys are not read)."""
+        return self._keys
 
     @property
     def pooled(self) -> bool:

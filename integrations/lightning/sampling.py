@@ -41,10 +41,6 @@ class ShardedSampler(DomainMixingSampler, DistributedSampler):
     shuffle = True  # read by code that inspects DistributedSamplers; draws are random
     drop_last = True  # an epoch is whole global chunks
 
-    def __init__(self, dataset: Any = None, *, key_column: str | None = None, **options: Any):
-        DomainMixingSampler.__init__(self, dataset, key_column=key_column, **options)
-        self.key_column = key_column
-
 
 def dataflex_callback(trainer: "pl.Trainer") -> "DataFlexCallback":
     """The one `DataFlexCallback` of ``trainer`` (raises naming the fix when there is none, or several)."""
@@ -108,13 +104,13 @@ def resolve_domain_key(strategy: Strategy, given: str | None) -> str:
 
 def sampler_keys(sampler: DomainMixingSampler) -> frozenset | None:
     """The prompt keys ``sampler`` names its rows by (None when it keeps none: no pre-rollout filter)."""
-    keys = getattr(sampler, "_keys", None)
+    keys = sampler.prompt_keys
     return None if keys is None else frozenset(keys)
 
 
 def key_rule(sampler: DomainMixingSampler) -> str:
     """How ``sampler`` names a row, in words."""
-    column = getattr(sampler, "key_column", None)
+    column = sampler.key_column
     if column is not None:
         return f"its {column!r} field"
     first, second = KEY_COLUMNS
