@@ -19,6 +19,7 @@ import torch
 from .batch import RolloutBatch
 from .errors import BatchError
 from .groups import dense_groups, segment_mean, segment_variance
+from .params import plain_scalar
 
 ZERO_VARIANCE_EPS = 1e-12
 KEY_COLUMNS = ("prompt_key", "prompt")  # where a row's prompt key is read from, in order
@@ -30,12 +31,9 @@ def hashable_key(value) -> Hashable:
     A numpy scalar or 0-d tensor (what a collate function makes of an int column) counts as its
     Python value, so ``np.int64(3)``, ``torch.tensor(3)`` and ``3`` name the same prompt.
     """
+    value = plain_scalar(value)
     if isinstance(value, (str, int)):
         return value
-    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
-        value = value.item()
-        if isinstance(value, (str, int)):
-            return value
     import json
 
     return json.dumps(value, sort_keys=True, default=str)
