@@ -287,6 +287,9 @@ for step in range(4):
     tracker.update(RolloutBatch(rewards[half], group_ids=(torch.arange(24) // 4)[half], advantages=advantages[half],
                                 domains=domains[half]), step=step, sync=True)
 json.dump(tracker.as_dict(), open(f"{out}/rank{rank}.json", "w"))
+# Exiting with a live gloo group can abort in its destructor ("terminate called without an active exception").
+dist.barrier()
+dist.destroy_process_group()
 '''
 
 
