@@ -29,7 +29,7 @@ from transformers.utils import logging as hf_logging  # noqa: E402
 from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer  # noqa: E402
-from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
+from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 VARIANTS = {"stock": None, "difffilter": "difffilter", "ar": "ar"}
 

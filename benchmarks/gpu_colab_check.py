@@ -94,7 +94,7 @@ def save_model(path: str, tiny: bool, device: str) -> dict:
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from dataflex_callbacks.tiny_model import build_tiny_tokenizer, save_tiny
+    from dataflex_callbacks.recipes.tiny_model import build_tiny_tokenizer, save_tiny
 
     if tiny:
         save_tiny(path, max_position_embeddings=1024)

@@ -2,6 +2,6 @@
 
 import sys
 
-from dataflex_callbacks.cli import main
+from dataflex_callbacks.recipes.cli import main
 
 sys.exit(main())

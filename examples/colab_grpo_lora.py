@@ -221,7 +221,7 @@ print(train_dataset[0]["prompt"][0]["content"][:300])
 # `\frac{1}{2}` = `0.5`); unreadable answers score 0. The reference solutions must score 1.
 
 # %%
-from dataflex_callbacks.tasks.math_answers import math_answer_reward, math_answers_match
+from dataflex_callbacks.recipes.tasks.math_answers import math_answer_reward, math_answers_match
 
 reference_scores = math_answer_reward(list(train_dataset["answer"][:50]), list(train_dataset["answer"][:50]))
 print(f"reference solutions scored correct: {sum(reference_scores):.0f}/{len(reference_scores)}")
@@ -231,7 +231,7 @@ print("examples:", [math_answers_match(text, "#### 1000") for text in ("\\boxed{
 # ## Held-out accuracy before training (greedy decoding)
 
 # %%
-from dataflex_callbacks.tasks import generate_greedy
+from dataflex_callbacks.recipes.tasks import generate_greedy
 
 
 def heldout_accuracy(model, dataset) -> dict:

@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader
 
 from dataflex_callbacks import RolloutBatch
 from dataflex_callbacks.integrations.lightning import DataFlexCallback, build_sampler
-from dataflex_callbacks.tasks import evaluate, load_task_suite, make_reward_fn
-from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer
+from dataflex_callbacks.recipes.tasks import evaluate, load_task_suite, make_reward_fn
+from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer
 
 # Drop groups that all agree (no learning signal), weight the rest by |advantage|, and sample
 # more prompts from the domains whose reward lags.

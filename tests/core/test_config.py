@@ -150,7 +150,7 @@ def test_mix_domains_forms(domains, expected):
 def test_bad_mix_domains_are_refused(domains, fragment, tmp_path):
     with pytest.raises(ConfigError, match=fragment):
         load_config({"mix": {"mixer": "static", "domains": domains}})
-    from dataflex_callbacks.cli import main
+    from dataflex_callbacks.recipes.cli import main
 
     path = tmp_path / "mix.yaml"
     path.write_text(yaml.safe_dump({"mix": {"mixer": "static", "domains": domains}}))

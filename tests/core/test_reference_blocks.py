@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from dataflex_callbacks import ConfigError, build_strategy
-from dataflex_callbacks.cli import main as dataflex_cli
+from dataflex_callbacks.recipes.cli import main as dataflex_cli
 from dataflex_callbacks.config import load_config
 
 HERE = Path(__file__).parent / "reference_blocks"

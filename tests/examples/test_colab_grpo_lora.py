@@ -31,7 +31,7 @@ def gsm8k_row(i: int) -> dict:
 @pytest.fixture(scope="module")
 def local_inputs(tmp_path_factory):
     """A saved tiny model (positions for GSM8K-length prompts), a GSM8K-format jsonl and a second-domain jsonl."""
-    from dataflex_callbacks.tiny_model import save_tiny
+    from dataflex_callbacks.recipes.tiny_model import save_tiny
 
     folder = tmp_path_factory.mktemp("colab_inputs")
     model = save_tiny(folder / "tiny_model", max_position_embeddings=256)

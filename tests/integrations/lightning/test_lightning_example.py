@@ -7,7 +7,7 @@ import os
 import pytest
 
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
-from dataflex_callbacks.tasks import load_task_suite
+from dataflex_callbacks.recipes.tasks import load_task_suite
 from lightning_toy import toy_trainer
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,7 @@ if _HERE not in sys.path:
 from datasets import Dataset  # noqa: E402
 
 from cpu_settings import CPU_RUN_SETTINGS  # noqa: E402
-from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
+from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 
 def parity_reward(completions, **kwargs):

@@ -7,7 +7,7 @@ from trl import GRPOConfig, GRPOTrainer
 from cpu_settings import CPU_RUN_SETTINGS
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer, attach
-from dataflex_callbacks.tiny_model import build_tiny_model
+from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 
 MIX_ON_SOURCE = {"domain_key": "source", "mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1}}
 YAML_ON_SOURCE = """\

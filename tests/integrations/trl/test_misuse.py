@@ -138,7 +138,7 @@ def test_strict_false_resumes_a_changed_config_with_the_mixing_state(make_traine
 def test_mix_preset_without_a_domain_column_names_domain_column(make_trainer, tiny_tokenizer):
     from trl import GRPOConfig
 
-    from dataflex_callbacks.tiny_model import build_tiny_model
+    from dataflex_callbacks.recipes.tiny_model import build_tiny_model
     from cpu_settings import CPU_RUN_SETTINGS
 
     data = Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3=", "4+4="], "topic": ["a", "b", "a", "b"]})
@@ -153,7 +153,7 @@ def test_mix_preset_without_a_domain_column_names_domain_column(make_trainer, ti
 def test_a_null_domain_label_is_refused_with_its_row(tiny_tokenizer, strategy):
     from trl import GRPOConfig
 
-    from dataflex_callbacks.tiny_model import build_tiny_model
+    from dataflex_callbacks.recipes.tiny_model import build_tiny_model
     from cpu_settings import CPU_RUN_SETTINGS
 
     data = Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3=", "4+4="], "domain": ["a", None, "a", "b"]})
@@ -208,7 +208,7 @@ def test_a_mixing_generation_batch_holds_each_prompt_once(make_trainer, tiny_tok
     from trl import GRPOConfig
 
     from cpu_settings import CPU_RUN_SETTINGS
-    from dataflex_callbacks.tiny_model import build_tiny_model
+    from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 
     data = Dataset.from_dict({"prompt": [f"q{i}=" for i in range(30)], "domain": ["small"] * 5 + ["big"] * 25})
     args = GRPOConfig(output_dir="unused", per_device_train_batch_size=8, num_generations=2, max_completion_length=4,
@@ -240,7 +240,7 @@ def test_a_mixing_generation_batch_holds_each_prompt_once(make_trainer, tiny_tok
 def test_mix_quota_from_the_config_reaches_the_trl_sampler(tiny_tokenizer):
     from trl import GRPOConfig
 
-    from dataflex_callbacks.tiny_model import build_tiny_model
+    from dataflex_callbacks.recipes.tiny_model import build_tiny_model
     from cpu_settings import CPU_RUN_SETTINGS
 
     data = Dataset.from_dict({"prompt": [f"q{i}=" for i in range(12)], "domain": ["a", "b", "c"] * 4})

@@ -105,7 +105,7 @@ def test_resumed_run_continues_the_sampler_stream_and_decisions(tmp_path):
 
 @pytest.mark.parametrize("preset", ["static", "reward_gap", "dump_ucb", "tscl", "learnability", "skip", "skip+diffband"])
 def test_dataflex_run_trains_with_prerollout_presets_and_counts_completions(tmp_path, preset):
-    from dataflex_callbacks.runner import RunOptions, run_training
+    from dataflex_callbacks.recipes.runner import RunOptions, run_training
 
     options = RunOptions(strategy=preset, steps=12, n_train=6, n_test=1, prompts_per_step=4, num_generations=4,
                          output_dir=str(tmp_path / "run"), progress=False)

@@ -16,7 +16,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from test_trainer_transfer_queue import verl_config  # noqa: E402
 
-import dataflex_callbacks.tasks.multi_domain_reward as multi_domain_reward  # noqa: E402
+import dataflex_callbacks.recipes.tasks.multi_domain_reward as multi_domain_reward  # noqa: E402
 
 KK_TRUTH = "Michael is a knight, Zoey is a knave, and Ethan is a knight."
 ROWS = [  # (data_source, response, ground truth, expected score)
@@ -58,7 +58,7 @@ def row(tokenizer, data_source, response, ground_truth):
                      "extra_info": np.array([{"index": 0}], dtype=object)})
 
 
-@pytest.mark.parametrize("path", ["pkg://dataflex_callbacks.tasks.multi_domain_reward", multi_domain_reward.__file__])
+@pytest.mark.parametrize("path", ["pkg://dataflex_callbacks.recipes.tasks.multi_domain_reward", multi_domain_reward.__file__])
 def test_compute_score_through_verls_reward_manager(path):
     from verl.trainer.ppo.reward import load_reward_manager
 

@@ -45,7 +45,7 @@ def write_parquet(path):
 def make_trainer(data_file, checkpoint_dir, *dataflex):
     from verl.trainer.ppo.v1 import get_trainer_cls
 
-    from dataflex_callbacks.tiny_model import build_tiny_tokenizer
+    from dataflex_callbacks.recipes.tiny_model import build_tiny_tokenizer
 
     config = verl_config(
         f"data.train_files={data_file}", f"data.val_files={data_file}", "data.train_batch_size=4",

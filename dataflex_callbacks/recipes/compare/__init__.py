@@ -1,7 +1,7 @@
 """Fair comparison of strategies: matched seeds, one budget, paired intervals (``dataflex compare``).
 
 ```python
-from dataflex_callbacks.compare import Budget, CompareSettings, run_grid, write_report
+from dataflex_callbacks.recipes.compare import Budget, CompareSettings, run_grid, write_report
 
 settings = CompareSettings(strategies=["baseline", "difffilter"], seeds=[0, 1, 2], budget=Budget.parse("steps:100"),
                            output_dir="runs/compare", jobs=2)

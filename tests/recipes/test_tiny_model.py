@@ -5,7 +5,7 @@ import torch
 
 pytest.importorskip("transformers")
 
-from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer, save_tiny  # noqa: E402
+from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer, save_tiny  # noqa: E402
 
 
 def test_tokenizer_round_trips_characters():

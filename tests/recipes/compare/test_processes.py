@@ -12,10 +12,10 @@ import pytest
 psutil = pytest.importorskip("psutil")
 pytest.importorskip("trl")
 
-from dataflex_callbacks.cli import main  # noqa: E402
-from dataflex_callbacks.compare.grid import LOCK_FILE, FolderLock  # noqa: E402
+from dataflex_callbacks.recipes.cli import main  # noqa: E402
+from dataflex_callbacks.recipes.compare.grid import LOCK_FILE, FolderLock  # noqa: E402
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def _alive(process) -> bool:

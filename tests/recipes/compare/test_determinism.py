@@ -2,9 +2,9 @@
 
 import json
 
-from dataflex_callbacks.compare.budget import Budget
-from dataflex_callbacks.compare.grid import CompareSettings, GridRun, execute_run
-from dataflex_callbacks.runner import RunOptions
+from dataflex_callbacks.recipes.compare.budget import Budget
+from dataflex_callbacks.recipes.compare.grid import CompareSettings, GridRun, execute_run
+from dataflex_callbacks.recipes.runner import RunOptions
 
 VARYING = ("wall_seconds", "run_dir", "step_time")
 

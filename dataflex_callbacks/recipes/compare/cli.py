@@ -32,14 +32,14 @@ def add_compare_parser(commands) -> None:
                          help="held-out evaluations during each run, for the accuracy-vs-completions figure (default: 4)")
     compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=f"comparison folder (default: {DEFAULT_OUTPUT_DIR})")
     compare.add_argument("--overwrite", action="store_true", help="discard the finished runs in --output-dir and start over")
-    from dataflex_callbacks.cli import add_training_arguments
+    from dataflex_callbacks.recipes.cli import add_training_arguments
 
     add_training_arguments(compare)
 
 
 def settings_from_args(args, argv: list[str] | None = None):
     """Build `CompareSettings` from parsed arguments (raises `CompareInputError` on a bad value)."""
-    from dataflex_callbacks.runner import RunOptions
+    from dataflex_callbacks.recipes.runner import RunOptions
 
     from .budget import Budget
     from .grid import CompareInputError, CompareSettings, parse_seeds, parse_strategies
@@ -48,7 +48,7 @@ def settings_from_args(args, argv: list[str] | None = None):
         budget = Budget.parse(args.budget)
     except ValueError as error:
         raise CompareInputError(str(error)) from None
-    from dataflex_callbacks.cli import training_options
+    from dataflex_callbacks.recipes.cli import training_options
 
     base = RunOptions(**training_options(args))
     jobs = args.jobs if args.jobs is not None else max(1, min(2, os.cpu_count() or 1))
@@ -88,8 +88,8 @@ def command_compare(args, argv: list[str] | None = None) -> int:
 
     Bad input exits with code 2 and one line on stderr, before any folder is written.
     """
-    from dataflex_callbacks.cli import _fail
-    from dataflex_callbacks.runner import RunInputError
+    from dataflex_callbacks.recipes.cli import _fail
+    from dataflex_callbacks.recipes.runner import RunInputError
 
     from .grid import CompareInputError, run_grid
     from .report import write_report

@@ -1,6 +1,6 @@
 """The built-in task domains: procedurally generated prompts with verifiable answers.
 
-They are sized for the tiny character-level model of `dataflex_callbacks.tiny_model`
+They are sized for the tiny character-level model of `dataflex_callbacks.recipes.tiny_model`
 trained with GRPO on a CPU for 100-200 steps, and span the difficulty range that data
 strategies are meant to exploit:
 

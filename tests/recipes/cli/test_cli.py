@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-from dataflex_callbacks.cli import main  # noqa: E402
+from dataflex_callbacks.recipes.cli import main  # noqa: E402
 
 SHORT = ["--steps", "3", "--no-progress", "--prompts-per-step", "4", "--num-generations", "4"]
 
@@ -110,7 +110,7 @@ def test_validate(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_a_run_that_trains_nothing_is_an_error_and_leaves_nothing(tmp_path, monkeypatch):
-    from dataflex_callbacks import runner
+    from dataflex_callbacks.recipes import runner
 
     # Skip the up-front row check to reach the guard behind it: 4 training rows, 8 prompts per step, so
     # TRL's sampler yields no batch and train() returns after 0 optimizer steps.

@@ -7,9 +7,9 @@ import re
 
 import pytest
 
-from dataflex_callbacks.cli import main
-from dataflex_callbacks.compare import grid
-from dataflex_callbacks.compare.report import RUN_COLUMNS
+from dataflex_callbacks.recipes.cli import main
+from dataflex_callbacks.recipes.compare import grid
+from dataflex_callbacks.recipes.compare.report import RUN_COLUMNS
 
 ARGS = ["compare", "--strategies", "baseline,difffilter", "--seeds", "2", "--budget", "steps:3",
         "--eval-points", "1", "--no-progress"]
@@ -158,7 +158,7 @@ def test_a_damaged_result_is_recomputed_with_a_warning(compare_dir, monkeypatch,
 
 
 def _small_settings(folder, budget="steps:3"):
-    from dataflex_callbacks.compare import Budget, CompareSettings
+    from dataflex_callbacks.recipes.compare import Budget, CompareSettings
 
     return CompareSettings(strategies=["baseline", "difffilter"], seeds=[0, 1], budget=Budget.parse(budget),
                            output_dir=str(folder), eval_points=1, progress=False)
@@ -185,9 +185,9 @@ def test_a_manifest_without_finished_runs_does_not_block_the_corrected_command(c
 
 
 def test_one_seed_prints_no_nan_interval(compare_dir):
-    from dataflex_callbacks.compare.cli import summary_lines
-    from dataflex_callbacks.compare.grid import GridOutcome
-    from dataflex_callbacks.compare.report import render_report
+    from dataflex_callbacks.recipes.compare.cli import summary_lines
+    from dataflex_callbacks.recipes.compare.grid import GridOutcome
+    from dataflex_callbacks.recipes.compare.report import render_report
 
     settings = _small_settings(compare_dir)
     settings.seeds = [0]

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dataflex_callbacks.compare.budget import Budget, GenerationLedger
+from dataflex_callbacks.recipes.compare.budget import Budget, GenerationLedger
 
 
 def test_parse_and_print_round_trip():

@@ -311,8 +311,8 @@ def first_line(error: BaseException) -> str:
 
 def load_data(options: RunOptions):
     """Return `(train, test, reward_settings)`: the built-in suite, or the user dataset split for evaluation."""
-    from dataflex_callbacks import tasks
-    from dataflex_callbacks.tasks.loading import DatasetError
+    from dataflex_callbacks.recipes import tasks
+    from dataflex_callbacks.recipes.tasks.loading import DatasetError
 
     if options.dataset is None:
         try:
@@ -385,7 +385,7 @@ def check_trainable(options: RunOptions, strategy, train, error: type = None) ->
 def load_model(options: RunOptions):
     """Return `(model, tokenizer, description)`: the built-in tiny model, or `from_pretrained(options.model)`."""
     if options.model is None:
-        from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer
+        from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer
 
         tokenizer = build_tiny_tokenizer()
         return build_tiny_model(tokenizer, seed=options.seed), tokenizer, "tiny"
@@ -584,7 +584,7 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     from transformers import set_seed
     from trl import GRPOConfig
 
-    from dataflex_callbacks import tasks
+    from dataflex_callbacks.recipes import tasks
 
     tiny = options.model is None
     completion_tokens = options.max_completion_length or (4 if tiny else 64)

@@ -87,7 +87,7 @@ class CompareSettings:
     command: str = ""
 
     def __post_init__(self):
-        from dataflex_callbacks.runner import RunOptions
+        from dataflex_callbacks.recipes.runner import RunOptions
 
         if self.base is None:
             self.base = RunOptions()
@@ -95,7 +95,7 @@ class CompareSettings:
             raise CompareInputError("no strategies to compare; pass e.g. --strategies baseline,difffilter")
         if len(set(self.strategies)) != len(self.strategies):
             raise CompareInputError(f"strategies are listed twice in {self.strategies}; list each once")
-        from dataflex_callbacks.runner import OPTION_RULES, NumberRule, check_option_number, check_run_options
+        from dataflex_callbacks.recipes.runner import OPTION_RULES, NumberRule, check_option_number, check_run_options
 
         self.seeds = [check_option_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in self.seeds]
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
@@ -232,7 +232,7 @@ def check_strategies(settings: CompareSettings) -> dict[str, bool]:
 
 def build_strategies(settings: CompareSettings) -> dict:
     """`spec -> built strategy (None for plain GRPO)` for every strategy; a bad one raises `CompareInputError`."""
-    from dataflex_callbacks.runner import RunInputError, resolve_strategy
+    from dataflex_callbacks.recipes.runner import RunInputError, resolve_strategy
 
     found = {}
     for spec in settings.strategies:
@@ -249,7 +249,7 @@ def check_data(settings: CompareSettings, strategies: dict) -> None:
     Raises `CompareInputError` for unusable data (missing file or column, malformed rows, too few
     rows for one step, mix domains the data lacks).
     """
-    from dataflex_callbacks.runner import RunInputError, check_trainable, load_data
+    from dataflex_callbacks.recipes.runner import RunInputError, check_trainable, load_data
 
     options = settings.options_for(settings.grid()[0])
     try:
@@ -299,8 +299,8 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
 def execute_run(settings: CompareSettings, run: GridRun, prerollout: bool = False,
                 on_step: Callable[[int], None] | None = None) -> dict:
     """Train one grid run, write its `result.json` atomically and return the result record."""
-    from dataflex_callbacks import tasks
-    from dataflex_callbacks.runner import load_data, run_training
+    from dataflex_callbacks.recipes import tasks
+    from dataflex_callbacks.recipes.runner import load_data, run_training
 
     options = settings.options_for(run, prerollout)
     _, test, reward_settings = load_data(options)
@@ -490,7 +490,7 @@ def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
     Nothing is written before the checks pass; if a later step of the start fails, the folder is
     removed again when this start created it.
     """
-    from dataflex_callbacks.runner import OutputFolder
+    from dataflex_callbacks.recipes.runner import OutputFolder
 
     strategies = build_strategies(settings)
     check_data(settings, strategies)
@@ -606,7 +606,7 @@ def _run_parallel(settings, pending, prerollout, advance, finish) -> None:
 
 def parse_seeds(text) -> list[int]:
     """`3` -> seeds 0, 1, 2; `0,5,7` -> exactly those seeds."""
-    from dataflex_callbacks.runner import OPTION_RULES, check_option_number
+    from dataflex_callbacks.recipes.runner import OPTION_RULES, check_option_number
 
     text = str(text).strip()
     try:

@@ -2,7 +2,7 @@
 
 import pytest
 
-from dataflex_callbacks.tasks.math_answers import (
+from dataflex_callbacks.recipes.tasks.math_answers import (
     extract_final_answer,
     last_boxed,
     math_answer_reward,

@@ -86,14 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a strategy config file and print the resolved config")
     validate.add_argument("file")
 
-    from dataflex_callbacks.compare.cli import add_compare_parser
+    from dataflex_callbacks.recipes.compare.cli import add_compare_parser
 
     add_compare_parser(commands)
     return parser
 
 
 def _command_run(args) -> int:
-    from dataflex_callbacks.runner import RunInputError, RunOptions, check_run_options, run_training
+    from dataflex_callbacks.recipes.runner import RunInputError, RunOptions, check_run_options, run_training
 
     options = RunOptions(
         strategy=args.strategy, steps=args.steps, seed=args.seed, output_dir=args.output_dir,
@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _quiet_environment(args)
     if args.command == "compare":
-        from dataflex_callbacks.compare.cli import command_compare
+        from dataflex_callbacks.recipes.compare.cli import command_compare
 
         return command_compare(args, argv)
     handlers = {"run": _command_run, "list": _command_list, "validate": _command_validate}

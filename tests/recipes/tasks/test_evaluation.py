@@ -4,8 +4,8 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from dataflex_callbacks.tasks import evaluate, load_task_suite  # noqa: E402
-from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
+from dataflex_callbacks.recipes.tasks import evaluate, load_task_suite  # noqa: E402
+from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 
 def test_untrained_model_accuracy_per_domain():
@@ -32,7 +32,7 @@ def test_unchanged_weights_give_identical_completions_after_a_trainer_touched_th
     import torch
     from trl import GRPOConfig, GRPOTrainer
 
-    from dataflex_callbacks.tasks import generate_greedy, make_reward_fn
+    from dataflex_callbacks.recipes.tasks import generate_greedy, make_reward_fn
 
     tokenizer = build_tiny_tokenizer()
     model = build_tiny_model(tokenizer, seed=0)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from dataflex_callbacks.tasks.multi_domain_reward import (
+from dataflex_callbacks.recipes.tasks.multi_domain_reward import (
     FAMILIES,
     MultiDomainReward,
     chosen_letter,
@@ -215,7 +215,7 @@ def test_as_reward_function_of_a_real_grpo_trainer(tmp_path):
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from dataflex_callbacks.tiny_model import build_tiny_model, build_tiny_tokenizer
+    from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer
 
     calls = []
 

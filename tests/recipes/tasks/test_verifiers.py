@@ -2,7 +2,7 @@
 
 import pytest
 
-from dataflex_callbacks.tasks import (
+from dataflex_callbacks.recipes.tasks import (
     answer_is_readable,
     coin_flip,
     exact_match,

@@ -23,7 +23,7 @@ Two entry points:
 - TRL: ``GRPOTrainer(reward_funcs=[MultiDomainReward()])`` (or the ready instance
   `multi_domain_reward`); it reads the label and the reference from the dataset columns TRL
   passes as keyword arguments.
-- verl: ``reward.custom_reward_function.path=pkg://dataflex_callbacks.tasks.multi_domain_reward``
+- verl: ``reward.custom_reward_function.path=pkg://dataflex_callbacks.recipes.tasks.multi_domain_reward``
   (or this file's path) and ``...name=compute_score``; verl calls
   ``compute_score(data_source, solution_str, ground_truth, extra_info)``.
 """
@@ -35,8 +35,8 @@ from typing import Any, Callable, Mapping, Sequence
 
 # Absolute imports: verl may load this file by path (``custom_reward_function.path=/.../multi_domain_reward.py``),
 # outside its package, where relative imports fail.
-from dataflex_callbacks.tasks.math_answers import last_boxed, math_answers_match
-from dataflex_callbacks.tasks.verifiers import completion_text
+from dataflex_callbacks.recipes.tasks.math_answers import last_boxed, math_answers_match
+from dataflex_callbacks.recipes.tasks.verifiers import completion_text
 
 FAMILIES = ("math", "knights_knaves", "multiple_choice")
 
@@ -259,7 +259,7 @@ def score_answer(label, completion, ground_truth, routes: Mapping[str, str] | No
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, routes=None, **kwargs) -> float:
     """verl reward function: set ``reward.custom_reward_function.name=compute_score`` and ``.path`` to this module.
 
-    The path is ``pkg://dataflex_callbacks.tasks.multi_domain_reward`` (or the file's path).
+    The path is ``pkg://dataflex_callbacks.recipes.tasks.multi_domain_reward`` (or the file's path).
 
     Routes by `data_source`; when it names no family, by ``extra_info["domain"]`` if present.
     `routes` (``reward.custom_reward_function.reward_kwargs.routes``) adds ``{label: family}``.

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from dataflex_callbacks.compare import stats
+from dataflex_callbacks.recipes.compare import stats
 
 REPETITIONS = 2000
 

@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("datasets")
 
-from dataflex_callbacks.tasks import TASK_DOMAINS, load_task_suite, make_reward_fn  # noqa: E402
+from dataflex_callbacks.recipes.tasks import TASK_DOMAINS, load_task_suite, make_reward_fn  # noqa: E402
 
 
 def test_suite_columns_and_sizes():

@@ -15,7 +15,7 @@ import pytest
 
 pytest.importorskip("trl")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def dataflex(args, cwd, timeout=600):
