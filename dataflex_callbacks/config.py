@@ -20,27 +20,23 @@ Two forms are accepted and resolve to one canonical (composable) dict:
        domain_key: the dataset column holding the domain label (None: the host's default)
 
 Either form may sit under a ``dataflex:`` key of a larger file (a verl config with ``trainer:``,
-``data:``, ... beside it); only that block is read.
+``data:``, ... beside it); only that block is read. Every key's help, default and accepted values
+are fields of the dataclasses in `config_fields` (`StrategyConfig`, `SelectConfig`, ...).
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 import os
 from typing import Any, Mapping
 
+from .config_fields import (NAN_POLICIES, QUOTAS, WINDOW_UNITS, MixConfig, ReweightConfig,  # noqa: F401 (re-exported)
+                            SelectConfig, StrategyConfig, required_fields)
 from .errors import ConfigError
 from .params import plain_scalar
-from .proportions import check_domains
 
-NAN_POLICIES = ("zero", "drop", "raise")
-WINDOW_UNITS = ("steps", "rows")
-
-SELECT_DEFAULTS = {"warmup_steps": 0}
-REWEIGHT_DEFAULTS = {"warmup_steps": 0}
-MIX_DEFAULTS = {"domains": None, "window": 50, "window_unit": "steps", "quota": "independent", "warmup_steps": 10,
-                "update_every": 5, "smoothing": 0.0, "prior": None}
-TOP_LEVEL_KEYS = ("name", "pre_select", "select", "reweight", "mix", "nan_policy", "domain_key")
+TOP_LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(StrategyConfig))
 LEGACY_KEYS = ("mechanism", "scorer", "actuator", "warmup_step", "update_step", "domains", "domain_key", "window", "name")
 
 # Defaults of the DataFlex-RL plugin that differ from this library's, filled into reference-form
@@ -55,7 +51,7 @@ REFERENCE_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
 }
 # Keys the verl adapter reads from the same ``dataflex:`` block (with their types).
 HOST_KEYS = {"enable": bool, "seed": int}
-QUOTAS = ("independent", "exact")  # DomainMixingSampler's batch split; "exact" is DataFlex-RL's replay buffer
+# The reference plugin's mix schedule (MixConfig fields), filled into reference-form mix blocks.
 REFERENCE_MIX = {"warmup_steps": 0, "update_every": 1, "window": 50, "window_unit": "rows", "quota": "exact"}
 
 
@@ -296,66 +292,41 @@ def component_spec(spec: Any, where: str) -> dict:
     return {"name": name, "params": params}
 
 
-def _section(config: Mapping, key: str, component_keys: tuple[str, ...], defaults: dict) -> dict | None:
+def _section(config: Mapping, key: str, cls: type) -> Any:
+    """The part ``key`` of ``config`` as its dataclass ``cls`` (None when absent): keys checked, defaults filled."""
     if config.get(key) is None:
         return None
     section = config[key]
     if not isinstance(section, Mapping):
         raise ConfigError(f"'{key}' must be a mapping; got {section!r}")
-    valid = component_keys + tuple(defaults)
+    valid = tuple(f.name for f in dataclasses.fields(cls))
     unknown = sorted(set(section) - set(valid))
     if unknown:
         raise ConfigError(f"'{key}': unknown key(s) {unknown}; valid keys: {', '.join(valid)}")
-    out = dict(defaults)
-    for name in component_keys:
+    components = required_fields(cls)
+    values = {}
+    for name in components:
         if name not in section:
             raise ConfigError(f"'{key}' needs key '{name}'")
-        out[name] = component_spec(section[name], f"{key}.{name}")
-    out.update({k: plain(section[k]) for k in defaults if k in section})
-    return out
-
-
-def _mix_section(config: Mapping) -> dict | None:
-    mix = _section(config, "mix", ("mixer",), MIX_DEFAULTS)
-    if mix is None:
-        return None
-    if mix["domains"] is not None:
-        mix["domains"] = check_domains(mix["domains"], "mix.domains")
-    if mix["window_unit"] not in WINDOW_UNITS:
-        raise ConfigError(f"mix.window_unit must be one of {', '.join(WINDOW_UNITS)} (what one window slot holds: "
-                          f"one step's observation, or one response row); got {mix['window_unit']!r}")
-    if mix["quota"] not in QUOTAS:
-        raise ConfigError(f"mix.quota must be one of {', '.join(QUOTAS)} (how a batch is split among domains: "
-                          f"independent draws, or exact largest-remainder counts); got {mix['quota']!r}")
-    if mix["prior"] is not None and (isinstance(mix["prior"], str) or not hasattr(mix["prior"], "__len__")):
-        raise ConfigError(f"mix.prior must be a mapping {{domain: proportion}} or a list in domain order; got {mix['prior']!r}")
-    return mix
+        values[name] = component_spec(section[name], f"{key}.{name}")
+    values.update({k: plain(section[k]) for k in valid if k in section and k not in components})
+    return cls(**values)
 
 
 def canonicalize(config: Mapping) -> dict:
-    """Validate top-level and section keys; fill defaults. Components are checked when built."""
+    """Validate top-level and section keys; fill defaults (from the `config_fields` dataclasses).
+
+    Components are checked when built.
+    """
     unknown = sorted(set(config) - set(TOP_LEVEL_KEYS))
     if unknown:
         raise ConfigError(f"strategy config: unknown key(s) {unknown}; valid keys: {', '.join(TOP_LEVEL_KEYS)} "
                           "(or the DataFlex-RL block with 'mechanism'); a verl or trainer config must hold the "
                           "strategy under a 'dataflex:' key")
-    nan_policy = config.get("nan_policy", "zero")
-    if not isinstance(nan_policy, str) or nan_policy not in NAN_POLICIES:
-        raise ConfigError(f"nan_policy must be one of {', '.join(NAN_POLICIES)}; got {nan_policy!r}")
-    name = config.get("name", "custom")
-    if not isinstance(name, str) or not name:
-        raise ConfigError(f"'name' must be a non-empty string; got {name!r}")
-    domain_key = config.get("domain_key")
-    if domain_key is not None and (not isinstance(domain_key, str) or not domain_key):
-        raise ConfigError(f"domain_key must be the name of the dataset column holding the domain label; got {domain_key!r}")
+    strategy = StrategyConfig(**{k: config[k] for k in ("nan_policy", "name", "domain_key") if k in config})
     pre_select = config.get("pre_select")
-    return {
-        "name": name,
-        "pre_select": None if pre_select is None else component_spec(pre_select, "pre_select"),
-        "select": _section(config, "select", ("scorer", "selector"), SELECT_DEFAULTS),
-        "reweight": _section(config, "reweight", ("scorer", "reweighter"), REWEIGHT_DEFAULTS),
-        "mix": _mix_section(config),
-        "nan_policy": nan_policy,
-        # None = not set: each host then uses its own default column (verl: data_source, else domain).
-        "domain_key": domain_key,
-    }
+    strategy.pre_select = None if pre_select is None else component_spec(pre_select, "pre_select")
+    strategy.select = _section(config, "select", SelectConfig)
+    strategy.reweight = _section(config, "reweight", ReweightConfig)
+    strategy.mix = _section(config, "mix", MixConfig)
+    return strategy.to_dict()

@@ -13,21 +13,28 @@ from collections import deque
 from typing import Mapping, Sequence
 
 from .batch import RolloutBatch
+from .config_fields import WINDOW_UNITS, MixConfig, field_defaults
 from .errors import ConfigError, StateError, check_state
 from .mixers import Mixer
 from .params import check_choice, check_int, check_number
-from .proportions import check_domains, check_proportions
-from .tracker import WINDOW_UNITS, DomainTracker
+from .proportions import check_domains, check_proportions, check_proportions_form
+from .tracker import DomainTracker
 
 RECENT_DRAWS = 20  # sampler batches in the "recent" actual-proportion window
+_DEFAULTS = field_defaults(MixConfig)  # one set of defaults for the config loader and direct construction
 
 
 class DomainMixing:
-    """Schedule that turns tracked per-domain statistics into target sampling proportions."""
+    """Schedule that turns tracked per-domain statistics into target sampling proportions.
 
-    def __init__(self, mixer: Mixer, domains: Sequence[str] | None = None, window: int = 50, warmup_steps: int = 10,
-                 update_every: int = 5, smoothing: float = 0.0, prior: Mapping[str, float] | Sequence[float] | None = None,
-                 window_unit: str = "steps"):
+    The arguments are the fields of `MixConfig` (their help and defaults live there).
+    """
+
+    def __init__(self, mixer: Mixer, domains: Sequence[str] | None = _DEFAULTS["domains"],
+                 window: int = _DEFAULTS["window"], warmup_steps: int = _DEFAULTS["warmup_steps"],
+                 update_every: int = _DEFAULTS["update_every"], smoothing: float = _DEFAULTS["smoothing"],
+                 prior: Mapping[str, float] | Sequence[float] | None = _DEFAULTS["prior"],
+                 window_unit: str = _DEFAULTS["window_unit"]):
         if not isinstance(mixer, Mixer):
             raise ConfigError(f"DomainMixing needs a Mixer (e.g. build_component('mixer', 'reward_gap')); got {mixer!r}")
         self.mixer = mixer
@@ -36,9 +43,7 @@ class DomainMixing:
         self.warmup_steps = check_int("warmup_steps", warmup_steps, low=0)
         self.update_every = check_int("update_every", update_every, low=1)
         self.smoothing = check_number("smoothing", smoothing, low=0.0, high=1.0, high_open=True)
-        if prior is not None and not isinstance(prior, Mapping) and (isinstance(prior, str) or not hasattr(prior, "__len__")):
-            raise ConfigError(f"mix 'prior' must be a mapping {{domain: proportion}} or a list in domain order; got {prior!r}")
-        self.prior_config = None if prior is None else (dict(prior) if isinstance(prior, Mapping) else list(prior))
+        self.prior_config = None if prior is None else check_proportions_form(prior, "mix 'prior'")
         self.domains: list[str] | None = None
         self.tracker: DomainTracker | None = None
         self.target: dict[str, float] | None = None

@@ -37,6 +37,18 @@ def check_domains(domains: Any, what: str = "domains") -> list[str]:
     return labels
 
 
+def check_proportions_form(proportions: Any, what: str = "proportions") -> dict | list:
+    """A copy of ``proportions`` if it has the form of proportions (a mapping or a list), else a `ConfigError`.
+
+    For proportions given before the domains are known; `check_proportions` checks the values once they are.
+    """
+    if isinstance(proportions, Mapping):
+        return dict(proportions)
+    if isinstance(proportions, str) or not hasattr(proportions, "__len__"):
+        raise ConfigError(f"{what} must be a mapping {{domain: proportion}} or a list in domain order; got {proportions!r}")
+    return list(proportions)
+
+
 def check_proportions(proportions: Any, domains: Sequence[str], what: str = "proportions") -> dict[str, float]:
     """Return ``proportions`` as ``{domain: float}`` over exactly ``domains``, or raise `ConfigError`.
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from .batch import RolloutBatch
+from .config_fields import WINDOW_UNITS
 from .errors import BatchError, ConfigError, StateError, check_state
 from .params import check_choice, check_int
 from .proportions import check_domains
@@ -31,7 +32,6 @@ from .proportions import check_domains
 _STEP_SUMS = ("count", "reward_sum", "abs_adv_sum", "group_var_sum", "group_count", "nonfinite")
 _WINDOW_STATS = ("reward", "abs_advantage", "group_variance", "count", "step")
 _ROW_STATS = ("reward", "abs_advantage", "group_variance", "step")  # count is 1 per row
-WINDOW_UNITS = ("steps", "rows")
 _STATE_KEYS = ("domains", "window", "updates", "history", "filled", "cursor", "total_count")
 
 

@@ -5,8 +5,9 @@ commands (a later `dataflex compare`) can run several strategies or seeds and re
 returned `RunResult`. With the defaults it trains the built-in tiny model on the built-in task
 suite on a CPU in a couple of minutes, with no network access.
 
+Its settings are `RunOptions` (recipes/options.py: every field with its help, default and rule).
 Every input is checked before the model is loaded and before anything is written: a bad number
-(`OPTION_RULES`), output folder, strategy, dataset, column, answer, or too few rows for one step
+(the field's `NumberRule`), output folder, strategy, dataset, column, answer, or too few rows for one step
 raises `RunInputError` (the CLI turns it into a one-line error and exit code 2), and a run that
 fails removes the folder it created.
 """
@@ -17,74 +18,17 @@ import dataclasses
 import datetime as _datetime
 import json
 import math
-import operator
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from .options import (OPTION_RULES, NumberRule, RunInputError, RunOptions, check_option_number,  # noqa: F401
+                      check_run_options, completion_tokens, eval_tokens, option_flag)
+
 RUN_FILES = ("config.json", "metrics.jsonl", "eval.json", "plot.png")
 NO_STRATEGY = ("none",)
-
-
-class RunInputError(ValueError):
-    """A user input that makes the run impossible (bad strategy, dataset, column, answer or output folder)."""
-
-
-@dataclass
-class RunOptions:
-    """Settings of one `dataflex run`; every field has a CPU-friendly default for the tiny model.
-
-    Attributes:
-        strategy: preset name, path to a YAML/JSON strategy file, or `none` for plain GRPO. Default `diffband`:
-            measured, `difffilter` (band 0.2-0.8) drops nearly every group of the learnable domain early on
-            (about 1 of 8 answers right) and keeps the noisy `coin` groups, and the model collapses.
-        steps: optimizer steps (one generation batch each).
-        seed: seeds the task suite, model init, sampling and the noisy reward. Same seed, same metrics.
-        output_dir: run folder; default `runs/<strategy>-<timestamp>`.
-        overwrite: replace the run files of an existing run folder.
-        model: hub id or local path for `from_pretrained`; default the built-in tiny model.
-        dataset: hub name or local jsonl/json/parquet/csv file; default the built-in task suite.
-        prompt_column, answer_column, domain_column: columns of `dataset`.
-        split: split of a hub `dataset` to read.
-        verifier: `auto` (numeric when every answer is a number, else exact), `numeric`, `exact`.
-        domains: built-in domains to train on (default all of `tasks.TASK_DOMAINS`).
-        n_train, n_test: prompts per domain of the built-in suite (train, held out); for a user
-            dataset `n_test` rows are held out for evaluation.
-        prompts_per_step: distinct prompts per optimizer step.
-        num_generations: completions per prompt (the GRPO group size).
-        max_completion_length: tokens generated per completion (None: 4 for the tiny model, 64 otherwise).
-        learning_rate: AdamW learning rate (constant schedule).
-        temperature: sampling temperature during training.
-        beta: KL coefficient (0 drops the reference model, as in recent GRPO recipes).
-        eval_max_new_tokens: greedy tokens per held-out prompt (None: max_completion_length, at least 8).
-        progress: show a progress bar.
-    """
-
-    strategy: str = "diffband"
-    steps: int = 150
-    seed: int = 0
-    output_dir: str | None = None
-    overwrite: bool = False
-    model: str | None = None
-    dataset: str | None = None
-    prompt_column: str = "prompt"
-    answer_column: str = "answer"
-    domain_column: str | None = None
-    split: str = "train"
-    verifier: str = "auto"
-    domains: list[str] | None = None
-    n_train: int = 200
-    n_test: int = 50
-    prompts_per_step: int = 8
-    num_generations: int = 8
-    max_completion_length: int | None = None
-    learning_rate: float = 3e-3
-    temperature: float = 1.0
-    beta: float = 0.0
-    eval_max_new_tokens: int | None = None
-    progress: bool = True
 
 
 @dataclass
@@ -119,103 +63,6 @@ def resolve_strategy(spec: str):
     except Exception as error:  # the library raises ValueError/KeyError/FileNotFoundError with the valid choices
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise RunInputError(f"invalid strategy {spec!r}: {message}") from error
-
-
-# One rule per numeric option of `RunOptions` (OPTION_RULES below): every number a user gives is checked
-# there, before any data, model or folder is touched; `dataflex compare` checks its own numbers with the same rules.
-MAX_SEED = 2**32 - 1  # numpy's legacy seeding (used by TRL/transformers `set_seed`) refuses anything larger
-
-
-@dataclass(frozen=True)
-class NumberRule:
-    """What a numeric option accepts: an integer or a finite float within `[low, high]` (or `> low` when `open_low`)."""
-
-    integer: bool
-    low: float | None = None
-    high: float | None = None
-    open_low: bool = False
-    optional: bool = False
-
-    def describe(self) -> str:
-        kind = "an integer" if self.integer else "a finite number"
-        low, high = (None if b is None else (int(b) if self.integer else b) for b in (self.low, self.high))
-        if low is not None and high is not None:
-            return f"{kind} from {low} to {high}"
-        if low is not None:
-            return f"{kind} {'>' if self.open_low else '>='} {low}"
-        return kind
-
-
-OPTION_RULES: dict[str, NumberRule] = {
-    "steps": NumberRule(integer=True, low=1),
-    "seed": NumberRule(integer=True, low=0, high=MAX_SEED),
-    "n_train": NumberRule(integer=True, low=1),
-    "n_test": NumberRule(integer=True, low=1),
-    "prompts_per_step": NumberRule(integer=True, low=1),
-    "num_generations": NumberRule(integer=True, low=2),  # GRPO compares the responses of one prompt
-    "max_completion_length": NumberRule(integer=True, low=1, optional=True),
-    "eval_max_new_tokens": NumberRule(integer=True, low=1, optional=True),
-    "learning_rate": NumberRule(integer=False, low=0, open_low=True),
-    "temperature": NumberRule(integer=False, low=0, open_low=True),
-    "beta": NumberRule(integer=False, low=0),
-}
-
-
-def option_flag(name: str) -> str:
-    """The command-line flag of a `RunOptions` field: `learning_rate` -> `--learning-rate`."""
-    return "--" + name.replace("_", "-")
-
-
-def check_option_number(flag: str, value, rule: NumberRule, error: type = None):
-    """Return `value` as int/float if `rule` accepts it, else raise `error` (default `RunInputError`) naming `flag`.
-
-    Integers may be Python, numpy or torch integer scalars; floats any real scalar. Text, bools, NaN
-    and infinities are refused.
-    """
-    error = error or RunInputError
-    if value is None and rule.optional:
-        return None
-    number = None
-    if not isinstance(value, (bool, str, bytes)):
-        try:
-            number = operator.index(value) if rule.integer else float(value)
-        except (TypeError, ValueError, OverflowError):
-            number = None
-    ok = number is not None and math.isfinite(number)
-    if ok and rule.low is not None:
-        ok = number > rule.low if rule.open_low else number >= rule.low
-    if ok and rule.high is not None:
-        ok = number <= rule.high
-    if not ok:
-        raise error(f"{flag} must be {rule.describe()}, got {value!r}")
-    return number
-
-
-def check_run_options(options: RunOptions, error: type = None) -> None:
-    """Check every user-facing option of `options` (numbers, choices, names) before any expensive work.
-
-    Raises `error` (default `RunInputError`) with one line naming the option, the bad value and what is accepted.
-    """
-    error = error or RunInputError
-    for name, rule in OPTION_RULES.items():
-        check_option_number(option_flag(name), getattr(options, name), rule, error)
-    if options.verifier not in ("auto", "numeric", "exact"):
-        raise error(f"unknown --verifier {options.verifier!r}; choose auto, numeric or exact")
-    for name in ("prompt_column", "answer_column", "split"):
-        value = getattr(options, name)
-        if not isinstance(value, str) or not value.strip():
-            raise error(f"{option_flag(name)} must be a non-empty name, got {value!r}")
-    if options.domain_column is not None and (not isinstance(options.domain_column, str) or not options.domain_column.strip()):
-        raise error(f"--domain-column must be a non-empty column name, got {options.domain_column!r}")
-    if options.domains is not None:
-        if options.dataset is not None:
-            raise error("--domains picks built-in task domains and does nothing with --dataset; leave it out "
-                        "(the data's --domain-column gives the domains)")
-        bad = [d for d in options.domains if not isinstance(d, str) or not d.strip()]
-        if bad or not options.domains:
-            raise error(f"--domains must list domain names separated by commas, got {options.domains!r}")
-    if options.output_dir is not None and not str(options.output_dir).strip():
-        raise error("--output-dir must be a folder path, got an empty string")
 
 
 def resolve_output_dir(options: RunOptions) -> str:
@@ -586,9 +433,7 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
 
     from dataflex_callbacks.recipes import tasks
 
-    tiny = options.model is None
-    completion_tokens = options.max_completion_length or (4 if tiny else 64)
-    eval_tokens = options.eval_max_new_tokens or max(8, completion_tokens)
+    completion_length, eval_length = completion_tokens(options), eval_tokens(options)
     domains = sorted(set(train["domain"]) | set(test["domain"]))
 
     set_seed(options.seed)
@@ -598,7 +443,7 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         max_steps=options.steps,
         per_device_train_batch_size=options.prompts_per_step * options.num_generations,
         num_generations=options.num_generations,
-        max_completion_length=completion_tokens,
+        max_completion_length=completion_length,
         temperature=options.temperature,
         learning_rate=options.learning_rate,
         lr_scheduler_type="constant",
@@ -624,7 +469,7 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
 
     # Before and after are the same computation on the same device (the trainer has placed the model):
     # `tasks.evaluate` holds dtype, cache, padding and batching fixed.
-    eval_settings = dict(max_new_tokens=eval_tokens, seed=options.seed, **reward_settings)
+    eval_settings = dict(max_new_tokens=eval_length, seed=options.seed, **reward_settings)
     eval_before = tasks.evaluate(trainer.model, tokenizer, test, **eval_settings)
     trainer.train()
     if trainer.state.global_step == 0:
@@ -650,8 +495,8 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
             "class": type(trainer).__name__,
             "per_device_train_batch_size": args.per_device_train_batch_size,
             "num_generations": args.num_generations,
-            "max_completion_length": completion_tokens,
-            "eval_max_new_tokens": eval_tokens,
+            "max_completion_length": completion_length,
+            "eval_max_new_tokens": eval_length,
             "learning_rate": args.learning_rate,
             "temperature": args.temperature,
             "beta": args.beta,

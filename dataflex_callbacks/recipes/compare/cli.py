@@ -5,16 +5,27 @@ from __future__ import annotations
 import os
 import shlex
 import sys
+from dataclasses import fields
+
+from ..arguments import add_option_arguments, fail, options_from_args, shared_option_names
+from .grid import CompareSettings
 
 DEFAULT_STRATEGIES = "baseline,difffilter,ar,dump_ucb"
 DEFAULT_SEEDS = "3"
 # Sized so the default grid (4 strategies x 3 seeds) finishes well under 10 minutes on a 2-core CPU.
 DEFAULT_BUDGET = "steps:100"
-DEFAULT_OUTPUT_DIR = os.path.join("runs", "compare")
+_SETTINGS = {f.name: f for f in fields(CompareSettings)}
+DEFAULT_OUTPUT_DIR = _SETTINGS["output_dir"].default
+
+
+def _help(name: str, default: str | None = None) -> str:
+    """The help of `CompareSettings` field `name`, with the flag's default."""
+    shown = _SETTINGS[name].default if default is None else default
+    return f"{_SETTINGS[name].metadata['help']} (default: {shown})".replace("%", "%%")
 
 
 def add_compare_parser(commands) -> None:
-    """Add `compare` to the `dataflex` subcommands."""
+    """Add `compare` to the `dataflex` subcommands: its own flags, then one per `RunOptions` field every run shares."""
     compare = commands.add_parser(
         "compare", help="train every strategy with every seed under one budget and report paired intervals",
         description="Train every strategy with every seed (same initial weights and data per seed, same budget) and "
@@ -22,41 +33,38 @@ def add_compare_parser(commands) -> None:
                     "are kept.",
     )
     compare.add_argument("--strategies", default=DEFAULT_STRATEGIES,
-                         help=f"comma-separated presets, YAML/JSON files or 'none' (default: {DEFAULT_STRATEGIES})")
-    compare.add_argument("--seeds", default=DEFAULT_SEEDS, help="a count (3: seeds 0,1,2) or a list (0,5,7) (default: 3)")
-    compare.add_argument("--budget", default=DEFAULT_BUDGET,
-                         help=f"per run: steps:N or completions:N (default: {DEFAULT_BUDGET})")
-    compare.add_argument("--baseline", default=None, help="strategy the others are paired against (default: the first)")
-    compare.add_argument("--jobs", type=int, default=None, help="runs trained at once in separate processes (default: 2, at most the CPU count)")
-    compare.add_argument("--eval-points", type=int, default=4,
-                         help="held-out evaluations during each run, for the accuracy-vs-completions figure (default: 4)")
-    compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=f"comparison folder (default: {DEFAULT_OUTPUT_DIR})")
+                         help=_help("strategies", DEFAULT_STRATEGIES) + "; comma-separated")
+    compare.add_argument("--seeds", default=DEFAULT_SEEDS,
+                         help=_help("seeds", DEFAULT_SEEDS) + "; a count (3: seeds 0,1,2) or a list (0,5,7)")
+    compare.add_argument("--budget", default=DEFAULT_BUDGET, help=_help("budget", DEFAULT_BUDGET))
+    compare.add_argument("--baseline", default=None, help=_help("baseline", "the first strategy"))
+    compare.add_argument("--jobs", type=int, default=None, help=_help("jobs", "2, at most the CPU count"))
+    compare.add_argument("--eval-points", type=int, default=_SETTINGS["eval_points"].default, help=_help("eval_points"))
+    compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=_help("output_dir"))
     compare.add_argument("--overwrite", action="store_true", help="discard the finished runs in --output-dir and start over")
-    from dataflex_callbacks.recipes.cli import add_training_arguments
-
-    add_training_arguments(compare)
+    compare.add_argument("--no-progress", dest="progress", action="store_false",
+                         help=_SETTINGS["progress"].metadata["help"] + " (default: on; this flag turns it off)")
+    add_option_arguments(compare.add_argument_group("options every run shares (RunOptions fields)"),
+                         shared_option_names())
 
 
 def settings_from_args(args, argv: list[str] | None = None):
     """Build `CompareSettings` from parsed arguments (raises `CompareInputError` on a bad value)."""
-    from dataflex_callbacks.recipes.runner import RunOptions
-
+    from ..options import RunOptions
     from .budget import Budget
-    from .grid import CompareInputError, CompareSettings, parse_seeds, parse_strategies
+    from .grid import CompareInputError, parse_seeds, parse_strategies
 
     try:
         budget = Budget.parse(args.budget)
     except ValueError as error:
         raise CompareInputError(str(error)) from None
-    from dataflex_callbacks.recipes.cli import training_options
-
-    base = RunOptions(**training_options(args))
+    base = RunOptions(**options_from_args(args, shared_option_names()))
     jobs = args.jobs if args.jobs is not None else max(1, min(2, os.cpu_count() or 1))
     command = "dataflex " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     return CompareSettings(
         strategies=parse_strategies(args.strategies), seeds=parse_seeds(args.seeds), budget=budget, base=base,
         output_dir=args.output_dir, baseline=args.baseline, jobs=jobs, eval_points=args.eval_points,
-        progress=not args.no_progress, command=command,
+        progress=args.progress, command=command,
     )
 
 
@@ -88,7 +96,6 @@ def command_compare(args, argv: list[str] | None = None) -> int:
 
     Bad input exits with code 2 and one line on stderr, before any folder is written.
     """
-    from dataflex_callbacks.recipes.cli import _fail
     from dataflex_callbacks.recipes.runner import RunInputError
 
     from .grid import CompareInputError, run_grid
@@ -100,14 +107,14 @@ def command_compare(args, argv: list[str] | None = None) -> int:
     try:
         settings = settings_from_args(args, argv)  # numbers and names first: a typo costs no torch import
     except (CompareInputError, RunInputError) as error:
-        return _fail(str(error))
+        return fail(str(error))
     import torch
 
     torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
     try:
         outcome = run_grid(settings, overwrite=args.overwrite, on_warning=warn)
     except (CompareInputError, RunInputError) as error:
-        return _fail(str(error))
+        return fail(str(error))
     paths = write_report(settings, outcome)
     print(f"comparison folder: {settings.output_dir} ({outcome.wall_seconds:.0f}s; "
           f"{len(outcome.computed)} runs computed, {len(outcome.reused)} reused)")

@@ -28,6 +28,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
+from ..options import (OPTION_RULES, PER_RUN_FIELDS, NumberRule, RunOptions, check_option_number,
+                       check_run_options, completion_tokens, eval_tokens)
 from .budget import Budget, GenerationLedger, budget_callback
 
 COMPARE_FILE = "compare.json"
@@ -35,8 +37,6 @@ RESULT_FILE = "result.json"
 RUNS_FOLDER = "runs"
 LOCK_FILE = ".compare.lock"
 MAX_SEED_COUNT = 1000  # `--seeds N` beyond this is a typo, not a comparison
-# RunOptions fields that vary per run or only change how a run is displayed, not its numbers.
-_PER_RUN_FIELDS = ("strategy", "seed", "steps", "output_dir", "overwrite", "progress")
 
 
 class CompareInputError(ValueError):
@@ -57,46 +57,35 @@ class GridRun:
         return f"{re.sub(r'[^A-Za-z0-9_.+-]', '_', stem)}-seed{self.seed}"
 
 
+def _setting(default=dataclasses.MISSING, *, help: str):
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class CompareSettings:
-    """Settings of one `dataflex compare`.
+    """Settings of one `dataflex compare`; the `dataflex compare` flags take their help from these fields."""
 
-    Attributes:
-        strategies: strategy specs (preset names, YAML/JSON files, `none`), in report order.
-        seeds: seeds; every strategy runs with every seed.
-        budget: the compute every run gets (`Budget`).
-        base: `RunOptions` shared by every run (model, dataset, batch shape, learning rate, ...);
-            its strategy, seed, steps and output folder are set per run.
-        output_dir: comparison folder (runs, report.md, results.csv, figures).
-        baseline: the strategy the others are paired against (default the first one).
-        jobs: runs trained at once, in separate processes.
-        eval_points: held-out evaluations during each run, besides before and after (for the
-            accuracy-against-completions figure).
-        progress: show a progress bar over the whole grid.
-    """
-
-    strategies: list[str]
-    seeds: list[int]
-    budget: Budget
-    base: object = None
-    output_dir: str = os.path.join("runs", "compare")
-    baseline: str | None = None
-    jobs: int = 1
-    eval_points: int = 4
-    progress: bool = True
-    command: str = ""
+    strategies: list[str] = _setting(help="strategy specs (preset names, YAML/JSON files, 'none'), in report order")
+    seeds: list[int] = _setting(help="seeds; every strategy runs with every seed")
+    budget: Budget = _setting(help="the compute every run gets: steps:N or completions:N")
+    base: object = _setting(None, help="RunOptions shared by every run (model, dataset, batch shape, learning rate, "
+                                       "...); its strategy, seed, steps and output folder are set per run")
+    output_dir: str = _setting(os.path.join("runs", "compare"),
+                               help="comparison folder (runs, report.md, results.csv, figures)")
+    baseline: str | None = _setting(None, help="the strategy the others are paired against")
+    jobs: int = _setting(1, help="runs trained at once, in separate processes")
+    eval_points: int = _setting(4, help="held-out evaluations during each run, besides before and after, for the "
+                                        "accuracy-against-completions figure")
+    progress: bool = _setting(True, help="show a progress bar over the whole grid")
+    command: str = _setting("", help="the command line that started the comparison (written into the report)")
 
     def __post_init__(self):
-        from dataflex_callbacks.recipes.runner import RunOptions
-
         if self.base is None:
             self.base = RunOptions()
         if not self.strategies:
             raise CompareInputError("no strategies to compare; pass e.g. --strategies baseline,difffilter")
         if len(set(self.strategies)) != len(self.strategies):
             raise CompareInputError(f"strategies are listed twice in {self.strategies}; list each once")
-        from dataflex_callbacks.recipes.runner import OPTION_RULES, NumberRule, check_option_number, check_run_options
-
         self.seeds = [check_option_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in self.seeds]
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise CompareInputError(f"seeds must be distinct and at least one, got {self.seeds}")
@@ -113,12 +102,8 @@ class CompareSettings:
             raise CompareInputError("--output-dir must be a folder path, got an empty string")
         check_run_options(self.base, CompareInputError)
         # Resolve the token lengths here, so the runner and the evaluations along the way use the same ones.
-        tiny = self.base.model is None
-        completion_tokens = self.base.max_completion_length or (4 if tiny else 64)
-        self.base = dataclasses.replace(
-            self.base, max_completion_length=completion_tokens,
-            eval_max_new_tokens=self.base.eval_max_new_tokens or max(8, completion_tokens),
-        )
+        self.base = dataclasses.replace(self.base, max_completion_length=completion_tokens(self.base),
+                                        eval_max_new_tokens=eval_tokens(self.base))
 
     @property
     def completions_per_step(self) -> int:
@@ -139,7 +124,7 @@ class CompareSettings:
 
     def shared(self) -> dict:
         """What every run of the comparison must share; a resumed comparison must match it exactly."""
-        options = {k: v for k, v in dataclasses.asdict(self.base).items() if k not in _PER_RUN_FIELDS}
+        options = {k: v for k, v in dataclasses.asdict(self.base).items() if k not in PER_RUN_FIELDS}
         return {"budget": str(self.budget), "eval_points": self.eval_points, "run_options": options}
 
     def shared_key(self) -> str:
@@ -606,8 +591,6 @@ def _run_parallel(settings, pending, prerollout, advance, finish) -> None:
 
 def parse_seeds(text) -> list[int]:
     """`3` -> seeds 0, 1, 2; `0,5,7` -> exactly those seeds."""
-    from dataflex_callbacks.recipes.runner import OPTION_RULES, check_option_number
-
     text = str(text).strip()
     try:
         listed = [int(part) for part in text.split(",") if part.strip()] if "," in text else None

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 from typing import Callable
 
+import torch
+
 from .suite import TaskReward
 
 
@@ -19,8 +21,8 @@ from .suite import TaskReward
 def _plain_forward(model):
     """Run `model` with its own forward, without the autocast wrapper `accelerate` puts on it for mixed precision.
 
-    Measured: TRL's `GRPOConfig` defaults to bf16, so after `trainer.train()` (even one of 0 steps) the
-    model computes in bf16 autocast and 1 of 200 greedy completions of the tiny model changed.
+    TRL's `GRPOConfig` defaults to bf16, so after `trainer.train()` (even one of 0 steps) the model
+    would compute in bf16 autocast, which can change greedy completions of unchanged weights.
     """
     wrapped = model.__dict__.get("forward")
     original = model.__dict__.get("_original_forward")
@@ -50,8 +52,6 @@ def generate_greedy(model, tokenizer, prompts: list, max_new_tokens: int = 8, ba
 
     Deterministic for given weights: see the module docstring for what is held fixed.
     """
-    import torch
-
     was_training = model.training
     model.eval()
     padding_side = tokenizer.padding_side
@@ -83,18 +83,24 @@ def evaluate(model, tokenizer, dataset, max_new_tokens: int = 8, batch_size: int
     """Held-out accuracy per domain and `overall` (mean over rows), greedy decoding, batched.
 
     `dataset` has columns `prompt`, `answer` and optionally `domain`. Rows are scored like
-    training rewards (`TaskReward`); the noisy domain's coin is seeded by `seed` only, so the
-    same model gets the same score.
+    training rewards (`TaskReward`) and accumulated in a `HeldOutAccuracy` metric; the noisy
+    domain's coin is seeded by `seed` only, so the same model gets the same score.
     """
+    from dataflex_callbacks.metrics import HeldOutAccuracy  # torchmetrics takes seconds to import; only this needs it
+
     prompts = list(dataset["prompt"])
     answers = [str(a) for a in dataset["answer"]]
     domains = list(dataset["domain"]) if "domain" in dataset.column_names else ["default"] * len(prompts)
     completions = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
     reward = TaskReward(seed=seed, verifier=verifier, builtin_domains=builtin_domains)
     scores = [reward.score(p, c, a, d, salt=(seed, "eval")) for p, c, a, d in zip(prompts, completions, answers, domains)]
-    result: dict[str, float] = {}
-    for name in sorted(set(domains)):
-        values = [s for s, d in zip(scores, domains) if d == name]
-        result[name] = sum(values) / len(values)
-    result["overall"] = sum(scores) / len(scores) if scores else 0.0
+    names = sorted(set(domains))
+    position = {name: i for i, name in enumerate(names)}
+    # Every process scores the whole dataset: no cross-process reduction. An empty dataset has no
+    # domain, and a metric needs one.
+    accuracy = HeldOutAccuracy([str(name) for name in names] or ["default"], sync_on_compute=False)
+    accuracy.update(torch.tensor(scores, dtype=torch.float64), torch.tensor([position[d] for d in domains], dtype=torch.long))
+    values = accuracy.compute()
+    result = {name: values[str(name)] for name in names}
+    result["overall"] = values["overall"]
     return result

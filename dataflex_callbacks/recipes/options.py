@@ -1,0 +1,214 @@
+"""`RunOptions`: the settings of one `dataflex run`, each field with its help, default and accepted values.
+
+A field's metadata holds everything about it, written once: its help text, the rule its number
+must obey (`NumberRule`), its choices, and how the command line spells it. The flags of
+`dataflex run` and `dataflex compare` are generated from these fields (`recipes/arguments.py`),
+and `check_run_options` checks every option against the rule kept in its field.
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from dataclasses import dataclass, field, fields
+from typing import Any, Callable
+
+MAX_SEED = 2**32 - 1  # numpy's legacy seeding (used by TRL/transformers `set_seed`) refuses anything larger
+TINY_COMPLETION_TOKENS = 4  # the built-in tiny model answers in a few tokens
+MODEL_COMPLETION_TOKENS = 64
+MIN_EVAL_TOKENS = 8
+
+
+class RunInputError(ValueError):
+    """A user input that makes the run impossible (bad strategy, dataset, column, answer or output folder)."""
+
+
+@dataclass(frozen=True)
+class NumberRule:
+    """What a numeric option accepts: an integer or a finite float within `[low, high]` (or `> low` when `open_low`)."""
+
+    integer: bool
+    low: float | None = None
+    high: float | None = None
+    open_low: bool = False
+    optional: bool = False
+
+    def describe(self) -> str:
+        kind = "an integer" if self.integer else "a finite number"
+        low, high = (None if b is None else (int(b) if self.integer else b) for b in (self.low, self.high))
+        if low is not None and high is not None:
+            return f"{kind} from {low} to {high}"
+        if low is not None:
+            return f"{kind} {'>' if self.open_low else '>='} {low}"
+        return kind
+
+
+def split_commas(text: str) -> list[str]:
+    """``"a, b,,c"`` -> ``["a", "b", "c"]``: a list option as the command line writes it."""
+    return [part.strip() for part in str(text).split(",") if part.strip()]
+
+
+def run_option(default: Any, *, help: str, rule: NumberRule | None = None, choices: tuple[str, ...] | None = None,
+               shown_default: str | None = None, paper: str | None = None, per_run: bool = False,
+               from_text: Callable[[str], Any] | None = None) -> Any:
+    """A `RunOptions` field with everything about it in ``metadata``.
+
+    Args:
+        default: the one default of the option.
+        help: what the option does (shown by ``--help`` with the default).
+        rule: the numbers the option accepts (checked by `check_run_options`).
+        choices: the values a text option accepts.
+        shown_default: how ``--help`` states a default of None (what None means).
+        paper: the paper the setting comes from, where one applies.
+        per_run: `dataflex compare` sets this option per run (strategy, seed, ...), so it has no
+            compare flag of this name.
+        from_text: turns the command-line text into the field's value (default: by the rule's type).
+    """
+    metadata: dict[str, Any] = {"help": help, "per_run": per_run}
+    for key, value in (("rule", rule), ("choices", choices), ("shown_default", shown_default), ("paper", paper),
+                       ("from_text", from_text)):
+        if value is not None:
+            metadata[key] = value
+    return field(default=default, metadata=metadata)
+
+
+def _positive_int(optional: bool = False) -> NumberRule:
+    return NumberRule(integer=True, low=1, optional=optional)
+
+
+@dataclass
+class RunOptions:
+    """Settings of one `dataflex run`; every field has a CPU-friendly default for the built-in tiny model.
+
+    The default strategy is `diffband` rather than `difffilter`: the 0.2-0.8 solve-rate band drops nearly
+    every group of a hard domain early on (about 1 of 8 answers right) and keeps the noisy `coin`
+    groups, while a zero-variance filter keeps every group that carries a learning signal.
+    """
+
+    strategy: str = run_option(
+        "diffband", per_run=True,
+        help="the data strategy: a preset name (`dataflex list` shows them), a YAML/JSON strategy file, or 'none' "
+             "for plain GRPO")
+    steps: int = run_option(150, rule=_positive_int(), per_run=True, help="optimizer steps, one generation batch each")
+    seed: int = run_option(
+        0, rule=NumberRule(integer=True, low=0, high=MAX_SEED), per_run=True,
+        help="seeds the task suite, model init, sampling and the noisy reward; same seed, same metrics")
+    output_dir: str | None = run_option(None, per_run=True, shown_default="runs/<strategy>-<timestamp>",
+                                        help="run folder")
+    overwrite: bool = run_option(False, per_run=True, help="replace the run files of an existing run folder")
+    model: str | None = run_option(None, shown_default="the built-in tiny model",
+                                   help="hub id or local path of the model, loaded with from_pretrained")
+    dataset: str | None = run_option(None, shown_default="the built-in task suite",
+                                     help="datasets hub name or local jsonl/json/parquet/csv file of prompts")
+    prompt_column: str = run_option("prompt", help="column of the dataset holding the prompt")
+    answer_column: str = run_option("answer", help="column of the dataset holding the reference answer")
+    domain_column: str | None = run_option(None, shown_default="all rows in one domain",
+                                           help="column of the dataset holding each row's domain label")
+    split: str = run_option("train", help="split of a hub dataset to read")
+    verifier: str = run_option(
+        "auto", choices=("auto", "numeric", "exact"),
+        help="how an answer is checked: auto (numeric when every answer is a number, else exact), numeric, exact")
+    domains: list[str] | None = run_option(
+        None, from_text=split_commas, shown_default="all built-in domains",
+        help="built-in task domains to train on, comma-separated on the command line")
+    n_train: int = run_option(200, rule=_positive_int(), help="training prompts per built-in domain")
+    n_test: int = run_option(
+        50, rule=_positive_int(),
+        help="held-out prompts per built-in domain; with a dataset, rows held out for evaluation")
+    prompts_per_step: int = run_option(8, rule=_positive_int(), help="distinct prompts per optimizer step")
+    num_generations: int = run_option(
+        8, rule=NumberRule(integer=True, low=2), paper="GRPO, DeepSeekMath arXiv 2402.03300",
+        help="completions per prompt, the GRPO group size (at least 2: GRPO compares the responses of one prompt)")
+    max_completion_length: int | None = run_option(
+        None, rule=_positive_int(optional=True),
+        shown_default=f"{TINY_COMPLETION_TOKENS} for the built-in tiny model, {MODEL_COMPLETION_TOKENS} otherwise",
+        help="tokens generated per completion")
+    learning_rate: float = run_option(3e-3, rule=NumberRule(integer=False, low=0, open_low=True),
+                                      help="AdamW learning rate (constant schedule)")
+    temperature: float = run_option(1.0, rule=NumberRule(integer=False, low=0, open_low=True),
+                                    help="sampling temperature during training")
+    beta: float = run_option(
+        0.0, rule=NumberRule(integer=False, low=0), paper="DAPO arXiv 2503.14476 (no KL term)",
+        help="KL coefficient; 0 drops the reference model, as recent GRPO recipes do")
+    eval_max_new_tokens: int | None = run_option(
+        None, rule=_positive_int(optional=True), shown_default=f"max_completion_length, at least {MIN_EVAL_TOKENS}",
+        help="greedy tokens generated per held-out prompt")
+    progress: bool = run_option(True, per_run=True, help="show a progress bar")
+
+
+OPTION_RULES: dict[str, NumberRule] = {f.name: f.metadata["rule"] for f in fields(RunOptions) if "rule" in f.metadata}
+# Fields that `dataflex compare` sets per run, or that only change how a run is displayed, not its numbers.
+PER_RUN_FIELDS = tuple(f.name for f in fields(RunOptions) if f.metadata["per_run"])
+
+
+def option_flag(name: str) -> str:
+    """The command-line flag of a `RunOptions` field: `learning_rate` -> `--learning-rate`."""
+    return "--" + name.replace("_", "-")
+
+
+def check_option_number(flag: str, value, rule: NumberRule, error: type = None):
+    """Return `value` as int/float if `rule` accepts it, else raise `error` (default `RunInputError`) naming `flag`.
+
+    Integers may be Python, numpy or torch integer scalars; floats any real scalar. Text, bools, NaN
+    and infinities are refused.
+    """
+    error = error or RunInputError
+    if value is None and rule.optional:
+        return None
+    number = None
+    if not isinstance(value, (bool, str, bytes)):
+        try:
+            number = operator.index(value) if rule.integer else float(value)
+        except (TypeError, ValueError, OverflowError):
+            number = None
+    ok = number is not None and math.isfinite(number)
+    if ok and rule.low is not None:
+        ok = number > rule.low if rule.open_low else number >= rule.low
+    if ok and rule.high is not None:
+        ok = number <= rule.high
+    if not ok:
+        raise error(f"{flag} must be {rule.describe()}, got {value!r}")
+    return number
+
+
+def check_run_options(options: RunOptions, error: type = None) -> None:
+    """Check every user-facing option of `options` (numbers, choices, names) before any expensive work.
+
+    Raises `error` (default `RunInputError`) with one line naming the option, the bad value and what is accepted.
+    """
+    error = error or RunInputError
+    for name, rule in OPTION_RULES.items():
+        check_option_number(option_flag(name), getattr(options, name), rule, error)
+    for option in fields(RunOptions):
+        choices = option.metadata.get("choices")
+        value = getattr(options, option.name)
+        if choices is not None and value not in choices:
+            raise error(f"unknown {option_flag(option.name)} {value!r}; choose {', '.join(choices[:-1])} or {choices[-1]}")
+    for name in ("prompt_column", "answer_column", "split"):
+        value = getattr(options, name)
+        if not isinstance(value, str) or not value.strip():
+            raise error(f"{option_flag(name)} must be a non-empty name, got {value!r}")
+    if options.domain_column is not None and (not isinstance(options.domain_column, str) or not options.domain_column.strip()):
+        raise error(f"--domain-column must be a non-empty column name, got {options.domain_column!r}")
+    if options.domains is not None:
+        if options.dataset is not None:
+            raise error("--domains picks built-in task domains and does nothing with --dataset; leave it out "
+                        "(the data's --domain-column gives the domains)")
+        bad = [d for d in options.domains if not isinstance(d, str) or not d.strip()]
+        if bad or not options.domains:
+            raise error(f"--domains must list domain names separated by commas, got {options.domains!r}")
+    if options.output_dir is not None and not str(options.output_dir).strip():
+        raise error("--output-dir must be a folder path, got an empty string")
+
+
+def completion_tokens(options: RunOptions) -> int:
+    """Tokens generated per completion: `max_completion_length`, else the default for the model."""
+    if options.max_completion_length:
+        return options.max_completion_length
+    return TINY_COMPLETION_TOKENS if options.model is None else MODEL_COMPLETION_TOKENS
+
+
+def eval_tokens(options: RunOptions) -> int:
+    """Greedy tokens per held-out prompt: `eval_max_new_tokens`, else the completion length (at least 8)."""
+    return options.eval_max_new_tokens or max(MIN_EVAL_TOKENS, completion_tokens(options))
+

@@ -1,0 +1,87 @@
+"""The typed strategy configs: every field documented, every default written once and used by the loader."""
+
+import dataclasses
+import inspect
+
+import pytest
+
+from dataflex_callbacks import ConfigError, build_component
+from dataflex_callbacks.config import LEGACY_KEYS, TOP_LEVEL_KEYS, load_config
+from dataflex_callbacks.config_fields import (CONFIG_CLASSES, PART_CLASSES, MixConfig, SelectConfig, StrategyConfig,
+                                              field_defaults, field_help, required_fields)
+from dataflex_callbacks.mixing import DomainMixing
+
+
+@pytest.mark.parametrize("cls", CONFIG_CLASSES, ids=lambda cls: cls.__name__)
+def test_every_field_has_help_and_one_default_or_is_a_required_component(cls):
+    for option in dataclasses.fields(cls):
+        assert isinstance(option.metadata.get("help"), str) and option.metadata["help"].strip(), option.name
+        has_default = option.default is not dataclasses.MISSING
+        has_factory = option.default_factory is not dataclasses.MISSING
+        assert not (has_default and has_factory), option.name
+        if not (has_default or has_factory):
+            # Only the components of a part are required: a part without its scorer/selector/mixer means nothing.
+            assert option.type in ("ComponentSpec", dict), (cls.__name__, option.name)
+    assert cls.__doc__ and cls.__doc__.strip()
+
+
+def test_the_loader_fills_exactly_the_dataclass_defaults():
+    resolved = load_config({"mix": {"mixer": "static"}, "select": {"scorer": "reward", "selector": "topk_fraction"}})
+    assert set(resolved) == set(TOP_LEVEL_KEYS) == {f.name for f in dataclasses.fields(StrategyConfig)}
+    assert resolved["mix"] == {**field_defaults(MixConfig), "mixer": {"name": "static", "params": {}}}
+    assert resolved["select"] == {**field_defaults(SelectConfig), "scorer": {"name": "reward", "params": {}},
+                                  "selector": {"name": "topk_fraction", "params": {}}}
+    top_defaults = {k: v for k, v in field_defaults(StrategyConfig).items() if k not in PART_CLASSES}
+    assert {k: resolved[k] for k in top_defaults} == top_defaults
+
+
+def test_domain_mixing_takes_its_defaults_from_mix_config():
+    parameters = inspect.signature(DomainMixing.__init__).parameters
+    defaults = field_defaults(MixConfig)
+    shared = [name for name in parameters if name in defaults]
+    assert set(shared) == set(defaults) - {"quota"}  # quota is the sampler's, not the schedule's
+    for name in shared:
+        assert parameters[name].default == defaults[name], name
+    mixing = DomainMixing(build_component("mixer", "static"))
+    assert (mixing.window, mixing.warmup_steps, mixing.update_every, mixing.smoothing, mixing.window_unit) == (
+        defaults["window"], defaults["warmup_steps"], defaults["update_every"], defaults["smoothing"],
+        defaults["window_unit"])
+
+
+def test_section_keys_and_required_keys_come_from_the_dataclasses():
+    for key, cls in PART_CLASSES.items():
+        with pytest.raises(ConfigError) as info:
+            load_config({key: {"nonsense": 1}})
+        assert f"valid keys: {', '.join(f.name for f in dataclasses.fields(cls))}" in str(info.value)
+        first_required = required_fields(cls)[0]
+        with pytest.raises(ConfigError, match=f"'{key}' needs key '{first_required}'"):
+            load_config({key: {}})
+
+
+@pytest.mark.parametrize("key, value, where", [("window_unit", "tokens", "mix.window_unit"), ("quota", "fair", "mix.quota")])
+def test_choice_errors_name_the_choices_and_the_help(key, value, where):
+    with pytest.raises(ConfigError) as info:
+        load_config({"mix": {"mixer": "static", key: value}})
+    message = str(info.value)
+    choices = MixConfig.__dataclass_fields__[key].metadata["choices"]
+    assert message.startswith(f"{where} must be one of {', '.join(choices)}") and field_help(MixConfig, key) in message
+
+
+def test_the_dataclasses_validate_when_built_directly():
+    with pytest.raises(ConfigError, match=r"mix.domains must be unique; \['a'\] appear more than once"):
+        MixConfig(mixer={"name": "static", "params": {}}, domains=["a", "b", "a"])
+    assert MixConfig(mixer={"name": "static", "params": {}}, domains="math").domains == ["math"]
+    with pytest.raises(ConfigError, match="mix.prior must be a mapping"):
+        MixConfig(mixer={"name": "static", "params": {}}, prior=0.5)
+    with pytest.raises(ConfigError, match="nan_policy must be one of zero, drop, raise"):
+        StrategyConfig(nan_policy="ignore")
+    with pytest.raises(ConfigError, match="'name' must be a non-empty string"):
+        StrategyConfig(name="")
+    assert StrategyConfig().to_dict() == load_config({})
+
+
+def test_reference_blocks_still_read_through_the_typed_configs():
+    mix = load_config({"mechanism": "mix", "actuator": "static", "domains": ["x", "y"], "window": 9})["mix"]
+    assert set(mix) == {f.name for f in dataclasses.fields(MixConfig)}
+    assert (mix["window"], mix["window_unit"], mix["quota"], mix["update_every"]) == (9, "rows", "exact", 1)
+    assert "mechanism" in LEGACY_KEYS

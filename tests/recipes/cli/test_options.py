@@ -1,0 +1,94 @@
+"""`RunOptions` is the one source of the `dataflex run` / `dataflex compare` flags: names, types, defaults, help, rules."""
+
+import dataclasses
+import re
+
+import pytest
+
+from dataflex_callbacks.recipes.arguments import options_from_args, run_option_names, shared_option_names
+from dataflex_callbacks.recipes.cli import build_parser, main
+from dataflex_callbacks.recipes.compare.grid import CompareSettings
+from dataflex_callbacks.recipes.options import (OPTION_RULES, PER_RUN_FIELDS, NumberRule, RunInputError, RunOptions,
+                                                check_run_options, completion_tokens, eval_tokens, option_flag)
+
+FIELDS = dataclasses.fields(RunOptions)
+
+
+def _squeeze(text: str) -> str:
+    # argparse wraps help text (also at hyphens), so compare without any whitespace.
+    return re.sub(r"\s+", "", text)
+
+
+def _help(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as info:
+        main(argv)
+    assert info.value.code == 0
+    return capsys.readouterr().out
+
+
+def test_every_field_has_help_and_exactly_one_default():
+    for option in FIELDS:
+        assert isinstance(option.metadata.get("help"), str) and option.metadata["help"].strip(), option.name
+        assert option.default is not dataclasses.MISSING, option.name  # every option is optional
+        assert option.default_factory is dataclasses.MISSING, option.name
+    assert RunOptions() == RunOptions(**{option.name: option.default for option in FIELDS})
+
+
+def test_number_rules_live_with_the_fields():
+    numeric = {o.name for o in FIELDS if o.type in ("int", "float", "int | None", "float | None")}
+    assert set(OPTION_RULES) == numeric
+    for option in FIELDS:
+        rule = option.metadata.get("rule")
+        if rule is not None:
+            assert isinstance(rule, NumberRule)
+            assert rule.optional == (option.default is None), option.name
+    with pytest.raises(RunInputError, match=r"--num-generations must be an integer >= 2, got 1"):
+        check_run_options(RunOptions(num_generations=1))
+    with pytest.raises(RunInputError, match=r"unknown --verifier 'regex'; choose auto, numeric or exact"):
+        check_run_options(RunOptions(verifier="regex"))
+
+
+def test_run_help_shows_every_field_with_its_help_and_default(capsys):
+    out = _squeeze(_help(["run", "--help"], capsys))
+    for option in FIELDS:
+        flag = option_flag(option.name) if option.default is not True else "--no-" + option_flag(option.name)[2:]
+        assert _squeeze(flag) in out, option.name
+        assert _squeeze(option.metadata["help"]) in out, option.name
+        if not isinstance(option.default, bool):
+            shown = option.metadata.get("shown_default", str(option.default))
+            assert _squeeze(f"(default: {shown})") in out, option.name
+
+
+def test_compare_help_shows_the_shared_run_fields(capsys):
+    out = _squeeze(_help(["compare", "--help"], capsys))
+    assert set(shared_option_names()) == {o.name for o in FIELDS} - set(PER_RUN_FIELDS)
+    for name in shared_option_names():
+        option = RunOptions.__dataclass_fields__[name]
+        assert _squeeze(option_flag(name)) in out and _squeeze(option.metadata["help"]) in out, name
+    for setting in dataclasses.fields(CompareSettings):  # compare's own flags document its settings' fields
+        assert setting.metadata["help"].strip(), setting.name
+        if setting.name not in ("base", "command"):
+            assert _squeeze(setting.metadata["help"]) in out, setting.name
+
+
+def test_parsed_defaults_are_the_dataclass_defaults():
+    parser = build_parser()
+    assert RunOptions(**options_from_args(parser.parse_args(["run"]), run_option_names())) == RunOptions()
+    shared = options_from_args(parser.parse_args(["compare"]), shared_option_names())
+    assert RunOptions(**shared) == RunOptions()
+
+
+def test_flags_are_typed_by_their_field():
+    args = build_parser().parse_args(["run", "--domains", "echo, digit", "--no-progress", "--overwrite", "--steps", "7",
+                                      "--learning-rate", "1e-4", "--beta", "0.1", "--n-test", "3"])
+    options = RunOptions(**options_from_args(args, run_option_names()))
+    assert options == dataclasses.replace(RunOptions(), domains=["echo", "digit"], progress=False, overwrite=True,
+                                          steps=7, learning_rate=1e-4, beta=0.1, n_test=3)
+    assert type(options.steps) is int and type(options.learning_rate) is float
+
+
+def test_token_lengths_have_one_rule():
+    assert completion_tokens(RunOptions()) == 4 and completion_tokens(RunOptions(model="some/model")) == 64
+    assert completion_tokens(RunOptions(max_completion_length=12)) == 12
+    assert eval_tokens(RunOptions()) == 8 and eval_tokens(RunOptions(model="some/model")) == 64
+    assert eval_tokens(RunOptions(eval_max_new_tokens=3)) == 3
