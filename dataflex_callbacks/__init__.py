@@ -2,14 +2,21 @@
 
 The core is framework-agnostic: build a `Strategy`, feed it a `RolloutBatch` of the signals
 your trainer already computed, and apply its `Decision` to the loss. Host adapters live in
-``dataflex_callbacks.integrations`` (``trl``, ``lightning``, ``verl``).
+``dataflex_callbacks.integrations`` (``trl``, ``lightning``, ``verl``). A new method subclasses
+`Scorer`, `Selector`, `Reweighter` or `Mixer` and is named in configs through `register` or by
+its import path; ``dataflex_callbacks.testing`` checks it (docs/extending.md).
 """
 
+from . import prerollout  # noqa: F401  (registers the built-in pre-rollout filter)
 from .batch import RolloutBatch
 from .config import list_presets
 from .errors import BatchError, ConfigError, DataFlexError, StateError
-from .registry import build_component, list_components
+from .mixers import Mixer
+from .registry import build_component, list_components, register
+from .reweighters import Reweighter
 from .sampler import DomainMixingSampler
+from .scorers import Scorer
+from .selectors import Selector
 from .strategy import Decision, Strategy, build_strategy
 from .tracker import DomainTracker
 
@@ -22,11 +29,16 @@ __all__ = [
     "Decision",
     "DomainMixingSampler",
     "DomainTracker",
+    "Mixer",
+    "Reweighter",
     "RolloutBatch",
+    "Scorer",
+    "Selector",
     "StateError",
     "Strategy",
     "build_component",
     "build_strategy",
     "list_components",
     "list_presets",
+    "register",
 ]

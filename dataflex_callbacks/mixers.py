@@ -16,7 +16,7 @@ import torch
 from .errors import ConfigError
 from .params import check_bool, check_number
 from .proportions import check_domains, check_proportions
-from .registry import register
+from .registry import Component, register, register_base
 from .tracker import DomainTracker
 
 
@@ -39,8 +39,30 @@ def fill_unobserved(values: torch.Tensor, fill: str) -> torch.Tensor:
     return torch.where(torch.isnan(values), value, values)
 
 
-class Mixer:
-    """Base class: ``proportions(tracker) -> {domain: p}`` over exactly ``domains``, floor honoured."""
+@register_base("mixer")
+class Mixer(Component):
+    """Base class of mixers: subclass it and implement ``raw_proportions`` (tracker -> proportions).
+
+    The mix part calls ``proportions(tracker)`` every ``update_every`` steps; it calls
+    ``raw_proportions`` and applies the floor, so a subclass implements only its rule:
+
+    ``raw_proportions(self, tracker: DomainTracker) -> torch.Tensor``: ``(K,)`` finite values
+    >= 0, not all 0, one per domain in ``self.domains`` order (which is ``tracker.domains``);
+    they are normalised to sum 1 and floored. The tracker's per-domain statistics
+    (``mean_reward()``, ``mean_abs_advantage()``, ``mean_group_variance()``, ``reward_slope()``,
+    ``total_count``) are ``(K,)`` tensors, NaN for a domain not observed yet (see
+    `fill_unobserved`); the tracker already leaves non-finite rewards out. A domain's proportion
+    must depend on its statistics, not on its position in the domain list.
+
+    ``__init__`` takes ``domains: Sequence[str] | None = None`` and ``floor: float`` (plus the
+    rule's own parameters, set before calling ``super().__init__(domains, floor)``, since that may
+    call ``bind``). Optional: ``signal(tracker) -> {domain: value}`` for logs and
+    ``starting_proportions() -> {domain: p} | None`` for the steps before the first update.
+    Subclassing `SoftmaxMixer` and implementing ``value(tracker) -> (K,)`` gives
+    ``softmax(value / temperature)``. The mix part checkpoints the tracker and the targets; a
+    mixer that keeps its own state across updates defines ``state_dict()`` and
+    ``load_state_dict(state)`` as `Scorer` says.
+    """
 
     name = "mixer"
 
@@ -75,6 +97,7 @@ class Mixer:
         return None
 
     def raw_proportions(self, tracker: DomainTracker) -> torch.Tensor:  # pragma: no cover - abstract
+        """``(K,)`` non-negative per-domain values in ``self.domains`` order (normalised and floored by the caller)."""
         raise NotImplementedError
 
     def signal(self, tracker: DomainTracker) -> dict[str, float]:

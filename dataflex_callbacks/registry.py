@@ -1,11 +1,16 @@
 """Name -> component class registry, so strategies can be written in YAML.
 
 The registry exists only because users name components in configuration files; everything
-else in the library is plain classes and functions.
+else in the library is plain classes and functions. A config names a component by its
+registered name (``reward``) or by the import path of its class (``my_pkg.my_mod:MyScorer`` or
+``my_pkg.my_mod.MyScorer``). This module imports no component module: the built-in ones register
+themselves when ``dataflex_callbacks`` is imported, and each kind's base class declares itself
+with `register_base`, so an imported class can be checked against it.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any, Callable
 
@@ -15,10 +20,11 @@ KINDS = ("scorer", "selector", "reweighter", "mixer", "prerollout")
 
 _REGISTRY: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}
 _ALIASES: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
+_BASES: dict[str, type] = {}
 
 
 def register(kind: str, name: str, aliases: tuple[str, ...] = ()) -> Callable[[type], type]:
-    """Class decorator: make ``cls`` buildable as ``build_component(kind, name)``."""
+    """Class decorator: make ``cls`` buildable as ``build_component(kind, name)`` and nameable in configs."""
     _check_kind(kind)
 
     def decorate(cls: type) -> type:
@@ -31,6 +37,33 @@ def register(kind: str, name: str, aliases: tuple[str, ...] = ()) -> Callable[[t
     return decorate
 
 
+def register_base(kind: str) -> Callable[[type], type]:
+    """Class decorator for the base class of a kind: a class named by import path must subclass it."""
+    _check_kind(kind)
+
+    def decorate(cls: type) -> type:
+        _BASES[kind] = cls
+        return cls
+
+    return decorate
+
+
+def import_path(cls: type) -> str:
+    """``module:QualName`` of a class: how a config names a component that is not registered."""
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+class Component:
+    """Root of the component base classes: a subclass is named by its import path until `register` names it."""
+
+    name = "component"
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "name" not in cls.__dict__:
+            cls.name = import_path(cls)
+
+
 def _check_kind(kind: str) -> None:
     if kind not in KINDS:
         raise ConfigError(f"unknown component kind {kind!r}; valid kinds: {', '.join(KINDS)}")
@@ -39,7 +72,6 @@ def _check_kind(kind: str) -> None:
 def list_components(kind: str, include_aliases: bool = False) -> list[str]:
     """Registered names of one kind (``scorer``, ``selector``, ``reweighter``, ``mixer``, ``prerollout``), sorted."""
     _check_kind(kind)
-    _load_builtins()
     names = set(_REGISTRY[kind])
     if include_aliases:
         names |= set(_ALIASES[kind])
@@ -47,14 +79,56 @@ def list_components(kind: str, include_aliases: bool = False) -> list[str]:
 
 
 def component_class(kind: str, name: str) -> type:
-    """The class registered as ``name`` (aliases resolved); unknown names list the valid ones."""
+    """The class registered as ``name`` (aliases resolved), or imported from the path ``name``.
+
+    A name with a ``:`` or a ``.`` that is not registered is read as ``module:Class`` or
+    ``module.Class``; the class must subclass the kind's base class (e.g. `Scorer`). Unknown
+    names list the valid ones.
+    """
     _check_kind(kind)
-    _load_builtins()
     canonical = _ALIASES[kind].get(name, name)
-    if canonical not in _REGISTRY[kind]:
-        valid = ", ".join(list_components(kind, include_aliases=True))
-        raise ConfigError(f"unknown {kind} {name!r}; valid {kind}s: {valid}")
-    return _REGISTRY[kind][canonical]
+    if canonical in _REGISTRY[kind]:
+        return _REGISTRY[kind][canonical]
+    if isinstance(name, str) and (":" in name or "." in name):
+        return _import_component(kind, name)
+    valid = ", ".join(list_components(kind, include_aliases=True))
+    raise ConfigError(f"unknown {kind} {name!r}; valid {kind}s: {valid}, or the import path of your own class "
+                      f"('my_pkg.my_module:MyClass')")
+
+
+def _import_component(kind: str, path: str) -> type:
+    """The class at ``module:Class`` or ``module.Class``, checked to subclass the kind's base class."""
+    module_name, _, attribute = path.partition(":") if ":" in path else path.rpartition(".")
+    if not module_name or not attribute:
+        raise ConfigError(f"{kind} {path!r} is not an import path; write it as 'my_pkg.my_module:MyClass'")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name is not None and (module_name + ".").startswith(error.name + "."):
+            raise ConfigError(f"{kind} {path!r}: no module named {error.name!r}; install the package that holds it "
+                              f"or put its folder on PYTHONPATH (registered {kind}s: "
+                              f"{', '.join(list_components(kind))})") from error
+        raise ConfigError(f"{kind} {path!r}: importing module {module_name!r} failed: {error}") from error
+    except Exception as error:
+        raise ConfigError(f"{kind} {path!r}: importing module {module_name!r} failed: "
+                          f"{type(error).__name__}: {error}") from error
+    found: Any = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise ConfigError(f"{kind} {path!r}: module {module_name!r} has no attribute {attribute!r}; "
+                              "check the class name after the module path")
+        found = getattr(found, part)
+    base = _BASES.get(kind)
+    if base is None:
+        raise ConfigError(f"{kind} {path!r}: a {kind} cannot be named by import path; register it with "
+                          f"@register({kind!r}, 'my_name') and name it 'my_name'")
+    if not (inspect.isclass(found) and issubclass(found, base)):
+        what = f"class {found.__name__}" if inspect.isclass(found) else f"a {type(found).__name__}"
+        other = next((k for k, b in _BASES.items() if inspect.isclass(found) and issubclass(found, b)), None)
+        hint = f" (it is a {other}: name it under the {other} key)" if other else ""
+        raise ConfigError(f"{kind} {path!r} is {what}, not a subclass of dataflex_callbacks.{base.__name__}{hint}; "
+                          f"a {kind} is written as 'class MyClass(dataflex_callbacks.{base.__name__})'")
+    return found
 
 
 def accepted_params(cls: type) -> list[str]:
@@ -64,7 +138,7 @@ def accepted_params(cls: type) -> list[str]:
 
 
 def build_component(kind: str, name: str, **params: Any):
-    """Build a registered component; unknown or invalid parameters are named in the error."""
+    """Build a registered (or import-path) component; unknown or invalid parameters are named in the error."""
     cls = component_class(kind, name)
     accepted = accepted_params(cls)
     unknown = [key for key in params if key not in accepted]
@@ -85,8 +159,3 @@ def describe(kind: str, name: str) -> str:
     """First docstring line of a component: what it does, for ``dataflex list``."""
     doc = inspect.getdoc(component_class(kind, name)) or ""
     return doc.splitlines()[0] if doc else ""
-
-
-def _load_builtins() -> None:
-    # Importing the modules runs their @register decorators; done lazily to avoid import cycles.
-    from . import mixers, prerollout, reweighters, scorers, selectors  # noqa: F401

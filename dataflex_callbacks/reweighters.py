@@ -16,7 +16,7 @@ from .batch import RolloutBatch, _row_blocks, row_counts, true_count
 from .errors import BatchError
 from .groups import dense_groups, segment_sum
 from .params import check_choice, check_number
-from .registry import register
+from .registry import Component, register, register_base
 from .scorers import check_score_shape
 
 NORMALIZE_MODES = ("mean_one", "per_group_mean_one", "none")
@@ -75,12 +75,34 @@ def normalize_weights_(weights: torch.Tensor, mask: torch.Tensor | None, mode: s
     return weights
 
 
-class Reweighter:
-    """Base class: ``weights(scores, batch, mask=None) -> Tensor`` shaped like the scores."""
+@register_base("reweighter")
+class Reweighter(Component):
+    """Base class of reweighters: subclass it and implement ``_raw`` (scores -> raw weights).
+
+    A strategy calls ``weights(scores, batch, mask)``: ``scores`` is ``(N,)`` for
+    ``granularity = "response"`` or ``(N, L)`` for ``"token"``, ``mask`` the entries the weights
+    apply to (the kept responses ``(N,)``, or the kept valid tokens ``(N, L)``; None: all). It
+    calls ``_raw`` and normalises the result as the ``normalize`` parameter says, so a subclass
+    implements only the weighting rule:
+
+    ``_raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor``: a *new*
+    float32 tensor shaped like ``scores`` (it is normalised in place) of finite weights >= 0.
+    ``scores`` is float32 and may be the caller's own tensor: never modify it in place. ``mask``
+    (bool, shaped like ``scores``) is None when every entry counts; entries outside it are
+    zeroed afterwards.
+
+    Its ``__init__`` takes ``normalize: str = "mean_one"`` and calls ``super().__init__(normalize)``
+    (``mean_one``: mean 1 over ``mask``; ``per_group_mean_one``: mean 1 within each group;
+    ``none``). Class attributes declare ``needs_groups`` and ``scope``: what a row's weight,
+    relative to the others of its group, may depend on: ``"row"``, ``"group"`` or ``"batch"``
+    (e.g. batch quantiles). Scores are finite (the scorer's contract). A reweighter that keeps
+    state across steps defines ``state_dict()`` and ``load_state_dict(state)`` as `Scorer` says.
+    """
 
     name = "reweighter"
     granularity = "response"
     needs_groups = False
+    scope = "group"
 
     def __init__(self, normalize: str = "mean_one"):
         self.normalize = check_choice("normalize", normalize, NORMALIZE_MODES)
@@ -115,6 +137,8 @@ class Reweighter:
 class SoftmaxWeights(Reweighter):
     """w_i proportional to exp(score_i / temperature)."""
 
+    scope = "row"
+
     def __init__(self, temperature: float = 1.0, normalize: str = "mean_one"):
         super().__init__(normalize)
         self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
@@ -141,6 +165,8 @@ class SoftmaxWeights(Reweighter):
 @register("reweighter", "difficulty_band")
 class DifficultyBand(Reweighter):
     """focus_weight inside the [low_q, high_q] quantile band of the scores, 1 outside."""
+
+    scope = "batch"
 
     def __init__(self, low_q: float = 0.25, high_q: float = 0.75, focus_weight: float = 2.0, normalize: str = "mean_one"):
         super().__init__(normalize)
@@ -184,6 +210,8 @@ def linear_quantiles(values: torch.Tensor, qs: tuple[float, ...]) -> list[torch.
 class RewardRange(Reweighter):
     """`inside` weight when low <= score <= high, `outside` weight otherwise."""
 
+    scope = "row"
+
     def __init__(self, low: float = 0.2, high: float = 0.8, inside: float = 2.0, outside: float = 1.0,
                  normalize: str = "mean_one"):
         super().__init__(normalize)
@@ -203,6 +231,7 @@ class RewardRange(Reweighter):
 class AdvantageReweight(Reweighter):
     """Token weight alpha*p_it + (1-alpha), p_it the token probability: damps low-probability tokens."""
 
+    scope = "row"
     granularity = "token"
 
     def __init__(self, alpha: float = 0.3, normalize: str = "mean_one"):
@@ -263,6 +292,8 @@ class PrioritizedAdvantage(Reweighter):
     The 1e-8 (DataFlex-RL's) gives a zero-advantage response a small non-zero priority, as
     prioritized replay's epsilon does (about 1.5e-4 of the mean weight at alpha 0.5).
     """
+
+    scope = "row"
 
     def __init__(self, alpha: float = 0.6, normalize: str = "mean_one"):
         super().__init__(normalize)

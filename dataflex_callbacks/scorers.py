@@ -14,7 +14,7 @@ from .batch import RolloutBatch, masked_abs_row_reduce, row_counts
 from .errors import BatchError
 from .groups import dense_groups, segment_mean, segment_variance
 from .params import check_choice, check_number
-from .registry import register
+from .registry import Component, register, register_base
 
 REDUCE_MODES = ("mean", "sum", "max")
 
@@ -72,13 +72,44 @@ def check_score_shape(kind: str, name: str, granularity: str, scores: torch.Tens
 # ---------------------------------------------------------------- registered scorers
 
 
-class Scorer:
-    """Base class: ``score(batch) -> Tensor`` of shape ``(N,)`` or ``(N, L)``."""
+@register_base("scorer")
+class Scorer(Component):
+    """Base class of scorers: subclass it, declare what the score reads, and implement ``_score``.
+
+    A strategy calls ``score(batch)``, which checks ``requires`` and calls ``_score``. A subclass
+    implements ``_score(self, batch: RolloutBatch) -> torch.Tensor``, returning a new float tensor
+    on ``batch.device`` (a response-level scorer pairs with response-level selectors and
+    reweighters, a token-level one with token-level ones):
+
+    * ``granularity = "response"``: one score per response, ``(N,)``;
+    * ``granularity = "token"``: one score per token, ``(N, L)``; only the entries at
+      ``batch.valid_mask`` are read.
+
+    It declares, as class attributes (checked once, when a strategy is built):
+
+    * ``requires``: the `RolloutBatch` fields it reads (``score`` raises a `BatchError` naming a
+      missing one); a scorer reading ``logprobs`` or ``entropies`` is run inside the loss, on the
+      current policy's values, when the host defers it.
+    * ``needs_groups``: True if it reads ``group_ids``.
+    * ``scope``: what one row's score may depend on: ``"row"`` (its own signals), ``"group"``
+      (its prompt group's rows, e.g. a solve rate) or ``"batch"`` (the whole batch, e.g. a
+      batch z-score). `dataflex_callbacks.testing.check_component` checks a row or group scope
+      against a loop that scores one group at a time.
+
+    The batch it gets has been cleaned by the strategy's ``nan_policy``: NaN and infinite
+    entries of ``rewards``, ``advantages``, ``logprobs`` and ``entropies`` are 0 (with ``drop``
+    their rows are left out of the loss afterwards); ``-inf`` log-probs (impossible tokens) stay.
+    Its scores must then be finite (at valid tokens, for token scores). Constructor parameters
+    are the config's ``params``; a stateless scorer needs nothing else. One that keeps state
+    across steps defines ``state_dict() -> dict`` (a copy, leaving the scorer unchanged) and
+    ``load_state_dict(state)`` (after which a fresh instance scores exactly as the saved one did).
+    """
 
     name = "scorer"
     requires: tuple[str, ...] = ("rewards",)
     granularity = "response"
     needs_groups = False
+    scope = "group"
 
     def score(self, batch: RolloutBatch) -> torch.Tensor:
         self.check(batch)
@@ -94,6 +125,7 @@ class Scorer:
                 )
 
     def _score(self, batch: RolloutBatch) -> torch.Tensor:  # pragma: no cover - abstract
+        """Scores of a batch whose required fields are present: ``(N,)`` or ``(N, L)`` float."""
         raise NotImplementedError
 
     def __repr__(self) -> str:
@@ -103,6 +135,8 @@ class Scorer:
 @register("scorer", "reward", aliases=("reward_difficulty",))
 class RewardScorer(Scorer):
     """The response's own outcome reward r_i."""
+
+    scope = "row"
 
     def _score(self, batch):
         return batch.rewards.to(torch.float32)
@@ -124,6 +158,7 @@ class GroupSolveRateScorer(Scorer):
     solve-rate band then tends to drop every group.
     """
 
+    scope = "group"
     requires = ("rewards", "group_ids")
     needs_groups = True
 
@@ -161,6 +196,7 @@ class GroupRewardVarianceScorer(Scorer):
     any reward scale (DAPO's dynamic sampling rule).
     """
 
+    scope = "group"
     requires = ("rewards", "group_ids")
     needs_groups = True
 
@@ -172,6 +208,7 @@ class GroupRewardVarianceScorer(Scorer):
 class AdvantageMagnitudeScorer(Scorer):
     """Mean (or sum, max) over valid tokens of |advantage|; ``agg`` (DataFlex-RL's name) is an alias of ``reduce``."""
 
+    scope = "row"
     requires = ("advantages",)
 
     def __init__(self, reduce: str | None = None, agg: str | None = None):
@@ -187,6 +224,7 @@ class AdvantageMagnitudeScorer(Scorer):
 class TokenProbScorer(Scorer):
     """Per-token probability exp(logp_it) of the sampled token (token level)."""
 
+    scope = "row"
     requires = ("logprobs",)
     granularity = "token"
 
@@ -198,6 +236,7 @@ class TokenProbScorer(Scorer):
 class TokenEntropyScorer(Scorer):
     """Per-token policy entropy, as provided by the host (token level)."""
 
+    scope = "row"
     requires = ("entropies",)
     granularity = "token"
 
@@ -209,6 +248,7 @@ class TokenEntropyScorer(Scorer):
 class ResponseLengthScorer(Scorer):
     """Number of valid completion tokens L_i."""
 
+    scope = "row"
     requires = ("completion_mask",)
 
     def _score(self, batch):
@@ -219,6 +259,7 @@ class ResponseLengthScorer(Scorer):
 class RewardEfficiencyScorer(Scorer):
     """Reward per token, r_i / max(L_i, 1)."""
 
+    scope = "row"
     requires = ("rewards", "completion_mask")
 
     def _score(self, batch):

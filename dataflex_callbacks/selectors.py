@@ -15,7 +15,7 @@ from .batch import RolloutBatch, true_count
 from .errors import BatchError
 from .groups import dense_groups, rank_within_groups, sort_within_groups
 from .params import check_bool, check_choice, check_int, check_number
-from .registry import register
+from .registry import Component, register, register_base
 from .scorers import check_score_shape
 
 
@@ -275,13 +275,34 @@ def kth_largest(values: torch.Tensor, k: int) -> torch.Tensor:
 # ---------------------------------------------------------------- registered selectors
 
 
-class Selector:
-    """Base class: ``select(scores, batch) -> keep mask``."""
+@register_base("selector")
+class Selector(Component):
+    """Base class of selectors: subclass it and implement ``_select`` (scores -> keep mask).
+
+    A strategy calls ``select(scores, batch)``, which checks the scores' shape and ``requires``
+    and calls ``_select(self, scores, batch) -> torch.Tensor``. A subclass implements ``_select``:
+
+    * ``granularity = "response"``: ``scores`` is ``(N,)`` (one per response); return a ``(N,)``
+      bool keep mask. A dropped response leaves the loss and its normaliser.
+    * ``granularity = "token"``: ``scores`` is ``(N, L)``; return a ``(N, L)`` bool mask of the
+      tokens that stay in the loss. Entries outside ``batch.valid_mask`` (and in rows already
+      dropped) are cleared by the strategy, whatever the mask says there.
+
+    The mask is a new tensor on ``scores.device``. Class attributes declare ``requires`` (the
+    `RolloutBatch` fields ``_select`` reads, besides the scores), ``needs_groups`` (True if it
+    reads ``group_ids``) and ``scope``: what one row's keep decision may depend on, ``"row"``
+    (its own score), ``"group"`` (its group's scores, e.g. the k best of each group) or
+    ``"batch"`` (every score, e.g. a top fraction of the batch). The scores are finite (the
+    scorer's contract) and the batch's signals are cleaned as the scorer's docstring says.
+    Constructor parameters are the config's ``params``; a selector that keeps state across
+    steps defines ``state_dict()`` and ``load_state_dict(state)`` as `Scorer` says.
+    """
 
     name = "selector"
     granularity = "response"
     needs_groups = False
     requires: tuple[str, ...] = ()
+    scope = "group"
 
     def select(self, scores: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
         check_score_shape("selector", self.name, self.granularity, scores)
@@ -291,12 +312,15 @@ class Selector:
         return self._select(scores, batch)
 
     def _select(self, scores, batch):  # pragma: no cover - abstract
+        """Keep mask shaped like ``scores``: ``(N,)`` or ``(N, L)`` bool."""
         raise NotImplementedError
 
 
 @register("selector", "threshold_band")
 class ThresholdBand(Selector):
     """Keep responses with low < score < high (DAPO dynamic sampling; online difficulty filtering)."""
+
+    scope = "row"
 
     def __init__(self, low: float = 0.0, high: float = 1.0):
         self.low = check_number("low", low)
@@ -311,6 +335,8 @@ class ThresholdBand(Selector):
 @register("selector", "topk_fraction")
 class TopkFraction(Selector):
     """Keep the round(fraction*N) highest (or lowest) scoring responses, at least one (ties as torch.topk on CPU)."""
+
+    scope = "batch"
 
     def __init__(self, fraction: float = 0.5, largest: bool = True):
         self.fraction = check_number("fraction", fraction, low=0.0, high=1.0, low_open=True)
@@ -328,6 +354,7 @@ class GroupFilter(Selector):
     ``score`` ranks by the scorer's value itself. Groups of at most k responses are kept whole.
     """
 
+    scope = "group"
     needs_groups = True
     requires = ("group_ids",)
 
@@ -352,6 +379,7 @@ class GroupFilter(Selector):
 class MaxVariance(Selector):
     """Keep the round(f*G)-subset of each group with maximal score variance (PODS down-sampling; round half to even)."""
 
+    scope = "group"
     needs_groups = True
     requires = ("group_ids",)
 
@@ -366,6 +394,7 @@ class MaxVariance(Selector):
 class EntropyTopTokens(Selector):
     """Keep only the top fraction of highest-score (entropy) valid tokens in the loss (80/20 rule)."""
 
+    scope = "batch"
     granularity = "token"
     requires = ("completion_mask",)
 

@@ -1,8 +1,16 @@
-"""Registry: names, aliases, and errors that name the bad value and the valid choices."""
+"""Registry: names, aliases, import paths of user classes, and errors that name the bad value and the valid choices."""
+
+import ast
+import os
+import subprocess
+import sys
 
 import pytest
+import torch
 
-from dataflex_callbacks import ConfigError, build_component, list_components
+import custom_components
+from dataflex_callbacks import ConfigError, RolloutBatch, Scorer, build_component, build_strategy, list_components, register
+from dataflex_callbacks import registry
 
 EXPECTED = {
     "scorer": ["advantage_magnitude", "group_reward_variance", "group_solve_rate", "response_length", "reward",
@@ -88,3 +96,121 @@ def test_invalid_param_values_name_the_param(kind, name, params, param):
         build_component(kind, name, **params)
     assert param in str(info.value)
     assert name in str(info.value)
+
+
+# ---------------------------------------------------------------- user components: import paths and registered names
+
+DIFFBAND_SELECTOR = {"name": "threshold_band", "low": 0.0, "high": float("inf")}
+
+
+def group_batch():
+    return RolloutBatch(torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.5]), group_ids=torch.tensor([0, 0, 1, 1, 2, 2]))
+
+
+@pytest.mark.parametrize("path", ["custom_components:GroupCenteredReward", "custom_components.GroupCenteredReward"])
+def test_a_config_names_a_user_class_by_import_path(path):
+    assert registry.component_class("scorer", path) is custom_components.GroupCenteredReward
+    strategy = build_strategy({"select": {"scorer": path, "selector": DIFFBAND_SELECTOR}})
+    decision = strategy.apply(group_batch(), step=0)
+    # Above its group's mean: row 0 of group 0 and row 5 of group 2; group 1 is all equal (0 > 0 is false).
+    assert decision.keep.tolist() == [True, False, False, False, False, True]
+    restored = build_strategy(strategy.state_dict()["config"])
+    restored.load_state_dict(strategy.state_dict())
+    assert torch.equal(restored.apply(group_batch(), step=0).keep, decision.keep)
+
+
+def test_import_path_components_take_params_and_are_named_by_their_path():
+    weights = registry.build_component("reweighter", "custom_components:LinearWeights", offset=1.0, normalize="none")
+    assert weights.offset == 1.0
+    assert weights.name == "custom_components:LinearWeights"
+    with pytest.raises(ConfigError, match="'custom_components:LinearWeights' got unknown parameter.*'offst'"):
+        registry.build_component("reweighter", "custom_components:LinearWeights", offst=1.0)
+    strategy = build_strategy({"mix": {"mixer": "custom_components:LowestRewardFirst", "domains": ["a", "b"]}})
+    assert strategy.mixing.mixer.name == "custom_components:LowestRewardFirst"
+
+
+@pytest.mark.parametrize("kind, path, words", [
+    ("scorer", "no_such_package.mod:Cls", ["no module named 'no_such_package'", "PYTHONPATH"]),
+    ("scorer", "custom_components:NoSuchClass", ["has no attribute 'NoSuchClass'"]),
+    ("scorer", "custom_components:BestOfGroup", ["not a subclass of dataflex_callbacks.Scorer", "it is a selector"]),
+    ("mixer", "custom_components:group_means", ["a function", "not a subclass of dataflex_callbacks.Mixer"]),
+    ("selector", "custom_components.torch", ["a module", "Selector"]),
+    ("scorer", ":GroupCenteredReward", ["not an import path"]),
+    ("prerollout", "custom_components:GroupCenteredReward", ["cannot be named by import path", "@register"]),
+])
+def test_bad_import_paths_say_what_is_wrong(kind, path, words):
+    with pytest.raises(ConfigError) as info:
+        registry.build_component(kind, path)
+    message = str(info.value)
+    assert repr(path) in message
+    for word in words:
+        assert word in message, message
+
+
+def test_a_bad_import_path_fails_when_the_strategy_is_built():
+    with pytest.raises(ConfigError, match="'custom_components:LinearWeights' is class LinearWeights.*it is a reweighter"):
+        build_strategy({"select": {"scorer": "custom_components:LinearWeights", "selector": "threshold_band"}})
+
+
+@pytest.fixture
+def restore_registry():
+    saved = {kind: dict(names) for kind, names in registry._REGISTRY.items()}
+    yield
+    for kind, names in saved.items():
+        registry._REGISTRY[kind].clear()
+        registry._REGISTRY[kind].update(names)
+
+
+def test_a_registered_user_component_is_named_by_its_name(restore_registry):
+    @register("scorer", "test_centered_copy")
+    class CenteredCopy(custom_components.GroupCenteredReward):
+        """A registered copy of GroupCenteredReward."""
+
+    assert "test_centered_copy" in list_components("scorer")
+    strategy = build_strategy({"select": {"scorer": "test_centered_copy", "selector": DIFFBAND_SELECTOR}})
+    assert strategy.select.scorer.name == "test_centered_copy"
+    assert strategy.apply(group_batch(), step=0).keep.tolist() == [True, False, False, False, False, True]
+
+
+def test_an_unregistered_subclass_of_a_builtin_is_named_by_its_path():
+    class Shifted(registry.component_class("scorer", "reward")):
+        pass
+
+    assert Shifted.name == f"{__name__}:test_an_unregistered_subclass_of_a_builtin_is_named_by_its_path.<locals>.Shifted"
+    assert registry.component_class("scorer", "reward").name == "reward"
+    assert issubclass(Shifted, Scorer)
+
+
+def test_registry_imports_no_component_module():
+    source = open(registry.__file__, encoding="utf-8").read()
+    imported = {node.module for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom) and node.level}
+    imported |= {alias.name for node in ast.walk(ast.parse(source)) if isinstance(node, ast.ImportFrom) and node.level
+                 and node.module is None for alias in node.names}
+    assert imported == {"errors"}
+
+
+@pytest.mark.parametrize("statement", ["import dataflex_callbacks as d; r = d",
+                                       "from dataflex_callbacks import registry as r",
+                                       "from dataflex_callbacks.registry import build_component as b; "
+                                       "import dataflex_callbacks.registry as r"])
+def test_builtins_are_registered_however_the_registry_is_imported(statement):
+    script = f"{statement}\nprint({{k: r.list_components(k) for k in {sorted(EXPECTED) + ['prerollout']}}})"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert ast.literal_eval(result.stdout.strip()) == {**EXPECTED, "prerollout": ["skip_zero_variance"]}
+
+
+def test_a_stateful_user_component_resumes_through_the_strategy_state():
+    config = {"reweight": {"scorer": "custom_components:RunningBaselineReward", "reweighter": "softmax"}}
+    batch = RolloutBatch(torch.tensor([1.0, 0.0, 1.0, 1.0]), group_ids=torch.tensor([0, 0, 1, 1]),
+                         completion_mask=torch.ones(4, 3))
+    trained = build_strategy(config)
+    for step in range(3):
+        trained.apply(batch, step)
+    state = trained.state_dict()
+    assert state["components"] == {"reweight.scorer": {"baseline": trained.parts[0].scorer.baseline}}
+    resumed = build_strategy(config)
+    resumed.load_state_dict(state)
+    assert resumed.parts[0].scorer.baseline == trained.parts[0].scorer.baseline != 0.0
+    assert torch.equal(resumed.apply(batch, 3).weights, trained.apply(batch, 3).weights)
