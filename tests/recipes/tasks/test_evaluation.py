@@ -62,3 +62,27 @@ def test_chat_prompts_are_rendered_with_the_chat_template():
     chat = test.map(lambda row: {"prompt": [{"role": "user", "content": row["prompt"]}]})
     # The tiny model's chat template is the message text itself: the same completions, the same scores.
     assert evaluate(model, tokenizer, chat) == evaluate(model, tokenizer, test)
+
+
+def test_accuracy_equals_a_loop_over_the_scored_rows():
+    from dataflex_callbacks.recipes.tasks import TaskReward, generate_greedy
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer)
+    test = load_task_suite(seed=0, n_train=1, n_test=12)["test"]
+    completions = generate_greedy(model, tokenizer, list(test["prompt"]))
+    reward = TaskReward(seed=0)
+    scores = [reward.score(p, c, str(a), d, salt=(0, "eval"))
+              for p, c, a, d in zip(test["prompt"], completions, test["answer"], test["domain"])]
+    expected = {}
+    for domain in sorted(set(test["domain"])):
+        values = [s for s, d in zip(scores, test["domain"]) if d == domain]
+        expected[domain] = sum(values) / len(values)
+    expected["overall"] = sum(scores) / len(scores)
+    accuracy = evaluate(model, tokenizer, test)
+    assert accuracy == expected and list(accuracy) == list(expected)
+    assert 0.0 < accuracy["overall"] < 1.0  # a case where the per-domain means differ from the overall one
+
+    unlabelled = test.remove_columns("domain")  # every row in the "default" domain, scored by the verifier
+    assert set(evaluate(model, tokenizer, unlabelled)) == {"default", "overall"}
+    assert evaluate(model, tokenizer, test.select([])) == {"overall": 0.0}
