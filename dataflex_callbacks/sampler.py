@@ -50,11 +50,12 @@ import numpy as np
 from torch.utils.data import IterableDataset as TorchIterableDataset
 from torch.utils.data import Sampler
 
-from .config import QUOTAS
+from .config_fields import QUOTAS
 from .errors import ConfigError, DataFlexError, StateError, check_state
 from .history import KEY_COLUMNS, hashable_key, row_prompt_key
+from .host import accept_prompts
 from .params import check_bool, check_choice, check_int
-from .proportions import check_proportions
+from .proportions import check_domains, check_proportions
 
 if TYPE_CHECKING:  # pragma: no cover
     from .strategy import Strategy
@@ -282,8 +283,7 @@ class DomainMixingSampler(Sampler[int]):
             domains = strategy.domains  # the config's domain order wins over the sorted labels
         present = sorted(set(labels))
         self.domains = [str(d) for d in domains] if domains is not None else present
-        if len(set(self.domains)) != len(self.domains):
-            raise ConfigError(f"domains must be unique; got {self.domains}")
+        check_domains(self.domains, "DomainMixingSampler domains")
         empty = [d for d in self.domains if d not in present]
         if empty:
             raise ConfigError(f"domain(s) {empty} have no rows in the dataset; domains with rows: {present}; "
@@ -564,21 +564,19 @@ class DomainMixingSampler(Sampler[int]):
             candidates = self._perm[begin:begin + window]
             rows = candidates.tolist()
             labels = None if self._prompt_labels is None else [self._prompt_labels[r] for r in rows]
-            keep_probability = self._prompt_filter.keep_probability([self._keys[r] for r in rows], labels)
             # After a wrap-around the chunk's own rows come back at the end of the new pass: while the
             # domain has rows the chunk does not hold yet, a row is not taken twice (no prompt twice in
             # one generation batch, none on two ranks in one step).
             repeat = None
             if in_chunk and len(in_chunk) < self._sizes_list[k]:
                 repeat = np.fromiter((r in in_chunk for r in rows), dtype=bool, count=len(rows))
-                keep_probability = np.where(repeat, 0.0, keep_probability)
-            accepted = np.flatnonzero(self._rng.random(window) < keep_probability)[: need - len(taken)]
-            used = int(accepted[-1]) + 1 if len(taken) + len(accepted) == need else window
-            chosen = candidates[accepted].tolist()
+            passed = accept_prompts(self._prompt_filter, [self._keys[r] for r in rows], need - len(taken), self._rng,
+                                    labels=labels, exclude=repeat)
+            chosen = candidates[passed.accepted].tolist()
             taken.extend(chosen)
             in_chunk.update(chosen)
-            skipped += used - len(accepted) - (0 if repeat is None else int(repeat[:used].sum()))
-            self._pointers[k] += used
+            skipped += passed.skipped
+            self._pointers[k] += passed.considered
         return np.asarray(taken, dtype=np.int64), skipped
 
     def _uniforms(self, n: int) -> np.ndarray:
@@ -694,24 +692,41 @@ class DomainMixingSampler(Sampler[int]):
                        "chunks": chunks, "pos": 0, "booked": 0, "n": n}
         return self._ahead
 
+    def _unbooked(self) -> tuple[list[int], list[list[int]]]:
+        """Draws per domain of the served chunks of the drawn-ahead block not counted yet: the total over
+        them, and each chunk's counts (only the last `RECENT_CHUNKS`). Reads the block, changes nothing."""
+        ahead, k = self._ahead, len(self.domains)
+        if ahead is None or ahead["booked"] == ahead["pos"]:
+            return [0] * k, []
+        n = ahead["n"]
+        served = ahead["pos"] - ahead["booked"]
+        chosen = ahead["domains"][ahead["booked"] * n:ahead["pos"] * n]
+        recent = min(served, RECENT_CHUNKS)
+        tail = chosen[(served - recent) * n:].reshape(recent, n) + k * np.arange(recent)[:, None]
+        per_chunk = np.bincount(tail.ravel(), minlength=recent * k).reshape(recent, k).tolist()
+        return np.bincount(chosen, minlength=k).tolist(), per_chunk
+
+    def _booked_counts(self) -> tuple[list[int], list[list[int]]]:
+        """``(drawn_total, drawn_recent)`` with every served chunk counted, as new lists; changes nothing."""
+        total, chunks = self._unbooked()
+        recent = [list(c) for c in self._drawn_recent] + chunks
+        return [t + c for t, c in zip(self._drawn_total, total)], recent[-RECENT_CHUNKS:]
+
     def _book_served(self) -> None:
         """Count the served chunks of the drawn-ahead block that are not counted yet."""
         ahead = self._ahead
         if ahead is None or ahead["booked"] == ahead["pos"]:
             return
-        n, k = ahead["n"], len(self.domains)
-        served = ahead["pos"] - ahead["booked"]
-        chosen = ahead["domains"][ahead["booked"] * n:ahead["pos"] * n]
-        if self._mixing:  # the strategy is told chunk by chunk
-            for c in range(served):
+        if self._mixing:  # the strategy is told chunk by chunk (every chunk is booked as it is served)
+            n, k = ahead["n"], len(self.domains)
+            chosen = ahead["domains"][ahead["booked"] * n:ahead["pos"] * n]
+            for c in range(ahead["pos"] - ahead["booked"]):
                 self._book(np.bincount(chosen[c * n:(c + 1) * n], minlength=k).tolist())
         else:  # totals in one count; per-chunk counts only for the recent window
-            total = self._drawn_total
-            for d, c in enumerate(np.bincount(chosen, minlength=k).tolist()):
-                total[d] += c
-            recent = min(served, RECENT_CHUNKS)
-            tail = chosen[(served - recent) * n:].reshape(recent, n) + k * np.arange(recent)[:, None]
-            self._drawn_recent.extend(np.bincount(tail.ravel(), minlength=recent * k).reshape(recent, k).tolist())
+            total, chunks = self._unbooked()
+            for d, c in enumerate(total):
+                self._drawn_total[d] += c
+            self._drawn_recent.extend(chunks)
         ahead["booked"] = ahead["pos"]
 
     def _unserved(self) -> tuple[list[int], int]:
@@ -812,12 +827,13 @@ class DomainMixingSampler(Sampler[int]):
         Only Python ints, floats, strings, bools and lists / dicts of them, so a checkpoint holding
         it loads with ``torch.load(..., weights_only=True)``. Reading it does not change the sampler.
         """
-        self._book_served()  # counts of chunks already served; changes no draw
-        pointers, uniform_pos = self._unserved()  # as if only the chunks served so far had been drawn
+        # Counts of the chunks served so far, as if only those had been drawn; the sampler is left as it is.
+        drawn_total, drawn_recent = self._booked_counts()
+        pointers, uniform_pos = self._unserved()
         fingerprint = {**self._fingerprint, "domain_rows": dict(self._fingerprint["domain_rows"])}
         return {**self._draw_config(), "data": fingerprint, "pooled": self._pooled, "epoch": self.epoch,
                 "rng": self._rng.bit_generator.state, "perm": self._perm.tolist(), "pointers": pointers,
-                "drawn_total": list(self._drawn_total), "drawn_recent": [list(c) for c in self._drawn_recent],
+                "drawn_total": drawn_total, "drawn_recent": drawn_recent,
                 "epoch_rows": [self._epoch_rows[i:i + self.draw_size].tolist()
                                for i in range(0, len(self._epoch_rows), self.draw_size)],
                 "uniforms": self._uniform_buffer[uniform_pos:].tolist(), "position": self.position,

@@ -31,7 +31,7 @@ CHECKED_SIGNALS = ("rewards", "advantages", "logprobs", "entropies")
 
 @dataclass
 class Decision:
-    """What a strategy decided for one batch.
+    """What a strategy decided for one batch; hosts fold it into their loss with `dataflex_callbacks.host`.
 
     Attributes:
         keep: ``(N,)`` bool, responses that stay in the loss (and its normaliser).
@@ -369,6 +369,9 @@ class Strategy:
 
     @staticmethod
     def _token_mask(batch: RolloutBatch, keep: torch.Tensor, token_keep: torch.Tensor | None) -> torch.Tensor:
+        """``(N, L)`` tokens the weights are normalised over while deciding: ``token_keep`` (already valid
+        and kept), else the valid tokens of kept responses. Hosts read a finished decision's kept tokens
+        with `dataflex_callbacks.host.kept_token_mask` (which cannot be imported here: it builds strategies)."""
         if token_keep is not None:
             return token_keep
         if batch.valid_mask is None:
@@ -448,7 +451,17 @@ class Strategy:
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: the resolved config, the mixing and pre-rollout state."""
         return {"config": copy.deepcopy(self.config), "mixing": None if self.mixing is None else self.mixing.state_dict(),
-                "prompt_filter": None if self.prompt_filter is None else self.prompt_filter.state_dict()}
+                "prompt_filter": None if self.prompt_filter is None else self.prompt_filter.state_dict(),
+                "components": {place: component.state_dict() for place, component in self._stateful_components()}}
+
+    def _stateful_components(self) -> list[tuple[str, Any]]:
+        """``("select.scorer", component)`` for each scorer or actuator that keeps state of its own (a ``state_dict``)."""
+        found = []
+        for part in self.parts:
+            for role, component in (("scorer", part.scorer), (part.actuator_kind, part.actuator)):
+                if callable(getattr(component, "state_dict", None)):
+                    found.append((f"{part.kind}.{role}", component))
+        return found
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Restore saved state; with ``strict`` a changed config is an error naming what differs."""
@@ -464,6 +477,10 @@ class Strategy:
             self.mixing.load_state_dict(state["mixing"])
         if self.prompt_filter is not None and state.get("prompt_filter") is not None:
             self.prompt_filter.load_state_dict(state["prompt_filter"])
+        saved_components = state.get("components") or {}
+        for place, component in self._stateful_components():
+            if place in saved_components:
+                component.load_state_dict(saved_components[place])
 
     def __repr__(self) -> str:
         parts = [p.kind + "=" + p.scorer.name + "->" + p.actuator.name for p in self.parts]

@@ -23,7 +23,7 @@ In a ``LightningDataModule``, ``build_sampler(self.trainer, dataset, batch_size=
 
 from .aggregation import LOSS_TYPES
 from .binding import BoundStrategy
-from .callback import DataFlexCallback
-from .sampling import ShardedSampler, build_sampler
+from .callback import DataFlexCallback, build_sampler
+from .sampling import ShardedSampler
 
 __all__ = ["BoundStrategy", "DataFlexCallback", "LOSS_TYPES", "ShardedSampler", "build_sampler"]

@@ -14,6 +14,9 @@ loss_type          loss over the kept entries                                   
 ``fixed_length``   sum of ``w * loss`` over kept tokens / (kept responses * L)    Dr. GRPO
 =================  =============================================================  ===========
 
+Each ``loss_type`` is the core loss aggregation of the same name (`dataflex_callbacks.host.AGGREGATIONS`),
+which is also what TRL's ``loss_type`` and verl's ``loss_agg_mode`` map onto.
+
 A response stays in the ``sequence_*`` and ``fixed_length`` normalisers while it keeps at least
 one token (token-level selection can empty a response). When nothing is kept the loss is an
 exact zero that still backpropagates (zero gradients, never NaN).
@@ -23,28 +26,23 @@ from __future__ import annotations
 
 import torch
 
-from dataflex_callbacks import BatchError, Decision
+from dataflex_callbacks import Decision
+from dataflex_callbacks.host import aggregate, finish_loss, kept_token_mask
 
-LOSS_TYPES = ("token_mean", "sequence_mean", "sequence_sum", "fixed_length")
+LOSS_AGGREGATION = {"token_mean": "token_mean", "sequence_mean": "sequence_mean", "sequence_sum": "sequence_sum",
+                    "fixed_length": "fixed_length"}
+"""Lightning ``loss_type`` -> the core's loss aggregation (`dataflex_callbacks.host.AGGREGATIONS`)."""
+
+LOSS_TYPES = tuple(LOSS_AGGREGATION)
+
+__all__ = ["LOSS_TYPES", "check_loss_type", "finish_loss", "kept_token_mask", "loss_sum_and_count"]
 
 
-def check_loss_type(loss_type: str) -> None:
-    """Raise naming the valid choices when ``loss_type`` is unknown."""
-    if loss_type not in LOSS_TYPES:
+def check_loss_type(loss_type: str) -> str:
+    """The core aggregation of ``loss_type``; raises naming the valid choices when it is unknown."""
+    if loss_type not in LOSS_AGGREGATION:
         raise ValueError(f"dataflex: loss_type={loss_type!r} is not supported; choose one of {list(LOSS_TYPES)}")
-
-
-def kept_token_mask(decision: Decision, mask: torch.Tensor) -> torch.Tensor:
-    """``(N, L)`` bool: tokens that stay in the loss (valid, in a kept response, not dropped by a token selector).
-
-    Args:
-        decision: the strategy's decision for these ``N`` responses.
-        mask: ``(N, L)`` bool, valid completion tokens.
-    """
-    kept = mask & decision.keep.to(mask.device).unsqueeze(1)
-    if decision.token_keep is not None:
-        kept = kept & decision.token_keep.to(mask.device)
-    return kept
+    return LOSS_AGGREGATION[loss_type]
 
 
 def loss_sum_and_count(per_token_loss: torch.Tensor, decision: Decision, mask: torch.Tensor, loss_type: str,
@@ -64,28 +62,6 @@ def loss_sum_and_count(per_token_loss: torch.Tensor, decision: Decision, mask: t
         ``(total, count)``: 0-dim tensors; ``total`` carries the gradient, ``count`` is a float
         without gradient (kept tokens, kept responses, or kept responses times ``max_length``).
     """
-    check_loss_type(loss_type)
-    if per_token_loss.dim() != 2 or per_token_loss.shape != mask.shape:
-        raise BatchError(f"per_token_loss must have shape (N, L) = {tuple(mask.shape)} like the completion mask; "
-                         f"got {tuple(per_token_loss.shape)}")
-    kept = kept_token_mask(decision, mask)
-    weights = decision.weights.to(device=per_token_loss.device, dtype=per_token_loss.dtype)
-    if weights.dim() == 1:
-        weights = weights.unsqueeze(1)
-    # where(), not a product: padded or dropped positions may hold inf/NaN (e.g. log-prob of padding).
-    terms = torch.where(kept, per_token_loss * weights, torch.zeros_like(per_token_loss))
-    tokens_per_row = kept.sum(dim=1)
-    rows = (tokens_per_row > 0).sum().to(per_token_loss.dtype)
-    if loss_type == "token_mean":
-        return terms.sum(), kept.sum().to(per_token_loss.dtype)
-    if loss_type == "sequence_mean":
-        return (terms.sum(dim=1) / tokens_per_row.clamp(min=1).to(per_token_loss.dtype)).sum(), rows
-    if loss_type == "sequence_sum":
-        return terms.sum(), rows
-    length = per_token_loss.shape[1] if max_length is None else int(max_length)
-    return terms.sum(), rows * length
-
-
-def finish_loss(total: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-    """``total / count``, and an exact zero (still in the graph) when nothing was kept."""
-    return total / count.clamp(min=1)
+    kind = check_loss_type(loss_type)
+    return aggregate(per_token_loss, kept_token_mask(decision, mask), kind, weights=decision.weights,
+                     max_length=max_length)

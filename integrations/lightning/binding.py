@@ -7,25 +7,20 @@ One line in ``training_step`` applies the strategy::
 
 from __future__ import annotations
 
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 
 from dataflex_callbacks import DataFlexError, Decision, DomainMixingSampler, RolloutBatch
+from dataflex_callbacks.host import TENSOR_FIELDS, batch_fields, finish_loss, local_decision
 
-from .aggregation import finish_loss, loss_sum_and_count
+from .aggregation import loss_sum_and_count
 from .gather import distributed_world, gather_rollouts
 from .sampling import check_prompt_keys
 
 if TYPE_CHECKING:  # pragma: no cover
     from .callback import DataFlexCallback
-
-BATCH_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys",
-                "completion_ids")
-TENSOR_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "completion_ids")
-
 
 class BoundStrategy:
     """The strategy of a `DataFlexCallback`, as a LightningModule's ``training_step`` uses it.
@@ -92,7 +87,7 @@ class BoundStrategy:
         if self._last is not None and self._last[0] == step and self._last[1] is batch:
             return self._last[2]
         strategy = self._callback.strategy
-        strategy.check_host({name for name in BATCH_FIELDS if batch.has(name)}, host="the RolloutBatch given to dataflex")
+        strategy.check_host(batch_fields(batch), host="the RolloutBatch given to dataflex")
         detached = batch.replace(**{name: getattr(batch, name).detach() for name in TENSOR_FIELDS
                                     if getattr(batch, name) is not None})
         everyone, rows = gather_rollouts(detached)
@@ -101,8 +96,8 @@ class BoundStrategy:
         # The gathered batch is the same on every rank, so the tracker must not all-reduce it again, and
         # only rank 0 says when a step keeps nothing.
         strategy.warn_dropped_all = trainer.is_global_zero
-        decision = _rows_of(strategy.apply(everyone, step, sync=False), rows, batch.num_tokens)
-        self._callback._record(decision.metrics, everyone.n)
+        decision = local_decision(strategy.apply(everyone, step, sync=False), rows, batch.num_tokens)
+        self._callback._record(decision, everyone, detached)
         self._last = (step, batch, decision)
         return decision
 
@@ -164,22 +159,9 @@ class BoundStrategy:
         without one it draws all rows as one pool (the data's own domain distribution). Lightning
         keeps it as it is under DDP. ``options`` go to `DomainMixingSampler` (``domains``,
         ``proportions``, ``num_samples``, ``key_column``, ...); the domain column is the config's
-        ``domain_key``. See `sampling.build_sampler`, its twin for a ``LightningDataModule``.
+        ``domain_key``. See `callback.build_sampler`, its twin for a ``LightningDataModule``.
         """
         if self._callback is None or self._callback.trainer is None:
             self._trainer()
         return self._callback.build_sampler(dataset, batch_size=batch_size, seed=seed, **options)
 
-
-def _rows_of(decision: Decision, rows: slice, num_tokens: int | None) -> Decision:
-    """The part of a global decision that covers this rank's rows (and its own token length)."""
-
-    def cut(value):
-        if value is None:
-            return None
-        value = value[rows]
-        return value[:, :num_tokens] if value.dim() == 2 and num_tokens is not None else value
-
-    return dataclasses.replace(decision, keep=cut(decision.keep), weights=cut(decision.weights),
-                               token_keep=cut(decision.token_keep), metrics=dict(decision.metrics),
-                               response_weights=cut(decision.response_weights))

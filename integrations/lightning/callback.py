@@ -6,12 +6,14 @@ from typing import Any, Mapping
 
 import lightning.pytorch as pl
 
-from dataflex_callbacks import ConfigError, DomainMixingSampler, Strategy, build_strategy
+from dataflex_callbacks import ConfigError, Decision, DomainMixingSampler, RolloutBatch, Strategy
+from dataflex_callbacks.host import as_strategy
+from dataflex_callbacks.metrics import DomainRewardStats
 
 from .binding import BoundStrategy
 from .sampler_checks import FIX, check_distributed_data, check_mixing_sampler, find_mixing_sampler
 from .sampling import make_sampler, sampler_keys
-from .step_metrics import COUNTERS, StepMetrics
+from .step_metrics import COUNTERS, StepMetrics, cover_domains, domain_log_groups
 
 
 class DataFlexCallback(pl.Callback):
@@ -23,6 +25,13 @@ class DataFlexCallback(pl.Callback):
     once per step, the strategy's metrics are logged as ``dataflex/<name>`` when the optimizer
     steps (aggregated over gradient-accumulation micro-batches, per step and per epoch), and the
     strategy and sampler state travel in Lightning checkpoints.
+
+    When the rollouts carry domains, the step's rows also feed one `DomainRewardStats`
+    (``callback.domain_stats``), logged as ``dataflex/reward/<d>``, ``solve_rate/<d>``,
+    ``kept_frac/<d>``, ``responses/<d>`` and ``nonfinite_rewards/<d>`` (see `step_metrics`).
+    Each rank adds only its own rows and ``compute()`` sums the declared states over ranks: the
+    rows of the ranks are disjoint, so every response counts once. (Adding the gathered batch on
+    every rank would need the reduction off, else every count would be multiplied by the world size.)
 
     At fit start it refuses set-ups that would silently do nothing or duplicate data: a ``mix`` or
     ``pre_select`` strategy without the prompt sampler, and, under DDP, a train DataLoader whose
@@ -41,7 +50,7 @@ class DataFlexCallback(pl.Callback):
 
     def __init__(self, strategy: Any = "baseline", *, sampler: DomainMixingSampler | None = None,
                  attribute: str = "dataflex", log_prefix: str = "dataflex/"):
-        self.strategy: Strategy = strategy if isinstance(strategy, Strategy) else build_strategy(strategy)
+        self.strategy: Strategy = as_strategy(strategy)
         self.attribute = attribute
         self.log_prefix = log_prefix
         self.trainer: pl.Trainer | None = None
@@ -49,6 +58,7 @@ class DataFlexCallback(pl.Callback):
         self.batches_this_epoch = 0
         self._pending_sampler_state: Mapping[str, Any] | None = None
         self._step_metrics = StepMetrics()
+        self.domain_stats: DomainRewardStats | None = None
         self._step_at_batch_start = 0
         self._sampler_keys: frozenset | None = None
         if sampler is not None:
@@ -83,9 +93,10 @@ class DataFlexCallback(pl.Callback):
             handle._unbind()
         self.trainer = None
         self._step_metrics = StepMetrics()
+        self.domain_stats = None
 
     def build_sampler(self, dataset: Any, *, batch_size: int, seed: int = 0, **options: Any) -> DomainMixingSampler:
-        """The prompt sampler of this run (see `sampling.build_sampler`); call it during ``fit``."""
+        """The prompt sampler of this run (see the module-level `build_sampler`); call it during ``fit``."""
         if self.trainer is None:
             raise ConfigError("the prompt sampler is built during fit, in train_dataloader(); call "
                               "self.dataflex.sampler(...) there (or build_sampler(self.trainer, ...) in a LightningDataModule)")
@@ -143,16 +154,39 @@ class DataFlexCallback(pl.Callback):
                            batch_idx: int) -> None:
         # Log once per optimizer step: with gradient accumulation (automatic, or manual optimisation
         # stepping every k batches) the micro-batches in between are aggregated, not overwritten.
-        if trainer.global_step == self._step_at_batch_start or not self._step_metrics.pending:
+        if trainer.global_step == self._step_at_batch_start:
             return
-        values, responses = self._step_metrics.flush()
-        for name, value in values.items():
-            # Decisions are made on the gathered batch, so every rank logs the same values: no sync needed.
-            pl_module.log(self.log_prefix + name, value, on_step=True, on_epoch=True, batch_size=max(responses, 1),
-                          sync_dist=False, reduce_fx="max" if name in COUNTERS else "mean")
+        if self._step_metrics.pending:
+            values, responses = self._step_metrics.flush()
+            for name, value in values.items():
+                # Decisions are made on the gathered batch, so every rank logs the same values: no sync needed.
+                pl_module.log(self.log_prefix + name, value, on_step=True, on_epoch=True, batch_size=max(responses, 1),
+                              sync_dist=False, reduce_fx="max" if name in COUNTERS else "mean")
+        stats = self.domain_stats
+        if stats is not None and stats.update_called:
+            # A collective under DDP: every rank fed the same micro-batches, so every rank gets here at this step.
+            values = stats.compute()
+            stats.reset()
+            for group, batch_size, reduce_fx in domain_log_groups(values, stats.domains):
+                pl_module.log_dict({self.log_prefix + name: value for name, value in group.items()}, on_step=True,
+                                   on_epoch=True, batch_size=batch_size, sync_dist=False, reduce_fx=reduce_fx)
 
-    def _record(self, metrics: Mapping[str, float], responses: int) -> None:
-        self._step_metrics.update(metrics, responses)
+    def _record(self, decision: Decision, everyone: RolloutBatch, local: RolloutBatch) -> None:
+        """Feed one micro-batch: the strategy's metrics of the gathered batch, and this rank's rows by domain.
+
+        Args:
+            decision: this rank's part of the decision (``keep (B,)`` for the ``B`` local rows).
+            everyone: the gathered batch (the same on every rank).
+            local: this rank's rows, detached.
+        """
+        self._step_metrics.update(decision.metrics, everyone.n)
+        if local.domains is None:
+            return
+        labels = list(self.strategy.domains or []) + list(everyone.domains)
+        if not labels:
+            return
+        self.domain_stats = cover_domains(self.domain_stats, labels, local.rewards.device)
+        self.domain_stats.update(local.rewards, local.domains, keep=decision.keep)
 
     def prompt_keys_known(self) -> frozenset | None:
         """The keys the registered sampler names its rows by (cached; None without a pre-rollout filter)."""
@@ -185,3 +219,31 @@ class DataFlexCallback(pl.Callback):
             self.sampler.load_state_dict(sampler_state)
         else:  # the sampler is built later, in train_dataloader(); `register_sampler` restores it
             self._pending_sampler_state = sampler_state
+
+
+def dataflex_callback(trainer: pl.Trainer) -> DataFlexCallback:
+    """The one `DataFlexCallback` of ``trainer`` (raises naming the fix when there is none, or several)."""
+    found = [callback for callback in getattr(trainer, "callbacks", None) or [] if isinstance(callback, DataFlexCallback)]
+    if len(found) != 1:
+        problem = "has no DataFlexCallback" if not found else f"has {len(found)} DataFlexCallbacks"
+        raise ConfigError(f"the Trainer {problem}; pass exactly one: Trainer(callbacks=[DataFlexCallback('skip')])")
+    return found[0]
+
+
+def build_sampler(trainer: pl.Trainer, dataset: Any, *, batch_size: int, seed: int = 0,
+                  **options: Any) -> DomainMixingSampler:
+    """The run's prompt sampler, for a ``LightningDataModule.train_dataloader`` (see `sampling`).
+
+    ``sampler = build_sampler(self.trainer, dataset, batch_size=B)``, then
+    ``DataLoader(dataset, batch_size=B, sampler=sampler)``: ``B`` prompts per rank per step.
+
+    Args:
+        trainer: the Trainer running ``fit`` (``self.trainer`` in a data module).
+        dataset: map-style dataset (``datasets.Dataset``, list of dicts, ...) of ``n`` rows.
+        batch_size: prompts per rank per step; the DataLoader's ``batch_size``.
+        seed: seed of the draw stream (the same on every rank).
+        options: more `DomainMixingSampler` options (``domain_key``, ``domains``, ``proportions``,
+            ``num_samples``, ``key_column``, ``mixing``, ``quota``, ...); ``proportions`` (or
+            ``mixing=True``) draws by domain even without a mix part.
+    """
+    return dataflex_callback(trainer).build_sampler(dataset, batch_size=batch_size, seed=seed, **options)

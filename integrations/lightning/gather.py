@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from dataflex_callbacks import BatchError, RolloutBatch
+from dataflex_callbacks.host import ROLLOUT_FIELDS
 
 TOKEN_FIELDS = ("logprobs", "entropies", "completion_ids")
 
@@ -42,9 +43,8 @@ def _gather_padded(value: torch.Tensor, sizes: list[tuple[int, int]], n_max: int
 def _layout(batch: RolloutBatch) -> list[int]:
     """What this rank holds, as integers every rank can compare: N, L, and one flag per field."""
     advantage_dims = 0 if batch.advantages is None else batch.advantages.dim()
-    flags = [batch.group_ids is not None, batch.completion_mask is not None, advantage_dims,
-             batch.logprobs is not None, batch.entropies is not None, batch.domains is not None,
-             batch.prompt_keys is not None, batch.completion_ids is not None]
+    # One flag per field after rewards, in ROLLOUT_FIELDS order (advantages: its number of dims).
+    flags = [advantage_dims if name == "advantages" else getattr(batch, name) is not None for name in ROLLOUT_FIELDS[1:]]
     return [batch.n, batch.num_tokens or 0] + [int(f) for f in flags]
 
 
@@ -94,6 +94,4 @@ def gather_rollouts(batch: RolloutBatch) -> tuple[RolloutBatch, slice]:
 
 
 def _describe(layout: list[int]) -> str:
-    names = ("group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys",
-             "completion_ids")
-    return ", ".join(["rewards"] + [name for name, flag in zip(names, layout[2:]) if flag])
+    return ", ".join(["rewards"] + [name for name, flag in zip(ROLLOUT_FIELDS[1:], layout[2:]) if flag])

@@ -15,17 +15,13 @@ dataset, batch_size=B)`` in a data module build the same thing: a `DomainMixingS
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Hashable, Mapping, Sequence
+from typing import Any, Hashable, Mapping, Sequence
 
 from torch.utils.data.distributed import DistributedSampler
 
 from dataflex_callbacks import ConfigError, DataFlexError, DomainMixingSampler, Strategy
 from dataflex_callbacks.history import KEY_COLUMNS, hashable_key
-
-if TYPE_CHECKING:  # pragma: no cover
-    import lightning.pytorch as pl
-
-    from .callback import DataFlexCallback
+from dataflex_callbacks.host import resolve_domain_key
 
 SAMPLER_FIXED = ("layout", "resume", "strategy", "num_replicas", "rank")
 
@@ -42,39 +38,9 @@ class ShardedSampler(DomainMixingSampler, DistributedSampler):
     drop_last = True  # an epoch is whole global chunks
 
 
-def dataflex_callback(trainer: "pl.Trainer") -> "DataFlexCallback":
-    """The one `DataFlexCallback` of ``trainer`` (raises naming the fix when there is none, or several)."""
-    from .callback import DataFlexCallback
-
-    found = [callback for callback in getattr(trainer, "callbacks", None) or [] if isinstance(callback, DataFlexCallback)]
-    if len(found) != 1:
-        problem = "has no DataFlexCallback" if not found else f"has {len(found)} DataFlexCallbacks"
-        raise ConfigError(f"the Trainer {problem}; pass exactly one: Trainer(callbacks=[DataFlexCallback('skip')])")
-    return found[0]
-
-
-def build_sampler(trainer: "pl.Trainer", dataset: Any, *, batch_size: int, seed: int = 0,
-                  **options: Any) -> DomainMixingSampler:
-    """The run's prompt sampler, for a ``LightningDataModule.train_dataloader`` (see module docstring).
-
-    ``sampler = build_sampler(self.trainer, dataset, batch_size=B)``, then
-    ``DataLoader(dataset, batch_size=B, sampler=sampler)``: ``B`` prompts per rank per step.
-
-    Args:
-        trainer: the Trainer running ``fit`` (``self.trainer`` in a data module).
-        dataset: map-style dataset (``datasets.Dataset``, list of dicts, ...) of ``n`` rows.
-        batch_size: prompts per rank per step; the DataLoader's ``batch_size``.
-        seed: seed of the draw stream (the same on every rank).
-        options: more `DomainMixingSampler` options (``domain_key``, ``domains``, ``proportions``,
-            ``num_samples``, ``key_column``, ``mixing``, ``quota``, ...); ``proportions`` (or
-            ``mixing=True``) draws by domain even without a mix part.
-    """
-    return dataflex_callback(trainer).build_sampler(dataset, batch_size=batch_size, seed=seed, **options)
-
-
 def make_sampler(strategy: Strategy, dataset: Any, *, batch_size: int, seed: int, world_size: int, rank: int,
                  options: Mapping[str, Any]) -> ShardedSampler:
-    """A `ShardedSampler` for ``strategy`` on rank ``rank`` of ``world_size`` (the body of `build_sampler`).
+    """A `ShardedSampler` for ``strategy`` on rank ``rank`` of ``world_size`` (the body of `callback.build_sampler`).
 
     Without a mix part (and without ``proportions``) `DomainMixingSampler` draws all rows as one
     pool; its domain labels then feed only a pre-rollout filter's prior.
@@ -85,18 +51,9 @@ def make_sampler(strategy: Strategy, dataset: Any, *, batch_size: int, seed: int
         raise ConfigError(f"the Lightning sampler sets {', '.join(fixed)} itself; remove them, or build a "
                           "DomainMixingSampler(layout='shard', resume='continue', ...) and pass it to "
                           "DataFlexCallback(sampler=...)")
-    options["domain_key"] = resolve_domain_key(strategy, options.get("domain_key"))
+    options["domain_key"], _ = resolve_domain_key(strategy, options.get("domain_key"), argument="domain_key")
     return ShardedSampler(dataset, batch_size=batch_size, seed=seed, layout="shard", num_replicas=world_size, rank=rank,
                           strategy=strategy, resume="continue", **options)
-
-
-def resolve_domain_key(strategy: Strategy, given: str | None) -> str:
-    """The domain column: the config's ``domain_key``, else ``given``, else ``"domain"``; a contradiction is an error."""
-    configured = getattr(strategy, "domain_key", None)
-    if given is not None and configured is not None and given != configured:
-        raise ConfigError(f"sampler(domain_key={given!r}) contradicts the strategy config's domain_key={configured!r}; "
-                          "drop the argument (the config's column is used) or change domain_key in the config")
-    return given or configured or "domain"
 
 
 # ------------------------------------------------------------ prompt keys

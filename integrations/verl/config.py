@@ -30,12 +30,12 @@ import logging
 from typing import Any, Mapping
 
 from dataflex_callbacks import Strategy, build_strategy
+from dataflex_callbacks.config_fields import QUOTAS
 from dataflex_callbacks.errors import ConfigError
 
 logger = logging.getLogger("dataflex_callbacks.integrations.verl")
 
 ADAPTER_KEYS = ("enable", "seed", "quota")
-QUOTAS = ("independent", "exact")
 # DataFlex-RL's replay buffer, named by its mix scripts; the package is not installed with this library.
 REFERENCE_SAMPLER_PACKAGE = "dataflex_verl"
 _warned_reference_sampler = False

@@ -17,8 +17,10 @@ How a `Decision` reaches verl's loss (`loss_fields_from_decision`):
   ``loss_mask`` zeroed, exactly like verl's own no-op padding rows. That removes them from the
   entropy and KL-loss terms (which ignore ``rollout_is_weights``) and from the token count that
   the engine sums from ``loss_mask`` for the ``token-mean`` denominator.
-- ``seq-mean-*`` modes divide by a sequence count the trainer fixes (``ppo_mini_batch_size *
-  rollout.n``), so the policy-gradient weights are scaled by ``rows / kept rows``. The entropy and
+- Each ``loss_agg_mode`` is one of the core's loss aggregations (`LOSS_AGG_KINDS`,
+  `dataflex_callbacks.host.AGGREGATIONS`). The ``seq-mean-*`` modes (row-normalised) divide by a
+  sequence count the trainer fixes (``ppo_mini_batch_size * rollout.n``), so the policy-gradient
+  weights are scaled by `removal_scale` ``rows / kept rows``. The entropy and
   KL terms of those modes keep verl's fixed denominator (they are not weighted).
 """
 
@@ -31,9 +33,13 @@ import torch
 
 from dataflex_callbacks import Decision, RolloutBatch
 from dataflex_callbacks.errors import BatchError
+from dataflex_callbacks.host import ROW_NORMALISED, kept_token_mask, removal_scale
 
-LOSS_AGG_MODES = ("token-mean", "token-sum", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-SEQUENCE_MEAN_MODES = ("seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+LOSS_AGG_KINDS = {"token-mean": "token_mean_global", "token-sum": "token_sum", "seq-mean-token-sum": "sequence_sum",
+                  "seq-mean-token-mean": "sequence_mean", "seq-mean-token-sum-norm": "fixed_length"}
+"""verl ``loss_agg_mode`` -> the core's loss aggregation (``token-mean``: verl recounts tokens from ``loss_mask``)."""
+LOSS_AGG_MODES = tuple(LOSS_AGG_KINDS)
+SEQUENCE_MEAN_MODES = tuple(mode for mode, kind in LOSS_AGG_KINDS.items() if kind in ROW_NORMALISED)
 DOMAIN_COLUMN = "data_source"  # verl's dataset column naming the task / domain
 
 
@@ -97,9 +103,10 @@ def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: 
 
 
 def check_loss_agg_mode(loss_agg_mode: str) -> str:
-    if loss_agg_mode not in LOSS_AGG_MODES:
+    """The core aggregation of ``loss_agg_mode``; raises naming the known modes when verl's mode is new to the adapter."""
+    if loss_agg_mode not in LOSS_AGG_KINDS:
         raise BatchError(f"unknown verl loss_agg_mode {loss_agg_mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
-    return loss_agg_mode
+    return LOSS_AGG_KINDS[loss_agg_mode]
 
 
 def loss_fields_from_decision(decision: Decision, response_mask: torch.Tensor, loss_agg_mode: str,
@@ -119,7 +126,7 @@ def loss_fields_from_decision(decision: Decision, response_mask: torch.Tensor, l
         for every ``loss_agg_mode``. If the decision drops everything, the masks are left
         unchanged (a zero token count would make verl's loss NaN) and all weights are 0.
     """
-    check_loss_agg_mode(loss_agg_mode)
+    kind = check_loss_agg_mode(loss_agg_mode)
     valid = response_mask.bool()
     n, length = valid.shape
     weights = decision.weights.to(device=valid.device, dtype=torch.float32)
@@ -127,16 +134,13 @@ def loss_fields_from_decision(decision: Decision, response_mask: torch.Tensor, l
         weights = weights.unsqueeze(1).expand(n, length)
     elif weights.shape != valid.shape:
         raise BatchError(f"decision weights have shape {tuple(weights.shape)}, the response mask {tuple(valid.shape)}")
-    trained = valid & decision.keep.to(valid.device).unsqueeze(1)
-    if decision.token_keep is not None:
-        trained = trained & decision.token_keep.to(valid.device).bool()
+    trained = kept_token_mask(decision, valid)
     weights = torch.where(trained, weights, torch.zeros((), device=valid.device))
 
     if trained.any():
         new_mask = trained
-        if loss_agg_mode in SEQUENCE_MEAN_MODES:
-            rows, kept_rows = valid.any(dim=1).sum(), trained.any(dim=1).sum()
-            weights = weights * (rows.float() / kept_rows.float())
+        if kind in ROW_NORMALISED:
+            weights = weights * removal_scale(kind, valid.any(dim=1).sum(), trained.any(dim=1).sum())
     else:
         new_mask = valid
     if existing_weights is not None:

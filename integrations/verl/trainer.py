@@ -34,6 +34,7 @@ from verl.workers.utils.padding import response_to_nested
 
 from dataflex_callbacks import DomainMixingSampler
 from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.host import accept_prompts, grpo_fields, resolve_domain_key
 from dataflex_callbacks.sampler import domain_labels
 
 from .config import drop_reference_sampler, strategy_from_verl_config
@@ -45,8 +46,7 @@ STATE_FILE = "dataflex.pt"
 # Fields verl's v1 trainer keeps in TransferQueue that the strategy may read; absent ones are skipped.
 STRATEGY_FIELDS = ("uid", "response_mask", "rm_scores", "token_level_rewards", "advantages", "old_log_probs",
                    "entropy", "rollout_is_weights", "index")
-HOST_FIELDS = {"rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains",
-               "prompt_keys"}
+HOST_FIELDS = grpo_fields(domains=True)
 
 
 class DataFlexPPOTrainer(PPOTrainerSync):
@@ -99,8 +99,7 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         """The dataset column holding the domain: ``dataflex.domain_key`` if set, else verl's ``data_source``."""
         if self._domain_column_name is not None:
             return self._domain_column_name
-        key = getattr(self.strategy, "domain_key", None)
-        return key or DOMAIN_COLUMN
+        return resolve_domain_key(self.strategy, default=DOMAIN_COLUMN)[0]
 
     def _choose_domain_column(self, columns, values_of) -> str:
         """`_domain_column`, except that an unset key reads ``domain`` when only it holds the mix's domains.
@@ -109,9 +108,8 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         ``domain`` column, its default ``domain_key``; a reference block that lists its domains
         but names no key then still finds them.
         """
-        key = getattr(self.strategy, "domain_key", None)
-        if key:
-            return key
+        if getattr(self.strategy, "domain_key", None) is not None:
+            return self._domain_column()
         declared = getattr(self.strategy, "domains", None)
         if not declared or "domain" not in columns:
             return DOMAIN_COLUMN
@@ -179,12 +177,9 @@ class DataFlexPPOTrainer(PPOTrainerSync):
                 raise ConfigError("dataflex pre_select needs a stable per-prompt key: give every training row "
                                   "extra_info.index (verl's example preprocessing scripts do)")
             keys = list(tu.get(candidates, "index"))
-            keep = self._prompt_rng.random(len(keys)) < self.prompt_filter.keep_probability(keys)
-            rows = np.flatnonzero(keep)
-            take = rows[: size - count]
-            filled = len(take) == size - count
-            considered = int(take[-1]) + 1 if filled else len(keys)
-            skipped += considered - len(take)
+            passed = accept_prompts(self.prompt_filter, keys, size - count, self._prompt_rng)
+            take, considered = passed.accepted, passed.considered
+            skipped += passed.skipped
             if considered < len(keys):  # rows after the last accepted one wait for the next fetch
                 self._prompt_carry = tu.index_select_tensor_dict(candidates, list(range(considered, len(keys))))
             if len(take):

@@ -24,15 +24,28 @@ from lightning_toy import STRATEGY, ToyGRPO, toy_rows  # noqa: E402
 SKIP_AND_MIX = {**STRATEGY, "pre_select": {"name": "skip_zero_variance", "params": {}}}
 
 
+class LoggedValues(pl.Callback):
+    """After each batch, this rank's ``dataflex/`` values in ``trainer.callback_metrics`` (a domain absent
+    from a step keeps its last value there)."""
+
+    def __init__(self):
+        self.values: list[dict] = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.values.append({name: float(value) for name, value in trainer.callback_metrics.items()
+                            if name.startswith("dataflex/")})
+
+
 def main(out: str, mode: str) -> None:
     mixing = mode == "mix"
     module = ToyGRPO(toy_rows(24), use_sampler=mixing, same_answers=mixing)
     callback = DataFlexCallback(SKIP_AND_MIX if mixing else "difffilter")
+    logged = LoggedValues()  # after the DataFlexCallback: sees what it logged for the batch
     flags = {"use_distributed_sampler": False} if mode == "unsafe" else {}
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=4, callbacks=[callback], logger=False,
+    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=4, callbacks=[callback, logged], logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, **flags)
     trainer.fit(module)
-    result = {"records": module.records}
+    result = {"records": module.records, "logged": logged.values}
     if mixing:
         prompt_filter = callback.strategy.prompt_filter
         result.update(samples_tracked=callback.strategy.mixing.tracker.total_count.tolist(),

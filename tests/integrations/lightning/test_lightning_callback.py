@@ -124,3 +124,26 @@ def test_an_exception_in_training_step_unbinds_the_module():
     assert not module.dataflex.bound and callback.trainer is None
     with pytest.raises(DataFlexError, match="not attached"):
         module.dataflex.strategy
+
+
+def test_the_callbacks_state_dict_changes_neither_the_callback_nor_its_sampler():
+    """A checkpoint read between batches leaves the sampler's counts and stream as they were."""
+
+    def run():
+        sampler = DomainMixingSampler(labels=["a"] * 300 + ["b"] * 100, batch_size=2, seed=4, layout="shard",
+                                      num_replicas=1, rank=0, resume="continue")
+        callback = DataFlexCallback("baseline", sampler=sampler)
+        iterator = iter(sampler)
+        drawn = [next(iterator) for _ in range(10)]
+        callback.batches_this_epoch = 5
+        return callback, sampler, iterator, drawn
+
+    callback, sampler, iterator, _ = run()
+    twin_callback, twin, twin_iterator, _ = run()
+    internals = lambda s: (list(s._drawn_total), [list(c) for c in s._drawn_recent], dict(s._ahead))  # noqa: E731
+    before = internals(sampler)
+    state = callback.state_dict()
+    assert internals(sampler) == before and callback.batches_this_epoch == 5
+    assert state["sampler"]["drawn_total"] == twin.drawn_total.tolist()
+    assert [next(iterator) for _ in range(20)] == [next(twin_iterator) for _ in range(20)]
+    assert callback.state_dict()["sampler"] == twin_callback.state_dict()["sampler"]

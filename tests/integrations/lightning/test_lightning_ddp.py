@@ -1,5 +1,6 @@
 """2-process DDP runs (gloo, CPU): both ranks take the same decisions, equal to one process deciding on the whole
-step, on different prompts; a DataLoader that would give every rank the same prompts is refused."""
+step, on different prompts, and log the per-domain statistics of all ranks' rows; a DataLoader that would give
+every rank the same prompts is refused."""
 
 import json
 import os
@@ -102,3 +103,24 @@ def test_decisions_equal_one_process_deciding_on_the_gathered_step(ranks):
         loss, mask, weights = reduced_batch(per_token_loss, batch.valid_mask, decision.keep, decision.weights.double())
         want = float(reference_loss(loss, mask, weights, "sequence_mean"))
         assert (a["loss"] + b["loss"]) / 2 == pytest.approx(want, rel=1e-5, abs=1e-7)
+
+
+def test_logged_domain_statistics_are_those_of_all_ranks_rows(ranks):
+    """Each rank adds its own rows; the sum-reduction in compute() makes both log the statistics of the whole step."""
+    zero, one = (rank["records"] for rank in ranks)
+    logged = [rank["logged"] for rank in ranks]
+    assert len(logged[0]) == len(logged[1]) == len(zero)
+    local_differs = False
+    for index, (a, b) in enumerate(zip(zero, one)):
+        for domain in sorted(set(a["domains"] + b["domains"])):
+            rows = [(r, k) for record in (a, b) for r, k, d in zip(record["rewards"], record["keep"], record["domains"])
+                    if d == domain]
+            expected = {"reward": sum(r for r, _ in rows) / len(rows), "solve_rate": sum(r > 0.5 for r, _ in rows) / len(rows),
+                        "kept_frac": sum(k for _, k in rows) / len(rows), "responses": len(rows)}
+            for rank in range(2):
+                for name, value in expected.items():
+                    got = logged[rank][index][f"dataflex/{name}/{domain}_step"]
+                    assert got == pytest.approx(value, rel=1e-6), (rank, index, name, domain)
+            mine = [r for r, d in zip(a["rewards"], a["domains"]) if d == domain]
+            local_differs |= not mine or sum(mine) / len(mine) != pytest.approx(expected["reward"], rel=1e-6)
+    assert local_differs, "the case must tell rank 0's own rows from the whole step"

@@ -45,7 +45,7 @@ def test_the_domain_column_is_the_configs_domain_key():
     mixing = build_strategy({**STRATEGY, "domain_key": "topic"})
     sampler = make_sampler(mixing, rows, batch_size=4, seed=0, world_size=1, rank=0, options={})
     assert isinstance(sampler, ShardedSampler) and sampler.domains == ["t-easy", "t-hard", "t-mid"]
-    with pytest.raises(ConfigError, match=r"domain_key='domain'\) contradicts the strategy config's domain_key='topic'"):
+    with pytest.raises(ConfigError, match=r"domain_key='domain' contradicts the strategy config's domain_key='topic'"):
         make_sampler(mixing, rows, batch_size=4, seed=0, world_size=1, rank=0, options={"domain_key": "domain"})
     # Without a mix part: one pool; the config's column only labels prompts for the pre-rollout prior.
     skipping = build_strategy({"pre_select": {"name": "skip_zero_variance", "params": {}}, "domain_key": "topic"})
