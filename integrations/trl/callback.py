@@ -1,7 +1,7 @@
-"""`DataFlexCallback`: a data strategy applied inside TRL's GRPOTrainer, and `attach` to plug it into a stock trainer.
+"""`DataFlexCallback`: a data strategy applied inside a TRL trainer (``GRPOTrainer``; `rloo` adds ``RLOOTrainer``).
 
 A plain ``TrainerCallback`` never sees rewards or advantages, so the callback works through
-five trainer methods (wrapped by `attach`, overridden by `DataFlexGRPOTrainer`):
+six trainer methods (`HOOKS`: wrapped by `attach`, overridden by `DataFlexTrainerMixin`):
 
 - ``_calculate_rewards``: remember the rewards TRL gathered from every process;
 - ``_generate_and_score_completions``: after TRL computed advantages, build the global
@@ -20,6 +20,11 @@ The callback hooks themselves log nothing extra: metrics go into TRL's own ``_me
 they appear in TRL's logs (``dataflex/kept_frac``, ``dataflex/mix/target/<domain>``,
 ``dataflex/prerollout/skipped_prompts``, ...) on every logging step, and the strategy and
 sampler states are written into each checkpoint folder by ``on_save``.
+
+What differs between TRL trainers is declared on the callback class, so a host is a small
+subclass: `DataFlexCallback.host_class` and ``trainer_name`` (which trainer, named in messages),
+`DataFlexCallback.loss_aggregation` (how the loss is normalised), and
+`DataFlexCallback.remove_dropped` (how a dropped row leaves the loss).
 """
 
 from __future__ import annotations
@@ -33,13 +38,15 @@ from typing import Any, Callable, Optional
 
 import torch
 from transformers import TrainerCallback
+from trl import GRPOTrainer
 
-from dataflex_callbacks import Strategy, build_strategy
 from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.host import (ROW_NORMALISED, as_strategy, grpo_fields, kept_token_mask, local_decision,
+                                     removal_scale, resolve_domain_key)
 
-from .loss_scaling import ROW_COUNT_LOSSES, can_drop_rows, check_loss_type, removal_scale, scale_gradient
+from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import (DEFAULT_DOMAIN_SOURCE, acts_before_rollout, check_sampling_dataset, check_shuffle,
-                       grpo_mixing_sampler, resolve_domain_column, row_key)
+                       grpo_mixing_sampler, row_key)
 from .signals import global_rollout_batch, local_policy_batch, resolve_reward_index, selection_rewards
 
 STATE_FILE = "dataflex_strategy.pt"
@@ -53,27 +60,32 @@ GROUP_IDS_KEY = "dataflex_group_ids"
 RESPONSE_WEIGHTS_KEY = "dataflex_response_weights"
 
 NOT_ATTACHED_MESSAGE = (
-    "DataFlexCallback was passed in callbacks=[...] but never attached to the trainer: a TrainerCallback alone "
+    "{callback} was passed in callbacks=[...] but never attached to the trainer: a TrainerCallback alone "
     "never sees rewards or advantages, so it would silently do nothing. Attach it after building the trainer:\n"
     "    from dataflex_callbacks.integrations.trl import attach\n"
     "    attach(trainer, strategy)\n"
-    "or build the trainer as DataFlexGRPOTrainer(..., strategy=strategy) instead of GRPOTrainer."
+    "or build the trainer as {trainer}(..., strategy=strategy) instead of {host}."
 )
+"""Raised at train start by a callback nobody bound; formatted with the callback, trainer and host names."""
 
-_WRAPPED_METHODS = (
-    "_calculate_rewards",
-    "_generate_and_score_completions",
-    "_get_per_token_logps_and_entropies",
-    "_compute_loss",
-    "_load_optimizer_and_scheduler",
-    "_get_train_sampler",
-)
+HOOKS = {
+    "_calculate_rewards": "calculate_rewards",
+    "_generate_and_score_completions": "score_completions",
+    "_get_per_token_logps_and_entropies": "per_token_logps",
+    "_compute_loss": "compute_loss",
+    "_load_optimizer_and_scheduler": "load_optimizer_and_scheduler",
+    "_get_train_sampler": "train_sampler",
+}
+"""TRL trainer method -> the `DataFlexCallback` method that wraps it (``hook(trainer, original, *args)``)."""
 
 
 class DataFlexCallback(TrainerCallback):
     """Apply a data strategy (selection, reweighting, mixing targets) to a TRL ``GRPOTrainer``.
 
-    Use it through `attach(trainer, strategy)` or `DataFlexGRPOTrainer(..., strategy=...)`.
+    Use it through `attach(trainer, strategy)` or `DataFlexGRPOTrainer(..., strategy=...)`. A
+    subclass serves another TRL trainer with the same structure (see `rloo.DataFlexRLOOCallback`):
+    it sets `host_class` and `trainer_name` and overrides what its loss does differently
+    (`loss_aggregation`, `remove_dropped`, `loss_name`, `exact_removal_advice`).
 
     Args:
         strategy: a `Strategy`, a preset name (``"difffilter"``), a config dict, or a YAML path.
@@ -90,6 +102,15 @@ class DataFlexCallback(TrainerCallback):
             from this one (default). ``strict=False`` restores only the mixing and pre-rollout state.
     """
 
+    host_class: type = GRPOTrainer
+    """The TRL trainer class this callback serves (subclasses included); `attach` picks the callback by it."""
+
+    trainer_name = "DataFlexGRPOTrainer"
+    """The DataFlex trainer class for this host, named in error messages."""
+
+    exact_removal_advice = "Use loss_type='dapo' or 'bnpo' for exact equivalence."
+    """How to make dropping rows exactly equal to removing them when an extra loss term is rescaled by B/K."""
+
     def __init__(
         self,
         strategy: Any,
@@ -99,7 +120,7 @@ class DataFlexCallback(TrainerCallback):
         record_decisions: bool = False,
         strict: bool = True,
     ):
-        self.strategy = strategy if isinstance(strategy, Strategy) else build_strategy(strategy)
+        self.strategy = as_strategy(strategy)
         self.selection_reward = selection_reward
         self.domain_column = domain_column  # resolved against the config's domain_key in bind()
         self.prompt_key_column = prompt_key_column
@@ -115,43 +136,74 @@ class DataFlexCallback(TrainerCallback):
         self.sampler = None  # the DomainMixingSampler installed in _get_train_sampler, if any
         self._pending_sampler_state: Optional[dict] = None
 
+    # ------------------------------------------------------------------ what differs per host
+    def loss_aggregation(self, trainer) -> str:
+        """How ``trainer``'s loss is normalised: a kind of `dataflex_callbacks.host.AGGREGATIONS`.
+
+        GRPO: its ``loss_type`` mapped by `loss_scaling.LOSS_AGGREGATION`; an unknown one is an error
+        naming the supported loss types.
+        """
+        return check_loss_type(trainer.loss_type)
+
+    def loss_name(self, trainer) -> str:
+        """The trainer's loss as its configuration names it, for messages (``"loss_type='grpo'"``)."""
+        return f"loss_type={trainer.loss_type!r}"
+
+    def remove_dropped(self, output: dict, keep: torch.Tensor, token_keep: torch.Tensor) -> None:
+        """Take this rank's dropped rows and tokens out of the host's loss, in TRL's batch dict (in place).
+
+        GRPO: TRL multiplies ``completion_mask`` by ``tool_mask`` to get the loss mask (attention keeps
+        using ``completion_mask``), so ``token_keep`` goes into ``tool_mask``: dropped rows and tokens
+        leave the loss and its normaliser, the forward pass is unchanged. `per_token_logps` reads the
+        same mask inside the loss.
+
+        Args:
+            output: TRL's batch dict for this rank (``completion_mask`` ``(B, T)``, ...).
+            keep: ``(B,)`` bool, the rows that stay.
+            token_keep: ``(B, T)`` bool, the tokens that stay (False on every token of a dropped row).
+        """
+        tool_mask = output.get("tool_mask")
+        base_tool_mask = torch.ones_like(output["completion_mask"]) if tool_mask is None else tool_mask
+        output["tool_mask"] = base_tool_mask * token_keep.to(base_tool_mask.dtype)
+
     # ------------------------------------------------------------------ binding
     @property
     def attached(self) -> bool:
-        """True once the callback is bound to a trainer (by `attach` or `DataFlexGRPOTrainer`)."""
+        """True once the callback is bound to a trainer (by `attach` or a DataFlex trainer)."""
         return self.trainer is not None
 
     def bind(self, trainer) -> None:
         """Check the trainer's configuration against the strategy and remember the trainer."""
-        if not hasattr(trainer, "_generate_and_score_completions") or not hasattr(trainer, "_compute_loss"):
+        if not isinstance(trainer, self.host_class):
             raise TypeError(
-                f"dataflex: the TRL adapter works with trl.GRPOTrainer (and subclasses); got {type(trainer).__name__}. "
-                "For other trainers use the Lightning or verl adapters, or the core API directly."
+                f"dataflex: {type(self).__name__} works with trl.{self.host_class.__name__}; got "
+                f"{type(trainer).__name__}. attach(trainer, strategy) picks the callback for a TRL GRPOTrainer or "
+                "RLOOTrainer; for other trainers use the Lightning or verl adapters, or the core API directly."
             )
         if self.trainer is not None and self.trainer is not trainer:
-            raise RuntimeError("dataflex: this DataFlexCallback is already attached to another trainer; create a new one.")
-        check_loss_type(trainer.loss_type)
+            raise RuntimeError(f"dataflex: this {type(self).__name__} is already attached to another trainer; "
+                               "create a new one.")
+        aggregation = self.loss_aggregation(trainer)
         self._reward_index = resolve_reward_index(self.selection_reward, trainer.reward_func_names)
-        self.domain_column, domain_source = resolve_domain_column(self.strategy, self.domain_column)
-        if trainer.loss_type in ROW_COUNT_LOSSES and can_drop_rows(self.strategy) and (
+        self.domain_column, domain_source = resolve_domain_key(self.strategy, self.domain_column)
+        if aggregation in ROW_NORMALISED and can_drop_rows(self.strategy) and (
             getattr(trainer, "_entropy_bonus_enabled", False) or getattr(trainer, "aux_loss_enabled", False)
         ):
             warnings.warn(
-                f"dataflex: with loss_type={trainer.loss_type!r} the loss of a micro-batch with K of B rows kept is "
+                f"dataflex: with {self.loss_name(trainer)} the loss of a micro-batch with K of B rows kept is "
                 "rescaled by B/K after TRL adds the entropy bonus / MoE aux loss, so those terms are rescaled too: "
-                "selection is then not exactly equal to physical removal, and the logged loss is "
-                "(B/K) * (policy loss - entropy_coef * entropy). Use loss_type='dapo' or 'bnpo' for exact equivalence.",
+                "selection is then not exactly equal to physical removal, and the logged loss is (B/K) * (policy "
+                f"loss - entropy_coef * entropy + router_aux_loss_coef * aux loss). {self.exact_removal_advice}",
                 stacklevel=3,
             )
-        available = {"rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "prompt_keys"}
         dataset = getattr(trainer, "train_dataset", None)
         column_names = getattr(dataset, "column_names", None) or []
-        if self.domain_column in column_names:
-            available.add("domains")
+        available = grpo_fields(domains=self.domain_column in column_names)
         # Before check_host: its generic "needs domain labels" would not name the option that fixes it.
         check_sampling_dataset(dataset, self.strategy, self.domain_column, self.prompt_key_column, domain_source)
         check_shuffle(trainer, self.strategy)
-        self.strategy.check_host(available, host=f"the TRL GRPOTrainer (dataset columns {list(column_names)})")
+        host = f"the TRL {self.host_class.__name__} (dataset columns {list(column_names)})"
+        self.strategy.check_host(available, host=host)
         if column_names and self.domain_column not in column_names and domain_source != DEFAULT_DOMAIN_SOURCE:
             warnings.warn(
                 f"dataflex: {domain_source} names a column the train dataset does not have ({list(column_names)}): "
@@ -164,7 +216,8 @@ class DataFlexCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not self.attached:
-            raise RuntimeError(NOT_ATTACHED_MESSAGE)
+            raise RuntimeError(NOT_ATTACHED_MESSAGE.format(callback=type(self).__name__, trainer=self.trainer_name,
+                                                           host=self.host_class.__name__))
         return control
 
     # ------------------------------------------------------------------ rollout side
@@ -243,7 +296,7 @@ class DataFlexCallback(TrainerCallback):
         """Fold a global decision into this rank's rows of TRL's batch dict (in place).
 
         Args:
-            trainer: the GRPOTrainer.
+            trainer: the TRL trainer.
             output: TRL's batch dict for this rank (``completion_mask`` ``(B, T)``, ...).
             decision: the strategy's decision over all ``N`` rows of every rank.
             batch: the global `RolloutBatch` the decision was made on (its ``group_ids`` and
@@ -251,24 +304,17 @@ class DataFlexCallback(TrainerCallback):
             rewards: ``(N,)`` selection rewards.
         """
         accelerator = trainer.accelerator
-        completion_mask = output["completion_mask"]
         tool_mask = output.get("tool_mask")
-        loss_mask = completion_mask if tool_mask is None else completion_mask * tool_mask
+        loss_mask = output["completion_mask"] if tool_mask is None else output["completion_mask"] * tool_mask
         num_local, num_tokens = loss_mask.shape
         rows = slice(accelerator.process_index * num_local, (accelerator.process_index + 1) * num_local)
         device = loss_mask.device
-        keep = decision.keep[rows].to(device=device, dtype=torch.bool)
-        weights = decision.weights[rows].to(device=device, dtype=torch.float32)
-        if weights.dim() == 2:
-            weights = weights[:, :num_tokens]
-        token_keep = keep.unsqueeze(1).expand(num_local, num_tokens)
-        if decision.token_keep is not None:
-            token_keep = token_keep & decision.token_keep[rows, :num_tokens].to(device=device, dtype=torch.bool)
-
-        # TRL multiplies completion_mask by tool_mask to get the loss mask (attention keeps using
-        # completion_mask), so the keep mask goes there: dropped rows leave the loss, the forward is unchanged.
-        base_tool_mask = torch.ones_like(completion_mask) if tool_mask is None else tool_mask
-        output["tool_mask"] = base_tool_mask * token_keep.to(base_tool_mask.dtype)
+        local = local_decision(decision, rows, num_tokens)
+        keep = local.keep.to(device=device, dtype=torch.bool)
+        weights = local.weights.to(device=device, dtype=torch.float32)
+        # Not the validity mask: remove_dropped multiplies this into tool_mask, which must stay 1 wherever it was.
+        token_keep = kept_token_mask(local, torch.ones(num_local, num_tokens, dtype=torch.bool, device=device))
+        self.remove_dropped(output, keep, token_keep)
         kept_tokens = (loss_mask * token_keep.to(loss_mask.dtype)).sum()
         if accelerator.num_processes > 1:
             kept_tokens = accelerator.gather(kept_tokens).sum()
@@ -277,8 +323,8 @@ class DataFlexCallback(TrainerCallback):
         output[WEIGHTS_KEY] = weights
         output[REWARDS_KEY] = rewards[rows].to(device)
         output[GROUP_IDS_KEY] = batch.group_ids[rows].to(device)
-        if decision.response_weights is not None:
-            output[RESPONSE_WEIGHTS_KEY] = decision.response_weights[rows].to(device=device, dtype=torch.float32)
+        if local.response_weights is not None:
+            output[RESPONSE_WEIGHTS_KEY] = local.response_weights.to(device=device, dtype=torch.float32)
 
         # Decided on the global tensors, so every rank takes the same branch in the loss.
         full_weights = decision.weights
@@ -299,8 +345,11 @@ class DataFlexCallback(TrainerCallback):
             loss = original(model, inputs)
         finally:
             self._loss_inputs = None
-        if trainer.loss_type in ROW_COUNT_LOSSES:
-            loss = loss * removal_scale(trainer.loss_type, inputs[KEEP_KEY]).to(loss.dtype)
+        aggregation = self.loss_aggregation(trainer)
+        if aggregation in ROW_NORMALISED:
+            keep = inputs[KEEP_KEY]
+            scale = removal_scale(aggregation, keep.numel(), keep.sum())
+            loss = loss * scale.to(device=loss.device, dtype=loss.dtype)
         return loss
 
     def per_token_logps(self, trainer, original: Callable, *args, **kwargs):
@@ -364,12 +413,12 @@ class DataFlexCallback(TrainerCallback):
         saved = load_checkpoint_state(path, weights_only)
         if not isinstance(saved, dict) or not isinstance(saved.get("strategy"), dict):
             raise ConfigError(f"dataflex: {path} is not a DataFlex strategy state (no 'strategy' dict in it); "
-                              "resume from a checkpoint folder written by DataFlexGRPOTrainer or attach()")
+                              f"resume from a checkpoint folder written by {self.trainer_name} or attach()")
         try:
             self.strategy.load_state_dict(saved["strategy"], strict=self.strict)
         except ConfigError as error:
             # The core names strict=False; say where the TRL adapter takes it.
-            where = (" (with the TRL adapter: DataFlexGRPOTrainer(..., strict=False) or attach(trainer, strategy, "
+            where = (f" (with the TRL adapter: {self.trainer_name}(..., strict=False) or attach(trainer, strategy, "
                      "strict=False))") if "strict=False" in str(error) else ""
             raise ConfigError(f"dataflex: cannot resume from {folder}: {error}{where}") from error
         sampler_state = saved.get("sampler")
@@ -419,6 +468,17 @@ class DataFlexCallback(TrainerCallback):
         return self.sampler
 
 
+def check_callback_host(callback: DataFlexCallback, trainer, wanted: type) -> None:
+    """Refuse a callback in ``callbacks=[...]`` that serves another TRL trainer; the error names ``wanted``."""
+    if not isinstance(trainer, callback.host_class):
+        raise TypeError(
+            f"dataflex: callbacks=[...] holds a {type(callback).__name__}, which is for "
+            f"trl.{callback.host_class.__name__}; this {type(trainer).__name__} needs {wanted.__name__}(strategy, ...), "
+            "or no callback and the strategy given once (strategy=... on a DataFlex trainer, or "
+            "attach(trainer, strategy))."
+        )
+
+
 def load_checkpoint_state(path: str, weights_only: bool = True) -> dict:
     """Read a `save_state` file with torch's safe loading; a clear error when it holds anything else."""
     try:
@@ -445,59 +505,3 @@ def _replace_decision(decision, keep: torch.Tensor, weights: torch.Tensor, respo
     local.__dict__.update(decision.__dict__)
     local.__dict__.update(changes)
     return local
-
-
-def attach(trainer, strategy: Any = None, **options) -> DataFlexCallback:
-    """Plug a data strategy into an existing TRL ``GRPOTrainer`` in one line; returns the callback.
-
-    ``attach(trainer, "difffilter")`` adds a `DataFlexCallback`; if one was already passed in
-    ``callbacks=[...]``, that one is bound (``strategy``, when given, replaces its strategy).
-    ``options`` go to `DataFlexCallback` (``selection_reward``, ``domain_column``, ``strict``, ...).
-    """
-    own = getattr(trainer, "dataflex", None)
-    if isinstance(own, DataFlexCallback) and own.attached:
-        raise RuntimeError(
-            f"dataflex: this {type(trainer).__name__} already applies strategy {own.strategy.name!r}; attach() is for a "
-            "stock GRPOTrainer. Give the strategy once: DataFlexGRPOTrainer(..., strategy=...) or attach(GRPOTrainer(...), ...)."
-        )
-    existing = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, DataFlexCallback)]
-    if len(existing) > 1:
-        raise ValueError("dataflex: the trainer has several DataFlexCallbacks; keep one (one strategy per trainer).")
-    if existing:
-        callback = existing[0]
-        if callback.attached:
-            raise RuntimeError("dataflex: this trainer already has an attached DataFlexCallback; attach it only once.")
-        if strategy is not None:
-            callback.strategy = strategy if isinstance(strategy, Strategy) else build_strategy(strategy)
-        for name, value in options.items():
-            if not hasattr(callback, name):
-                raise TypeError(f"dataflex: attach() got an unknown option {name!r}")
-            setattr(callback, name, value)
-    else:
-        if strategy is None:
-            raise ValueError("dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy).")
-        callback = DataFlexCallback(strategy, **options)
-        trainer.add_callback(callback)
-    callback.bind(trainer)
-    hooks = {
-        "_calculate_rewards": callback.calculate_rewards,
-        "_generate_and_score_completions": callback.score_completions,
-        "_get_per_token_logps_and_entropies": callback.per_token_logps,
-        "_compute_loss": callback.compute_loss,
-        "_load_optimizer_and_scheduler": callback.load_optimizer_and_scheduler,
-        "_get_train_sampler": callback.train_sampler,
-    }
-    for name in _WRAPPED_METHODS:
-        _wrap_method(trainer, name, hooks[name])
-    return callback
-
-
-def _wrap_method(trainer, name: str, hook: Callable) -> None:
-    original = getattr(trainer, name)
-
-    def wrapped(*args, **kwargs):
-        return hook(trainer, original, *args, **kwargs)
-
-    wrapped.__name__ = name
-    wrapped.__doc__ = hook.__doc__
-    setattr(trainer, name, wrapped)

@@ -16,6 +16,11 @@ dapo, cispo, ``num_items_in_batch``: unmasked tokens of the whole        recount
 vespo        generation batch, all processes                         (``kept_token_count``)
 ===========  =====================================================  ===========================
 
+Each loss type is one of the core's loss aggregations (`LOSS_AGGREGATION`,
+`dataflex_callbacks.host.AGGREGATIONS`), which say what each normaliser needs; a row-normalised
+loss is multiplied by `dataflex_callbacks.host.removal_scale` in `DataFlexCallback.compute_loss`.
+RLOO's one loss is ``sequence_mean`` (see `rloo`).
+
 Response and token weights are applied by `scale_gradient`: the per-token log-probabilities
 keep their value and their gradient is multiplied by the weight. Every TRL per-token loss
 term (the clipped surrogate, the KL penalty, CISPO/VESPO's ``logp`` terms) depends on the
@@ -28,54 +33,46 @@ from __future__ import annotations
 
 import torch
 
-ROW_COUNT_LOSSES = ("grpo", "sapo", "luspo", "dr_grpo")
+from dataflex_callbacks.host import ROW_NORMALISED
+
+LOSS_AGGREGATION = {
+    "grpo": "sequence_mean", "sapo": "sequence_mean", "luspo": "sequence_sum", "dr_grpo": "fixed_length",
+    "bnpo": "token_mean", "dapo": "token_mean_global", "cispo": "token_mean_global", "vespo": "token_mean_global",
+}
+"""TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation (`dataflex_callbacks.host.AGGREGATIONS`)."""
+
+ROW_COUNT_LOSSES = tuple(name for name, kind in LOSS_AGGREGATION.items() if kind in ROW_NORMALISED)
 """Loss types whose normaliser counts the rows of the micro-batch."""
 
-TOKEN_COUNT_LOSSES = ("dapo", "cispo", "vespo")
+TOKEN_COUNT_LOSSES = tuple(name for name, kind in LOSS_AGGREGATION.items() if kind == "token_mean_global")
 """Loss types normalised by ``num_items_in_batch`` (tokens of the whole generation batch)."""
 
-SELF_NORMALISED_LOSSES = ("bnpo",)
+SELF_NORMALISED_LOSSES = tuple(name for name, kind in LOSS_AGGREGATION.items() if kind == "token_mean")
 """Loss types normalised by the mask itself."""
 
 SUPPORTED_LOSS_TYPES = ROW_COUNT_LOSSES + TOKEN_COUNT_LOSSES + SELF_NORMALISED_LOSSES
 
 
-def check_loss_type(loss_type: str) -> None:
-    """Raise if the adapter does not know how ``loss_type`` normalises (a newer TRL may add some)."""
-    if loss_type not in SUPPORTED_LOSS_TYPES:
+def check_loss_type(loss_type: str) -> str:
+    """The core aggregation of ``loss_type``; raises if the adapter does not know how it normalises."""
+    if loss_type not in LOSS_AGGREGATION:
         raise ValueError(
             f"dataflex: GRPO loss_type={loss_type!r} is not supported by the TRL adapter; supported loss types are "
             f"{list(SUPPORTED_LOSS_TYPES)}. Pick one of them in GRPOConfig(loss_type=...), or open an issue so the "
             "adapter learns how this loss normalises."
         )
+    return LOSS_AGGREGATION[loss_type]
 
 
 def can_drop_rows(strategy) -> bool:
     """True when ``strategy`` can drop whole responses: a row-level ``select`` part, or ``nan_policy="drop"``.
 
-    Only then can a micro-batch keep fewer than its B rows, so only then does `removal_scale`
-    differ from 1 (reweighting, mixing, pre-rollout skipping and token-level selection never drop rows).
+    Only then can a micro-batch keep fewer than its B rows, so only then does
+    `dataflex_callbacks.host.removal_scale` differ from 1 (reweighting, mixing, pre-rollout
+    skipping and token-level selection never drop rows).
     """
     select = getattr(strategy, "select", None)
     return (select is not None and not select.token_level) or getattr(strategy, "nan_policy", None) == "drop"
-
-
-def removal_scale(loss_type: str, keep: torch.Tensor) -> torch.Tensor:
-    """Factor that turns the masked micro-batch loss into the loss of the kept rows only.
-
-    Args:
-        loss_type: TRL ``GRPOConfig.loss_type``.
-        keep: ``(B,)`` bool, the rows of this micro-batch that stay in the loss.
-
-    Returns:
-        0-dim float tensor: ``B / K`` for row-counting losses (0 when ``K == 0``), else 1.
-    """
-    check_loss_type(loss_type)
-    if loss_type not in ROW_COUNT_LOSSES:
-        return torch.ones((), device=keep.device)
-    num_rows = keep.numel()
-    num_kept = keep.sum()
-    return torch.where(num_kept > 0, num_rows / num_kept.clamp(min=1).float(), torch.zeros((), device=keep.device))
 
 
 def scale_gradient(values: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,8 @@
 """The `DomainMixingSampler` that replaces TRL's ``RepeatSampler`` when a strategy acts before rollout.
 
-TRL draws prompts through ``GRPOTrainer._get_train_sampler``. A strategy with a ``mix`` part
-(which domain next) or a ``pre_select`` part (which prompts to skip) must choose there, before
-anything is generated. `grpo_mixing_sampler` builds a sampler with ``RepeatSampler``'s layout:
+TRL's GRPOTrainer and RLOOTrainer draw prompts through ``_get_train_sampler``. A strategy with
+a ``mix`` part (which domain next) or a ``pre_select`` part (which prompts to skip) must choose
+there, before anything is generated. `grpo_mixing_sampler` builds a sampler with ``RepeatSampler``'s layout:
 
 - ``batch_size = generation_batch_size // num_generations`` prompts per chunk (one generation
   round of all processes together);
@@ -28,11 +28,10 @@ from dataflex_callbacks import DomainMixingSampler, Strategy
 from dataflex_callbacks.sampler import domain_labels
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.history import hashable_key, row_prompt_key
+from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
 
-DEFAULT_DOMAIN_COLUMN = "domain"
-"""Dataset column read for domains when neither the strategy config's ``domain_key`` nor ``domain_column=`` names one."""
-
-DEFAULT_DOMAIN_SOURCE = f"the default domain column {DEFAULT_DOMAIN_COLUMN!r}"
+DEFAULT_DOMAIN_SOURCE = f"the default domain column {DEFAULT_DOMAIN_KEY!r}"
+"""What `dataflex_callbacks.host.resolve_domain_key` says when no setting names the domain column."""
 
 ALL_ROWS_DOMAIN = "all"
 """Domain label given to every row when pre-rollout selection runs on a dataset without a domain column."""
@@ -50,29 +49,6 @@ def row_key(row: Mapping[str, Any], key_column: Optional[str]) -> Hashable:
     return row_prompt_key(row, None)
 
 
-def resolve_domain_column(strategy: Strategy, domain_column: Optional[str]) -> tuple[str, str]:
-    """The dataset column holding domains, and where that name came from (for error messages).
-
-    The strategy config's ``domain_key`` (DataFlex-RL's name) and the adapter's ``domain_column=``
-    name the same column, so one YAML means the same column in TRL, Lightning and verl: the one
-    given wins, ``"domain"`` when neither is, and two different names are an error.
-    """
-    config_key = getattr(strategy, "domain_key", None)
-    if domain_column is None:
-        if config_key is None:
-            return DEFAULT_DOMAIN_COLUMN, DEFAULT_DOMAIN_SOURCE
-        return str(config_key), f"the strategy config's domain_key={config_key!r}"
-    if not isinstance(domain_column, str) or not domain_column:
-        raise ConfigError(f"dataflex: domain_column must be a column name (a non-empty string); got {domain_column!r}")
-    if config_key is not None and str(config_key) != domain_column:
-        raise ConfigError(
-            f"dataflex: the strategy config sets domain_key={config_key!r} but domain_column={domain_column!r} was "
-            "passed; both name the column holding each prompt's domain, so give it once: drop domain_column= "
-            f"to use the config's, or set domain_key: {domain_column} in the config"
-        )
-    return domain_column, f"domain_column={domain_column!r}"
-
-
 def check_shuffle(trainer, strategy: Strategy) -> None:
     """Refuse ``shuffle_dataset=False`` with a strategy that draws its own prompts, instead of ignoring it.
 
@@ -81,10 +57,10 @@ def check_shuffle(trainer, strategy: Strategy) -> None:
     """
     if acts_before_rollout(strategy) and getattr(trainer, "shuffle_dataset", True) is False:
         raise ConfigError(
-            f"dataflex: GRPOConfig(shuffle_dataset=False) asks for the dataset's order, but strategy {strategy.name!r} "
-            "chooses prompts before rollout (mix: by domain proportions; pre_select: skipping prompts), which draws "
-            "them at random and cannot keep that order. Set shuffle_dataset=True, or drop the strategy's mix / "
-            "pre_select part to keep the dataset order"
+            f"dataflex: {type(trainer.args).__name__}(shuffle_dataset=False) asks for the dataset's order, but "
+            f"strategy {strategy.name!r} chooses prompts before rollout (mix: by domain proportions; pre_select: "
+            "skipping prompts), which draws them at random and cannot keep that order. Set shuffle_dataset=True, or "
+            "drop the strategy's mix / pre_select part to keep the dataset order"
         )
 
 
@@ -92,7 +68,7 @@ def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_column: str,
                            domain_source: Optional[str] = None) -> None:
     """Fail at build time when the train dataset cannot feed a mixing / pre-rollout sampler.
 
-    ``domain_source`` says where ``domain_column`` came from (`resolve_domain_column`), so the
+    ``domain_source`` says where ``domain_column`` came from (`dataflex_callbacks.host.resolve_domain_key`), so the
     error names the setting to change.
     """
     if not acts_before_rollout(strategy) or dataset is None:

@@ -1,4 +1,4 @@
-"""Build `RolloutBatch`es from the tensors TRL's GRPOTrainer already has.
+"""Build `RolloutBatch`es from the tensors TRL's GRPOTrainer (or RLOOTrainer) already has.
 
 TRL gathers the rewards of every process in ``_calculate_rewards`` (``(N_global, F)``, one
 column per reward function, rank-major order) and lays groups out as contiguous blocks of

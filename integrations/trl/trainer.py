@@ -1,25 +1,31 @@
-"""`DataFlexGRPOTrainer`: TRL's GRPOTrainer with a data strategy built in (drop-in subclass)."""
+"""`DataFlexGRPOTrainer`: TRL's GRPOTrainer with a data strategy built in, on `DataFlexTrainerMixin`.
+
+The mixin is the trainer side every TRL host shares (`rloo.DataFlexRLOOTrainer` uses it too): it
+takes the strategy or a callback, refuses a second strategy, and routes TRL's methods to the callback.
+"""
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Optional
 
 from trl import GRPOTrainer
 
-from dataflex_callbacks import Strategy, build_strategy
+from dataflex_callbacks.host import as_strategy
 
-from .callback import DataFlexCallback
+from .callback import DataFlexCallback, check_callback_host
 
 
-class DataFlexGRPOTrainer(GRPOTrainer):
-    """A ``trl.GRPOTrainer`` that applies a DataFlex strategy; every GRPOTrainer argument works unchanged.
+class DataFlexTrainerMixin:
+    """The DataFlex part of a TRL trainer subclass: ``class DataFlexXTrainer(DataFlexTrainerMixin, XTrainer)``.
 
-    Equivalent to a stock ``GRPOTrainer`` plus ``attach(trainer, strategy)``; the callback is
-    available as ``trainer.dataflex``.
+    Set `callback_class` to the callback serving ``XTrainer``. The strategy and the callback's
+    options are taken from the keyword arguments, the rest go to ``XTrainer``; the callback is
+    ``trainer.dataflex``.
 
     Args:
         strategy: a `Strategy`, preset name (``"difffilter"``), config dict or YAML path. May be left
-            out when a `DataFlexCallback` is passed in ``callbacks=[...]``: that callback is used.
+            out when a callback of `callback_class` is passed in ``callbacks=[...]``: that callback is used.
         selection_reward: reward function name the strategy scores on (None: weighted sum).
         domain_column: dataset column holding each prompt's domain (None: the config's
             ``domain_key``, else ``"domain"``).
@@ -28,8 +34,11 @@ class DataFlexGRPOTrainer(GRPOTrainer):
         record_decisions: keep every decision in ``trainer.dataflex.history``.
         strict: refuse to resume from a checkpoint saved with a different strategy config
             (``False``: restore only the mixing and pre-rollout state).
-        *args, **kwargs: passed to ``trl.GRPOTrainer``.
+        *args, **kwargs: passed to the TRL trainer.
     """
+
+    callback_class: type[DataFlexCallback] = DataFlexCallback
+    """The callback built from ``strategy=``; one passed in ``callbacks=[...]`` must serve the same host."""
 
     def __init__(
         self,
@@ -45,7 +54,7 @@ class DataFlexGRPOTrainer(GRPOTrainer):
         options = dict(selection_reward=selection_reward, domain_column=domain_column,
                        prompt_key_column=prompt_key_column, record_decisions=record_decisions, strict=strict)
         callbacks = list(kwargs.pop("callbacks", None) or [])
-        self.dataflex = _the_callback(strategy, callbacks, options)
+        self.dataflex = _the_callback(self, strategy, callbacks, options)
         if self.dataflex not in callbacks:
             callbacks.append(self.dataflex)
         kwargs["callbacks"] = callbacks
@@ -54,11 +63,13 @@ class DataFlexGRPOTrainer(GRPOTrainer):
 
     def add_callback(self, callback):
         """Add a TrainerCallback; a second `DataFlexCallback` is refused (one strategy per trainer)."""
-        is_dataflex = isinstance(callback, DataFlexCallback) or callback is DataFlexCallback
+        is_dataflex = isinstance(callback, DataFlexCallback) or (
+            isinstance(callback, type) and issubclass(callback, DataFlexCallback))
         if is_dataflex and callback is not getattr(self, "dataflex", None):
+            name = type(self).__name__
             raise ValueError(
-                f"dataflex: this DataFlexGRPOTrainer already applies strategy {self.dataflex.strategy.name!r}; a second "
-                "DataFlexCallback would never be attached. Give the strategy once, as DataFlexGRPOTrainer(..., strategy=...)."
+                f"dataflex: this {name} already applies strategy {self.dataflex.strategy.name!r}; a second "
+                f"DataFlexCallback would never be attached. Give the strategy once, as {name}(..., strategy=...)."
             )
         super().add_callback(callback)
 
@@ -83,44 +94,59 @@ class DataFlexGRPOTrainer(GRPOTrainer):
         return self.dataflex.train_sampler(self, super()._get_train_sampler, dataset)
 
 
-_OPTION_DEFAULTS = dict(selection_reward=None, domain_column=None, prompt_key_column=None, record_decisions=False,
-                        strict=True)
+_OPTION_DEFAULTS = {name: option.default for name, option in inspect.signature(DataFlexCallback).parameters.items()}
 
 
-def _the_callback(strategy: Any, callbacks: list, options: dict) -> DataFlexCallback:
-    """The trainer's one `DataFlexCallback`: the one in ``callbacks`` if the user passed one, else a new one.
+class DataFlexGRPOTrainer(DataFlexTrainerMixin, GRPOTrainer):
+    """A ``trl.GRPOTrainer`` that applies a DataFlex strategy; every GRPOTrainer argument works unchanged.
+
+    Equivalent to a stock ``GRPOTrainer`` plus ``attach(trainer, strategy)``; the callback is
+    available as ``trainer.dataflex``. Arguments: `DataFlexTrainerMixin`'s (``strategy``,
+    ``selection_reward``, ``domain_column``, ``prompt_key_column``, ``record_decisions``,
+    ``strict``), the rest go to ``trl.GRPOTrainer``.
+    """
+
+    callback_class = DataFlexCallback
+
+
+def _the_callback(trainer: DataFlexTrainerMixin, strategy: Any, callbacks: list, options: dict) -> DataFlexCallback:
+    """The trainer's one DataFlex callback: the one in ``callbacks`` if the user passed one, else a new one.
 
     A callback passed in ``callbacks=[...]`` together with ``strategy=`` is accepted when both hold
     the same strategy config (and the options agree); otherwise the two strategies are an error.
+    A callback for another host (a `DataFlexCallback` on an RLOO trainer) is refused.
     """
+    name, callback_class = type(trainer).__name__, trainer.callback_class
     given = [cb for cb in callbacks if isinstance(cb, DataFlexCallback)]
-    if any(cb is DataFlexCallback for cb in callbacks):
-        raise ValueError("dataflex: callbacks=[DataFlexCallback] passes the class; pass strategy=... to "
-                         "DataFlexGRPOTrainer instead (it builds the callback).")
+    if any(isinstance(cb, type) and issubclass(cb, DataFlexCallback) for cb in callbacks):
+        raise ValueError(f"dataflex: callbacks=[{callback_class.__name__}] passes the class; pass strategy=... to "
+                         f"{name} instead (it builds the callback).")
     if len(given) > 1:
         raise ValueError(f"dataflex: callbacks=[...] holds {len(given)} DataFlexCallbacks; a trainer applies one "
-                         "strategy: keep one, or pass strategy=... to DataFlexGRPOTrainer and none in callbacks.")
+                         f"strategy: keep one, or pass strategy=... to {name} and none in callbacks.")
     if not given:
         if strategy is None:
-            raise ValueError("dataflex: DataFlexGRPOTrainer needs strategy=... (preset name, config dict, YAML path "
-                             "or Strategy), e.g. DataFlexGRPOTrainer(..., strategy='difffilter').")
-        return DataFlexCallback(strategy, **options)
+            raise ValueError(f"dataflex: {name} needs strategy=... (preset name, config dict, YAML path or Strategy), "
+                             f"e.g. {name}(..., strategy='difffilter').")
+        return callback_class(strategy, **options)
     callback = given[0]
+    check_callback_host(callback, trainer, callback_class)
     if callback.attached:
-        raise RuntimeError("dataflex: this DataFlexCallback is already attached to another trainer; create a new one.")
+        raise RuntimeError(f"dataflex: this {type(callback).__name__} is already attached to another trainer; "
+                           "create a new one.")
     if strategy is not None:
-        wanted = strategy if isinstance(strategy, Strategy) else build_strategy(strategy)
+        wanted = as_strategy(strategy)
         if wanted is not callback.strategy and wanted.config != callback.strategy.config:
             raise ValueError(
-                f"dataflex: DataFlexGRPOTrainer got strategy={wanted.name!r} and a DataFlexCallback with strategy "
+                f"dataflex: {name} got strategy={wanted.name!r} and a {type(callback).__name__} with strategy "
                 f"{callback.strategy.name!r} in callbacks=[...]: two different strategies. Give the strategy once: "
-                "DataFlexGRPOTrainer(..., strategy=...) without the callback, or keep the callback and drop strategy=."
+                f"{name}(..., strategy=...) without the callback, or keep the callback and drop strategy=."
             )
-    for name, value in options.items():
-        if value != _OPTION_DEFAULTS[name] and value != getattr(callback, name):
+    for option, value in options.items():
+        if value != _OPTION_DEFAULTS[option] and value != getattr(callback, option):
             raise ValueError(
-                f"dataflex: DataFlexGRPOTrainer got {name}={value!r} but the DataFlexCallback in callbacks=[...] has "
-                f"{name}={getattr(callback, name)!r}; set it in one place (on the callback, or on the trainer "
+                f"dataflex: {name} got {option}={value!r} but the {type(callback).__name__} in callbacks=[...] has "
+                f"{option}={getattr(callback, option)!r}; set it in one place (on the callback, or on the trainer "
                 "without a callback)."
             )
     return callback

@@ -71,7 +71,7 @@ def test_the_same_column_given_twice_is_accepted(tiny_tokenizer, source_data, tm
 
 @pytest.mark.parametrize("way_in", ["subclass", "attach"])
 def test_config_domain_key_and_a_different_domain_column_are_refused(tiny_tokenizer, source_data, tmp_path, way_in):
-    match = r"domain_key='source' but domain_column='domain'.*give it once"
+    match = r"domain_column='domain' contradicts the strategy config's domain_key='source'.*give it once"
     with pytest.raises(ConfigError, match=match):
         if way_in == "subclass":
             build(tiny_tokenizer, source_data, tmp_path, strategy=MIX_ON_SOURCE, domain_column="domain")

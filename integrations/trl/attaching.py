@@ -1,0 +1,76 @@
+"""`attach`: plug a data strategy into a stock TRL trainer (``GRPOTrainer`` or ``RLOOTrainer``) in one line."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+from dataflex_callbacks.host import as_strategy
+
+from .callback import HOOKS, DataFlexCallback, check_callback_host
+from .rloo import DataFlexRLOOCallback
+
+HOST_CALLBACKS: tuple[type[DataFlexCallback], ...] = (DataFlexCallback, DataFlexRLOOCallback)
+"""The callback of each TRL trainer the adapter supports; `callback_for` picks by ``host_class``."""
+
+
+def callback_for(trainer) -> type[DataFlexCallback]:
+    """The callback class serving ``trainer``: the one whose ``host_class`` it is an instance of.
+
+    A trainer no callback serves gets `DataFlexCallback`, whose ``bind`` names the supported trainers.
+    """
+    return next((cls for cls in HOST_CALLBACKS if isinstance(trainer, cls.host_class)), DataFlexCallback)
+
+
+def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataFlexCallback]] = None,
+           **options) -> DataFlexCallback:
+    """Plug a data strategy into an existing TRL ``GRPOTrainer`` or ``RLOOTrainer``; returns the callback.
+
+    ``attach(trainer, "difffilter")`` adds the callback for the trainer's host (`callback_for`:
+    `DataFlexCallback` for GRPO, `DataFlexRLOOCallback` for RLOO); if one was already passed in
+    ``callbacks=[...]``, that one is bound (``strategy``, when given, replaces its strategy).
+    ``options`` go to the callback (``selection_reward``, ``domain_column``, ``strict``, ...).
+    ``callback_class`` names the callback to build for a trainer of your own.
+    """
+    callback_class = callback_for(trainer) if callback_class is None else callback_class
+    own = getattr(trainer, "dataflex", None)
+    if isinstance(own, DataFlexCallback) and own.attached:
+        host = own.host_class.__name__
+        raise RuntimeError(
+            f"dataflex: this {type(trainer).__name__} already applies strategy {own.strategy.name!r}; attach() is for "
+            f"a stock {host}. Give the strategy once: {own.trainer_name}(..., strategy=...) or "
+            f"attach({host}(...), ...)."
+        )
+    existing = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, DataFlexCallback)]
+    if len(existing) > 1:
+        raise ValueError("dataflex: the trainer has several DataFlexCallbacks; keep one (one strategy per trainer).")
+    if existing:
+        callback = existing[0]
+        check_callback_host(callback, trainer, callback_class)
+        if callback.attached:
+            raise RuntimeError("dataflex: this trainer already has an attached DataFlexCallback; attach it only once.")
+        if strategy is not None:
+            callback.strategy = as_strategy(strategy)
+        for name, value in options.items():
+            if not hasattr(callback, name):
+                raise TypeError(f"dataflex: attach() got an unknown option {name!r}")
+            setattr(callback, name, value)
+    else:
+        if strategy is None:
+            raise ValueError("dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy).")
+        callback = callback_class(strategy, **options)
+        trainer.add_callback(callback)
+    callback.bind(trainer)
+    for name, hook in HOOKS.items():
+        _wrap_method(trainer, name, getattr(callback, hook))
+    return callback
+
+
+def _wrap_method(trainer, name: str, hook: Callable) -> None:
+    original = getattr(trainer, name)
+
+    def wrapped(*args, **kwargs):
+        return hook(trainer, original, *args, **kwargs)
+
+    wrapped.__name__ = name
+    wrapped.__doc__ = hook.__doc__
+    setattr(trainer, name, wrapped)
