@@ -7,9 +7,10 @@ your trainer already computed, and apply its `Decision` to the loss. Host adapte
 its import path; ``dataflex_callbacks.testing`` checks it (docs/extending.md).
 """
 
-from . import prerollout  # noqa: F401  (registers the built-in pre-rollout filter)
+from . import pre_select  # noqa: F401  (registers the built-in pre-rollout filter)
 from .batch import RolloutBatch
 from .config import list_presets
+from .config_fields import MixConfig, ReweightConfig, SelectConfig, StrategyConfig
 from .errors import BatchError, ConfigError, DataFlexError, StateError
 from .mixers import Mixer
 from .registry import build_component, list_components, register
@@ -29,13 +30,17 @@ __all__ = [
     "Decision",
     "DomainMixingSampler",
     "DomainTracker",
+    "MixConfig",
     "Mixer",
+    "ReweightConfig",
     "Reweighter",
     "RolloutBatch",
     "Scorer",
+    "SelectConfig",
     "Selector",
     "StateError",
     "Strategy",
+    "StrategyConfig",
     "build_component",
     "build_strategy",
     "list_components",

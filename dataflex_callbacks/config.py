@@ -104,8 +104,11 @@ def load_config(config: Any) -> dict:
     """Turn a preset name, a YAML path or a dict into the canonical composable dict (validated keys).
 
     A mapping (or file) with a ``dataflex:`` key is read through that block, whatever else sits
-    beside it (``trainer:``, ``data:``, ``actor_rollout_ref:`` of a verl config).
+    beside it (``trainer:``, ``data:``, ``actor_rollout_ref:`` of a verl config). A `StrategyConfig`
+    (the typed form) is read through its ``to_dict()``.
     """
+    if isinstance(config, StrategyConfig):
+        config = {key: value for key, value in config.to_dict().items() if value is not None}
     if isinstance(config, os.PathLike) or (isinstance(config, str) and (config.endswith((".yaml", ".yml", ".json")) or os.path.isfile(config))):
         config = _read_file(os.fspath(config))
     config = plain(config)

@@ -270,24 +270,24 @@ class PromptAcceptance:
     skipped: int
 
 
-def accept_prompts(prompt_filter: Any, keys: Sequence[Hashable], need: int, rng: np.random.Generator, *,
+def accept_prompts(pre_select: Any, keys: Sequence[Hashable], need: int, rng: np.random.Generator, *,
                    labels: Sequence[str] | None = None, exclude: np.ndarray | None = None) -> PromptAcceptance:
     """Take up to ``need`` of the candidate prompts, in order, each with the filter's keep probability.
 
     Each candidate draws one uniform from ``rng``; it is accepted when the uniform is below
-    ``prompt_filter.keep_probability(keys, labels)``. Candidates after the ``need``-th accepted one
+    ``pre_select.keep_probability(keys, labels)``. Candidates after the ``need``-th accepted one
     are not considered (the caller offers them again), so no uniform is wasted on a decision
     nobody used.
 
     Args:
-        prompt_filter: a pre-rollout filter (``keep_probability(keys, labels) -> (n,)``).
+        pre_select: a pre-rollout filter (``keep_probability(keys, labels) -> (n,)``).
         keys: the ``n`` candidates' prompt keys, in draw order.
         need: how many prompts are still wanted, ``>= 1``.
         rng: the host's generator for these draws (``n`` uniforms are drawn).
         labels: the candidates' domains, for the filter's prior on unseen prompts.
         exclude: ``(n,)`` bool, candidates never to take (e.g. already in this batch).
     """
-    keep_probability = prompt_filter.keep_probability(list(keys), labels)
+    keep_probability = pre_select.keep_probability(list(keys), labels)
     if exclude is not None:
         keep_probability = np.where(exclude, 0.0, keep_probability)
     accepted = np.flatnonzero(rng.random(len(keys)) < keep_probability)[:need]

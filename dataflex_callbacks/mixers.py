@@ -62,6 +62,12 @@ class Mixer(Component):
     ``softmax(value / temperature)``. The mix part checkpoints the tracker and the targets; a
     mixer that keeps its own state across updates defines ``state_dict()`` and
     ``load_state_dict(state)`` as `Scorer` says.
+
+    Args:
+        domains: the domain names, in sampling order; None lets the strategy bind the data's
+            domains (the usual case in a config).
+        floor: minimum proportion of every domain, >= 0, guaranteed exactly
+            (``p_d = floor + (1 - K * floor) * q_d``); K domains need ``K * floor <= 1``.
     """
 
     name = "mixer"
@@ -107,11 +113,17 @@ class Mixer(Component):
 
 @register("mixer", "static")
 class StaticMixer(Mixer):
-    """Fixed proportions (uniform by default): the baseline."""
+    """Fixed proportions (uniform by default): the baseline.
+
+    Args:
+        proportions: a mapping ``{domain: p}`` or a list in domain order (DataFlex-RL's form),
+            summing to 1; None gives every domain the same share.
+        floor: minimum proportion of every domain, >= 0, guaranteed exactly as `Mixer` says; 0
+            keeps the given proportions as they are.
+    """
 
     def __init__(self, domains: Sequence[str] | None = None,
                  proportions: dict[str, float] | Sequence[float] | None = None, floor: float = 0.0):
-        """``proportions``: a mapping ``{domain: p}`` or a list in domain order (DataFlex-RL's form), summing to 1."""
         if proportions is not None and not isinstance(proportions, Mapping) and (
                 isinstance(proportions, str) or not hasattr(proportions, "__len__")):
             raise ConfigError(f"static mixer 'proportions' must be a mapping {{domain: p}} or a list in domain order; "
@@ -137,7 +149,13 @@ class StaticMixer(Mixer):
 
 
 class SoftmaxMixer(Mixer):
-    """Base of the dynamic mixers: proportions ``softmax(value_d / temperature)`` of a per-domain value."""
+    """Base of the dynamic mixers: proportions ``softmax(value_d / temperature)`` of a per-domain value.
+
+    Args:
+        temperature: softmax temperature T > 0, in the units of the mixer's value: a domain
+            whose value is higher by T gets e times the share (before the floor); smaller T
+            concentrates the data on the top domain.
+    """
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, floor: float = 0.05):
         self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
@@ -156,7 +174,14 @@ class SoftmaxMixer(Mixer):
 
 @register("mixer", "reward_gap")
 class RewardGapMixer(SoftmaxMixer):
-    """softmax((max_d R_d - R_d) / T): more data for domains whose reward lags."""
+    """softmax((max_d R_d - R_d) / T): more data for domains whose reward lags.
+
+    After DoReMi's excess-loss idea (arXiv 2305.10429).
+
+    Args:
+        temperature: softmax temperature T > 0, in reward units (the gap of a domain's windowed
+            mean reward R_d to the best domain's).
+    """
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, floor: float = 0.05):
         super().__init__(domains, temperature, floor)
@@ -168,7 +193,14 @@ class RewardGapMixer(SoftmaxMixer):
 
 @register("mixer", "dump_ucb")
 class DumpUcbMixer(SoftmaxMixer):
-    """softmax((U_d + c*sqrt(2 ln(N+1)/(n_d+1))) / T), U_d the windowed mean |advantage| (DUMP)."""
+    """softmax((U_d + c*sqrt(2 ln(N+1)/(n_d+1))) / T), U_d the windowed mean |advantage| (DUMP).
+
+    DUMP, arXiv 2504.09710; N counts the samples seen over all domains, n_d those of domain d.
+
+    Args:
+        temperature: softmax temperature T > 0, in advantage units (the UCB value's).
+        c: weight >= 0 of the UCB exploration bonus; 0 ranks domains by U_d alone.
+    """
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, c: float = 0.1, floor: float = 0.05):
         self.c = check_number("c", c, low=0.0)
@@ -183,7 +215,15 @@ class DumpUcbMixer(SoftmaxMixer):
 
 @register("mixer", "tscl")
 class TsclMixer(SoftmaxMixer):
-    """softmax(|slope_d| / T) of the windowed reward slope (teacher-student curriculum)."""
+    """softmax(|slope_d| / T) of the windowed reward slope (teacher-student curriculum).
+
+    Teacher-Student Curriculum Learning, arXiv 1707.00183.
+
+    Args:
+        temperature: softmax temperature T > 0, in units of the slope (reward change per step).
+        signed: False ranks by |slope_d| (TSCL: a domain being forgotten also gets data), True by
+            max(slope_d, 0) (only improving domains).
+    """
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.01, floor: float = 0.05, signed: bool = False):
         self.signed = check_bool("signed", signed)
@@ -199,7 +239,15 @@ class TsclMixer(SoftmaxMixer):
 
 @register("mixer", "learnability")
 class LearnabilityMixer(SoftmaxMixer):
-    """softmax(V_d / T), V_d the windowed mean group reward variance (p(1-p) for 0/1 rewards)."""
+    """softmax(V_d / T), V_d the windowed mean group reward variance (p(1-p) for 0/1 rewards).
+
+    After VCRL (arXiv 2509.19803) and DADS (arXiv 2506.08672): for 0/1 rewards the variance
+    peaks at mid difficulty.
+
+    Args:
+        temperature: softmax temperature T > 0, in reward-variance units (at most 0.25 for 0/1
+            rewards).
+    """
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.05, floor: float = 0.05):
         super().__init__(domains, temperature, floor)

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from .errors import ConfigError
 
-KINDS = ("scorer", "selector", "reweighter", "mixer", "prerollout")
+KINDS = ("scorer", "selector", "reweighter", "mixer", "pre_select")
+KIND_ALIASES = {"prerollout": "pre_select"}  # earlier name of the pre-rollout selection kind
 
 _REGISTRY: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}
 _ALIASES: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
@@ -25,7 +28,7 @@ _BASES: dict[str, type] = {}
 
 def register(kind: str, name: str, aliases: tuple[str, ...] = ()) -> Callable[[type], type]:
     """Class decorator: make ``cls`` buildable as ``build_component(kind, name)`` and nameable in configs."""
-    _check_kind(kind)
+    kind = _check_kind(kind)
 
     def decorate(cls: type) -> type:
         cls.name = name
@@ -39,7 +42,7 @@ def register(kind: str, name: str, aliases: tuple[str, ...] = ()) -> Callable[[t
 
 def register_base(kind: str) -> Callable[[type], type]:
     """Class decorator for the base class of a kind: a class named by import path must subclass it."""
-    _check_kind(kind)
+    kind = _check_kind(kind)
 
     def decorate(cls: type) -> type:
         _BASES[kind] = cls
@@ -64,14 +67,17 @@ class Component:
             cls.name = import_path(cls)
 
 
-def _check_kind(kind: str) -> None:
+def _check_kind(kind: str) -> str:
+    """The canonical kind for ``kind`` (old names accepted), or a `ConfigError` listing the valid kinds."""
+    kind = KIND_ALIASES.get(kind, kind)
     if kind not in KINDS:
         raise ConfigError(f"unknown component kind {kind!r}; valid kinds: {', '.join(KINDS)}")
+    return kind
 
 
 def list_components(kind: str, include_aliases: bool = False) -> list[str]:
-    """Registered names of one kind (``scorer``, ``selector``, ``reweighter``, ``mixer``, ``prerollout``), sorted."""
-    _check_kind(kind)
+    """Registered names of one kind (``scorer``, ``selector``, ``reweighter``, ``mixer``, ``pre_select``), sorted."""
+    kind = _check_kind(kind)
     names = set(_REGISTRY[kind])
     if include_aliases:
         names |= set(_ALIASES[kind])
@@ -85,7 +91,7 @@ def component_class(kind: str, name: str) -> type:
     ``module.Class``; the class must subclass the kind's base class (e.g. `Scorer`). Unknown
     names list the valid ones.
     """
-    _check_kind(kind)
+    kind = _check_kind(kind)
     canonical = _ALIASES[kind].get(name, name)
     if canonical in _REGISTRY[kind]:
         return _REGISTRY[kind][canonical]
@@ -135,6 +141,71 @@ def accepted_params(cls: type) -> list[str]:
     """Keyword parameters a component's constructor accepts."""
     signature = inspect.signature(cls.__init__)
     return [p.name for p in list(signature.parameters.values())[1:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+
+
+@dataclass(frozen=True)
+class ParamInfo:
+    """One constructor parameter of a component: what a config's ``params`` may set.
+
+    ``default`` is the constructor's default (`ParamInfo.REQUIRED` when it has none); ``help``
+    is the parameter's entry in the ``Args:`` section of the class docstring ("" when undocumented).
+    """
+
+    REQUIRED = inspect.Parameter.empty
+
+    name: str
+    default: Any
+    help: str
+
+    @property
+    def required(self) -> bool:
+        return self.default is inspect.Parameter.empty
+
+
+_ARG_ENTRY = re.compile(r"(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)")
+
+
+def docstring_args(doc: str | None) -> dict[str, str]:
+    """``{parameter: help}`` from the Google-style ``Args:`` section of a docstring (continuation lines joined)."""
+    lines = inspect.cleandoc(doc or "").splitlines()
+    try:
+        start = next(i for i, line in enumerate(lines) if line.strip() == "Args:")
+    except StopIteration:
+        return {}
+    found: dict[str, str] = {}
+    entry_indent, name = None, None
+    for line in lines[start + 1:]:
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip())
+        if indent == 0:  # the section ends at the next unindented line
+            break
+        if entry_indent is None:
+            entry_indent = indent
+        match = _ARG_ENTRY.fullmatch(line.strip())
+        if indent == entry_indent and match:
+            name = match.group(1)
+            found[name] = match.group(2).strip()
+        elif name is not None and indent > entry_indent:
+            found[name] = f"{found[name]} {line.strip()}".strip()
+    return found
+
+
+def component_params(kind: str, name: str) -> list[ParamInfo]:
+    """The parameters a config's ``params`` may give component ``name``, in constructor order.
+
+    Each default comes from the constructor's signature, each help text from the ``Args:``
+    section of the class docstring, or of the nearest base class that documents the parameter
+    (so a subclass need not repeat an inherited one).
+    """
+    cls = component_class(kind, name)
+    signature = inspect.signature(cls.__init__)
+    docs = [docstring_args(klass.__dict__.get("__doc__")) for klass in cls.__mro__]
+
+    def help_of(param: str) -> str:
+        return next((doc[param] for doc in docs if param in doc), "")
+
+    return [ParamInfo(param, signature.parameters[param].default, help_of(param)) for param in accepted_params(cls)]
 
 
 def build_component(kind: str, name: str, **params: Any):

@@ -97,6 +97,12 @@ class Reweighter(Component):
     relative to the others of its group, may depend on: ``"row"``, ``"group"`` or ``"batch"``
     (e.g. batch quantiles). Scores are finite (the scorer's contract). A reweighter that keeps
     state across steps defines ``state_dict()`` and ``load_state_dict(state)`` as `Scorer` says.
+
+    Args:
+        normalize: how the weights are rescaled after the rule: ``mean_one`` (mean 1 over the
+            entries they apply to, so the loss scale and effective learning rate stay those of
+            the unweighted run), ``per_group_mean_one`` (mean 1 within each prompt group; needs
+            groups) or ``none`` (the raw weights).
     """
 
     name = "reweighter"
@@ -135,7 +141,12 @@ class Reweighter(Component):
 
 @register("reweighter", "softmax")
 class SoftmaxWeights(Reweighter):
-    """w_i proportional to exp(score_i / temperature)."""
+    """w_i proportional to exp(score_i / temperature).
+
+    Args:
+        temperature: softmax temperature T > 0, in the scorer's units: a score higher by T gets
+            e times the weight; smaller T concentrates the weight on the top scores.
+    """
 
     scope = "row"
 
@@ -164,7 +175,15 @@ class SoftmaxWeights(Reweighter):
 
 @register("reweighter", "difficulty_band")
 class DifficultyBand(Reweighter):
-    """focus_weight inside the [low_q, high_q] quantile band of the scores, 1 outside."""
+    """focus_weight inside the [low_q, high_q] quantile band of the scores, 1 outside.
+
+    Args:
+        low_q: lower quantile of the band, in [0, 1], of the scores the weights apply to (linear
+            interpolation, as ``torch.quantile``); at most ``high_q``.
+        high_q: upper quantile of the band, in [0, 1].
+        focus_weight: raw weight (>= 0) of the entries inside the band (both ends included); the
+            others get 1, before normalisation.
+    """
 
     scope = "batch"
 
@@ -208,7 +227,16 @@ def linear_quantiles(values: torch.Tensor, qs: tuple[float, ...]) -> list[torch.
 
 @register("reweighter", "reward_range")
 class RewardRange(Reweighter):
-    """`inside` weight when low <= score <= high, `outside` weight otherwise."""
+    """`inside` weight when low <= score <= high, `outside` weight otherwise.
+
+    The announcement's "weight samples whose rewards fall within specific ranges".
+
+    Args:
+        low: lower end of the range, in the scorer's units (e.g. a reward), included; at most ``high``.
+        high: upper end of the range, included.
+        inside: raw weight (>= 0) of a score inside the range, before normalisation.
+        outside: raw weight (>= 0) of a score outside the range, before normalisation.
+    """
 
     scope = "row"
 
@@ -229,7 +257,13 @@ class RewardRange(Reweighter):
 
 @register("reweighter", "advantage_reweight")
 class AdvantageReweight(Reweighter):
-    """Token weight alpha*p_it + (1-alpha), p_it the token probability: damps low-probability tokens."""
+    """Token weight alpha*p_it + (1-alpha), p_it the token probability: damps low-probability tokens.
+
+    Args:
+        alpha: mixing weight in [0, 1] of the token probability (from the ``token_prob`` scorer):
+            0 gives every token weight 1, 1 weights each token by its probability (Advantage
+            Reweighting, arXiv 2505.12929; DataFlex-RL's default is 0.5).
+    """
 
     scope = "row"
     granularity = "token"
@@ -291,6 +325,10 @@ class PrioritizedAdvantage(Reweighter):
 
     The 1e-8 (DataFlex-RL's) gives a zero-advantage response a small non-zero priority, as
     prioritized replay's epsilon does (about 1.5e-4 of the mean weight at alpha 0.5).
+
+    Args:
+        alpha: priority exponent >= 0: 0 gives uniform weights, 1 weights proportional to
+            |score| (prioritized replay, arXiv 1511.05952; DataFlex-RL's default is 0.5).
     """
 
     scope = "row"

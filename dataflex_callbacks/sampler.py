@@ -296,9 +296,9 @@ class DomainMixingSampler(Sampler[int]):
         self.num_replicas, self.rank = self._replicas(num_replicas, rank)
         if self._mixing:
             strategy.bind_domains(self.domains)
-        self._prompt_filter = getattr(strategy, "prompt_filter", None)
-        if self._prompt_filter is not None:
-            self._prompt_filter.num_generations = self.num_generations
+        self._pre_select = getattr(strategy, "pre_select", None)
+        if self._pre_select is not None:
+            self._pre_select.num_generations = self.num_generations
 
         # Rows as codes over all labels present (for the fingerprint), then as indices into self.domains.
         codes_of = {label: i for i, label in enumerate(present)}
@@ -331,7 +331,7 @@ class DomainMixingSampler(Sampler[int]):
         self._uniform_pos = 0  # next unused entry of the buffer
         self._ahead: dict | None = None  # small chunks drawn ahead under one proportions array
         # Prompt keys are only needed by a pre-rollout filter; reading them can be costly.
-        self._keys = self._row_keys(dataset, len(labels), key_column) if self._prompt_filter is not None else None
+        self._keys = self._row_keys(dataset, len(labels), key_column) if self._pre_select is not None else None
         self.key_column = key_column
         if prompt_labels is not None and len(prompt_labels) != len(labels):
             raise ConfigError(f"prompt_labels has {len(prompt_labels)} entries but the dataset has {len(labels)} rows")
@@ -570,7 +570,7 @@ class DomainMixingSampler(Sampler[int]):
             repeat = None
             if in_chunk and len(in_chunk) < self._sizes_list[k]:
                 repeat = np.fromiter((r in in_chunk for r in rows), dtype=bool, count=len(rows))
-            passed = accept_prompts(self._prompt_filter, [self._keys[r] for r in rows], need - len(taken), self._rng,
+            passed = accept_prompts(self._pre_select, [self._keys[r] for r in rows], need - len(taken), self._rng,
                                     labels=labels, exclude=repeat)
             chosen = candidates[passed.accepted].tolist()
             taken.extend(chosen)
@@ -629,7 +629,7 @@ class DomainMixingSampler(Sampler[int]):
         """``n`` dataset rows (a list for small chunks, drawn ahead in blocks; else an array): blocks
         by ``proportions``, rows without replacement within a block. A small chunk whose block would
         run a domain out takes the general path, which reshuffles; both read the same uniforms."""
-        if n <= SMALL_CHUNK and self._prompt_filter is None:
+        if n <= SMALL_CHUNK and self._pre_select is None:
             rows = self._next_ahead(proportions, n)
             if rows is not None:
                 return rows
@@ -639,10 +639,10 @@ class DomainMixingSampler(Sampler[int]):
         rows = np.empty(n, dtype=np.int64)
         pointers = np.array(self._pointers, dtype=np.int64)
         end = pointers + counts
-        if self._prompt_filter is not None:
+        if self._pre_select is not None:
             taken, skipped = zip(*(self._take_filtered(k, int(c)) for k, c in enumerate(counts) if c))
             rows[order] = np.concatenate(taken)
-            self._prompt_filter.record_draws([self._keys[r] for r in rows.tolist()], sum(skipped))
+            self._pre_select.record_draws([self._keys[r] for r in rows.tolist()], sum(skipped))
         elif (end <= self._sizes).all():
             # The j-th draw of block k takes the row at pointer_k + j of k's shuffled block.
             base = self._offsets + pointers - (np.cumsum(counts) - counts)

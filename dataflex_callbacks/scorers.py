@@ -156,6 +156,12 @@ class GroupSolveRateScorer(Scorer):
     ``success_threshold`` (DataFlex-RL's name) is an alias of ``threshold``. Meant for 0/1
     (verifier) rewards: on other rewards with the default threshold it warns once, since a
     solve-rate band then tends to drop every group.
+
+    Args:
+        threshold: reward level, in the reward's own units, above which a response counts as
+            solved (strictly greater); None means 0.5, the midpoint of 0/1 verifier rewards, and
+            warns once if the rewards are not all 0 or 1.
+        success_threshold: DataFlex-RL's name for ``threshold``; give one of the two, not both.
     """
 
     scope = "group"
@@ -206,7 +212,13 @@ class GroupRewardVarianceScorer(Scorer):
 
 @register("scorer", "advantage_magnitude")
 class AdvantageMagnitudeScorer(Scorer):
-    """Mean (or sum, max) over valid tokens of |advantage|; ``agg`` (DataFlex-RL's name) is an alias of ``reduce``."""
+    """Mean (or sum, max) over valid tokens of |advantage|; ``agg`` (DataFlex-RL's name) is an alias of ``reduce``.
+
+    Args:
+        reduce: how a response's per-token |A_it| become one score: ``mean`` (a response without
+            valid tokens scores 0), ``sum`` or ``max``; None means ``mean``.
+        agg: DataFlex-RL's name for ``reduce``; give one of the two, not both.
+    """
 
     scope = "row"
     requires = ("advantages",)

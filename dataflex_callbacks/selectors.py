@@ -318,7 +318,16 @@ class Selector(Component):
 
 @register("selector", "threshold_band")
 class ThresholdBand(Selector):
-    """Keep responses with low < score < high (DAPO dynamic sampling; online difficulty filtering)."""
+    """Keep responses with low < score < high (DAPO dynamic sampling; online difficulty filtering).
+
+    Args:
+        low: lower bound, in the scorer's units, excluded (open interval); must be below ``high``.
+            DAPO's dynamic sampling (arXiv 2503.14476) uses 0 on a group solve rate (drops
+            all-wrong groups), online difficulty filtering (arXiv 2504.03380) 0.2.
+        high: upper bound, excluded; may be ``inf`` (e.g. ``group_reward_variance`` scores).
+            DAPO uses 1 on a group solve rate (drops all-correct groups), online difficulty
+            filtering 0.8.
+    """
 
     scope = "row"
 
@@ -334,7 +343,13 @@ class ThresholdBand(Selector):
 
 @register("selector", "topk_fraction")
 class TopkFraction(Selector):
-    """Keep the round(fraction*N) highest (or lowest) scoring responses, at least one (ties as torch.topk on CPU)."""
+    """Keep the round(fraction*N) highest (or lowest) scoring responses, at least one (ties as torch.topk on CPU).
+
+    Args:
+        fraction: share of the batch's N responses kept, in (0, 1]; the count is
+            ``round(fraction * N)`` (half to even), at least 1.
+        largest: True keeps the highest scores, False the lowest.
+    """
 
     scope = "batch"
 
@@ -352,6 +367,13 @@ class GroupFilter(Selector):
 
     ``efficiency`` divides the configured scorer's value (``reward``: r_i) by the response length;
     ``score`` ranks by the scorer's value itself. Groups of at most k responses are kept whole.
+
+    Args:
+        k: responses kept per group, an integer >= 1 (GFPO, arXiv 2508.09726, samples more
+            responses per prompt and trains on k of them; DataFlex-RL's default is 8).
+        metric: what ranks a group's responses: ``short`` (fewest valid tokens, -L_i),
+            ``efficiency`` (score per token, s_i / max(L_i, 1); with the ``reward`` scorer
+            GFPO's reward per token) or ``score`` (the scorer's value itself).
     """
 
     scope = "group"
@@ -377,7 +399,12 @@ class GroupFilter(Selector):
 
 @register("selector", "max_variance")
 class MaxVariance(Selector):
-    """Keep the round(f*G)-subset of each group with maximal score variance (PODS down-sampling; round half to even)."""
+    """Keep the round(f*G)-subset of each group with maximal score variance (PODS down-sampling; round half to even).
+
+    Args:
+        keep_fraction: share f of each group of G responses kept, in (0, 1]; the subset size is
+            ``round(f * G)`` (half to even), at least 1 (PODS, arXiv 2504.13818).
+    """
 
     scope = "group"
     needs_groups = True
@@ -392,7 +419,13 @@ class MaxVariance(Selector):
 
 @register("selector", "entropy_top_tokens")
 class EntropyTopTokens(Selector):
-    """Keep only the top fraction of highest-score (entropy) valid tokens in the loss (80/20 rule)."""
+    """Keep only the top fraction of highest-score (entropy) valid tokens in the loss (80/20 rule).
+
+    Args:
+        fraction: share of the batch's valid tokens that stay in the loss, in (0, 1]; the count
+            is ``round(fraction * valid tokens)``, at least 1. "Beyond the 80/20 rule"
+            (arXiv 2506.01939) keeps the top 0.2 by entropy.
+    """
 
     scope = "batch"
     granularity = "token"

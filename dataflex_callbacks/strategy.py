@@ -114,7 +114,7 @@ class Strategy:
         self.select = _Part("select", self.config["select"], "selector") if self.config["select"] else None
         self.reweight = _Part("reweight", self.config["reweight"], "reweighter") if self.config["reweight"] else None
         pre = self.config.get("pre_select")
-        self.prompt_filter = build_component("prerollout", pre["name"], **pre["params"]) if pre else None
+        self.pre_select = build_component("pre_select", pre["name"], **pre["params"]) if pre else None
         self.mixing: DomainMixing | None = None
         if self.config["mix"]:
             mix = self.config["mix"]
@@ -150,13 +150,13 @@ class Strategy:
         fields = set().union(*(p.requires for p in self.parts)) if self.parts else set()
         if self.mixing is not None:
             fields |= {"rewards", "domains"}
-        if self.prompt_filter is not None:
-            fields |= set(self.prompt_filter.requires)
+        if self.pre_select is not None:
+            fields |= set(self.pre_select.requires)
         return fields
 
     @property
     def is_noop(self) -> bool:
-        return not self.parts and self.mixing is None and self.prompt_filter is None
+        return not self.parts and self.mixing is None and self.pre_select is None
 
     @property
     def mix_enabled(self) -> bool:
@@ -190,10 +190,10 @@ class Strategy:
                     )
         if self.mixing is not None and "domains" not in available:
             raise ConfigError(f"the mix part needs domain labels, which {host} does not provide")
-        if self.prompt_filter is not None:
-            needed = set(self.prompt_filter.requires) - available
+        if self.pre_select is not None:
+            needed = set(self.pre_select.requires) - available
             if needed:
-                raise ConfigError(f"pre_select {self.prompt_filter.name!r} needs {', '.join(sorted(needed))}, "
+                raise ConfigError(f"pre_select {self.pre_select.name!r} needs {', '.join(sorted(needed))}, "
                                   f"which {host} does not provide")
 
     def observe_sampled(self, domain_counts: Mapping[str, int]) -> None:
@@ -330,8 +330,8 @@ class Strategy:
         if self.mixing is not None:
             self.mixing.observe(stats_batch, step, sync=sync)
             metrics.update(self.mixing.metrics())
-        if self.prompt_filter is not None:
-            metrics.update(self.prompt_filter.observe(batch, step, sync=sync))
+        if self.pre_select is not None:
+            metrics.update(self.pre_select.observe(batch, step, sync=sync))
         return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics,
                         deferred=tuple(deferred), response_weights=response_w)
 
@@ -451,8 +451,13 @@ class Strategy:
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: the resolved config, the mixing and pre-rollout state."""
         return {"config": copy.deepcopy(self.config), "mixing": None if self.mixing is None else self.mixing.state_dict(),
-                "prompt_filter": None if self.prompt_filter is None else self.prompt_filter.state_dict(),
+                "pre_select": None if self.pre_select is None else self.pre_select.state_dict(),
                 "components": {place: component.state_dict() for place, component in self._stateful_components()}}
+
+    @property
+    def prompt_filter(self):
+        """Earlier name of `pre_select` (the pre-rollout selection component), kept as an alias."""
+        return self.pre_select
 
     def _stateful_components(self) -> list[tuple[str, Any]]:
         """``("select.scorer", component)`` for each scorer or actuator that keeps state of its own (a ``state_dict``)."""
@@ -475,8 +480,9 @@ class Strategy:
             )
         if self.mixing is not None and state.get("mixing") is not None:
             self.mixing.load_state_dict(state["mixing"])
-        if self.prompt_filter is not None and state.get("prompt_filter") is not None:
-            self.prompt_filter.load_state_dict(state["prompt_filter"])
+        saved_pre_select = state.get("pre_select", state.get("prompt_filter"))  # "prompt_filter": states saved before 0.2
+        if self.pre_select is not None and saved_pre_select is not None:
+            self.pre_select.load_state_dict(saved_pre_select)
         saved_components = state.get("components") or {}
         for place, component in self._stateful_components():
             if place in saved_components:
@@ -486,8 +492,8 @@ class Strategy:
         parts = [p.kind + "=" + p.scorer.name + "->" + p.actuator.name for p in self.parts]
         if self.mixing is not None:
             parts.append("mix=" + self.mixing.mixer.name)
-        if self.prompt_filter is not None:
-            parts.append("pre_select=" + self.prompt_filter.name)
+        if self.pre_select is not None:
+            parts.append("pre_select=" + self.pre_select.name)
         return f"Strategy({self.name!r}: {', '.join(parts) or 'no-op'})"
 
 

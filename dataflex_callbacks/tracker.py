@@ -32,7 +32,7 @@ from .proportions import check_domains
 _STEP_SUMS = ("count", "reward_sum", "abs_adv_sum", "group_var_sum", "group_count", "nonfinite")
 _WINDOW_STATS = ("reward", "abs_advantage", "group_variance", "count", "step")
 _ROW_STATS = ("reward", "abs_advantage", "group_variance", "step")  # count is 1 per row
-_STATE_KEYS = ("domains", "window", "updates", "history", "filled", "cursor", "total_count")
+_STATE_KEYS = ("domains", "window", "updates", "windows", "filled", "cursor", "total_count")
 
 
 class DomainTracker:
@@ -52,7 +52,7 @@ class DomainTracker:
         self.window_unit = check_choice("window_unit", window_unit, WINDOW_UNITS)
         self._index = {d: i for i, d in enumerate(domains)}
         k = len(domains)
-        self.history = {name: torch.zeros(k, self.window, dtype=torch.float64) for name in _WINDOW_STATS}
+        self.windows = {name: torch.zeros(k, self.window, dtype=torch.float64) for name in _WINDOW_STATS}
         self.filled = torch.zeros(k, dtype=torch.long)  # observations in the window, <= window
         self.cursor = torch.zeros(k, dtype=torch.long)  # next slot of each ring buffer
         self.total_count = torch.zeros(k, dtype=torch.float64)  # finite samples seen since the start
@@ -166,8 +166,8 @@ class DomainTracker:
         cursor, filled = self.cursor.numpy(), self.filled.numpy()  # views: writes land in the tensors
         slots = (cursor[domain] + rank) % window
         for column, name in enumerate(_ROW_STATS):
-            self.history[name].numpy()[domain, slots] = values[rows, column]
-        self.history["count"].numpy()[domain, slots] = 1.0
+            self.windows[name].numpy()[domain, slots] = values[rows, column]
+        self.windows["count"].numpy()[domain, slots] = 1.0
         cursor[:] = (cursor + per_domain) % window
         filled[:] = np.minimum(filled + per_domain, window)
 
@@ -192,7 +192,7 @@ class DomainTracker:
             "step": np.full(seen.shape[0], step_value),
         }
         for name, column in fresh.items():
-            self.history[name].numpy()[seen, slots] = column
+            self.windows[name].numpy()[seen, slots] = column
         cursor[seen] = (slots + 1) % self.window
         filled[seen] = np.minimum(filled[seen] + 1, self.window)
         self.total_count += sums[:, 0]
@@ -205,7 +205,7 @@ class DomainTracker:
 
     def _window_mean(self, name: str) -> torch.Tensor:
         valid = self._valid()
-        values = (self.history[name] * valid).sum(dim=1)
+        values = (self.windows[name] * valid).sum(dim=1)
         return torch.where(self.filled > 0, values / self.filled.clamp_min(1), torch.full_like(values, float("nan")))
 
     def mean_reward(self) -> torch.Tensor:
@@ -222,13 +222,13 @@ class DomainTracker:
 
     def window_counts(self) -> torch.Tensor:
         """``(K,)`` samples per domain inside the window."""
-        return (self.history["count"] * self._valid()).sum(dim=1)
+        return (self.windows["count"] * self._valid()).sum(dim=1)
 
     def reward_slope(self) -> torch.Tensor:
         """``(K,)`` least-squares slope of windowed reward against step (0 with < 2 points or one step)."""
         valid = self._valid().to(torch.float64)
         n = valid.sum(dim=1)
-        x, y = self.history["step"], self.history["reward"]
+        x, y = self.windows["step"], self.windows["reward"]
         x_mean = (x * valid).sum(dim=1) / n.clamp_min(1)
         y_mean = (y * valid).sum(dim=1) / n.clamp_min(1)
         dx = (x - x_mean.unsqueeze(1)) * valid
@@ -252,12 +252,14 @@ class DomainTracker:
         """A copy of the statistics: tensors, ints and strings only (loads with ``torch.load(weights_only=True)``)."""
         return {
             "domains": list(self.domains), "window": int(self.window), "window_unit": self.window_unit,
-            "updates": int(self.updates), "history": {k: v.clone() for k, v in self.history.items()},
+            "updates": int(self.updates), "windows": {k: v.clone() for k, v in self.windows.items()},
             "filled": self.filled.clone(), "cursor": self.cursor.clone(), "total_count": self.total_count.clone(),
         }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict` output saved with the same domains, window and window unit."""
+        if isinstance(state, dict) and "windows" not in state and "history" in state:
+            state = {**state, "windows": state["history"]}  # the key's name before 0.2
         check_state(state, _STATE_KEYS, "DomainTracker")
         unit = state.get("window_unit", "steps")  # states saved before window units existed
         if list(state["domains"] or []) != self.domains or state["window"] != self.window or unit != self.window_unit:
@@ -267,14 +269,14 @@ class DomainTracker:
                 f"window_unit={self.window_unit}; resume with the same config"
             )
         k, shape = len(self.domains), (len(self.domains), self.window)
-        history = state["history"]
-        if not isinstance(history, dict) or set(history) != set(_WINDOW_STATS) or any(
-                not isinstance(v, torch.Tensor) or tuple(v.shape) != shape for v in history.values()):
-            raise StateError(f"DomainTracker state: 'history' must map {list(_WINDOW_STATS)} to tensors of shape {shape}")
+        windows = state["windows"]
+        if not isinstance(windows, dict) or set(windows) != set(_WINDOW_STATS) or any(
+                not isinstance(v, torch.Tensor) or tuple(v.shape) != shape for v in windows.values()):
+            raise StateError(f"DomainTracker state: 'windows' must map {list(_WINDOW_STATS)} to tensors of shape {shape}")
         for name in ("filled", "cursor", "total_count"):
             if not isinstance(state[name], torch.Tensor) or tuple(state[name].shape) != (k,):
                 raise StateError(f"DomainTracker state: {name!r} must be a tensor of shape ({k},); got {state[name]!r}")
-        self.history = {name: history[name].detach().to("cpu", torch.float64).clone() for name in _WINDOW_STATS}
+        self.windows = {name: windows[name].detach().to("cpu", torch.float64).clone() for name in _WINDOW_STATS}
         self.filled = state["filled"].detach().to("cpu", torch.long).clone()
         self.cursor = state["cursor"].detach().to("cpu", torch.long).clone()
         self.total_count = state["total_count"].detach().to("cpu", torch.float64).clone()

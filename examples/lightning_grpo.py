@@ -142,8 +142,8 @@ def main() -> None:
     trainer.fit(module, datamodule=TaskData(suite["train"]) if args.data_module else None)
 
     metrics = {name: round(float(value), 3) for name, value in trainer.callback_metrics.items()}
-    shown = ("dataflex/kept", "dataflex/ess", "dataflex/mix/target", "dataflex/prerollout/skipped",
-             "dataflex/prerollout/completions")
+    shown = ("dataflex/kept", "dataflex/ess", "dataflex/mix/target", "dataflex/pre_select/skipped",
+             "dataflex/pre_select/completions")
     print("last step:", {name: value for name, value in metrics.items()
                          if name.startswith(shown) and not name.endswith(("_step", "_epoch"))})
     after = evaluate(module.model, module.tokenizer, suite["test"])

@@ -11,6 +11,7 @@ import argparse
 import json
 import os
 import sys
+import textwrap
 
 from .arguments import EXIT_BAD_INPUT  # noqa: F401 (the exit code of bad input, for callers of main)
 from .arguments import OneLineParser, add_option_arguments, options_from_args, run_option_names
@@ -39,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
                                           "RunOptions field (dataflex_callbacks/recipes/options.py).")
     add_option_arguments(run, run_option_names())
 
-    commands.add_parser("list", help="print every strategy component and preset with a one-line description")
+    listing = commands.add_parser("list", help="print every strategy component and preset with a one-line description")
+    listing.add_argument("--params", action="store_true",
+                         help="also print, under each component, the parameters a config's params: may set, "
+                              "with their defaults and meaning")
 
     validate = commands.add_parser("validate", help="check a strategy config file and print the resolved config")
     validate.add_argument("file")
@@ -79,12 +83,17 @@ def _command_run(args) -> int:
 
 def _command_list(args) -> int:
     from dataflex_callbacks import list_components, list_presets
-    from dataflex_callbacks.registry import KINDS, describe
+    from dataflex_callbacks.registry import KINDS, component_params, describe
 
     for kind in KINDS:
         print(f"{kind}s:")
         for name in list_components(kind):
             print(f"  {name:<24} {describe(kind, name)}")
+            if args.params:
+                for param in component_params(kind, name):
+                    default = "(required)" if param.required else f"= {param.default!r}"
+                    print(textwrap.fill(f"{param.name} {default}: {param.help or '(undocumented)'}", width=100,
+                                        initial_indent=" " * 6, subsequent_indent=" " * 10))
     print("presets:")
     for name, description in list_presets().items():
         print(f"  {name:<24} {description}")

@@ -91,8 +91,8 @@ class BoundStrategy:
         detached = batch.replace(**{name: getattr(batch, name).detach() for name in TENSOR_FIELDS
                                     if getattr(batch, name) is not None})
         everyone, rows = gather_rollouts(detached)
-        if strategy.prompt_filter is not None:
-            self._prepare_prompt_filter(strategy.prompt_filter, everyone)
+        if strategy.pre_select is not None:
+            self._prepare_pre_select(strategy.pre_select, everyone)
         # The gathered batch is the same on every rank, so the tracker must not all-reduce it again, and
         # only rank 0 says when a step keeps nothing.
         strategy.warn_dropped_all = trainer.is_global_zero
@@ -101,7 +101,7 @@ class BoundStrategy:
         self._last = (step, batch, decision)
         return decision
 
-    def _prepare_prompt_filter(self, prompt_filter, everyone: RolloutBatch) -> None:
+    def _prepare_pre_select(self, pre_select, everyone: RolloutBatch) -> None:
         """Check the step's prompt keys against the sampler's, and give the filter the group size.
 
         Both read the gathered batch, identical on every rank, so every rank raises alike.
@@ -112,7 +112,7 @@ class BoundStrategy:
         if everyone.group_ids is not None and everyone.n:
             # A skipped prompt saves one group of completions: the mean group size of the step.
             groups = int(torch.unique(everyone.group_ids).numel())
-            prompt_filter.num_generations = max(1, round(everyone.n / groups))
+            pre_select.num_generations = max(1, round(everyone.n / groups))
 
     def loss(self, per_token_loss: torch.Tensor, batch: RolloutBatch, *, loss_type: str = "token_mean",
              decision: Decision | None = None, mask: torch.Tensor | None = None,

@@ -124,7 +124,7 @@ class DataFlexCallback(pl.Callback):
         if found is None:
             acts = [part for part, present in (("mixes domains", self.strategy.mix_enabled),
                                                ("skips prompts before generation",
-                                                self.strategy.prompt_filter is not None)) if present]
+                                                self.strategy.pre_select is not None)) if present]
             if acts:
                 raise ConfigError(f"dataflex: strategy {self.strategy.name!r} {' and '.join(acts)}, which acts through "
                                   f"the prompt sampler, but the train dataloader has none; {FIX}")

@@ -6,7 +6,7 @@ steps every ``k`` batches) the strategy decides once per micro-batch. What is lo
 - per-batch statistics (``kept_frac``, ``ess``, ``weight_*``, the pre-rollout shares, ...): the
   mean over the micro-batches, weighted by their responses, with torchmetrics' ``MeanMetric``
   (NaN values, e.g. before a first observation, are left out); `StepMetrics` holds them;
-- running state (``mix/*``, the other ``prerollout/*`` values): the value after the last micro-batch;
+- running state (``mix/*``, the other ``pre_select/*`` values): the value after the last micro-batch;
 - per-domain statistics (``reward/<d>``, ``solve_rate/<d>``, ``kept_frac/<d>``, ``responses/<d>``,
   ``nonfinite_rewards/<d>``): computed from the step's rows themselves by the core's
   `DomainRewardStats`, so ``reward/<d>`` is the mean over the domain's own responses of the step.
@@ -28,9 +28,9 @@ from torchmetrics.aggregation import MeanMetric
 
 from dataflex_callbacks.metrics import SUMS, DomainRewardStats
 
-STATE_PREFIXES = ("mix/", "prerollout/")
-PER_BATCH = ("prerollout/zero_variance_share", "prerollout/noisy_share")
-COUNTERS = ("prerollout/skipped_prompts", "prerollout/completions_saved")
+STATE_PREFIXES = ("mix/", "pre_select/")
+PER_BATCH = ("pre_select/zero_variance_share", "pre_select/noisy_share")
+COUNTERS = ("pre_select/skipped_prompts", "pre_select/completions_saved")
 # The per-domain names of `DomainRewardStats.compute`: shares (a mean over the domain's responses) and counts.
 DOMAIN_SHARES = ("reward", "solve_rate", "kept_frac")
 DOMAIN_COUNTS = ("responses", "nonfinite_rewards")

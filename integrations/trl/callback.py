@@ -18,7 +18,7 @@ six trainer methods (`HOOKS`: wrapped by `attach`, overridden by `DataFlexTraine
 
 The callback hooks themselves log nothing extra: metrics go into TRL's own ``_metrics``, so
 they appear in TRL's logs (``dataflex/kept_frac``, ``dataflex/mix/target/<domain>``,
-``dataflex/prerollout/skipped_prompts``, ...) on every logging step, and the strategy and
+``dataflex/pre_select/skipped_prompts``, ...) on every logging step, and the strategy and
 sampler states are written into each checkpoint folder by ``on_save``.
 
 What differs between TRL trainers is declared on the callback class, so a host is a small
@@ -96,7 +96,7 @@ class DataFlexCallback(TrainerCallback):
             one, else ``"domain"``; giving both with different columns is an error.
         prompt_key_column: dataset column with a stable prompt id; None uses the ``prompt_key``
             column if the data has one, else the prompt itself (`row_prompt_key`).
-        record_decisions: keep every decision's ``(step, keep, weights, metrics, prompt_keys)`` in ``self.history``
+        record_decisions: keep every decision's ``(step, keep, weights, metrics, prompt_keys)`` in ``self.decisions``
             (on CPU), for tests and analysis.
         strict: on ``resume_from_checkpoint``, refuse a checkpoint whose strategy config differs
             from this one (default). ``strict=False`` restores only the mixing and pre-rollout state.
@@ -126,7 +126,7 @@ class DataFlexCallback(TrainerCallback):
         self.prompt_key_column = prompt_key_column
         self.record_decisions = record_decisions
         self.strict = strict
-        self.history: list[dict[str, Any]] = []
+        self.decisions: list[dict[str, Any]] = []
         self.last_decision = None
         self.trainer = None
         self._reward_index: Optional[int] = None
@@ -135,6 +135,11 @@ class DataFlexCallback(TrainerCallback):
         self._loss_inputs: Optional[dict] = None
         self.sampler = None  # the DomainMixingSampler installed in _get_train_sampler, if any
         self._pending_sampler_state: Optional[dict] = None
+
+    @property
+    def history(self) -> list[dict[str, Any]]:
+        """Earlier name of `decisions`, kept as an alias."""
+        return self.decisions
 
     # ------------------------------------------------------------------ what differs per host
     def loss_aggregation(self, trainer) -> str:
@@ -251,8 +256,8 @@ class DataFlexCallback(TrainerCallback):
         has_domains = len(inputs) > 0 and self.domain_column in inputs[0]
         domains = [row[self.domain_column] for row in inputs] if has_domains else None
         prompt_keys = [row_key(row, self.prompt_key_column) for row in inputs]
-        prompt_filter = self.strategy.prompt_filter
-        wants_ids = prompt_filter is not None and getattr(prompt_filter, "noise_check", False)
+        pre_select = self.strategy.pre_select
+        wants_ids = pre_select is not None and getattr(pre_select, "noise_check", False)
         batch = global_rollout_batch(
             accelerator, rewards, trainer.num_generations, loss_mask, output["advantages"], domains, prompt_keys,
             completion_ids=output["completion_ids"] if wants_ids else None,
@@ -279,7 +284,7 @@ class DataFlexCallback(TrainerCallback):
         self.write_decision(trainer, output, decision, batch, rewards)
         self.last_decision = decision
         if self.record_decisions:
-            self.history.append(
+            self.decisions.append(
                 {
                     "step": step,
                     "keep": decision.keep.detach().cpu(),

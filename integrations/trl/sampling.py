@@ -39,7 +39,7 @@ ALL_ROWS_DOMAIN = "all"
 
 def acts_before_rollout(strategy: Strategy) -> bool:
     """True when the strategy has a part that chooses prompts (``mix`` or ``pre_select``)."""
-    return strategy.mix_enabled or getattr(strategy, "prompt_filter", None) is not None
+    return strategy.mix_enabled or getattr(strategy, "pre_select", None) is not None
 
 
 def row_key(row: Mapping[str, Any], key_column: Optional[str]) -> Hashable:

@@ -31,7 +31,7 @@ class DataFlexTrainerMixin:
             ``domain_key``, else ``"domain"``).
         prompt_key_column: dataset column with a stable prompt id (None: the ``prompt_key`` column if
             present, else the prompt).
-        record_decisions: keep every decision in ``trainer.dataflex.history``.
+        record_decisions: keep every decision in ``trainer.dataflex.decisions``.
         strict: refuse to resume from a checkpoint saved with a different strategy config
             (``False``: restore only the mixing and pre-rollout state).
         *args, **kwargs: passed to the TRL trainer.

@@ -84,8 +84,8 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         super().__init__(config)
 
     @property
-    def prompt_filter(self):
-        return None if self.strategy is None else self.strategy.prompt_filter
+    def pre_select(self):
+        return None if self.strategy is None else self.strategy.pre_select
 
     def _sampler_seed(self, config) -> int:
         seed = self.dataflex_options.get("seed")
@@ -163,7 +163,7 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         return quota
 
     def _fetch_one_gen_batch(self) -> TensorDict:
-        if self.prompt_filter is None:
+        if self.pre_select is None:
             return super()._fetch_one_gen_batch()
         size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
         accepted: list[TensorDict] = []
@@ -177,7 +177,7 @@ class DataFlexPPOTrainer(PPOTrainerSync):
                 raise ConfigError("dataflex pre_select needs a stable per-prompt key: give every training row "
                                   "extra_info.index (verl's example preprocessing scripts do)")
             keys = list(tu.get(candidates, "index"))
-            passed = accept_prompts(self.prompt_filter, keys, size - count, self._prompt_rng)
+            passed = accept_prompts(self.pre_select, keys, size - count, self._prompt_rng)
             take, considered = passed.accepted, passed.considered
             skipped += passed.skipped
             if considered < len(keys):  # rows after the last accepted one wait for the next fetch
@@ -186,8 +186,8 @@ class DataFlexPPOTrainer(PPOTrainerSync):
                 accepted.append(tu.index_select_tensor_dict(candidates, take.tolist()))
                 keys_used.extend(keys[i] for i in take.tolist())
                 count += len(take)
-        self.prompt_filter.num_generations = int(self.config.actor_rollout_ref.rollout.n)
-        self.prompt_filter.record_draws(keys_used, skipped)
+        self.pre_select.num_generations = int(self.config.actor_rollout_ref.rollout.n)
+        self.pre_select.record_draws(keys_used, skipped)
         return accepted[0] if len(accepted) == 1 else tu.concat_tensordict(accepted)
 
     # ------------------------------------------------------------ strategy after advantages

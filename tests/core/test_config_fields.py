@@ -85,3 +85,15 @@ def test_reference_blocks_still_read_through_the_typed_configs():
     assert set(mix) == {f.name for f in dataclasses.fields(MixConfig)}
     assert (mix["window"], mix["window_unit"], mix["quota"], mix["update_every"]) == (9, "rows", "exact", 1)
     assert "mechanism" in LEGACY_KEYS
+
+
+def test_a_typed_config_builds_the_same_strategy_as_its_dict():
+    from dataflex_callbacks import MixConfig, SelectConfig, StrategyConfig, build_strategy
+
+    typed = StrategyConfig(select=SelectConfig(scorer="group_solve_rate",
+                                               selector={"name": "threshold_band", "params": {"low": 0.2, "high": 0.8}}),
+                           mix=MixConfig(mixer="reward_gap", domains=["a", "b"]))
+    as_dict = {"select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band",
+                                                                    "params": {"low": 0.2, "high": 0.8}}},
+               "mix": {"mixer": "reward_gap", "domains": ["a", "b"]}}
+    assert build_strategy(typed).config == build_strategy(as_dict).config

@@ -241,12 +241,12 @@ def reference_acceptance(probabilities, need, uniforms, exclude):
 def test_acceptance_takes_candidates_in_order_until_the_need_is_met(seed, with_exclude):
     rng = np.random.default_rng(seed)
     keys = [f"k{i}" for i in range(20)]
-    prompt_filter = FixedFilter({k: p for k, p in zip(keys, rng.random(20))})
+    pre_select = FixedFilter({k: p for k, p in zip(keys, rng.random(20))})
     exclude = rng.random(20) < 0.2 if with_exclude else None
     need = int(rng.integers(1, 12))
     uniforms = np.random.default_rng(seed + 100).random(20)
-    passed = accept_prompts(prompt_filter, keys, need, np.random.default_rng(seed + 100), exclude=exclude)
-    accepted, considered, skipped = reference_acceptance([prompt_filter.probability[k] for k in keys], need, uniforms,
+    passed = accept_prompts(pre_select, keys, need, np.random.default_rng(seed + 100), exclude=exclude)
+    accepted, considered, skipped = reference_acceptance([pre_select.probability[k] for k in keys], need, uniforms,
                                                          exclude)
     assert passed.accepted.tolist() == accepted
     assert (passed.considered, passed.skipped) == (considered, skipped)
@@ -295,11 +295,11 @@ def strategy_with_state():
     return strategy
 
 
-def prerollout_filter():
-    prompt_filter = build_component("prerollout", "skip_zero_variance")
+def pre_select_filter():
+    pre_select = build_component("pre_select", "skip_zero_variance")
     for step in range(3):
-        prompt_filter.observe(observed_batch(step), step)
-    return prompt_filter
+        pre_select.observe(observed_batch(step), step)
+    return pre_select
 
 
 def prompt_history():
@@ -338,7 +338,7 @@ def same_state(a, b):
 
 STATEFUL = {  # how to build one with some state, and how to advance it by one batch
     "Strategy": (strategy_with_state, lambda obj, batch: obj.apply(batch, 7)),
-    "SkipZeroVariance": (prerollout_filter, lambda obj, batch: obj.observe(batch, 7)),
+    "SkipZeroVariance": (pre_select_filter, lambda obj, batch: obj.observe(batch, 7)),
     "PromptHistory": (prompt_history, lambda obj, batch: obj.update(batch, 7)),
     "DomainMixing": (domain_mixing, lambda obj, batch: obj.observe(batch, 7)),
     "DomainTracker": (domain_tracker, lambda obj, batch: obj.update(batch, 7)),

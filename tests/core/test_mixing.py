@@ -209,11 +209,11 @@ def test_state_dict_does_not_alias_the_mixing():
     state["drawn_total"]["easy"] = 99
     state["drawn_recent"][0]["easy"] = 99
     state["domains"].append("other")
-    state["tracker"]["history"]["reward"].fill_(7.0)
+    state["tracker"]["windows"]["reward"].fill_(7.0)
     after = mix.state_dict()
     assert after["target"] == before["target"] and after["drawn_total"] == before["drawn_total"]
     assert after["drawn_recent"] == before["drawn_recent"] and mix.domains == DOMAINS
-    assert torch.equal(after["tracker"]["history"]["reward"], before["tracker"]["history"]["reward"])
+    assert torch.equal(after["tracker"]["windows"]["reward"], before["tracker"]["windows"]["reward"])
 
 
 @pytest.mark.parametrize("garbage, fragment", [

@@ -1,6 +1,7 @@
 """Registry: names, aliases, import paths of user classes, and errors that name the bad value and the valid choices."""
 
 import ast
+import inspect
 import os
 import subprocess
 import sys
@@ -136,7 +137,7 @@ def test_import_path_components_take_params_and_are_named_by_their_path():
     ("mixer", "custom_components:group_means", ["a function", "not a subclass of dataflex_callbacks.Mixer"]),
     ("selector", "custom_components.torch", ["a module", "Selector"]),
     ("scorer", ":GroupCenteredReward", ["not an import path"]),
-    ("prerollout", "custom_components:GroupCenteredReward", ["cannot be named by import path", "@register"]),
+    ("pre_select", "custom_components:GroupCenteredReward", ["cannot be named by import path", "@register"]),
 ])
 def test_bad_import_paths_say_what_is_wrong(kind, path, words):
     with pytest.raises(ConfigError) as info:
@@ -194,11 +195,11 @@ def test_registry_imports_no_component_module():
                                        "from dataflex_callbacks.registry import build_component as b; "
                                        "import dataflex_callbacks.registry as r"])
 def test_builtins_are_registered_however_the_registry_is_imported(statement):
-    script = f"{statement}\nprint({{k: r.list_components(k) for k in {sorted(EXPECTED) + ['prerollout']}}})"
+    script = f"{statement}\nprint({{k: r.list_components(k) for k in {sorted(EXPECTED) + ['pre_select']}}})"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert ast.literal_eval(result.stdout.strip()) == {**EXPECTED, "prerollout": ["skip_zero_variance"]}
+    assert ast.literal_eval(result.stdout.strip()) == {**EXPECTED, "pre_select": ["skip_zero_variance"]}
 
 
 def test_a_stateful_user_component_resumes_through_the_strategy_state():
@@ -214,3 +215,59 @@ def test_a_stateful_user_component_resumes_through_the_strategy_state():
     resumed.load_state_dict(state)
     assert resumed.parts[0].scorer.baseline == trained.parts[0].scorer.baseline != 0.0
     assert torch.equal(resumed.apply(batch, 3).weights, trained.apply(batch, 3).weights)
+
+
+def builtin_components():
+    """(kind, name) of every registered component that the library itself defines."""
+    return [(kind, name) for kind in registry.KINDS for name in list_components(kind)
+            if registry.component_class(kind, name).__module__.startswith("dataflex_callbacks.")]
+
+
+@pytest.mark.parametrize("kind, name", builtin_components())
+def test_every_builtin_parameter_has_one_default_and_help(kind, name):
+    cls = registry.component_class(kind, name)
+    params = registry.component_params(kind, name)
+    assert [p.name for p in params] == registry.accepted_params(cls)
+    for param in params:
+        assert not param.required, f"{kind} {name!r}: parameter {param.name!r} has no default"
+        assert param.default == inspect.signature(cls.__init__).parameters[param.name].default
+        assert param.help.strip(), f"{kind} {name!r}: parameter {param.name!r} has no help in an Args: section"
+
+
+def test_component_params_reads_the_class_docstring_then_its_bases(restore_registry):
+    @register("reweighter", "test_documented")
+    class Documented(registry.component_class("reweighter", "softmax")):
+        """A softmax with one more knob.
+
+        Args:
+            temperature: this class's own words,
+                over two lines.
+            extra (int): an integer knob.
+        """
+
+        def __init__(self, temperature: float = 2.0, extra: int = 1, bare=None, *, needed, normalize: str = "none"):
+            super().__init__(temperature, normalize)
+
+    params = {p.name: p for p in registry.component_params("reweighter", "test_documented")}
+    assert list(params) == ["temperature", "extra", "bare", "needed", "normalize"]
+    assert params["temperature"].default == 2.0
+    assert params["temperature"].help == "this class's own words, over two lines."
+    assert (params["extra"].default, params["extra"].help) == (1, "an integer knob.")
+    assert params["bare"].help == "" and params["bare"].default is None and not params["bare"].required
+    assert params["needed"].required and params["needed"].default is registry.ParamInfo.REQUIRED
+    assert params["normalize"].default == "none" and "mean_one" in params["normalize"].help  # from Reweighter's Args
+
+
+def test_docstring_args_stops_at_the_next_section():
+    doc = """Title.
+
+    Args:
+        low: the lower end.
+        high: the upper
+            end.
+
+    Returns:
+        nothing: not an argument.
+    """
+    assert registry.docstring_args(doc) == {"low": "the lower end.", "high": "the upper end."}
+    assert registry.docstring_args("No sections.") == {} and registry.docstring_args(None) == {}

@@ -241,7 +241,7 @@ def test_resumed_run_yields_exactly_the_uninterrupted_stream(driver, resume, sav
     if driver != "set_proportions":  # the mixer did move the proportions mid-epoch
         assert full.strategy.mixing.last_update_step == total_steps - 1
     if driver == "strategy+pre_select":
-        assert full.strategy.prompt_filter.skipped > 0
+        assert full.strategy.pre_select.skipped > 0
 
     first = Run(driver, resume)
     stream = endless(first.sampler)

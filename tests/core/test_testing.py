@@ -210,7 +210,7 @@ def test_a_class_of_no_kind_fails_declarations():
 def test_bad_arguments_are_errors():
     with pytest.raises(ValueError, match="pass kind="):
         check_component("reward")
-    with pytest.raises(ValueError, match="prerollout"):
-        check_component("skip_zero_variance", kind="prerollout")
+    with pytest.raises(ValueError, match="pre_select"):
+        check_component("skip_zero_variance", kind="pre_select")
     with pytest.raises(ValueError, match="instance and params="):
         check_component(LinearWeights(), params={"offset": 1.0})

@@ -189,7 +189,7 @@ def test_state_dict_round_trip_is_exact_and_loads_weights_only(unit):
     tracker.update(batch, step=7)
     restored.update(batch, step=7)
     for name in ("reward", "abs_advantage", "group_variance", "count", "step"):
-        assert torch.equal(tracker.history[name], restored.history[name])
+        assert torch.equal(tracker.windows[name], restored.windows[name])
     assert torch.equal(tracker.reward_slope(), restored.reward_slope())
 
 
@@ -197,7 +197,7 @@ def test_state_dict_does_not_alias_the_tracker():
     tracker = DomainTracker(["a"])
     tracker.update(RolloutBatch(torch.tensor([1.0]), domains=["a"]), step=0)
     state = tracker.state_dict()
-    state["history"]["reward"].fill_(5.0)
+    state["windows"]["reward"].fill_(5.0)
     state["filled"].fill_(0)
     state["domains"].append("b")
     assert float(tracker.mean_reward()[0]) == 1.0 and tracker.domains == ["a"]
@@ -221,8 +221,8 @@ def test_load_garbage_state_is_a_clear_error(garbage):
 
 def test_load_state_with_wrong_shapes_is_a_clear_error():
     state = DomainTracker(["a", "b"], window=3).state_dict()
-    state["history"]["reward"] = torch.zeros(2, 2)
-    with pytest.raises(StateError, match="history"):
+    state["windows"]["reward"] = torch.zeros(2, 2)
+    with pytest.raises(StateError, match="windows"):
         DomainTracker(["a", "b"], window=3).load_state_dict(state)
     state = DomainTracker(["a", "b"], window=3).state_dict()
     state["filled"] = [0, 0]
@@ -319,3 +319,13 @@ def test_two_ranks_hold_the_statistics_of_the_whole_batch(unit, tmp_path):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
         for name, per_domain in whole.as_dict().items():
             np.testing.assert_allclose(list(got[name].values()), list(per_domain.values()), rtol=1e-12, atol=1e-12)
+
+
+def test_a_state_saved_under_the_old_history_key_loads():
+    tracker = DomainTracker(["a", "b"], window=3)
+    tracker.update(RolloutBatch(torch.tensor([1.0, 0.0]), domains=["a", "b"]), step=0)
+    state = tracker.state_dict()
+    state["history"] = state.pop("windows")
+    restored = DomainTracker(["a", "b"], window=3)
+    restored.load_state_dict(state)
+    assert all(torch.equal(restored.windows[k], tracker.windows[k]) for k in tracker.windows)

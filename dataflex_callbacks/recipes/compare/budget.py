@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 BUDGET_UNITS = ("steps", "completions")
-PREROLLOUT_STEP_HEADROOM = 4
+PRE_SELECT_STEP_HEADROOM = 4
 
 
 @dataclass(frozen=True)
@@ -49,16 +49,16 @@ class Budget:
     def __str__(self) -> str:
         return f"{self.unit}:{self.amount}"
 
-    def step_cap(self, completions_per_step: int, prerollout: bool = False) -> int:
+    def step_cap(self, completions_per_step: int, pre_select: bool = False) -> int:
         """Optimizer steps to give the trainer (`max_steps`); a completions budget stops the run earlier or at it."""
         if self.unit == "steps":
             return int(self.amount)
         steps = math.ceil(self.amount / max(1, completions_per_step))
-        return steps * (PREROLLOUT_STEP_HEADROOM if prerollout else 1)
+        return steps * (PRE_SELECT_STEP_HEADROOM if pre_select else 1)
 
     def expected_steps(self, completions_per_step: int) -> int:
         """Steps a run takes when it generates `completions_per_step` every step (for progress and eval spacing)."""
-        return self.step_cap(completions_per_step, prerollout=False)
+        return self.step_cap(completions_per_step, pre_select=False)
 
 
 @dataclass

@@ -133,10 +133,10 @@ class CompareSettings:
     def run_dir(self, run: GridRun) -> str:
         return os.path.join(self.output_dir, RUNS_FOLDER, run.name)
 
-    def options_for(self, run: GridRun, prerollout: bool = False):
+    def options_for(self, run: GridRun, pre_select: bool = False):
         return dataclasses.replace(
             self.base, strategy=run.strategy, seed=run.seed, output_dir=self.run_dir(run), overwrite=True,
-            progress=False, steps=self.budget.step_cap(self.completions_per_step, prerollout),
+            progress=False, steps=self.budget.step_cap(self.completions_per_step, pre_select),
         )
 
 
@@ -206,13 +206,13 @@ def load_result(settings: CompareSettings, run: GridRun, on_warning: Callable[[s
     return record
 
 
-def _has_prerollout(strategy) -> bool:
-    return strategy is not None and getattr(strategy, "prompt_filter", None) is not None
+def _has_pre_select(strategy) -> bool:
+    return strategy is not None and getattr(strategy, "pre_select", None) is not None
 
 
 def check_strategies(settings: CompareSettings) -> dict[str, bool]:
     """Build every strategy once before any run starts; returns `spec -> has a pre-rollout part`."""
-    return {spec: _has_prerollout(strategy) for spec, strategy in build_strategies(settings).items()}
+    return {spec: _has_pre_select(strategy) for spec, strategy in build_strategies(settings).items()}
 
 
 def build_strategies(settings: CompareSettings) -> dict:
@@ -281,13 +281,13 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
     }
 
 
-def execute_run(settings: CompareSettings, run: GridRun, prerollout: bool = False,
+def execute_run(settings: CompareSettings, run: GridRun, pre_select: bool = False,
                 on_step: Callable[[int], None] | None = None) -> dict:
     """Train one grid run, write its `result.json` atomically and return the result record."""
     from dataflex_callbacks.recipes import tasks
     from dataflex_callbacks.recipes.runner import load_data, run_training
 
-    options = settings.options_for(run, prerollout)
+    options = settings.options_for(run, pre_select)
     _, test, reward_settings = load_data(options)
     eval_settings = dict(max_new_tokens=options.eval_max_new_tokens, seed=options.seed, **reward_settings)
 
@@ -356,11 +356,11 @@ def _init_worker(queue, parent_pid: int | None = None) -> None:
     _progress_queue = queue
 
 
-def _execute_in_worker(settings: CompareSettings, run: GridRun, prerollout: bool) -> dict:
+def _execute_in_worker(settings: CompareSettings, run: GridRun, pre_select: bool) -> dict:
     def report(step: int) -> None:
         _progress_queue.put((run.name, step))
 
-    return execute_run(settings, run, prerollout, on_step=report)
+    return execute_run(settings, run, pre_select, on_step=report)
 
 
 # --------------------------------------------------------------------------- the grid
@@ -470,7 +470,7 @@ def _prepare_folder(settings: CompareSettings, overwrite: bool, on_warning: Call
 
 
 def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
-    """Check every input, then create and lock the folder and write compare.json; returns `(prerollout, folder, lock)`.
+    """Check every input, then create and lock the folder and write compare.json; returns `(pre_select, folder, lock)`.
 
     Nothing is written before the checks pass; if a later step of the start fails, the folder is
     removed again when this start created it.
@@ -488,7 +488,7 @@ def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
         lock.release()
         folder.discard()
         raise
-    return {spec: _has_prerollout(s) for spec, s in strategies.items()}, folder, lock
+    return {spec: _has_pre_select(s) for spec, s in strategies.items()}, folder, lock
 
 
 def run_grid(settings: CompareSettings, overwrite: bool = False,
@@ -503,14 +503,14 @@ def run_grid(settings: CompareSettings, overwrite: bool = False,
         def on_warning(message: str) -> None:
             warnings.warn(f"dataflex compare: {message}", stacklevel=3)
     started = time.perf_counter()
-    prerollout, _, lock = _start(settings, overwrite, on_warning)
+    pre_select, _, lock = _start(settings, overwrite, on_warning)
     try:
-        return _run_started_grid(settings, prerollout, on_warning, started)
+        return _run_started_grid(settings, pre_select, on_warning, started)
     finally:
         lock.release()
 
 
-def _run_started_grid(settings: CompareSettings, prerollout: dict, on_warning, started: float) -> GridOutcome:
+def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, started: float) -> GridOutcome:
     grid = settings.grid()
     records: dict[str, dict] = {}
     for run in grid:
@@ -545,10 +545,10 @@ def _run_started_grid(settings: CompareSettings, prerollout: dict, on_warning, s
     try:
         if settings.jobs == 1 or len(pending) <= 1:
             for run in pending:
-                finish(run, execute_run(settings, run, prerollout[run.strategy],
+                finish(run, execute_run(settings, run, pre_select[run.strategy],
                                         on_step=lambda step, name=run.name: advance(name, step)))
         else:
-            _run_parallel(settings, pending, prerollout, advance, finish)
+            _run_parallel(settings, pending, pre_select, advance, finish)
     finally:
         if bar is not None:
             bar.close()
@@ -557,7 +557,7 @@ def _run_started_grid(settings: CompareSettings, prerollout: dict, on_warning, s
     return outcome
 
 
-def _run_parallel(settings, pending, prerollout, advance, finish) -> None:
+def _run_parallel(settings, pending, pre_select, advance, finish) -> None:
     import multiprocessing
     import queue as queue_module
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -567,7 +567,7 @@ def _run_parallel(settings, pending, prerollout, advance, finish) -> None:
     progress = context.Queue()
     with ProcessPoolExecutor(max_workers=min(settings.jobs, len(pending)), mp_context=context,
                              initializer=_init_worker, initargs=(progress, os.getpid())) as pool:
-        futures = {pool.submit(_execute_in_worker, settings, run, prerollout[run.strategy]): run for run in pending}
+        futures = {pool.submit(_execute_in_worker, settings, run, pre_select[run.strategy]): run for run in pending}
         remaining = set(futures)
         try:
             while remaining:

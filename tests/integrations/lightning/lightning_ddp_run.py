@@ -47,10 +47,10 @@ def main(out: str, mode: str) -> None:
     trainer.fit(module)
     result = {"records": module.records, "logged": logged.values}
     if mixing:
-        prompt_filter = callback.strategy.prompt_filter
+        pre_select = callback.strategy.pre_select
         result.update(samples_tracked=callback.strategy.mixing.tracker.total_count.tolist(),
-                      history_keys=prompt_filter.history.keys, streaks=prompt_filter.history.streak.tolist(),
-                      domain_noise=prompt_filter.history.domain_noise,
+                      history_keys=pre_select.history.keys, streaks=pre_select.history.streak.tolist(),
+                      domain_noise=pre_select.history.domain_noise,
                       sampler_type=type(trainer.train_dataloader.sampler).__name__)
     with open(os.path.join(out, f"rank{trainer.global_rank}.json"), "w") as handle:
         json.dump(result, handle)

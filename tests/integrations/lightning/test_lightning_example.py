@@ -39,7 +39,7 @@ def test_example_skips_prompts_with_its_data_module():
     callback = DataFlexCallback("skip")
     trainer = toy_trainer([callback], max_steps=6)
     trainer.fit(module, datamodule=example.TaskData(train, prompts_per_step=4))
-    history = callback.strategy.prompt_filter.history
+    history = callback.strategy.pre_select.history
     assert history.size > 0 and set(history.keys) <= set(train["prompt_key"]), "keys follow the sampler's rule"
-    assert trainer.callback_metrics["dataflex/prerollout/completions_saved"].item() == \
-        module.group_size * callback.strategy.prompt_filter.skipped
+    assert trainer.callback_metrics["dataflex/pre_select/completions_saved"].item() == \
+        module.group_size * callback.strategy.pre_select.skipped

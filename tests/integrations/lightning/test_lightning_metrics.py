@@ -50,6 +50,6 @@ def test_completions_saved_counts_each_skipped_prompts_group():
     callback = DataFlexCallback("skip")
     trainer = toy_trainer([callback], max_steps=12)
     trainer.fit(ToyGRPO(toy_rows(), group_size=group))
-    skipped = trainer.callback_metrics["dataflex/prerollout/skipped_prompts"].item()
-    assert skipped > 0 and skipped == callback.strategy.prompt_filter.skipped
-    assert trainer.callback_metrics["dataflex/prerollout/completions_saved"].item() == group * skipped
+    skipped = trainer.callback_metrics["dataflex/pre_select/skipped_prompts"].item()
+    assert skipped > 0 and skipped == callback.strategy.pre_select.skipped
+    assert trainer.callback_metrics["dataflex/pre_select/completions_saved"].item() == group * skipped

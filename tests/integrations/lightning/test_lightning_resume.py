@@ -48,8 +48,8 @@ def test_resume_gives_the_uninterrupted_decisions_and_stream(tmp_path, resume_st
     assert_same_steps(full, resumed, resume_step)
     want_state, got_state = full_callback.strategy.state_dict(), resumed_callback.strategy.state_dict()
     assert got_state["mixing"]["target"] == pytest.approx(want_state["mixing"]["target"])
-    for name, history in want_state["mixing"]["tracker"]["history"].items():
-        torch.testing.assert_close(got_state["mixing"]["tracker"]["history"][name], history)
+    for name, history in want_state["mixing"]["tracker"]["windows"].items():
+        torch.testing.assert_close(got_state["mixing"]["tracker"]["windows"][name], history)
 
 
 # One preset per family: pre-rollout skip, selection, reweighting, mixing, and skip with mixing.
@@ -64,10 +64,10 @@ def test_every_preset_family_resumes_with_default_checkpoint_loading(tmp_path, p
     torch.load(checkpoint, weights_only=True)  # what Lightning does by default; raises on numpy or other globals
     resumed, resumed_callback = run(tmp_path / "second", TOTAL_STEPS, strategy=preset, ckpt_path=str(checkpoint))
     assert_same_steps(full, resumed, 4)
-    prompt_filter = full_callback.strategy.prompt_filter
-    if prompt_filter is not None:
-        assert prompt_filter.history.size > 0
-        want, got = prompt_filter.state_dict(), resumed_callback.strategy.prompt_filter.state_dict()
+    pre_select = full_callback.strategy.pre_select
+    if pre_select is not None:
+        assert pre_select.history.size > 0
+        want, got = pre_select.state_dict(), resumed_callback.strategy.pre_select.state_dict()
         assert got["history"]["keys"] == want["history"]["keys"]
         for name in ("streak", "seen", "solve_rate", "last_step"):
             torch.testing.assert_close(got["history"][name], want["history"][name], equal_nan=True)

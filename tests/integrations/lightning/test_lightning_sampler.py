@@ -71,7 +71,7 @@ def test_prompt_keys_the_sampler_never_issued_are_an_error_naming_its_key_rule()
     module = ToyGRPO(toy_rows(), key_field="idx", sampler_options={"key_column": "idx"})
     callback = DataFlexCallback("skip")
     toy_trainer([callback], max_steps=8).fit(module)
-    history = callback.strategy.prompt_filter.history
+    history = callback.strategy.pre_select.history
     assert history.size > 0 and set(history.keys) <= set(range(24))
 
 

@@ -19,8 +19,8 @@ DOMAINS = ["easy", "mid", "hard", "rare"]
 def micro_batch(rng):
     """One micro-batch's strategy metrics and its responses: statistics (some NaN), domain rewards, state."""
     metrics = {"kept_frac": rng.random(), "ess": float("nan") if rng.random() < 0.2 else rng.random(),
-               "prerollout/noisy_share": rng.random(), "mix/target/easy": rng.random(),
-               "prerollout/skipped_prompts": float(rng.randint(0, 9))}
+               "pre_select/noisy_share": rng.random(), "mix/target/easy": rng.random(),
+               "pre_select/skipped_prompts": float(rng.randint(0, 9))}
     for domain in DOMAINS:
         if rng.random() < 0.7:
             metrics[f"reward/{domain}"] = rng.random()
@@ -33,7 +33,7 @@ def reference_step(batches):
     expected = {}
     names = dict.fromkeys(name for metrics, _ in batches for name in metrics if not name.startswith("reward/"))
     for name in names:
-        if name.startswith("mix/") or name == "prerollout/skipped_prompts":
+        if name.startswith("mix/") or name == "pre_select/skipped_prompts":
             expected[name] = [m[name] for m, _ in batches if name in m][-1]
             continue
         pairs = [(m[name], max(r, 1)) for m, r in batches if name in m and not math.isnan(m[name])]

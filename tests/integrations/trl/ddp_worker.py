@@ -68,7 +68,7 @@ def main(out_dir: str, mode: str = "select") -> None:
     history = [
         {"step": h["step"], "keep": h["keep"].tolist(), "weights": h["weights"].tolist(),
          "prompt_keys": h["prompt_keys"], "metrics": h["metrics"]}
-        for h in trainer.dataflex.history
+        for h in trainer.dataflex.decisions
     ]
     record = {"world_size": trainer.accelerator.num_processes, "history": history}
     if mode == "mixing":

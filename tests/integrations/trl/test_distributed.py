@@ -51,4 +51,4 @@ def test_two_ranks_draw_the_same_mixing_stream_and_skip_the_same_prompts(tmp_pat
     assert ranks[0]["strategy_state"] == ranks[1]["strategy_state"]
     # Every rank's RolloutBatch holds all 6 rows (3 prompts x 2 generations), keys gathered from both ranks.
     assert all(len(h["prompt_keys"]) == 6 for h in ranks[0]["history"])
-    assert ranks[0]["history"][-1]["metrics"]["prerollout/skipped_prompts"] > 0
+    assert ranks[0]["history"][-1]["metrics"]["pre_select/skipped_prompts"] > 0

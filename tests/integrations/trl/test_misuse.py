@@ -52,7 +52,7 @@ def test_trainer_with_the_same_strategy_in_a_callback_uses_that_callback(make_tr
     assert trainer.dataflex is callback and callback.attached
     assert sum(isinstance(cb, DataFlexCallback) for cb in trainer.callback_handler.callbacks) == 1
     trainer.train()  # used to raise "never attached ... use DataFlexGRPOTrainer"
-    assert len(callback.history) == 1
+    assert len(callback.decisions) == 1
 
 
 def test_trainer_with_only_a_callback_uses_it(make_trainer):
@@ -131,7 +131,7 @@ def test_strict_false_resumes_a_changed_config_with_the_mixing_state(make_traine
     saved = torch.load(checkpoint / STATE_FILE)
     assert_same_state(callback.strategy.state_dict()["mixing"], saved["strategy"]["mixing"])
     trainer.train(resume_from_checkpoint=str(checkpoint))
-    assert [h["step"] for h in callback.history] == [2]
+    assert [h["step"] for h in callback.decisions] == [2]
 
 
 # ---------------------------------------------------------------- domain column named in the error
@@ -226,7 +226,7 @@ def test_a_mixing_generation_batch_holds_each_prompt_once(make_trainer, tiny_tok
     for batch in batches:
         assert batch[::generations] == batch[1::generations]  # TRL's layout: each prompt twice in a row
         assert len(set(batch[::generations])) == size // generations, batch
-    for entry in trainer.dataflex.history:  # what the strategy saw: 4 groups of 2 under 4 different keys
+    for entry in trainer.dataflex.decisions:  # what the strategy saw: 4 groups of 2 under 4 different keys
         assert len(set(entry["prompt_keys"])) == size // generations
     # The same over many more batches of the installed sampler (several epochs of its stream).
     sampler = trainer.dataflex.sampler

@@ -49,7 +49,7 @@ def test_installed_sampler_has_repeat_samplers_layout(make_trainer, way_in, num_
     assert canonical(mine, chunk) == canonical(reference, chunk)
 
 
-def test_strategy_without_a_prerollout_part_keeps_trls_sampler(make_trainer):
+def test_strategy_without_a_pre_select_part_keeps_trls_sampler(make_trainer):
     trainer = make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "difffilter"})
     assert isinstance(trainer._get_train_sampler(), RepeatSampler)
     assert trainer.dataflex.sampler is None
@@ -73,7 +73,7 @@ def test_dump_ucb_starves_the_unlearnable_domain_and_logs_the_mix(tmp_path):
     # The RolloutBatch names each prompt by the key rule the sampler uses for the same row.
     rows = trainer.recorder.indices
     size = trainer.args.generation_batch_size
-    for step, entry in enumerate(trainer.dataflex.history):
+    for step, entry in enumerate(trainer.dataflex.decisions):
         drawn = rows[step * size:(step + 1) * size]
         assert entry["prompt_keys"] == [row_prompt_key(trainer.train_dataset[r], r) for r in drawn]
         assert entry["prompt_keys"] == [trainer.train_dataset[r]["prompt_key"] for r in drawn]
@@ -94,8 +94,8 @@ def test_resumed_run_continues_the_sampler_stream_and_decisions(tmp_path):
     size = full.args.generation_batch_size
     # The resumed trainer re-iterates the epoch and skips 4 batches: from there on, the same rows.
     assert resumed.recorder.indices[4 * size:8 * size] == full.recorder.indices[4 * size:8 * size]
-    assert len(resumed.dataflex.history) == 4
-    for a, b in zip(full.dataflex.history[4:], resumed.dataflex.history):
+    assert len(resumed.dataflex.decisions) == 4
+    for a, b in zip(full.dataflex.decisions[4:], resumed.dataflex.decisions):
         assert a["step"] == b["step"] and a["prompt_keys"] == b["prompt_keys"]
         assert torch.equal(a["keep"], b["keep"]) and torch.equal(a["weights"], b["weights"])
         assert a["metrics"] == b["metrics"]
@@ -104,7 +104,7 @@ def test_resumed_run_continues_the_sampler_stream_and_decisions(tmp_path):
 
 
 @pytest.mark.parametrize("preset", ["static", "reward_gap", "dump_ucb", "tscl", "learnability", "skip", "skip+diffband"])
-def test_dataflex_run_trains_with_prerollout_presets_and_counts_completions(tmp_path, preset):
+def test_dataflex_run_trains_with_pre_select_presets_and_counts_completions(tmp_path, preset):
     from dataflex_callbacks.recipes.runner import RunOptions, run_training
 
     options = RunOptions(strategy=preset, steps=12, n_train=6, n_test=1, prompts_per_step=4, num_generations=4,
@@ -114,8 +114,8 @@ def test_dataflex_run_trains_with_prerollout_presets_and_counts_completions(tmp_
     assert result.config["completions_generated"] == 16 * 12
     last = result.metrics[-1]
     if "skip" in preset:
-        assert last["dataflex/prerollout/skipped_prompts"] > 0
-        assert last["dataflex/prerollout/completions_saved"] == 4 * last["dataflex/prerollout/skipped_prompts"]
+        assert last["dataflex/pre_select/skipped_prompts"] > 0
+        assert last["dataflex/pre_select/completions_saved"] == 4 * last["dataflex/pre_select/skipped_prompts"]
     else:  # mix domains bound from the suite; targets move after the default warm-up of 10 steps
         assert {f"dataflex/mix/{kind}/{d}" for kind in ("target", "actual") for d in DOMAINS} <= set(last)
     assert (tmp_path / "run" / "plot.png").stat().st_size > 0

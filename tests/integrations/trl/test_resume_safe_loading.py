@@ -49,8 +49,8 @@ def test_checkpoint_state_loads_safely_and_resumes_to_the_same_decisions(make_tr
     settings["output_dir"] = str(tmp_path / "resumed")
     resumed = make_trainer(**settings)
     resumed.train(resume_from_checkpoint=str(path.parent))
-    assert [h["step"] for h in resumed.dataflex.history] == [2, 3]
-    for a, b in zip(full.dataflex.history[2:], resumed.dataflex.history):
+    assert [h["step"] for h in resumed.dataflex.decisions] == [2, 3]
+    for a, b in zip(full.dataflex.decisions[2:], resumed.dataflex.decisions):
         assert a["step"] == b["step"] and a["prompt_keys"] == b["prompt_keys"]
         assert torch.equal(a["keep"], b["keep"]) and torch.equal(a["weights"], b["weights"])
         assert a["metrics"] == b["metrics"]

@@ -109,10 +109,10 @@ def test_both_ways_in_make_the_same_decisions_and_log_metrics(make_rloo):
     callback = attach(stock, "difffilter", record_decisions=True)
     assert isinstance(callback, DataFlexRLOOCallback) and callback.attached
     stock.train()
-    assert len(subclass.dataflex.history) == 2
-    assert_same_history(subclass.dataflex.history, callback.history)
+    assert len(subclass.dataflex.decisions) == 2
+    assert_same_history(subclass.dataflex.decisions, callback.decisions)
     assert same_parameters(subclass.model, stock.model)
-    kept = torch.stack([h["keep"] for h in subclass.dataflex.history])
+    kept = torch.stack([h["keep"] for h in subclass.dataflex.decisions])
     assert logged(subclass, "dataflex/kept_frac") == pytest.approx(kept.float().mean(1).tolist())
 
 
@@ -143,13 +143,13 @@ def test_resumed_run_equals_the_uninterrupted_run(make_rloo, tmp_path):
     checkpoint = tmp_path / "full" / "checkpoint-2"
     assert (checkpoint / STATE_FILE).is_file()
     assert full.dataflex.sampler is not None  # the mix part draws prompts through the DomainMixingSampler
-    assert any(k.startswith("mix/target/") for k in full.dataflex.history[-1]["metrics"])
+    assert any(k.startswith("mix/target/") for k in full.dataflex.decisions[-1]["metrics"])
 
     settings["output_dir"] = str(tmp_path / "resumed")
     resumed = make_rloo(**settings)
     resumed.train(resume_from_checkpoint=str(checkpoint))
-    assert_same_history(full.dataflex.history[2:], resumed.dataflex.history)
-    assert [h["prompt_keys"] for h in full.dataflex.history[2:]] == [h["prompt_keys"] for h in resumed.dataflex.history]
+    assert_same_history(full.dataflex.decisions[2:], resumed.dataflex.decisions)
+    assert [h["prompt_keys"] for h in full.dataflex.decisions[2:]] == [h["prompt_keys"] for h in resumed.dataflex.decisions]
     assert resumed.dataflex.sampler.state_dict() == full.dataflex.sampler.state_dict()
     assert same_state(resumed.dataflex.strategy.state_dict(), full.dataflex.strategy.state_dict())
     assert same_parameters(full.model, resumed.model)
@@ -178,7 +178,7 @@ def test_two_ranks_make_identical_decisions_without_hanging(tmp_path):
     assert len(history) == 8 and all(len(h["keep"]) == 6 and len(h["prompt_keys"]) == 6 for h in history)
     # Rows 2 (rank 0) and 3 (rank 1) form one group; group selection keeps or drops it as a whole.
     assert all(h["keep"][2] == h["keep"][3] for h in history)
-    assert any(any(h["keep"]) for h in history) and history[-1]["metrics"]["prerollout/skipped_prompts"] > 0
+    assert any(any(h["keep"]) for h in history) and history[-1]["metrics"]["pre_select/skipped_prompts"] > 0
 
 
 # ---------------------------------------------------------------- the loss: masking equals removal
@@ -365,7 +365,7 @@ def test_trainer_uses_an_rloo_callback_passed_in_callbacks(make_rloo):
     trainer = make_rloo(cls=DataFlexRLOOTrainer, max_steps=1, trainer_kwargs={"callbacks": [callback]})
     assert trainer.dataflex is callback and callback.attached and callback.trainer is trainer
     trainer.train()
-    assert len(callback.history) == 1
+    assert len(callback.decisions) == 1
     with pytest.raises(RuntimeError, match="already applies strategy 'difffilter'"):
         attach(trainer, "softmax")
 

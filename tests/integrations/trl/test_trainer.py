@@ -34,15 +34,15 @@ def test_both_ways_in_make_the_same_decisions_and_log_metrics(make_trainer):
     callback = attach(stock, "difffilter", record_decisions=True)
     stock.train()
 
-    assert len(subclass.dataflex.history) == 2
-    assert_same_history(subclass.dataflex.history, callback.history)
+    assert len(subclass.dataflex.decisions) == 2
+    assert_same_history(subclass.dataflex.decisions, callback.decisions)
     for a, b in zip(subclass.model.parameters(), stock.model.parameters()):
         assert torch.equal(a, b)
     for key in ("dataflex/kept_frac", "dataflex/ess", "dataflex/weight_mean", "dataflex/weight_std"):
         assert len(logged(subclass, key)) == 2, key  # one value per logging step
     steps = [entry for entry in subclass.state.log_history if "loss" in entry]
     assert all(any(key.startswith("dataflex/reward/") for key in entry) for entry in steps)  # per-domain reward
-    kept = torch.stack([h["keep"] for h in subclass.dataflex.history])
+    kept = torch.stack([h["keep"] for h in subclass.dataflex.decisions])
     assert logged(subclass, "dataflex/kept_frac") == pytest.approx(kept.float().mean(1).tolist())
 
 
@@ -57,7 +57,7 @@ def test_attach_binds_a_callback_passed_in_callbacks(make_trainer):
     trainer = make_trainer(max_steps=1, trainer_kwargs={"callbacks": [callback]})
     assert attach(trainer) is callback
     trainer.train()
-    assert len(callback.history) == 1
+    assert len(callback.decisions) == 1
     with pytest.raises(RuntimeError, match="only once"):
         attach(trainer)
 
@@ -93,12 +93,12 @@ def test_resumed_run_makes_the_same_decisions(make_trainer, tmp_path):
     checkpoint = tmp_path / "full" / "checkpoint-2"
     assert (checkpoint / STATE_FILE).is_file()
     # The mix part's tracker has seen two steps of rewards: the state that must survive the restart.
-    assert any(k.startswith("mix/target/") for k in full.dataflex.history[-1]["metrics"])
+    assert any(k.startswith("mix/target/") for k in full.dataflex.decisions[-1]["metrics"])
 
     settings["output_dir"] = str(tmp_path / "resumed")
     resumed = make_trainer(**settings)
     resumed.train(resume_from_checkpoint=str(checkpoint))
-    assert_same_history(full.dataflex.history[2:], resumed.dataflex.history)
+    assert_same_history(full.dataflex.decisions[2:], resumed.dataflex.decisions)
 
 
 def test_peft_lora_with_reused_generations_and_kl(make_trainer, reward_functions):
@@ -112,8 +112,8 @@ def test_peft_lora_with_reused_generations_and_kl(make_trainer, reward_functions
     trainer.train()
     # steps_per_generation=2 micro-batches x num_iterations=2 passes = 4 micro-steps = 2 optimizer steps
     # per generation round, so one decision serves two optimizer steps.
-    assert [h["step"] for h in trainer.dataflex.history] == [0, 2]
-    assert all(h["keep"].numel() == 8 for h in trainer.dataflex.history)
+    assert [h["step"] for h in trainer.dataflex.decisions] == [0, 2]
+    assert all(h["keep"].numel() == 8 for h in trainer.dataflex.decisions)
     assert all(torch.isfinite(torch.tensor(v)) for v in logged(trainer, "loss"))
     assert logged(trainer, "kl")
     after = {n: p.detach() for n, p in trainer.model.named_parameters() if "lora_B" in n}

@@ -132,9 +132,9 @@ def test_pre_select_skips_prompts_before_generation(tmp_path):
     batch = RolloutBatch(rewards=rewards, group_ids=torch.arange(len(history_prompts)).repeat_interleave(2),
                          prompt_keys=[k for k in history_prompts for _ in range(2)])
     for step in range(6):
-        trainer.strategy.prompt_filter.observe(batch, step)
+        trainer.strategy.pre_select.observe(batch, step)
     drawn = [row for batch in fetch_indices(trainer, 4) for row in batch]
     assert len(drawn) == 16
-    assert trainer.strategy.prompt_filter.skipped > 0
+    assert trainer.strategy.pre_select.skipped > 0
     math_share = np.mean([i < 12 for i in drawn])
     assert math_share < 0.5  # the zero-variance prompts are mostly skipped

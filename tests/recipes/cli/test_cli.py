@@ -94,6 +94,18 @@ def test_list_prints_components_and_presets(capsys):
     assert main(["list"]) == 0
     out = capsys.readouterr().out
     assert "presets:" in out and "difffilter" in out and "group_solve_rate" in out
+    assert "keep_fraction" not in out  # parameters only with --params
+
+
+def test_list_params_prints_each_parameter_with_its_default_and_help(capsys):
+    assert main(["list", "--params"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["gfpo"])
+    block = " ".join(line.strip() for line in lines[start + 1:start + 5])
+    assert "k = 3: responses kept per group" in block and "arXiv 2508.09726" in block
+    assert "metric = 'efficiency': what ranks a group's responses" in block
+    assert "normalize = 'mean_one': how the weights are rescaled" in "\n".join(lines)  # inherited from Reweighter
+    assert "presets:" in lines and "(undocumented)" not in "\n".join(lines)
 
 
 def test_validate(tmp_path, capsys):

@@ -20,7 +20,7 @@ def test_bad_budgets_name_the_valid_forms(text):
 def test_step_cap():
     assert Budget("steps", 7).step_cap(64) == 7
     assert Budget("completions", 150).step_cap(64) == 3
-    assert Budget("completions", 150).step_cap(64, prerollout=True) == 12
+    assert Budget("completions", 150).step_cap(64, pre_select=True) == 12
 
 
 def test_ledger_counts_one_generation_per_step_and_stops_at_the_completions_budget():

@@ -35,9 +35,28 @@ from .params import check_bool, check_number
 from .registry import register
 
 
-@register("prerollout", "skip_zero_variance")
+@register("pre_select", "skip_zero_variance")
 class SkipZeroVariance:
-    """Skip prompts whose recent groups all had zero reward variance (GRESO-style), adaptively."""
+    """Skip prompts whose recent groups all had zero reward variance (GRESO-style), adaptively.
+
+    The rule and its two additions are described in this module's docstring (GRESO, arXiv
+    2506.02177).
+
+    Args:
+        target_share: wanted share, in [0, 1], of no-signal groups (all rewards equal, or noisy)
+            among the generated groups; ``explore`` adapts towards it.
+        explore: starting base, in [0, 1], of the keep probability: a prompt with a no-signal
+            streak z is kept with ``max(min_keep, explore ** z)``; it adapts after every batch.
+        min_keep: floor keep probability, in (0, 1], of every prompt, so one that became
+            learnable is re-checked (also the lowest value ``explore`` adapts to).
+        adapt_rate: step, in [0, 1], by which ``explore`` moves per batch at the largest
+            possible miss of ``target_share`` (proportionally less for smaller misses).
+        domain_prior: predict a prompt never seen from its domain's recent no-signal share.
+        prior_rate: moving-average rate, in (0, 1], of each domain's no-signal share (the weight
+            of the newest batch).
+        noise_check: count a group whose identical completions got different rewards as giving no
+            signal (needs ``RolloutBatch.completion_ids``).
+    """
 
     def __init__(self, target_share: float = 0.25, explore: float = 0.5, min_keep: float = 0.05,
                  adapt_rate: float = 0.02, domain_prior: bool = True, prior_rate: float = 0.2,
@@ -96,12 +115,12 @@ class SkipZeroVariance:
 
     def metrics(self) -> dict[str, float]:
         return {
-            "prerollout/skipped_prompts": float(self.skipped),
-            "prerollout/completions_saved": float(self.skipped * self.num_generations),
-            "prerollout/zero_variance_share": self.last_zero_share,
-            "prerollout/noisy_share": self.last_noisy_share,
-            "prerollout/recheck_rate": self.rechecked / self.drawn if self.drawn else 0.0,
-            "prerollout/explore": self.explore,
+            "pre_select/skipped_prompts": float(self.skipped),
+            "pre_select/completions_saved": float(self.skipped * self.num_generations),
+            "pre_select/zero_variance_share": self.last_zero_share,
+            "pre_select/noisy_share": self.last_noisy_share,
+            "pre_select/recheck_rate": self.rechecked / self.drawn if self.drawn else 0.0,
+            "pre_select/explore": self.explore,
         }
 
     def state_dict(self) -> dict:

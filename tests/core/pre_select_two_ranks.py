@@ -1,4 +1,4 @@
-"""Run by test_prerollout.py: two gloo processes update a PromptHistory with ``sync=True``, each from its half of a batch."""
+"""Run by test_pre_select.py: two gloo processes update a PromptHistory with ``sync=True``, each from its half of a batch."""
 
 import json
 import os
@@ -35,11 +35,11 @@ def rows_of(batch: RolloutBatch, rows: slice) -> RolloutBatch:
 def main(rank: int, world: int, init_file: str, out: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    prompt_filter = build_component("prerollout", "skip_zero_variance")
+    pre_select = build_component("pre_select", "skip_zero_variance")
     for step, batch in enumerate(global_batches()):
         # Rank r holds groups 3r .. 3r + 2 of the global batch.
-        prompt_filter.observe(rows_of(batch, slice(12 * rank, 12 * (rank + 1))), step, sync=True)
-    state = prompt_filter.state_dict()
+        pre_select.observe(rows_of(batch, slice(12 * rank, 12 * (rank + 1))), step, sync=True)
+    state = pre_select.state_dict()
     history = state["history"]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"keys": history["keys"], "streak": history["streak"].tolist(), "seen": history["seen"].tolist(),

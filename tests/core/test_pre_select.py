@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from dataflex_callbacks import DomainMixingSampler, RolloutBatch, build_component, build_strategy
 from dataflex_callbacks.history import PromptHistory, completion_hashes, identical_pairs
 from dataflex_callbacks.groups import dense_groups
-from prerollout_two_ranks import global_batches
+from pre_select_two_ranks import global_batches
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -113,11 +113,11 @@ def test_streak_counts_zero_variance_and_noisy_groups_and_resets_on_signal():
 
 
 def test_an_always_solved_prompt_is_skipped_more_and_more_down_to_the_floor():
-    prompt_filter = build_component("prerollout", "skip_zero_variance", explore=0.6, min_keep=0.05, adapt_rate=0.0)
+    pre_select = build_component("pre_select", "skip_zero_variance", explore=0.6, min_keep=0.05, adapt_rate=0.0)
     keep = []
     for step in range(12):
-        keep.append(float(prompt_filter.keep_probability(["easy"])[0]))
-        prompt_filter.observe(group_batch(["easy"], [[1.0] * 4]), step)
+        keep.append(float(pre_select.keep_probability(["easy"])[0]))
+        pre_select.observe(group_batch(["easy"], [[1.0] * 4]), step)
     assert keep[0] == 1.0
     assert all(a > b for a, b in zip(keep, keep[1:6]))  # strictly more likely to be skipped with every streak
     assert keep[-1] == pytest.approx(0.05)  # never below the floor
@@ -146,8 +146,8 @@ def simulate(params, solve_rate, steps, batch_size=4, generations=4, seed=0, lab
         domains = None if labels is None else [labels[p] for p in prompts]
         decision = strategy.apply(group_batch(prompts, rewards, domains), step, sync=False)
         drawn.append(prompts)
-        shares.append(decision.metrics["prerollout/zero_variance_share"])
-    return strategy.prompt_filter, drawn, shares
+        shares.append(decision.metrics["pre_select/zero_variance_share"])
+    return strategy.pre_select, drawn, shares
 
 
 def test_a_prompt_that_turns_learnable_is_rechecked_within_the_expected_number_of_passes(monkeypatch):
@@ -172,13 +172,13 @@ def test_a_prompt_that_turns_learnable_is_rechecked_within_the_expected_number_o
             return 0.5 if (p == 0 and step >= 100) else 1.0
 
         shuffles.clear()
-        prompt_filter, drawn, _ = simulate(dict(target_share=0.0, min_keep=min_keep), solve_rate, 400, seed=seed)
-        assert prompt_filter.skipped > 0
+        pre_select, drawn, _ = simulate(dict(target_share=0.0, min_keep=min_keep), solve_rate, 400, seed=seed)
+        assert pre_select.skipped > 0
         before = next(n for _, step, n in passes_at if step >= 100)  # passes started by step 100
         first_step, first_passes = next((step, n) for p, step, n in passes_at if p == 0 and step >= 100)
         waits.append(first_passes - before)
         # Once re-checked and learnable, its streak is reset and it is kept again.
-        assert prompt_filter.history.streaks([0])[0] == 0 or any(0 in d for d in drawn[first_step + 1:])
+        assert pre_select.history.streaks([0])[0] == 0 or any(0 in d for d in drawn[first_step + 1:])
     assert np.mean(waits) <= 1.5 / min_keep
     assert max(waits) <= 5 / min_keep
 
@@ -200,22 +200,22 @@ def test_zero_variance_share_tracks_its_target():
 
 
 def test_domain_prior_predicts_unseen_prompts_from_their_domain():
-    prompt_filter = build_component("prerollout", "skip_zero_variance", explore=0.5, min_keep=0.05, adapt_rate=0.0)
+    pre_select = build_component("pre_select", "skip_zero_variance", explore=0.5, min_keep=0.05, adapt_rate=0.0)
     distinct = torch.arange(16).reshape(16, 1)
     # domain a: both groups zero variance; domain b: one of two groups.
-    prompt_filter.observe(group_batch(["a1", "a2", "b1", "b2"], [[1] * 4, [0] * 4, [1] * 4, [1, 0, 0, 1]],
+    pre_select.observe(group_batch(["a1", "a2", "b1", "b2"], [[1] * 4, [0] * 4, [1] * 4, [1, 0, 0, 1]],
                                       ["a", "a", "b", "b"], ids=distinct), step=0)
-    assert prompt_filter.history.domain_prior == {"a": 1.0, "b": 0.5}
-    keep = prompt_filter.keep_probability(["a9", "b9", "c9", "b2", "a1"], ["a", "b", "c", "b", "a"])
+    assert pre_select.history.domain_prior == {"a": 1.0, "b": 0.5}
+    keep = pre_select.keep_probability(["a9", "b9", "c9", "b2", "a1"], ["a", "b", "c", "b", "a"])
     # unseen: 1 - q (1 - explore); unknown domain: 1; seen prompts: their own streak.
     assert keep.tolist() == pytest.approx([0.5, 0.75, 1.0, 1.0, 0.5])
-    assert prompt_filter.keep_probability(["a9"]).tolist() == [1.0]  # no labels: no prior
-    off = build_component("prerollout", "skip_zero_variance", domain_prior=False)
-    off.load_state_dict(prompt_filter.state_dict())
+    assert pre_select.keep_probability(["a9"]).tolist() == [1.0]  # no labels: no prior
+    off = build_component("pre_select", "skip_zero_variance", domain_prior=False)
+    off.load_state_dict(pre_select.state_dict())
     assert off.keep_probability(["a9"], ["a"]).tolist() == [1.0]
     # The prior is a moving average: a second batch where domain a gives signal moves it by prior_rate.
-    prompt_filter.observe(group_batch(["a3"], [[1, 0, 1, 0]], ["a"], ids=distinct[:4]), step=1)
-    assert prompt_filter.history.domain_prior["a"] == pytest.approx(0.8 * 1.0 + 0.2 * 0.0)
+    pre_select.observe(group_batch(["a3"], [[1, 0, 1, 0]], ["a"], ids=distinct[:4]), step=1)
+    assert pre_select.history.domain_prior["a"] == pytest.approx(0.8 * 1.0 + 0.2 * 0.0)
 
 
 def test_noise_estimate_is_twice_the_disagreement_rate_of_identical_answers():
@@ -236,12 +236,12 @@ def test_noise_estimate_is_twice_the_disagreement_rate_of_identical_answers():
 
 def test_noise_check_off_ignores_disagreeing_answers():
     ids = torch.zeros(4, 1, dtype=torch.long)
-    on = build_component("prerollout", "skip_zero_variance")
-    off = build_component("prerollout", "skip_zero_variance", noise_check=False)
-    for prompt_filter in (on, off):
-        prompt_filter.observe(group_batch(["p"], [[1, 0, 1, 0]], ["d"], ids=ids), step=0)
-    assert on.history.streaks(["p"]).tolist() == [1] and on.metrics()["prerollout/noisy_share"] == 1.0
-    assert off.history.streaks(["p"]).tolist() == [0] and off.metrics()["prerollout/noisy_share"] == 0.0
+    on = build_component("pre_select", "skip_zero_variance")
+    off = build_component("pre_select", "skip_zero_variance", noise_check=False)
+    for pre_select in (on, off):
+        pre_select.observe(group_batch(["p"], [[1, 0, 1, 0]], ["d"], ids=ids), step=0)
+    assert on.history.streaks(["p"]).tolist() == [1] and on.metrics()["pre_select/noisy_share"] == 1.0
+    assert off.history.streaks(["p"]).tolist() == [0] and off.metrics()["pre_select/noisy_share"] == 0.0
 
 
 @pytest.mark.parametrize("params, message", [({"explore": 1.5}, "explore"), ({"min_keep": 0.0}, "min_keep"),
@@ -249,7 +249,7 @@ def test_noise_check_off_ignores_disagreeing_answers():
                                              ({"noise_check": "yes"}, "noise_check")])
 def test_bad_parameters_name_themselves(params, message):
     with pytest.raises(ValueError, match=message):
-        build_component("prerollout", "skip_zero_variance", **params)
+        build_component("pre_select", "skip_zero_variance", **params)
 
 
 # ------------------------------------------------------------------ resume and two ranks
@@ -283,19 +283,19 @@ def test_resumed_filter_and_sampler_continue_exactly():
 
 def test_state_loads_with_weights_only_loading_and_restores_the_filter(tmp_path):
     # Keys as a collate function may deliver them: numpy and 0-d tensor integers name the same prompt as the int.
-    prompt_filter = build_component("prerollout", "skip_zero_variance", explore=0.5)
+    pre_select = build_component("pre_select", "skip_zero_variance", explore=0.5)
     keys = [np.int64(3), torch.tensor(4), "q"]
-    prompt_filter.observe(group_batch(keys, [[1, 1, 1], [0, 1, 0], [0, 0, 0]], ["a", "b", "a"]), step=0)
-    prompt_filter.observe(group_batch([3, "q"], [[1, 1, 1], [0, 0, 0]], ["a", "a"]), step=1)
-    torch.save(prompt_filter.state_dict(), tmp_path / "state.pt")
+    pre_select.observe(group_batch(keys, [[1, 1, 1], [0, 1, 0], [0, 0, 0]], ["a", "b", "a"]), step=0)
+    pre_select.observe(group_batch([3, "q"], [[1, 1, 1], [0, 0, 0]], ["a", "a"]), step=1)
+    torch.save(pre_select.state_dict(), tmp_path / "state.pt")
     state = torch.load(tmp_path / "state.pt", weights_only=True)  # tensors and Python scalars only
     assert state["history"]["keys"] == [3, 4, "q"]
-    restored = build_component("prerollout", "skip_zero_variance")
+    restored = build_component("pre_select", "skip_zero_variance")
     restored.load_state_dict(state)
     assert restored.history.streaks([3, 4, "q"]).tolist() == [2, 0, 2]
     candidates, labels = [3, 4, "q", "new"], ["a", "b", "a", "a"]
-    assert restored.keep_probability(candidates, labels).tolist() == prompt_filter.keep_probability(candidates, labels).tolist()
-    assert restored.metrics() == pytest.approx(prompt_filter.metrics(), nan_ok=True)
+    assert restored.keep_probability(candidates, labels).tolist() == pre_select.keep_probability(candidates, labels).tolist()
+    assert restored.metrics() == pytest.approx(pre_select.metrics(), nan_ok=True)
     # Grows after a restore like a fresh history.
     restored.observe(group_batch([f"k{i}" for i in range(5)], [[1, 0]] * 5), step=2)
     assert restored.history.size == 8
@@ -304,7 +304,7 @@ def test_state_loads_with_weights_only_loading_and_restores_the_filter(tmp_path)
 def test_two_ranks_build_the_history_one_process_builds_from_the_whole_batch(tmp_path):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     init = tmp_path / "init"
-    script = os.path.join(HERE, "prerollout_two_ranks.py")
+    script = os.path.join(HERE, "pre_select_two_ranks.py")
     procs = [subprocess.Popen([sys.executable, script, str(r), "2", str(init), str(tmp_path)], env=env,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
     for proc in procs:
@@ -314,16 +314,16 @@ def test_two_ranks_build_the_history_one_process_builds_from_the_whole_batch(tmp
     assert ranks[0] == ranks[1]
 
     # The same global batches, whole, in one process.
-    prompt_filter = build_component("prerollout", "skip_zero_variance")
+    pre_select = build_component("pre_select", "skip_zero_variance")
     for step, batch in enumerate(global_batches()):
-        prompt_filter.observe(batch, step)
-    history = prompt_filter.history
+        pre_select.observe(batch, step)
+    history = pre_select.history
     assert ranks[0]["keys"] == history.keys
     assert ranks[0]["streak"] == history.streak[:history.size].tolist()
     assert ranks[0]["seen"] == history.seen[:history.size].tolist()
     assert ranks[0]["domain_prior"] == pytest.approx(history.domain_prior)
     assert ranks[0]["domain_noise"] == pytest.approx(history.domain_noise)
-    assert ranks[0]["explore"] == prompt_filter.explore
+    assert ranks[0]["explore"] == pre_select.explore
 
 
 def test_list_valued_prompt_keys_are_keys():
@@ -333,5 +333,19 @@ def test_list_valued_prompt_keys_are_keys():
     keys = [chat, [1, 2], [3]]
     for step in range(3):
         strategy.apply(group_batch(keys, [[1.0, 1.0], [1.0, 0.0], [0.0, 0.0]]), step, sync=False)
-    streaks = strategy.prompt_filter.history.streaks([[{"role": "user", "content": "2+2?"}], [1, 2], [3], [4]])
+    streaks = strategy.pre_select.history.streaks([[{"role": "user", "content": "2+2?"}], [1, 2], [3], [4]])
     assert streaks.tolist() == [3, 0, 3, 0]
+
+
+def test_old_names_of_pre_rollout_selection_still_work():
+    from dataflex_callbacks import registry
+
+    assert registry.list_components("prerollout") == registry.list_components("pre_select") == ["skip_zero_variance"]
+    strategy = build_strategy("skip")
+    assert strategy.prompt_filter is strategy.pre_select is not None
+    state = strategy.state_dict()
+    state["prompt_filter"] = state.pop("pre_select")
+    state["prompt_filter"]["skipped"] = 7
+    resumed = build_strategy("skip")
+    resumed.load_state_dict(state)
+    assert resumed.pre_select.skipped == 7
