@@ -51,7 +51,7 @@ from torch.utils.data import IterableDataset as TorchIterableDataset
 from torch.utils.data import Sampler
 
 from .config_fields import QUOTAS
-from .errors import ConfigError, DataFlexError, StateError, check_state
+from .errors import ConfigError, StateError, check_state
 from .history import KEY_COLUMNS, hashable_key, row_prompt_key
 from .host import accept_prompts
 from .params import check_bool, check_choice, check_int

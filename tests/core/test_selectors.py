@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from hypothesis import assume, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 import core_reference as ref
 from dataflex_callbacks import BatchError, RolloutBatch, build_component

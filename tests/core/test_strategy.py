@@ -1,7 +1,6 @@
 """Strategy.apply end to end: presets, composite strategies, defined edge cases, state."""
 
 import copy
-import itertools
 
 import pytest
 import torch

@@ -3,7 +3,8 @@
 Run as ``torchrun --nproc_per_node 2 ddp_worker.py OUT_DIR [MODE]``; each rank writes its decisions to
 ``OUT_DIR/rank<r>.json``. ``MODE`` ``select`` (default) runs selection + reweighting; ``mixing`` runs
 domain mixing with pre-rollout selection through the DomainMixingSampler and also records the
-sampler's index stream and final state.
+sampler's index stream and final state; ``rloo`` runs all four parts at once in TRL's RLOOTrainer
+(for test_rloo.py) and also records a checksum of the parameters.
 """
 
 import json
@@ -18,10 +19,11 @@ import torch  # noqa: E402
 torch.set_num_threads(1)
 
 from datasets import Dataset  # noqa: E402
-from trl import GRPOConfig  # noqa: E402
+from trl import GRPOConfig, RLOOConfig  # noqa: E402
 
 from cpu_settings import CPU_RUN_SETTINGS  # noqa: E402
-from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer  # noqa: E402
+from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer, DataFlexRLOOTrainer  # noqa: E402
+from mixing_runs import record_train_sampler  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 STRATEGIES = {
@@ -34,6 +36,7 @@ STRATEGIES = {
         "mix": {"mixer": "learnability", "warmup_steps": 1, "update_every": 1},
     },
 }
+STRATEGIES["rloo"] = {**STRATEGIES["select"], **STRATEGIES["mixing"]}  # every decision the adapter makes
 
 
 def parity_reward(completions, **kwargs):
@@ -42,27 +45,30 @@ def parity_reward(completions, **kwargs):
 
 def main(out_dir: str, mode: str = "select") -> None:
     tokenizer = build_tiny_tokenizer()
-    dataset = Dataset.from_dict({"prompt": [f"{i}*{i % 5}=" for i in range(24)], "domain": ["a", "b"] * 12})
-    args = GRPOConfig(
+    rloo = mode == "rloo"
+    prompts = 12 if rloo else 24
+    dataset = Dataset.from_dict({"prompt": [f"{i}*{i % 5}=" for i in range(prompts)], "domain": ["a", "b"] * (prompts // 2)})
+    config_class, trainer_class = (RLOOConfig, DataFlexRLOOTrainer) if rloo else (GRPOConfig, DataFlexGRPOTrainer)
+    # select: 3 steps; mixing: 1.5 epochs, rloo: two epochs, so prompts come back and can be skipped.
+    loss = {"beta": 0.0} if rloo else {"loss_type": "dapo"}
+    args = config_class(
         output_dir=os.path.join(out_dir, "run"),
         # 3 rows per rank, 2 generations per prompt: the global batch is 6 rows in 3 groups and
         # group 1 holds the last row of rank 0 and the first row of rank 1.
         per_device_train_batch_size=3,
         num_generations=2,
         max_completion_length=6,
-        max_steps=3 if mode == "select" else 12,  # mixing: 1.5 epochs, so prompts come back and get skipped
-        loss_type="dapo",
+        max_steps={"select": 3, "mixing": 12, "rloo": 8}[mode],
         learning_rate=1e-3,
         seed=0,
+        **loss,
         **CPU_RUN_SETTINGS,
     )
-    trainer = DataFlexGRPOTrainer(
+    trainer = trainer_class(
         model=build_tiny_model(tokenizer, seed=0), reward_funcs=parity_reward, args=args, train_dataset=dataset,
         processing_class=tokenizer, strategy=STRATEGIES[mode], record_decisions=True,
     )
-    if mode == "mixing":
-        from mixing_runs import record_train_sampler
-
+    if mode != "select":
         record_train_sampler(trainer)
     trainer.train()
     history = [
@@ -71,10 +77,12 @@ def main(out_dir: str, mode: str = "select") -> None:
         for h in trainer.dataflex.decisions
     ]
     record = {"world_size": trainer.accelerator.num_processes, "history": history}
-    if mode == "mixing":
+    if mode != "select":
         record["stream"] = trainer.recorder.indices
         record["sampler_state"] = json.loads(json.dumps(trainer.dataflex.sampler.state_dict(), default=str))
         record["strategy_state"] = json.loads(json.dumps(trainer.dataflex.strategy.state_dict(), default=str))
+    if rloo:
+        record["parameters"] = [float(p.detach().double().sum()) for p in trainer.model.parameters()]
     with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as handle:
         json.dump(record, handle)
     # Tear the gloo group down before interpreter exit; leaving it to the destructors can abort the process.

@@ -10,7 +10,8 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from dataflex_callbacks import Decision, RolloutBatch, build_strategy
+from dataflex_callbacks import RolloutBatch, build_strategy
+from loss_checks import loss_and_grad, masked_inputs
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.integrations.trl.loss_scaling import ROW_COUNT_LOSSES
 from dataflex_callbacks.integrations.trl.signals import local_policy_batch
@@ -57,26 +58,8 @@ def configure(trainer, loss_type, beta):
     trainer.importance_sampling_level = "sequence" if loss_type == "luspo" else "token"
 
 
-def loss_and_grad(trainer, compute, inputs):
-    trainer.model.zero_grad(set_to_none=True)
-    loss = compute(trainer.model, inputs)
-    loss.backward()
-    grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
-    return loss.detach(), grad
-
-
 def stock_loss(trainer):
     return lambda model, inputs: GRPOTrainer._compute_loss(trainer, model, inputs)
-
-
-def masked_inputs(trainer, inputs, keep, weights=None):
-    output = {k: v.clone() for k, v in inputs.items()}
-    batch = RolloutBatch(rewards=torch.zeros(ROWS), group_ids=torch.arange(ROWS) // 2,
-                         completion_mask=inputs["completion_mask"].bool())
-    decision = Decision(keep=keep, weights=keep.float() if weights is None else weights)
-    trainer.dataflex.write_decision(trainer, output, decision, batch, batch.rewards)
-    trainer.dataflex.last_decision = decision  # as _apply_strategy does; no deferred decision left from another test
-    return output
 
 
 def reduced_inputs(inputs, keep):

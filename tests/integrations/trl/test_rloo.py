@@ -5,11 +5,6 @@ over the micro-batch's rows. Selection is checked against TRL's own ``RLOOTraine
 physically reduced batch, in the unclipped and the clipped regime and with asymmetric clipping.
 """
 
-import json
-import os
-import signal
-import subprocess
-import sys
 import warnings
 
 import pytest
@@ -17,7 +12,9 @@ import torch
 from trl import RLOOConfig, RLOOTrainer
 
 from cpu_settings import CPU_RUN_SETTINGS
-from dataflex_callbacks import Decision, RolloutBatch, build_strategy
+from dataflex_callbacks import RolloutBatch, build_strategy
+from loss_checks import loss_and_grad, masked_inputs
+from two_ranks import run_two_ranks
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import AGGREGATIONS, ROW_NORMALISED
 from dataflex_callbacks.integrations.trl import (DataFlexCallback, DataFlexGRPOTrainer, DataFlexRLOOCallback,
@@ -26,7 +23,6 @@ from dataflex_callbacks.integrations.trl.callback import STATE_FILE
 from dataflex_callbacks.integrations.trl.signals import local_policy_batch
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 
-WORKER = os.path.join(os.path.dirname(__file__), "rloo_ddp_worker.py")
 TOLERANCE = 1e-6
 ROWS, PROMPT_LEN, COMPLETION_LEN = 6, 4, 5
 LENGTHS = [5, 3, 4, 1, 5, 2]
@@ -157,20 +153,7 @@ def test_resumed_run_equals_the_uninterrupted_run(make_rloo, tmp_path):
 
 @pytest.mark.slow
 def test_two_ranks_make_identical_decisions_without_hanging(tmp_path):
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", WORKER,
-               str(tmp_path)]
-    env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
-    # A hang (a collective one rank skips) shows up as this timeout; the workers get their own process group.
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
-    try:
-        _, stderr = process.communicate(timeout=240)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGKILL)
-        process.communicate()
-        pytest.fail("the two-process RLOO run did not finish in 240 s (hang in a collective?)")
-    assert process.returncode == 0, stderr[-4000:]
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_two_ranks(tmp_path, "rloo")
     assert ranks[0]["world_size"] == ranks[1]["world_size"] == 2
     for key in ("history", "stream", "sampler_state", "strategy_state", "parameters"):
         assert ranks[0][key] == ranks[1][key], key
@@ -220,26 +203,8 @@ def configured(bench, regime, epsilon_high):
     return trainer, loss_inputs
 
 
-def loss_and_grad(trainer, compute, inputs):
-    trainer.model.zero_grad(set_to_none=True)
-    loss = compute(trainer.model, inputs)
-    loss.backward()
-    grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
-    return loss.detach(), grad
-
-
 def stock_loss(trainer):
     return lambda model, inputs: RLOOTrainer._compute_loss(trainer, model, inputs)
-
-
-def masked_inputs(trainer, inputs, keep, weights=None):
-    output = {k: v.clone() for k, v in inputs.items()}
-    batch = RolloutBatch(rewards=torch.zeros(ROWS), group_ids=torch.arange(ROWS) // 2,
-                         completion_mask=inputs["completion_mask"].bool())
-    decision = Decision(keep=keep, weights=keep.float() if weights is None else weights)
-    trainer.dataflex.write_decision(trainer, output, decision, batch, batch.rewards)
-    trainer.dataflex.last_decision = decision  # as _apply_strategy does; no deferred decision left from another test
-    return output
 
 
 def reduced(inputs, keep):

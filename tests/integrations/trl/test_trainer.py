@@ -1,10 +1,7 @@
 """End-to-end runs of the TRL adapter on the tiny model: both ways in, metrics, errors, resume, PEFT."""
 
-import os
-
 import pytest
 import torch
-from trl import GRPOTrainer
 
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
 from dataflex_callbacks.integrations.trl.callback import STATE_FILE

@@ -1,0 +1,26 @@
+"""Helpers the TRL loss-equivalence tests share (GRPO and RLOO): a loss with its gradient, and a decision written into TRL's batch."""
+
+import torch
+
+from dataflex_callbacks import Decision, RolloutBatch
+
+
+def loss_and_grad(trainer, compute, inputs):
+    """``compute(model, inputs)`` and the flattened gradient of every parameter that got one."""
+    trainer.model.zero_grad(set_to_none=True)
+    loss = compute(trainer.model, inputs)
+    loss.backward()
+    grad = torch.cat([p.grad.flatten() for p in trainer.model.parameters() if p.grad is not None])
+    return loss.detach(), grad
+
+
+def masked_inputs(trainer, inputs, keep, weights=None):
+    """A copy of TRL's batch dict with the decision (``keep``, ``weights``) written in by the trainer's callback."""
+    output = {k: v.clone() for k, v in inputs.items()}
+    rows = inputs["completion_mask"].shape[0]
+    batch = RolloutBatch(rewards=torch.zeros(rows), group_ids=torch.arange(rows) // 2,
+                         completion_mask=inputs["completion_mask"].bool())
+    decision = Decision(keep=keep, weights=keep.float() if weights is None else weights)
+    trainer.dataflex.write_decision(trainer, output, decision, batch, batch.rewards)
+    trainer.dataflex.last_decision = decision  # as _apply_strategy does; no deferred decision left from another test
+    return output
