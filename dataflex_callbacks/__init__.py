@@ -10,7 +10,8 @@ its import path; ``dataflex_callbacks.testing`` checks it (docs/extending.md).
 from . import pre_select  # noqa: F401  (registers the built-in pre-rollout filter)
 from .batch import RolloutBatch
 from .config import list_presets
-from .config_fields import MixConfig, ReweightConfig, SelectConfig, StrategyConfig
+from .config_fields import DynamicSamplingConfig, MixConfig, ReweightConfig, SelectConfig, StrategyConfig
+from .dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
 from .errors import BatchError, ConfigError, DataFlexError, StateError
 from .mixers import Mixer
 from .registry import build_component, list_components, register
@@ -30,6 +31,7 @@ __all__ = [
     "Decision",
     "DomainMixingSampler",
     "DomainTracker",
+    "DynamicSamplingConfig",
     "MixConfig",
     "Mixer",
     "ReweightConfig",
@@ -37,6 +39,8 @@ __all__ = [
     "RolloutBatch",
     "Scorer",
     "SelectConfig",
+    "SignalGroupBuffer",
+    "SignalGroups",
     "Selector",
     "StateError",
     "Strategy",
@@ -46,4 +50,5 @@ __all__ = [
     "list_components",
     "list_presets",
     "register",
+    "signal_rows",
 ]

@@ -16,6 +16,7 @@ Two forms are accepted and resolve to one canonical (composable) dict:
        reweight: {scorer: ..., reweighter: ..., warmup_steps}
        mix:      {mixer: ..., domains, window, window_unit, quota, warmup_steps, update_every, smoothing, prior}
        pre_select: NAME|{name, params}   (pre-rollout prompt skipping, e.g. skip_zero_variance)
+       dynamic_sampling: true | {max_rounds, carry_over, max_age}   (DAPO dynamic sampling, see dynamic_sampling.py)
        nan_policy: zero|drop|raise
        domain_key: the dataset column holding the domain label (None: the host's default)
 
@@ -31,8 +32,8 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-from .config_fields import (NAN_POLICIES, QUOTAS, WINDOW_UNITS, MixConfig, ReweightConfig,  # noqa: F401 (re-exported)
-                            SelectConfig, StrategyConfig, required_fields)
+from .config_fields import (NAN_POLICIES, QUOTAS, WINDOW_UNITS, DynamicSamplingConfig,  # noqa: F401 (re-exported)
+                            MixConfig, ReweightConfig, SelectConfig, StrategyConfig, required_fields)
 from .errors import ConfigError
 from .params import plain_scalar
 
@@ -332,4 +333,23 @@ def canonicalize(config: Mapping) -> dict:
     strategy.select = _section(config, "select", SelectConfig)
     strategy.reweight = _section(config, "reweight", ReweightConfig)
     strategy.mix = _section(config, "mix", MixConfig)
+    strategy.dynamic_sampling = _dynamic_sampling(config.get("dynamic_sampling"))
     return strategy.to_dict()
+
+
+def _dynamic_sampling(section: Any) -> DynamicSamplingConfig | None:
+    """``dynamic_sampling``: absent, None or false -> None; true -> the defaults; a mapping -> its keys checked."""
+    if section is None or section is False:
+        return None
+    if section is True:
+        return DynamicSamplingConfig()
+    if isinstance(section, DynamicSamplingConfig):
+        section = dataclasses.asdict(section)
+    if not isinstance(section, Mapping):
+        raise ConfigError(f"'dynamic_sampling' must be true (every default) or a mapping of "
+                          f"{', '.join(f.name for f in dataclasses.fields(DynamicSamplingConfig))}; got {section!r}")
+    valid = tuple(f.name for f in dataclasses.fields(DynamicSamplingConfig))
+    unknown = sorted(set(section) - set(valid))
+    if unknown:
+        raise ConfigError(f"'dynamic_sampling': unknown key(s) {unknown}; valid keys: {', '.join(valid)}")
+    return DynamicSamplingConfig(**{key: plain(value) for key, value in section.items()})

@@ -19,6 +19,7 @@ NAN_POLICIES = ("zero", "drop", "raise")
 WINDOW_UNITS = ("steps", "rows")
 QUOTAS = ("independent", "exact")  # DomainMixingSampler's batch split; "exact" is DataFlex-RL's replay buffer
 
+DAPO = "DAPO arXiv 2503.14476, section 3.2 (dynamic sampling)"
 DATAFLEX_RL = "DataFlex-RL verl plugin (the reference implementation this library reproduces)"
 
 
@@ -122,6 +123,38 @@ class MixConfig:
 
 
 @dataclass
+class DynamicSamplingConfig:
+    """``dynamic_sampling``: over-generate until a step holds B groups that carry signal, and train on exactly those.
+
+    A group carries signal when it survives the strategy's ``select`` part, or, without one, when
+    its rewards are not all equal. A training loop drives it through
+    `dataflex_callbacks.dynamic_sampling.SignalGroupBuffer`; ``dynamic_sampling: true`` takes
+    every default.
+    """
+
+    max_rounds: int = config_field(
+        4, paper=DAPO,
+        help="generation rounds per step at most (>= 1); when they are spent short of B signal groups, the "
+             "step trains on what there is and logs dynamic/short=1")
+    carry_over: bool = config_field(
+        True, help="keep signal groups beyond B for the next steps, which take them first (False: drop them)")
+    max_age: int | None = config_field(
+        None, help="drop a carried group once it has waited more than this many steps (>= 0; 0 drops every "
+                   "carried group at the next step); None: never drop carried groups for staleness")
+
+    def __post_init__(self):
+        if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
+            raise ConfigError(f"dynamic_sampling.max_rounds must be an integer >= 1 (generation rounds per step at "
+                              f"most); got {self.max_rounds!r}")
+        if not isinstance(self.carry_over, bool):
+            raise ConfigError(f"dynamic_sampling.carry_over must be true or false; got {self.carry_over!r}")
+        if self.max_age is not None and (isinstance(self.max_age, bool) or not isinstance(self.max_age, int)
+                                         or self.max_age < 0):
+            raise ConfigError(f"dynamic_sampling.max_age must be an integer >= 0 or null (never drop carried groups "
+                              f"for staleness); got {self.max_age!r}")
+
+
+@dataclass
 class StrategyConfig:
     """A whole strategy: any subset of the parts, plus how non-finite rewards are treated and the domain column."""
 
@@ -133,6 +166,10 @@ class StrategyConfig:
     select: SelectConfig | None = config_field(None, help="the select part (SelectConfig); None: keep every row")
     reweight: ReweightConfig | None = config_field(None, help="the reweight part (ReweightConfig); None: weight 1")
     mix: MixConfig | None = config_field(None, help="the mix part (MixConfig); None: the host's own sampling")
+    dynamic_sampling: DynamicSamplingConfig | None = config_field(
+        None, paper=DAPO,
+        help="the dynamic_sampling part (DynamicSamplingConfig; true: its defaults); None: each step trains the "
+             "groups it generated")
     nan_policy: str = config_field(
         "zero", choices=NAN_POLICIES,
         help="a non-finite reward or score: zero (treated as 0), drop (its row leaves the loss) or raise (an error)")
@@ -154,4 +191,4 @@ class StrategyConfig:
 
 
 PART_CLASSES: Mapping[str, type] = {"select": SelectConfig, "reweight": ReweightConfig, "mix": MixConfig}
-CONFIG_CLASSES = (StrategyConfig, SelectConfig, ReweightConfig, MixConfig)
+CONFIG_CLASSES = (StrategyConfig, SelectConfig, ReweightConfig, MixConfig, DynamicSamplingConfig)

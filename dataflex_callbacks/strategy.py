@@ -115,6 +115,7 @@ class Strategy:
         self.reweight = _Part("reweight", self.config["reweight"], "reweighter") if self.config["reweight"] else None
         pre = self.config.get("pre_select")
         self.pre_select = build_component("pre_select", pre["name"], **pre["params"]) if pre else None
+        self.signal_buffer = None  # the SignalGroupBuffer driving this strategy's dynamic_sampling part, once one is built
         self.mixing: DomainMixing | None = None
         if self.config["mix"]:
             mix = self.config["mix"]

@@ -10,11 +10,19 @@ per-token loss; the prompt sampler (``self.dataflex.sampler(...)``, or ``build_s
     python examples/lightning_grpo.py --strategy difffilter --steps 60
     python examples/lightning_grpo.py --strategy skip       # skip prompts that keep giving no signal
     python examples/lightning_grpo.py --data-module         # the data in a LightningDataModule
+    python examples/lightning_grpo.py --dynamic-sampling    # DAPO dynamic sampling: B signal groups per step
+
+With ``--dynamic-sampling`` the strategy gets a ``dynamic_sampling`` part and ``training_step``
+drives the core's `SignalGroupBuffer` (docs/dynamic_sampling.md): it generates further rounds of
+prompts until B groups carry signal (at most ``max_rounds``), trains on exactly those, and carries
+the extra ones to the next step. This example runs one process; under DDP, feed the buffer the
+batch gathered from every rank so all ranks take the same groups.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import lightning.pytorch as pl
 import torch
@@ -23,6 +31,8 @@ from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
 from dataflex_callbacks import RolloutBatch
+from dataflex_callbacks.config import load_config
+from dataflex_callbacks.dynamic_sampling import SignalGroupBuffer
 from dataflex_callbacks.integrations.lightning import DataFlexCallback, build_sampler
 from dataflex_callbacks.recipes.tasks import evaluate, load_task_suite, make_reward_fn
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer
@@ -40,7 +50,7 @@ class GRPOModule(pl.LightningModule):
     """Group Relative Policy Optimization with one policy update per generated batch."""
 
     def __init__(self, dataset, prompts_per_step: int = 8, group_size: int = 4, max_new_tokens: int = 6,
-                 clip: float = 0.2, lr: float = 1e-3, loss_type: str = "sequence_mean"):
+                 clip: float = 0.2, lr: float = 1e-3, loss_type: str = "sequence_mean", dynamic_sampling: bool = False):
         super().__init__()
         self.dataset = dataset
         self.prompts_per_step, self.group_size = prompts_per_step, group_size
@@ -48,6 +58,14 @@ class GRPOModule(pl.LightningModule):
         self.tokenizer = build_tiny_tokenizer()
         self.model = build_tiny_model(self.tokenizer, seed=0)
         self.reward_fn = make_reward_fn(seed=0)
+        # Dynamic sampling: the buffer of signal groups (built from the strategy at the first step),
+        # the prompts of further rounds, and one prompt width so rows of different rounds stack.
+        self.dynamic_sampling = dynamic_sampling
+        self.signal_groups: SignalGroupBuffer | None = None
+        self._signal_groups_state = None
+        self._more_prompts = None
+        self.prompt_width = max(len(ids) for ids in self.tokenizer([row["prompt"] for row in dataset])["input_ids"]) \
+            if dynamic_sampling else None
 
     def train_dataloader(self):
         # The strategy's prompt sampler: mixes domains, skips prompts, shards ranks; a plain shuffle otherwise.
@@ -57,11 +75,15 @@ class GRPOModule(pl.LightningModule):
     @torch.no_grad()
     def generate(self, prompts: list[str]):
         """``group_size`` sampled completions per prompt: token ids ``(N, P + C)`` and the prompt length ``P``."""
-        encoded = self.tokenizer(prompts, return_tensors="pt", padding=True).to(self.device)
+        padding = dict(padding="max_length", max_length=self.prompt_width) if self.prompt_width else dict(padding=True)
+        encoded = self.tokenizer(prompts, return_tensors="pt", **padding).to(self.device)
         self.model.eval()
         sequences = self.model.generate(**encoded, do_sample=True, max_new_tokens=self.max_new_tokens,
                                         num_return_sequences=self.group_size, pad_token_id=self.tokenizer.pad_token_id)
         self.model.train()
+        if self.prompt_width:  # generation stops early when every answer has ended: pad to one width
+            width = encoded["input_ids"].shape[1] + self.max_new_tokens
+            sequences = F.pad(sequences, (0, width - sequences.shape[1]), value=self.tokenizer.pad_token_id)
         return sequences, encoded["attention_mask"].repeat_interleave(self.group_size, dim=0)
 
     def token_logprobs(self, sequences, prompt_mask, completion_mask):
@@ -74,7 +96,8 @@ class GRPOModule(pl.LightningModule):
         completion = sequences[:, prompt_length:]
         return torch.gather(F.log_softmax(logits.float(), dim=-1), 2, completion.unsqueeze(-1)).squeeze(-1)
 
-    def training_step(self, rows, batch_idx):
+    def rollout(self, rows) -> dict:
+        """Generate and score ``group_size`` completions per prompt: per-row tensors ``(N, ...)`` and lists of N."""
         group = self.group_size
         prompts = [row["prompt"] for row in rows]
         sequences, prompt_mask = self.generate(prompts)
@@ -86,9 +109,17 @@ class GRPOModule(pl.LightningModule):
         texts = self.tokenizer.batch_decode(completion, skip_special_tokens=True)
         rewards = torch.tensor(self.reward_fn(repeat(prompts), texts, answer=repeat([r["answer"] for r in rows]),
                                               domain=repeat([r["domain"] for r in rows])), device=self.device)
+        return {"sequences": sequences, "prompt_mask": prompt_mask, "completion": completion,
+                "completion_mask": completion_mask, "rewards": rewards, "domains": repeat([r["domain"] for r in rows]),
+                "prompt_keys": repeat([r["prompt_key"] for r in rows])}
+
+    def grpo_loss(self, rollout: dict) -> torch.Tensor:
+        """The strategy's loss of whole groups of ``group_size`` consecutive rows (a `rollout` or taken groups)."""
+        group, rewards = self.group_size, rollout["rewards"]
         grouped = rewards.view(-1, group)
         advantages = ((grouped - grouped.mean(dim=1, keepdim=True)) / (grouped.std(dim=1, keepdim=True) + 1e-4)).view(-1)
 
+        sequences, prompt_mask, completion_mask = rollout["sequences"], rollout["prompt_mask"], rollout["completion_mask"]
         logprobs = self.token_logprobs(sequences, prompt_mask, completion_mask)
         ratio = torch.exp(logprobs - logprobs.detach())  # one update per generation: old policy = current
         clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip)
@@ -96,14 +127,65 @@ class GRPOModule(pl.LightningModule):
 
         # prompt_keys follow the sampler's rule (the row's "prompt_key" field); completion_ids let the
         # pre-rollout filter spot reward noise (identical answers scored differently).
-        rollout = RolloutBatch(rewards, group_ids=torch.arange(len(rows), device=self.device).repeat_interleave(group),
-                               completion_mask=completion_mask, advantages=advantages, logprobs=logprobs.detach(),
-                               domains=repeat([r["domain"] for r in rows]), prompt_keys=repeat([r["prompt_key"] for r in rows]),
-                               completion_ids=completion)
-        loss = self.dataflex.loss(per_token_loss, rollout, loss_type=self.loss_type)
-        self.log("train/reward", rewards.mean(), prog_bar=True, batch_size=len(rows))
-        self.log("train/loss", loss, batch_size=len(rows))
+        groups = rewards.shape[0] // group
+        batch = RolloutBatch(rewards, group_ids=torch.arange(groups, device=self.device).repeat_interleave(group),
+                             completion_mask=completion_mask, advantages=advantages, logprobs=logprobs.detach(),
+                             domains=rollout["domains"], prompt_keys=rollout["prompt_keys"],
+                             completion_ids=rollout["completion"])
+        loss = self.dataflex.loss(per_token_loss, batch, loss_type=self.loss_type)
+        self.log("train/reward", rewards.mean(), prog_bar=True, batch_size=groups)
+        self.log("train/loss", loss, batch_size=groups)
         return loss
+
+    def training_step(self, rows, batch_idx):
+        if self.dynamic_sampling:
+            return self.dynamic_training_step(rows)
+        return self.grpo_loss(self.rollout(rows))
+
+    # ------------------------------------------------------------ dynamic sampling
+
+    def dynamic_training_step(self, rows):
+        """Generate rounds until B = ``len(rows)`` groups carry signal (at most ``max_rounds``); train on exactly those."""
+        buffer = self.signal_buffer()
+        buffer.start_step(num_groups=len(rows), step=self.global_step)
+        while buffer.should_generate_more():
+            rollout = self.rollout(rows)
+            group_ids = torch.arange(len(rows), device=self.device).repeat_interleave(self.group_size)
+            buffer.add(RolloutBatch(rollout["rewards"], group_ids=group_ids), payload=rollout)
+            rows = next(self.more_prompts()) if buffer.should_generate_more() else None
+        taken = buffer.take()
+        for name, value in taken.metrics.items():
+            self.log(f"dataflex/{name}", value, batch_size=max(taken.num_groups, 1))
+        if taken.num_groups == 0:
+            return None  # no group carried signal in max_rounds rounds: Lightning skips this optimizer step
+        return self.grpo_loss(taken.payload)
+
+    def signal_buffer(self) -> SignalGroupBuffer:
+        """The buffer of signal groups, built from the strategy's ``dynamic_sampling`` part at the first step."""
+        if self.signal_groups is None:
+            self.signal_groups = SignalGroupBuffer(self.dataflex.strategy)
+            if self._signal_groups_state is not None:
+                self.signal_groups.load_state_dict(self._signal_groups_state)
+        return self.signal_groups
+
+    def more_prompts(self):
+        """Prompts of further rounds: a seeded shuffled stream over the dataset, ``prompts_per_step`` at a time.
+
+        The step's first round uses the strategy's sampler (Lightning's batch); further rounds
+        draw here, so a mix part's proportions do not reach them.
+        """
+        if self._more_prompts is None:
+            loader = DataLoader(self.dataset, batch_size=self.prompts_per_step, shuffle=True, collate_fn=list,
+                                generator=torch.Generator().manual_seed(1), drop_last=True)
+            self._more_prompts = itertools.chain.from_iterable(itertools.repeat(loader))
+        return self._more_prompts
+
+    def on_save_checkpoint(self, checkpoint):
+        if self.signal_groups is not None:
+            checkpoint["signal_groups"] = self.signal_groups.state_dict()
+
+    def on_load_checkpoint(self, checkpoint):
+        self._signal_groups_state = checkpoint.get("signal_groups")
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.model.parameters(), lr=self.lr)
@@ -128,13 +210,18 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-dir", default="runs/lightning_grpo")
     parser.add_argument("--data-module", action="store_true", help="serve the prompts from a LightningDataModule")
+    parser.add_argument("--dynamic-sampling", action="store_true",
+                        help="add a dynamic_sampling part: over-generate until B groups carry signal, train on those")
     args = parser.parse_args()
 
     torch.set_num_threads(1)
     pl.seed_everything(args.seed, verbose=False)
     suite = load_task_suite(seed=args.seed, n_train=100, n_test=25)
-    module = GRPOModule(suite["train"])
-    callback = DataFlexCallback(args.strategy or STRATEGY)
+    module = GRPOModule(suite["train"], dynamic_sampling=args.dynamic_sampling)
+    strategy = args.strategy or STRATEGY
+    if args.dynamic_sampling:
+        strategy = {**load_config(strategy), "dynamic_sampling": load_config(strategy)["dynamic_sampling"] or True}
+    callback = DataFlexCallback(strategy)
     trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=args.steps, callbacks=[callback],
                          logger=CSVLogger(args.log_dir), log_every_n_steps=5, enable_checkpointing=False,
                          enable_model_summary=False)
@@ -143,7 +230,7 @@ def main() -> None:
 
     metrics = {name: round(float(value), 3) for name, value in trainer.callback_metrics.items()}
     shown = ("dataflex/kept", "dataflex/ess", "dataflex/mix/target", "dataflex/pre_select/skipped",
-             "dataflex/pre_select/completions")
+             "dataflex/pre_select/completions", "dataflex/dynamic/")
     print("last step:", {name: value for name, value in metrics.items()
                          if name.startswith(shown) and not name.endswith(("_step", "_epoch"))})
     after = evaluate(module.model, module.tokenizer, suite["test"])

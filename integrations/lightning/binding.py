@@ -7,6 +7,7 @@ One line in ``training_step`` applies the strategy::
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -34,6 +35,7 @@ class BoundStrategy:
     def __init__(self) -> None:
         self._callback: "DataFlexCallback | None" = None
         self._last: tuple[int, RolloutBatch, Decision] | None = None
+        self._warned_dynamic = False
 
     # ------------------------------------------------------------ binding
 
@@ -88,6 +90,12 @@ class BoundStrategy:
             return self._last[2]
         strategy = self._callback.strategy
         strategy.check_host(batch_fields(batch), host="the RolloutBatch given to dataflex")
+        if strategy.config.get("dynamic_sampling") and strategy.signal_buffer is None and not self._warned_dynamic:
+            self._warned_dynamic = True
+            warnings.warn("dataflex: the strategy has a dynamic_sampling part, but no SignalGroupBuffer drives it, so "
+                          "every generated group trains as usual (only select/reweight/mix apply); build "
+                          "SignalGroupBuffer(self.dataflex.strategy) in training_step and train on its take() "
+                          "(docs/dynamic_sampling.md), or remove the part", stacklevel=2)
         detached = batch.replace(**{name: getattr(batch, name).detach() for name in TENSOR_FIELDS
                                     if getattr(batch, name) is not None})
         everyone, rows = gather_rollouts(detached)

@@ -121,6 +121,9 @@ class DataFlexCallback(TrainerCallback):
         strict: bool = True,
     ):
         self.strategy = as_strategy(strategy)
+        if self.strategy.config.get("dynamic_sampling"):
+            raise ConfigError("dynamic_sampling is not supported by the TRL adapter yet; remove the dynamic_sampling "
+                              "part or use the core SignalGroupBuffer in your own loop (docs/dynamic_sampling.md)")
         self.selection_reward = selection_reward
         self.domain_column = domain_column  # resolved against the config's domain_key in bind()
         self.prompt_key_column = prompt_key_column

@@ -36,6 +36,12 @@ from dataflex_callbacks.errors import ConfigError
 logger = logging.getLogger("dataflex_callbacks.integrations.verl")
 
 ADAPTER_KEYS = ("enable", "seed", "quota")
+# verl re-samples itself (DAPO recipe); docs/dynamic_sampling.md says how a dataflex block combines with it.
+DYNAMIC_SAMPLING_REFUSAL = (
+    "verl config 'dataflex': dynamic_sampling is done by verl itself in this adapter: remove the dynamic_sampling "
+    "part and set algorithm.filter_groups.enable=true with algorithm.filter_groups.metric (and max_num_gen_batches "
+    "or max_inflight_gen_batches, as in verl's DAPO recipe); a dataflex select part then runs after verl's filter, "
+    "on the groups verl trains on (docs/dynamic_sampling.md)")
 # DataFlex-RL's replay buffer, named by its mix scripts; the package is not installed with this library.
 REFERENCE_SAMPLER_PACKAGE = "dataflex_verl"
 _warned_reference_sampler = False
@@ -92,9 +98,12 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
     if not spec:
         raise ConfigError("dataflex: the block is empty; set e.g. 'dataflex.strategy: difffilter' or remove it")
     try:
-        return build_strategy(spec), options
+        strategy = build_strategy(spec)
     except ConfigError as error:
         raise ConfigError(f"verl config 'dataflex': {error}") from error
+    if strategy.config.get("dynamic_sampling"):
+        raise ConfigError(DYNAMIC_SAMPLING_REFUSAL)
+    return strategy, options
 
 
 def _mentions_reference_package(value: Any) -> bool:

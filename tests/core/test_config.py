@@ -216,3 +216,19 @@ def test_the_verl_adapter_wrapper_form_of_the_dataflex_block(tmp_path):
                             ({}, "empty")]:
         with pytest.raises(ConfigError, match=fragment):
             load_config({"dataflex": block})
+
+
+def test_dynamic_sampling_in_yaml_and_in_a_saved_strategy_state(tmp_path):
+    path = tmp_path / "dapo.yaml"
+    path.write_text("select: {scorer: group_reward_variance, selector: {name: threshold_band, low: 0.0, high: .inf}}\n"
+                    "dynamic_sampling: {max_rounds: 3}\n")
+    strategy = build_strategy(str(path))
+    assert strategy.config["dynamic_sampling"] == {"max_rounds": 3, "carry_over": True, "max_age": None}
+    json.dumps(strategy.config)
+    # A state saved before the part existed has no 'dynamic_sampling' key: it is the same config.
+    old = build_strategy("diffband")
+    state = old.state_dict()
+    del state["config"]["dynamic_sampling"]
+    build_strategy("diffband").load_state_dict(state)
+    with pytest.raises(ConfigError, match="changed: dynamic_sampling"):
+        build_strategy({**load_config("diffband"), "dynamic_sampling": True}).load_state_dict(old.state_dict())

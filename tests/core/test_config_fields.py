@@ -97,3 +97,50 @@ def test_a_typed_config_builds_the_same_strategy_as_its_dict():
                                                                     "params": {"low": 0.2, "high": 0.8}}},
                "mix": {"mixer": "reward_gap", "domains": ["a", "b"]}}
     assert build_strategy(typed).config == build_strategy(as_dict).config
+
+
+# ---------------------------------------------------------------- the dynamic_sampling part
+from dataflex_callbacks.config_fields import DynamicSamplingConfig  # noqa: E402
+
+
+@pytest.mark.parametrize("given", [True, {}, DynamicSamplingConfig()])
+def test_dynamic_sampling_true_takes_every_default(given):
+    assert load_config({"dynamic_sampling": given})["dynamic_sampling"] == field_defaults(DynamicSamplingConfig) == {
+        "max_rounds": 4, "carry_over": True, "max_age": None}
+
+
+@pytest.mark.parametrize("given", [None, False])
+def test_dynamic_sampling_absent_or_off_is_none(given):
+    assert load_config({"dynamic_sampling": given})["dynamic_sampling"] is None
+    assert load_config("diffband")["dynamic_sampling"] is None
+
+
+def test_dynamic_sampling_reads_its_keys_and_names_bad_ones():
+    resolved = load_config({"dynamic_sampling": {"max_rounds": 2, "carry_over": False, "max_age": 0}})
+    assert resolved["dynamic_sampling"] == {"max_rounds": 2, "carry_over": False, "max_age": 0}
+    with pytest.raises(ConfigError, match=r"'dynamic_sampling': unknown key\(s\) \['rounds'\]; valid keys: "
+                                          r"max_rounds, carry_over, max_age"):
+        load_config({"dynamic_sampling": {"rounds": 2}})
+    with pytest.raises(ConfigError, match="'dynamic_sampling' must be true"):
+        load_config({"dynamic_sampling": "yes"})
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("max_rounds", 0, "dynamic_sampling.max_rounds must be an integer >= 1"),
+    ("max_rounds", True, "dynamic_sampling.max_rounds must be an integer >= 1"),
+    ("max_rounds", 2.0, "dynamic_sampling.max_rounds must be an integer >= 1"),
+    ("carry_over", "true", "dynamic_sampling.carry_over must be true or false"),
+    ("max_age", -1, "dynamic_sampling.max_age must be an integer >= 0 or null"),
+])
+def test_dynamic_sampling_bad_values_name_the_key(key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        load_config({"dynamic_sampling": {key: value}})
+    with pytest.raises(ConfigError, match=message):
+        DynamicSamplingConfig(**{key: value})
+
+
+def test_dynamic_sampling_in_a_typed_config_and_a_dataflex_block():
+    typed = StrategyConfig(dynamic_sampling=DynamicSamplingConfig(max_rounds=3))
+    assert load_config(typed)["dynamic_sampling"]["max_rounds"] == 3
+    assert load_config({"dataflex": {"dynamic_sampling": True}})["dynamic_sampling"]["max_rounds"] == 4
+    assert "DAPO arXiv 2503.14476" in StrategyConfig.__dataclass_fields__["dynamic_sampling"].metadata["paper"]

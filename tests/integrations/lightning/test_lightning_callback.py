@@ -49,6 +49,30 @@ def test_missing_signal_for_the_scorer_names_the_field():
         toy_trainer([DataFlexCallback("difffilter")], max_steps=1).fit(module)
 
 
+def test_a_dynamic_sampling_part_without_a_buffer_warns_once_naming_the_fix():
+    module = ToyGRPO(toy_rows(), use_sampler=False)
+    strategy = {"select": {"scorer": "group_reward_variance", "selector": {"name": "threshold_band", "low": 0.0,
+                                                                           "high": float("inf")}},
+                "dynamic_sampling": {"max_rounds": 2}}
+    with pytest.warns(UserWarning, match="SignalGroupBuffer") as caught:
+        toy_trainer([DataFlexCallback(strategy)], max_steps=3).fit(module)
+    assert sum("dynamic_sampling" in str(w.message) for w in caught) == 1
+
+
+def test_a_dynamic_sampling_part_driven_by_a_buffer_does_not_warn():
+    import warnings
+
+    from dataflex_callbacks.dynamic_sampling import SignalGroupBuffer
+
+    module = ToyGRPO(toy_rows(), use_sampler=False)
+    callback = DataFlexCallback({"dynamic_sampling": True})
+    SignalGroupBuffer(callback.strategy)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        toy_trainer([callback], max_steps=2).fit(module)
+    assert not [w for w in caught if "dynamic_sampling" in str(w.message)]
+
+
 def test_helper_without_the_callback_is_a_clear_error():
     module = ToyGRPO(toy_rows(), use_sampler=False)
     module.dataflex = BoundStrategy()  # the optional declaration in __init__

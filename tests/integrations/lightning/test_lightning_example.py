@@ -43,3 +43,52 @@ def test_example_skips_prompts_with_its_data_module():
     assert history.size > 0 and set(history.keys) <= set(train["prompt_key"]), "keys follow the sampler's rule"
     assert trainer.callback_metrics["dataflex/pre_select/completions_saved"].item() == \
         module.group_size * callback.strategy.pre_select.skipped
+
+
+def test_example_dynamic_sampling_trains_exactly_b_signal_groups():
+    from dataflex_callbacks.config import load_config
+
+    example = load_example()
+    train = load_task_suite(seed=0, n_train=16, n_test=1)["train"]
+    module = example.GRPOModule(train, prompts_per_step=4, dynamic_sampling=True)
+    taken_per_step = []
+    take = None
+
+    def recording_take(*args, **kwargs):
+        taken = take(*args, **kwargs)
+        taken_per_step.append((taken.num_groups, taken.short, taken.rewards.view(-1, module.group_size)))
+        return taken
+
+    buffer = module.signal_buffer  # wrap the buffer's take once it exists, to see every step's groups
+
+    def signal_buffer():
+        nonlocal take
+        built = buffer()
+        if take is None:
+            take, built.take = built.take, recording_take
+        return built
+
+    module.signal_buffer = signal_buffer
+    strategy = {**load_config(example.STRATEGY), "dynamic_sampling": {"max_rounds": 3}}
+    callback = DataFlexCallback(strategy)
+    trainer = toy_trainer([callback], max_steps=4)
+    trainer.fit(module)
+    assert len(taken_per_step) >= 4 and module.signal_groups.max_rounds == 3
+    for groups, short, rewards in taken_per_step:
+        if not short:
+            assert groups == 4, "a step that is not short trains exactly B groups"
+        solve_rate = (rewards > 0.5).float().mean(dim=1)
+        assert bool(((solve_rate > 0) & (solve_rate < 1)).all()), "every trained group survives the select part"
+    metrics = trainer.callback_metrics
+    assert {"dataflex/dynamic/rounds", "dataflex/dynamic/generated", "dataflex/dynamic/signal_groups",
+            "dataflex/dynamic/carried", "dataflex/dynamic/short"} <= set(metrics)
+    assert module.signal_groups.totals["generated"] > 4 * 4 * module.group_size, "some step generated more rounds"
+    assert math.isfinite(float(metrics["train/loss"]))
+
+
+def test_example_without_the_flag_builds_no_buffer():
+    example = load_example()
+    module = example.GRPOModule(load_task_suite(seed=0, n_train=8, n_test=1)["train"], prompts_per_step=4)
+    trainer = toy_trainer([DataFlexCallback("difffilter")], max_steps=2)
+    trainer.fit(module)
+    assert module.signal_groups is None and "dataflex/dynamic/rounds" not in trainer.callback_metrics

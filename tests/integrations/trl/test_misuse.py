@@ -254,3 +254,24 @@ def test_mix_quota_from_the_config_reaches_the_trl_sampler(tiny_tokenizer):
     rows = list(sampler)[::2][:3 * 6]  # one row per prompt, 3 generation batches of 3 prompts
     for batch in (rows[i:i + 3] for i in range(0, len(rows), 3)):
         assert sorted(data[r]["domain"] for r in batch) == ["a", "b", "c"]
+
+
+# ---------------------------------------------------------------- dynamic sampling: refused until the adapter has it
+DYNAMIC = {"select": {"scorer": "group_reward_variance",
+                      "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")}},
+           "dynamic_sampling": True}
+DYNAMIC_REFUSAL = (r"^dynamic_sampling is not supported by the TRL adapter yet; remove the dynamic_sampling part or "
+                   r"use the core SignalGroupBuffer in your own loop \(docs/dynamic_sampling.md\)$")
+
+
+def test_dynamic_sampling_is_refused_by_the_trainer_in_one_line(make_trainer):
+    with pytest.raises(ConfigError, match=DYNAMIC_REFUSAL):
+        make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": DYNAMIC})
+
+
+def test_dynamic_sampling_is_refused_by_attach_and_the_callback(make_trainer):
+    trainer = make_trainer()
+    with pytest.raises(ConfigError, match=DYNAMIC_REFUSAL):
+        attach(trainer, DYNAMIC)
+    with pytest.raises(ConfigError, match=DYNAMIC_REFUSAL):
+        DataFlexCallback({"dynamic_sampling": {"max_rounds": 2}})
