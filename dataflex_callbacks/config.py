@@ -86,6 +86,11 @@ PRESETS: dict[str, tuple[str, dict]] = {
             {"reweight": _part(("advantage_magnitude", {}), "reweighter", ("per_advantage", {"alpha": 0.6}))}),
     "entropy_top": ("train only on the 20% highest-entropy tokens (80/20 rule)",
                     {"select": _part(("token_entropy", {}), "selector", ("entropy_top_tokens", {"fraction": 0.2}))}),
+    "dapo": ("drop zero-variance groups and generate further rounds until the step holds a full batch of groups "
+             "that carry signal (DAPO dynamic sampling, arXiv 2503.14476)",
+             {"select": _part(("group_reward_variance", {}), "selector",
+                              ("threshold_band", {"low": 0.0, "high": float("inf")})),
+              "dynamic_sampling": {"max_rounds": 4, "carry_over": True}}),
     "skip": ("skip prompts whose groups keep having zero reward variance, before generation (GRESO)",
              {"pre_select": {"name": "skip_zero_variance", "params": {}}}),
     "static": ("fixed uniform domain proportions", _mix("static")),

@@ -7,7 +7,8 @@ six trainer methods (`HOOKS`: wrapped by `attach`, overridden by `DataFlexTraine
 - ``_generate_and_score_completions``: after TRL computed advantages, build the global
   `RolloutBatch`, run ``strategy.apply`` (same decision on every rank), mask dropped rows
   out of the loss and store per-row keep/weights in the batch so they follow TRL's shuffle
-  and split into micro-batches;
+  and split into micro-batches. With a ``dynamic_sampling`` part it first generates further
+  rounds until the batch holds B groups that carry signal (`dynamic.DynamicSampling`);
 - ``_get_per_token_logps_and_entropies``: inside the loss only, compute the deferred
   current-policy weights (``strategy.apply_policy``) and apply all weights to the gradient;
 - ``_compute_loss``: rescale the loss so the normaliser matches physical removal;
@@ -44,6 +45,7 @@ from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import (ROW_NORMALISED, as_strategy, grpo_fields, kept_token_mask, local_decision,
                                      removal_scale, resolve_domain_key)
 
+from .dynamic import DynamicSampling
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import (DEFAULT_DOMAIN_SOURCE, acts_before_rollout, check_sampling_dataset, check_shuffle,
                        grpo_mixing_sampler, row_key)
@@ -111,6 +113,9 @@ class DataFlexCallback(TrainerCallback):
     exact_removal_advice = "Use loss_type='dapo' or 'bnpo' for exact equivalence."
     """How to make dropping rows exactly equal to removing them when an extra loss term is rescaled by B/K."""
 
+    supports_dynamic_sampling = True
+    """Whether this host runs a strategy's ``dynamic_sampling`` part (`dynamic.DynamicSampling`)."""
+
     def __init__(
         self,
         strategy: Any,
@@ -121,9 +126,7 @@ class DataFlexCallback(TrainerCallback):
         strict: bool = True,
     ):
         self.strategy = as_strategy(strategy)
-        if self.strategy.config.get("dynamic_sampling"):
-            raise ConfigError("dynamic_sampling is not supported by the TRL adapter yet; remove the dynamic_sampling "
-                              "part or use the core SignalGroupBuffer in your own loop (docs/dynamic_sampling.md)")
+        self.dynamic: Optional[DynamicSampling] = self._dynamic_sampling()
         self.selection_reward = selection_reward
         self.domain_column = domain_column  # resolved against the config's domain_key in bind()
         self.prompt_key_column = prompt_key_column
@@ -138,6 +141,16 @@ class DataFlexCallback(TrainerCallback):
         self._loss_inputs: Optional[dict] = None
         self.sampler = None  # the DomainMixingSampler installed in _get_train_sampler, if any
         self._pending_sampler_state: Optional[dict] = None
+
+    def _dynamic_sampling(self) -> Optional[DynamicSampling]:
+        """The dynamic-sampling loop when the strategy has the part; refused by hosts that cannot run it."""
+        if not self.strategy.config.get("dynamic_sampling"):
+            return None
+        if not self.supports_dynamic_sampling:
+            raise ConfigError(f"dynamic_sampling is not supported by the TRL adapter's {self.trainer_name} yet; remove "
+                              "the dynamic_sampling part or use the core SignalGroupBuffer in your own loop "
+                              "(docs/dynamic_sampling.md)")
+        return DynamicSampling(self.strategy)
 
     @property
     def history(self) -> list[dict[str, Any]]:
@@ -220,6 +233,10 @@ class DataFlexCallback(TrainerCallback):
             )
         if self.strategy.mix_enabled and self.strategy.domains is None and "domains" in available:
             self.strategy.bind_domains(sorted({str(d) for d in dataset[self.domain_column]}))
+        if self.dynamic is None or self.dynamic.strategy is not self.strategy:  # attach() may replace the strategy
+            self.dynamic = self._dynamic_sampling()
+        if self.dynamic is not None:
+            self.dynamic.bind(trainer, self.domain_column, self.prompt_key_column)
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -239,6 +256,22 @@ class DataFlexCallback(TrainerCallback):
         """Wraps ``_generate_and_score_completions``: decide on the global batch, mask the local rows."""
         if not trainer.model.training:
             return original(inputs)
+        output, rewards_per_func = self._scored_round(original, inputs)
+        signal, dynamic_metrics = None, None
+        if self.dynamic is not None:
+            score_round = lambda round_inputs: self._scored_round(original, round_inputs)  # noqa: E731
+            judge = lambda *round: self._rollout_batch(trainer, *round)[0]  # noqa: E731
+            inputs, output, rewards_per_func, signal, taken = self.dynamic.generate(
+                trainer, score_round, inputs, output, rewards_per_func, judge)
+            signal = signal.to(rewards_per_func.device) if taken.short else None
+            dynamic_metrics = taken.metrics
+        self._gathered_rewards = rewards_per_func
+        self._apply_strategy(trainer, inputs, output, signal=signal, extra_metrics=dynamic_metrics)
+        self._gathered_rewards = None
+        return output
+
+    def _scored_round(self, original: Callable, inputs: list) -> tuple[dict, torch.Tensor]:
+        """TRL's own scoring of ``inputs``: its batch dict and the ``(N_global, F)`` rewards it gathered."""
         self._gathered_rewards = None
         output = original(inputs)
         if self._gathered_rewards is None:
@@ -246,16 +279,15 @@ class DataFlexCallback(TrainerCallback):
                 "dataflex: TRL produced a batch without calling _calculate_rewards, so the adapter has no rewards to "
                 "select on. This TRL code path (custom rollout?) is not supported by the TRL adapter."
             )
-        self._apply_strategy(trainer, inputs, output)
-        self._gathered_rewards = None
-        return output
+        rewards_per_func, self._gathered_rewards = self._gathered_rewards, None
+        return output, rewards_per_func
 
-    def _apply_strategy(self, trainer, inputs: list, output: dict) -> None:
+    def _rollout_batch(self, trainer, inputs: list, output: dict, rewards_per_func: torch.Tensor):
+        """The global `RolloutBatch` of one scored batch, and its ``(N,)`` selection rewards."""
         accelerator = trainer.accelerator
         tool_mask = output.get("tool_mask")
         loss_mask = output["completion_mask"] if tool_mask is None else output["completion_mask"] * tool_mask
-
-        rewards = selection_rewards(self._gathered_rewards, trainer.reward_weights, self._reward_index)
+        rewards = selection_rewards(rewards_per_func, trainer.reward_weights, self._reward_index)
         has_domains = len(inputs) > 0 and self.domain_column in inputs[0]
         domains = [row[self.domain_column] for row in inputs] if has_domains else None
         prompt_keys = [row_key(row, self.prompt_key_column) for row in inputs]
@@ -265,7 +297,17 @@ class DataFlexCallback(TrainerCallback):
             accelerator, rewards, trainer.num_generations, loss_mask, output["advantages"], domains, prompt_keys,
             completion_ids=output["completion_ids"] if wants_ids else None,
         )
+        return batch, rewards
 
+    def _apply_strategy(self, trainer, inputs: list, output: dict, signal: Optional[torch.Tensor] = None,
+                        extra_metrics: Optional[dict] = None) -> None:
+        """Decide on the global batch and write the decision into this rank's rows of ``output``.
+
+        ``signal`` ``(N,)`` bool, when given, drops the rows outside it too (zero-signal groups
+        filling a short dynamic-sampling step); ``extra_metrics`` are logged and recorded with the decision's.
+        """
+        accelerator = trainer.accelerator
+        batch, rewards = self._rollout_batch(trainer, inputs, output, self._gathered_rewards)
         strategy = self.strategy
         # With the mixing sampler installed, the sampler reports each draw itself.
         if strategy.mix_enabled and batch.domains is not None and self.sampler is None:
@@ -279,10 +321,19 @@ class DataFlexCallback(TrainerCallback):
         generator.manual_seed(int(trainer.args.seed) * 1_000_003 + step)
         # Every rank decides on the same global batch; only the main process says when a step keeps nothing.
         strategy.warn_dropped_all = accelerator.is_main_process
+        # Dynamic sampling showed the pre-rollout filter every generated round already; this batch is a pick of them.
+        pre_select = strategy.pre_select
+        if self.dynamic is not None:
+            strategy.pre_select = None
         try:
             decision = strategy.apply(batch, step, sync=False, defer_policy=strategy.needs_policy_signals)
         finally:
             generator.set_state(saved_rng)
+            strategy.pre_select = pre_select
+        if self.dynamic is not None and pre_select is not None:
+            decision.metrics.update(pre_select.metrics())
+        if signal is not None:
+            decision = _restrict_decision(decision, signal.to(decision.keep.device))
 
         self.write_decision(trainer, output, decision, batch, rewards)
         self.last_decision = decision
@@ -294,10 +345,11 @@ class DataFlexCallback(TrainerCallback):
                     "weights": decision.weights.detach().cpu(),
                     "metrics": dict(decision.metrics),
                     "prompt_keys": list(batch.prompt_keys),
+                    "dynamic": dict(extra_metrics or {}),
                 }
             )
         metrics = trainer._metrics["train"]
-        for name, value in decision.metrics.items():
+        for name, value in {**decision.metrics, **(extra_metrics or {})}.items():
             metrics[f"dataflex/{name}"].append(float(value))
 
     def write_decision(self, trainer, output: dict, decision, batch, rewards: torch.Tensor) -> None:
@@ -400,6 +452,8 @@ class DataFlexCallback(TrainerCallback):
         state = {"strategy": self.strategy.state_dict(), "config": self.strategy.config}
         if self.sampler is not None:
             state["sampler"] = self.sampler.state_dict()
+        if self.dynamic is not None:
+            state["dynamic"] = self.dynamic.state_dict()
         torch.save(state, path)
         return path
 
@@ -429,6 +483,8 @@ class DataFlexCallback(TrainerCallback):
             where = (f" (with the TRL adapter: {self.trainer_name}(..., strict=False) or attach(trainer, strategy, "
                      "strict=False))") if "strict=False" in str(error) else ""
             raise ConfigError(f"dataflex: cannot resume from {folder}: {error}{where}") from error
+        if self.dynamic is not None and saved.get("dynamic") is not None:
+            self.dynamic.load_state_dict(saved["dynamic"])
         sampler_state = saved.get("sampler")
         if sampler_state is not None and acts_before_rollout(self.strategy):
             # HF Trainer builds the dataloader before loading the checkpoint; keep the state if it did not.
@@ -513,3 +569,16 @@ def _replace_decision(decision, keep: torch.Tensor, weights: torch.Tensor, respo
     local.__dict__.update(decision.__dict__)
     local.__dict__.update(changes)
     return local
+
+
+def _restrict_decision(decision, signal: torch.Tensor):
+    """``decision`` with the rows outside ``signal (N,)`` dropped too (keep False, weights 0)."""
+    rows = signal.unsqueeze(1) if decision.weights.dim() == 2 else signal
+    weights = decision.weights * rows.to(decision.weights.dtype)
+    changes = {"keep": decision.keep & signal, "weights": weights}
+    if dataclasses.is_dataclass(decision):
+        return dataclasses.replace(decision, **changes)
+    restricted = type(decision).__new__(type(decision))
+    restricted.__dict__.update(decision.__dict__)
+    restricted.__dict__.update(changes)
+    return restricted

@@ -40,6 +40,7 @@ class DataFlexRLOOCallback(DataFlexCallback):
     trainer_name = "DataFlexRLOOTrainer"
     exact_removal_advice = ("RLOOTrainer's one loss always averages over rows; for exact equivalence turn the MoE aux "
                             "loss off with RLOOConfig(router_aux_loss_coef=0.0).")
+    supports_dynamic_sampling = False
 
     def loss_aggregation(self, trainer) -> str:
         """``"sequence_mean"``: the one RLOO loss the adapter knows; a ``loss_type`` on the trainer is refused."""

@@ -4,7 +4,9 @@ Run as ``torchrun --nproc_per_node 2 ddp_worker.py OUT_DIR [MODE]``; each rank w
 ``OUT_DIR/rank<r>.json``. ``MODE`` ``select`` (default) runs selection + reweighting; ``mixing`` runs
 domain mixing with pre-rollout selection through the DomainMixingSampler and also records the
 sampler's index stream and final state; ``rloo`` runs all four parts at once in TRL's RLOOTrainer
-(for test_rloo.py) and also records a checksum of the parameters.
+(for test_rloo.py) and also records a checksum of the parameters; ``dynamic`` runs dynamic sampling
+(diffband + ``dynamic_sampling``) with a reward that is constant on rank 0, so rank 0's own groups
+never carry signal, and records the dynamic metrics and a checksum of the parameters.
 """
 
 import json
@@ -37,10 +39,22 @@ STRATEGIES = {
     },
 }
 STRATEGIES["rloo"] = {**STRATEGIES["select"], **STRATEGIES["mixing"]}  # every decision the adapter makes
+STRATEGIES["dynamic"] = {
+    "select": {"scorer": "group_reward_variance",
+               "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")}},
+    "dynamic_sampling": {"max_rounds": 4},
+}
 
 
 def parity_reward(completions, **kwargs):
     return [float(len(c) % 2 == 0) for c in completions]
+
+
+def rank_zero_constant_reward(completions, **kwargs):
+    """1 on rank 0 (its groups never carry signal); the characters' code-sum parity on the other ranks."""
+    if torch.distributed.get_rank() == 0:
+        return [1.0 for _ in completions]
+    return [float(sum(map(ord, c)) % 2) for c in completions]
 
 
 def main(out_dir: str, mode: str = "select") -> None:
@@ -58,17 +72,18 @@ def main(out_dir: str, mode: str = "select") -> None:
         per_device_train_batch_size=3,
         num_generations=2,
         max_completion_length=6,
-        max_steps={"select": 3, "mixing": 12, "rloo": 8}[mode],
+        max_steps={"select": 3, "mixing": 12, "rloo": 8, "dynamic": 4}[mode],
         learning_rate=1e-3,
         seed=0,
         **loss,
         **CPU_RUN_SETTINGS,
     )
     trainer = trainer_class(
-        model=build_tiny_model(tokenizer, seed=0), reward_funcs=parity_reward, args=args, train_dataset=dataset,
+        model=build_tiny_model(tokenizer, seed=0),
+        reward_funcs=rank_zero_constant_reward if mode == "dynamic" else parity_reward, args=args, train_dataset=dataset,
         processing_class=tokenizer, strategy=STRATEGIES[mode], record_decisions=True,
     )
-    if mode != "select":
+    if mode in ("mixing", "rloo"):
         record_train_sampler(trainer)
     trainer.train()
     history = [
@@ -77,11 +92,15 @@ def main(out_dir: str, mode: str = "select") -> None:
         for h in trainer.dataflex.decisions
     ]
     record = {"world_size": trainer.accelerator.num_processes, "history": history}
-    if mode != "select":
+    if mode in ("mixing", "rloo"):
         record["stream"] = trainer.recorder.indices
         record["sampler_state"] = json.loads(json.dumps(trainer.dataflex.sampler.state_dict(), default=str))
         record["strategy_state"] = json.loads(json.dumps(trainer.dataflex.strategy.state_dict(), default=str))
-    if rloo:
+    if mode == "dynamic":
+        for entry, decision in zip(history, trainer.dataflex.decisions):
+            entry["dynamic"] = decision["dynamic"]
+        record["totals"] = trainer.dataflex.dynamic.buffer.totals
+    if rloo or mode == "dynamic":
         record["parameters"] = [float(p.detach().double().sum()) for p in trainer.model.parameters()]
     with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as handle:
         json.dump(record, handle)

@@ -27,3 +27,17 @@ def test_two_ranks_draw_the_same_mixing_stream_and_skip_the_same_prompts(tmp_pat
     # Every rank's RolloutBatch holds all 6 rows (3 prompts x 2 generations), keys gathered from both ranks.
     assert all(len(h["prompt_keys"]) == 6 for h in ranks[0]["history"])
     assert ranks[0]["history"][-1]["metrics"]["pre_select/skipped_prompts"] > 0
+
+
+@pytest.mark.slow
+def test_two_ranks_take_the_same_dynamic_sampling_rounds_when_one_rank_has_no_signal(tmp_path):
+    ranks = run_two_ranks(tmp_path, "dynamic")  # a hang would fail inside run_two_ranks
+    assert ranks[0]["history"] == ranks[1]["history"]
+    assert ranks[0]["totals"] == ranks[1]["totals"]
+    assert ranks[0]["parameters"] == ranks[1]["parameters"]
+    history = ranks[0]["history"]
+    assert len(history) == 4 and all(len(h["keep"]) == 6 for h in history)
+    assert sum(h["dynamic"]["dynamic/rounds"] for h in history) > 4, "no extra round: the test is void"
+    for h in history:
+        if not h["dynamic"]["dynamic/short"]:
+            assert h["dynamic"]["dynamic/signal_groups"] == 3 and all(h["keep"])

@@ -256,22 +256,31 @@ def test_mix_quota_from_the_config_reaches_the_trl_sampler(tiny_tokenizer):
         assert sorted(data[r]["domain"] for r in batch) == ["a", "b", "c"]
 
 
-# ---------------------------------------------------------------- dynamic sampling: refused until the adapter has it
+# ---------------------------------------------------------------- dynamic sampling: what the TRL adapter refuses
 DYNAMIC = {"select": {"scorer": "group_reward_variance",
                       "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")}},
            "dynamic_sampling": True}
-DYNAMIC_REFUSAL = (r"^dynamic_sampling is not supported by the TRL adapter yet; remove the dynamic_sampling part or "
-                   r"use the core SignalGroupBuffer in your own loop \(docs/dynamic_sampling.md\)$")
 
 
-def test_dynamic_sampling_is_refused_by_the_trainer_in_one_line(make_trainer):
-    with pytest.raises(ConfigError, match=DYNAMIC_REFUSAL):
-        make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": DYNAMIC})
+def test_dynamic_sampling_is_refused_by_the_rloo_adapter_in_one_line():
+    from dataflex_callbacks.integrations.trl.rloo import DataFlexRLOOCallback
+
+    with pytest.raises(ConfigError, match=r"^dynamic_sampling is not supported by the TRL adapter's "
+                                          r"DataFlexRLOOTrainer yet; remove the dynamic_sampling part"):
+        DataFlexRLOOCallback(DYNAMIC)
 
 
-def test_dynamic_sampling_is_refused_by_attach_and_the_callback(make_trainer):
-    trainer = make_trainer()
-    with pytest.raises(ConfigError, match=DYNAMIC_REFUSAL):
-        attach(trainer, DYNAMIC)
-    with pytest.raises(ConfigError, match=DYNAMIC_REFUSAL):
-        DataFlexCallback({"dynamic_sampling": {"max_rounds": 2}})
+def test_dynamic_sampling_with_a_mix_part_is_refused_in_one_line(make_trainer):
+    strategy = {**DYNAMIC, "mix": {"mixer": "static"}}
+    with pytest.raises(ConfigError, match=r"^dynamic_sampling in the TRL adapter does not support a strategy with a "
+                                          r"mix part yet; drop"):
+        make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": strategy})
+    with pytest.raises(ConfigError, match=r"^dynamic_sampling in the TRL adapter does not support"):
+        attach(make_trainer(), strategy)
+
+
+def test_dynamic_sampling_with_a_token_level_select_part_is_refused_when_built():
+    strategy = {"select": {"scorer": "token_entropy", "selector": {"name": "entropy_top_tokens", "fraction": 0.2}},
+                "dynamic_sampling": True}
+    with pytest.raises(ConfigError, match="dynamic_sampling judges whole groups"):
+        DataFlexCallback(strategy)

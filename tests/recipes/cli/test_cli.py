@@ -60,6 +60,20 @@ def test_existing_run_needs_overwrite(finished_run, tmp_path, capsys):
     assert json.loads((target / "config.json").read_text())["strategy"] is None
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("preset", ["dapo", "dapo+skip"])
+def test_run_with_dynamic_sampling_trains_full_batches_of_signal_groups(tmp_path, preset):
+    out = tmp_path / "dapo"
+    assert _run(["--output-dir", str(out), "--strategy", preset]) == 0
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    for record in metrics:
+        assert 1 <= record["dataflex/dynamic/rounds"] <= 4 or record["dataflex/dynamic/carried"] > 0
+        assert record["dataflex/dynamic/generated"] == 16 * record["dataflex/dynamic/rounds"]
+        if not record["dataflex/dynamic/short"]:
+            assert record["dataflex/dynamic/signal_groups"] == 4 and record["kept_frac"] == 1.0
+
+
 def _assert_bad_input(args, tmp_path, capsys, expected):
     out = tmp_path / "out"
     assert _run(["--output-dir", str(out), *args]) == 2

@@ -1,0 +1,332 @@
+"""Dynamic sampling in TRL's GRPOTrainer: generate further rounds until the step holds B signal groups.
+
+`DynamicSampling` runs inside the adapter's wrapper of ``_generate_and_score_completions``.
+TRL scored its generation batch (round 0); while fewer than B groups carry signal (B = the
+groups of TRL's generation batch, ``generation_batch_size // num_generations``) and fewer than
+``max_rounds`` rounds were generated, it draws B further prompts, repeats each
+``num_generations`` times (``RepeatSampler``'s layout), and calls TRL's own
+``_generate_and_score_completions`` on them. Each round goes to a core `SignalGroupBuffer`,
+which keeps the signal groups (`dataflex_callbacks.dynamic_sampling.signal_rows`). The batch
+TRL then trains on is rebuilt from exactly B groups, the carried ones first: prompts of
+different rounds are left-padded and completions right-padded to common widths, with masks 0
+on the padding. Each row keeps the advantage TRL gave it in its own round.
+
+When ``max_rounds`` ends a step short of B, the step trains on the signal groups in hand and
+fills the batch with zero-signal groups (round 0's first), masked out of the loss; the metric
+``dataflex/dynamic/short`` is then 1.
+
+Round 0 comes from TRL's sampler (the adapter's `DomainMixingSampler` when the strategy has a
+``pre_select`` part). Further rounds come from a seeded stream over the train dataset
+(`PromptStream`: a fresh permutation per pass, seeded by ``args.seed``), independent of TRL's
+sampler, whose stream stays as it would be without dynamic sampling. A ``pre_select`` filter
+skips prompts in that stream too, and it observes every generated round (not only the groups
+trained), so its history and its adaptive keep rate see all the groups it paid for. The stream's
+position and generator, and the buffer (carried groups with their rows), go into the checkpoint.
+
+Several processes: every round is judged on the rewards gathered from all ranks, and the rows of
+every rank are gathered into the buffer's payload, so every rank takes the same decisions and the
+same number of rounds, and assembles the same B groups; each then keeps its contiguous block of
+rows (TRL's layout), so shapes are the same on every rank.
+
+Supported: any number of processes; any strategy without a ``mix`` part; text prompts (standard or
+conversational); ``steps_per_generation``, ``num_iterations``, gradient accumulation, ``beta``.
+The rest is refused by `check_dynamic_sampling` with a line naming the setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional
+
+import numpy as np
+import torch
+
+from dataflex_callbacks.dynamic_sampling import SignalGroupBuffer, SignalGroups
+from dataflex_callbacks.errors import ConfigError
+
+from dataflex_callbacks.host import accept_prompts
+
+from .sampling import row_key
+
+LEFT_PADDED = ("prompt_ids", "prompt_mask")
+"""Per-row keys of TRL's batch dict that are left-padded (prompts)."""
+
+RIGHT_PADDED = ("completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "ref_per_token_logps",
+                "sampling_per_token_logps", "importance_sampling_ratio", "advantages")
+"""Per-row keys that are right-padded when they are per token (completions), or stacked when per row."""
+
+RECOMPUTED = ("num_items_in_batch",)
+"""Keys rebuilt for the rows kept (the adapter's `write_decision` recomputes them)."""
+
+PAD_ID_KEYS = ("prompt_ids", "completion_ids")
+
+NOT_SUPPORTED = "dynamic_sampling in the TRL adapter does not support {what} yet; {fix}"
+
+
+def check_dynamic_sampling(trainer, strategy) -> None:
+    """Refuse, with one line naming the setting, what the TRL dynamic-sampling loop does not support yet."""
+    if strategy.mix_enabled:
+        raise ConfigError(NOT_SUPPORTED.format(
+            what="a strategy with a mix part",
+            fix="drop the mix part (pre_select works), or the dynamic_sampling part"))
+    if getattr(trainer, "environment_factories", None) is not None:
+        raise ConfigError(NOT_SUPPORTED.format(what="environment_factories",
+                                               fix="drop the dynamic_sampling part"))
+
+
+class PromptStream:
+    """A seeded, resumable stream of dataset rows: each pass a fresh permutation of ``range(size)``.
+
+    With a ``pre_select`` filter, each candidate is generated with the filter's keep probability
+    (`dataflex_callbacks.host.accept_prompts`, the rule the mixing sampler applies), and skipped ones
+    are counted by the filter (``record_draws``).
+
+    Args:
+        size: rows in the train dataset.
+        seed: the run's seed (``args.seed``); every pass ``p`` is ``randperm(size)`` seeded from ``(seed, p)``.
+        pre_select: the strategy's pre-rollout filter, or None.
+        row_key: ``row_key(i)``, row ``i``'s prompt key (read only with a filter).
+        row_label: ``row_label(i)``, row ``i``'s domain for the filter's prior, or None.
+    """
+
+    def __init__(self, size: int, seed: int, pre_select: Any = None, row_key: Optional[Callable] = None,
+                 row_label: Optional[Callable] = None):
+        if size < 1:
+            raise ConfigError("dynamic_sampling draws further prompts from the train dataset, which is empty")
+        self.size, self.seed = size, int(seed)
+        self.epoch, self.position = 0, 0
+        self.pre_select, self.row_key, self.row_label = pre_select, row_key, row_label
+        self._rng = np.random.Generator(np.random.PCG64(self.seed * 1_000_003 + 104_729))
+
+    def _permutation(self) -> torch.Tensor:
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + 7_919 + self.epoch)
+        return torch.randperm(self.size, generator=generator)
+
+    def draw(self, count: int) -> list[int]:
+        """The next ``count`` row indices (a new pass starts when one ends)."""
+        rows: list[int] = []
+        skipped = 0
+        while len(rows) < count:
+            need = count - len(rows)
+            window = min(self.size - self.position, need if self.pre_select is None else max(2 * need, 8))
+            candidates = self._permutation()[self.position:self.position + window].tolist()
+            if self.pre_select is None:
+                rows += candidates
+                considered = len(candidates)
+            else:
+                labels = None if self.row_label is None else [self.row_label(r) for r in candidates]
+                passed = accept_prompts(self.pre_select, [self.row_key(r) for r in candidates], need, self._rng,
+                                        labels=labels)
+                rows += [candidates[i] for i in passed.accepted.tolist()]
+                considered, skipped = passed.considered, skipped + passed.skipped
+            self.position += considered
+            if self.position == self.size:
+                self.epoch, self.position = self.epoch + 1, 0
+        if self.pre_select is not None:
+            self.pre_select.record_draws([self.row_key(r) for r in rows], skipped)
+        return rows
+
+    def state_dict(self) -> dict:
+        return {"size": self.size, "seed": self.seed, "epoch": self.epoch, "position": self.position,
+                "rng": self._rng.bit_generator.state}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if int(state["size"]) != self.size:
+            raise ConfigError(f"dynamic_sampling: the checkpoint's prompt stream is over {state['size']} rows, this "
+                              f"train dataset has {self.size}; resume with the same dataset")
+        self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        if state.get("rng") is not None:
+            self._rng.bit_generator.state = state["rng"]
+
+
+class DynamicSampling:
+    """The TRL side of dynamic sampling: rounds, the `SignalGroupBuffer`, and TRL's batch rebuilt from B groups.
+
+    Args:
+        strategy: the bound strategy (its ``select`` part judges groups, its ``dynamic_sampling`` part sets
+            ``max_rounds``, ``carry_over`` and ``max_age``).
+    """
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+        self.buffer = SignalGroupBuffer(strategy)
+        self.stream: Optional[PromptStream] = None
+        self._pending_stream: Optional[dict] = None
+        self.last: Optional[SignalGroups] = None
+
+    def bind(self, trainer, domain_column: Optional[str] = None, key_column: Optional[str] = None) -> None:
+        """Check the trainer's settings and open the prompt stream over its train dataset.
+
+        ``domain_column`` and ``key_column`` name each prompt's domain and key for a ``pre_select`` filter.
+        """
+        check_dynamic_sampling(trainer, self.strategy)
+        dataset = trainer.train_dataset
+        columns = list(getattr(dataset, "column_names", None) or [])
+        label = (lambda i: str(dataset[i][domain_column])) if domain_column in columns else None
+        self.stream = PromptStream(len(dataset), trainer.args.seed, pre_select=self.strategy.pre_select,
+                                   row_key=lambda i: row_key(dataset[i], key_column), row_label=label)
+        if self._pending_stream is not None:
+            self.stream.load_state_dict(self._pending_stream)
+            self._pending_stream = None
+
+    @staticmethod
+    def num_groups(trainer) -> int:
+        """B: the groups of TRL's generation batch, all processes together."""
+        return trainer.args.generation_batch_size // trainer.num_generations
+
+    def generate(self, trainer, score_round: Callable, inputs: list, output: dict, rewards_per_func: torch.Tensor,
+                 judge_batch: Callable) -> tuple[list, dict, torch.Tensor, torch.Tensor, SignalGroups]:
+        """Run the rounds of one step, starting from TRL's scored batch; return what the step trains on.
+
+        Args:
+            trainer: the TRL GRPOTrainer.
+            score_round: ``score_round(inputs) -> (output, rewards_per_func (N, F))``, TRL's own scoring.
+            inputs: round 0's ``N`` dataset rows (each prompt ``num_generations`` times in a row).
+            output: TRL's batch dict for round 0.
+            rewards_per_func: ``(N, F)`` round 0's rewards, one column per reward function.
+            judge_batch: ``judge_batch(inputs, output, rewards_per_func) -> RolloutBatch``, the global batch
+                the buffer judges.
+
+        Returns:
+            ``(inputs, output, rewards_per_func, signal, taken)``: the ``N`` rows TRL trains on (B groups), their
+            batch dict and ``(N, F)`` rewards, ``(N,)`` bool signal rows (False on zero-signal groups filling a
+            short step), and the buffer's `SignalGroups`.
+        """
+        buffer, generations = self.buffer, trainer.num_generations
+        wanted = self.num_groups(trainer)
+        accelerator, pad_id = trainer.accelerator, _pad_id(trainer)
+        local = slice(accelerator.process_index * len(inputs), (accelerator.process_index + 1) * len(inputs))
+        buffer.start_step(wanted, step=int(trainer.state.global_step))
+        rounds: list[tuple[list, dict, torch.Tensor]] = []
+        fillers: list[tuple[int, int, list]] = []  # (round, first row, rows) of zero-signal groups, for a short step
+        while True:
+            _check_keys(output)
+            rows = _row_payload(*_all_ranks(accelerator, inputs, output, pad_id), rewards_per_func)
+            judged = judge_batch(inputs, output, rewards_per_func)
+            signal = buffer.add(judged, payload=rows)
+            if self.strategy.pre_select is not None:  # it learns from every generated group, trained or not
+                self.strategy.pre_select.observe(judged, int(trainer.state.global_step))
+            round_index = len(rounds)
+            rounds.append((inputs, output, rewards_per_func))
+            zero = (~signal.cpu()).view(-1, generations)[:, 0].nonzero().flatten().tolist()
+            fillers += [(round_index, g * generations, rows[g * generations:(g + 1) * generations]) for g in zero]
+            if not buffer.should_generate_more():
+                break
+            prompts = [trainer.train_dataset[i] for i in self.stream.draw(wanted)]
+            inputs = [row for row in prompts for _ in range(generations)][local]  # RepeatSampler's layout
+            output, rewards_per_func = score_round(inputs)
+        taken = buffer.take()
+        self.last = taken
+        groups = _ordered_groups(taken, fillers, wanted, generations)
+        rows = [row for _, row_group in groups for row in row_group]
+        signal = torch.tensor([flag for flag, row_group in groups for _ in row_group], dtype=torch.bool)
+        inputs, output, rewards_per_func = _assemble(rows, pad_id=pad_id)
+        # Every rank assembled the same global batch; it keeps its block of rows (rewards and signal stay global).
+        return inputs[local], {key: value[local] for key, value in output.items()}, rewards_per_func, signal, taken
+
+    # ------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict:
+        """The buffer (carried groups with their rows) and the prompt stream's position."""
+        return {"buffer": self.buffer.state_dict(),
+                "stream": None if self.stream is None else self.stream.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.buffer.load_state_dict(state["buffer"])
+        if state.get("stream") is not None:
+            if self.stream is None:
+                self._pending_stream = dict(state["stream"])
+            else:
+                self.stream.load_state_dict(state["stream"])
+
+
+# ---------------------------------------------------------------- rows in and out of the buffer
+
+
+def _check_keys(output: Mapping[str, Any]) -> None:
+    unknown = sorted(set(output) - set(LEFT_PADDED) - set(RIGHT_PADDED) - set(RECOMPUTED))
+    if unknown:
+        raise ConfigError(NOT_SUPPORTED.format(
+            what=f"TRL batches with the keys {unknown} (multimodal or tool inputs)",
+            fix="drop the dynamic_sampling part for this model or dataset"))
+
+
+def _all_ranks(accelerator, inputs: list, output: Mapping[str, Any], pad_id: int) -> tuple[list, dict]:
+    """The rows of every rank, in global order: per-token tensors padded to one width (prompts on the left)."""
+    if accelerator.num_processes == 1:
+        return inputs, dict(output)
+    from accelerate.utils import gather_object
+
+    gathered = {}
+    for key, value in output.items():
+        if key in RECOMPUTED:
+            continue
+        if value.dim() == 2:
+            value = accelerator.pad_across_processes(value, dim=1, pad_index=pad_id if key in PAD_ID_KEYS else 0,
+                                                     pad_first=key in LEFT_PADDED)
+        gathered[key] = accelerator.gather(value)
+    return gather_object(list(inputs)), gathered
+
+
+def _row_payload(inputs: list, output: Mapping[str, Any], rewards_per_func: torch.Tensor) -> list[dict]:
+    """One dict per row: its dataset row, its ``(F,)`` rewards and its slice of every per-row tensor."""
+    tensors = {key: value for key, value in output.items() if key not in RECOMPUTED}
+    return [{"input": row, "rewards": rewards_per_func[i].clone(),
+             "tensors": {key: value[i].clone() for key, value in tensors.items()}}
+            for i, row in enumerate(inputs)]
+
+
+def _ordered_groups(taken: SignalGroups, fillers: list, wanted: int, generations: int) -> list[tuple[bool, list]]:
+    """The step's groups as ``(carries_signal, rows)``: carried first, then this step's by (round, row).
+
+    A short step adds zero-signal groups (earliest rounds first) until it holds ``wanted`` groups.
+    """
+    sizes = taken.group_sizes.tolist()
+    starts = [0]
+    for size in sizes[:-1]:
+        starts.append(starts[-1] + size)
+    carried, fresh = [], []
+    for start, size in zip(starts, sizes):
+        rows = taken.payload[start:start + size]
+        round_index = int(taken.source_round[start])
+        if round_index < 0:
+            carried.append((True, rows))
+        else:
+            fresh.append(((round_index, int(taken.source_rows[start])), True, rows))
+    missing = wanted - len(sizes)
+    if missing > 0:
+        fresh += [((round_index, first), False, rows) for round_index, first, rows in fillers[:missing]]
+    fresh.sort(key=lambda item: item[0])
+    return carried + [(flag, rows) for _, flag, rows in fresh]
+
+
+def _pad_id(trainer) -> int:
+    pad = getattr(trainer, "pad_token_id", None)
+    if pad is None:
+        pad = trainer.processing_class.pad_token_id
+    return int(pad)
+
+
+def _stack(values: list[torch.Tensor], left: bool, pad: float) -> torch.Tensor:
+    """Rows of one key: ``(N,)`` when they are scalars, else ``(N, width)`` padded on the ``left`` or right."""
+    if values[0].dim() == 0:
+        return torch.stack(values)
+    width = max(value.shape[0] for value in values)
+    out = values[0].new_full((len(values), width), pad)
+    for i, value in enumerate(values):
+        if left:
+            out[i, width - value.shape[0]:] = value
+        else:
+            out[i, :value.shape[0]] = value
+    return out
+
+
+def _assemble(rows: list[dict], pad_id: int) -> tuple[list, dict, torch.Tensor]:
+    """TRL's batch dict from row payloads of several rounds: ``(inputs, output, rewards_per_func (N, F))``."""
+    inputs = [row["input"] for row in rows]
+    rewards = torch.stack([row["rewards"] for row in rows])
+    keys = rows[0]["tensors"].keys()
+    output = {}
+    for key in keys:
+        pad = pad_id if key in PAD_ID_KEYS else 0
+        output[key] = _stack([row["tensors"][key] for row in rows], left=key in LEFT_PADDED, pad=pad)
+    return inputs, output, rewards
