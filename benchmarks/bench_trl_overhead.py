@@ -1,7 +1,9 @@
 """Per-step time of TRL's GRPOTrainer with and without a DataFlex strategy, on the tiny local model.
 
 Runs ``--steps`` optimizer steps of a stock ``GRPOTrainer``, a ``DataFlexGRPOTrainer`` with
-``difffilter`` (selection) and one with ``ar`` (token weights from the current policy), same seed,
+``difffilter`` (selection), one with ``ar`` (token weights from the current policy) and one with
+``dapo`` (dynamic sampling: it generates further rounds, so its wall time per step is larger by
+design; its adapter time counts the batch rebuilding and excludes every round's generation), same seed,
 alternating the runs over ``--rounds`` rounds so machine drift hits every variant alike. Every
 completion is forced to ``--max-completion-length`` tokens so the variants generate the same
 amount of text whatever they learn. Prints the median per-step time of each variant and its
@@ -31,7 +33,7 @@ from trl import GRPOConfig, GRPOTrainer  # noqa: E402
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
-VARIANTS = {"stock": None, "difffilter": "difffilter", "ar": "ar"}
+VARIANTS = {"stock": None, "difffilter": "difffilter", "ar": "ar", "dapo": "dapo"}
 
 
 def checksum_parity_reward(completions, **kwargs):

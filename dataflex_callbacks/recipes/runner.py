@@ -295,24 +295,80 @@ def _step_record(step: int, logs: dict, domains: list[str]) -> dict:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
 
 
+GENERATED_KEY = "dataflex/dynamic/generated"
+"""The step's generated completions (all rounds), logged by a strategy with a ``dynamic_sampling`` part."""
+SIGNAL_GROUPS_KEY = "dataflex/dynamic/signal_groups"
+"""The signal groups a dynamic-sampling step trained on, logged by a strategy with a ``dynamic_sampling`` part."""
+ZERO_STD_KEY = "frac_reward_zero_std"
+"""TRL's logged fraction of the generation batch's groups whose rewards are all equal (all processes)."""
+
+
+def scheduled_completions(args, global_step: int) -> int:
+    """Completions TRL's generation schedule makes in optimizer step `global_step` (1-based), all processes.
+
+    TRL generates ``generation_batch_size`` completions at micro-steps 0, G, 2G, ... with
+    G = ``steps_per_generation * num_iterations``. Pre-rollout selection changes which prompts are
+    generated, never how many; dynamic sampling generates more (its logged `GENERATED_KEY` counts them).
+    """
+    micro = int(args.gradient_accumulation_steps)
+    every = int(args.steps_per_generation) * int(getattr(args, "num_iterations", 1) or 1)
+    before, after = (global_step - 1) * micro, global_step * micro
+    return (-(-after // every) - -(-before // every)) * int(args.generation_batch_size)
+
+
+def dynamic_buffer(trainer):
+    """The `SignalGroupBuffer` the TRL adapter drives for a ``dynamic_sampling`` strategy, or None."""
+    dynamic = getattr(getattr(trainer, "dataflex", None), "dynamic", None)
+    return None if dynamic is None else dynamic.buffer
+
+
+def signal_accounting(logs: dict, generated: int, num_generations: int, zero_signal_total: int | None,
+                      zero_signal_before: int) -> tuple[int | None, int | None]:
+    """``(trained signal groups, completions in zero-signal groups)`` of one step, from its logs.
+
+    Dynamic sampling (`SIGNAL_GROUPS_KEY` logged): the signal groups it trained, and the step's
+    growth of its buffer's ``totals["zero_signal_completions"]`` (`zero_signal_total`, read after the
+    step; the buffer judges every generated group, trained or not, with the strategy's select part).
+    Otherwise every generated group is trained, and a group carries signal when its rewards are not
+    all equal: TRL's `ZERO_STD_KEY` (reward std close to 0) gives the share that are. None when the
+    step's logs (or a missing buffer) cannot tell.
+    """
+    if logs.get(SIGNAL_GROUPS_KEY) is not None:
+        zero_signal = None if zero_signal_total is None else int(zero_signal_total - zero_signal_before)
+        return int(round(logs[SIGNAL_GROUPS_KEY])), zero_signal
+    if generated == 0:
+        return 0, 0
+    if logs.get(ZERO_STD_KEY) is None:
+        return None, None
+    groups = generated // num_generations
+    zero_groups = int(round(float(logs[ZERO_STD_KEY]) * groups))
+    return groups - zero_groups, zero_groups * num_generations
+
+
 def _metrics_callback(records: list[dict], domains: list[str], steps: int, progress: bool):
     from transformers import TrainerCallback
 
     class RecordMetrics(TrainerCallback):
-        """Keep one record per optimizer step, count generated completions and drive the progress bar."""
+        """Keep one record per optimizer step, count generated completions and signal groups, drive the progress bar.
+
+        Each record holds the step's ``generated`` completions, the cumulative ``completions``, the
+        step's trained ``signal_groups`` and ``zero_signal_completions`` (`signal_accounting`).
+        ``buffer`` is the adapter's dynamic-sampling buffer, set once the trainer exists (None without one).
+        """
 
         def __init__(self):
             self.bar = None
             self.completions = 0
+            self.signal_groups = 0
+            self.zero_signal_completions = 0
+            self.signal_counted = True  # False once a step's logs could not tell its signal groups
+            self.buffer = None
+            self._scheduled = 0  # this step's completions by TRL's schedule, until its logs say otherwise
+            self._zero_signal_seen = 0
 
         def on_step_end(self, args, state, control, **kwargs):
-            # TRL generates `generation_batch_size` completions (all processes) at micro-steps
-            # 0, G, 2G, ... with G = steps_per_generation * num_iterations. Pre-rollout selection
-            # changes which prompts are generated, never how many.
-            micro = int(args.gradient_accumulation_steps)
-            every = int(args.steps_per_generation) * int(getattr(args, "num_iterations", 1) or 1)
-            before, after = (state.global_step - 1) * micro, state.global_step * micro
-            self.completions += (-(-after // every) - -(-before // every)) * int(args.generation_batch_size)
+            self._scheduled = scheduled_completions(args, state.global_step)
+            self.completions += self._scheduled
 
         def on_train_begin(self, args, state, control, **kwargs):
             if progress:
@@ -323,8 +379,24 @@ def _metrics_callback(records: list[dict], domains: list[str], steps: int, progr
         def on_log(self, args, state, control, logs=None, **kwargs):
             if not logs or "loss" not in logs:
                 return  # the end-of-training summary has no per-step metrics
+            generated = self._scheduled
+            if logs.get(GENERATED_KEY) is not None:  # dynamic sampling generated every round it needed
+                generated = int(round(logs[GENERATED_KEY]))
+                self.completions += generated - self._scheduled
+            self._scheduled = 0
+            zero_total = None if self.buffer is None else int(self.buffer.totals["zero_signal_completions"])
+            signal_groups, zero_signal = signal_accounting(logs, generated, int(args.num_generations), zero_total,
+                                                           self._zero_signal_seen)
+            if zero_total is not None:
+                self._zero_signal_seen = zero_total
+            if signal_groups is None or zero_signal is None:
+                self.signal_counted = False
+            else:
+                self.signal_groups += signal_groups
+                self.zero_signal_completions += zero_signal
             record = _step_record(state.global_step, logs, domains)
-            record["completions"] = self.completions
+            record.update(completions=self.completions, generated=generated, signal_groups=signal_groups,
+                          zero_signal_completions=zero_signal)
             records.append(record)
             if self.bar is not None:
                 self.bar.update(record["step"] - self.bar.n)
@@ -462,6 +534,7 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     reward_fn = tasks.make_reward_fn(seed=options.seed, **reward_settings)
     callback = _metrics_callback(records, domains, options.steps, options.progress)
     trainer = make_trainer(model, tokenizer, reward_fn, train, args, strategy, [callback, *callbacks])
+    callback.buffer = dynamic_buffer(trainer)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     for noisy_callback in (PrinterCallback, ProgressCallback):  # our callback prints the progress instead
@@ -490,6 +563,8 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         "n_train_rows": len(train),
         "n_test_rows": len(test),
         "completions_generated": callback.completions,
+        "signal_groups_trained": callback.signal_groups if callback.signal_counted else None,
+        "zero_signal_completions": callback.zero_signal_completions if callback.signal_counted else None,
         "verifier": reward_settings["verifier"],
         "trainer": {
             "class": type(trainer).__name__,

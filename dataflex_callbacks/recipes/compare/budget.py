@@ -7,12 +7,16 @@ many completions, which is the fair unit when a strategy changes how much is gen
 
 How completions are counted: TRL generates ``generation_batch_size`` completions (all processes
 together) once every ``steps_per_generation * num_iterations`` micro-steps. `GenerationLedger`
-applies that rule at the end of every optimizer step, and counts completion tokens from TRL's
-logged ``completions/mean_length`` of each generation. TRL's generation batch has a fixed size
-(a pre-rollout sampler replaces skipped prompts rather than generating fewer), so with the TRL
-adapter every strategy generates the same number of completions per step; a strategy with a
-pre-rollout part is still given 4x the steps as a cap, so that a host that generates fewer per
-step can spend the same completions over more steps.
+applies that rule at the end of every optimizer step; a strategy with a ``dynamic_sampling`` part
+generates further rounds within the step and logs their total as ``dataflex/dynamic/generated``,
+which then replaces the schedule's count for that step (`GenerationLedger.record_generated`).
+Completion tokens come from TRL's logged ``completions/mean_length`` of each step. TRL's
+generation batch has a fixed size (a pre-rollout sampler replaces skipped prompts rather than
+generating fewer), so with the TRL adapter every strategy generates at least one batch per step:
+the steps a fixed batch needs to spend the budget (`Budget.step_cap`) are enough for every
+strategy, and dynamic sampling spends it in fewer. A strategy with a pre-rollout part is still
+given 4x the steps as a cap, so that a host that generates fewer per step can spend the same
+completions over more steps.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from typing import Callable
+
+from ..runner import GENERATED_KEY
 
 BUDGET_UNITS = ("steps", "completions")
 PRE_SELECT_STEP_HEADROOM = 4
@@ -92,6 +98,17 @@ class GenerationLedger:
         self.steps = global_step
         return self.spent
 
+    def record_generated(self, global_step: int, count: int) -> bool:
+        """Replace the schedule's count of step `global_step` by the `count` its strategy logged (all rounds of
+        dynamic sampling); True when the budget is now spent."""
+        count = int(count)
+        self.completions += count - self.generated_at.get(global_step, 0)
+        if count:
+            self.generated_at[global_step] = count
+        else:
+            self.generated_at.pop(global_step, None)
+        return self.spent
+
     def record_lengths(self, global_step: int, mean_length) -> None:
         """Add the tokens of the generation made at `global_step`, from TRL's logged mean completion length."""
         count = self.generated_at.get(global_step)
@@ -118,26 +135,39 @@ def budget_callback(ledger: GenerationLedger, evaluate: Callable | None = None, 
     eval_steps = frozenset(eval_steps)
 
     class BudgetCallback(TrainerCallback):
-        """Count generated completions and tokens, stop at the budget, evaluate along the way."""
+        """Count generated completions and tokens, stop at the budget, evaluate along the way.
+
+        A step whose logs follow (``control.should_log``; the runner logs every step) is decided in
+        `on_log`, once its logged count of generated completions is known; any other step at its end.
+        """
 
         def __init__(self):
             self.curve: list[dict] = []
 
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
             generate_every = int(args.steps_per_generation) * int(getattr(args, "num_iterations", 1) or 1)
-            spent = ledger.record_step(state.global_step, int(args.generation_batch_size),
-                                       int(args.gradient_accumulation_steps), generate_every)
-            if spent:
+            ledger.record_step(state.global_step, int(args.generation_batch_size),
+                               int(args.gradient_accumulation_steps), generate_every)
+            if not control.should_log:
+                self._finish_step(state, control, model, processing_class)
+            return control
+
+        def on_log(self, args, state, control, logs=None, model=None, processing_class=None, **kwargs):
+            if not logs or "loss" not in logs:
+                return control
+            if logs.get(GENERATED_KEY) is not None:
+                ledger.record_generated(state.global_step, round(logs[GENERATED_KEY]))
+            ledger.record_lengths(state.global_step, logs.get("completions/mean_length"))
+            self._finish_step(state, control, model, processing_class)
+            return control
+
+        def _finish_step(self, state, control, model, processing_class) -> None:
+            if ledger.spent:
                 control.should_training_stop = True
             elif evaluate is not None and state.global_step in eval_steps:
                 self.curve.append({"step": state.global_step, "completions": ledger.completions,
                                    "accuracy": evaluate(model, processing_class)})
             if on_step is not None:
                 on_step(state.global_step)
-            return control
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if logs and "loss" in logs:
-                ledger.record_lengths(state.global_step, logs.get("completions/mean_length"))
 
     return BudgetCallback()

@@ -261,6 +261,7 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
             "sampled": {d: m.get(f"share/{d}") or 0.0 for d in domains},
             "target": target if any(v is not None for v in target.values()) else None,
         })
+    signal_groups = result.config.get("signal_groups_trained")
     return {
         "strategy": run.strategy,
         "seed": run.seed,
@@ -272,6 +273,11 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
         "steps": final_step,
         "completions": ledger.completions,
         "completion_tokens": int(round(ledger.completion_tokens)),
+        # Trained signal groups and completions in zero-signal groups (runner.signal_accounting); None when the
+        # run's logs could not tell them.
+        "signal_groups": signal_groups,
+        "zero_signal_completions": result.config.get("zero_signal_completions"),
+        "completions_per_signal_group": ledger.completions / signal_groups if signal_groups else None,
         "wall_seconds": round(result.wall_seconds, 3),
         "kept_frac": sum(kept) / len(kept) if kept else 1.0,
         "before": result.eval_before,

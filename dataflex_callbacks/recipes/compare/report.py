@@ -16,7 +16,10 @@ FIGURES_FOLDER = "figures"
 ACCURACY_FIGURE = "accuracy_vs_completions.png"
 PROPORTIONS_FIGURE = "domain_proportions.png"
 RUN_COLUMNS = ("strategy", "seed", "budget", "steps", "completions", "completion_tokens", "wall_seconds",
-               "kept_frac", "accuracy_before_overall", "accuracy_after_overall", "accuracy_gain_overall")
+               "kept_frac", "accuracy_before_overall", "accuracy_after_overall", "accuracy_gain_overall",
+               "signal_groups", "zero_signal_completions", "completions_per_signal_group")
+SIGNAL_FIELDS = ("signal_groups", "zero_signal_completions", "completions_per_signal_group")
+"""Per-run fields a result written before they existed lacks; the report shows n/a for them."""
 
 
 def domains_of(records: list[dict]) -> list[str]:
@@ -33,6 +36,7 @@ def result_row(record: dict) -> dict:
     """One results.csv row: a run's budget use and held-out accuracy before and after."""
     row = {key: record[key] for key in ("strategy", "seed", "budget", "steps", "completions", "completion_tokens",
                                         "wall_seconds", "kept_frac", "run_dir")}
+    row.update({key: record.get(key) for key in SIGNAL_FIELDS})
     for when in ("before", "after"):
         for domain, value in record[when].items():
             row[f"accuracy_{when}_{domain}"] = value
@@ -64,6 +68,16 @@ def paired_difference(records: list[dict], strategy: str, baseline: str, domain:
     interval = stats.paired_bootstrap_interval(differences)
     return {"seeds": seeds, "differences": differences, "interval": interval,
             "p_value": stats.sign_flip_pvalue(differences), "significant": interval.excludes_zero}
+
+
+def signal_means(runs: list[dict]) -> tuple[float, float]:
+    """``(generated completions per trained signal group, completions in zero-signal groups)`` of a strategy's runs:
+    all their completions over all their trained signal groups, and the mean over seeds; NaN when a run lacks them."""
+    if any(r.get("signal_groups") is None or r.get("zero_signal_completions") is None for r in runs):
+        return math.nan, math.nan
+    groups = sum(r["signal_groups"] for r in runs)
+    per_group = sum(r["completions"] for r in runs) / groups if groups else math.nan
+    return per_group, float(np.mean([r["zero_signal_completions"] for r in runs]))
 
 
 def _fmt(value, digits: int = 3, signed: bool = False) -> str:
@@ -244,7 +258,7 @@ def render_report(settings, outcome) -> str:
     out += ["## Held-out accuracy after training", "",
             "Mean over seeds with the Student-t 95% interval `[low, high]`; `change` is after minus before.", ""]
     header = ["strategy", "seeds", "overall", "change", *domains, "completions", "completion tokens", "kept fraction",
-              "wall s/run"]
+              "wall s/run", "completions per trained signal group", "completions in zero-signal groups"]
     out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for strategy in strategies:
         runs = list(_by_strategy(records, strategy).values())
@@ -256,6 +270,8 @@ def render_report(settings, outcome) -> str:
         cells += [_fmt(float(np.mean([r["after"].get(d, math.nan) for r in runs]))) for d in domains]
         cells += [f"{np.mean([r['completions'] for r in runs]):.0f}", f"{np.mean([r['completion_tokens'] for r in runs]):.0f}",
                   _fmt(float(np.mean([r["kept_frac"] for r in runs])), 2), f"{np.mean([r['wall_seconds'] for r in runs]):.0f}"]
+        per_signal_group, zero_signal = signal_means(runs)
+        cells += [_fmt(per_signal_group, 2), _fmt(zero_signal, 0)]
         out.append("| " + " | ".join(cells) + " |")
     out.append("")
 
@@ -310,7 +326,13 @@ def render_report(settings, outcome) -> str:
             "paired difference of accuracies after training is also the paired difference of gains.",
             "- Completions are counted from TRL's generation schedule (`generation_batch_size` completions every "
             "`steps_per_generation * num_iterations` micro-steps); completion tokens from TRL's logged mean "
-            "completion length. A `completions:N` budget stops a run at the first step that reaches N.",
+            "completion length. A strategy with dynamic sampling counts every round it generated "
+            "(`dataflex/dynamic/generated`). A `completions:N` budget stops a run at the first step that reaches N.",
+            "- Completions per trained signal group: completions generated over the signal groups trained on "
+            "(`dataflex/dynamic/signal_groups` with dynamic sampling; otherwise the generated groups whose rewards "
+            "are not all equal, from TRL's `frac_reward_zero_std`). Completions in zero-signal groups: generated "
+            "completions whose group's rewards were all equal (with dynamic sampling, as the strategy's select "
+            "part judged them, every round included).",
             "- Runs of one invocation share the machine when `--jobs` > 1, so wall times are comparable only "
             "roughly.", ""]
     return "\n".join(out)
