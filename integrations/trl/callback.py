@@ -563,22 +563,21 @@ def _replace_decision(decision, keep: torch.Tensor, weights: torch.Tensor, respo
         changes["response_weights"] = response_weights
     if getattr(decision, "token_keep", None) is not None:
         changes["token_keep"] = None  # already folded into the loss mask at rollout time
-    if dataclasses.is_dataclass(decision):
-        return dataclasses.replace(decision, **changes)
-    local = type(decision).__new__(type(decision))
-    local.__dict__.update(decision.__dict__)
-    local.__dict__.update(changes)
-    return local
+    return _with_changes(decision, changes)
 
 
 def _restrict_decision(decision, signal: torch.Tensor):
     """``decision`` with the rows outside ``signal (N,)`` dropped too (keep False, weights 0)."""
     rows = signal.unsqueeze(1) if decision.weights.dim() == 2 else signal
     weights = decision.weights * rows.to(decision.weights.dtype)
-    changes = {"keep": decision.keep & signal, "weights": weights}
+    return _with_changes(decision, {"keep": decision.keep & signal, "weights": weights})
+
+
+def _with_changes(decision, changes: dict):
+    """A copy of ``decision`` with the fields in ``changes`` replaced (a `Decision`, or any object with a ``__dict__``)."""
     if dataclasses.is_dataclass(decision):
         return dataclasses.replace(decision, **changes)
-    restricted = type(decision).__new__(type(decision))
-    restricted.__dict__.update(decision.__dict__)
-    restricted.__dict__.update(changes)
-    return restricted
+    changed = type(decision).__new__(type(decision))
+    changed.__dict__.update(decision.__dict__)
+    changed.__dict__.update(changes)
+    return changed

@@ -24,3 +24,25 @@ def masked_inputs(trainer, inputs, keep, weights=None):
     trainer.dataflex.write_decision(trainer, output, decision, batch, batch.rewards)
     trainer.dataflex.last_decision = decision  # as _apply_strategy does; no deferred decision left from another test
     return output
+
+
+def policy_weighted_step(trainer, strategy, inputs, completion_len):
+    """Run the adapter's loss with ``strategy``'s policy-dependent (deferred) parts; return its decision,
+    the gradient, and the ``(B, T)`` token weights the current policy gives, computed outside the loss."""
+    from dataflex_callbacks.integrations.trl.signals import local_policy_batch
+
+    mask = inputs["completion_mask"]
+    rows = mask.shape[0]
+    batch = RolloutBatch(rewards=torch.zeros(rows), group_ids=torch.arange(rows) // 2,
+                         completion_mask=mask.bool(), advantages=inputs["advantages"])
+    decision = strategy.apply(batch, 0, sync=False, defer_policy=True)
+    output = {k: v.clone() for k, v in inputs.items()}
+    trainer.dataflex.write_decision(trainer, output, decision, batch, batch.rewards)
+    trainer.dataflex.last_decision = decision
+    _, grad = loss_and_grad(trainer, trainer._compute_loss, output)
+    with torch.no_grad():
+        logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
+            trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], mask], 1), completion_len, compute_entropy=True)
+    policy_batch = local_policy_batch(batch.rewards, batch.group_ids, mask, inputs["advantages"], logps, entropies)
+    return decision, grad, strategy.apply_policy(policy_batch, decision).weights

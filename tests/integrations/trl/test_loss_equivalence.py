@@ -10,11 +10,10 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from dataflex_callbacks import RolloutBatch, build_strategy
-from loss_checks import loss_and_grad, masked_inputs
+from dataflex_callbacks import build_strategy
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.integrations.trl.loss_scaling import ROW_COUNT_LOSSES
-from dataflex_callbacks.integrations.trl.signals import local_policy_batch
+from loss_checks import loss_and_grad, masked_inputs, policy_weighted_step
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo"]
 BETAS = [0.0, 0.04]
@@ -123,22 +122,8 @@ def test_policy_token_weights_go_through_the_logprob_wrapper(bench, loss_type):
     previous = trainer.dataflex.strategy
     trainer.dataflex.strategy = strategy
     try:
-        mask = inputs["completion_mask"]
-        batch = RolloutBatch(rewards=torch.zeros(ROWS), group_ids=torch.arange(ROWS) // 2,
-                             completion_mask=mask.bool(), advantages=inputs["advantages"])
-        decision = strategy.apply(batch, 0, sync=False, defer_policy=True)
+        decision, grad, token_weights = policy_weighted_step(trainer, strategy, inputs, COMPLETION_LEN)
         assert decision.deferred
-        output = {k: v.clone() for k, v in inputs.items()}
-        trainer.dataflex.write_decision(trainer, output, decision, batch, batch.rewards)
-        trainer.dataflex.last_decision = decision
-        _, grad = loss_and_grad(trainer, trainer._compute_loss, output)
-
-        with torch.no_grad():
-            logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
-                trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
-                torch.cat([inputs["prompt_mask"], mask], 1), COMPLETION_LEN, compute_entropy=True)
-        policy_batch = local_policy_batch(batch.rewards, batch.group_ids, mask, inputs["advantages"], logps, entropies)
-        token_weights = strategy.apply_policy(policy_batch, decision).weights
         assert token_weights.shape == (ROWS, COMPLETION_LEN)
         weighted = dict(inputs, advantages=inputs["advantages"].unsqueeze(1) * token_weights)
         _, reference = loss_and_grad(trainer, stock_loss(trainer), weighted)

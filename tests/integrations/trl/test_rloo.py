@@ -12,16 +12,15 @@ import torch
 from trl import RLOOConfig, RLOOTrainer
 
 from cpu_settings import CPU_RUN_SETTINGS
-from dataflex_callbacks import RolloutBatch, build_strategy
-from loss_checks import loss_and_grad, masked_inputs
-from two_ranks import run_two_ranks
+from dataflex_callbacks import build_strategy
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import AGGREGATIONS, ROW_NORMALISED
 from dataflex_callbacks.integrations.trl import (DataFlexCallback, DataFlexGRPOTrainer, DataFlexRLOOCallback,
                                                  DataFlexRLOOTrainer, attach)
 from dataflex_callbacks.integrations.trl.callback import STATE_FILE
-from dataflex_callbacks.integrations.trl.signals import local_policy_batch
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model
+from loss_checks import loss_and_grad, masked_inputs, policy_weighted_step
+from two_ranks import run_two_ranks
 
 TOLERANCE = 1e-6
 ROWS, PROMPT_LEN, COMPLETION_LEN = 6, 4, 5
@@ -273,20 +272,7 @@ def test_policy_token_weights_weight_each_tokens_share_of_the_sequence_gradient(
     trainer.dataflex.strategy = strategy
     try:
         mask = inputs["completion_mask"]
-        batch = RolloutBatch(rewards=torch.zeros(ROWS), group_ids=torch.arange(ROWS) // 2,
-                             completion_mask=mask.bool(), advantages=inputs["advantages"])
-        decision = strategy.apply(batch, 0, sync=False, defer_policy=True)
-        output = {k: v.clone() for k, v in inputs.items()}
-        trainer.dataflex.write_decision(trainer, output, decision, batch, batch.rewards)
-        trainer.dataflex.last_decision = decision
-        _, grad = loss_and_grad(trainer, trainer._compute_loss, output)
-
-        with torch.no_grad():
-            logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
-                trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
-                torch.cat([inputs["prompt_mask"], mask], 1), COMPLETION_LEN, compute_entropy=True)
-        policy_batch = local_policy_batch(batch.rewards, batch.group_ids, mask, inputs["advantages"], logps, entropies)
-        token_weights = strategy.apply_policy(policy_batch, decision).weights
+        decision, grad, token_weights = policy_weighted_step(trainer, strategy, inputs, COMPLETION_LEN)
         assert token_weights.shape == (ROWS, COMPLETION_LEN) and not torch.allclose(token_weights, mask.float())
 
         def reference_loss(model, loss_inputs):
