@@ -13,7 +13,6 @@ import os
 import sys
 import textwrap
 
-from .arguments import EXIT_BAD_INPUT  # noqa: F401 (the exit code of bad input, for callers of main)
 from .arguments import OneLineParser, add_option_arguments, options_from_args, run_option_names
 from .arguments import fail as _fail
 from .compare.cli import add_compare_parser, command_compare

@@ -24,8 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from .options import (OPTION_RULES, NumberRule, RunInputError, RunOptions, check_option_number,  # noqa: F401
-                      check_run_options, completion_tokens, eval_tokens, option_flag)
+from .options import RunInputError, RunOptions, check_run_options, completion_tokens, eval_tokens  # noqa: F401
 
 RUN_FILES = ("config.json", "metrics.jsonl", "eval.json", "plot.png")
 NO_STRATEGY = ("none",)
