@@ -122,14 +122,17 @@ class PromptHistory:
             pairs = disagreeing = np.zeros(groups)
         return GroupOutcomes(keys, labels, solve.numpy(), variance.numpy(), pairs, disagreeing)
 
+    def gathered_outcomes(self, batch: RolloutBatch, sync: bool = False, noise_check: bool = True) -> "GroupOutcomes":
+        """`group_outcomes` of the batch; with ``sync=True``, every rank's groups (all-gathered, rank order)."""
+        outcomes = self.group_outcomes(batch, count_pairs=noise_check)
+        return _all_gather_outcomes(outcomes) if sync else outcomes
+
     def update(self, batch: RolloutBatch, step: int, sync: bool = False, noise_check: bool = True) -> dict[str, float]:
         """Record each group's outcome; returns the batch's group count and no-signal shares.
 
         ``noise_check=False`` ignores ``completion_ids``: only zero-variance groups count as no-signal.
         """
-        outcomes = self.group_outcomes(batch, count_pairs=noise_check)
-        if sync:
-            outcomes = _all_gather_outcomes(outcomes)
+        outcomes = self.gathered_outcomes(batch, sync=sync, noise_check=noise_check)
         return self.record(outcomes.keys, outcomes.solve_rate, outcomes.variance, step, labels=outcomes.labels,
                            pairs=outcomes.pairs, disagreeing=outcomes.disagreeing)
 
@@ -151,11 +154,10 @@ class PromptHistory:
         the group) undercount.
         """
         n = len(keys)
-        zero = np.asarray(variance) <= ZERO_VARIANCE_EPS
+        zero, noisy = no_signal_flags(variance, disagreeing)
+        no_signal = zero | noisy
         pairs = np.zeros(n) if pairs is None else np.asarray(pairs, dtype=np.float64)
         disagreeing = np.zeros(n) if disagreeing is None else np.asarray(disagreeing, dtype=np.float64)
-        noisy = (disagreeing > 0) & ~zero
-        no_signal = zero | noisy
         for key, rate, empty in zip(keys, np.asarray(solve_rate), no_signal):
             slot = self._slot(hashable_key(key))
             self.streak[slot] = self.streak[slot] + 1 if empty else 0
@@ -219,6 +221,15 @@ class PromptHistory:
         self.last_step = _numpy(state["last_step"], np.int64)
         if self.streak.shape[0] < capacity:
             self._allocate(capacity)
+
+
+def no_signal_flags(variance, disagreeing=None) -> tuple[np.ndarray, np.ndarray]:
+    """Per group: ``(zero, noisy)``. Zero: its rewards all agree. Noisy: they do not, but two
+    identical completions got different rewards (``disagreeing > 0``). Either gives no signal."""
+    zero = np.asarray(variance, dtype=np.float64) <= ZERO_VARIANCE_EPS
+    if disagreeing is None:
+        return zero, np.zeros_like(zero)
+    return zero, (np.asarray(disagreeing, dtype=np.float64) > 0) & ~zero
 
 
 def _numpy(value, dtype) -> np.ndarray:

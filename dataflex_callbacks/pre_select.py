@@ -21,6 +21,11 @@ Two additions to GRESO's rule, both on by default:
 - ``noise_check``: a group in which identical completions got different rewards counts as giving
   no signal: a verifiable reward is a function of the answer, so its reward is noise there
   (needs ``RolloutBatch.completion_ids``, which the TRL adapter provides).
+
+`SkipPredictedNoSignal` (``skip_predicted``) learns the skip rule from the run instead: per
+domain and per prompt state (streak, solved or failed, never seen) it estimates how likely the
+next group is to be solved or to give no signal, and skips confidently predicted states only. It
+is the filter of the ``skip`` preset; ``skip_zero_variance`` is GRESO's rule as published.
 """
 
 from __future__ import annotations
@@ -28,9 +33,10 @@ from __future__ import annotations
 from typing import Hashable, Sequence
 
 import numpy as np
+import torch
 
 from .batch import RolloutBatch
-from .history import PromptHistory
+from .history import PromptHistory, no_signal_flags
 from .params import check_bool, check_number
 from .registry import register
 
@@ -135,3 +141,192 @@ class SkipZeroVariance:
         self.skipped, self.drawn, self.rechecked = int(state["skipped"]), int(state["drawn"]), int(state["rechecked"])
         self.last_zero_share = float(state["last_zero_share"])
         self.last_noisy_share = float(state.get("last_noisy_share", float("nan")))
+
+
+MAX_STREAK = 3  # streaks of 3 or more share one calibration state
+# States: 0 last group had signal; 1..3 streak 1, 2, 3+ of failed groups; 4..6 the same, solved; 7 never seen.
+STATES = 2 * MAX_STREAK + 2
+UNSEEN = STATES - 1
+
+
+def _ratio(numerator: np.ndarray, denominator: np.ndarray, empty) -> np.ndarray:
+    """``numerator / denominator``, and ``empty`` where there is nothing to divide (no groups, no prior)."""
+    empty = np.broadcast_to(empty, np.broadcast_shapes(np.shape(numerator), np.shape(empty)))
+    return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1.0), empty)
+
+
+@register("pre_select", "skip_predicted")
+class SkipPredictedNoSignal:
+    """Skip prompts whose state reliably gives no signal, judged by estimates learnt from the run.
+
+    A prompt's state is its no-signal streak before the group (0, 1, 2, 3 or more), the streak split
+    by whether its last group was solved (all rewards above 0.5) or failed, or "never seen"; states
+    are kept per domain. For each (domain, state) the filter counts groups, no-signal groups and
+    solved groups. Each new group of a state fades that state's earlier counts by ``decay``, so an
+    estimate follows the state's last ``~1/decay`` groups however rarely the state is generated.
+    An estimate is the state's rate shrunk towards its domain's pooled rate by ``prior_groups``
+    groups (the pooled rate towards 0.5), so a state seen a few times borrows its domain's evidence.
+
+    A candidate is kept with ``min_keep`` when its next group is estimated to be solved with
+    probability above ``skip_solved_above``, or to give no signal at all with probability above
+    ``skip_above``; otherwise it is always kept (so is any prompt before there is evidence: every
+    estimate starts at 0.5). The two thresholds differ on purpose: a
+    solved prompt has nothing left to teach, so "more likely than not" suffices, while a failed
+    prompt may turn learnable as the policy improves on its neighbours, so skipping it takes strong
+    evidence (a domain that never gives signal), not a few early failures of a domain still being
+    learnt. ``min_keep`` keeps some training on skipped states, which also keeps their estimates
+    current. GRESO (arXiv 2506.02177) skips with a fixed ``p ** streak``; this filter learns
+    per-state probabilities instead. Measured against it under dynamic sampling in
+    ``docs/dynamic_sampling.md``.
+
+    Args:
+        skip_above: estimated no-signal probability, in [0, 1), above which a state is skipped.
+        skip_solved_above: estimated probability, in [0, 1), that the next group is solved, above
+            which a state is skipped.
+        min_keep: keep probability, in (0, 1], of a skipped state's prompts.
+        decay: share, in [0, 1), of a state's counts that fades with each new group in that state.
+        prior_groups: weight, >= 0, in groups, of the domain's pooled rate in each state's estimate.
+        noise_check: also count a group whose identical completions got different rewards as giving
+            no signal (needs ``RolloutBatch.completion_ids``). Off by default: signal then means
+            "rewards not all equal", as for the ``diffband`` selection.
+    """
+
+    requires = ("rewards", "group_ids", "prompt_keys")
+
+    def __init__(self, skip_above: float = 0.9, skip_solved_above: float = 0.5, min_keep: float = 0.2,
+                 decay: float = 0.01, prior_groups: float = 10.0, noise_check: bool = False):
+        self.skip_above = check_number("skip_above", skip_above, low=0.0, high=1.0, high_open=True)
+        self.skip_solved_above = check_number("skip_solved_above", skip_solved_above, low=0.0, high=1.0,
+                                              high_open=True)
+        self.min_keep = check_number("min_keep", min_keep, low=0.0, high=1.0, low_open=True)
+        self.decay = check_number("decay", decay, low=0.0, high=1.0, high_open=True)
+        self.prior_groups = check_number("prior_groups", prior_groups, low=0.0)
+        self.noise_check = check_bool("noise_check", noise_check)
+        self.history = PromptHistory()
+        self.domains: dict[str, int] = {}
+        self.groups = np.zeros((0, STATES))  # (domains, states): faded group counts
+        self.no_signal = np.zeros((0, STATES))  # of those, faded no-signal counts
+        self.solved = np.zeros((0, STATES))  # of those, faded counts of groups solved by every completion
+        self.slot_domain = np.zeros(0, dtype=np.int64)  # per history slot: the row of the prompt's domain
+        self.skipped = 0
+        self.drawn = 0
+        self.rechecked = 0
+        self.last_zero_share = float("nan")
+        self.last_noisy_share = float("nan")
+        self.num_generations = 1  # set by the sampler: completions a skipped prompt would have cost
+
+    def _domain_rows(self, labels: Sequence[str] | None, n: int) -> np.ndarray:
+        """Row of each label in the count tables, adding rows for new domains (one row "" without labels)."""
+        names = [""] * n if labels is None else [str(label) for label in labels]
+        for name in names:
+            if name not in self.domains:
+                self.domains[name] = len(self.domains)
+        grow = len(self.domains) - self.groups.shape[0]
+        if grow > 0:
+            self.groups = np.vstack([self.groups, np.zeros((grow, STATES))])
+            self.no_signal = np.vstack([self.no_signal, np.zeros((grow, STATES))])
+            self.solved = np.vstack([self.solved, np.zeros((grow, STATES))])
+        return np.fromiter((self.domains[name] for name in names), dtype=np.int64, count=n)
+
+    def _states(self, keys: Sequence[Hashable]) -> np.ndarray:
+        """Each key's state: its no-signal streak capped at 3, split by whether its last group was
+        solved (solve rate above 0.5) or failed; 0 after a group with signal; ``UNSEEN`` never seen."""
+        slots = self.history.lookup(keys)
+        streak = np.minimum(self.history.streaks_at(slots), MAX_STREAK)
+        solved = np.zeros(len(slots), dtype=bool)
+        solved[slots >= 0] = self.history.solve_rate[slots[slots >= 0]] > 0.5
+        state = np.where((streak > 0) & solved, streak + MAX_STREAK, streak)
+        return np.where(slots >= 0, state, UNSEEN)
+
+    def estimate(self, keys: Sequence[Hashable], labels: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Estimated probabilities that each prompt's next group gives no signal, and that it is solved."""
+        rows, states = self._domain_rows(labels, len(keys)), self._states(keys)
+        return self._shrunk(self.no_signal)[rows, states], self._shrunk(self.solved)[rows, states]
+
+    def _shrunk(self, counts: np.ndarray) -> np.ndarray:
+        """``(domains, STATES)`` rates, each state's pulled towards its domain's pooled rate by ``prior_groups``
+        groups (the pooled rate itself towards 0.5), so a rarely seen state borrows its domain's evidence."""
+        k = self.prior_groups
+        pooled = _ratio(counts.sum(axis=1, keepdims=True) + 0.5 * k, self.groups.sum(axis=1, keepdims=True) + k, 0.5)
+        return _ratio(counts + k * pooled, self.groups + k, pooled)
+
+    def _skipped_states(self) -> np.ndarray:
+        """``(domains, STATES)`` bool: states whose prompts are kept with ``min_keep`` only."""
+        return (self._shrunk(self.no_signal) > self.skip_above) | (self._shrunk(self.solved) > self.skip_solved_above)
+
+    def keep_probability(self, keys: Sequence[Hashable], labels: Sequence[str] | None = None) -> np.ndarray:
+        """``min_keep`` for a prompt whose state is skipped (see the class docstring), else 1.
+
+        Without ``labels`` (a sampler whose mixer has already chosen the domain), a prompt seen
+        before is judged in the domain it was observed in, and one never seen is kept.
+        """
+        if labels is not None or not self.domains:
+            rows, states = self._domain_rows(labels, len(keys)), self._states(keys)
+            return np.where(self._skipped_states()[rows, states], self.min_keep, 1.0)
+        slots = self.history.lookup(keys)
+        seen = slots >= 0
+        keep = np.ones(len(keys))
+        if seen.any():
+            states = self._states([key for key, known in zip(keys, seen) if known])
+            skipped = self._skipped_states()[self.slot_domain[slots[seen]], states]
+            keep[seen] = np.where(skipped, self.min_keep, 1.0)
+        return keep
+
+    def record_draws(self, accepted: Sequence[Hashable], skipped: int) -> None:
+        """Sampler bookkeeping: prompts it generated and how many candidates it skipped."""
+        self.drawn += len(accepted)
+        self.skipped += int(skipped)
+        self.rechecked += int((self.history.streaks(accepted) > 0).sum())
+
+    def observe(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
+        """Count each group's outcome under the state its prompt was in, then record it in the history."""
+        outcomes = self.history.gathered_outcomes(batch, sync=sync, noise_check=self.noise_check)
+        if outcomes.keys:
+            zero, noisy = no_signal_flags(outcomes.variance, outcomes.disagreeing)
+            rows, states = self._domain_rows(outcomes.labels, len(outcomes.keys)), self._states(outcomes.keys)
+            arrivals = np.zeros_like(self.groups)
+            np.add.at(arrivals, (rows, states), 1.0)
+            fade = (1.0 - self.decay) ** arrivals  # each new group of a state fades that state's counts once
+            self.groups *= fade
+            self.no_signal *= fade
+            self.solved *= fade
+            self.groups += arrivals
+            np.add.at(self.no_signal, (rows, states), (zero | noisy).astype(np.float64))
+            np.add.at(self.solved, (rows, states), (zero & (np.asarray(outcomes.solve_rate) > 0.5)).astype(np.float64))
+            self.last_zero_share, self.last_noisy_share = float(zero.mean()), float(noisy.mean())
+            self.history.record(outcomes.keys, outcomes.solve_rate, outcomes.variance, step, labels=outcomes.labels,
+                                pairs=outcomes.pairs, disagreeing=outcomes.disagreeing)
+            if self.slot_domain.shape[0] < self.history.size:
+                self.slot_domain = np.concatenate([self.slot_domain,
+                                                   np.zeros(self.history.size - self.slot_domain.shape[0], np.int64)])
+            self.slot_domain[self.history.lookup(outcomes.keys)] = rows
+        return self.metrics()
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "pre_select/skipped_prompts": float(self.skipped),
+            "pre_select/completions_saved": float(self.skipped * self.num_generations),
+            "pre_select/zero_variance_share": self.last_zero_share,
+            "pre_select/noisy_share": self.last_noisy_share,
+            "pre_select/recheck_rate": self.rechecked / self.drawn if self.drawn else 0.0,
+            "pre_select/skipped_states": float(self._skipped_states().sum()),
+        }
+
+    def state_dict(self) -> dict:
+        """History and count tables (tensors), domains and counters (Python scalars)."""
+        return {"history": self.history.state_dict(), "domains": list(self.domains),
+                "groups": torch.from_numpy(self.groups.copy()), "no_signal": torch.from_numpy(self.no_signal.copy()),
+                "solved": torch.from_numpy(self.solved.copy()), "slot_domain": torch.from_numpy(self.slot_domain.copy()),
+                "skipped": int(self.skipped), "drawn": int(self.drawn), "rechecked": int(self.rechecked),
+                "last_zero_share": float(self.last_zero_share), "last_noisy_share": float(self.last_noisy_share)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history.load_state_dict(state["history"])
+        self.domains = {str(name): i for i, name in enumerate(state["domains"])}
+        self.groups = np.array(torch.as_tensor(state["groups"]).cpu().numpy(), dtype=np.float64)
+        self.no_signal = np.array(torch.as_tensor(state["no_signal"]).cpu().numpy(), dtype=np.float64)
+        self.solved = np.array(torch.as_tensor(state["solved"]).cpu().numpy(), dtype=np.float64)
+        self.slot_domain = np.array(torch.as_tensor(state["slot_domain"]).cpu().numpy(), dtype=np.int64)
+        self.skipped, self.drawn, self.rechecked = int(state["skipped"]), int(state["drawn"]), int(state["rechecked"])
+        self.last_zero_share = float(state["last_zero_share"])
+        self.last_noisy_share = float(state["last_noisy_share"])

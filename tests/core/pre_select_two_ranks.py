@@ -32,21 +32,25 @@ def rows_of(batch: RolloutBatch, rows: slice) -> RolloutBatch:
                         completion_ids=batch.completion_ids[rows])
 
 
-def main(rank: int, world: int, init_file: str, out: str) -> None:
+def main(rank: int, world: int, init_file: str, out: str, name: str = "skip_zero_variance") -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    pre_select = build_component("pre_select", "skip_zero_variance")
+    pre_select = build_component("pre_select", name)
     for step, batch in enumerate(global_batches()):
         # Rank r holds groups 3r .. 3r + 2 of the global batch.
         pre_select.observe(rows_of(batch, slice(12 * rank, 12 * (rank + 1))), step, sync=True)
     state = pre_select.state_dict()
     history = state["history"]
+    record = {"keys": history["keys"], "streak": history["streak"].tolist(), "seen": history["seen"].tolist(),
+              "domain_prior": history["domain_prior"], "domain_noise": history["domain_noise"]}
+    if name == "skip_predicted":
+        record.update(domains=state["domains"], **{k: state[k].tolist() for k in ("groups", "no_signal", "solved")})
+    else:
+        record["explore"] = state["explore"]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump({"keys": history["keys"], "streak": history["streak"].tolist(), "seen": history["seen"].tolist(),
-                   "domain_prior": history["domain_prior"], "domain_noise": history["domain_noise"],
-                   "explore": state["explore"]}, f)
+        json.dump(record, f)
     dist.destroy_process_group()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], *sys.argv[5:])

@@ -302,6 +302,13 @@ def pre_select_filter():
     return pre_select
 
 
+def predicted_skip_filter():
+    pre_select = build_component("pre_select", "skip_predicted")
+    for step in range(3):
+        pre_select.observe(observed_batch(step), step)
+    return pre_select
+
+
 def prompt_history():
     history = PromptHistory()
     for step in range(3):
@@ -339,6 +346,7 @@ def same_state(a, b):
 STATEFUL = {  # how to build one with some state, and how to advance it by one batch
     "Strategy": (strategy_with_state, lambda obj, batch: obj.apply(batch, 7)),
     "SkipZeroVariance": (pre_select_filter, lambda obj, batch: obj.observe(batch, 7)),
+    "SkipPredictedNoSignal": (predicted_skip_filter, lambda obj, batch: obj.observe(batch, 7)),
     "PromptHistory": (prompt_history, lambda obj, batch: obj.update(batch, 7)),
     "DomainMixing": (domain_mixing, lambda obj, batch: obj.observe(batch, 7)),
     "DomainTracker": (domain_tracker, lambda obj, batch: obj.update(batch, 7)),

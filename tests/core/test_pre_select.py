@@ -340,7 +340,7 @@ def test_list_valued_prompt_keys_are_keys():
 def test_old_names_of_pre_rollout_selection_still_work():
     from dataflex_callbacks import registry
 
-    assert registry.list_components("prerollout") == registry.list_components("pre_select") == ["skip_zero_variance"]
+    assert registry.list_components("prerollout") == registry.list_components("pre_select") == ["skip_predicted", "skip_zero_variance"]
     strategy = build_strategy("skip")
     assert strategy.prompt_filter is strategy.pre_select is not None
     state = strategy.state_dict()

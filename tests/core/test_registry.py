@@ -199,7 +199,7 @@ def test_builtins_are_registered_however_the_registry_is_imported(statement):
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert ast.literal_eval(result.stdout.strip()) == {**EXPECTED, "pre_select": ["skip_zero_variance"]}
+    assert ast.literal_eval(result.stdout.strip()) == {**EXPECTED, "pre_select": ["skip_predicted", "skip_zero_variance"]}
 
 
 def test_a_stateful_user_component_resumes_through_the_strategy_state():
