@@ -15,7 +15,7 @@ Two forms are accepted and resolve to one canonical (composable) dict:
        select:   {scorer: NAME|{name, params}, selector: NAME|{name, params}, warmup_steps}
        reweight: {scorer: ..., reweighter: ..., warmup_steps}
        mix:      {mixer: ..., domains, window, window_unit, quota, warmup_steps, update_every, smoothing, prior}
-       pre_select: NAME|{name, params}   (pre-rollout prompt skipping, e.g. skip_zero_variance)
+       pre_select: NAME|{name, params}   (pre-rollout prompt skipping, e.g. skip_predicted)
        dynamic_sampling: true | {max_rounds, carry_over, max_age}   (DAPO dynamic sampling, see dynamic_sampling.py)
        nan_policy: zero|drop|raise
        domain_key: the dataset column holding the domain label (None: the host's default)
@@ -91,8 +91,11 @@ PRESETS: dict[str, tuple[str, dict]] = {
              {"select": _part(("group_reward_variance", {}), "selector",
                               ("threshold_band", {"low": 0.0, "high": float("inf")})),
               "dynamic_sampling": {"max_rounds": 4, "carry_over": True}}),
-    "skip": ("skip prompts whose groups keep having zero reward variance, before generation (GRESO)",
-             {"pre_select": {"name": "skip_zero_variance", "params": {}}}),
+    "skip": ("skip prompts predicted, from their domain and streak, to be solved or to give no signal, before "
+             "generation (GRESO-style, with the skip rule learnt from the run)",
+             {"pre_select": {"name": "skip_predicted", "params": {}}}),
+    "greso": ("skip prompts whose groups keep having zero reward variance, before generation (GRESO's streak rule)",
+              {"pre_select": {"name": "skip_zero_variance", "params": {}}}),
     "static": ("fixed uniform domain proportions", _mix("static")),
     "reward_gap": ("more data for domains whose reward lags", _mix("reward_gap")),
     "dump_ucb": ("UCB on per-domain |advantage| (DUMP)", _mix("dump_ucb")),

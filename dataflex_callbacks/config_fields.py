@@ -161,7 +161,7 @@ class StrategyConfig:
     name: str = config_field("custom", help="a label for logs and checkpoints (a preset's name when built from one)")
     pre_select: ComponentSpec | None = config_field(
         None, paper="GRESO arXiv 2506.02177",
-        help="pre-rollout prompt skipping, before generation (e.g. skip_zero_variance); None: every drawn prompt "
+        help="pre-rollout prompt skipping, before generation (skip_predicted or skip_zero_variance); None: every drawn prompt "
              "is generated")
     select: SelectConfig | None = config_field(None, help="the select part (SelectConfig); None: keep every row")
     reweight: ReweightConfig | None = config_field(None, help="the reweight part (ReweightConfig); None: weight 1")

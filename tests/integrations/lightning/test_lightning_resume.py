@@ -52,8 +52,8 @@ def test_resume_gives_the_uninterrupted_decisions_and_stream(tmp_path, resume_st
         torch.testing.assert_close(got_state["mixing"]["tracker"]["windows"][name], history)
 
 
-# One preset per family: pre-rollout skip, selection, reweighting, mixing, and skip with mixing.
-FAMILIES = ["skip", "difffilter", "softmax", "reward_gap", "skip+reward_gap"]
+# One preset per family: pre-rollout skip (both filters), selection, reweighting, mixing, and skip with mixing.
+FAMILIES = ["skip", "greso", "difffilter", "softmax", "reward_gap", "skip+reward_gap"]
 
 
 @pytest.mark.parametrize("preset", FAMILIES)
@@ -71,5 +71,9 @@ def test_every_preset_family_resumes_with_default_checkpoint_loading(tmp_path, p
         assert got["history"]["keys"] == want["history"]["keys"]
         for name in ("streak", "seen", "solve_rate", "last_step"):
             torch.testing.assert_close(got["history"][name], want["history"][name], equal_nan=True)
-        assert {k: got[k] for k in ("explore", "skipped", "drawn", "rechecked")} == \
-            {k: want[k] for k in ("explore", "skipped", "drawn", "rechecked")}
+        assert got.keys() == want.keys()
+        for key in got.keys() - {"history"}:  # counters, and skip_predicted's per-state count tables
+            if isinstance(want[key], torch.Tensor):
+                torch.testing.assert_close(got[key], want[key], rtol=0, atol=0)
+            else:
+                assert got[key] == want[key] or (got[key] != got[key] and want[key] != want[key]), key
