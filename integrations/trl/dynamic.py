@@ -269,9 +269,10 @@ def _all_ranks(accelerator, inputs: list, output: Mapping[str, Any], pad_id: int
 
 def _row_payload(inputs: list, output: Mapping[str, Any], rewards_per_func: torch.Tensor) -> list[dict]:
     """One dict per row: its dataset row, its ``(F,)`` rewards and its slice of every per-row tensor."""
-    tensors = {key: value for key, value in output.items() if key not in RECOMPUTED}
-    return [{"input": row, "rewards": rewards_per_func[i].clone(),
-             "tensors": {key: value[i].clone() for key, value in tensors.items()}}
+    # One copy per key, split into row views (not one copy per row): TRL may reuse its tensors after this.
+    rows = {key: value.clone().unbind(0) for key, value in output.items() if key not in RECOMPUTED}
+    rewards = rewards_per_func.clone().unbind(0)
+    return [{"input": row, "rewards": rewards[i], "tensors": {key: value[i] for key, value in rows.items()}}
             for i, row in enumerate(inputs)]
 
 
@@ -310,14 +311,10 @@ def _stack(values: list[torch.Tensor], left: bool, pad: float) -> torch.Tensor:
     """Rows of one key: ``(N,)`` when they are scalars, else ``(N, width)`` padded on the ``left`` or right."""
     if values[0].dim() == 0:
         return torch.stack(values)
-    width = max(value.shape[0] for value in values)
-    out = values[0].new_full((len(values), width), pad)
-    for i, value in enumerate(values):
-        if left:
-            out[i, width - value.shape[0]:] = value
-        else:
-            out[i, :value.shape[0]] = value
-    return out
+    if left:  # pad_sequence pads on the right (its padding_side needs torch >= 2.6)
+        return torch.nn.utils.rnn.pad_sequence([value.flip(0) for value in values], batch_first=True,
+                                               padding_value=pad).flip(1)
+    return torch.nn.utils.rnn.pad_sequence(values, batch_first=True, padding_value=pad)
 
 
 def _assemble(rows: list[dict], pad_id: int) -> tuple[list, dict, torch.Tensor]:
