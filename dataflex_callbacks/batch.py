@@ -325,3 +325,33 @@ def _label_codes(values, labels: list) -> np.ndarray:
         return np.frombuffer(joined, dtype=np.uint8).astype(np.int64)
     lookup = {label: i for i, label in enumerate(labels)}
     return np.fromiter(map(lookup.__getitem__, values), dtype=np.int64, count=len(values))
+
+
+def clean_signals(batch: "RolloutBatch", names: Sequence[str], nan_policy: str) -> tuple["RolloutBatch", torch.Tensor | None, dict]:
+    """Apply ``nan_policy`` (``"zero"``, ``"drop"`` or ``"raise"``) to the signals ``names`` of ``batch``.
+
+    Returns the batch with every non-finite entry set to 0, the ``(N,)`` bool rows that held one
+    (None if none) and ``{nonfinite_<name>: rows}`` counts; with ``"raise"``, a `BatchError` naming
+    the signal instead. What a bad row then means (counted as 0, or left out) is the caller's.
+    ``-inf`` log-probs (impossible tokens, probability 0) are values, not errors.
+    """
+    bad_any, counts, cleaned = None, {}, {}
+    for name in names:
+        value = getattr(batch, name)
+        mask = batch.valid_mask if value.dim() == 2 else None
+        bad, fixed = nonfinite_rows(value, mask, allow_negative_inf=name == "logprobs")
+        n_bad = 0 if bad is None else int(bad.sum())
+        counts[f"nonfinite_{name}"] = float(n_bad)
+        if fixed is not value:
+            cleaned[name] = fixed
+        if n_bad:
+            if nan_policy == "raise":
+                what = f"{name} are" if name == "rewards" else f"responses have {name} that are"
+                raise BatchError(
+                    f"{n_bad} of {batch.n} {what} NaN or infinite (nan_policy='raise'); fix how {name} are "
+                    "computed, or set nan_policy to 'zero' (count them as 0) or 'drop' (leave those responses out)"
+                )
+            bad_any = bad if bad_any is None else bad_any | bad
+    if cleaned:
+        batch = batch.replace(**cleaned)
+    return batch, bad_any, counts

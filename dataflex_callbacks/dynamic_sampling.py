@@ -34,7 +34,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from .batch import RolloutBatch, nonfinite_rows
+from .batch import RolloutBatch, clean_signals
 from .config_fields import NAN_POLICIES, DynamicSamplingConfig
 from .errors import BatchError, ConfigError, StateError, check_state
 from .groups import dense_groups, segment_max
@@ -80,21 +80,9 @@ def signal_rows(batch: RolloutBatch, strategy: Strategy | None = None, *, step: 
         return torch.zeros(0, dtype=torch.bool, device=batch.device)
     part = _judging_part(strategy)
     read = set(part.requires) if part is not None else set()
-    bad, cleaned = None, {}
-    for name in _JUDGED_SIGNALS:
-        value = getattr(batch, name)
-        if value is None or (name != "rewards" and name not in read):
-            continue
-        rows, fixed = nonfinite_rows(value, batch.valid_mask if value.dim() == 2 else None)
-        if rows is None:
-            continue
-        if policy == "raise":
-            raise BatchError(f"{int(rows.sum())} of {n} rows have a NaN or infinite {name[:-1]} (nan_policy='raise'); "
-                             "fix how they are computed, or set nan_policy to 'zero' or 'drop'")
-        bad = rows if bad is None else bad | rows
-        cleaned[name] = fixed
-    if cleaned:
-        batch = batch.replace(**cleaned)
+    judged = [name for name in _JUDGED_SIGNALS
+              if getattr(batch, name) is not None and (name == "rewards" or name in read)]
+    batch, bad, _ = clean_signals(batch, judged, policy)
     index, count = dense_groups(batch.group_ids)
     if part is None:
         kept = group_reward_variance(batch.rewards, batch.group_ids) > 0

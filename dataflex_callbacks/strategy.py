@@ -16,7 +16,7 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from .batch import RolloutBatch, masked_centered_square_sum, nonfinite_rows, true_count
+from .batch import RolloutBatch, clean_signals, masked_centered_square_sum, true_count
 from .config import load_config
 from .errors import BatchError, ConfigError, check_state
 from .mixers import Mixer
@@ -213,32 +213,8 @@ class Strategy:
         return [name for name in names if name in read and getattr(batch, name) is not None]
 
     def _clean_signals(self, batch: RolloutBatch, names: Sequence[str]) -> tuple[RolloutBatch, torch.Tensor | None, dict]:
-        """Apply ``nan_policy`` to every signal in ``names``.
-
-        Returns the batch with non-finite entries set to 0, the ``(N,)`` bool rows holding one
-        (None if none) and ``{nonfinite_<name>: rows}`` counts. ``-inf`` log-probs (impossible
-        tokens, probability 0) are values, not errors.
-        """
-        bad_any, counts, cleaned = None, {}, {}
-        for name in names:
-            value = getattr(batch, name)
-            mask = batch.valid_mask if value.dim() == 2 else None
-            bad, fixed = nonfinite_rows(value, mask, allow_negative_inf=name == "logprobs")
-            n_bad = 0 if bad is None else int(bad.sum())
-            counts[f"nonfinite_{name}"] = float(n_bad)
-            if fixed is not value:
-                cleaned[name] = fixed
-            if n_bad:
-                if self.nan_policy == "raise":
-                    what = f"{name} are" if name == "rewards" else f"responses have {name} that are"
-                    raise BatchError(
-                        f"{n_bad} of {batch.n} {what} NaN or infinite (nan_policy='raise'); fix how {name} are "
-                        "computed, or set nan_policy to 'zero' (count them as 0) or 'drop' (leave those responses out)"
-                    )
-                bad_any = bad if bad_any is None else bad_any | bad
-        if cleaned:
-            batch = batch.replace(**cleaned)
-        return batch, bad_any, counts
+        """`clean_signals` under this strategy's ``nan_policy``."""
+        return clean_signals(batch, names, self.nan_policy)
 
     def _warn_dropped_all(self, step: int, reason: str) -> None:
         if self._warned_dropped_all or not self.warn_dropped_all:
