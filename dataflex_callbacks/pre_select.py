@@ -41,8 +41,50 @@ from .params import check_bool, check_number
 from .registry import register
 
 
+class _PromptFilter:
+    """What both filters share: the `PromptHistory`, the sampler's draw counters and their metrics and state."""
+
+    requires = ("rewards", "group_ids", "prompt_keys")
+
+    def __init__(self, history: PromptHistory):
+        self.history = history
+        self.skipped = 0
+        self.drawn = 0
+        self.rechecked = 0
+        self.last_zero_share = float("nan")
+        self.last_noisy_share = float("nan")
+        self.num_generations = 1  # set by the sampler: completions a skipped prompt would have cost
+
+    def record_draws(self, accepted: Sequence[Hashable], skipped: int) -> None:
+        """Sampler bookkeeping: prompts it generated and how many candidates it skipped."""
+        self.drawn += len(accepted)
+        self.skipped += int(skipped)
+        self.rechecked += int((self.history.streaks(accepted) > 0).sum())
+
+    def metrics(self) -> dict[str, float]:
+        return {
+            "pre_select/skipped_prompts": float(self.skipped),
+            "pre_select/completions_saved": float(self.skipped * self.num_generations),
+            "pre_select/zero_variance_share": self.last_zero_share,
+            "pre_select/noisy_share": self.last_noisy_share,
+            "pre_select/recheck_rate": self.rechecked / self.drawn if self.drawn else 0.0,
+        }
+
+    def state_dict(self) -> dict:
+        """History (tensors) and counters (Python scalars): loads with ``torch.load(weights_only=True)``."""
+        return {"history": self.history.state_dict(), "skipped": int(self.skipped), "drawn": int(self.drawn),
+                "rechecked": int(self.rechecked), "last_zero_share": float(self.last_zero_share),
+                "last_noisy_share": float(self.last_noisy_share)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.history.load_state_dict(state["history"])
+        self.skipped, self.drawn, self.rechecked = int(state["skipped"]), int(state["drawn"]), int(state["rechecked"])
+        self.last_zero_share = float(state["last_zero_share"])
+        self.last_noisy_share = float(state.get("last_noisy_share", float("nan")))
+
+
 @register("pre_select", "skip_zero_variance")
-class SkipZeroVariance:
+class SkipZeroVariance(_PromptFilter):
     """Skip prompts whose recent groups all had zero reward variance (GRESO-style), adaptively.
 
     The rule and its two additions are described in this module's docstring (GRESO, arXiv
@@ -73,16 +115,8 @@ class SkipZeroVariance:
         self.adapt_rate = check_number("adapt_rate", adapt_rate, low=0.0, high=1.0)
         self.domain_prior = check_bool("domain_prior", domain_prior)
         self.noise_check = check_bool("noise_check", noise_check)
-        self.history = PromptHistory(prior_rate=check_number("prior_rate", prior_rate, low=0.0, high=1.0,
-                                                             low_open=True))
-        self.skipped = 0
-        self.drawn = 0
-        self.rechecked = 0
-        self.last_zero_share = float("nan")
-        self.last_noisy_share = float("nan")
-        self.num_generations = 1  # set by the sampler: completions a skipped prompt would have cost
-
-    requires = ("rewards", "group_ids", "prompt_keys")
+        super().__init__(PromptHistory(prior_rate=check_number("prior_rate", prior_rate, low=0.0, high=1.0,
+                                                               low_open=True)))
 
     def keep_probability(self, keys: Sequence[Hashable], labels: Sequence[str] | None = None) -> np.ndarray:
         """Probability that each candidate prompt is generated now.
@@ -102,12 +136,6 @@ class SkipZeroVariance:
             keep[unseen] = predicted
         return keep
 
-    def record_draws(self, accepted: Sequence[Hashable], skipped: int) -> None:
-        """Sampler bookkeeping: prompts it generated and how many candidates it skipped."""
-        self.drawn += len(accepted)
-        self.skipped += int(skipped)
-        self.rechecked += int((self.history.streaks(accepted) > 0).sum())
-
     def observe(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
         """Record the batch's group outcomes and adapt ``explore`` towards the target share."""
         stats = self.history.update(batch, step, sync=sync, noise_check=self.noise_check)
@@ -120,27 +148,14 @@ class SkipZeroVariance:
         return self.metrics()
 
     def metrics(self) -> dict[str, float]:
-        return {
-            "pre_select/skipped_prompts": float(self.skipped),
-            "pre_select/completions_saved": float(self.skipped * self.num_generations),
-            "pre_select/zero_variance_share": self.last_zero_share,
-            "pre_select/noisy_share": self.last_noisy_share,
-            "pre_select/recheck_rate": self.rechecked / self.drawn if self.drawn else 0.0,
-            "pre_select/explore": self.explore,
-        }
+        return {**super().metrics(), "pre_select/explore": self.explore}
 
     def state_dict(self) -> dict:
-        """History (tensors) and counters (Python scalars): loads with ``torch.load(weights_only=True)``."""
-        return {"history": self.history.state_dict(), "explore": float(self.explore), "skipped": int(self.skipped),
-                "drawn": int(self.drawn), "rechecked": int(self.rechecked),
-                "last_zero_share": float(self.last_zero_share), "last_noisy_share": float(self.last_noisy_share)}
+        return {**super().state_dict(), "explore": float(self.explore)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.history.load_state_dict(state["history"])
+        super().load_state_dict(state)
         self.explore = float(state["explore"])
-        self.skipped, self.drawn, self.rechecked = int(state["skipped"]), int(state["drawn"]), int(state["rechecked"])
-        self.last_zero_share = float(state["last_zero_share"])
-        self.last_noisy_share = float(state.get("last_noisy_share", float("nan")))
 
 
 MAX_STREAK = 3  # streaks of 3 or more share one calibration state
@@ -156,7 +171,7 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray, empty) -> np.ndarray:
 
 
 @register("pre_select", "skip_predicted")
-class SkipPredictedNoSignal:
+class SkipPredictedNoSignal(_PromptFilter):
     """Skip prompts whose state reliably gives no signal, judged by estimates learnt from the run.
 
     A prompt's state is its no-signal streak before the group (0, 1, 2, 3 or more), the streak split
@@ -191,8 +206,6 @@ class SkipPredictedNoSignal:
             "rewards not all equal", as for the ``diffband`` selection.
     """
 
-    requires = ("rewards", "group_ids", "prompt_keys")
-
     def __init__(self, skip_above: float = 0.9, skip_solved_above: float = 0.5, min_keep: float = 0.2,
                  decay: float = 0.01, prior_groups: float = 10.0, noise_check: bool = False):
         self.skip_above = check_number("skip_above", skip_above, low=0.0, high=1.0, high_open=True)
@@ -202,18 +215,12 @@ class SkipPredictedNoSignal:
         self.decay = check_number("decay", decay, low=0.0, high=1.0, high_open=True)
         self.prior_groups = check_number("prior_groups", prior_groups, low=0.0)
         self.noise_check = check_bool("noise_check", noise_check)
-        self.history = PromptHistory()
+        super().__init__(PromptHistory())
         self.domains: dict[str, int] = {}
         self.groups = np.zeros((0, STATES))  # (domains, states): faded group counts
         self.no_signal = np.zeros((0, STATES))  # of those, faded no-signal counts
         self.solved = np.zeros((0, STATES))  # of those, faded counts of groups solved by every completion
         self.slot_domain = np.zeros(0, dtype=np.int64)  # per history slot: the row of the prompt's domain
-        self.skipped = 0
-        self.drawn = 0
-        self.rechecked = 0
-        self.last_zero_share = float("nan")
-        self.last_noisy_share = float("nan")
-        self.num_generations = 1  # set by the sampler: completions a skipped prompt would have cost
 
     def _domain_rows(self, labels: Sequence[str] | None, n: int) -> np.ndarray:
         """Row of each label in the count tables, adding rows for new domains (one row "" without labels)."""
@@ -272,12 +279,6 @@ class SkipPredictedNoSignal:
             keep[seen] = np.where(skipped, self.min_keep, 1.0)
         return keep
 
-    def record_draws(self, accepted: Sequence[Hashable], skipped: int) -> None:
-        """Sampler bookkeeping: prompts it generated and how many candidates it skipped."""
-        self.drawn += len(accepted)
-        self.skipped += int(skipped)
-        self.rechecked += int((self.history.streaks(accepted) > 0).sum())
-
     def observe(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
         """Count each group's outcome under the state its prompt was in, then record it in the history."""
         outcomes = self.history.gathered_outcomes(batch, sync=sync, noise_check=self.noise_check)
@@ -303,30 +304,17 @@ class SkipPredictedNoSignal:
         return self.metrics()
 
     def metrics(self) -> dict[str, float]:
-        return {
-            "pre_select/skipped_prompts": float(self.skipped),
-            "pre_select/completions_saved": float(self.skipped * self.num_generations),
-            "pre_select/zero_variance_share": self.last_zero_share,
-            "pre_select/noisy_share": self.last_noisy_share,
-            "pre_select/recheck_rate": self.rechecked / self.drawn if self.drawn else 0.0,
-            "pre_select/skipped_states": float(self._skipped_states().sum()),
-        }
+        return {**super().metrics(), "pre_select/skipped_states": float(self._skipped_states().sum())}
 
     def state_dict(self) -> dict:
-        """History and count tables (tensors), domains and counters (Python scalars)."""
-        return {"history": self.history.state_dict(), "domains": list(self.domains),
-                "groups": torch.from_numpy(self.groups.copy()), "no_signal": torch.from_numpy(self.no_signal.copy()),
-                "solved": torch.from_numpy(self.solved.copy()), "slot_domain": torch.from_numpy(self.slot_domain.copy()),
-                "skipped": int(self.skipped), "drawn": int(self.drawn), "rechecked": int(self.rechecked),
-                "last_zero_share": float(self.last_zero_share), "last_noisy_share": float(self.last_noisy_share)}
+        """History, counters, domains and the per-state count tables (tensors)."""
+        return {**super().state_dict(), "domains": list(self.domains),
+                **{name: torch.from_numpy(getattr(self, name).copy())
+                   for name in ("groups", "no_signal", "solved", "slot_domain")}}
 
     def load_state_dict(self, state: dict) -> None:
-        self.history.load_state_dict(state["history"])
+        super().load_state_dict(state)
         self.domains = {str(name): i for i, name in enumerate(state["domains"])}
-        self.groups = np.array(torch.as_tensor(state["groups"]).cpu().numpy(), dtype=np.float64)
-        self.no_signal = np.array(torch.as_tensor(state["no_signal"]).cpu().numpy(), dtype=np.float64)
-        self.solved = np.array(torch.as_tensor(state["solved"]).cpu().numpy(), dtype=np.float64)
+        for name in ("groups", "no_signal", "solved"):
+            setattr(self, name, np.array(torch.as_tensor(state[name]).cpu().numpy(), dtype=np.float64))
         self.slot_domain = np.array(torch.as_tensor(state["slot_domain"]).cpu().numpy(), dtype=np.int64)
-        self.skipped, self.drawn, self.rechecked = int(state["skipped"]), int(state["drawn"]), int(state["rechecked"])
-        self.last_zero_share = float(state["last_zero_share"])
-        self.last_noisy_share = float(state["last_noisy_share"])
