@@ -473,11 +473,12 @@ class SignalGroupBuffer:
         """The carried groups (with payloads), the step in progress and the counters; tensors and plain values only.
 
         A copy: changing the buffer later does not change it, and ``torch.load(weights_only=True)``
-        reads it back when the payloads hold tensors and plain values.
+        reads it back when the payloads hold tensors and plain values. Every tensor is copied on its
+        own, so a carried row that is a view of a whole round's tensor saves only its own entries.
         """
         chunk = lambda c: {"rewards": c.rewards, "sizes": c.sizes, "source_rows": c.source_rows,  # noqa: E731
                            "payload": c.payload, "round": c.round, "born": c.born}
-        return copy.deepcopy({
+        return _compact_copy({
             "config": asdict(self.config),
             "carried": [chunk(c) for c in self._carried],
             "fresh": [chunk(c) for c in self._fresh],
@@ -513,3 +514,15 @@ class SignalGroupBuffer:
     def __repr__(self) -> str:
         return (f"SignalGroupBuffer(max_rounds={self.max_rounds}, carry_over={self.carry_over}, "
                 f"max_age={self.max_age}, carried_groups={sum(c.num_groups for c in self._carried)})")
+
+
+def _compact_copy(value: Any) -> Any:
+    """A deep copy in which every tensor is a compact copy of its own entries (``deepcopy`` would copy a
+    view's whole storage: a row of a round's batch would bring the round along)."""
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, Mapping):
+        return {key: _compact_copy(item) for key, item in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_compact_copy(item) for item in value)
+    return copy.deepcopy(value)

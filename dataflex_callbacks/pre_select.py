@@ -162,6 +162,7 @@ MAX_STREAK = 3  # streaks of 3 or more share one calibration state
 # States: 0 last group had signal; 1..3 streak 1, 2, 3+ of failed groups; 4..6 the same, solved; 7 never seen.
 STATES = 2 * MAX_STREAK + 2
 UNSEEN = STATES - 1
+SOLVED_ABOVE = 0.5  # a zero-variance group is solved when its solve rate is above this (all its rewards above 0.5)
 
 
 def _ratio(numerator: np.ndarray, denominator: np.ndarray, empty) -> np.ndarray:
@@ -241,7 +242,7 @@ class SkipPredictedNoSignal(_PromptFilter):
         slots = self.history.lookup(keys)
         streak = np.minimum(self.history.streaks_at(slots), MAX_STREAK)
         solved = np.zeros(len(slots), dtype=bool)
-        solved[slots >= 0] = self.history.solve_rate[slots[slots >= 0]] > 0.5
+        solved[slots >= 0] = self.history.solve_rate[slots[slots >= 0]] > SOLVED_ABOVE
         state = np.where((streak > 0) & solved, streak + MAX_STREAK, streak)
         return np.where(slots >= 0, state, UNSEEN)
 
@@ -292,8 +293,9 @@ class SkipPredictedNoSignal(_PromptFilter):
             self.no_signal *= fade
             self.solved *= fade
             self.groups += arrivals
+            solved = zero & (np.asarray(outcomes.solve_rate) > SOLVED_ABOVE)
             np.add.at(self.no_signal, (rows, states), (zero | noisy).astype(np.float64))
-            np.add.at(self.solved, (rows, states), (zero & (np.asarray(outcomes.solve_rate) > 0.5)).astype(np.float64))
+            np.add.at(self.solved, (rows, states), solved.astype(np.float64))
             self.last_zero_share, self.last_noisy_share = float(zero.mean()), float(noisy.mean())
             self.history.record(outcomes.keys, outcomes.solve_rate, outcomes.variance, step, labels=outcomes.labels,
                                 pairs=outcomes.pairs, disagreeing=outcomes.disagreeing)

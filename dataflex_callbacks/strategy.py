@@ -212,10 +212,6 @@ class Strategy:
         names = POLICY_SIGNALS if policy_only else CHECKED_SIGNALS
         return [name for name in names if name in read and getattr(batch, name) is not None]
 
-    def _clean_signals(self, batch: RolloutBatch, names: Sequence[str]) -> tuple[RolloutBatch, torch.Tensor | None, dict]:
-        """`clean_signals` under this strategy's ``nan_policy``."""
-        return clean_signals(batch, names, self.nan_policy)
-
     def _warn_dropped_all(self, step: int, reason: str) -> None:
         if self._warned_dropped_all or not self.warn_dropped_all:
             return
@@ -269,7 +265,7 @@ class Strategy:
         """
         if not isinstance(batch, RolloutBatch):
             raise BatchError(f"Strategy.apply expects a RolloutBatch; got {type(batch).__name__}")
-        batch, bad_rows, counts = self._clean_signals(batch, self._checked_signals(batch))
+        batch, bad_rows, counts = clean_signals(batch, self._checked_signals(batch), self.nan_policy)
         keep = torch.ones(batch.n, dtype=torch.bool, device=batch.device)
         stats_batch = batch
         if bad_rows is not None and self.nan_policy == "drop":
@@ -323,7 +319,7 @@ class Strategy:
         keep, token_keep, token_w = decision.keep, decision.token_keep, None
         if batch.n != keep.shape[0]:
             raise BatchError(f"apply_policy got {batch.n} rows but the decision covers {keep.shape[0]}")
-        batch, bad_rows, counts = self._clean_signals(batch, self._checked_signals(batch, policy_only=True))
+        batch, bad_rows, counts = clean_signals(batch, self._checked_signals(batch, policy_only=True), self.nan_policy)
         if bad_rows is not None and self.nan_policy == "drop":
             keep = keep & ~bad_rows
             token_keep = None if token_keep is None else token_keep & keep.unsqueeze(1)

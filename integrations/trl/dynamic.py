@@ -196,7 +196,7 @@ class DynamicSampling:
         accelerator, pad_id = trainer.accelerator, _pad_id(trainer)
         local = slice(accelerator.process_index * len(inputs), (accelerator.process_index + 1) * len(inputs))
         buffer.start_step(wanted, step=int(trainer.state.global_step))
-        rounds: list[tuple[list, dict, torch.Tensor]] = []
+        round_index = 0
         fillers: list[tuple[int, int, list]] = []  # (round, first row, rows) of zero-signal groups, for a short step
         while True:
             _check_keys(output)
@@ -205,12 +205,12 @@ class DynamicSampling:
             signal = buffer.add(judged, payload=rows)
             if self.strategy.pre_select is not None:  # it learns from every generated group, trained or not
                 self.strategy.pre_select.observe(judged, int(trainer.state.global_step))
-            round_index = len(rounds)
-            rounds.append((inputs, output, rewards_per_func))
-            zero = (~signal.cpu()).view(-1, generations)[:, 0].nonzero().flatten().tolist()
+            # A short step fills up with the earliest zero-signal groups: at most `wanted` of them are ever used.
+            zero = (~signal.cpu()).view(-1, generations)[:, 0].nonzero().flatten().tolist()[:wanted - len(fillers)]
             fillers += [(round_index, g * generations, rows[g * generations:(g + 1) * generations]) for g in zero]
             if not buffer.should_generate_more():
                 break
+            round_index += 1
             prompts = [trainer.train_dataset[i] for i in self.stream.draw(wanted)]
             inputs = [row for row in prompts for _ in range(generations)][local]  # RepeatSampler's layout
             output, rewards_per_func = score_round(inputs)

@@ -32,6 +32,24 @@ def rows_of(batch: RolloutBatch, rows: slice) -> RolloutBatch:
                         completion_ids=batch.completion_ids[rows])
 
 
+def run_two_ranks(out, name: str = "skip_zero_variance") -> list[dict]:
+    """Run this script as two gloo processes writing into the folder ``out``; each rank's record, rank order."""
+    import subprocess
+
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), str(rank), "2", os.path.join(out, "init"),
+                               str(out), name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for rank in range(2)]
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err.decode()[-2000:]
+    ranks = []
+    for rank in range(2):
+        with open(os.path.join(out, f"rank{rank}.json")) as f:
+            ranks.append(json.load(f))
+    return ranks
+
+
 def main(rank: int, world: int, init_file: str, out: str, name: str = "skip_zero_variance") -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)

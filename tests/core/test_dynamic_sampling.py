@@ -272,6 +272,23 @@ def test_state_dict_round_trip_reproduces_the_next_take():
     assert loaded["takes"] == saved["takes"] and len(loaded["carried"]) == len(saved["carried"])
 
 
+def test_a_carried_row_that_views_its_round_saves_only_its_own_entries():
+    """Hosts pass rows as views of one round tensor (cheap); the state must not save the whole round."""
+    round_tensor = torch.arange(64 * 4096, dtype=torch.float32).reshape(64, 4096)
+    rows = list(round_tensor.unbind(0))  # 64 row views of one storage
+    buffer = SignalGroupBuffer(build_strategy("dapo"))
+    buffer.start_step(30, step=0)
+    buffer.add(RolloutBatch(rewards=torch.tensor([0.0, 1.0] * 32), group_ids=torch.arange(64) // 2), payload=rows)
+    buffer.take()  # 30 groups trained, 2 groups (4 rows) carried
+    stream = io.BytesIO()
+    torch.save(buffer.state_dict(), stream)
+    carried_bytes = 4 * 4096 * 4
+    assert stream.tell() < 2 * carried_bytes  # the whole round would be 16x that
+    stream.seek(0)
+    saved_rows = [row for chunk in torch.load(stream, weights_only=True)["carried"] for row in chunk["payload"]]
+    assert len(saved_rows) == 4 and all(torch.equal(row, round_tensor[i]) for row, i in zip(saved_rows, (60, 61, 62, 63)))
+
+
 def test_load_state_dict_refuses_something_else():
     with pytest.raises(StateError, match="SignalGroupBuffer.load_state_dict"):
         SignalGroupBuffer().load_state_dict({"carried": []})

@@ -2,10 +2,6 @@
 the domain prior, the reward-noise check, resume and two ranks."""
 
 import itertools
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -16,9 +12,7 @@ from hypothesis import strategies as st
 from dataflex_callbacks import DomainMixingSampler, RolloutBatch, build_component, build_strategy
 from dataflex_callbacks.history import PromptHistory, completion_hashes, identical_pairs
 from dataflex_callbacks.groups import dense_groups
-from pre_select_two_ranks import global_batches
-
-HERE = os.path.dirname(os.path.abspath(__file__))
+from pre_select_two_ranks import global_batches, run_two_ranks
 
 
 def group_batch(keys, rewards_per_group, domains=None, ids=None):
@@ -302,15 +296,7 @@ def test_state_loads_with_weights_only_loading_and_restores_the_filter(tmp_path)
 
 
 def test_two_ranks_build_the_history_one_process_builds_from_the_whole_batch(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    init = tmp_path / "init"
-    script = os.path.join(HERE, "pre_select_two_ranks.py")
-    procs = [subprocess.Popen([sys.executable, script, str(r), "2", str(init), str(tmp_path)], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode()[-2000:]
-    ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    ranks = run_two_ranks(tmp_path)
     assert ranks[0] == ranks[1]
 
     # The same global batches, whole, in one process.

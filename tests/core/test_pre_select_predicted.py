@@ -2,10 +2,6 @@
 
 import io
 import itertools
-import json
-import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -14,9 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflex_callbacks import DomainMixingSampler, RolloutBatch, build_component, build_strategy
-from pre_select_two_ranks import global_batches
+from pre_select_two_ranks import global_batches, run_two_ranks
 
-HERE = os.path.dirname(os.path.abspath(__file__))
 UNSEEN = 7  # state of a prompt never seen; 0 after signal; 1-3 failed streaks; 4-6 solved streaks
 
 
@@ -187,15 +182,7 @@ def test_state_loads_with_weights_only_and_the_filter_continues_exactly():
 
 
 def test_two_ranks_build_the_counts_one_process_builds_from_the_whole_batch(tmp_path):
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    script = os.path.join(HERE, "pre_select_two_ranks.py")
-    procs = [subprocess.Popen([sys.executable, script, str(r), "2", str(tmp_path / "init"), str(tmp_path),
-                               "skip_predicted"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for r in range(2)]
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode()[-2000:]
-    ranks = [json.load(open(tmp_path / f"rank{r}.json")) for r in range(2)]
+    ranks = run_two_ranks(tmp_path, "skip_predicted")
     assert ranks[0] == ranks[1]
     whole = build_component("pre_select", "skip_predicted")
     for step, batch in enumerate(global_batches()):
