@@ -34,15 +34,10 @@ def rows_of(batch: RolloutBatch, rows: slice) -> RolloutBatch:
 
 def run_two_ranks(out, name: str = "skip_zero_variance") -> list[dict]:
     """Run this script as two gloo processes writing into the folder ``out``; each rank's record, rank order."""
-    import subprocess
+    from processes import run_ranks
 
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    procs = [subprocess.Popen([sys.executable, os.path.abspath(__file__), str(rank), "2", os.path.join(out, "init"),
-                               str(out), name], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for rank in range(2)]
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode()[-2000:]
+    run_ranks([[os.path.abspath(__file__), str(rank), "2", os.path.join(out, "init"), str(out), name]
+               for rank in range(2)])
     ranks = []
     for rank in range(2):
         with open(os.path.join(out, f"rank{rank}.json")) as f:

@@ -3,14 +3,13 @@
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 
 from dataflex_callbacks import BatchError, ConfigError, DomainTracker, RolloutBatch, build_strategy
 from dataflex_callbacks.metrics import DomainRewardStats, HeldOutAccuracy, domain_reward_sums
+from processes import run_ranks
 
 DOMAINS = ["math", "code", "logic"]
 
@@ -193,13 +192,8 @@ dist.destroy_process_group()
 
 def test_two_processes_reduce_to_the_result_of_one_process_over_all_rows(tmp_path):
     init = tmp_path / "init"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
     here = os.path.dirname(os.path.abspath(__file__))
-    procs = [subprocess.Popen([sys.executable, "-c", TWO_RANK_WORKER, str(r), str(init), str(tmp_path), here], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode()[-2000:]
+    run_ranks([["-c", TWO_RANK_WORKER, str(r), str(init), str(tmp_path), here] for r in range(2)])
 
     generator = torch.Generator().manual_seed(0)
     stats, accuracy = DomainRewardStats(DOMAINS), HeldOutAccuracy(DOMAINS)

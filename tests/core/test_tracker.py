@@ -296,17 +296,11 @@ dist.destroy_process_group()
 @pytest.mark.parametrize("unit", ["steps", "rows"])
 def test_two_ranks_hold_the_statistics_of_the_whole_batch(unit, tmp_path):
     import json
-    import os
-    import subprocess
-    import sys
+
+    from processes import run_ranks
 
     init = tmp_path / "init"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    procs = [subprocess.Popen([sys.executable, "-c", TWO_RANK_WORKER, str(r), str(init), str(tmp_path), unit], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for r in range(2)]
-    for proc in procs:
-        _, err = proc.communicate(timeout=120)
-        assert proc.returncode == 0, err.decode()[-2000:]
+    run_ranks([["-c", TWO_RANK_WORKER, str(r), str(init), str(tmp_path), unit] for r in range(2)])
     generator = torch.Generator().manual_seed(0)
     whole = DomainTracker(["a", "b"], window=5, window_unit=unit)
     for step in range(4):
