@@ -1,11 +1,19 @@
 """Math word-problem answers (GSM8K, MATH-style): extract the final answer of a completion and compare it to the reference.
 
-The final answer is read, in this order of preference, from the last ``\\boxed{...}``, the text
-after the last ``####`` (GSM8K's marker), the text after the last "answer is" / "answer:", and
-else the last number (or ``a/b``) of the completion; an unbalanced
-(truncated) ``\\boxed{`` is ignored. Numbers compare by value: ``42.0 == 42``,
-``1,000 == 1000``, ``$-3$ == -3``, ``\\frac{1}{2} == 0.5 == 1/2``. A reference that is not a
-number (``\\sqrt{2}``, ``(1, 2)``) is compared as normalised text. Anything unreadable scores 0.
+Which part of a completion is its final answer (one rule, first that applies):
+
+1. the last ``\\boxed{...}`` (or ``\\fbox{...}``); an unbalanced (truncated) box is ignored;
+2. else the last answer marker of any kind, ``####`` (GSM8K's), "answer is" or "answer:" (so
+   "The answer is 5. ... Final answer: 7" answers 7): the first line after it, or the first
+   value of that line when it is a sentence ("The answer is 5 and then I checked 7" answers 5);
+3. else the last number (or ``a/b``) of the completion.
+
+How answers compare: numbers by value, ``42.0 == 42``, ``1,000 == 1000``, ``1e3 == 1000``,
+``2\\times10^{3} == 2000``, ``$-3$ == -3``, ``\\frac{1}{2} == \\frac12 == 0.5 == 1/2``; an answer
+written as an equation is read as its last side (``x = 4`` and ``48 + 24 = 72`` answer 4 and 72);
+a percent matches its number (``50\\%`` == 50, GSM8K's way) or its fraction (``50\\% == 0.5``)
+when only one side has the sign. A reference that is not a number (``\\sqrt{2}``, ``(1, 2)``) is
+compared as normalised text. An unreadable completion scores 0.
 """
 
 from __future__ import annotations
@@ -15,13 +23,21 @@ import re
 
 from .verifiers import completion_text
 
-# A number as written in answers: optional sign, digits with optional thousands commas, decimals.
-_NUMBER = r"[-+−]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?|[-+−]?\.\d+"
+# A number as written in answers: optional sign, digits with optional thousands commas, decimals,
+# exponent (1e3). A sign right after a digit or a letter is an operator (48-24), not part of the number.
+_SIGN = r"(?:(?<![\w)\]}])[-+−])?"
+_NUMBER = rf"{_SIGN}(?:(?:\d{{1,3}}(?:,\d{{3}})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
 _NUMBER_RE = re.compile(_NUMBER)
 _NUMBER_OR_FRACTION_RE = re.compile(rf"(?:{_NUMBER})\s*/\s*(?:{_NUMBER})|{_NUMBER}")
+# The first value of an answer sentence: a LaTeX fraction, a/b, or a number.
+_VALUE_RE = re.compile(rf"[-+−]?\\[dt]?frac\{{[^{{}}]+\}}\{{[^{{}}]+\}}|(?:{_NUMBER})\s*/\s*(?:{_NUMBER})|{_NUMBER}")
 _FRACTION_RE = re.compile(r"^([-+]?)\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}$")
 _SLASH_FRACTION_RE = re.compile(rf"^({_NUMBER})\s*/\s*({_NUMBER})$")
-_TEXT_MARKERS = ("the answer is", "final answer is", "final answer:", "answer:")
+_TIMES_TEN_RE = re.compile(rf"^({_NUMBER})(?:\\times|\\cdot|×)10\^\{{?([-+]?\d+)\}}?$")
+# \frac12 (MATH writes one-digit fractions without braces) -> \frac{1}{2}.
+_BARE_FRACTION_RE = re.compile(r"\\frac(\d)(\d)")
+# GSM8K's "####", "the answer is", "Final Answer:", "**Answer:**": the last one of any kind wins.
+_ANSWER_MARKER_RE = re.compile(r"####|\banswer\b[\s*]*(?:is\b|:)", re.IGNORECASE)
 # Wrappers that do not change the value of an answer.
 _STRIP_TOKENS = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\ ", "\\$", "$", "\\%", "%", "^\\circ", "^{\\circ}")
 _TEXT_COMMAND_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
@@ -45,7 +61,7 @@ def last_boxed(text: str) -> str | None:
 
 
 def extract_final_answer(completion) -> str | None:
-    """Return the final answer of a completion as text (boxed, after ``####``, after "answer is", else last number), or None.
+    """Return the final answer of a completion as text (last box, else after the last answer marker, else last number), or None.
 
     `completion` is a string or a TRL conversational completion (a list of messages).
     """
@@ -55,27 +71,23 @@ def extract_final_answer(completion) -> str | None:
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed.strip() or None
-    if "####" in text:
-        return _answer_after(text, text.rfind("####") + 4)
-    lowered = text.lower()
-    for marker in _TEXT_MARKERS:
-        position = lowered.rfind(marker)
-        if position >= 0:
-            return _answer_after(text, position + len(marker))
+    markers = list(_ANSWER_MARKER_RE.finditer(text))
+    if markers:
+        return _answer_after(text, markers[-1].end())
     numbers = _NUMBER_OR_FRACTION_RE.findall(text)
     return numbers[-1] if numbers else None
 
 
 def _answer_after(text: str, position: int) -> str | None:
-    """The first line after an answer marker; its first number when the line is a sentence ("42 apples in total")."""
-    tail = text[position:].strip().lstrip(":").strip()
+    """The first line after an answer marker; its first value when the line is a sentence ("42 apples in total")."""
+    tail = text[position:].strip().lstrip(":*").strip()
     line = tail.splitlines()[0].strip().rstrip(".") if tail else ""
     if not line:
         return None
     if parse_number(line) is None and " " in line:
-        number = _NUMBER_RE.search(line)
-        if number:
-            return number.group(0)
+        value = _VALUE_RE.search(line)
+        if value:
+            return value.group(0)
     return line
 
 
@@ -85,15 +97,26 @@ def _normalise(answer: str) -> str:
     for token in _STRIP_TOKENS:
         answer = answer.replace(token, "")
     answer = answer.replace("−", "-").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    answer = _BARE_FRACTION_RE.sub(r"\\frac{\1}{\2}", answer)
     return "".join(answer.split()).rstrip(".")
+
+
+def _last_side(answer: str) -> str:
+    """The value an equation states: its last side (``x=4`` -> ``4``, ``48+24=72`` -> ``72``); else `answer`."""
+    if "=" not in answer:
+        return answer
+    return answer.rsplit("=", 1)[1] or answer
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 def _to_float(number: str) -> float | None:
     try:
-        value = float(number.replace(",", "").replace("−", "-"))
-    except ValueError:
+        return _finite(float(number.replace(",", "").replace("−", "-")))
+    except (ValueError, OverflowError):
         return None
-    return value if math.isfinite(value) else None
 
 
 def parse_number(answer) -> float | None:
@@ -107,6 +130,10 @@ def parse_number(answer) -> float | None:
         return None
     if _NUMBER_RE.fullmatch(text):
         return _to_float(text)
+    match = _TIMES_TEN_RE.match(text)
+    if match:
+        mantissa = _to_float(match.group(1))
+        return None if mantissa is None else _finite(mantissa * 10.0 ** int(match.group(2)))
     for pattern in (_FRACTION_RE, _SLASH_FRACTION_RE):
         match = pattern.match(text)
         if match:
@@ -136,6 +163,7 @@ def math_answers_match(completion, answer, tolerance: float = 1e-9) -> bool:
 
     `answer` is a dataset reference: a GSM8K solution ending in ``#### N``, a MATH ``\\boxed{}``
     solution, or a bare answer. `tolerance` is relative (``|a - b| <= tolerance * max(1, |b|)``).
+    The module docstring lists the rules.
     """
     predicted = extract_final_answer(completion)
     if predicted is None:
@@ -143,11 +171,18 @@ def math_answers_match(completion, answer, tolerance: float = 1e-9) -> bool:
     reference = reference_answer(answer)
     if not reference:
         return False
-    reference_value = parse_number(reference)
+    reference_value = parse_number(_last_side(reference))
     if reference_value is not None:
-        value = parse_number(predicted)
-        return value is not None and abs(value - reference_value) <= tolerance * max(1.0, abs(reference_value))
-    return _normalise(predicted) == _normalise(reference)
+        value = parse_number(_last_side(predicted))
+        if value is None:
+            return False
+        candidates = [value]
+        # A percent on one side only: 50% is 50 (GSM8K writes percent answers bare) or 0.5.
+        if ("%" in predicted) != ("%" in reference):
+            candidates.append(value / 100.0 if "%" in predicted else value * 100.0)
+        return any(abs(v - reference_value) <= tolerance * max(1.0, abs(reference_value)) for v in candidates)
+    predicted, reference = _normalise(predicted), _normalise(reference)
+    return predicted == reference or _last_side(predicted) == _last_side(reference)
 
 
 def math_answer_reward(completions, answer, **kwargs) -> list[float]:

@@ -5,14 +5,21 @@ A drop-in reward for multi-domain RLVR data in verl's parquet layout (``data_sou
 math / logic / science mix. Three task families, each scored 1.0 (right) or 0.0 (wrong or
 unreadable):
 
-- ``math``: the final answer (last ``\\boxed{}``, after ``####``, after "Answer:", else the last
-  number) equals the reference by value (``0.5 == 1/2 == \\frac{1}{2}``), see `math_answers`.
+- ``math``: the final answer (the last ``\\boxed{}``, else after the last answer marker
+  ``####`` / "answer is" / "answer:", else the last number) equals the reference by value
+  (``1e3 == 1000``, ``x = 4`` answers 4, ``0.5 == 1/2 == \\frac{1}{2}``), see `math_answers`.
 - ``knights_knaves``: the reference is a sentence such as "Zoey is a knight, and Ethan is a
-  knave." (or a mapping ``{name: "knight"|"knave"|True|False}``, True meaning knight); the
-  completion's final answer must assign every person the reference's role (see
-  `claimed_roles`).
-- ``multiple_choice``: the reference is a letter (``B``, ``(B)``, ``B. text``); the completion's
-  chosen letter (see `chosen_letter`) must equal it.
+  knave." or K&K's "(1) Zoey is a knight\\n(2) Ethan is a knave" (or a mapping
+  ``{name: "knight"|"knave"|True|False}``, True meaning knight); the completion's final answer
+  must assign every person the reference's role (see `claimed_roles`). Names compare in any case.
+- ``multiple_choice``: the reference is a letter A-J in any case (``B``, ``(b)``, ``B. text``; ten
+  options as in MMLU-Pro) or a 0-based option index (an int, as MMLU's ``answer`` column); the
+  completion's chosen letter (see `chosen_letter`; ``answer: b`` picks B) must equal it.
+
+A reference the family cannot read (a multiple-choice reference ``K`` or ``Mitochondria``, a K&K
+reference naming no roles, an empty math reference) scores 0 with one warning per family and
+process, naming the reference; training goes on. The ``score_*`` functions themselves raise
+`UnreadableReference` for it.
 
 Each row is routed to a family by its label (``data_source`` or ``domain``): first the
 ``routes`` you pass, then the known labels (`KNOWN_LABELS`), then keywords in the label
@@ -31,11 +38,13 @@ Two entry points:
 from __future__ import annotations
 
 import re
+import warnings
+from numbers import Integral
 from typing import Any, Callable, Mapping, Sequence
 
 # Absolute imports: verl may load this file by path (``custom_reward_function.path=/.../multi_domain_reward.py``),
 # outside its package, where relative imports fail.
-from dataflex_callbacks.recipes.tasks.math_answers import last_boxed, math_answers_match
+from dataflex_callbacks.recipes.tasks.math_answers import last_boxed, math_answers_match, reference_answer
 from dataflex_callbacks.recipes.tasks.verifiers import completion_text
 
 FAMILIES = ("math", "knights_knaves", "multiple_choice")
@@ -65,6 +74,12 @@ _FINAL_MARKERS = (("final answer",), ("answer:", "answer is"),
 _ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
 
 
+
+
+class UnreadableReference(ValueError):
+    """A ground truth its task family cannot read; the rewards score the row 0 and warn once."""
+
+
 # ------------------------------------------------------------------ math
 
 
@@ -74,12 +89,16 @@ MATH_TOLERANCE = 1e-12
 
 def score_math(completion, ground_truth) -> float:
     """1.0 when the completion's final answer equals `ground_truth` by value (or as normalised text), else 0.0."""
+    if not reference_answer(ground_truth):
+        raise UnreadableReference(f"math reference {ground_truth!r} holds no answer; store the final answer "
+                                  "(e.g. '72', '#### 72' or '\\boxed{72}') as the ground truth")
     return float(math_answers_match(completion, ground_truth, tolerance=MATH_TOLERANCE))
 
 
 # ------------------------------------------------------------------ Knights and Knaves
 
-_NAME = r"[A-Z][a-zA-Z'\-]*"
+# Names in any case ("zoey is a knight"): a claim about a word that is no person of the reference is ignored.
+_NAME = r"\b[A-Za-z][a-zA-Z'\-]*"
 # "Zoey is a knight", "Zoey and Ethan are knaves", "Zoey is not a knave", "Zoey: knight".
 _CLAIM_RE = re.compile(
     rf"(?P<subject>{_NAME}(?:\s*(?:,\s*and|,|and)\s+{_NAME})*)\s*"
@@ -111,12 +130,12 @@ def reference_roles(ground_truth) -> dict[str, str]:
             elif str(role).strip().lower() in _OPPOSITE:
                 roles[str(name).lower()] = str(role).strip().lower()
             else:
-                raise ValueError(f"Knights-and-Knaves reference gives {name!r} the role {role!r}; "
+                raise UnreadableReference(f"Knights-and-Knaves reference gives {name!r} the role {role!r}; "
                                  "use 'knight', 'knave', True (knight) or False (knave)")
         return roles
     roles = dict(_claims(str(ground_truth)))
     if not roles:
-        raise ValueError(f"Knights-and-Knaves reference {ground_truth!r} assigns no roles; expected a sentence like "
+        raise UnreadableReference(f"Knights-and-Knaves reference {ground_truth!r} assigns no roles; expected a sentence like "
                          "'Zoey is a knight, and Ethan is a knave.' or a mapping {name: 'knight'|'knave'}")
     return roles
 
@@ -172,52 +191,76 @@ def score_knights_knaves(completion, ground_truth) -> float:
 
 # ------------------------------------------------------------------ multiple choice
 
-# "answer is (B)", "Answer: **C**", "answer: option D"; then, weaker, "the correct option is B".
+# Ten options, A-J, as MMLU-Pro; a question with fewer simply never has the later letters as its reference.
+CHOICES = "ABCDEFGHIJ"
+# "answer is (B)", "Answer: **C**", "answer: option D", "answer: b"; then, weaker, "the correct option is B".
 _LETTER_AFTER_ANSWER_RE = re.compile(
-    r"(?i:answer)\s*(?:(?i:is)\s*)?[:\-]?\s*(?:(?i:option|choice)\s*)?[\(\[\*]*(?P<letter>[A-Z])(?![A-Za-z])")
+    r"(?i:answer)\s*(?:(?i:is)\s*)?[:\-]?\s*(?:(?i:option|choice)\s*)?(?P<open>[\(\[\*]*)(?P<letter>[A-Za-z])(?![A-Za-z])")
 _LETTER_AFTER_OPTION_RE = re.compile(
-    r"(?i:option|choice)\s*(?:(?i:is)\s*)?[:\-]?\s*[\(\[\*]*(?P<letter>[A-Z])(?![A-Za-z])")
+    r"(?i:option|choice)\s*(?:(?i:is)\s*)?[:\-]?\s*(?P<open>[\(\[\*]*)(?P<letter>[A-Za-z])(?![A-Za-z])")
 _LONE_LETTER_RE = re.compile(r"^\W*(?P<letter>[A-Z])(?:\W|$)")
-_PARENTHESISED_RE = re.compile(r"\((?P<letter>[A-Z])\)")
+_PARENTHESISED_RE = re.compile(r"\((?P<letter>[A-Za-z])\)")
+# After a lowercase letter, a word means the letter is the article: "the answer is a cell".
+_WORD_FOLLOWS_RE = re.compile(r"\s+[A-Za-z]")
 
 
-def reference_letter(ground_truth, choices: str = "ABCDE") -> str:
-    """The reference's option letter (``"B"``, ``"(b)"``, ``"B. Mitochondria"``); error when it is none of `choices`."""
-    match = _LONE_LETTER_RE.match(str(ground_truth).strip().upper())
-    letter = match.group("letter") if match else None
+def _marked_letter(match: re.Match, text: str) -> str | None:
+    """The upper-case letter of a marker match; None for a lowercase "a" used as an article."""
+    letter = match.group("letter")
+    if letter.islower() and not match.group("open") and _WORD_FOLLOWS_RE.match(text, match.end()):
+        return None
+    return letter.upper()
+
+
+def reference_letter(ground_truth, choices: str = CHOICES) -> str:
+    """The reference's option letter (``"B"``, ``"(b)"``, ``"B. Mitochondria"``, or the 0-based index ``1``).
+
+    Raises `UnreadableReference` when it is none of `choices`.
+    """
+    if isinstance(ground_truth, Integral) and not isinstance(ground_truth, bool):
+        letter = choices[int(ground_truth)] if 0 <= int(ground_truth) < len(choices) else None
+    else:
+        match = _LONE_LETTER_RE.match(str(ground_truth).strip().upper())
+        letter = match.group("letter") if match else None
     if letter is None or letter not in choices:
-        raise ValueError(f"multiple-choice reference {ground_truth!r} is not an option letter of {choices!r}; "
-                         "store the correct letter as the ground truth")
+        raise UnreadableReference(f"multiple-choice reference {ground_truth!r} is not an option letter of "
+                                  f"{choices!r} (any case) or a 0-based option index; store the correct letter "
+                                  "as the ground truth")
     return letter
 
 
-def chosen_letter(completion, choices: str = "ABCDE") -> str | None:
-    """The option letter a completion picks, or None when it picks none.
+def chosen_letter(completion, choices: str = CHOICES) -> str | None:
+    """The option letter (upper case) a completion picks, or None when it picks none.
 
     In order: the last ``<answer>X</answer>`` or ``\\boxed{X}``; the letter after the last
     "answer is" / "answer:", else after the last "option" / "choice"; a completion that is only
-    a letter (``"C"``, ``"(C)"``, ``"C. text"``); else the last parenthesised letter ``(C)``. A
-    bare capital word such as the article "A" in running text is never taken for a choice.
+    a letter (``"C"``, ``"(c)"``, ``"C. text"``); else the last parenthesised letter ``(C)``.
+    Letters count in any case (``answer: b`` picks B), except a lowercase letter followed by a
+    word ("the answer is a cell") and a bare capital in running text ("A cell is ..."): those
+    are the article, not a choice.
     """
     text = completion_text(completion)
     for region in (_ANSWER_TAG_RE.findall(text)[-1:] or [None])[0], last_boxed(text):
         if region is not None:
-            match = _LONE_LETTER_RE.match(region.strip())
+            match = _LONE_LETTER_RE.match(region.strip().upper())
             if match and match.group("letter") in choices:
                 return match.group("letter")
     for pattern in _LETTER_AFTER_ANSWER_RE, _LETTER_AFTER_OPTION_RE:
-        after_marker = [m.group("letter") for m in pattern.finditer(text) if m.group("letter") in choices]
+        after_marker = [letter for m in pattern.finditer(text)
+                        if (letter := _marked_letter(m, text)) is not None and letter in choices]
         if after_marker:
             return after_marker[-1]
     stripped = text.strip()
-    match = _LONE_LETTER_RE.match(stripped)
+    lone = stripped.upper() if len(stripped) <= 3 else stripped
+    match = _LONE_LETTER_RE.match(lone)
     if match and match.group("letter") in choices and (len(stripped) <= 3 or re.match(r"^\W*[A-Z][.):]", stripped)):
         return match.group("letter")
-    parenthesised = [m.group("letter") for m in _PARENTHESISED_RE.finditer(text) if m.group("letter") in choices]
+    parenthesised = [m.group("letter").upper() for m in _PARENTHESISED_RE.finditer(text)
+                     if m.group("letter").upper() in choices]
     return parenthesised[-1] if parenthesised else None
 
 
-def score_multiple_choice(completion, ground_truth, choices: str = "ABCDE") -> float:
+def score_multiple_choice(completion, ground_truth, choices: str = CHOICES) -> float:
     """1.0 when the completion's chosen letter equals the reference letter, else 0.0."""
     return float(chosen_letter(completion, choices) == reference_letter(ground_truth, choices))
 
@@ -251,9 +294,29 @@ def task_family(label, routes: Mapping[str, str] | None = None) -> str:
                      f"pass routes={{{text!r}: '<family>'}} (verl: reward.custom_reward_function.reward_kwargs.routes)")
 
 
+# Families already warned about an unreadable reference in this process (compute_score has no object to keep it).
+_WARNED: set[str] = set()
+
+
+def score_or_zero(family: str, completion, ground_truth, warned: set[str] | None = None) -> float:
+    """`SCORERS[family]`, but an unreadable reference scores 0.0 and warns once per family (never raises mid-run).
+
+    `warned` holds the families already warned about (default: one set per process).
+    """
+    try:
+        return SCORERS[family](completion, ground_truth)
+    except UnreadableReference as error:
+        warned = _WARNED if warned is None else warned
+        if family not in warned:
+            warned.add(family)
+            warnings.warn(f"multi_domain_reward: {error}. Such rows score 0; this warning is shown once per "
+                          f"family ({family})", RuntimeWarning, stacklevel=2)
+        return 0.0
+
+
 def score_answer(label, completion, ground_truth, routes: Mapping[str, str] | None = None) -> float:
-    """Score one completion with the family its `label` routes to (see `task_family`)."""
-    return SCORERS[task_family(label, routes)](completion, ground_truth)
+    """Score one completion with the family its `label` routes to (see `task_family`); unreadable references score 0."""
+    return score_or_zero(task_family(label, routes), completion, ground_truth)
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, routes=None, **kwargs) -> float:
@@ -271,7 +334,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, rout
         if domain is None:
             raise
         family = task_family(domain, routes)
-    return SCORERS[family](solution_str, ground_truth)
+    return score_or_zero(family, solution_str, ground_truth)
 
 
 # ------------------------------------------------------------------ TRL
@@ -308,6 +371,7 @@ class MultiDomainReward:
                  routes: Mapping[str, str] | None = None):
         self.label_key, self.answer_key = label_key, answer_key
         self.routes = dict(routes or {})
+        self._warned: set[str] = set()  # families whose unreadable references were reported
         for label in self.routes:
             task_family(label, self.routes)  # a bad family fails here, not mid-training
 
@@ -325,7 +389,7 @@ class MultiDomainReward:
         labels = self._column(kwargs, self.label_key, _LABEL_COLUMNS, "label")
         references = [_reference_of(v) for v in self._column(kwargs, self.answer_key, _REFERENCE_COLUMNS, "reference")]
         families = {label: task_family(label, self.routes) for label in set(map(str, labels))}
-        rewards = [SCORERS[families[str(label)]](completion, reference)
+        rewards = [score_or_zero(families[str(label)], completion, reference, self._warned)
                    for completion, label, reference in zip(completions, labels, references)]
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and rewards:

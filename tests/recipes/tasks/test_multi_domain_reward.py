@@ -133,7 +133,8 @@ def test_multiple_choice_answers(completion, truth, expected):
 def test_multiple_choice_bad_reference_is_named():
     with pytest.raises(ValueError, match="'Mitochondria' is not an option letter"):
         score_multiple_choice("B", "Mitochondria")
-    assert chosen_letter("The answer is F.") is None  # outside A-E
+    assert chosen_letter("The answer is K.") is None  # outside A-J
+    assert chosen_letter("The answer is F.", choices="ABCD") is None  # outside the question's options
 
 
 # ------------------------------------------------------------------ routing

@@ -1,0 +1,111 @@
+"""The multi-domain reward on answers as people and public datasets write them, one table row per case.
+
+References are written as the datasets store them (GSM8K's ``#### 72`` solutions, MATH's
+``\\boxed{\\frac{1}{2}}`` solutions, MMLU-Pro's letters A-J, K&K's "(1) Zoey is a knave" lines);
+every row is scored through both entry points, TRL's `MultiDomainReward` and verl's
+`compute_score`, which must agree with the expected score.
+"""
+
+import warnings
+
+import pytest
+
+from dataflex_callbacks.recipes.tasks.multi_domain_reward import MultiDomainReward, compute_score
+
+GSM8K_72 = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+            "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72")
+GSM8K_1000 = "The club raised 4 * 250 = <<4*250=1000>>1000 dollars.\n#### 1000"
+
+# (completion, GSM8K reference, expected); the precedence rule: last box, else the last answer
+# marker (####, "answer is", "answer:"), else the last number.
+GSM8K = [
+    ("48/2 = 24 in May, 48 + 24 = 72 in all.\n#### 72", GSM8K_72, 1.0),
+    ("The answer is 1e3", GSM8K_1000, 1.0),
+    ("So the club raised 1,000 dollars.", GSM8K_1000, 1.0),
+    ("**Answer:** 72", GSM8K_72, 1.0),
+    ("My answer is 72 clips, not 70", GSM8K_72, 1.0),  # any "answer is", first value of its sentence
+    ("The answer is 5 and then I checked 7", "#### 5", 1.0),  # the marker's value, not the last number
+    ("The answer is 5 and then I checked 7", "#### 7", 0.0),
+    ("The answer is 5. Checking again: 3 + 4 = 7. Final answer: 7", "#### 7", 1.0),  # the last marker wins
+    ("\\boxed{5} because the answer is 7 when rounded", "#### 5", 1.0),  # a box wins over any marker
+    ("It fell from 5 to 5 - 8 = -3 degrees.", "#### -3", 1.0),
+    ("The answer is 25%.", "#### 25", 1.0),  # GSM8K writes percent answers without the sign
+    ("The answer is 71", GSM8K_72, 0.0),
+    ("I am not sure.", GSM8K_72, 0.0),
+]
+
+# (completion, MATH reference solution, expected)
+MATH = [
+    ("So $x = 4$.\n\\boxed{x=4}", "Solving, $x=4$. The answer is $\\boxed{4}$.", 1.0),  # an equation's last side
+    ("\\boxed{48 + 24 = 72}", "\\boxed{72}", 1.0),
+    ("\\boxed{\\frac{1}{2}}", "The probability is $\\boxed{\\frac{1}{2}}$.", 1.0),
+    ("The answer is 0.5", "$\\boxed{\\frac{1}{2}}$", 1.0),
+    ("\\boxed{1/2}", "$\\boxed{\\frac12}$", 1.0),  # MATH's brace-less one-digit fractions
+    ("\\boxed{-\\dfrac{3}{4}}", "$\\boxed{-\\frac34}$", 1.0),
+    ("\\boxed{2 \\times 10^{3}}", "$\\boxed{2000}$", 1.0),
+    ("\\boxed{50\\%}", "$\\boxed{\\frac{1}{2}}$", 1.0),  # a percent on one side: its fraction
+    ("\\boxed{\\sqrt{2}}", "$\\boxed{\\sqrt{2}}$", 1.0),
+    ("\\boxed{\\frac{1}{3}}", "$\\boxed{\\frac{1}{2}}$", 0.0),
+    ("\\boxed{x=5}", "$\\boxed{4}$", 0.0),
+    ("\\boxed{-4}", "$\\boxed{4}$", 0.0),
+    ("The answer is \\boxed{\\frac{1}{2}", "$\\boxed{\\frac{1}{2}}$", 0.0),  # a truncated box is no answer
+]
+
+# (completion, MMLU-Pro answer letter or index, expected): ten options, A-J, in any case.
+MMLU_PRO = [
+    ("answer: b", "B", 1.0),
+    ("Let's think step by step. The answer is (F).", "F", 1.0),
+    ("The answer is (J)", "J", 1.0),
+    ("the answer is (i)", "I", 1.0),
+    ("Answer: C", "c", 1.0),  # a lowercase reference
+    ("\\boxed{h}", "H", 1.0),
+    ("The answer is (E).", 4, 1.0),  # a 0-based option index, as MMLU's answer column
+    ("answer: b", "C", 0.0),
+    ("The answer is a cell membrane.", "A", 0.0),  # the article, not option A
+    ("The answer is (G).", "H", 0.0),
+]
+
+KK_TRUTH = "(1) Zoey is a knave\n(2) Oliver is a knight"
+# (completion, K&K reference, expected)
+KNIGHTS_KNAVES = [
+    ("<answer>(1) Zoey is a knave\n(2) Oliver is a knight</answer>", KK_TRUTH, 1.0),
+    ("<answer>(1) zoey is a knave (2) oliver is a knight</answer>", KK_TRUTH, 1.0),  # names in any case
+    ("In conclusion, ZOEY is a knave and OLIVER is a knight.", KK_TRUTH, 1.0),
+    ("Final answer: Zoey is a knave, Oliver is a knight.", "(1) zoey is a knave\n(2) oliver is a knight", 1.0),
+    ("(1) Zoey is a knight (2) Oliver is a knave", KK_TRUTH, 0.0),
+    ("<answer>(1) zoey is a knave</answer>", KK_TRUTH, 0.0),  # Oliver missing
+]
+
+ROWS = ([("openai/gsm8k", *row) for row in GSM8K] + [("lighteval/MATH", *row) for row in MATH]
+        + [("TIGER-Lab/MMLU-Pro", *row) for row in MMLU_PRO] + [("kk_logic", *row) for row in KNIGHTS_KNAVES])
+
+
+@pytest.mark.parametrize("source, completion, reference, expected", ROWS,
+                         ids=[f"{source}-{i}" for i, (source, *_) in enumerate(ROWS)])
+def test_written_answers_through_both_entry_points(source, completion, reference, expected):
+    trl = MultiDomainReward()(["q"], [completion], data_source=[source], reward_model=[{"ground_truth": reference}])
+    assert trl == [expected]
+    assert compute_score(source, completion, reference, extra_info={"index": 0}) == expected
+
+
+UNREADABLE = [  # (data_source, reference no family can read)
+    ("TIGER-Lab/MMLU-Pro", "K"),
+    ("sciq", "Mitochondria"),
+    ("kk_logic", "Nobody here is named."),
+    ("openai/gsm8k", "####"),
+]
+
+
+@pytest.mark.parametrize("source, reference", UNREADABLE)
+def test_an_unreadable_reference_scores_zero_with_one_warning(source, reference):
+    reward = MultiDomainReward()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):  # three training steps: one warning, no exception
+            assert reward(["q", "q"], ["Answer: K", "answer: b"], data_source=[source] * 2,
+                          answer=[reference] * 2) == [0.0, 0.0]
+    assert len(caught) == 1, [str(w.message) for w in caught]
+    assert repr(reference) in str(caught[0].message) and "score 0" in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert compute_score(source, "Answer: K", reference) == 0.0
