@@ -27,6 +27,14 @@ ROWS = [  # (data_source, response, ground truth, expected score)
     ("sciq", "ATP is made there, so the answer is (B).", "B", 1.0),
     ("sciq", "A cell is the unit of life.", "B", 0.0),
     ("my_source", "Answer: 3", "3", 1.0),  # routed by reward_kwargs
+    # Answers as people write them (tests/recipes/tasks/test_written_answers.py has the full tables).
+    ("openai/gsm8k", "The answer is 1e3", "1000", 1.0),
+    ("lighteval/MATH", "So \\boxed{x=4}", "\\boxed{4}", 1.0),
+    ("TIGER-Lab/MMLU-Pro", "answer: b", "B", 1.0),
+    ("TIGER-Lab/MMLU-Pro", "The answer is (F).", "F", 1.0),
+    ("kk_logic", "<answer>(1) zoey is a knave (2) oliver is a knight</answer>",
+     "(1) Zoey is a knave\n(2) Oliver is a knight", 1.0),
+    ("sciq", "The answer is B.", "K", 0.0),  # an impossible reference scores 0 (one warning), never raises
 ]
 
 
