@@ -472,7 +472,8 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
     """Train with GRPO and a data strategy, evaluate before/after, and write the run folder.
 
     `callbacks`: extra `transformers.TrainerCallback`s added to the trainer (`dataflex compare` uses one to
-    count generated completions, stop at a completions budget and evaluate during training).
+    count generated completions, stop at a completions budget and evaluate during training); one with a
+    ``bind_trainer(trainer)`` method is given the trainer once it is built.
 
     Raises `RunInputError` before loading the model when an input is unusable (numbers, output
     folder, strategy, data, too few rows for one step), and when training performed no optimizer
@@ -534,6 +535,9 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     callback = _metrics_callback(records, domains, options.steps, options.progress)
     trainer = make_trainer(model, tokenizer, reward_fn, train, args, strategy, [callback, *callbacks])
     callback.buffer = dynamic_buffer(trainer)
+    for extra in callbacks:  # a compare budget stops a dynamic-sampling step's rounds at the budget
+        if hasattr(extra, "bind_trainer"):
+            extra.bind_trainer(trainer)
     from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
     for noisy_callback in (PrinterCallback, ProgressCallback):  # our callback prints the progress instead

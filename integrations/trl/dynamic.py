@@ -13,7 +13,8 @@ on the padding. Each row keeps the advantage TRL gave it in its own round.
 
 When ``max_rounds`` ends a step short of B, the step trains on the signal groups in hand and
 fills the batch with zero-signal groups (round 0's first), masked out of the loss; the metric
-``dataflex/dynamic/short`` is then 1.
+``dataflex/dynamic/short`` is then 1. ``DynamicSampling.may_generate``, when set, can end the
+rounds the same way (``dataflex compare`` stops at a completions budget with it).
 
 Round 0 comes from TRL's sampler (the adapter's `DomainMixingSampler` when the strategy has a
 ``pre_select`` part). Further rounds come from a seeded stream over the train dataset
@@ -152,6 +153,9 @@ class DynamicSampling:
         self.stream: Optional[PromptStream] = None
         self._pending_stream: Optional[dict] = None
         self.last: Optional[SignalGroups] = None
+        self.may_generate: Optional[Callable[[int], bool]] = None
+        """``may_generate(generated)``: asked before each further round with the completions (all processes) the
+        step generated so far; False ends the step's rounds as ``max_rounds`` does. Must answer alike on every rank."""
 
     def bind(self, trainer, domain_column: Optional[str] = None, key_column: Optional[str] = None) -> None:
         """Check the trainer's settings and open the prompt stream over its train dataset.
@@ -196,19 +200,20 @@ class DynamicSampling:
         accelerator, pad_id = trainer.accelerator, _pad_id(trainer)
         local = slice(accelerator.process_index * len(inputs), (accelerator.process_index + 1) * len(inputs))
         buffer.start_step(wanted, step=int(trainer.state.global_step))
-        round_index = 0
+        round_index, generated = 0, 0
         fillers: list[tuple[int, int, list]] = []  # (round, first row, rows) of zero-signal groups, for a short step
         while True:
             _check_keys(output)
             rows = _row_payload(*_all_ranks(accelerator, inputs, output, pad_id), rewards_per_func)
             judged = judge_batch(inputs, output, rewards_per_func)
-            signal = buffer.add(judged, payload=rows)
-            if self.strategy.pre_select is not None:  # it learns from every generated group, trained or not
-                self.strategy.pre_select.observe(judged, int(trainer.state.global_step))
+            signal = buffer.add(judged, payload=rows)  # a pre_select filter observes every round here
             # A short step fills up with the earliest zero-signal groups: at most `wanted` of them are ever used.
             zero = (~signal.cpu()).view(-1, generations)[:, 0].nonzero().flatten().tolist()[:wanted - len(fillers)]
             fillers += [(round_index, g * generations, rows[g * generations:(g + 1) * generations]) for g in zero]
+            generated += len(rows)
             if not buffer.should_generate_more():
+                break
+            if self.may_generate is not None and not self.may_generate(generated):
                 break
             round_index += 1
             prompts = [trainer.train_dataset[i] for i in self.stream.draw(wanted)]

@@ -30,7 +30,7 @@ from typing import Callable
 
 from ..options import (OPTION_RULES, PER_RUN_FIELDS, NumberRule, RunOptions, check_option_number,
                        check_run_options, completion_tokens, eval_tokens)
-from .budget import Budget, GenerationLedger, budget_callback
+from .budget import Budget, EvalPlan, GenerationLedger, budget_callback
 
 COMPARE_FILE = "compare.json"
 RESULT_FILE = "result.json"
@@ -116,11 +116,10 @@ class CompareSettings:
     def expected_steps(self) -> int:
         return self.budget.expected_steps(self.completions_per_step)
 
-    def eval_steps(self) -> list[int]:
-        """Steps after which a run is evaluated besides before and after: `eval_points` evenly spaced ones."""
-        total = self.expected_steps()
-        steps = {k * total // (self.eval_points + 1) for k in range(1, self.eval_points + 1)}
-        return sorted(s for s in steps if 0 < s < total)
+    def eval_plan(self) -> EvalPlan:
+        """When a run is evaluated besides before and after: `eval_points` thresholds evenly spaced over the
+        budget, in its unit (completions for a completions budget, whatever a step costs a strategy)."""
+        return EvalPlan(self.budget, self.eval_points)
 
     def shared(self) -> dict:
         """What every run of the comparison must share; a resumed comparison must match it exactly."""
@@ -253,6 +252,7 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
     points = [{"step": 0, "completions": 0, "accuracy": result.eval_before}]
     points += [p for p in curve if p["step"] < final_step]
     points.append({"step": final_step, "completions": ledger.completions, "accuracy": result.eval_after})
+    planned = len(settings.eval_plan().thresholds())
     proportions = []
     for m in metrics:
         target = {d: m.get(f"dataflex/mix/target/{d}") for d in domains}
@@ -272,6 +272,13 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
         "domains": domains,
         "steps": final_step,
         "completions": ledger.completions,
+        # Completions beyond a completions budget (None for a steps budget) and one generation round's
+        # completions: a run stops within one round of its budget.
+        "overshoot": ledger.overshoot,
+        "round_completions": ledger.round_size,
+        # Intermediate evaluations planned, and how many the curve has (a step that generated more than the
+        # plan's spacing serves several thresholds with one evaluation).
+        "eval_points": {"planned": planned, "evaluated": len(points) - 2},
         "completion_tokens": int(round(ledger.completion_tokens)),
         # Trained signal groups and completions in zero-signal groups (runner.signal_accounting); None when the
         # run's logs could not tell them.
@@ -301,7 +308,7 @@ def execute_run(settings: CompareSettings, run: GridRun, pre_select: bool = Fals
         return tasks.evaluate(model, tokenizer, test, **eval_settings)
 
     ledger = GenerationLedger(settings.budget)
-    callback = budget_callback(ledger, evaluate, settings.eval_steps(), on_step)
+    callback = budget_callback(ledger, evaluate, settings.eval_points, on_step)
     with warnings.catch_warnings(record=True) as caught:
         # Caught, not printed: repeated by every run they would bury the progress bar. The library's own
         # warnings (e.g. a mixer whose targets the sampler does not follow) go into the report instead.

@@ -17,8 +17,9 @@ ACCURACY_FIGURE = "accuracy_vs_completions.png"
 PROPORTIONS_FIGURE = "domain_proportions.png"
 RUN_COLUMNS = ("strategy", "seed", "budget", "steps", "completions", "completion_tokens", "wall_seconds",
                "kept_frac", "accuracy_before_overall", "accuracy_after_overall", "accuracy_gain_overall",
-               "signal_groups", "zero_signal_completions", "completions_per_signal_group")
-SIGNAL_FIELDS = ("signal_groups", "zero_signal_completions", "completions_per_signal_group")
+               "signal_groups", "zero_signal_completions", "completions_per_signal_group", "overshoot",
+               "eval_points")
+SIGNAL_FIELDS = ("signal_groups", "zero_signal_completions", "completions_per_signal_group", "overshoot")
 """Per-run fields a result written before they existed lacks; the report shows n/a for them."""
 
 
@@ -37,6 +38,7 @@ def result_row(record: dict) -> dict:
     row = {key: record[key] for key in ("strategy", "seed", "budget", "steps", "completions", "completion_tokens",
                                         "wall_seconds", "kept_frac", "run_dir")}
     row.update({key: record.get(key) for key in SIGNAL_FIELDS})
+    row["eval_points"] = (record.get("eval_points") or {}).get("evaluated", len(record["curve"]) - 2)
     for when in ("before", "after"):
         for domain, value in record[when].items():
             row[f"accuracy_{when}_{domain}"] = value
@@ -230,6 +232,33 @@ def plot_proportions(path: str, records: list[dict], strategies: list[str]) -> N
 # --------------------------------------------------------------------------- report.md
 
 
+def budget_lines(settings, records: list[dict]) -> list[str]:
+    """How each strategy's runs met the budget: the completions beyond a completions budget (a run stops
+    within one generation round of it), and intermediate evaluations that fell together."""
+    lines = []
+    if settings.budget.unit == "completions":
+        rounds = sorted({r["round_completions"] for r in records if r.get("round_completions")})
+        round_text = f"one generation round is {', '.join(str(n) for n in rounds)} completions" if rounds else ""
+        lines.append(f"- overshoot beyond the budget of {settings.budget.amount} completions (a run stops at the "
+                     f"first step, or dynamic-sampling round, that reaches it; {round_text}):")
+        for strategy in settings.strategies:
+            values = [r.get("overshoot") for r in records if r["strategy"] == strategy]
+            if not values:
+                continue
+            shown = "n/a" if any(v is None for v in values) else f"mean {np.mean(values):.0f}, max {max(values)}"
+            lines.append(f"  - `{strategy}`: {shown}")
+    planned = len(settings.eval_plan().thresholds())
+    short = [r["name"] for r in records
+             if r.get("eval_points") and r["eval_points"].get("evaluated", planned) < planned]
+    if planned:
+        unit = "completions" if settings.budget.unit == "completions" else "steps"
+        marks = ", ".join(str(m) for m in settings.eval_plan().thresholds())
+        lines.append(f"- intermediate evaluations: {planned} per run, after the first step at or past {marks} {unit}"
+                     + (f"; fewer in {', '.join(short)} (a step generated more than the spacing, so one evaluation "
+                        "served several thresholds)" if short else ""))
+    return lines
+
+
 def _settings_lines(settings, outcome) -> list[str]:
     base = settings.base
     total_run_seconds = sum(r["wall_seconds"] for r in outcome.records)
@@ -244,6 +273,7 @@ def _settings_lines(settings, outcome) -> list[str]:
         f"- wall time: {outcome.wall_seconds:.0f} s for this invocation with {settings.jobs} job(s) "
         f"({len(outcome.computed)} runs computed, {len(outcome.reused)} reused from a previous invocation); "
         f"{total_run_seconds:.0f} s summed over runs",
+        *budget_lines(settings, outcome.records),
     ]
     return [line for line in lines if line]
 
@@ -327,7 +357,10 @@ def render_report(settings, outcome) -> str:
             "- Completions are counted from TRL's generation schedule (`generation_batch_size` completions every "
             "`steps_per_generation * num_iterations` micro-steps); completion tokens from TRL's logged mean "
             "completion length. A strategy with dynamic sampling counts every round it generated "
-            "(`dataflex/dynamic/generated`). A `completions:N` budget stops a run at the first step that reaches N.",
+            "(`dataflex/dynamic/generated`). A `completions:N` budget stops a run at the first step that reaches N, and "
+            "a dynamic-sampling step at the first round that reaches it, so a run overshoots N by less than one "
+            "generation round. Intermediate evaluations are planned in the budget's unit: at N/(k+1), 2N/(k+1), ... "
+            "completions for a completions budget, whatever a step costs each strategy.",
             "- Completions per trained signal group: completions generated over the signal groups trained on "
             "(`dataflex/dynamic/signal_groups` with dynamic sampling; otherwise the generated groups whose rewards "
             "are not all equal, from TRL's `frac_reward_zero_std`). Completions in zero-signal groups: generated "
