@@ -50,6 +50,7 @@ from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import (DEFAULT_DOMAIN_SOURCE, acts_before_rollout, check_sampling_dataset, check_shuffle,
                        grpo_mixing_sampler, row_key)
 from .signals import global_rollout_batch, local_policy_batch, resolve_reward_index, selection_rewards
+from .train_data import check_enough_prompts, check_stream, is_stream
 
 STATE_FILE = "dataflex_strategy.pt"
 """File name of the strategy (and sampler) state inside each ``checkpoint-<step>`` folder."""
@@ -221,7 +222,10 @@ class DataFlexCallback(TrainerCallback):
         column_names = getattr(dataset, "column_names", None) or []
         available = grpo_fields(domains=self.domain_column in column_names)
         # Before check_host: its generic "needs domain labels" would not name the option that fixes it.
-        check_sampling_dataset(dataset, self.strategy, self.domain_column, self.prompt_key_column, domain_source)
+        check_stream(dataset, self.strategy)
+        if not is_stream(dataset):  # a stream's pre-rollout filter runs over the stream (streaming.py)
+            check_sampling_dataset(dataset, self.strategy, self.domain_column, self.prompt_key_column, domain_source)
+        check_enough_prompts(trainer, dataset, self.strategy, self.domain_column)
         check_shuffle(trainer, self.strategy)
         host = f"the TRL {self.host_class.__name__} (dataset columns {list(column_names)})"
         self.strategy.check_host(available, host=host)

@@ -284,3 +284,58 @@ def test_dynamic_sampling_with_a_token_level_select_part_is_refused_when_built()
                 "dynamic_sampling": True}
     with pytest.raises(ConfigError, match="dynamic_sampling judges whole groups"):
         DataFlexCallback(strategy)
+
+
+# ---------------------------------------------------------------- too few prompts, in the user's GRPOConfig fields
+THREE_PROMPTS = {"prompt": ["1+1=", "2+2=", "3+3="], "domain": ["add", "mul", "add"]}
+
+
+def build_on(tiny_tokenizer, tmp_path, data, strategy=None, way_in="trainer", **config):
+    """A tiny trainer on ``data``: a DataFlexGRPOTrainer, or (``way_in="attach"``) a stock GRPOTrainer + attach()."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from dataflex_callbacks.recipes.tiny_model import build_tiny_model
+    from cpu_settings import CPU_RUN_SETTINGS
+
+    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, max_completion_length=4,
+                      **{**CPU_RUN_SETTINGS, **config})
+    common = dict(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward, args=args,
+                  train_dataset=data, processing_class=tiny_tokenizer)
+    if way_in == "trainer":
+        return DataFlexGRPOTrainer(**common, strategy=strategy)
+    trainer = GRPOTrainer(**common)
+    attach(trainer, strategy)
+    return trainer
+
+
+@pytest.mark.parametrize("strategy", ["skip", "greso", "difffilter", "dapo", "baseline"])
+@pytest.mark.parametrize("way_in", ["trainer", "attach"])
+def test_too_few_prompts_for_one_generation_batch_names_the_grpo_config_fields(tiny_tokenizer, tmp_path, strategy,
+                                                                               way_in):
+    data = Dataset.from_dict(THREE_PROMPTS)
+    with pytest.raises(ConfigError) as caught:
+        # 16 completions per batch at 4 per prompt: 4 distinct prompts, the data has 3.
+        trainer = build_on(tiny_tokenizer, tmp_path, data, strategy, way_in, per_device_train_batch_size=16,
+                           num_generations=4)
+        trainer.train()  # the old adapter refused some of these only here, in the sampler's own terms
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1
+    for field in ("GRPOConfig(", "per_device_train_batch_size=16", "num_generations=4",
+                  "gradient_accumulation_steps=1", "has 3 prompt(s)", "needs 4 distinct prompts"):
+        assert field in message, (field, message)
+    assert "num_samples" not in message and "chunk" not in message
+
+
+def test_too_few_prompts_names_gradient_accumulation_when_it_sizes_the_batch(tiny_tokenizer, tmp_path):
+    data = Dataset.from_dict(THREE_PROMPTS)
+    with pytest.raises(ConfigError, match=r"gradient_accumulation_steps=2\).*lower per_device_train_batch_size or "
+                                          r"gradient_accumulation_steps"):
+        build_on(tiny_tokenizer, tmp_path, data, "skip", per_device_train_batch_size=4,
+                 gradient_accumulation_steps=2, num_generations=2).train()
+
+
+def test_too_few_prompts_in_the_mixed_domains_counts_only_those(tiny_tokenizer, tmp_path):
+    data = Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(8)], "domain": ["add"] * 6 + ["mul"] * 2})
+    strategy = {"mix": {"mixer": "reward_gap", "domains": ["mul"]}}
+    with pytest.raises(ConfigError, match=r"has 2 prompt\(s\) in the mixed domains \['mul'\] \(8 in all\)"):
+        build_on(tiny_tokenizer, tmp_path, data, strategy, per_device_train_batch_size=12, num_generations=4).train()

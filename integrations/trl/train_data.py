@@ -1,0 +1,81 @@
+"""What the TRL adapter needs of the train dataset, checked while the trainer is built, in the user's settings.
+
+- Enough prompts: one generation batch holds ``generation_batch_size // num_generations`` distinct
+  prompts (TRL's ``RepeatSampler`` and the adapter's `DomainMixingSampler` both drop an incomplete
+  batch), so fewer rows would train nothing. `check_enough_prompts` refuses that, naming the
+  ``GRPOConfig`` (or ``RLOOConfig``) fields that set the batch and the dataset's size.
+- Streams (``datasets.IterableDataset``): `check_stream` refuses a strategy part that needs random
+  access to the rows (``mix``: it draws each prompt from the rows of a chosen domain) in one line
+  naming it; the rest run over a stream (see `streaming`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from dataflex_callbacks.errors import ConfigError
+
+
+def is_stream(dataset: Any) -> bool:
+    """True for a ``datasets.IterableDataset`` (or a subclass): rows come in order and have no length."""
+    return dataset is not None and any(cls.__name__ == "IterableDataset" for cls in type(dataset).__mro__)
+
+
+def prompts_per_generation(trainer) -> int:
+    """Distinct prompts in one generation batch of ``trainer`` (all processes together)."""
+    return int(trainer.args.generation_batch_size) // int(trainer.num_generations)
+
+
+def batch_settings(trainer) -> str:
+    """The config fields that size one generation batch, as the user wrote them (``GRPOConfig(...)``)."""
+    args = trainer.args
+    fields = [f"per_device_train_batch_size={args.per_device_train_batch_size}",
+              f"num_generations={trainer.num_generations}",
+              f"gradient_accumulation_steps={args.gradient_accumulation_steps}"]
+    if int(args.steps_per_generation) != int(args.gradient_accumulation_steps):
+        fields.append(f"steps_per_generation={args.steps_per_generation}")
+    processes = int(trainer.accelerator.num_processes)
+    where = f" on {processes} processes" if processes > 1 else ""
+    return f"{type(args).__name__}({', '.join(fields)}){where}"
+
+
+def too_few_prompts_message(trainer, available: int, rows: str = "") -> str:
+    """One line: the dataset's prompts against the prompts one generation batch needs, and the settings to change."""
+    args, need = trainer.args, prompts_per_generation(trainer)
+    batch_fields = ("per_device_train_batch_size or steps_per_generation"
+                    if int(args.steps_per_generation) != int(args.gradient_accumulation_steps)
+                    else "per_device_train_batch_size or gradient_accumulation_steps")
+    return (f"dataflex: the train dataset has {available} prompt(s){rows}, but one generation batch needs {need} "
+            f"distinct prompts: {batch_settings(trainer)} generates {args.generation_batch_size} completions per "
+            f"batch (generation_batch_size), {trainer.num_generations} per prompt, so the run would train nothing; "
+            f"add prompts to the dataset (at least {need}), or lower {batch_fields}, or raise num_generations")
+
+
+def check_enough_prompts(trainer, dataset: Any, strategy, domain_column: Optional[str]) -> None:
+    """Refuse a train dataset with fewer prompts than one generation batch needs (a stream is not counted).
+
+    With a ``mix`` part that lists its domains, only the rows of those domains count.
+    """
+    if dataset is None or is_stream(dataset) or not hasattr(dataset, "__len__"):
+        return
+    available, rows = len(dataset), ""
+    columns = list(getattr(dataset, "column_names", None) or [])
+    if strategy.mix_enabled and strategy.domains is not None and domain_column in columns:
+        mixed = {str(d) for d in strategy.domains}
+        available = sum(str(d) in mixed for d in dataset[domain_column])
+        rows = f" in the mixed domains {sorted(mixed)} ({len(dataset)} in all)"
+    if available < prompts_per_generation(trainer):
+        raise ConfigError(too_few_prompts_message(trainer, available, rows))
+
+
+def check_stream(dataset: Any, strategy) -> None:
+    """Refuse, in one line naming the part, a strategy part that needs random access when the data is a stream."""
+    if not is_stream(dataset) or not strategy.mix_enabled:
+        return
+    raise ConfigError(
+        f"dataflex: strategy {strategy.name!r} has a mix part, which needs random access to the train dataset (it "
+        f"draws each prompt from the rows of the domain it chose), but the dataset is a streaming "
+        f"{type(dataset).__name__}; load it as a datasets.Dataset, or mix the streams with "
+        "datasets.interleave_datasets(per_domain, probabilities=[...]) and drop the mix part (pre_select and "
+        "dynamic_sampling run over a stream)"
+    )
