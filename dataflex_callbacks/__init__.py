@@ -12,7 +12,7 @@ from .batch import RolloutBatch
 from .config import list_presets
 from .config_fields import DynamicSamplingConfig, MixConfig, ReweightConfig, SelectConfig, StrategyConfig
 from .dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
-from .errors import BatchError, ConfigError, DataFlexError, StateError
+from .errors import BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, StateError
 from .mixers import Mixer
 from .registry import build_component, list_components, register
 from .reweighters import Reweighter
@@ -26,11 +26,13 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchError",
+    "ComponentError",
     "ConfigError",
     "DataFlexError",
     "Decision",
     "DomainMixingSampler",
     "DomainTracker",
+    "DroppedAllWarning",
     "DynamicSamplingConfig",
     "MixConfig",
     "Mixer",

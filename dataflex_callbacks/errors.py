@@ -1,4 +1,4 @@
-"""Exceptions raised by dataflex-callbacks; each message names the bad value and the fix."""
+"""Exceptions raised by dataflex-callbacks, each naming the bad value and the fix, and the warning of a step that keeps nothing."""
 
 from __future__ import annotations
 
@@ -19,6 +19,42 @@ class BatchError(DataFlexError, ValueError):
 
 class StateError(DataFlexError, ValueError):
     """A saved state cannot be loaded: not a state dict, missing keys, wrong shapes or types."""
+
+
+class ComponentError(DataFlexError, ValueError):
+    """A component (built-in or yours) returned values its contract forbids, at run time.
+
+    Raised when a reweighter's weights or a mixer's proportions are negative or not finite; the
+    message names the component, the first bad value and where it came from. Fix the component:
+    `dataflex_callbacks.testing.check_component` finds such values before a run does.
+    """
+
+
+class DroppedAllWarning(UserWarning):
+    """A step kept nothing, so it trains nothing (metric ``dropped_all`` = 1); shown once per strategy.
+
+    Attributes:
+        step: the host's step counter at that step.
+        strategy: the strategy's name.
+        cause: why, one of `DROPPED_ALL_CAUSES`.
+        fix: the setting or code change that changes it, or None where none can (e.g. a step whose
+            groups all had equal rewards under a preset that exists to drop such groups).
+    """
+
+    def __init__(self, message: str, step: int | None = None, strategy: str | None = None, cause: str | None = None,
+                 fix: str | None = None):
+        super().__init__(message)
+        self.step, self.strategy, self.cause, self.fix = step, strategy, cause, fix
+
+    def __reduce__(self):
+        return type(self), (str(self), self.step, self.strategy, self.cause, self.fix)
+
+
+# Causes a `DroppedAllWarning` names: every row had a NaN/inf signal under nan_policy='drop'; the
+# selection scorer returned NaN/inf scores; every group's rewards were equal (no signal to keep);
+# a solve rate read on rewards that are not 0/1; 0/1 rewards whose solve rates fell outside the band;
+# the selector's rule on this step's scores (anything else).
+DROPPED_ALL_CAUSES = ("nonfinite_signals", "nonfinite_scores", "equal_rewards", "reward_scale", "band", "selector")
 
 
 def check_state(state: Any, keys: Iterable[str], what: str) -> Mapping:

@@ -13,7 +13,7 @@ from typing import Mapping, Sequence
 
 import torch
 
-from .errors import ConfigError
+from .errors import ComponentError, ConfigError
 from .params import check_bool, check_number
 from .proportions import check_domains, check_proportions
 from .registry import Component, register, register_base
@@ -37,6 +37,26 @@ def fill_unobserved(values: torch.Tensor, fill: str) -> torch.Tensor:
         return torch.zeros_like(values)
     value = observed.max() if fill == "max" else observed.min()
     return torch.where(torch.isnan(values), value, values)
+
+
+def check_raw_proportions(raw, mixer: str, domains: Sequence[str]) -> torch.Tensor:
+    """``raw`` ``(K,)`` as a float64 tensor if its values are finite, >= 0 and not all 0, else a `ComponentError`.
+
+    Normalising would hide a sign (all -1 become 1/K each) and spread a NaN over every domain,
+    so the raw values are checked before it.
+    """
+    q = torch.as_tensor(raw, dtype=torch.float64)
+    if q.shape != (len(domains),):
+        raise ComponentError(f"mixer {mixer!r}: raw_proportions returned shape {tuple(q.shape)}; it must return one "
+                             f"value per domain, ({len(domains)},) in the order {list(domains)}")
+    bad = ~torch.isfinite(q) | (q < 0)
+    if bool(bad.any()) or not float(q.sum()) > 0:
+        values = {d: float(v) for d, v in zip(domains, q.tolist())}
+        what = "negative or not finite" if bool(bad.any()) else "all 0"
+        raise ComponentError(f"mixer {mixer!r}: raw_proportions returned {values}, {what}; a mixer's raw proportions "
+                             "must be finite, >= 0 and not all 0 (fill_unobserved gives never-observed domains a "
+                             "value; a softmax makes any finite value positive)")
+    return q
 
 
 @register_base("mixer")
@@ -94,7 +114,7 @@ class Mixer(Component):
             raise ConfigError(f"mixer {self.name!r} has no domains; pass domains=[...] or let the host bind them")
         if list(tracker.domains) != self.domains:
             raise ConfigError(f"mixer domains {self.domains} differ from tracker domains {tracker.domains}")
-        q = self.raw_proportions(tracker)
+        q = check_raw_proportions(self.raw_proportions(tracker), self.name, self.domains)
         p = apply_floor(q / q.sum(), self.floor)
         return {d: float(p[i]) for i, d in enumerate(self.domains)}
 

@@ -26,18 +26,39 @@ _ALIASES: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
 _BASES: dict[str, type] = {}
 
 
-def register(kind: str, name: str, aliases: tuple[str, ...] = ()) -> Callable[[type], type]:
-    """Class decorator: make ``cls`` buildable as ``build_component(kind, name)`` and nameable in configs."""
+def register(kind: str, name: str, aliases: tuple[str, ...] = (), *, override: bool = False) -> Callable[[type], type]:
+    """Class decorator: make ``cls`` buildable as ``build_component(kind, name)`` and nameable in configs.
+
+    A name (or alias) already taken by another class of that kind is refused with a `ConfigError`:
+    registering replaces the class for the whole process, built-ins included. Pass
+    ``override=True`` to replace it on purpose. Registering the same class again (a reloaded
+    module) is allowed.
+    """
     kind = _check_kind(kind)
 
     def decorate(cls: type) -> type:
+        if not override:
+            for taken in (name, *aliases):
+                _check_free(kind, taken, cls)
         cls.name = name
         _REGISTRY[kind][name] = cls
+        _ALIASES[kind].pop(name, None)  # with override=True a name that was an alias now means this class
         for alias in aliases:
             _ALIASES[kind][alias] = name
         return cls
 
     return decorate
+
+
+def _check_free(kind: str, name: str, cls: type) -> None:
+    """Refuse ``name`` when another class of ``kind`` holds it (as a name or an alias); the same class may register again."""
+    holder = _REGISTRY[kind].get(_ALIASES[kind].get(name, name))
+    if holder is None or import_path(holder) == import_path(cls):
+        return
+    as_alias = f" (an alias of {_ALIASES[kind][name]!r})" if name in _ALIASES[kind] else ""
+    raise ConfigError(f"{kind} name {name!r}{as_alias} is already registered to {import_path(holder)}; registering "
+                      f"{import_path(cls)} under it would replace it for the whole process. Choose another name, or "
+                      f"pass register({kind!r}, {name!r}, override=True) to replace it on purpose")
 
 
 def register_base(kind: str) -> Callable[[type], type]:

@@ -31,8 +31,10 @@ def normalize_weights(raw: torch.Tensor, mask: torch.Tensor, mode: str = "mean_o
         mask: bool, shaped like ``raw``: the entries the weights apply to.
         mode: ``mean_one``, ``per_group_mean_one`` (needs ``group_ids``) or ``none``.
 
-    A normalisation set whose raw weights sum to 0 gets uniform weight 1: there is no emphasis to
-    keep, and a zero scale would silently drop data the selector kept.
+    A normalisation set whose raw weights are all 0 gets uniform weight 1: there is no emphasis to
+    keep, and a zero scale would silently drop data the selector kept. Negative or non-finite raw
+    weights are never hidden by the rescaling (a set summing to < 0 is left as it is), so the
+    strategy's weight check refuses them, naming the reweighter.
     """
     return normalize_weights_(raw.to(torch.float32, copy=True), mask, mode, group_ids)
 
@@ -52,9 +54,11 @@ def normalize_weights_(weights: torch.Tensor, mask: torch.Tensor | None, mode: s
         if count == 0:
             return weights
         total = float(weights.sum())
-        if total <= 0:
+        if total > 0:
+            return weights.mul_(count / total)
+        if total == 0 and not bool((weights < 0).any()):  # all 0 (the rare path pays for the sign check)
             return weights.fill_(1.0) if mask is None else weights.copy_(mask)
-        return weights.mul_(count / total)
+        return weights  # negative or NaN raw weights stay visible: Strategy refuses them
     if group_ids is None:
         raise BatchError("normalize='per_group_mean_one' needs RolloutBatch.group_ids")
     if mask is None:
@@ -64,13 +68,15 @@ def normalize_weights_(weights: torch.Tensor, mask: torch.Tensor | None, mode: s
     row_count = row_counts(mask) if mask.dim() == 2 else mask.to(torch.float32)
     total = segment_sum(row_total, index, groups)[index]
     count = segment_sum(row_count, index, groups)[index]
-    scale = torch.where(total > 0, count / total.clamp_min(1e-30), torch.zeros_like(total))
-    fallback = (total <= 0) & (count > 0)
+    # A group summing to < 0 (or NaN) keeps its raw weights, negatives visible to Strategy's check.
+    scale = torch.where(total > 0, count / total.clamp_min(1e-30), torch.ones_like(total))
+    fallback = (total == 0) & (count > 0)
     if weights.dim() == 1:
-        return torch.where(fallback, mask.to(torch.float32), weights.mul_(scale))
+        signed = segment_sum((weights < 0).to(torch.float32), index, groups)[index] > 0  # + and - cancelling to 0
+        return torch.where(fallback & ~signed, mask.to(torch.float32), weights.mul_(scale))
     weights.mul_(scale.unsqueeze(1))
     rows = torch.nonzero(fallback).flatten()
-    if rows.numel():
+    if rows.numel() and not bool((weights[rows] < 0).any()):
         weights[rows] = mask[rows].to(torch.float32)
     return weights
 
@@ -289,9 +295,9 @@ class AdvantageReweight(Reweighter):
         if self.normalize != "mean_one":
             return normalize_weights_(raw, mask, self.normalize, batch.group_ids)
         count = true_count(mask)
-        if count == 0:
-            return raw
-        if total <= 0:
+        if count == 0 or total < 0:
+            return raw  # total < 0: negative raw weights, left for Strategy's check to refuse
+        if total == 0:
             return raw.copy_(mask)
         return raw.mul_(count / total)
 

@@ -10,6 +10,7 @@ log-probs or entropies can be deferred to the loss (``defer_policy=True`` then
 from __future__ import annotations
 
 import copy
+import math
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
@@ -18,7 +19,8 @@ import torch
 
 from .batch import RolloutBatch, clean_signals, masked_centered_square_sum, true_count
 from .config import load_config
-from .errors import BatchError, ConfigError, check_state
+from .groups import dense_groups
+from .errors import BatchError, ComponentError, ConfigError, DroppedAllWarning, check_state
 from .mixers import Mixer
 from .mixing import DomainMixing
 from .registry import build_component
@@ -40,6 +42,7 @@ class Decision:
         token_keep: ``(N, L)`` bool for token-level selection, else None.
         metrics: plain floats for logging (``kept_frac``, ``dropped_all``, ``ess``, ...).
         deferred: names of parts ("select", "reweight") left for `Strategy.apply_policy`.
+        step: the step it was decided at (what `Strategy.apply_policy` names in a warning).
     """
 
     keep: torch.Tensor
@@ -48,6 +51,7 @@ class Decision:
     metrics: dict[str, float] = field(default_factory=dict)
     deferred: tuple[str, ...] = ()
     response_weights: torch.Tensor | None = field(default=None, repr=False)
+    step: int | None = field(default=None, repr=False)
 
 
 class _Part:
@@ -212,20 +216,30 @@ class Strategy:
         names = POLICY_SIGNALS if policy_only else CHECKED_SIGNALS
         return [name for name in names if name in read and getattr(batch, name) is not None]
 
-    def _warn_dropped_all(self, step: int, reason: str) -> None:
+    def _warn_dropped_all(self, step: int | None, cause: str, what: str, fix: str | None) -> None:
+        """Warn once per strategy, with a `DroppedAllWarning` carrying ``cause`` and ``fix``, that a step kept nothing."""
         if self._warned_dropped_all or not self.warn_dropped_all:
             return
         self._warned_dropped_all = True
-        warnings.warn(f"dataflex: step {step}: strategy {self.name!r} {reason}. This step trains nothing (metric "
-                      "dropped_all=1); if it repeats, nothing trains. This warning is shown once.",
-                      UserWarning, stacklevel=3)
+        text = f"dataflex: step {step}: strategy {self.name!r} {what}."
+        if fix:
+            text += f" This step trains nothing (metric dropped_all=1); if it repeats, nothing trains. Fix: {fix}."
+        warnings.warn(DroppedAllWarning(text + " This warning is shown once.", step=step, strategy=self.name,
+                                        cause=cause, fix=fix), stacklevel=3)
 
-    def _dropped_all_reason(self, n_bad: int, n: int, counts: dict, token_level: bool, rewards: torch.Tensor) -> str:
-        """What dropped everything and the likely fix, from the signals' counters and the rewards ``(N,)``."""
+    def _dropped_all_reason(self, n_bad: int, batch: RolloutBatch, counts: dict, token_level: bool,
+                            select_scores: torch.Tensor | None) -> tuple[str, str, str | None]:
+        """``(cause, what happened, fix or None)`` for a step that kept nothing; runs only on such a step.
+
+        ``select_scores`` ``(N,)`` or ``(N, L)``: the selection scorer's output at this step (None if it did not run).
+        A fix is given only where a setting or the code can change the outcome.
+        """
+        n, rewards = batch.n, batch.rewards
         if n_bad == n:
             signals = ", ".join(k[len("nonfinite_"):] for k, v in counts.items() if v)
-            return (f"left out all {n} responses because each has a NaN or infinite value ({signals}) and "
-                    "nan_policy='drop'. Fix the signal's computation, or set nan_policy: zero to count such values as 0")
+            return ("nonfinite_signals", f"left out all {n} responses because each has a NaN or infinite value "
+                    f"({signals}) and nan_policy='drop'", "fix the signal's computation, or set nan_policy: zero to "
+                    "count such values as 0")
         finite = rewards[torch.isfinite(rewards)].float()
         if finite.numel():
             values = torch.unique(finite)
@@ -236,22 +250,50 @@ class Strategy:
             spread, binary = "no finite reward", True
         part = self.select
         if part is None:
-            return f"left out all {n} responses ({spread})"
-        what = "token" if token_level else "response"
+            return "selector", f"left out all {n} responses ({spread}); the step trains nothing (metric dropped_all=1)", None
+        kept_none = f"kept no {'token' if token_level else 'response'} of {n} ({spread})"
+        by = f"selector {part.actuator.name!r} on scorer {part.scorer.name!r}"
+        if select_scores is not None:
+            scored = select_scores
+            if scored.dim() == 2 and batch.valid_mask is not None:
+                scored = scored[batch.valid_mask.to(scored.device)]
+            bad = ~torch.isfinite(scored)
+            if bool(bad.any()):
+                n_nan = int(torch.isnan(scored).sum())
+                unit = "token" if select_scores.dim() == 2 else "response"
+                return ("nonfinite_scores",
+                        f"{kept_none}: scorer {part.scorer.name!r} returned NaN or infinite scores ({n_nan} NaN, "
+                        f"{int(bad.sum()) - n_nan} infinite, of {scored.numel()} {unit} scores), and "
+                        f"selector {part.actuator.name!r} kept none of the step",
+                        f"make scorer {part.scorer.name!r} return finite scores; nan_policy cleans the batch's signals "
+                        "before any scorer runs, so these come from the scorer's own computation (a division by 0, "
+                        "the log of 0, ...)")
+        if batch.group_ids is not None and "rewards" in part.scorer.requires and _every_group_equal(rewards, batch.group_ids):
+            rounds = self.config.get("dynamic_sampling")
+            searched = (f" (dynamic sampling's {rounds.get('max_rounds')} generation rounds found none either)"
+                        if isinstance(rounds, Mapping) else "")
+            return ("equal_rewards",
+                    f"{kept_none}: within every group the responses had equal rewards, so no group carries a learning "
+                    f"signal{searched} and {by} dropped them all, as it is meant to. The step trains nothing (metric "
+                    "dropped_all=1); now and then that is expected. It matters if it repeats or happens at every step: "
+                    "then the model solves every prompt or fails every one, or the reward gives every completion one "
+                    "value", None)
         fix = ("check that the selector's band or fraction fits the scale of the scorer's values, or pass the TRL "
                "adapter selection_reward=<the reward function to select on>")
+        cause = "selector"
         if part.scorer.name == "group_solve_rate" and not binary:
+            cause = "reward_scale"
             fix = (f"the rewards are not 0/1 and the solve rate counts rewards above the scorer's threshold "
                    f"({part.scorer.threshold:g}) as solved, so every group looks all-solved or all-failed: set "
                    "success_threshold= for this reward scale, pass the TRL adapter selection_reward=<a 0/1 reward>, "
                    "or use diffband (group_reward_variance with threshold_band(0, inf))")
         elif part.scorer.name == "group_solve_rate":
+            cause = "band"
             fix = ("the rewards are 0/1 and no group's solve rate fell inside the band; if this repeats, the prompts "
                    "are all too easy or too hard for the model, or the band is too narrow for the group size: widen "
                    "threshold_band(low, high), generate more completions per prompt, or use diffband (drops only "
                    "all-equal groups)")
-        return (f"kept no {what} of {n} ({spread}): selector {part.actuator.name!r} on scorer {part.scorer.name!r} "
-                f"dropped them all. Fix: {fix}")
+        return cause, f"{kept_none}: {by} dropped them all", fix
 
     def apply(self, batch: RolloutBatch, step: int, *, defer_policy: bool = False, sync: bool = True) -> Decision:
         """Decide keep mask and weights for one batch, and feed the mixing statistics.
@@ -274,12 +316,13 @@ class Strategy:
             stats_batch = batch.replace(rewards=batch.rewards.masked_fill(bad_rows, float("nan")))
         n_dropped_bad = int((~keep).sum()) if batch.n else 0
         token_keep, response_w, token_w, deferred = None, None, None, []
+        select_scores = reweight_scores = None
 
         if self.select is not None and self.select.active(step):
             if self.select.needs_policy and defer_policy:
                 deferred.append("select")
             else:
-                scores = self.select.scorer.score(batch)
+                scores = select_scores = self.select.scorer.score(batch)
                 selected = self.select.actuator.select(scores, batch)
                 if self.select.token_level:
                     token_keep = selected & batch.valid_mask & keep.unsqueeze(1)
@@ -289,24 +332,27 @@ class Strategy:
             if self.reweight.needs_policy and defer_policy:
                 deferred.append("reweight")
             else:
-                scores = self.reweight.scorer.score(batch)
+                scores = reweight_scores = self.reweight.scorer.score(batch)
                 if self.reweight.token_level:
                     token_w = self.reweight.actuator.weights(scores, batch, mask=self._token_mask(batch, keep, token_keep))
                 else:
                     response_w = self.reweight.actuator.weights(scores, batch, mask=keep)
         weights = self._combine(batch, keep, token_keep, response_w, token_w)
 
-        metrics = self._metrics(batch, keep, token_keep, weights, counts, stats_batch.rewards)
+        metrics = self._metrics(batch, keep, token_keep, weights, counts, stats_batch.rewards, reweight_scores)
         if metrics["dropped_all"]:
-            self._warn_dropped_all(step, self._dropped_all_reason(n_dropped_bad, batch.n, counts, token_keep is not None,
-                                                                batch.rewards))
+            self._warn_dropped_all(step, *self._dropped_all_reason(n_dropped_bad, batch, counts, token_keep is not None,
+                                                                 select_scores))
         if self.mixing is not None:
-            self.mixing.observe(stats_batch, step, sync=sync)
+            if self.mixing.observe(stats_batch, step, sync=sync):
+                self._check_proportions(step)
             metrics.update(self.mixing.metrics())
         if self.pre_select is not None:
-            metrics.update(self.pre_select.observe(batch, step, sync=sync))
+            # A SignalGroupBuffer showed the filter every generated round already; this batch is a pick of them.
+            observed = self.signal_buffer is not None
+            metrics.update(self.pre_select.metrics() if observed else self.pre_select.observe(batch, step, sync=sync))
         return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics,
-                        deferred=tuple(deferred), response_weights=response_w)
+                        deferred=tuple(deferred), response_weights=response_w, step=step)
 
     def apply_policy(self, batch: RolloutBatch, decision: Decision) -> Decision:
         """Complete a decision's deferred parts from current-policy signals (``logprobs``/``entropies``).
@@ -323,22 +369,34 @@ class Strategy:
         if bad_rows is not None and self.nan_policy == "drop":
             keep = keep & ~bad_rows
             token_keep = None if token_keep is None else token_keep & keep.unsqueeze(1)
+        select_scores = reweight_scores = None
         if "select" in decision.deferred:
-            scores = self.select.scorer.score(batch)
-            token_keep = self.select.actuator.select(scores, batch) & batch.valid_mask & keep.unsqueeze(1)
+            select_scores = self.select.scorer.score(batch)
+            token_keep = self.select.actuator.select(select_scores, batch) & batch.valid_mask & keep.unsqueeze(1)
         if "reweight" in decision.deferred:
-            scores = self.reweight.scorer.score(batch)
-            token_w = self.reweight.actuator.weights(scores, batch, mask=self._token_mask(batch, keep, token_keep))
+            reweight_scores = self.reweight.scorer.score(batch)
+            token_w = self.reweight.actuator.weights(reweight_scores, batch,
+                                                     mask=self._token_mask(batch, keep, token_keep))
         weights = self._combine(batch, keep, token_keep, decision.response_weights, token_w)
         metrics = dict(decision.metrics)
         metrics.update(counts)
-        metrics.update(self._weight_metrics(keep, token_keep, weights, batch))
+        metrics.update(self._weight_metrics(keep, token_keep, weights, batch, reweight_scores))
+        was_dropped = bool(metrics.get("dropped_all", 0.0))
         if keep is not decision.keep:
             kept = int(keep.sum())
             metrics["kept_frac"] = kept / batch.n if batch.n else 0.0
-            metrics["dropped_all"] = float(metrics.get("dropped_all", 0.0) or (batch.n > 0 and kept == 0))
+            metrics["dropped_all"] = float(was_dropped or (batch.n > 0 and kept == 0))
+        if select_scores is not None:  # the deferred selection decides which tokens stay
+            n_valid = float(batch.lengths[keep].sum())
+            n_tok = true_count(token_keep)
+            metrics["kept_token_frac"] = n_tok / n_valid if n_valid else 0.0
+            metrics["dropped_all"] = float(metrics.get("dropped_all", 0.0) or (batch.n > 0 and n_tok == 0))
+        if metrics.get("dropped_all") and not was_dropped:
+            n_bad = 0 if bad_rows is None or self.nan_policy != "drop" else int(bad_rows.sum())
+            self._warn_dropped_all(decision.step, *self._dropped_all_reason(
+                n_bad, batch, counts, token_keep is not None, select_scores))
         return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics, deferred=(),
-                        response_weights=decision.response_weights)
+                        response_weights=decision.response_weights, step=decision.step)
 
     @staticmethod
     def _token_mask(batch: RolloutBatch, keep: torch.Tensor, token_keep: torch.Tensor | None) -> torch.Tensor:
@@ -373,30 +431,71 @@ class Strategy:
         mode = self.reweight.actuator.normalize if self.reweight is not None else "mean_one"
         return normalize_weights_(weights, mask, mode, batch.group_ids)
 
+    # ------------------------------------------------------------ component output checks
+
+    def _refuse_weights(self, weights: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor | None) -> None:
+        """Raise the `ComponentError` for weights ``(N,)`` or ``(N, L)`` holding a negative or non-finite value (failure path only)."""
+        flat = weights.detach().reshape(-1)
+        bad = ~torch.isfinite(flat) | (flat < 0)
+        first = int(torch.nonzero(bad)[0])
+        at = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), tuple(weights.shape)))
+        found = f"weight {float(flat[first]):.6g} at {at[0] if len(at) == 1 else at} ({int(bad.sum())} of {flat.numel()} negative or not finite)"
+        if self.reweight is None:
+            raise ComponentError(f"strategy {self.name!r} produced {found}; weights must be finite and >= 0")
+        reweighter, scorer = self.reweight.actuator.name, self.reweight.scorer.name
+        if scores is not None and not bool(torch.isfinite(scores).all()):
+            raise ComponentError(f"scorer {scorer!r} returned NaN or infinite scores, which reweighter {reweighter!r} "
+                                 f"turned into {found}; a scorer must return finite scores (nan_policy cleans the "
+                                 "batch's signals before scoring, so these come from the scorer itself)")
+        raise ComponentError(f"reweighter {reweighter!r} (on scorer {scorer!r}) returned {found}; loss weights must be "
+                             "finite and >= 0: make its raw weights >= 0 (e.g. exp(score), or score - score.min()); "
+                             "dataflex_callbacks.testing.check_component shows the failing input")
+
+    def _check_proportions(self, step: int) -> None:
+        """Refuse (`ComponentError`) target proportions that are negative or not finite, naming the mixer.
+
+        Runs after each mixing update (K values, once per update): a mixer's raw values are checked
+        by `Mixer.proportions`; this catches a mixer that replaces ``proportions`` itself.
+        """
+        target = self.mixing.target
+        values = torch.tensor(list(target.values()), dtype=torch.float64)
+        if bool((torch.isfinite(values) & (values >= 0)).all()):
+            return
+        raise ComponentError(f"step {step}: mixer {self.mixing.mixer.name!r} gave the proportions {target}; proportions "
+                             "must be finite and >= 0: implement raw_proportions (the base class normalises and floors "
+                             "it) rather than proportions")
+
     # ------------------------------------------------------------ metrics
 
-    def _weight_metrics(self, keep, token_keep, weights, batch) -> dict[str, float]:
+    def _weight_metrics(self, keep, token_keep, weights, batch, reweight_scores=None) -> dict[str, float]:
+        """Weight statistics for the metrics; refuses (`ComponentError`) negative or non-finite weights.
+
+        This is the one place every decision's weights pass, so the check of any reweighter's output
+        (built-in or a user's) lives here: the minimum comes from the same pass as the maximum the
+        metrics need, and the three sums are read with one device sync. ``reweight_scores`` (the
+        reweighter's input, or None) only serves the error message.
+        """
         # Weights are 0 outside their mask, so plain sums over all entries are sums over the kept
         # ones: no gather of the kept entries, no (N, L) temporary.
         mask = self._token_mask(batch, keep, token_keep) if weights.dim() == 2 else keep
         n = true_count(mask)
         if n == 0:
             return {"weight_mean": 0.0, "weight_std": 0.0, "weight_max": 0.0, "ess": 0.0}
+        values = weights if weights.dim() == 2 else weights.to(torch.float64)
+        total, minimum, maximum = torch.stack((values.sum(), *torch.aminmax(values))).tolist()
+        if not (minimum >= 0 and maximum < math.inf):  # NaN fails both comparisons
+            self._refuse_weights(weights, mask, reweight_scores)
+        mean = total / n
         if weights.dim() == 2:
-            total, maximum = float(weights.sum()), float(weights.max())
-            mean = total / n
             spread = masked_centered_square_sum(weights, mask, mean)
         else:
-            values = weights.to(torch.float64)
-            total, maximum = float(values.sum()), float(values.max())
-            mean = total / n
             spread = float(((values - mean) * keep).square().sum())
         square = spread + n * mean * mean  # sum of squared weights over the mask
         std = (spread / n) ** 0.5
         ess = total * total / (n * square) if square > 0 else 0.0
         return {"weight_mean": mean, "weight_std": std, "weight_max": maximum, "ess": ess}
 
-    def _metrics(self, batch, keep, token_keep, weights, counts, observed_rewards) -> dict[str, float]:
+    def _metrics(self, batch, keep, token_keep, weights, counts, observed_rewards, reweight_scores=None) -> dict[str, float]:
         n = batch.n
         kept = int(keep.sum()) if n else 0
         metrics = {"kept_frac": kept / n if n else 0.0, "dropped_all": float(n > 0 and kept == 0), "nonfinite_rewards": 0.0}
@@ -406,7 +505,7 @@ class Strategy:
             n_tok = true_count(token_keep)
             metrics["kept_token_frac"] = n_tok / n_valid if n_valid else 0.0
             metrics["dropped_all"] = float(metrics["dropped_all"] or (n > 0 and n_tok == 0))
-        metrics.update(self._weight_metrics(keep, token_keep, weights, batch))
+        metrics.update(self._weight_metrics(keep, token_keep, weights, batch, reweight_scores))
         if batch.domains is not None and n:
             labels, codes = batch.domain_codes()
             index = torch.from_numpy(codes)
@@ -468,6 +567,15 @@ class Strategy:
         if self.pre_select is not None:
             parts.append("pre_select=" + self.pre_select.name)
         return f"Strategy({self.name!r}: {', '.join(parts) or 'no-op'})"
+
+
+def _every_group_equal(values: torch.Tensor, group_ids: torch.Tensor) -> bool:
+    """Whether every group of ``group_ids`` ``(N,)`` has one value in ``values`` ``(N,)`` (no signal to keep)."""
+    index, groups = dense_groups(group_ids.to(values.device))
+    values = values.to(torch.float32)
+    low = torch.full((groups,), math.inf, device=values.device).scatter_reduce(0, index, values, "amin")
+    high = torch.full((groups,), -math.inf, device=values.device).scatter_reduce(0, index, values, "amax")
+    return bool((low == high).all())
 
 
 def _comparable_config(saved: Any, current: Mapping[str, Any]) -> dict:

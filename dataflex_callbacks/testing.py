@@ -6,6 +6,9 @@ checks the contract its base class documents:
 
 * ``declarations``: it subclasses its kind's base class and declares valid ``granularity``,
   ``scope`` and ``requires``;
+* ``raw values``: a reweighter's ``_raw`` weights (inside the mask) and a mixer's
+  ``raw_proportions`` are finite and >= 0 (proportions not all 0): the normalisation that follows
+  would hide a sign (all-negative raw weights become uniform ones, proportions of -1 become 1/K);
 * ``output contract``: shape, dtype and device of the result, inputs left unchanged, weights
   >= 0, 0 outside the mask and normalised as ``normalize`` says, proportions over exactly the
   domains, above the floor, summing to 1;
@@ -270,6 +273,8 @@ class _BatchChecker(_Checker):
     def run(self) -> None:
         self.check_declarations()
         trials = self.trials()
+        if self.kind == "reweighter":
+            self.check_raw_weights(trials)
         outputs = [self.check_outputs(trial) for trial in trials]
         self.passed("output contract")
         self.passed("non-finite inputs")
@@ -351,6 +356,36 @@ class _BatchChecker(_Checker):
         if not isinstance(getattr(component, "needs_groups", False), bool):
             self.fail("declarations", "needs_groups must be True or False")
         self.passed("declarations")
+
+    def check_raw_weights(self, trials: list[_Trial]) -> None:
+        """A reweighter's ``_raw`` values inside the mask are finite and >= 0 (before normalisation can hide them)."""
+        if getattr(type(self.initial), "_raw", None) is Reweighter._raw:
+            self.skip("raw values", "the reweighter replaces weights() and has no _raw (the output contract checks "
+                                    "its weights)")
+            return
+        for trial in trials:
+            component = self.fresh()
+            scores = trial.scores.to(torch.float32, copy=True)
+            mask = component._entries(scores, trial.batch, trial.mask)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                raw = torch.as_tensor(component._raw(scores, mask))
+            where = f"{trial.label}, N={trial.batch.n}, L={trial.batch.num_tokens}"
+            if raw.shape != scores.shape:
+                self.fail("raw values", f"{where}: _raw returned shape {tuple(raw.shape)}; raw weights are shaped like "
+                                        f"the scores, {tuple(scores.shape)}")
+            inside = torch.ones_like(raw, dtype=torch.bool) if mask is None else mask.to(raw.device)
+            bad = inside & (~torch.isfinite(raw) | (raw < 0))
+            if bool(bad.any()):
+                at = tuple(int(i) for i in torch.nonzero(bad)[0])
+                count, total = int(bad.sum()), int(inside.sum())
+                share = "all" if count == total else f"{count}"
+                self.fail("raw values", f"{where}: _raw returned {_item(raw, at)} at {at} ({share} of the {total} "
+                                        "entries inside the mask are negative or not finite); raw weights must be "
+                                        "finite and >= 0, since normalize= only rescales them (all-negative raw "
+                                        "weights would silently become uniform ones, mixed signs negative loss "
+                                        "weights): make the rule non-negative, e.g. exp(score) or score - score.min()")
+        self.passed("raw values")
 
     def check_outputs(self, trial: _Trial) -> torch.Tensor:
         inputs = {name: getattr(trial.batch, name) for name in BATCH_FIELDS}
@@ -514,9 +549,12 @@ class _MixerChecker(_Checker):
         batches = [_drop_policy(batch) for batch in batches]
 
         mixer = self.bound(domains)
+        tracker = self.tracker(domains, batches, "cpu")
+        self.check_raw_proportions(domains, [(DomainTracker(domains), "a tracker with no observation"),
+                                             (tracker, f"a tracker fed NaN/inf rewards, with {domains[-1]!r} never "
+                                                       "observed")])
         empty = self.proportions(mixer, DomainTracker(domains))
         self.check_proportions("output contract", empty, domains, mixer, "a tracker with no observation")
-        tracker = self.tracker(domains, batches, "cpu")
         result = self.proportions(mixer, tracker)
         self.check_proportions("non-finite inputs", result, domains, mixer,
                                f"a tracker fed NaN/inf rewards, with {domains[-1]!r} never observed")
@@ -558,6 +596,28 @@ class _MixerChecker(_Checker):
         if not isinstance(floor, (int, float)) or not 0 <= floor < 1:
             self.fail("declarations", f"floor={floor!r}; call Mixer.__init__(domains, floor) from __init__")
         self.passed("declarations")
+
+    def check_raw_proportions(self, domains: list[str], trackers: list[tuple[DomainTracker, str]]) -> None:
+        """``raw_proportions`` is ``(K,)``, finite, >= 0 and not all 0 (normalising would hide a sign)."""
+        if getattr(type(self.initial), "raw_proportions", None) is Mixer.raw_proportions:
+            self.skip("raw values", "the mixer replaces proportions() and has no raw_proportions (the output contract "
+                                    "checks its proportions)")
+            return
+        for tracker, where in trackers:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                raw = torch.as_tensor(self.bound(domains).raw_proportions(tracker), dtype=torch.float64)
+            if raw.shape != (len(domains),):
+                self.fail("raw values", f"{where}: raw_proportions returned shape {tuple(raw.shape)}; expected one value "
+                                        f"per domain, ({len(domains)},)")
+            values = dict(zip(domains, raw.tolist()))
+            bad = {d: v for d, v in values.items() if not (math.isfinite(v) and v >= 0)}
+            if bad or not sum(values.values()) > 0:
+                what = f"{bad} are negative or not finite" if bad else "are all 0"
+                self.fail("raw values", f"{where}: raw_proportions returned {values}: {what}; raw proportions must be "
+                                        "finite, >= 0 and not all 0, since they are only normalised and floored "
+                                        "(all -1 would silently become 1/K each, mixed signs negative proportions)")
+        self.passed("raw values")
 
     def bound(self, domains: list[str]) -> Mixer:
         mixer = self.fresh()

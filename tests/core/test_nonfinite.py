@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from dataflex_callbacks import BatchError, RolloutBatch, build_strategy, list_presets
+from dataflex_callbacks.errors import DroppedAllWarning
 from dataflex_callbacks.batch import nonfinite_rows
 
 DOMAINS = ["math", "code", "logic"]
@@ -119,25 +120,35 @@ def test_all_nan_entropies_are_not_dropped_silently():
         strategy.apply(batch, 1)
 
 
+def dropped_all_warning(record):
+    """The one `DroppedAllWarning` among the recorded warnings (a scorer may add its own advice)."""
+    found = [w.message for w in record if w.category is DroppedAllWarning]
+    assert len(found) == 1, [str(w.message) for w in record]
+    return found[0]
+
+
 def test_selection_that_keeps_nothing_warns_once_naming_the_fix():
-    batch = batch_with(rewards=torch.full((N,), 0.3))  # a continuous reward: no group looks solved
+    # A partial-credit reward (0.1 or 0.3 within each group): no response looks solved at the threshold 0.5.
+    batch = batch_with(rewards=0.1 + 0.2 * (torch.arange(N) % 2).float())
     strategy = build_strategy("difffilter")
     with pytest.warns(UserWarning) as record:
         decision = strategy.apply(batch, 0)
     assert decision.metrics["dropped_all"] == 1.0
-    text = " ".join(str(w.message) for w in record)
-    assert "kept no response" in text and "success_threshold=" in text and "selection_reward=" in text
+    warning = dropped_all_warning(record)
+    assert (warning.cause, warning.step, warning.strategy) == ("reward_scale", 0, "difffilter")
+    assert "success_threshold=" in warning.fix and "selection_reward=" in warning.fix
+    assert "kept no response" in str(warning)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         strategy.apply(batch, 1)
 
 
 def test_binary_rewards_that_fill_no_band_get_the_band_advice_not_the_threshold_advice():
-    batch = batch_with(rewards=torch.ones(N))  # 0/1 rewards, every group solved
+    rewards = (torch.arange(N) % G == 0).float()  # one of 5 right in every group: solve rate 0.2, outside (0.2, 0.8)
     with pytest.warns(UserWarning) as record:
-        build_strategy("difffilter").apply(batch, 0)
-    text = " ".join(str(w.message) for w in record)
-    assert "the rewards are 0/1" in text and "widen" in text and "success_threshold=" not in text
+        build_strategy("difffilter").apply(batch_with(rewards=rewards), 0)
+    warning = dropped_all_warning(record)
+    assert warning.cause == "band" and "widen" in warning.fix and "success_threshold=" not in warning.fix
 
 
 def test_nonfinite_outside_the_mask_is_cleaned_not_counted():

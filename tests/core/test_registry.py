@@ -156,10 +156,63 @@ def test_a_bad_import_path_fails_when_the_strategy_is_built():
 @pytest.fixture
 def restore_registry():
     saved = {kind: dict(names) for kind, names in registry._REGISTRY.items()}
+    saved_aliases = {kind: dict(names) for kind, names in registry._ALIASES.items()}
+    saved_names = {cls: cls.name for names in saved.values() for cls in names.values()}
     yield
     for kind, names in saved.items():
         registry._REGISTRY[kind].clear()
         registry._REGISTRY[kind].update(names)
+        registry._ALIASES[kind].clear()
+        registry._ALIASES[kind].update(saved_aliases[kind])
+    for cls, name in saved_names.items():
+        cls.name = name
+
+
+@pytest.mark.parametrize("kind, taken", [("scorer", "reward"), ("scorer", "reward_difficulty"),  # a name, an alias
+                                         ("reweighter", "softmax"), ("mixer", "static"), ("selector", "gfpo"),
+                                         ("pre_select", "skip_zero_variance")])
+def test_registering_a_taken_name_is_refused(restore_registry, kind, taken):
+    before = registry.component_class(kind, taken)
+
+    class Mine(Scorer):
+        """A user's class that happens to pick a taken name."""
+
+    with pytest.raises(ConfigError) as info:
+        register(kind, taken)(Mine)
+    message = str(info.value)
+    assert f"{taken!r}" in message and "already registered" in message and "override=True" in message
+    assert registry.import_path(before) in message and "\n" not in message
+    assert registry.component_class(kind, taken) is before and Mine.name != taken  # nothing replaced
+    with pytest.raises(ConfigError, match="already registered"):
+        register(kind, "test_free_name", aliases=(taken,))(Mine)  # a taken name as an alias, too
+    assert "test_free_name" not in list_components(kind)
+
+
+def test_override_replaces_a_registered_name_on_purpose(restore_registry):
+    builtin = registry.component_class("scorer", "reward")
+
+    @register("scorer", "reward", override=True)
+    class ShiftedReward(builtin):
+        """The built-in reward plus one."""
+
+        def _score(self, batch):
+            return super()._score(batch) + 1.0
+
+    assert registry.component_class("scorer", "reward") is ShiftedReward
+    assert build_component("scorer", "reward").score(RolloutBatch(torch.tensor([0.0, 1.0]))).tolist() == [1.0, 2.0]
+
+
+def test_the_same_class_may_register_again(restore_registry):
+    def define():  # the same module and qualified name each time, as after importlib.reload
+        class Reloaded(custom_components.GroupCenteredReward):
+            """A class whose module is loaded twice."""
+
+        return Reloaded
+
+    first, second = define(), define()
+    register("scorer", "test_reloaded")(first)
+    register("scorer", "test_reloaded")(second)
+    assert registry.component_class("scorer", "test_reloaded") is second
 
 
 def test_a_registered_user_component_is_named_by_its_name(restore_registry):

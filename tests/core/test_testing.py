@@ -36,7 +36,8 @@ VARIANTS = [
 def test_every_builtin_component_conforms(kind, name):
     report = check_component(name, kind=kind)
     assert isinstance(report, ConformanceReport)
-    assert report.passed[:4] == BATCH_CHECKS
+    assert [check for check in report.passed if check != "raw values"][:4] == BATCH_CHECKS
+    assert ("raw values" in report.passed) == (kind in ("reweighter", "mixer"))
     assert report.kind == kind and report.component == name
     assert ("cuda" in report.passed) == torch.cuda.is_available()
     if not torch.cuda.is_available():
@@ -148,6 +149,22 @@ class SignedWeights(Reweighter):
         return scores - 0.2
 
 
+class AllNegativeWeights(Reweighter):
+    """Raw weights all below 0: the mean-one normalisation used to turn them into uniform weights, silently."""
+
+    scope = "row"
+
+    def _raw(self, scores, mask):
+        return -1.0 - scores
+
+
+class CenteredGroupWeights(Reweighter):
+    """Raw weights of both signs (score minus 0.5) under the default scope 'group'."""
+
+    def _raw(self, scores, mask):
+        return scores - 0.5
+
+
 class InPlaceWeights(Reweighter):
     """Modifies the caller's scores in place."""
 
@@ -162,6 +179,13 @@ class PositionMixer(Mixer):
 
     def raw_proportions(self, tracker):
         return torch.arange(1.0, len(self.domains) + 1, dtype=torch.float64)
+
+
+class MinusOneMixer(Mixer):
+    """Raw proportions all -1: normalised, they would read as 1/K each."""
+
+    def raw_proportions(self, tracker):
+        return -torch.ones(len(self.domains), dtype=torch.float64)
 
 
 class ForgetfulBaseline(RunningBaselineReward):
@@ -180,7 +204,10 @@ class NotAScorer:
     (BatchCenteredReward, "group loop", ["scope='group'", "run alone", "declare scope='batch'"]),
     (InverseEntropy, "non-finite inputs", ["inf", "nan_policy"]),
     (FloatMask, "output contract", ["torch.bool"]),
-    (SignedWeights, "output contract", ["negative weight"]),
+    (SignedWeights, "raw values", ["_raw returned -", "negative or not finite", "finite and >= 0"]),
+    (AllNegativeWeights, "raw values", ["(all of the", "must be finite and >= 0", "uniform"]),
+    (CenteredGroupWeights, "raw values", ["_raw returned -", "must be finite and >= 0"]),
+    (MinusOneMixer, "raw values", ["'math': -1.0", "must be finite, >= 0 and not all 0"]),
     (InPlaceWeights, "output contract", ["changed its input(s) scores in place"]),
     (PositionMixer, "group loop", ["reverse order", "not its position"]),
     (ForgetfulBaseline, "state_dict", ["load_state_dict"]),

@@ -6,7 +6,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.errors import ConfigError, DroppedAllWarning
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
 from dataflex_callbacks.integrations.trl.callback import STATE_FILE
 from mixing_runs import record_train_sampler
@@ -18,6 +18,11 @@ MIX = {"mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1}}
 def constant_partial_reward(completions, **kwargs):
     """0.3 for every completion: a partial-credit reward that is never 'solved' at the default threshold 0.5."""
     return [0.3] * len(completions)
+
+
+def partial_credit_reward(completions, **kwargs):
+    """0.1 or 0.3 by the parity of the characters' code sum: varies within groups, never 'solved' at 0.5."""
+    return [0.1 + 0.2 * (sum(map(ord, c)) % 2) for c in completions]
 
 
 def parity_reward(completions, **kwargs):
@@ -181,16 +186,30 @@ def test_shuffle_dataset_false_keeps_the_dataset_order_without_a_prompt_choosing
 
 # ---------------------------------------------------------------- every group dropped: loud, once, with the fix
 def test_a_step_that_drops_every_group_warns_once_naming_the_fix(make_trainer):
-    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=3, reward_funcs=[constant_partial_reward],
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=3, reward_funcs=[partial_credit_reward],
                            trainer_kwargs={"strategy": "difffilter"})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.train()
-    dropped = [str(w.message) for w in caught if "kept no response" in str(w.message)]
-    assert len(dropped) == 1, dropped
-    assert "step 0" in dropped[0] and "not 0/1" in dropped[0] and "selection_reward=" in dropped[0]
-    assert "group_reward_variance" in dropped[0] and "rewards from 0.3 to 0.3" in dropped[0]
+    dropped = [w.message for w in caught if w.category is DroppedAllWarning]
+    assert len(dropped) == 1, [str(w) for w in dropped]
+    assert (dropped[0].cause, dropped[0].step) == ("reward_scale", 0)
+    assert "not 0/1" in dropped[0].fix and "selection_reward=" in dropped[0].fix
+    assert "group_reward_variance" in dropped[0].fix and "rewards from 0.1 to 0.3" in str(dropped[0])
     assert [e["dataflex/dropped_all"] for e in trainer.state.log_history if "dataflex/dropped_all" in e] == [1.0] * 3
+
+
+@pytest.mark.parametrize("strategy", ["diffband", "dapo"])
+def test_equal_reward_groups_are_explained_without_a_settings_fix(make_trainer, strategy):
+    # Every completion scores 0.3: every group has equal rewards, which diffband and dapo exist to drop.
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=2, reward_funcs=[constant_partial_reward],
+                           trainer_kwargs={"strategy": strategy})
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.train()
+    dropped = [w.message for w in caught if w.category is DroppedAllWarning]
+    assert [(w.cause, w.fix, w.step) for w in dropped] == [("equal_rewards", None, 0)]
+    assert "Fix:" not in str(dropped[0]) and "repeats" in str(dropped[0])
 
 
 def test_no_dropped_all_warning_when_something_trains(make_trainer):
