@@ -16,6 +16,14 @@ from .errors import BatchError
 # allocation of tens of MB, whose page faults cost more than the arithmetic (N=8192, L=1024).
 _BLOCK_ENTRIES = 1 << 17
 
+NO_DOMAIN = "all"
+"""The domain of every row of data without a domain column (a `RolloutBatch` whose ``domains`` is None).
+
+One rule for every part and host: the pooled sampler labels such rows with it, and the
+pre-rollout filter, the tracker and the metrics record a batch without ``domains`` under it, so
+what a filter learns from that data is what the sampler asks it about.
+"""
+
 _FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys",
            "completion_ids")
 
@@ -37,7 +45,7 @@ class RolloutBatch:
         logprobs: ``(N, L)`` per-token log-probabilities (old policy at rollout time, or the
             current policy inside the loss).
         entropies: ``(N, L)`` per-token policy entropies.
-        domains: ``N`` domain labels (strings).
+        domains: ``N`` domain labels (strings); None: every row is in domain `NO_DOMAIN`.
         prompt_keys: ``N`` stable per-prompt keys (for history-based strategies).
         completion_ids: ``(N, L)`` integer token ids of the completions (positions outside
             ``completion_mask`` are ignored); lets pre-rollout selection notice rewards that
@@ -158,13 +166,20 @@ class RolloutBatch:
         return self._cache["lengths"]
 
     def domain_codes(self) -> tuple[list[str], np.ndarray]:
-        """Distinct domain labels (sorted) and each row's index into them; computed once per batch."""
+        """Distinct domain labels (sorted) and each row's index into them; computed once per batch.
+
+        Without ``domains`` every row is in `NO_DOMAIN`.
+        """
         if self.domains is None:
-            raise BatchError("RolloutBatch.domains is not set; pass domains=[...] (one label per response)")
+            return [NO_DOMAIN], np.zeros(self.n, dtype=np.int64)
         if "domain_codes" not in self._cache:
             labels = sorted(set(self.domains))
             self._cache["domain_codes"] = (labels, _label_codes(self.domains, labels))
         return self._cache["domain_codes"]
+
+    def row_domains(self) -> list[str]:
+        """Each row's domain: ``domains``, or `NO_DOMAIN` for every row of a batch without them."""
+        return [NO_DOMAIN] * self.n if self.domains is None else list(self.domains)
 
     def replace(self, **changes) -> "RolloutBatch":
         """A copy with some fields replaced (validated again); cached derived values whose sources did not change carry over."""

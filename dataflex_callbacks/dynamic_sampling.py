@@ -257,6 +257,11 @@ class SignalGroupBuffer:
 
     Per step: `start_step`, then `add` per generation round while `should_generate_more`, then
     `take`. Ages are counted in takes (steps). `state_dict` holds the carried groups and counters.
+
+    With a ``pre_select`` part, `add` shows the filter every generated round (its groups with and
+    without signal), so it learns which prompts gave no signal; `Strategy.apply` on the groups
+    taken then does not show them again. Rounds must then carry ``prompt_keys`` (and ``domains``
+    when the prompt sampler has a domain column).
     """
 
     def __init__(self, strategy: Any = None, *, max_rounds: int | None = None, carry_over: bool | None = None,
@@ -328,7 +333,8 @@ class SignalGroupBuffer:
         """Add one generation round: keep its signal groups (with their payload rows).
 
         Args:
-            batch: the round's scored rollouts with ``group_ids``; under DDP the batch of all ranks.
+            batch: the round's scored rollouts with ``group_ids`` (and ``prompt_keys`` with a
+                ``pre_select`` part, which observes the round); under DDP the batch of all ranks.
             payload: what the loop needs back for each row (token ids, masks, ...): a tensor
                 ``(N, ...)``, a list of N items, or a dict of those; kept only for signal rows.
                 Tensors of every round must share their trailing shape. For checkpoints it must
@@ -345,7 +351,14 @@ class SignalGroupBuffer:
         rows_in_payload = _payload_rows(payload)
         if rows_in_payload is not None and rows_in_payload != batch.n:
             raise BatchError(f"the payload holds {rows_in_payload} rows but the batch {batch.n}; give one per rollout")
+        pre_select = None if self.strategy is None else self.strategy.pre_select
+        if pre_select is not None and batch.prompt_keys is None:
+            raise BatchError("the strategy's pre_select part learns from every generated round: give add() the "
+                             "RolloutBatch with prompt_keys=[...] (one per rollout, the keys the prompt sampler "
+                             "draws by) and domains=[...] when the data has a domain column")
         signal = signal_rows(batch, self.strategy, step=self._step)
+        if pre_select is not None:  # every generated group, trained or not: the filter sees what it paid for
+            pre_select.observe(batch, self._takes if self._step is None else self._step)
         if payload is not None:  # what a take of no group hands back: the payload's kind with 0 rows
             self._empty_payload = _index_payload(payload, torch.zeros(0, dtype=torch.long))
         self._step_counts["rounds"] += 1

@@ -16,7 +16,7 @@ from typing import Hashable, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from .batch import RolloutBatch
+from .batch import NO_DOMAIN, RolloutBatch
 from .errors import BatchError
 from .groups import dense_groups, segment_mean, segment_variance
 from .params import plain_scalar
@@ -102,8 +102,8 @@ class PromptHistory:
 
     @staticmethod
     def group_outcomes(batch: RolloutBatch, threshold: float = 0.5, count_pairs: bool = True) -> "GroupOutcomes":
-        """Per group: its prompt key, domain, solve rate, reward variance, and its identical-answer pairs
-        (`identical_pairs`; zero when ``count_pairs`` is False or the batch has no ``completion_ids``)."""
+        """Per group: its prompt key, domain (`NO_DOMAIN` without ``domains``), solve rate, reward variance, and
+        its identical-answer pairs (`identical_pairs`; zero when ``count_pairs`` is False or without ``completion_ids``)."""
         if batch.group_ids is None or batch.prompt_keys is None:
             missing = "group_ids" if batch.group_ids is None else "prompt_keys"
             raise BatchError(f"PromptHistory needs RolloutBatch.{missing} (pre-rollout selection tracks prompts by group)")
@@ -113,7 +113,7 @@ class PromptHistory:
             0, index, torch.arange(batch.n), reduce="amin")
         rows = first_row.tolist()
         keys = [batch.prompt_keys[i] for i in rows]
-        labels = None if batch.domains is None else [batch.domains[i] for i in rows]
+        labels = [NO_DOMAIN] * groups if batch.domains is None else [batch.domains[i] for i in rows]
         solve = segment_mean((rewards > threshold).double(), index, groups)
         variance = segment_variance(rewards, index, groups)
         if count_pairs:

@@ -30,19 +30,35 @@ is the filter of the ``skip`` preset; ``skip_zero_variance`` is GRESO's rule as 
 
 from __future__ import annotations
 
+import warnings
 from typing import Hashable, Sequence
 
 import numpy as np
 import torch
 
-from .batch import RolloutBatch
-from .history import PromptHistory, no_signal_flags
+from .batch import NO_DOMAIN, RolloutBatch
+from .history import PromptHistory, hashable_key, no_signal_flags
 from .params import check_bool, check_number
 from .registry import register
 
+SILENT_OBSERVATIONS = 8
+"""Batches observed in a row with prompts or states to skip and no prompt skipped before the filter looks for a cause."""
+
+DRAWN_KEYS_KEPT = 4096  # prompt keys the sampler drew that the filter remembers while it looks for a cause
+
+SAMPLER_FIX = ("the filter acts only through the prompt sampler built with this strategy: TRL installs it, Lightning "
+               "needs self.dataflex.sampler(...) in train_dataloader(), a loop of your own "
+               "DomainMixingSampler(dataset, strategy=strategy)")
+
 
 class _PromptFilter:
-    """What both filters share: the `PromptHistory`, the sampler's draw counters and their metrics and state."""
+    """What both filters share: the `PromptHistory`, the sampler's draw counters and their metrics and state.
+
+    A filter that has prompts (or states) it would skip, yet skipped none over `SILENT_OBSERVATIONS`
+    observed batches, warns once when it finds why its metrics say it acts while it does not: no
+    sampler asks it, the sampler asks about domains the rollouts were never recorded under, or the
+    rollouts' prompt keys are never the ones the sampler drew.
+    """
 
     requires = ("rewards", "group_ids", "prompt_keys")
 
@@ -54,10 +70,78 @@ class _PromptFilter:
         self.last_zero_share = float("nan")
         self.last_noisy_share = float("nan")
         self.num_generations = 1  # set by the sampler: completions a skipped prompt would have cost
+        self._warned = False
+        self._reset_watch()
+
+    # ------------------------------------------------------------ a filter that does not act
+
+    def _reset_watch(self) -> None:
+        """Forget what the sampler asked and drew: the watch starts again."""
+        self._silent = 0  # observed batches in a row with something to skip and nothing skipped
+        self._asked = 0  # candidates the sampler asked about since
+        self._asked_labels: set = set()  # their domains
+        self._drawn_keys: set = set()  # keys it drew (at most DRAWN_KEYS_KEPT)
+        self._drawn_observed = 0  # observed groups whose key it drew
+
+    def _watching(self) -> bool:
+        return not (self._warned or self.skipped)
+
+    def _note_asked(self, count: int, labels: Sequence[str] | None) -> None:
+        """Bookkeeping of one `keep_probability` call (only until the filter first skips)."""
+        if self._watching():
+            self._asked += count
+            if labels is not None:
+                self._asked_labels.update(labels)
+
+    def _skippable(self) -> int:
+        """How many prompts (or states) the filter would now skip with a keep probability below 1."""
+        raise NotImplementedError
+
+    def _observed_domains(self) -> set:
+        """The domains the filter has recorded groups under."""
+        raise NotImplementedError
+
+    def _check_acting(self, observed_keys: Sequence[Hashable]) -> None:
+        """Warn once when the filter had something to skip over `SILENT_OBSERVATIONS` batches, skipped
+        nothing, and a cause is clear (see the class docstring)."""
+        if not self._watching():
+            return
+        skippable = self._skippable()
+        if not skippable:
+            self._reset_watch()
+            return
+        self._silent += 1
+        if self._drawn_keys:
+            self._drawn_observed += sum(hashable_key(key) in self._drawn_keys for key in observed_keys)
+        cause = self._silence_cause() if self._silent >= SILENT_OBSERVATIONS else None
+        if cause is not None:
+            self._warned = True
+            warnings.warn(f"dataflex: pre_select {getattr(self, 'name', type(self).__name__)!r} has {skippable} "
+                          f"prompt states it would skip, yet skipped no prompt over {self._silent} observed batches "
+                          f"(pre_select/skipped_prompts stays 0): {cause}", stacklevel=3)
+
+    def _silence_cause(self) -> str | None:
+        """Why the filter skips nothing, when that is clear; None otherwise (e.g. the first pass over new data)."""
+        if not self._asked and not self.drawn:
+            return f"no prompt sampler asks it about any prompt; {SAMPLER_FIX}"
+        observed = self._observed_domains()
+        if self._asked_labels and observed and not (self._asked_labels & observed):
+            return (f"the sampler asks about prompts of domain(s) {sorted(self._asked_labels)[:5]}, but the rollouts "
+                    f"it learnt from are recorded under {sorted(observed)[:5]}. The sampler's labels (its domain "
+                    f"column, or {NO_DOMAIN!r} without one) and RolloutBatch.domains (None means {NO_DOMAIN!r}) "
+                    "must name the same domains: give the batch each prompt's value of the sampler's domain column, "
+                    "or leave both out")
+        if self._drawn_keys and not self._drawn_observed:
+            return (f"no observed group has the prompt key of a prompt the sampler drew (e.g. "
+                    f"{sorted(map(repr, self._drawn_keys))[:3]}): RolloutBatch.prompt_keys must name prompts as the "
+                    "sampler does (its key_column, else the 'prompt_key' field, else 'prompt', else the row index)")
+        return None
 
     def record_draws(self, accepted: Sequence[Hashable], skipped: int) -> None:
         """Sampler bookkeeping: prompts it generated and how many candidates it skipped."""
         self.drawn += len(accepted)
+        if self._watching() and len(self._drawn_keys) < DRAWN_KEYS_KEPT:
+            self._drawn_keys.update(hashable_key(key) for key in accepted[:DRAWN_KEYS_KEPT - len(self._drawn_keys)])
         self.skipped += int(skipped)
         self.rechecked += int((self.history.streaks(accepted) > 0).sum())
 
@@ -126,6 +210,7 @@ class SkipZeroVariance(_PromptFilter):
         ``q`` its domain's recent no-signal share; otherwise 1.
         """
         slots = self.history.lookup(keys)
+        self._note_asked(len(slots), labels)
         seen = slots >= 0
         streak = self.history.streaks_at(slots).astype(np.float64)
         keep = np.where(streak > 0, np.maximum(self.min_keep, self.explore ** streak), 1.0)
@@ -138,14 +223,27 @@ class SkipZeroVariance(_PromptFilter):
 
     def observe(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
         """Record the batch's group outcomes and adapt ``explore`` towards the target share."""
-        stats = self.history.update(batch, step, sync=sync, noise_check=self.noise_check)
+        outcomes = self.history.gathered_outcomes(batch, sync=sync, noise_check=self.noise_check)
+        stats = self.history.record(outcomes.keys, outcomes.solve_rate, outcomes.variance, step,
+                                    labels=outcomes.labels, pairs=outcomes.pairs, disagreeing=outcomes.disagreeing)
         if stats["groups"]:
             self.last_zero_share = stats["zero_variance_share"]
             self.last_noisy_share = stats["noisy_share"]
             # Proportional: the step is adapt_rate at the largest possible miss, so the mean share settles on the target.
             miss = (self.target_share - stats["no_signal_share"]) / max(self.target_share, 1.0 - self.target_share)
             self.explore = float(min(1.0, max(self.min_keep, self.explore + self.adapt_rate * miss)))
+        self._check_acting(outcomes.keys)
         return self.metrics()
+
+    def _skippable(self) -> int:
+        """Prompts on a no-signal streak, plus domains whose unseen prompts the prior skips (keep below 1)."""
+        if self.min_keep >= 1.0 or self.explore >= 1.0:
+            return 0
+        prior = sum(share > 0 for share in self.history.domain_prior.values()) if self.domain_prior else 0
+        return int((self.history.streak[:self.history.size] > 0).sum()) + int(prior)
+
+    def _observed_domains(self) -> set:
+        return set(self.history.domain_prior)
 
     def metrics(self) -> dict[str, float]:
         return {**super().metrics(), "pre_select/explore": self.explore}
@@ -224,8 +322,8 @@ class SkipPredictedNoSignal(_PromptFilter):
         self.slot_domain = np.zeros(0, dtype=np.int64)  # per history slot: the row of the prompt's domain
 
     def _domain_rows(self, labels: Sequence[str] | None, n: int) -> np.ndarray:
-        """Row of each label in the count tables, adding rows for new domains (one row "" without labels)."""
-        names = [""] * n if labels is None else [str(label) for label in labels]
+        """Row of each label in the count tables, adding rows for new domains (`NO_DOMAIN` without labels)."""
+        names = [NO_DOMAIN] * n if labels is None else [str(label) for label in labels]
         for name in names:
             if name not in self.domains:
                 self.domains[name] = len(self.domains)
@@ -239,7 +337,10 @@ class SkipPredictedNoSignal(_PromptFilter):
     def _states(self, keys: Sequence[Hashable]) -> np.ndarray:
         """Each key's state: its no-signal streak capped at 3, split by whether its last group was
         solved (solve rate above 0.5) or failed; 0 after a group with signal; ``UNSEEN`` never seen."""
-        slots = self.history.lookup(keys)
+        return self._states_at(self.history.lookup(keys))
+
+    def _states_at(self, slots: np.ndarray) -> np.ndarray:
+        """`_states` of history slots already looked up (``-1``: never seen)."""
         streak = np.minimum(self.history.streaks_at(slots), MAX_STREAK)
         solved = np.zeros(len(slots), dtype=bool)
         solved[slots >= 0] = self.history.solve_rate[slots[slots >= 0]] > SOLVED_ABOVE
@@ -268,14 +369,15 @@ class SkipPredictedNoSignal(_PromptFilter):
         Without ``labels`` (a sampler whose mixer has already chosen the domain), a prompt seen
         before is judged in the domain it was observed in, and one never seen is kept.
         """
-        if labels is not None or not self.domains:
-            rows, states = self._domain_rows(labels, len(keys)), self._states(keys)
-            return np.where(self._skipped_states()[rows, states], self.min_keep, 1.0)
         slots = self.history.lookup(keys)
+        self._note_asked(len(slots), labels)
+        if labels is not None or not self.domains:
+            rows, states = self._domain_rows(labels, len(keys)), self._states_at(slots)
+            return np.where(self._skipped_states()[rows, states], self.min_keep, 1.0)
         seen = slots >= 0
         keep = np.ones(len(keys))
         if seen.any():
-            states = self._states([key for key, known in zip(keys, seen) if known])
+            states = self._states_at(slots[seen])
             skipped = self._skipped_states()[self.slot_domain[slots[seen]], states]
             keep[seen] = np.where(skipped, self.min_keep, 1.0)
         return keep
@@ -303,7 +405,15 @@ class SkipPredictedNoSignal(_PromptFilter):
                 self.slot_domain = np.concatenate([self.slot_domain,
                                                    np.zeros(self.history.size - self.slot_domain.shape[0], np.int64)])
             self.slot_domain[self.history.lookup(outcomes.keys)] = rows
+        self._check_acting(outcomes.keys)
         return self.metrics()
+
+    def _skippable(self) -> int:
+        """Skipped (domain, state) pairs, when skipping one keeps its prompts with a probability below 1."""
+        return int(self._skipped_states().sum()) if self.min_keep < 1.0 else 0
+
+    def _observed_domains(self) -> set:
+        return {name for name, row in self.domains.items() if self.groups[row].sum() > 0}
 
     def metrics(self) -> dict[str, float]:
         return {**super().metrics(), "pre_select/skipped_states": float(self._skipped_states().sum())}

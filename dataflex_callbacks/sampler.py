@@ -50,6 +50,7 @@ import numpy as np
 from torch.utils.data import IterableDataset as TorchIterableDataset
 from torch.utils.data import Sampler
 
+from .batch import NO_DOMAIN
 from .config_fields import QUOTAS
 from .errors import ConfigError, StateError, check_state
 from .history import KEY_COLUMNS, hashable_key, row_prompt_key
@@ -64,7 +65,7 @@ RECENT_CHUNKS = 20  # chunks in the "recent" actual-proportion window
 UNIFORM_BLOCK = 4096  # uniforms drawn per generator call
 SMALL_CHUNK = 32  # chunks up to this many prompts are drawn ahead, several at a time
 PREFETCH_CHUNKS = 64  # small chunks drawn in one vectorised step while the proportions stay the same
-POOL_LABEL = "all"  # the one domain of a pooled sampler over data without a domain column
+POOL_LABEL = NO_DOMAIN  # earlier name of NO_DOMAIN, the domain of every row of data without a domain column
 TIE_TOLERANCE = 1e-9  # quota remainders this close count as equal (float noise, e.g. 0.1 * 30)
 STATE_KEYS = ("domains", "seed", "draw_size", "layout", "num_generations", "repeat_count", "chunks_per_epoch",
               "epoch", "rng", "perm", "pointers", "drawn_total", "drawn_recent", "epoch_rows", "position",
@@ -206,7 +207,8 @@ class DomainMixingSampler(Sampler[int]):
         dataset: map-style dataset whose rows carry a domain label (or pass ``labels``).
         labels: per-row domain labels, instead of reading them from ``dataset``.
         domain_key: name of the domain column. A one-pool sampler (see ``mixing``) given
-            ``mixing=False`` or a ``strategy`` accepts a dataset without it (all rows: domain ``"all"``).
+            ``mixing=False`` or a ``strategy`` accepts a dataset without it (all rows: domain `NO_DOMAIN`,
+            ``"all"``, the domain under which rollouts without domains are recorded).
         domains: the domains to draw from, in order (default: the strategy's mix domains if it has
             them, else the sorted labels). Each must have rows; rows of other domains are never drawn.
         proportions: initial proportions ``{domain: p}`` (or a list in domain order); giving them
@@ -229,8 +231,9 @@ class DomainMixingSampler(Sampler[int]):
             else ``prompt``, else the row index: `row_prompt_key`'s rule, which adapters share).
         prompt_labels: each row's domain, for the pre-rollout filter to predict prompts it has not
             seen from their domain (its ``domain_prior``). A one-pool sampler uses its domain labels
-            for this by default; with per-domain draws the draw already fixes the domain and a domain
-            prior would skip candidates of the chosen domain at random, so the default is no prior.
+            for this by default (`NO_DOMAIN` for data without a domain column); with per-domain
+            draws the draw already fixes the domain and a domain prior would skip candidates of the
+            chosen domain at random, so the default is no prior.
         mixing: ``True``: draw each prompt's domain by the proportions (uniform unless given), then a
             row of it. ``False``: draw from all rows of ``domains`` as one pool, so each domain keeps
             its share of the data (``RandomSampler``'s distribution; a skipped prompt is replaced from
@@ -266,15 +269,14 @@ class DomainMixingSampler(Sampler[int]):
                               "from one pool (no proportions, no mix part, or mixing=False); pass proportions={...} "
                               "or mixing=True, or a strategy with a mix part")
         self.seed = check_int("seed", seed, low=0)
-        has_labels = True
         if labels is None:
             if dataset is None:
                 raise ConfigError("DomainMixingSampler needs a dataset or labels=[...]")
             # A pool needs no domains; a plain sampler without the column is more likely a wrong domain_key.
             optional = pooled and (mixing is False or strategy is not None)
             labels = domain_labels(dataset, domain_key, required=not optional)
-            if labels is None:  # one pool over data without a domain column
-                labels, has_labels = [POOL_LABEL] * len(dataset), False
+            if labels is None:  # one pool over data without a domain column: every row in NO_DOMAIN
+                labels = [NO_DOMAIN] * len(dataset)
         else:
             labels = _labels_from(list(labels), "labels")
         if not labels:
@@ -335,7 +337,7 @@ class DomainMixingSampler(Sampler[int]):
         self.key_column = key_column
         if prompt_labels is not None and len(prompt_labels) != len(labels):
             raise ConfigError(f"prompt_labels has {len(prompt_labels)} entries but the dataset has {len(labels)} rows")
-        self._prompt_labels_default = prompt_labels is None and pooled and has_labels
+        self._prompt_labels_default = prompt_labels is None and pooled
         if self._prompt_labels_default:  # one pool: the domain tells the filter about unseen prompts
             prompt_labels = labels
         self._prompt_labels = None if prompt_labels is None else [str(v) for v in prompt_labels]

@@ -22,7 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from .batch import RolloutBatch
+from .batch import NO_DOMAIN, RolloutBatch
 from .config_fields import WINDOW_UNITS
 from .errors import BatchError, ConfigError, StateError, check_state
 from .params import check_choice, check_int
@@ -62,10 +62,12 @@ class DomainTracker:
 
     def _rows(self, batch: RolloutBatch):
         """Per-row arrays of one batch: tracker domain index ``(N,)``, rewards, |advantage|, finite mask."""
-        if batch.domains is None:
-            raise BatchError("DomainTracker.update needs RolloutBatch.domains (one label per response)")
-        labels, codes = batch.domain_codes()
+        labels, codes = batch.domain_codes()  # without domains: every row in NO_DOMAIN
         unknown = [label for label in labels if label not in self._index]
+        if unknown and batch.domains is None:
+            raise BatchError(f"DomainTracker.update needs RolloutBatch.domains (one label per response): a batch "
+                             f"without them is domain {NO_DOMAIN!r}, which is not one of the tracker's domains "
+                             f"{self.domains}")
         if unknown:
             raise BatchError(f"batch has domain(s) {unknown} that the tracker does not know; known domains: {self.domains}")
         to_tracker = np.array([self._index[label] for label in labels], dtype=np.int64)

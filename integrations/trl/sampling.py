@@ -13,7 +13,8 @@ there, before anything is generated. `grpo_mixing_sampler` builds a sampler with
 
 Without a mix part the sampler draws from all rows as one pool (as ``RepeatSampler`` does), so
 prompts a pre-rollout filter skips are replaced by prompts of any domain; the domain column, when
-there is one, only tells the filter which domain an unseen prompt belongs to.
+there is one, only tells the filter which domain an unseen prompt belongs to; without one every
+prompt is in `NO_DOMAIN`, the domain a batch without domains is recorded under.
 
 Prompt keys: the sampler and the adapter's `RolloutBatch` name a prompt by the same key,
 `row_key` (the ``prompt_key_column`` when given, else `dataflex_callbacks.history.row_prompt_key`),
@@ -25,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Hashable, Mapping, Optional
 
 from dataflex_callbacks import DomainMixingSampler, Strategy
+from dataflex_callbacks.batch import NO_DOMAIN
 from dataflex_callbacks.sampler import domain_labels
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.history import hashable_key, row_prompt_key
@@ -33,8 +35,9 @@ from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
 DEFAULT_DOMAIN_SOURCE = f"the default domain column {DEFAULT_DOMAIN_KEY!r}"
 """What `dataflex_callbacks.host.resolve_domain_key` says when no setting names the domain column."""
 
-ALL_ROWS_DOMAIN = "all"
-"""Domain label given to every row when pre-rollout selection runs on a dataset without a domain column."""
+ALL_ROWS_DOMAIN = NO_DOMAIN
+"""Earlier name of `dataflex_callbacks.batch.NO_DOMAIN`, the one domain of the pool the sampler draws from
+without a mix part (and of every row of data without a domain column)."""
 
 
 def acts_before_rollout(strategy: Strategy) -> bool:
@@ -103,7 +106,7 @@ def grpo_mixing_sampler(trainer, dataset: Any, strategy: Strategy, domain_column
     if strategy.mix_enabled:
         labels = domains
     else:  # pre-rollout selection alone draws from one pool, like RepeatSampler; domains only inform its prior
-        labels = [ALL_ROWS_DOMAIN] * len(dataset)
+        labels = [NO_DOMAIN] * len(dataset)
     return DomainMixingSampler(
         dataset,
         labels=labels,
