@@ -15,14 +15,18 @@ per-token loss; the prompt sampler (``self.dataflex.sampler(...)``, or ``build_s
 With ``--dynamic-sampling`` the strategy gets a ``dynamic_sampling`` part and ``training_step``
 drives the core's `SignalGroupBuffer` (docs/dynamic_sampling.md): it generates further rounds of
 prompts until B groups carry signal (at most ``max_rounds``), trains on exactly those, and carries
-the extra ones to the next step. This example runs one process; under DDP, feed the buffer the
-batch gathered from every rank so all ranks take the same groups.
+the extra ones to the next step. Every round reaches the buffer with its prompt keys and domains,
+so a ``pre_select`` filter (``--strategy skip``) learns from every generated group, trained or not.
+Further rounds draw from a second prompt sampler of the strategy (it skips prompts too); its
+position, the buffer and the reward's call counter go into the checkpoint, and sampling is seeded
+by (seed, step, round), so a resumed run generates what the uninterrupted one does. This example
+runs one process; under DDP, feed the buffer the batch gathered from every rank so all ranks take
+the same groups.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 
 import lightning.pytorch as pl
 import torch
@@ -30,7 +34,7 @@ import torch.nn.functional as F
 from lightning.pytorch.loggers import CSVLogger
 from torch.utils.data import DataLoader
 
-from dataflex_callbacks import RolloutBatch
+from dataflex_callbacks import DomainMixingSampler, RolloutBatch
 from dataflex_callbacks.config import load_config
 from dataflex_callbacks.dynamic_sampling import SignalGroupBuffer
 from dataflex_callbacks.integrations.lightning import DataFlexCallback, build_sampler
@@ -50,20 +54,24 @@ class GRPOModule(pl.LightningModule):
     """Group Relative Policy Optimization with one policy update per generated batch."""
 
     def __init__(self, dataset, prompts_per_step: int = 8, group_size: int = 4, max_new_tokens: int = 6,
-                 clip: float = 0.2, lr: float = 1e-3, loss_type: str = "sequence_mean", dynamic_sampling: bool = False):
+                 clip: float = 0.2, lr: float = 1e-3, loss_type: str = "sequence_mean", dynamic_sampling: bool = False,
+                 seed: int = 0):
         super().__init__()
         self.dataset = dataset
         self.prompts_per_step, self.group_size = prompts_per_step, group_size
         self.max_new_tokens, self.clip, self.lr, self.loss_type = max_new_tokens, clip, lr, loss_type
+        self.seed = seed
         self.tokenizer = build_tiny_tokenizer()
         self.model = build_tiny_model(self.tokenizer, seed=0)
         self.reward_fn = make_reward_fn(seed=0)
         # Dynamic sampling: the buffer of signal groups (built from the strategy at the first step),
-        # the prompts of further rounds, and one prompt width so rows of different rounds stack.
+        # the sampler of further rounds' prompts, and one prompt width so rows of different rounds stack.
         self.dynamic_sampling = dynamic_sampling
         self.signal_groups: SignalGroupBuffer | None = None
-        self._signal_groups_state = None
-        self._more_prompts = None
+        self.round_sampler: DomainMixingSampler | None = None
+        self._round_rows = None  # iterator over the round sampler's current epoch
+        self._saved: dict = {}  # dynamic-sampling state read from a checkpoint, applied when the parts are built
+        self.round = 0  # generation round within the step (0: Lightning's batch)
         self.prompt_width = max(len(ids) for ids in self.tokenizer([row["prompt"] for row in dataset])["input_ids"]) \
             if dynamic_sampling else None
 
@@ -74,12 +82,19 @@ class GRPOModule(pl.LightningModule):
 
     @torch.no_grad()
     def generate(self, prompts: list[str]):
-        """``group_size`` sampled completions per prompt: token ids ``(N, P + C)`` and the prompt length ``P``."""
+        """``group_size`` sampled completions per prompt: token ids ``(N, P + C)`` and the prompt length ``P``.
+
+        Sampling is seeded by (seed, step, round), leaving the global random state alone, so a run
+        resumed from a checkpoint samples what the uninterrupted run sampled.
+        """
         padding = dict(padding="max_length", max_length=self.prompt_width) if self.prompt_width else dict(padding=True)
         encoded = self.tokenizer(prompts, return_tensors="pt", **padding).to(self.device)
         self.model.eval()
-        sequences = self.model.generate(**encoded, do_sample=True, max_new_tokens=self.max_new_tokens,
-                                        num_return_sequences=self.group_size, pad_token_id=self.tokenizer.pad_token_id)
+        with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
+            torch.manual_seed(self.seed * 1_000_003 + self.global_step * 101 + self.round)
+            sequences = self.model.generate(**encoded, do_sample=True, max_new_tokens=self.max_new_tokens,
+                                            num_return_sequences=self.group_size,
+                                            pad_token_id=self.tokenizer.pad_token_id)
         self.model.train()
         if self.prompt_width:  # generation stops early when every answer has ended: pad to one width
             width = encoded["input_ids"].shape[1] + self.max_new_tokens
@@ -148,11 +163,17 @@ class GRPOModule(pl.LightningModule):
         """Generate rounds until B = ``len(rows)`` groups carry signal (at most ``max_rounds``); train on exactly those."""
         buffer = self.signal_buffer()
         buffer.start_step(num_groups=len(rows), step=self.global_step)
+        self.round = 0
         while buffer.should_generate_more():
             rollout = self.rollout(rows)
             group_ids = torch.arange(len(rows), device=self.device).repeat_interleave(self.group_size)
-            buffer.add(RolloutBatch(rollout["rewards"], group_ids=group_ids), payload=rollout)
-            rows = next(self.more_prompts()) if buffer.should_generate_more() else None
+            # Keys and domains as the sampler names them: a pre_select filter observes every round here.
+            buffer.add(RolloutBatch(rollout["rewards"], group_ids=group_ids, completion_mask=rollout["completion_mask"],
+                                    domains=rollout["domains"], prompt_keys=rollout["prompt_keys"],
+                                    completion_ids=rollout["completion"]), payload=rollout)
+            if buffer.should_generate_more():
+                self.round += 1
+                rows = self.more_prompts(len(rows))
         taken = buffer.take()
         for name, value in taken.metrics.items():
             self.log(f"dataflex/{name}", value, batch_size=max(taken.num_groups, 1))
@@ -164,28 +185,44 @@ class GRPOModule(pl.LightningModule):
         """The buffer of signal groups, built from the strategy's ``dynamic_sampling`` part at the first step."""
         if self.signal_groups is None:
             self.signal_groups = SignalGroupBuffer(self.dataflex.strategy)
-            if self._signal_groups_state is not None:
-                self.signal_groups.load_state_dict(self._signal_groups_state)
+            if "signal_groups" in self._saved:
+                self.signal_groups.load_state_dict(self._saved["signal_groups"])
         return self.signal_groups
 
-    def more_prompts(self):
-        """Prompts of further rounds: a seeded shuffled stream over the dataset, ``prompts_per_step`` at a time.
+    def more_prompts(self, count: int) -> list:
+        """The next ``count`` prompts of further rounds, from a second sampler of the strategy.
 
-        The step's first round uses the strategy's sampler (Lightning's batch); further rounds
-        draw here, so a mix part's proportions do not reach them.
+        The step's first round is Lightning's batch from the strategy's sampler; further rounds draw
+        here, with the same rules (a ``pre_select`` part skips prompts, a ``mix`` part sets the domain
+        proportions) and their own seed, so the first sampler's stream stays as without dynamic sampling.
         """
-        if self._more_prompts is None:
-            loader = DataLoader(self.dataset, batch_size=self.prompts_per_step, shuffle=True, collate_fn=list,
-                                generator=torch.Generator().manual_seed(1), drop_last=True)
-            self._more_prompts = itertools.chain.from_iterable(itertools.repeat(loader))
-        return self._more_prompts
+        if self.round_sampler is None:
+            self.round_sampler = DomainMixingSampler(self.dataset, strategy=self.dataflex.strategy,
+                                                     batch_size=self.prompts_per_step, layout="shard", num_replicas=1,
+                                                     rank=0, seed=self.seed + 1, resume="continue")
+            if "round_sampler" in self._saved:
+                self.round_sampler.load_state_dict(self._saved["round_sampler"])
+        rows = []
+        while len(rows) < count:
+            if self._round_rows is None:
+                self._round_rows = iter(self.round_sampler)
+            index = next(self._round_rows, None)
+            if index is None:  # the epoch ended: the next iterator starts a new one
+                self._round_rows = None
+            else:
+                rows.append(self.dataset[index])
+        return rows
 
     def on_save_checkpoint(self, checkpoint):
         if self.signal_groups is not None:
             checkpoint["signal_groups"] = self.signal_groups.state_dict()
+        if self.round_sampler is not None:
+            checkpoint["round_sampler"] = self.round_sampler.state_dict()
+        checkpoint["reward_calls"] = self.reward_fn.calls  # the coin task's reward draws from its call counter
 
     def on_load_checkpoint(self, checkpoint):
-        self._signal_groups_state = checkpoint.get("signal_groups")
+        self._saved = {key: checkpoint[key] for key in ("signal_groups", "round_sampler") if key in checkpoint}
+        self.reward_fn.calls = int(checkpoint.get("reward_calls", self.reward_fn.calls))
 
     def configure_optimizers(self):
         return torch.optim.AdamW(self.model.parameters(), lr=self.lr)
@@ -217,7 +254,7 @@ def main() -> None:
     torch.set_num_threads(1)
     pl.seed_everything(args.seed, verbose=False)
     suite = load_task_suite(seed=args.seed, n_train=100, n_test=25)
-    module = GRPOModule(suite["train"], dynamic_sampling=args.dynamic_sampling)
+    module = GRPOModule(suite["train"], dynamic_sampling=args.dynamic_sampling, seed=args.seed)
     strategy = args.strategy or STRATEGY
     if args.dynamic_sampling:
         strategy = {**load_config(strategy), "dynamic_sampling": load_config(strategy)["dynamic_sampling"] or True}

@@ -5,6 +5,7 @@ import math
 import os
 
 import pytest
+import torch
 
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
 from dataflex_callbacks.recipes.tasks import load_task_suite
@@ -92,3 +93,58 @@ def test_example_without_the_flag_builds_no_buffer():
     trainer = toy_trainer([DataFlexCallback("difffilter")], max_steps=2)
     trainer.fit(module)
     assert module.signal_groups is None and "dataflex/dynamic/rounds" not in trainer.callback_metrics
+
+
+def dynamic_skip_run(tmp_path, max_steps, save_every=None, ckpt_path=None):
+    """The example with ``--strategy skip --dynamic-sampling`` (max_rounds 3): every round's prompt keys, per step."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    from dataflex_callbacks.config import load_config
+
+    example = load_example()
+    train = load_task_suite(seed=0, n_train=8, n_test=1)["train"]
+    module = example.GRPOModule(train, prompts_per_step=4, dynamic_sampling=True)
+    rounds = []
+    rollout = module.rollout
+
+    def recording_rollout(rows):
+        out = rollout(rows)
+        rounds.append((module.global_step, module.round, [row["prompt_key"] for row in rows],
+                       out["rewards"].tolist()))
+        return out
+
+    module.rollout = recording_rollout
+    callback = DataFlexCallback({**load_config("skip"), "dynamic_sampling": {"max_rounds": 3}})
+    callbacks = [callback]
+    if save_every is not None:
+        callbacks.append(ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=save_every,
+                                         save_top_k=-1))
+    trainer = toy_trainer(callbacks, max_steps=max_steps, tmp_path=tmp_path, enable_checkpointing=save_every is not None)
+    trainer.fit(module, ckpt_path=ckpt_path)
+    return module, callback, rounds
+
+
+def test_example_dynamic_sampling_shows_the_filter_every_generated_group(tmp_path):
+    # Issue 24: the example gave the filter only the trained (signal) groups, so `skip` never skipped.
+    module, callback, rounds = dynamic_skip_run(tmp_path, max_steps=12)
+    pre_select, totals = callback.strategy.pre_select, module.signal_groups.totals
+    observed_groups = int(pre_select.history.seen[:pre_select.history.size].sum())
+    assert observed_groups == totals["generated"] // module.group_size == len(rounds) * 4
+    assert observed_groups > totals["trained_groups"], "zero-signal groups were generated and observed too"
+    assert pre_select.skipped > 0, "the filter skips prompts in Lightning's sampler and in the further rounds'"
+
+
+def test_example_dynamic_sampling_resumes_as_the_uninterrupted_run(tmp_path):
+    full, full_callback, full_rounds = dynamic_skip_run(tmp_path / "full", max_steps=8)
+    dynamic_skip_run(tmp_path / "first", max_steps=4, save_every=4)
+    resumed, resumed_callback, resumed_rounds = dynamic_skip_run(
+        tmp_path / "second", max_steps=8, ckpt_path=str(tmp_path / "first" / "step=4.ckpt"))
+    later = [entry for entry in full_rounds if entry[0] >= 4]
+    assert len(later) > 4, "some step after the checkpoint generated further rounds"
+    assert resumed_rounds == later, "every round's prompts (Lightning's batch and the further rounds) and rewards"
+    assert resumed.round_sampler.state_dict() == full.round_sampler.state_dict()
+    assert resumed.signal_groups.totals == full.signal_groups.totals
+    want, got = full_callback.strategy.pre_select.state_dict(), resumed_callback.strategy.pre_select.state_dict()
+    assert got["history"]["keys"] == want["history"]["keys"] and got["skipped"] == want["skipped"] > 0
+    for name in ("groups", "no_signal", "solved"):
+        torch.testing.assert_close(got[name], want[name], rtol=0, atol=0)
