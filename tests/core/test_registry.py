@@ -188,7 +188,7 @@ def test_registering_a_taken_name_is_refused(restore_registry, kind, taken):
     assert "test_free_name" not in list_components(kind)
 
 
-def test_override_replaces_a_registered_name_on_purpose(restore_registry):
+def test_override_replaces_a_registered_name_on_purpose_and_a_reloaded_class_registers_again(restore_registry):
     builtin = registry.component_class("scorer", "reward")
 
     @register("scorer", "reward", override=True)
@@ -201,8 +201,6 @@ def test_override_replaces_a_registered_name_on_purpose(restore_registry):
     assert registry.component_class("scorer", "reward") is ShiftedReward
     assert build_component("scorer", "reward").score(RolloutBatch(torch.tensor([0.0, 1.0]))).tolist() == [1.0, 2.0]
 
-
-def test_the_same_class_may_register_again(restore_registry):
     def define():  # the same module and qualified name each time, as after importlib.reload
         class Reloaded(custom_components.GroupCenteredReward):
             """A class whose module is loaded twice."""
@@ -211,7 +209,7 @@ def test_the_same_class_may_register_again(restore_registry):
 
     first, second = define(), define()
     register("scorer", "test_reloaded")(first)
-    register("scorer", "test_reloaded")(second)
+    register("scorer", "test_reloaded")(second)  # the same class again: no override needed
     assert registry.component_class("scorer", "test_reloaded") is second
 
 
