@@ -16,6 +16,7 @@ import textwrap
 from .arguments import OneLineParser, add_option_arguments, options_from_args, run_option_names
 from .arguments import fail as _fail
 from .compare.cli import add_compare_parser, command_compare
+from .validate import HOSTS
 
 
 def _quiet_environment(args: argparse.Namespace) -> None:
@@ -44,8 +45,13 @@ def build_parser() -> argparse.ArgumentParser:
                          help="also print, under each component, the parameters a config's params: may set, "
                               "with their defaults and meaning")
 
-    validate = commands.add_parser("validate", help="check a strategy config file and print the resolved config")
+    validate = commands.add_parser("validate", help="check a strategy config file (or a verl config) for the host "
+                                                    "that runs it and print the resolved config")
     validate.add_argument("file")
+    validate.add_argument("--host", choices=HOSTS, default=None,
+                          help="check with this host's adapter too, as it builds the strategy (default: verl for a "
+                               "verl config, i.e. a file with trainer:/actor_rollout_ref:/... sections; else the "
+                               "core rules every host applies)")
 
     add_compare_parser(commands)
     return parser
@@ -103,15 +109,23 @@ def _command_validate(args) -> int:
     if not os.path.isfile(args.file):
         return _fail(f"strategy file {args.file!r} does not exist")
     try:
-        from dataflex_callbacks import build_strategy
+        from .validate import build_for_host, read_for_host
     except ImportError as error:
         return _fail(f"the strategy library is not available in this install ({error})")
+    host = args.host
     try:
-        strategy = build_strategy(args.file)
+        config, host = read_for_host(args.file, args.host)
+        strategy = build_for_host(args.file, config, host)
     except Exception as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return _fail(f"invalid strategy {args.file!r}: {message}")
-    print(json.dumps(strategy.config, indent=2, sort_keys=True, default=str))
+        return _fail(f"invalid strategy {args.file!r}{f' for {host}' if host else ''}: {message}")
+    print(json.dumps(None if strategy is None else strategy.config, indent=2, sort_keys=True, default=str))
+    if host is None:
+        print(f"checked with the core rules; --host {{{','.join(HOSTS)}}} adds a host adapter's own", file=sys.stderr)
+    elif strategy is None:
+        print(f"valid for {host}: its dataflex block is disabled (enable: false)", file=sys.stderr)
+    else:
+        print(f"valid for {host}", file=sys.stderr)
     return 0
 
 

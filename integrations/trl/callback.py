@@ -45,7 +45,7 @@ from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import (ROW_NORMALISED, as_strategy, grpo_fields, kept_token_mask, local_decision,
                                      removal_scale, resolve_domain_key)
 
-from .dynamic import DynamicSampling
+from .dynamic import DynamicSampling, check_dynamic_sampling
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import (DEFAULT_DOMAIN_SOURCE, acts_before_rollout, check_sampling_dataset, check_shuffle,
                        grpo_mixing_sampler, row_key)
@@ -143,14 +143,26 @@ class DataFlexCallback(TrainerCallback):
         self.sampler = None  # the DomainMixingSampler installed in _get_train_sampler, if any
         self._pending_sampler_state: Optional[dict] = None
 
+    @classmethod
+    def check_strategy(cls, strategy: Any) -> None:
+        """Refuse, in one line, a strategy this trainer cannot run whatever its data (``dataflex validate --host trl``).
+
+        The rules that need the trainer or its dataset run when the callback is attached (`bind`).
+        """
+        strategy = as_strategy(strategy)
+        if strategy.config.get("dynamic_sampling"):
+            if not cls.supports_dynamic_sampling:
+                raise ConfigError(f"dynamic_sampling is not supported by the TRL adapter's {cls.trainer_name} yet; "
+                                  "remove the dynamic_sampling part or use the core SignalGroupBuffer in your own "
+                                  "loop (docs/dynamic_sampling.md)")
+            check_dynamic_sampling(None, strategy)  # no trainer: the rules on the strategy alone
+        strategy.check_host(grpo_fields(domains=True), host=f"the TRL {cls.host_class.__name__}")
+
     def _dynamic_sampling(self) -> Optional[DynamicSampling]:
         """The dynamic-sampling loop when the strategy has the part; refused by hosts that cannot run it."""
+        self.check_strategy(self.strategy)
         if not self.strategy.config.get("dynamic_sampling"):
             return None
-        if not self.supports_dynamic_sampling:
-            raise ConfigError(f"dynamic_sampling is not supported by the TRL adapter's {self.trainer_name} yet; remove "
-                              "the dynamic_sampling part or use the core SignalGroupBuffer in your own loop "
-                              "(docs/dynamic_sampling.md)")
         return DynamicSampling(self.strategy)
 
     @property

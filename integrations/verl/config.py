@@ -32,10 +32,15 @@ from typing import Any, Mapping
 from dataflex_callbacks import Strategy, build_strategy
 from dataflex_callbacks.config_fields import QUOTAS
 from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.host import grpo_fields
+
+from .fields import check_loss_agg_mode
 
 logger = logging.getLogger("dataflex_callbacks.integrations.verl")
 
 ADAPTER_KEYS = ("enable", "seed", "quota")
+HOST = "verl's v1 trainer"
+HOST_FIELDS = grpo_fields(domains=True)
 # verl re-samples itself (DAPO recipe); docs/dynamic_sampling.md says how a dataflex block combines with it.
 DYNAMIC_SAMPLING_REFUSAL = (
     "verl config 'dataflex': dynamic_sampling is done by verl itself in this adapter: remove the dynamic_sampling "
@@ -103,6 +108,26 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
         raise ConfigError(f"verl config 'dataflex': {error}") from error
     if strategy.config.get("dynamic_sampling"):
         raise ConfigError(DYNAMIC_SAMPLING_REFUSAL)
+    return strategy, options
+
+
+def check_verl_config(config: Any) -> tuple[Strategy | None, dict]:
+    """`strategy_from_verl_config` plus every rule the trainer applies to the config before training.
+
+    `DataFlexPPOTrainer` calls it when built, ``dataflex validate`` on a verl file (or ``--host
+    verl``). Besides the block's own checks it refuses ``dataflex.quota`` without a mix part, a
+    part needing a field verl's trainer does not provide, and an
+    ``actor_rollout_ref.actor.loss_agg_mode`` the adapter does not know.
+    """
+    strategy, options = strategy_from_verl_config(config)
+    if options.get("quota") is not None and not getattr(strategy, "mix_enabled", False):
+        raise ConfigError("dataflex.quota sets the per-batch domain counts of a mix part, and this strategy has "
+                          "none; remove dataflex.quota or add a mix part")
+    if strategy is not None:
+        strategy.check_host(HOST_FIELDS, host=HOST)
+        loss_agg_mode = _select(config, "actor_rollout_ref.actor.loss_agg_mode")
+        if loss_agg_mode is not None:  # a file may leave it to verl's default
+            check_loss_agg_mode(loss_agg_mode)
     return strategy, options
 
 

@@ -33,12 +33,13 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import response_to_nested
 
 from dataflex_callbacks import DomainMixingSampler
+from dataflex_callbacks.batch import NO_DOMAIN
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.host import accept_prompts, grpo_fields, resolve_domain_key
+from dataflex_callbacks.host import accept_prompts, resolve_domain_key
 from dataflex_callbacks.sampler import domain_labels
 
-from .config import drop_reference_sampler, strategy_from_verl_config
-from .fields import DOMAIN_COLUMN, check_loss_agg_mode, loss_fields_from_decision, rollout_batch_from_fields
+from .config import check_verl_config, drop_reference_sampler
+from .fields import DOMAIN_COLUMN, loss_fields_from_decision, rollout_batch_from_fields
 
 logger = logging.getLogger("dataflex_callbacks.integrations.verl")
 
@@ -46,7 +47,6 @@ STATE_FILE = "dataflex.pt"
 # Fields verl's v1 trainer keeps in TransferQueue that the strategy may read; absent ones are skipped.
 STRATEGY_FIELDS = ("uid", "response_mask", "rm_scores", "token_level_rewards", "advantages", "old_log_probs",
                    "entropy", "rollout_is_weights", "index")
-HOST_FIELDS = grpo_fields(domains=True)
 
 
 class DataFlexPPOTrainer(PPOTrainerSync):
@@ -65,14 +65,9 @@ class DataFlexPPOTrainer(PPOTrainerSync):
     def __init__(self, config):
         # Before verl builds its replay buffer from that config.
         self._reference_sampler = drop_reference_sampler(config)
-        self.strategy, self.dataflex_options = strategy_from_verl_config(config)
+        self.strategy, self.dataflex_options = check_verl_config(config)
         self._domain_column_name: str | None = None  # fixed by _init_dataloader when mixing
-        if self.dataflex_options.get("quota") is not None and not getattr(self.strategy, "mix_enabled", False):
-            raise ConfigError("dataflex.quota sets the per-batch domain counts of a mix part, and this strategy has "
-                              "none; remove dataflex.quota or add a mix part")
         if self.strategy is not None:
-            self.strategy.check_host(HOST_FIELDS, host="verl's v1 trainer")
-            check_loss_agg_mode(config.actor_rollout_ref.actor.loss_agg_mode)
             logger.info("dataflex: %r", self.strategy)
         else:
             logger.warning("dataflex: trainer_mode=%s but the config has no enabled 'dataflex:' block; "
@@ -177,7 +172,8 @@ class DataFlexPPOTrainer(PPOTrainerSync):
                 raise ConfigError("dataflex pre_select needs a stable per-prompt key: give every training row "
                                   "extra_info.index (verl's example preprocessing scripts do)")
             keys = list(tu.get(candidates, "index"))
-            passed = accept_prompts(self.pre_select, keys, size - count, self._prompt_rng)
+            passed = accept_prompts(self.pre_select, keys, size - count, self._prompt_rng,
+                                    labels=self._candidate_domains(candidates, len(keys)))
             take, considered = passed.accepted, passed.considered
             skipped += passed.skipped
             if considered < len(keys):  # rows after the last accepted one wait for the next fetch
@@ -189,6 +185,14 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         self.pre_select.num_generations = int(self.config.actor_rollout_ref.rollout.n)
         self.pre_select.record_draws(keys_used, skipped)
         return accepted[0] if len(accepted) == 1 else tu.concat_tensordict(accepted)
+
+    def _candidate_domains(self, candidates: TensorDict, count: int) -> list[str] | None:
+        """The candidates' domains as their rollouts will be recorded (`NO_DOMAIN` without the domain column),
+        for the filter's prior; None with a mix part, whose sampler has chosen the domain already (as in TRL)."""
+        if self.strategy.mix_enabled:
+            return None
+        values = tu.get(candidates, self._domain_column())
+        return [NO_DOMAIN] * count if values is None else [str(value) for value in values]
 
     # ------------------------------------------------------------ strategy after advantages
 

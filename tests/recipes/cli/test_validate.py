@@ -1,0 +1,83 @@
+"""`dataflex validate FILE [--host]`: a file passes exactly when the host that runs it would accept it.
+
+Each row is one file and one command line. Host refusals come from the adapters' own checks, so
+a row's message is the adapter's message (`test_the_verl_refusal_is_the_adapters_own` pins one).
+"""
+
+import json
+
+import pytest
+
+from dataflex_callbacks.recipes.cli import main
+
+VERL_RUN = "algorithm:\n  adv_estimator: grpo\ntrainer:\n  total_epochs: 1\n"
+GROUP_SELECT = "select:\n  scorer: group_reward_variance\n  selector: {name: threshold_band, low: 0.0, high: .inf}\n"
+DYNAMIC = GROUP_SELECT + "dynamic_sampling: true\n"
+TOKEN_DYNAMIC = ("select:\n  scorer: token_entropy\n  selector: {name: entropy_top_tokens, fraction: 0.2}\n"
+                 "dynamic_sampling: true\n")
+MIX_DYNAMIC = DYNAMIC + "mix: {mixer: static}\n"
+EXAMPLE = "examples/verl/grpo_qwen05b_gsm8k_difffilter.yaml"
+
+# (id, file content (or a repository path), --host, exit code, text expected on stderr)
+ROWS = [
+    ("verl-file-dynamic-sampling", VERL_RUN + "dataflex:\n  strategy: dapo\n", None, 2,
+     "for verl: verl config 'dataflex': dynamic_sampling is done by verl itself"),
+    ("verl-file-inline-dynamic-sampling", VERL_RUN + "dataflex:\n  " + DYNAMIC.replace("\n", "\n  "), None, 2,
+     "dynamic_sampling is done by verl itself"),
+    ("strategy-file-host-verl", DYNAMIC, "verl", 2, "for verl: verl config 'dataflex': dynamic_sampling"),
+    ("verl-quota-without-mix", VERL_RUN + "dataflex: {strategy: difffilter, quota: exact}\n", None, 2,
+     "dataflex.quota sets the per-batch domain counts of a mix part"),
+    ("verl-unknown-loss-agg-mode", VERL_RUN + "actor_rollout_ref: {actor: {loss_agg_mode: mean-of-means}}\n"
+     "dataflex: {strategy: difffilter}\n", None, 2, "unknown verl loss_agg_mode 'mean-of-means'"),
+    ("verl-file-without-block", VERL_RUN, None, 2, "has no 'dataflex:' block"),
+    ("verl-block-disabled", VERL_RUN + "dataflex: {strategy: difffilter, enable: false}\n", None, 0,
+     "valid for verl: its dataflex block is disabled"),
+    ("verl-example-config", EXAMPLE, None, 0, "valid for verl"),
+    ("verl-mix-with-quota", VERL_RUN + "dataflex:\n  quota: exact\n  mix: {mixer: static}\n", None, 0, "valid for verl"),
+    ("rloo-dynamic-sampling", DYNAMIC, "trl-rloo", 2,
+     "for trl-rloo: dynamic_sampling is not supported by the TRL adapter's DataFlexRLOOTrainer"),
+    ("grpo-dynamic-sampling-with-mix", MIX_DYNAMIC, "trl", 2,
+     "for trl: dynamic_sampling in the TRL adapter does not support a strategy with a mix part"),
+    ("grpo-dynamic-sampling", DYNAMIC, "trl", 0, "valid for trl"),
+    ("lightning-dynamic-sampling-with-mix", MIX_DYNAMIC, "lightning", 0, "valid for lightning"),
+    ("core-token-level-dynamic-sampling", TOKEN_DYNAMIC, None, 2, "dynamic_sampling judges whole groups"),
+    ("lightning-token-level-dynamic-sampling", TOKEN_DYNAMIC, "lightning", 2, "dynamic_sampling judges whole groups"),
+    ("core-plain-strategy", GROUP_SELECT, None, 0, "checked with the core rules"),
+]
+NEEDS = {"trl": "trl", "trl-rloo": "trl", "lightning": "lightning"}
+
+
+@pytest.mark.parametrize("content, host, code, message", [row[1:] for row in ROWS], ids=[row[0] for row in ROWS])
+def test_validate_checks_for_the_host_of_the_file(tmp_path, capsys, content, host, code, message):
+    if host in NEEDS:
+        pytest.importorskip(NEEDS[host])
+    if content == EXAMPLE:
+        path = EXAMPLE
+    else:
+        path = tmp_path / "config.yaml"
+        path.write_text(content)
+    assert main(["validate", str(path)] + (["--host", host] if host else [])) == code
+    out, err = capsys.readouterr()
+    assert message in err
+    if code == 2:
+        assert err.count("\n") == 1 and err.startswith("dataflex: error: invalid strategy") and not out
+    else:
+        json.loads(out)  # the resolved config (null for a disabled block)
+
+
+def test_the_verl_refusal_is_the_adapters_own(tmp_path, capsys):
+    from dataflex_callbacks.integrations.verl.config import DYNAMIC_SAMPLING_REFUSAL
+
+    path = tmp_path / "run.yaml"
+    path.write_text(VERL_RUN + "dataflex:\n  strategy: dapo\n")
+    assert main(["validate", str(path)]) == 2
+    assert capsys.readouterr().err.rstrip("\n").endswith(DYNAMIC_SAMPLING_REFUSAL)
+
+
+def test_an_unknown_host_lists_the_hosts(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(GROUP_SELECT)
+    with pytest.raises(SystemExit) as exited:
+        main(["validate", str(path), "--host", "ppo"])
+    assert exited.value.code == 2
+    assert "trl, trl-rloo, lightning, verl" in capsys.readouterr().err.replace("'", "")
