@@ -26,8 +26,9 @@ DEFAULT_MODEL_CONFIG = dict(
     hidden_size=64,
     intermediate_size=128,
     num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=4,
+    # Two heads of 32: vLLM's CPU attention accepts head sizes 32, 64, 80 and up, not 16.
+    num_attention_heads=2,
+    num_key_value_heads=2,
     max_position_embeddings=64,
     rope_theta=10000.0,
     rms_norm_eps=1e-6,
@@ -76,7 +77,7 @@ def build_tiny_tokenizer():
 def build_tiny_model(tokenizer, seed: int = 0, **config_overrides):
     """Build a randomly initialised tiny `Qwen2ForCausalLM` for `tokenizer` (same seed, same weights).
 
-    Defaults: hidden 64, 2 layers, 4 heads, MLP 128, tied embeddings (~80k parameters).
+    Defaults: hidden 64, 2 layers, 2 heads of 32, MLP 128, tied embeddings (~80k parameters).
     Any `Qwen2Config` field can be overridden by keyword, plus `embedding_init_std` (std of
     the token embedding init; 0.1 by default).
     """
