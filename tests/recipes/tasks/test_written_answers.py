@@ -109,3 +109,39 @@ def test_an_unreadable_reference_scores_zero_with_one_warning(source, reference)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         assert compute_score(source, "Answer: K", reference) == 0.0
+
+
+# ------------------------------------------------------------------ properties over every way of writing a value
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from dataflex_callbacks.recipes.tasks.multi_domain_reward import score_math, score_multiple_choice  # noqa: E402
+
+MATH_WRITINGS = [  # how a completion may state the integer n
+    lambda n: f"#### {n}", lambda n: f"The answer is {n:,}.", lambda n: f"\\boxed{{{n}}}",
+    lambda n: f"\\boxed{{x = {n}}}", lambda n: f"Answer: {n}.0", lambda n: f"The answer is {n}e0 and I checked {n + 7}",
+    lambda n: f"\\boxed{{\\frac{{{2 * n}}}{{2}}}}", lambda n: f"So the total is {n} apples.",
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.integers(-10**6, 10**6), st.sampled_from(range(len(MATH_WRITINGS))))
+def test_every_writing_of_a_value_scores_one_and_of_its_neighbour_zero(n, writing):
+    write = MATH_WRITINGS[writing]
+    assert score_math(write(n), f"#### {n}") == 1.0
+    assert score_math(write(n + 1), f"#### {n}") == 0.0
+
+
+LETTER_WRITINGS = [
+    lambda c: f"answer: {c.lower()}", lambda c: f"The answer is ({c}).", lambda c: f"\\boxed{{{c.lower()}}}",
+    lambda c: f"<answer>{c}</answer>", lambda c: f"**Answer: {c}**", lambda c: f"({c.lower()})",
+]
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.sampled_from("ABCDEFGHIJ"), st.sampled_from("ABCDEFGHIJ"), st.sampled_from(range(len(LETTER_WRITINGS))),
+       st.booleans())
+def test_a_letter_scores_one_against_itself_and_zero_against_another(chosen, truth, writing, lower_reference):
+    reference = truth.lower() if lower_reference else truth
+    assert score_multiple_choice(LETTER_WRITINGS[writing](chosen), reference) == float(chosen == truth)
