@@ -11,13 +11,23 @@ ratio to the stock trainer (target: at most 1.05), plus the CPU time spent insid
 own code per step, which is the overhead free of machine noise.
 
     python benchmarks/bench_trl_overhead.py [--steps 30] [--rounds 3]
+
+``--against DIR`` measures this checkout against another one (e.g. ``git worktree add
+/tmp/before <commit>``) in the same session: each round runs one process per checkout, their
+order alternating, and the table gives each variant's figures for both and the difference
+(``stock`` is the same code in both, so its difference is the noise floor).
+
+    python benchmarks/bench_trl_overhead.py --against /tmp/before [--steps 20] [--rounds 4]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 
@@ -108,6 +118,66 @@ def run(variant: str, steps: int, seed: int, batch: int, generations: int, lengt
     return timer.wall[1:], timer.cpu[1:]  # the first step pays one-off warm-up costs
 
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def import_root(checkout: str, scratch: str) -> str:
+    """A folder whose ``dataflex_callbacks`` is ``checkout``'s, ``integrations/`` mapped in as the installed package has it.
+
+    Links only (in ``scratch``): nothing is written into ``checkout``.
+    """
+    package = os.path.join(scratch, "dataflex_callbacks")
+    os.makedirs(package)
+    source = os.path.join(checkout, "dataflex_callbacks")
+    for entry in os.listdir(source):
+        if entry != "__pycache__":
+            os.symlink(os.path.join(source, entry), os.path.join(package, entry))
+    if not os.path.exists(os.path.join(package, "integrations")):
+        os.symlink(os.path.join(checkout, "integrations"), os.path.join(package, "integrations"))
+    return scratch
+
+
+def compare(options, passed: list[str]) -> None:
+    """Alternate one process per checkout per round; print both checkouts' figures and their difference."""
+    trees = {"before": os.path.abspath(options.against), "after": REPO}
+    results: dict[str, list[dict]] = {tree: [] for tree in trees}
+    with tempfile.TemporaryDirectory() as scratch:
+        roots = {tree: import_root(path, os.path.join(scratch, tree)) for tree, path in trees.items()}
+        for round_index in range(options.rounds):
+            order = ["before", "after"] if round_index % 2 == 0 else ["after", "before"]
+            for tree in order:
+                out = os.path.join(scratch, f"{tree}-{round_index}.json")
+                env = {**os.environ, "PYTHONPATH": os.pathsep.join([roots[tree], os.environ.get("PYTHONPATH", "")])}
+                done = subprocess.run([sys.executable, os.path.abspath(__file__), *passed, "--rounds", "1", "--seed",
+                                       str(options.seed + round_index), "--json", out], env=env, cwd=scratch,
+                                      capture_output=True, text=True)
+                if done.returncode:
+                    sys.exit(f"the {tree} checkout's run failed:\n{done.stderr[-4000:]}")
+                with open(out, encoding="utf-8") as handle:
+                    result = json.load(handle)
+                for module in result["imported"]:  # each process ran the checkout it was given
+                    assert os.path.realpath(module).startswith(os.path.realpath(trees[tree])), (tree, module)
+                results[tree].append(result)
+                print(f"round {round_index + 1}: {tree:<6} " + ", ".join(
+                    f"{name} {1000 * statistics.median(result['wall'][name]):.1f} ms wall / "
+                    f"{1000 * result['adapter'][name]:.3f} ms adapter" for name in VARIANTS))
+    print(f"\n{options.steps} optimizer steps x {options.rounds} rounds per checkout, alternating; before = "
+          f"{trees['before']}, after = {trees['after']}")
+    print(f"{'variant':<12}{'wall before':>13}{'wall after':>12}{'diff':>9}{'cpu before':>12}{'cpu after':>11}"
+          f"{'diff':>9}{'adapter before':>16}{'adapter after':>15}{'diff':>9}   (ms/step)")
+    for name in VARIANTS:
+        row = []
+        for key in ("wall", "cpu"):
+            medians = [statistics.median([t for r in results[tree] for t in r[key][name]]) for tree in trees]
+            row += [1000 * medians[0], 1000 * medians[1], 1000 * (medians[1] - medians[0])]
+        adapter = [statistics.mean(r["adapter"][name] for r in results[tree]) for tree in trees]
+        row += [1000 * adapter[0], 1000 * adapter[1], 1000 * (adapter[1] - adapter[0])]
+        print(f"{name:<12}" + "".join(f"{v:>{w}.2f}" if i % 3 != 2 else f"{v:>+{w}.2f}"
+                                      for i, (v, w) in enumerate(zip(row, (13, 12, 9, 12, 11, 9, 16, 15, 9)))))
+    print("wall and cpu: medians over all steps of all rounds; adapter: CPU time inside the adapter's hooks per step;\n"
+          "stock runs the same code in both checkouts, so its difference is the noise floor.")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--steps", type=int, default=30)
@@ -117,7 +187,14 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--max-completion-length", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--against", metavar="DIR", help="another checkout of this repository to compare with, "
+                                                         "alternating one process per checkout per round")
+    parser.add_argument("--json", metavar="PATH", help=argparse.SUPPRESS)  # one process's figures, for --against
     options = parser.parse_args()
+    if options.against:
+        compare(options, [f"--{k.replace('_', '-')}={v}" for k, v in vars(options).items()
+                          if k in ("steps", "batch", "generations", "max_completion_length", "threads")])
+        return
     torch.set_num_threads(options.threads)
     hf_logging.set_verbosity_error()
 
@@ -138,6 +215,13 @@ def main() -> None:
             print(f"round {round_index + 1}: {name:<10} median step {1000 * statistics.median(step_wall):7.2f} ms wall, "
                   f"{1000 * statistics.median(step_cpu):7.2f} ms cpu")
 
+    if options.json:
+        import dataflex_callbacks.integrations.trl as trl_adapter
+        import dataflex_callbacks.strategy as strategy_module
+
+        with open(options.json, "w", encoding="utf-8") as handle:
+            json.dump({"wall": wall, "cpu": cpu, "adapter": adapter,
+                       "imported": [strategy_module.__file__, trl_adapter.__file__]}, handle)
     stock_wall, stock_cpu = statistics.median(wall["stock"]), statistics.median(cpu["stock"])
     print(f"\n{options.steps} optimizer steps x {options.rounds} rounds, batch {options.batch}, "
           f"{options.generations} generations, {options.max_completion_length} tokens, {options.threads} thread(s)")
