@@ -19,8 +19,8 @@ import torch
 
 from .batch import RolloutBatch, clean_signals, masked_centered_square_sum, true_count
 from .config import load_config
-from .groups import dense_groups
 from .errors import BatchError, ComponentError, ConfigError, DroppedAllWarning, check_state
+from .groups import dense_groups
 from .mixers import Mixer
 from .mixing import DomainMixing
 from .registry import build_component
@@ -238,7 +238,7 @@ class Strategy:
         if n_bad == n:
             signals = ", ".join(k[len("nonfinite_"):] for k, v in counts.items() if v)
             return ("nonfinite_signals", f"left out all {n} responses because each has a NaN or infinite value "
-                    f"({signals}) and nan_policy='drop'", "fix the signal's computation, or set nan_policy: zero to "
+                    f"({signals}) and nan_policy='drop'", "correct the signal's computation, or set nan_policy: zero to "
                     "count such values as 0")
         finite = rewards[torch.isfinite(rewards)].float()
         if finite.numel():
