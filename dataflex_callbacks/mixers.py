@@ -68,7 +68,7 @@ class Mixer(Component):
 
     ``raw_proportions(self, tracker: DomainTracker) -> torch.Tensor``: ``(K,)`` finite values
     >= 0, not all 0, one per domain in ``self.domains`` order (which is ``tracker.domains``);
-    they are normalised to sum 1 and floored. The tracker's per-domain statistics
+    they are normalised to sum 1 and floored (other values are refused with a `ComponentError`). The tracker's per-domain statistics
     (``mean_reward()``, ``mean_abs_advantage()``, ``mean_group_variance()``, ``reward_slope()``,
     ``total_count``) are ``(K,)`` tensors, NaN for a domain not observed yet (see
     `fill_unobserved`); the tracker already leaves non-finite rewards out. A domain's proportion

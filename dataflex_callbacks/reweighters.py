@@ -92,7 +92,8 @@ class Reweighter(Component):
     implements only the weighting rule:
 
     ``_raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor``: a *new*
-    float32 tensor shaped like ``scores`` (it is normalised in place) of finite weights >= 0.
+    float32 tensor shaped like ``scores`` (it is normalised in place) of finite weights >= 0
+    (a strategy refuses negative or non-finite weights with a `ComponentError` naming the reweighter).
     ``scores`` is float32 and may be the caller's own tensor: never modify it in place. ``mask``
     (bool, shaped like ``scores``) is None when every entry counts; entries outside it are
     zeroed afterwards.
