@@ -8,7 +8,7 @@ checks the contract its base class documents:
   ``scope`` and ``requires``;
 * ``raw values``: a reweighter's ``_raw`` weights (inside the mask) and a mixer's
   ``raw_proportions`` are finite and >= 0 (proportions not all 0): the normalisation that follows
-  would hide a sign (all-negative raw weights become uniform ones, proportions of -1 become 1/K);
+  only rescales them and cannot repair a sign (proportions of -1 would read as 1/K each);
 * ``output contract``: shape, dtype and device of the result, inputs left unchanged, weights
   >= 0, 0 outside the mask and normalised as ``normalize`` says, proportions over exactly the
   domains, above the floor, summing to 1;
@@ -382,9 +382,9 @@ class _BatchChecker(_Checker):
                 share = "all" if count == total else f"{count}"
                 self.fail("raw values", f"{where}: _raw returned {_item(raw, at)} at {at} ({share} of the {total} "
                                         "entries inside the mask are negative or not finite); raw weights must be "
-                                        "finite and >= 0, since normalize= only rescales them (all-negative raw "
-                                        "weights would silently become uniform ones, mixed signs negative loss "
-                                        "weights): make the rule non-negative, e.g. exp(score) or score - score.min()")
+                                        "finite and >= 0: normalize= only rescales them and cannot repair a sign, and "
+                                        "a strategy refuses negative loss weights at run time. Make the rule "
+                                        "non-negative, e.g. exp(score) or score - score.min()")
         self.passed("raw values")
 
     def check_outputs(self, trial: _Trial) -> torch.Tensor:

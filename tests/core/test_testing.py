@@ -150,7 +150,7 @@ class SignedWeights(Reweighter):
 
 
 class AllNegativeWeights(Reweighter):
-    """Raw weights all below 0: the mean-one normalisation used to turn them into uniform weights, silently."""
+    """Raw weights all below 0 (on 256ad1c the mean-one normalisation made them uniform weights, silently)."""
 
     scope = "row"
 
@@ -205,7 +205,7 @@ class NotAScorer:
     (InverseEntropy, "non-finite inputs", ["inf", "nan_policy"]),
     (FloatMask, "output contract", ["torch.bool"]),
     (SignedWeights, "raw values", ["_raw returned -", "negative or not finite", "finite and >= 0"]),
-    (AllNegativeWeights, "raw values", ["(all of the", "must be finite and >= 0", "uniform"]),
+    (AllNegativeWeights, "raw values", ["(all of the", "must be finite and >= 0", "cannot repair a sign"]),
     (CenteredGroupWeights, "raw values", ["_raw returned -", "must be finite and >= 0"]),
     (MinusOneMixer, "raw values", ["'math': -1.0", "must be finite, >= 0 and not all 0"]),
     (InPlaceWeights, "output contract", ["changed its input(s) scores in place"]),
