@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# verl's real trainer end to end on the CPU: set up .venv-verl with vLLM's CPU build, then run
+# tests/integrations/verl/e2e (several main_ppo runs, one at a time; about 8-13 GB each).
+# The tests must not skip here: DATAFLEX_REQUIRE_VERL=1 turns a missing verl into an error.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${VERL_VENV:-$ROOT/.venv-verl}"
+bash "$ROOT/scripts/setup_verl_e2e_env.sh"
+cd "$ROOT"
+export DATAFLEX_REQUIRE_VERL=1 HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 VERL_LOGGING_LEVEL=WARNING
+export RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
+"$VENV/bin/python" -m pytest tests/integrations/verl/e2e -q -rs -s -p no:cacheprovider \
+    -W ignore::DeprecationWarning -W ignore::UserWarning "$@"

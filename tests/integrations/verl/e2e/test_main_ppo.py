@@ -1,0 +1,265 @@
+"""verl's real trainer end to end: ``verl.trainer.main_ppo`` with the ``dataflex_sync`` trainer, on a CPU.
+
+Each run is one ``scripts/verl_e2e.sh`` call (verl 0.9.1, Ray, an FSDP2 actor, vLLM's CPU rollout,
+TransferQueue; a tiny Qwen2 and a two-domain parquet built locally), read back through verl's own
+outputs: the per-step metrics of its file logger (``metrics.jsonl``), its rollout dump
+(``trainer.rollout_data_dir``: every prompt, response and score of a step), its checkpoints, and
+the lines ``scripts/verl_e2e/loss_probe.py`` writes from inside the actor's policy loss. A run
+takes minutes and 8-13 GB, so the runs are few, shared between tests (one per configuration,
+several steps each), and one at a time. ``scripts/test_verl_e2e.sh`` runs this file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("verl", reason="verl is not installed here; run scripts/test_verl_e2e.sh (uses .venv-verl)")
+
+import torch  # noqa: E402
+import yaml  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[4]
+HERE = Path(__file__).resolve().parent
+SCRIPT = ROOT / "scripts" / "verl_e2e.sh"
+RUN_TIMEOUT_S = 1200
+PROMPTS, GROUP = 8, 4  # data.train_batch_size, rollout.n of every run here
+ROWS = PROMPTS * GROUP
+# Metrics that measure the machine (time, throughput, memory), not the training: never compared.
+MACHINE_METRICS = ("timing", "perf/", "throughput", "memory", "time", "mfu")
+
+
+@dataclass
+class Run:
+    """One finished ``main_ppo`` run: its folder, per-step metrics, rollouts and probe lines."""
+
+    name: str
+    out: Path
+    seconds: float
+    peak_gb: float
+    metrics: list[dict] = field(default_factory=list)
+
+    def step(self, n: int) -> dict:
+        for row in self.metrics:
+            if row["step"] == n:
+                return row["data"]
+        raise AssertionError(f"run {self.name}: no metrics for step {n}; steps: {[r['step'] for r in self.metrics]}")
+
+    def rollouts(self, n: int) -> list[dict]:
+        path = self.out / "rollouts" / f"{n}.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()]
+
+    def probe(self) -> list[dict]:
+        path = self.out / "probe.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+    def log(self) -> str:
+        return (self.out / "run.log").read_text(errors="replace")
+
+
+def _used_memory_gb() -> float:
+    info = dict(line.split(":", 1) for line in Path("/proc/meminfo").read_text().splitlines())
+    kb = lambda key: int(info[key].split()[0])  # noqa: E731
+    return (kb("MemTotal") - kb("MemAvailable")) / 2**20
+
+
+class _PeakMemory:
+    """The machine's peak used memory during a run, above what was in use at its start (Ray's workers are
+    not children of the launching process, so a per-process figure would miss most of the run)."""
+
+    def __init__(self):
+        self.start, self.peak, self._stop = _used_memory_gb(), 0.0, threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self):
+        while not self._stop.wait(1.0):
+            self.peak = max(self.peak, _used_memory_gb() - self.start)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak
+
+
+_RUNS: dict[str, Run] = {}
+
+
+def run_main_ppo(name: str, *overrides: str, steps: int = 2, probe: bool = False) -> Run:
+    """Run ``scripts/verl_e2e.sh`` once per name (cached for the session); fail with the log's tail on error."""
+    if name in _RUNS:
+        return _RUNS[name]
+    base = Path(os.environ.get("VERL_E2E_BASE", ROOT / "runs" / "verl_e2e_tests"))
+    out = base / name
+    if out.exists():
+        subprocess.run(["rm", "-rf", str(out)], check=True)
+    out.mkdir(parents=True)
+    env = dict(os.environ, VERL_E2E_OUT=str(out), VERL_E2E_STEPS=str(steps))
+    if probe:
+        env["VERL_E2E_EXTRA_MODULES"] = "loss_probe"
+        env["DATAFLEX_E2E_PROBE"] = str(out / "probe.jsonl")
+        overrides = ("actor_rollout_ref.actor.policy_loss.loss_mode=probe_vanilla", *overrides)
+    args = ["bash", str(SCRIPT), f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+            f"actor_rollout_ref.rollout.n={GROUP}", f"trainer.rollout_data_dir={out / 'rollouts'}", *overrides]
+    memory, start = _PeakMemory(), time.monotonic()
+    with open(out / "run.log", "w") as log:
+        # Its own process group: on a timeout the driver and the Ray processes it started go together
+        # (a finished driver shuts its local Ray cluster down itself).
+        proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            rc = proc.wait(timeout=RUN_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = "timeout"
+    run = Run(name, out, time.monotonic() - start, memory.stop())
+    print(f"\nverl e2e run {name!r}: {run.seconds:.0f} s, peak {run.peak_gb:.1f} GB above idle, exit {rc}")
+    if rc != 0:
+        tail = "\n".join(run.log().splitlines()[-60:])
+        pytest.fail(f"main_ppo run {name!r} exited {rc}; {out / 'run.log'} ends:\n{tail}")
+    metrics_path = out / "metrics.jsonl"
+    run.metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
+    _RUNS[name] = run
+    return run
+
+
+def training_metrics(step: dict) -> dict[str, float]:
+    """The step's numeric metrics that describe training (not the machine's speed or memory)."""
+    return {k: v for k, v in step.items()
+            if isinstance(v, (int, float)) and not any(word in k for word in MACHINE_METRICS)}
+
+
+def dataflex_strategy(name: str) -> str:
+    return f"+dataflex.strategy={HERE / name}"
+
+
+SELECT_MIX = ("trainer.v1.trainer_mode=dataflex_sync", dataflex_strategy("select_mix.yaml"),
+              "trainer.save_freq=1")
+
+
+# ---------------------------------------------------------------- baseline == stock verl
+
+
+def test_baseline_strategy_trains_exactly_as_stock_verl():
+    stock = run_main_ppo("stock", "trainer.v1.trainer_mode=sync")
+    baseline = run_main_ppo("baseline", "trainer.v1.trainer_mode=dataflex_sync", "+dataflex.strategy=baseline")
+    for step in (1, 2):
+        ours, theirs = training_metrics(baseline.step(step)), training_metrics(stock.step(step))
+        assert set(theirs) <= set(ours), f"step {step}: metrics stock verl logs and dataflex_sync does not: " \
+                                         f"{sorted(set(theirs) - set(ours))}"
+        differ = {k: (ours[k], theirs[k]) for k in theirs
+                  if not (math.isnan(theirs[k]) and math.isnan(ours[k])) and ours[k] != theirs[k]}
+        assert not differ, f"step {step}: baseline differs from stock verl (same seed): {differ}"
+        assert sorted((r["input"], r["output"], r["score"]) for r in baseline.rollouts(step)) == \
+            sorted((r["input"], r["output"], r["score"]) for r in stock.rollouts(step))
+
+
+# ---------------------------------------------------------------- select: dropped rows never reach the loss
+
+
+def test_select_drops_rows_and_dropped_rows_get_no_gradient():
+    run = run_main_ppo("select_mix", *SELECT_MIX, probe=True)
+    probe = run.probe()
+    assert len(probe) == 2, f"expected one policy-loss call per step (one mini-batch, one micro-batch): {probe}"
+    dropped_somewhere = False
+    for step, call in zip((1, 2), probe):
+        metrics = run.step(step)
+        kept = round(metrics["dataflex/kept_frac"] * ROWS)
+        rewards = Counter()
+        for row in run.rollouts(step):
+            rewards[row["input"]] += row["score"]
+        assert call["rows"] == ROWS
+        # A kept group has 2 of 4 passes, so all its responses have a non-zero advantage: exactly the
+        # kept responses get a gradient, and no dropped one does (their groups had 1 or 3 passes).
+        assert call["grad_rows"] == kept, f"step {step}: {call['grad_rows']} responses reached the policy " \
+                                          f"gradient, the strategy kept {kept}: {call}, {metrics}"
+        assert call["masked_in"] == (kept if kept else ROWS)
+        dropped_somewhere |= 0 < kept < ROWS
+        # The dropped groups include some that stock GRPO would train on (1 or 3 passes of 4).
+        assert any(total in (1, 3) for total in rewards.values()) or kept == ROWS
+    assert dropped_somewhere, f"no step both kept and dropped rows; kept_frac: " \
+                              f"{[run.step(s)['dataflex/kept_frac'] for s in (1, 2)]}"
+
+
+# ---------------------------------------------------------------- mix: the next prompts follow the target
+
+
+def test_mix_moves_the_next_prompts_toward_the_target():
+    run = run_main_ppo("select_mix", *SELECT_MIX, probe=True)
+    first, second = run.step(1), run.step(2)
+    target = {d: first[f"dataflex/mix/target/{d}"] for d in ("easy", "hard")}
+    assert target["hard"] > 0.5, f"the lagging domain 'hard' should get more data after step 1: {target}"
+    # Step 1's prompts were drawn at the prior (even split); step 2's at step 1's target, exact quotas.
+    drawn = {s: Counter(row["input"].split("\n")[1] for row in run.rollouts(s)) for s in (1, 2)}
+    hard_share = {s: sum(c for q, c in drawn[s].items() if "*" in q) / ROWS for s in (1, 2)}
+    assert hard_share[1] == 0.5, hard_share
+    assert abs(hard_share[2] - target["hard"]) < abs(hard_share[1] - target["hard"]), (hard_share, target)
+    assert abs(hard_share[2] - target["hard"]) <= 1 / PROMPTS, (hard_share, target)
+    assert second["dataflex/mix/actual/hard"] > first["dataflex/mix/actual/hard"], (first, second)
+
+
+# ---------------------------------------------------------------- resume
+
+
+def test_resume_from_step_one_repeats_the_uninterrupted_step_two():
+    full = run_main_ppo("select_mix", *SELECT_MIX, probe=True)
+    checkpoint = full.out / "checkpoints" / "global_step_1"
+    assert (checkpoint / "data.pt").exists() and (checkpoint / "dataflex.pt").exists(), list(checkpoint.iterdir())
+    resumed = run_main_ppo("resumed", *SELECT_MIX, "trainer.resume_mode=resume_path",
+                           f"trainer.resume_from_path={checkpoint}")
+    assert [row["step"] for row in resumed.metrics] == [2], resumed.metrics
+    ours, theirs = training_metrics(resumed.step(2)), training_metrics(full.step(2))
+    # The prompts of step 2 (sampler + dataloader state) and the strategy's decision inputs.
+    prompts = lambda run: Counter(row["input"] for row in run.rollouts(2))  # noqa: E731
+    assert prompts(resumed) == prompts(full)
+    differ = {k: (ours.get(k), theirs[k]) for k in theirs
+              if not (math.isnan(theirs[k]) and math.isnan(ours.get(k, 0.0))) and ours.get(k) != theirs[k]}
+    assert not differ, f"step 2 after resume differs from the uninterrupted run: {differ}"
+
+
+# ---------------------------------------------------------------- a DataFlex-RL block, unchanged
+
+
+def _hydra(value) -> str:
+    """A YAML value written as a Hydra override value ({a: 1, b: [x, y]})."""
+    if isinstance(value, dict):
+        return "{" + ",".join(f"{k}:{_hydra(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ",".join(_hydra(v) for v in value) + "]"
+    return str(value)
+
+
+def test_reference_select_block_runs_unchanged():
+    reference = yaml.safe_load((ROOT / "tests" / "core" / "reference_blocks" / "blocks.yaml").read_text())
+    entry = reference["readme_select"]
+    run = run_main_ppo("reference", f"trainer.v1.trainer_mode={entry['trainer_mode']}",
+                       f"+dataflex={_hydra(entry['block'])}", steps=1)
+    metrics = run.step(1)
+    assert 0.0 <= metrics["dataflex/kept_frac"] <= 1.0
+    solve = [row["score"] for row in run.rollouts(1)]
+    assert len(solve) == ROWS
+
+
+# ---------------------------------------------------------------- verl's DAPO filter + pre_select
+
+
+def test_dapo_filter_groups_refills_through_the_prompt_feed():
+    run = run_main_ppo("dapo", "trainer.v1.trainer_mode=dataflex_sync", dataflex_strategy("dapo_skip.yaml"),
+                       "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=score",
+                       "trainer.save_freq=2")
+    evicted = sum(run.step(s).get("train/filter_groups/evicted_samples", 0) for s in (1, 2))
+    assert evicted > 0, f"verl's filter evicted no group, so nothing was refilled: {run.metrics}"
+    state = torch.load(run.out / "checkpoints" / "global_step_2" / "dataflex.pt", weights_only=True)
+    drawn = state["strategy"]["pre_select"]["drawn"]
+    # Every prompt verl generated, the first batches and every refill, came through the adapter.
+    assert drawn == 2 * PROMPTS + evicted, (drawn, evicted, run.metrics)
