@@ -109,7 +109,7 @@ def dynamic_skip_run(tmp_path, max_steps, save_every=None, ckpt_path=None):
 
     def recording_rollout(rows):
         out = rollout(rows)
-        rounds.append((module.global_step, module.round, [row["prompt_key"] for row in rows],
+        rounds.append((module.global_step, getattr(module, "round", 0), [row["prompt_key"] for row in rows],
                        out["rewards"].tolist()))
         return out
 

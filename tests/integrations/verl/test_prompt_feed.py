@@ -130,7 +130,8 @@ def test_pre_select_skips_prompts_before_generation(tmp_path):
     history_prompts = list(range(12))  # the math rows: every group all-correct, several times
     rewards = torch.ones(len(history_prompts) * 2)
     batch = RolloutBatch(rewards=rewards, group_ids=torch.arange(len(history_prompts)).repeat_interleave(2),
-                         prompt_keys=[k for k in history_prompts for _ in range(2)])
+                         prompt_keys=[k for k in history_prompts for _ in range(2)],
+                         domains=["math"] * len(rewards))  # data_source, as apply_strategy records it
     for step in range(6):
         trainer.strategy.pre_select.observe(batch, step)
     drawn = [row for batch in fetch_indices(trainer, 4) for row in batch]
@@ -138,3 +139,21 @@ def test_pre_select_skips_prompts_before_generation(tmp_path):
     assert trainer.strategy.pre_select.skipped > 0
     math_share = np.mean([i < 12 for i in drawn])
     assert math_share < 0.5  # the zero-variance prompts are mostly skipped
+
+
+def test_pre_select_asks_about_the_domain_the_rollouts_are_recorded_under(tmp_path):
+    # One "no domain" rule (issue 24): verl's candidates reach the filter with their data_source, the
+    # domain apply_strategy records their rollouts under, so a domain whose groups were all solved
+    # predicts its unseen prompts too. Before, verl asked with no labels and kept every unseen prompt.
+    from dataflex_callbacks import RolloutBatch
+
+    data_file = write_parquet(tmp_path / "train.parquet")
+    trainer = make_trainer(data_file, tmp_path / "ckpt", "+dataflex.strategy=skip", "data.shuffle=False")
+    observed = list(range(6))  # half of the math rows, every group all-correct
+    batch = RolloutBatch(rewards=torch.ones(12), group_ids=torch.arange(6).repeat_interleave(2),
+                         prompt_keys=[k for k in observed for _ in range(2)], domains=["math"] * 12)
+    for step in range(6):
+        trainer.strategy.pre_select.observe(batch, step)
+    drawn = [row for batch in fetch_indices(trainer, 4) for row in batch]
+    unseen_math = [i for i in drawn if 6 <= i < 12]
+    assert len(unseen_math) <= 3, unseen_math  # kept with min_keep = 0.2; all 6 came first in order otherwise
