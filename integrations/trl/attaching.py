@@ -8,6 +8,7 @@ from dataflex_callbacks.host import as_strategy
 
 from .callback import HOOKS, DataFlexCallback, check_callback_host
 from .rloo import DataFlexRLOOCallback
+from .streaming import stream_train_dataloader
 
 HOST_CALLBACKS: tuple[type[DataFlexCallback], ...] = (DataFlexCallback, DataFlexRLOOCallback)
 """The callback of each TRL trainer the adapter supports; `callback_for` picks by ``host_class``."""
@@ -62,6 +63,8 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
     callback.bind(trainer)
     for name, hook in HOOKS.items():
         _wrap_method(trainer, name, getattr(callback, hook))
+    # Over a streaming dataset a pre_select part filters TRL's stream (streaming.py).
+    _wrap_method(trainer, "get_train_dataloader", lambda host, original: stream_train_dataloader(host, original, callback))
     return callback
 
 

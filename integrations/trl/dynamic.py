@@ -17,9 +17,11 @@ fills the batch with zero-signal groups (round 0's first), masked out of the los
 rounds the same way (``dataflex compare`` stops at a completions budget with it).
 
 Round 0 comes from TRL's sampler (the adapter's `DomainMixingSampler` when the strategy has a
-``pre_select`` part). Further rounds come from a seeded stream over the train dataset
-(`PromptStream`: a fresh permutation per pass, seeded by ``args.seed``), independent of TRL's
-sampler, whose stream stays as it would be without dynamic sampling. A ``pre_select`` filter
+``pre_select`` part; over a streaming dataset, TRL's stream, filtered by `streaming`). Further
+rounds come from a seeded stream over the train dataset (`PromptStream`: a fresh permutation per
+pass, seeded by ``args.seed``; a ``datasets.IterableDataset`` is read in order through its own
+seeded shuffle), independent of TRL's sampler, whose stream stays as it would be without dynamic
+sampling. A ``pre_select`` filter
 skips prompts in that stream too, and it observes every generated round (not only the groups
 trained), so its history and its adaptive keep rate see all the groups it paid for. The stream's
 position and generator, and the buffer (carried groups with their rows), go into the checkpoint.
@@ -36,17 +38,19 @@ The rest is refused by `check_dynamic_sampling` with a line naming the setting.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 import numpy as np
 import torch
 
+from dataflex_callbacks.batch import NO_DOMAIN
 from dataflex_callbacks.dynamic_sampling import SignalGroupBuffer, SignalGroups
 from dataflex_callbacks.errors import ConfigError
 
 from dataflex_callbacks.host import accept_prompts
 
 from .sampling import row_key
+from .train_data import is_stream
 
 LEFT_PADDED = ("prompt_ids", "prompt_mask")
 """Per-row keys of TRL's batch dict that are left-padded (prompts)."""
@@ -75,55 +79,105 @@ def check_dynamic_sampling(trainer, strategy) -> None:
 
 
 class PromptStream:
-    """A seeded, resumable stream of dataset rows: each pass a fresh permutation of ``range(size)``.
+    """A seeded, resumable stream of train rows for further rounds: each pass a fresh shuffle of the dataset.
+
+    A map-style dataset is read by index, each pass a permutation ``randperm(size)`` seeded from
+    ``(seed, pass)``. A ``datasets.IterableDataset`` (streaming) is read in order through its own
+    buffered shuffle, seeded from ``seed`` and reshuffled every pass (``set_epoch``), independent of
+    the iteration TRL's dataloader makes of it. The state is the pass and the rows consumed in it; a
+    resumed stream re-reads its pass and skips those rows, so it continues exactly.
 
     With a ``pre_select`` filter, each candidate is generated with the filter's keep probability
     (`dataflex_callbacks.host.accept_prompts`, the rule the mixing sampler applies), and skipped ones
     are counted by the filter (``record_draws``).
 
     Args:
-        size: rows in the train dataset.
-        seed: the run's seed (``args.seed``); every pass ``p`` is ``randperm(size)`` seeded from ``(seed, p)``.
+        dataset: the train dataset (map-style, or a ``datasets.IterableDataset``).
+        seed: the run's seed (``args.seed``).
         pre_select: the strategy's pre-rollout filter, or None.
-        row_key: ``row_key(i)``, row ``i``'s prompt key (read only with a filter).
-        row_label: ``row_label(i)``, row ``i``'s domain for the filter's prior, or None.
+        key_column: the column naming each prompt for the filter (None: `sampling.row_key`'s rule).
+        domain_column: the column holding each prompt's domain for the filter's prior; rows without it are in
+            `NO_DOMAIN`, as in the sampler of round 0.
     """
 
-    def __init__(self, size: int, seed: int, pre_select: Any = None, row_key: Optional[Callable] = None,
-                 row_label: Optional[Callable] = None):
-        if size < 1:
+    STREAM_SHUFFLE_BUFFER = 1000
+    """Rows a streamed pass shuffles among (``datasets.IterableDataset.shuffle``'s default buffer)."""
+
+    def __init__(self, dataset: Any, seed: int, pre_select: Any = None, key_column: Optional[str] = None,
+                 domain_column: Optional[str] = None):
+        self.dataset, self.seed = dataset, int(seed)
+        self.streaming = is_stream(dataset)
+        self.size = None if self.streaming else len(dataset)
+        if self.size == 0:
             raise ConfigError("dynamic_sampling draws further prompts from the train dataset, which is empty")
-        self.size, self.seed = size, int(seed)
         self.epoch, self.position = 0, 0
-        self.pre_select, self.row_key, self.row_label = pre_select, row_key, row_label
+        self.pre_select, self.key_column = pre_select, key_column
+        self.domain_column = domain_column
         self._rng = np.random.Generator(np.random.PCG64(self.seed * 1_000_003 + 104_729))
+        self._rows: Optional[Iterator] = None  # the streamed pass being read
+        self._ahead: list = []  # rows read from the streamed pass but not yet consumed
 
     def _permutation(self) -> torch.Tensor:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + 7_919 + self.epoch)
         return torch.randperm(self.size, generator=generator)
 
-    def draw(self, count: int) -> list[int]:
-        """The next ``count`` row indices (a new pass starts when one ends)."""
-        rows: list[int] = []
+    def _label(self, row: Mapping[str, Any]) -> str:
+        return str(row[self.domain_column]) if self.domain_column is not None and self.domain_column in row else NO_DOMAIN
+
+    def _candidates(self, count: int) -> list:
+        """Up to ``count`` next rows of the current pass, not consumed (fewer where the pass ends)."""
+        if not self.streaming:
+            indices = self._permutation()[self.position:self.position + min(self.size - self.position, count)]
+            return [self.dataset[i] for i in indices.tolist()]
+        if self._rows is None:
+            self._open_pass()
+        while len(self._ahead) < count:
+            row = next(self._rows, None)
+            if row is None:
+                break
+            self._ahead.append(row)
+        if not self._ahead:  # the pass has ended: the next one starts
+            if self.position == 0:
+                raise ConfigError("dynamic_sampling draws further prompts from the train dataset, a stream that "
+                                  "yields no rows")
+            self.epoch, self.position = self.epoch + 1, 0
+            self._open_pass()
+            return self._candidates(count)
+        return self._ahead[:count]
+
+    def _open_pass(self) -> None:
+        """Start reading pass ``epoch`` of the stream, skipping the ``position`` rows already consumed."""
+        source = self.dataset.shuffle(seed=self.seed * 1_000_003 + 7_919, buffer_size=self.STREAM_SHUFFLE_BUFFER)
+        source.set_epoch(self.epoch)
+        self._rows, self._ahead = iter(source), []
+        for _ in range(self.position):
+            next(self._rows, None)
+
+    def _consume(self, count: int) -> None:
+        self.position += count
+        if self.streaming:
+            del self._ahead[:count]
+        elif self.position == self.size:
+            self.epoch, self.position = self.epoch + 1, 0
+
+    def draw(self, count: int) -> list:
+        """The next ``count`` rows (a new pass starts when one ends)."""
+        rows: list = []
         skipped = 0
         while len(rows) < count:
             need = count - len(rows)
-            window = min(self.size - self.position, need if self.pre_select is None else max(2 * need, 8))
-            candidates = self._permutation()[self.position:self.position + window].tolist()
+            candidates = self._candidates(need if self.pre_select is None else max(2 * need, 8))
             if self.pre_select is None:
                 rows += candidates
                 considered = len(candidates)
             else:
-                labels = None if self.row_label is None else [self.row_label(r) for r in candidates]
-                passed = accept_prompts(self.pre_select, [self.row_key(r) for r in candidates], need, self._rng,
-                                        labels=labels)
+                passed = accept_prompts(self.pre_select, [row_key(r, self.key_column) for r in candidates], need,
+                                        self._rng, labels=[self._label(r) for r in candidates])
                 rows += [candidates[i] for i in passed.accepted.tolist()]
                 considered, skipped = passed.considered, skipped + passed.skipped
-            self.position += considered
-            if self.position == self.size:
-                self.epoch, self.position = self.epoch + 1, 0
+            self._consume(considered)
         if self.pre_select is not None:
-            self.pre_select.record_draws([self.row_key(r) for r in rows], skipped)
+            self.pre_select.record_draws([row_key(r, self.key_column) for r in rows], skipped)
         return rows
 
     def state_dict(self) -> dict:
@@ -131,10 +185,14 @@ class PromptStream:
                 "rng": self._rng.bit_generator.state}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if int(state["size"]) != self.size:
-            raise ConfigError(f"dynamic_sampling: the checkpoint's prompt stream is over {state['size']} rows, this "
-                              f"train dataset has {self.size}; resume with the same dataset")
+        saved = None if state["size"] is None else int(state["size"])
+        if saved != self.size:
+            described = "a stream" if saved is None else f"{saved} rows"
+            here = "a stream" if self.size is None else f"{self.size} rows"
+            raise ConfigError(f"dynamic_sampling: the checkpoint's prompt stream is over {described}, this train "
+                              f"dataset is {here}; resume with the same dataset")
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
+        self._rows, self._ahead = None, []  # a streamed pass is re-read from its start and skipped to `position`
         if state.get("rng") is not None:
             self._rng.bit_generator.state = state["rng"]
 
@@ -163,11 +221,8 @@ class DynamicSampling:
         ``domain_column`` and ``key_column`` name each prompt's domain and key for a ``pre_select`` filter.
         """
         check_dynamic_sampling(trainer, self.strategy)
-        dataset = trainer.train_dataset
-        columns = list(getattr(dataset, "column_names", None) or [])
-        label = (lambda i: str(dataset[i][domain_column])) if domain_column in columns else None
-        self.stream = PromptStream(len(dataset), trainer.args.seed, pre_select=self.strategy.pre_select,
-                                   row_key=lambda i: row_key(dataset[i], key_column), row_label=label)
+        self.stream = PromptStream(trainer.train_dataset, trainer.args.seed, pre_select=self.strategy.pre_select,
+                                   key_column=key_column, domain_column=domain_column)
         if self._pending_stream is not None:
             self.stream.load_state_dict(self._pending_stream)
             self._pending_stream = None
@@ -216,7 +271,7 @@ class DynamicSampling:
             if self.may_generate is not None and not self.may_generate(generated):
                 break
             round_index += 1
-            prompts = [trainer.train_dataset[i] for i in self.stream.draw(wanted)]
+            prompts = self.stream.draw(wanted)
             inputs = [row for row in prompts for _ in range(generations)][local]  # RepeatSampler's layout
             output, rewards_per_func = score_round(inputs)
         taken = buffer.take()

@@ -14,6 +14,7 @@ from trl import GRPOTrainer
 from dataflex_callbacks.host import as_strategy
 
 from .callback import DataFlexCallback, check_callback_host
+from .streaming import stream_train_dataloader
 
 
 class DataFlexTrainerMixin:
@@ -87,6 +88,11 @@ class DataFlexTrainerMixin:
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         return self.dataflex.load_optimizer_and_scheduler(self, super()._load_optimizer_and_scheduler, checkpoint)
+
+    def get_train_dataloader(self):
+        # Over a streaming dataset a pre_select part filters TRL's stream here (see streaming.py); TRL attaches no
+        # sampler to a stream.
+        return stream_train_dataloader(self, super().get_train_dataloader, self.dataflex)
 
     def _get_train_sampler(self, dataset=None):
         # A strategy with a mix or pre_select part draws prompts through a DomainMixingSampler here

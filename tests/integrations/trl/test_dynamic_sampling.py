@@ -10,6 +10,7 @@ from transformers import TrainerCallback
 
 from conftest import checksum_reward
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
+from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.scorers import group_reward_variance
 
 DIFFBAND_SELECT = {"scorer": "group_reward_variance",
@@ -210,3 +211,92 @@ def test_pre_select_filters_every_round_and_sees_every_generated_group(make_trai
     for decision in trainer.dataflex.decisions:
         if not decision["dynamic"]["dynamic/short"]:
             assert decision["dynamic"]["dynamic/signal_groups"] == B and bool(decision["keep"].all())
+
+
+# ---------------------------------------------------------------- streaming data (datasets.IterableDataset)
+def zero_reward(completions, **kwargs):
+    """0 for every completion: every group is zero-signal, so a pre-rollout filter learns to skip."""
+    return [0.0] * len(completions)
+
+
+def stream_of(dataset):
+    """A real streaming dataset over ``dataset``'s rows (two shards, read in order)."""
+    return dataset.to_iterable_dataset(num_shards=2)
+
+
+def build_streamed(tiny_tokenizer, tmp_path, data, strategy, way_in="trainer", reward=checksum_reward, steps=3,
+                   **config):
+    """``(trainer, its DataFlexCallback)`` on ``data``: a DataFlexGRPOTrainer, or a stock GRPOTrainer + attach()."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from cpu_settings import CPU_RUN_SETTINGS
+    from dataflex_callbacks.integrations.trl import attach
+    from dataflex_callbacks.recipes.tiny_model import build_tiny_model
+
+    args = GRPOConfig(output_dir=str(tmp_path), max_steps=steps, max_completion_length=6, learning_rate=1e-3, seed=0,
+                      **{**CPU_RUN_SETTINGS, **SETTINGS, **config})
+    common = dict(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=[reward], args=args,
+                  train_dataset=data, processing_class=tiny_tokenizer)
+    if way_in == "trainer":
+        trainer = DataFlexGRPOTrainer(**common, strategy=strategy, record_decisions=True)
+        return trainer, trainer.dataflex
+    trainer = GRPOTrainer(**common)
+    return trainer, attach(trainer, strategy, record_decisions=True)
+
+
+@pytest.mark.parametrize("way_in", ["trainer", "attach"])
+def test_dapo_trains_on_a_stream_drawing_further_rounds_from_it(tiny_tokenizer, toy_dataset, tmp_path, way_in):
+    trainer, dataflex = build_streamed(tiny_tokenizer, tmp_path, stream_of(toy_dataset), "dapo", way_in, steps=4)
+    trainer.train()
+    decisions = dataflex.decisions
+    assert len(decisions) == 4
+    assert sum(d["dynamic"]["dynamic/rounds"] for d in decisions) > 4, "no further round: the test is void"
+    prompts = set(toy_dataset["prompt"])
+    for decision in decisions:
+        assert set(decision["prompt_keys"]) <= prompts
+        if not decision["dynamic"]["dynamic/short"]:
+            assert decision["dynamic"]["dynamic/signal_groups"] == B and bool(decision["keep"].all())
+    assert dataflex.dynamic.stream.state_dict()["size"] is None
+
+
+def test_a_resumed_prompt_stream_over_a_stream_continues_exactly(toy_dataset):
+    from dataflex_callbacks.integrations.trl.dynamic import PromptStream
+
+    stream = stream_of(toy_dataset)
+    whole = PromptStream(stream, seed=3)
+    first = [row["prompt"] for row in whole.draw(10)]
+    state = whole.state_dict()
+    rest = [row["prompt"] for _ in range(4) for row in whole.draw(7)]  # crosses into the next pass
+    resumed = PromptStream(stream, seed=3)
+    resumed.load_state_dict(state)
+    assert [row["prompt"] for _ in range(4) for row in resumed.draw(7)] == rest
+    passes = first + rest
+    assert sorted(passes[:24]) == sorted(toy_dataset["prompt"])  # each pass holds every row once
+    assert passes[24:] != passes[:len(passes) - 24], "the second pass was not reshuffled"
+    with pytest.raises(ConfigError, match="over a stream, this train dataset is 24 rows; resume with the same"):
+        PromptStream(toy_dataset, seed=3).load_state_dict(state)
+
+
+@pytest.mark.parametrize("strategy", ["skip", "greso", "dapo+skip"])
+def test_a_pre_rollout_filter_skips_prompts_of_a_stream(tiny_tokenizer, tmp_path, strategy):
+    from datasets import Dataset
+
+    data = Dataset.from_dict({"prompt": [f"{i}*2=" for i in range(8)], "domain": ["math"] * 8})
+    trainer, dataflex = build_streamed(tiny_tokenizer, tmp_path, stream_of(data), strategy, reward=zero_reward,
+                                       steps=14)
+    trainer.train()
+    pre_select = dataflex.strategy.pre_select
+    logged = [entry["dataflex/pre_select/skipped_prompts"] for entry in trainer.state.log_history
+              if "dataflex/pre_select/skipped_prompts" in entry]
+    assert pre_select.skipped > 0 and logged and logged[-1] > 0
+    # Every generated prompt passed the filter, and skipped ones were replaced: every step was a full batch.
+    assert trainer.state.global_step == 14 and pre_select.drawn >= 14 * B
+    assert all(set(d["prompt_keys"]) <= set(data["prompt"]) for d in dataflex.decisions)
+
+
+def test_a_mix_part_on_a_stream_is_refused_in_one_line_naming_it(tiny_tokenizer, toy_dataset, tmp_path):
+    with pytest.raises(ConfigError) as caught:
+        build_streamed(tiny_tokenizer, tmp_path, stream_of(toy_dataset), "static")
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1
+    assert "mix part, which needs random access" in message and "IterableDataset" in message
