@@ -169,21 +169,22 @@ def test_trains_with_kl_reused_and_split_generation_batches(make_trainer, varian
 
 def test_resume_equals_the_uninterrupted_run(make_trainer, tmp_path):
     strategy = {"select": DIFFBAND_SELECT, "dynamic_sampling": {"max_rounds": 8}}
-    checkpoints = dict(save_strategy="steps", save_steps=2, output_dir=str(tmp_path / "full"))
+    # Saved after step 3: on the tiny model (seed 0) the buffer then holds carried groups.
+    checkpoints = dict(save_strategy="steps", save_steps=3, output_dir=str(tmp_path / "full"))
     full = run(make_trainer, strategy, steps=4, **checkpoints)
-    saved = torch.load(tmp_path / "full" / "checkpoint-2" / "dataflex_strategy.pt", weights_only=True)
+    saved = torch.load(tmp_path / "full" / "checkpoint-3" / "dataflex_strategy.pt", weights_only=True)
     assert saved["dynamic"]["stream"]["position"] > 0 or saved["dynamic"]["stream"]["epoch"] > 0
     assert saved["dynamic"]["buffer"]["carried"], "no group carried over the checkpoint: the test is void"
 
     resumed = make_trainer(cls=DataFlexGRPOTrainer, reward_funcs=[checksum_reward], max_steps=4,
                            trainer_kwargs={"strategy": strategy, "record_decisions": True},
                            **{**SETTINGS, **checkpoints, "output_dir": str(tmp_path / "resumed")})
-    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
-    assert len(resumed.dataflex.decisions) == 2
-    for a, b in zip(full.dataflex.decisions[2:], resumed.dataflex.decisions):
+    resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
+    assert len(resumed.dataflex.decisions) == 1 and resumed.dataflex.decisions[0]["dynamic"]["dynamic/carried"] > 0
+    for a, b in zip(full.dataflex.decisions[3:], resumed.dataflex.decisions):
         assert a["step"] == b["step"] and a["prompt_keys"] == b["prompt_keys"]
         assert torch.equal(a["keep"], b["keep"]) and a["dynamic"] == b["dynamic"]
-    assert losses(resumed)[-2:] == pytest.approx(losses(full)[-2:], abs=1e-6)
+    assert losses(resumed)[-1:] == pytest.approx(losses(full)[-1:], abs=1e-6)
     assert full.dataflex.dynamic.state_dict()["stream"] == resumed.dataflex.dynamic.state_dict()["stream"]
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
