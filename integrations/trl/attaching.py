@@ -7,6 +7,7 @@ from typing import Any, Callable, Optional
 from dataflex_callbacks.host import as_strategy
 
 from .callback import HOOKS, DataFlexCallback, check_callback_host
+from .compat import check_trl_trainer
 from .rloo import DataFlexRLOOCallback
 from .streaming import stream_train_dataloader
 
@@ -33,6 +34,7 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
     ``callback_class`` names the callback to build for a trainer of your own.
     """
     callback_class = callback_for(trainer) if callback_class is None else callback_class
+    check_trl_trainer(type(trainer), callback_class.host_class)
     own = getattr(trainer, "dataflex", None)
     if isinstance(own, DataFlexCallback) and own.attached:
         host = own.host_class.__name__

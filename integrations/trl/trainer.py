@@ -14,6 +14,7 @@ from trl import GRPOTrainer
 from dataflex_callbacks.host import as_strategy
 
 from .callback import DataFlexCallback, check_callback_host
+from .compat import check_trl_trainer
 from .streaming import stream_train_dataloader
 
 
@@ -52,6 +53,7 @@ class DataFlexTrainerMixin:
         strict: bool = True,
         **kwargs,
     ):
+        check_trl_trainer(type(self), self.callback_class.host_class, after=DataFlexTrainerMixin)
         options = dict(selection_reward=selection_reward, domain_column=domain_column,
                        prompt_key_column=prompt_key_column, record_decisions=record_decisions, strict=strict)
         callbacks = list(kwargs.pop("callbacks", None) or [])

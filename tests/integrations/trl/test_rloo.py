@@ -43,6 +43,7 @@ def make_rloo(tmp_path_factory, tiny_tokenizer, toy_dataset, reward_functions):
                         num_generations=4, max_completion_length=6, max_steps=2, learning_rate=1e-3, beta=0.0,
                         seed=0, **CPU_RUN_SETTINGS)
         settings.update(config)
+        torch.manual_seed(settings["seed"])  # TRL <= 1.14 draws a LoRA adapter's weights before seeding (1.16 seeds first)
         return cls(model=build_tiny_model(tiny_tokenizer, seed=0),
                    reward_funcs=reward_funcs or [reward_functions["checksum_reward"]], args=RLOOConfig(**settings),
                    train_dataset=toy_dataset, processing_class=tiny_tokenizer, **(trainer_kwargs or {}))

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Run the TRL adapter's equivalence, resume, refusal and two-process tests on the OLDEST TRL that
+# pyproject.toml admits (the floor, integrations/trl/compat.py TRL_FLOOR). The main environment
+# (scripts/test.sh) runs them on the newest TRL release.
+#
+# The floor venv (path from TRL_FLOOR_VENV, default .venv-trl-floor) is layered on the main Python
+# (--system-site-packages): torch 2.13.0 CPU, accelerate, datasets, peft and pytest come from there,
+# and only TRL, the transformers of its release month (and what that transformers pins) are installed
+# into the venv, so building it takes seconds, not the minutes a full torch install takes.
+# Idempotent: a venv that already holds the floor TRL is reused as it is.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${TRL_FLOOR_VENV:-$ROOT/.venv-trl-floor}"
+PYTHON="${PYTHON:-python3}"
+TORCH_VERSION="2.13.0"
+TRL_FLOOR="$(sed -n 's/^TRL_FLOOR = "\(.*\)"$/\1/p' "$ROOT/integrations/trl/compat.py")"  # = pyproject's trl>=
+TRANSFORMERS_VERSION="5.14.1"  # the newest transformers when TRL 1.9.0 was released (2026-07-21)
+
+start=$(date +%s)
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('trl') != '$TRL_FLOOR')" 2>/dev/null; then
+    [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv --system-site-packages "$VENV"
+    PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
+    pip_install() {  # drop the per-package notes about this machine's local index mirrors
+        "${PIP[@]}" install "$@" 2>&1 | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
+    }
+    pip_install -q "torch==$TORCH_VERSION"
+    # TRL 1.9 imports requests (its vLLM client) without declaring it.
+    pip_install -q "torch==$TORCH_VERSION" "trl==$TRL_FLOOR" "transformers==$TRANSFORMERS_VERSION" requests
+    pip_install -q --no-deps -e "$ROOT"
+fi
+"$VENV/bin/python" - <<PY
+import torch, transformers, trl
+assert trl.__version__ == "$TRL_FLOOR" and torch.__version__.startswith("$TORCH_VERSION"), (trl.__version__, torch.__version__)
+print(f"test_trl_versions: trl {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__} "
+      f"ready in $(( $(date +%s) - start ))s at $VENV")
+PY
+
+cd "$ROOT"
+export HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+T=tests/integrations/trl
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider \
+    "$T/test_compat.py" "$T/test_loss_equivalence.py" "$T/test_rloo.py" "$T/test_distributed.py" \
+    "$T/test_resume_safe_loading.py" "$T/test_trainer.py" "$@"
+echo "test_trl_versions: TRL $TRL_FLOOR tests done in $(( $(date +%s) - start ))s"
