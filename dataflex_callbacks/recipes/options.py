@@ -133,6 +133,10 @@ class RunOptions:
     eval_max_new_tokens: int | None = run_option(
         None, rule=_positive_int(optional=True), shown_default=f"max_completion_length, at least {MIN_EVAL_TOKENS}",
         help="greedy tokens generated per held-out prompt")
+    use_vllm: bool = run_option(
+        False,
+        help="generate with vLLM inside the training process (TRL's use_vllm=True, vllm_mode='colocate'); "
+             "needs vLLM installed (scripts/setup_vllm_env.sh builds a CPU environment)")
     progress: bool = run_option(True, per_run=True, help="show a progress bar")
 
 
@@ -199,6 +203,10 @@ def check_run_options(options: RunOptions, error: type = None) -> None:
             raise error(f"--domains must list domain names separated by commas, got {options.domains!r}")
     if options.output_dir is not None and not str(options.output_dir).strip():
         raise error("--output-dir must be a folder path, got an empty string")
+    if options.use_vllm:
+        from .vllm_colocate import check_vllm_importable
+
+        check_vllm_importable(error)
 
 
 def completion_tokens(options: RunOptions) -> int:

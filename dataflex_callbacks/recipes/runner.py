@@ -496,6 +496,35 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
 TRAINER_FOLDER = "trainer"
 
 
+def _vllm_config(options: RunOptions, model, tokenizer, trainer_dir: str) -> dict:
+    """`GRPOConfig` fields for ``--use-vllm`` (colocate); the built-in model is saved where vLLM can load it."""
+    if not options.use_vllm:
+        return {}
+    import torch
+
+    from dataflex_callbacks.recipes import vllm_colocate
+
+    vllm_colocate.in_process_engine()
+    max_length = None
+    if options.model is None:  # built in memory: vLLM starts from a saved copy (TRL then pushes the weights)
+        vllm_colocate.save_for_engine(model, tokenizer, os.path.join(trainer_dir, "vllm_model"))
+        max_length = model.config.max_position_embeddings
+    return vllm_colocate.colocate_config(on_cpu=not torch.cuda.is_available(), max_model_length=max_length)
+
+
+def _vllm_engine(options: RunOptions):
+    """Where the trainer is built: CPU-ready engine settings for ``--use-vllm`` without a GPU, else nothing."""
+    import contextlib
+
+    import torch
+
+    if not options.use_vllm or torch.cuda.is_available():
+        return contextlib.nullcontext()
+    from dataflex_callbacks.recipes.vllm_colocate import cpu_engine
+
+    return cpu_engine()
+
+
 def _train_and_record(options, callbacks, started, output_dir, strategy, train, test, reward_settings) -> RunResult:
     model, tokenizer, model_description = load_model(options)
 
@@ -529,11 +558,13 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=True,
         dataloader_num_workers=0,
+        **_vllm_config(options, model, tokenizer, trainer_dir),
     )
     records: list[dict] = []
     reward_fn = tasks.make_reward_fn(seed=options.seed, **reward_settings)
     callback = _metrics_callback(records, domains, options.steps, options.progress)
-    trainer = make_trainer(model, tokenizer, reward_fn, train, args, strategy, [callback, *callbacks])
+    with _vllm_engine(options):
+        trainer = make_trainer(model, tokenizer, reward_fn, train, args, strategy, [callback, *callbacks])
     callback.buffer = dynamic_buffer(trainer)
     for extra in callbacks:  # a compare budget stops a dynamic-sampling step's rounds at the budget
         if hasattr(extra, "bind_trainer"):
@@ -580,6 +611,7 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
             "beta": args.beta,
             "loss_type": args.loss_type,
             "scale_rewards": args.scale_rewards,
+            "use_vllm": args.use_vllm,
         },
         "versions": _versions(),
     }
