@@ -23,13 +23,30 @@ pip_install() {  # drop the per-package notes about this machine's local index m
     "${PIP[@]}" install "$@" 2>&1 | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
 }
 
-pip_install -q "torch==$TORCH_VERSION"
-# TransferQueue (the v1 trainer's data plane) is a verl-core extra; we install it directly rather
-# than verl[verl-core], which would also pull fastapi, torchcodec, nvtx, qwen_vl_utils ...
-pip_install -q "torch==$TORCH_VERSION" "verl==$VERL_VERSION" "$TRANSFORMERS_SPEC" \
-    "TransferQueue>=0.1.10" pyzmq msgspec cachetools fastapi uvicorn
-pip_install -q --no-deps -e "$ROOT"
-pip_install -q numpy pyyaml torchmetrics tqdm "pytest>=8" "hypothesis>=6.100"
+# A venv that already holds every requirement skips pip's resolver (minutes on a busy machine).
+installed() {
+    "$VENV/bin/python" - "$TORCH_VERSION" "$VERL_VERSION" <<'PY' 2>/dev/null
+import importlib.metadata as m, sys
+torch_version, verl_version = sys.argv[1:]
+assert m.version("torch") == torch_version + "+cpu" and m.version("verl") == verl_version
+for dist in ("transformers", "TransferQueue", "pyzmq", "msgspec", "cachetools", "fastapi", "uvicorn", "numpy",
+             "pyyaml", "torchmetrics", "tqdm", "pytest", "hypothesis"):
+    m.version(dist)
+PY
+}
+if ! installed; then
+    pip_install -q "torch==$TORCH_VERSION"
+    # TransferQueue (the v1 trainer's data plane) is a verl-core extra; we install it directly rather
+    # than verl[verl-core], which would also pull fastapi, torchcodec, nvtx, qwen_vl_utils ...
+    pip_install -q "torch==$TORCH_VERSION" "verl==$VERL_VERSION" "$TRANSFORMERS_SPEC" \
+        "TransferQueue>=0.1.10" pyzmq msgspec cachetools fastapi uvicorn
+    pip_install -q numpy pyyaml torchmetrics tqdm "pytest>=8" "hypothesis>=6.100"
+fi
+# This checkout, editable; skipped when the venv already imports the package from it.
+if ! "$VENV/bin/python" -c "import dataflex_callbacks, sys; sys.exit(not dataflex_callbacks.__file__.startswith('$ROOT/'))" \
+        2>/dev/null; then
+    pip_install -q --no-deps -e "$ROOT"
+fi
 
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md

@@ -150,28 +150,48 @@ SELECT_MIX = ("trainer.v1.trainer_mode=dataflex_sync", dataflex_strategy("select
 # ---------------------------------------------------------------- select: dropped rows never reach the loss
 
 
+def probe_per_step(run: Run) -> list[dict]:
+    """The probe's lines summed per training step (one line per actor micro-batch; a step holds ROWS responses)."""
+    steps, current = [], Counter()
+    for call in run.probe():
+        current.update({k: call[k] for k in ("rows", "masked_in", "grad_rows")})
+        if current["rows"] == ROWS:
+            steps.append(dict(current))
+            current = Counter()
+    assert not current, f"run {run.name}: micro-batches that do not add up to a step of {ROWS} responses: {run.probe()}"
+    return steps
+
+
+def passes_per_group(run: Run, step: int) -> list[int]:
+    """Passing responses of each prompt group of a step, from verl's rollout dump (keys ``{uid}_{session}_{i}``)."""
+    groups = Counter()
+    for row in run.rollouts(step):
+        groups[row["uid"].rsplit("_", 2)[0]] += int(row["score"] > 0)
+    assert sum(1 for _ in groups) == PROMPTS, groups
+    return sorted(groups.values())
+
+
 def test_select_drops_rows_and_dropped_rows_get_no_gradient():
     run = run_main_ppo("select_mix", *SELECT_MIX, probe=True)
-    probe = run.probe()
-    assert len(probe) == 2, f"expected one policy-loss call per step (one mini-batch, one micro-batch): {probe}"
-    dropped_somewhere = False
-    for step, call in zip((1, 2), probe):
+    per_step = probe_per_step(run)
+    assert len(per_step) == 2, per_step
+    for step, seen in zip((1, 2), per_step):
         metrics = run.step(step)
         kept = round(metrics["dataflex/kept_frac"] * ROWS)
-        rewards = Counter()
-        for row in run.rollouts(step):
-            rewards[row["input"]] += row["score"]
-        assert call["rows"] == ROWS
-        # A kept group has 2 of 4 passes, so all its responses have a non-zero advantage: exactly the
-        # kept responses get a gradient, and no dropped one does (their groups had 1 or 3 passes).
-        assert call["grad_rows"] == kept, f"step {step}: {call['grad_rows']} responses reached the policy " \
-                                          f"gradient, the strategy kept {kept}: {call}, {metrics}"
-        assert call["masked_in"] == (kept if kept else ROWS)
-        dropped_somewhere |= 0 < kept < ROWS
-        # The dropped groups include some that stock GRPO would train on (1 or 3 passes of 4).
-        assert any(total in (1, 3) for total in rewards.values()) or kept == ROWS
-    assert dropped_somewhere, f"no step both kept and dropped rows; kept_frac: " \
-                              f"{[run.step(s)['dataflex/kept_frac'] for s in (1, 2)]}"
+        passes = passes_per_group(run, step)
+        # The band keeps groups of exactly 2 passes of 4; all of their responses have a non-zero advantage.
+        assert kept == GROUP * passes.count(2), (kept, passes)
+        # Exactly the kept responses reach the policy gradient; the dropped ones include every group of
+        # 1 or 3 passes, which stock GRPO trains on (non-zero advantages).
+        assert seen["grad_rows"] == kept, f"step {step}: {seen['grad_rows']} responses reached the policy " \
+                                          f"gradient, the strategy kept {kept} (passes per group {passes})"
+        # Dropped responses leave the loss mask too; a step that drops everything keeps verl's masks
+        # (an all-zero token count would make the loss NaN) and zero weights (docs/verl.md, limits).
+        assert seen["masked_in"] == (kept if kept else ROWS), (seen, kept)
+    trained_on_by_stock = [GROUP * sum(p in (1, 3) for p in passes_per_group(run, s)) for s in (1, 2)]
+    assert sum(trained_on_by_stock) > 0, f"no dropped group carried a gradient in stock GRPO: {trained_on_by_stock}"
+    assert any(0 < run.step(s)["dataflex/kept_frac"] < 1 for s in (1, 2)), \
+        f"no step both kept and dropped rows: {[run.step(s)['dataflex/kept_frac'] for s in (1, 2)]}"
 
 
 # ---------------------------------------------------------------- mix: the next prompts follow the target
