@@ -189,11 +189,20 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--against", metavar="DIR", help="another checkout of this repository to compare with, "
                                                          "alternating one process per checkout per round")
+    parser.add_argument("--variants", default=",".join(VARIANTS),
+                        help=f"comma-separated subset of {', '.join(VARIANTS)} (stock is always run: the ratios need it)")
     parser.add_argument("--json", metavar="PATH", help=argparse.SUPPRESS)  # one process's figures, for --against
     options = parser.parse_args()
+    chosen = ["stock"] + [name for name in options.variants.split(",") if name and name != "stock"]
+    unknown = sorted(set(chosen) - set(VARIANTS))
+    if unknown:
+        parser.error(f"unknown variant(s) {unknown}; choose from {', '.join(VARIANTS)}")
+    for name in list(VARIANTS):
+        if name not in chosen:
+            del VARIANTS[name]
     if options.against:
         compare(options, [f"--{k.replace('_', '-')}={v}" for k, v in vars(options).items()
-                          if k in ("steps", "batch", "generations", "max_completion_length", "threads")])
+                          if k in ("steps", "batch", "generations", "max_completion_length", "threads", "variants")])
         return
     torch.set_num_threads(options.threads)
     hf_logging.set_verbosity_error()
