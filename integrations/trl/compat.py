@@ -70,7 +70,7 @@ def check_trl_trainer(trainer_class: type, host_class: type, after: Optional[typ
     found = installed_trl_version()
     if _older_than_floor(found):
         raise RuntimeError(
-            f"dataflex: TRL {found} is older than the TRL adapter supports ({SUPPORTED_TRL}); "
+            f"dataflex: TRL {found} is older than the TRL adapter supports: {SUPPORTED_TRL}; "
             f"upgrade with pip install 'trl>={TRL_FLOOR}'."
         )
     for name, wanted in WRAPPED_PARAMETERS.items():
