@@ -314,8 +314,13 @@ class DomainMixingSampler(Sampler[int]):
         self.draw_size = self.batch_size * (self.num_replicas if self.layout == "shard" else 1)
         self.chunks_per_epoch = self.num_samples // self.draw_size
         if self.chunks_per_epoch == 0:
-            raise ConfigError(f"num_samples={self.num_samples} is smaller than one chunk of {self.draw_size} prompts; "
-                              "lower batch_size or raise num_samples")
+            # The core names the concept; a host adapter re-raises it in its own settings (prompts_* attributes).
+            error = ConfigError(f"the sampler has {self.num_samples} prompt(s) to draw from (num_samples) but one batch "
+                                f"needs {self.draw_size} distinct prompts (batch_size"
+                                f"{' x num_replicas' if self.layout == 'shard' else ''}); lower batch_size or add "
+                                "rows (raise num_samples)")
+            error.prompts_available, error.prompts_needed = self.num_samples, self.draw_size
+            raise error
 
         self._proportions = self._uniform() if proportions is None else check_proportions(proportions, self.domains)
         self._proportions_array = self._as_array(self._proportions)
@@ -887,8 +892,11 @@ class DomainMixingSampler(Sampler[int]):
             if key == "domains" and isinstance(saved, (list, tuple)):
                 saved = [str(d) for d in saved]
             if saved != mine:
-                raise ConfigError(f"sampler state was saved with {key}={saved!r}, this sampler has {mine!r}; "
-                                  "resume with the same sampler configuration")
+                error = ConfigError(f"sampler state was saved with {key}={saved!r}, this sampler has {mine!r}; "
+                                    "resume with the same sampler configuration")
+                # A host adapter re-raises it naming its own settings for `key`.
+                error.sampler_setting, error.saved, error.current = key, saved, mine
+                raise error
         pooled = state.get("pooled", False)
         if pooled != self._pooled:
             # Built without proportions (one pool until set_proportions): adopt a state saved after the switch.

@@ -52,8 +52,24 @@ def make_sampler(strategy: Strategy, dataset: Any, *, batch_size: int, seed: int
                           "DomainMixingSampler(layout='shard', resume='continue', ...) and pass it to "
                           "DataFlexCallback(sampler=...)")
     options["domain_key"], _ = resolve_domain_key(strategy, options.get("domain_key"), argument="domain_key")
-    return ShardedSampler(dataset, batch_size=batch_size, seed=seed, layout="shard", num_replicas=world_size, rank=rank,
-                          strategy=strategy, resume="continue", **options)
+    try:
+        return ShardedSampler(dataset, batch_size=batch_size, seed=seed, layout="shard", num_replicas=world_size,
+                              rank=rank, strategy=strategy, resume="continue", **options)
+    except ConfigError as error:
+        if getattr(error, "prompts_needed", None) is None:
+            raise
+        raise ConfigError(too_few_prompts_message(error.prompts_available, batch_size, world_size,
+                                                  options.get("num_samples"))) from error
+
+
+def too_few_prompts_message(available: int, batch_size: int, world_size: int, num_samples: int | None = None) -> str:
+    """One line in the Lightning user's settings: the prompts to draw from against the prompts one step needs."""
+    source = f"num_samples={num_samples}" if num_samples is not None else "the dataset"
+    return (f"dataflex: {source} gives {available} prompt(s) to draw from, but one training step draws "
+            f"batch_size={batch_size} distinct prompts on each of the Trainer's {world_size} process(es) (its "
+            f"world_size: devices x num_nodes), {batch_size * world_size} in all, so the run would train nothing; add "
+            "prompts, or lower the batch_size given to self.dataflex.sampler(...) / build_sampler(...) (and the "
+            "DataLoader's)")
 
 
 # ------------------------------------------------------------ prompt keys

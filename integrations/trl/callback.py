@@ -50,7 +50,7 @@ from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import (DEFAULT_DOMAIN_SOURCE, acts_before_rollout, check_sampling_dataset, check_shuffle,
                        grpo_mixing_sampler, row_key)
 from .signals import global_rollout_batch, local_policy_batch, resolve_reward_index, selection_rewards
-from .train_data import check_enough_prompts, check_stream, is_stream
+from .train_data import check_enough_prompts, check_stream, is_stream, sampler_resume_message
 
 STATE_FILE = "dataflex_strategy.pt"
 """File name of the strategy (and sampler) state inside each ``checkpoint-<step>`` folder."""
@@ -518,7 +518,12 @@ class DataFlexCallback(TrainerCallback):
         if self.sampler is not None and self._pending_sampler_state is not None:
             state, self._pending_sampler_state = self._pending_sampler_state, None
             if self.strict:
-                self.sampler.load_state_dict(state)
+                try:
+                    self.sampler.load_state_dict(state)
+                except ConfigError as error:  # the core names its own setting; say which TRL setting differs
+                    if getattr(error, "sampler_setting", None) is None or self.trainer is None:
+                        raise
+                    raise ConfigError(sampler_resume_message(self.trainer, error)) from error
                 return
             try:
                 self.sampler.load_state_dict(state)

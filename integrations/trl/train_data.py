@@ -79,3 +79,26 @@ def check_stream(dataset: Any, strategy) -> None:
         "datasets.interleave_datasets(per_domain, probabilities=[...]) and drop the mix part (pre_select and "
         "dynamic_sampling run over a stream)"
     )
+
+
+SAMPLER_SETTINGS = {
+    "draw_size": "prompts per generation batch (generation_batch_size / num_generations: "
+                 "per_device_train_batch_size x processes x steps_per_generation / num_generations)",
+    "num_generations": "num_generations",
+    "repeat_count": "reuses of a generation batch (num_iterations x steps_per_generation)",
+    "seed": "seed",
+    "chunks_per_epoch": "generation batches per pass over the dataset (dataset size / prompts per generation batch)",
+    "layout": "sampler layout",
+    "domains": "the mix part's domains",
+    "quota": "the mix part's quota",
+}
+"""The TRL settings behind each setting a saved `DomainMixingSampler` state must match."""
+
+
+def sampler_resume_message(trainer, error: Exception) -> str:
+    """One line for a checkpoint whose prompt sampler was drawn with other TRL settings than this run's."""
+    setting = getattr(error, "sampler_setting", None)
+    what = SAMPLER_SETTINGS.get(setting, setting)
+    return (f"dataflex: cannot resume the prompt sampler: the checkpoint was saved with {what} = {error.saved!r}, this "
+            f"run has {error.current!r} ({batch_settings(trainer)}, {len(trainer.train_dataset)} prompts); resume "
+            f"with the {type(trainer.args).__name__} settings and dataset of the checkpoint's run")

@@ -333,8 +333,9 @@ def test_iterable_dataset_points_to_interleave_datasets():
 def test_bad_sizes_and_choices():
     with pytest.raises(ValueError, match="batch_size"):
         DomainMixingSampler(labels=LABELS, batch_size=0)
-    with pytest.raises(ConfigError, match="smaller than one chunk"):
+    with pytest.raises(ConfigError, match=r"prompt\(s\) to draw from \(num_samples\) but one batch needs 100 distinct") as caught:
         DomainMixingSampler(labels=LABELS, batch_size=100)
+    assert (caught.value.prompts_available, caught.value.prompts_needed) == (len(LABELS), 100)
     with pytest.raises(ValueError, match="layout"):
         DomainMixingSampler(labels=LABELS, layout="ddp")
     with pytest.raises(ConfigError, match="rank"):

@@ -358,3 +358,17 @@ def test_too_few_prompts_in_the_mixed_domains_counts_only_those(tiny_tokenizer, 
     strategy = {"mix": {"mixer": "reward_gap", "domains": ["mul"]}}
     with pytest.raises(ConfigError, match=r"has 2 prompt\(s\) in the mixed domains \['mul'\] \(8 in all\)"):
         build_on(tiny_tokenizer, tmp_path, data, strategy, per_device_train_batch_size=12, num_generations=4).train()
+
+
+def test_resuming_the_prompt_sampler_with_another_batch_names_the_grpo_config_fields(make_trainer, mixed_checkpoint,
+                                                                                      tmp_path):
+    checkpoint, _ = mixed_checkpoint  # saved with 4 completions per batch at 4 per prompt: 1 prompt per batch
+    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=3, output_dir=str(tmp_path),
+                           per_device_train_batch_size=8, trainer_kwargs={"strategy": MIX})
+    with pytest.raises(ConfigError) as caught:
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1
+    for text in ("prompts per generation batch", "= 1, this run has 2", "per_device_train_batch_size=8",
+                 "num_generations=4", "gradient_accumulation_steps=1", "24 prompts", "GRPOConfig settings"):
+        assert text in message, (text, message)
