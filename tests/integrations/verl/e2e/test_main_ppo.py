@@ -101,12 +101,17 @@ def run_main_ppo(name: str, *overrides: str, steps: int = 2, probe: bool = False
         return _RUNS[name]
     base = Path(os.environ.get("VERL_E2E_BASE", ROOT / "runs" / "verl_e2e_tests"))
     out = base / name
+    if os.environ.get("VERL_E2E_REUSE") == "1" and (out / "metrics.jsonl").exists():
+        # Development only: read a finished run's folder again instead of running verl (CI never sets it).
+        run = Run(name, out, 0.0, 0.0, [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()])
+        _RUNS[name] = run
+        return run
     if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
     out.mkdir(parents=True)
     env = dict(os.environ, VERL_E2E_OUT=str(out), VERL_E2E_STEPS=str(steps))
     if probe:
-        env["VERL_E2E_EXTRA_MODULES"] = "loss_probe"
+        env["VERL_E2E_EXTRA_MODULES"] = ",".join(filter(None, ("loss_probe", os.environ.get("VERL_E2E_EXTRA_MODULES"))))
         env["DATAFLEX_E2E_PROBE"] = str(out / "probe.jsonl")
         overrides = ("actor_rollout_ref.actor.policy_loss.loss_mode=probe_vanilla", *overrides)
     args = ["bash", str(SCRIPT), f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
@@ -219,14 +224,18 @@ def test_resume_from_step_one_repeats_the_uninterrupted_step_two():
     assert (checkpoint / "data.pt").exists() and (checkpoint / "dataflex.pt").exists(), list(checkpoint.iterdir())
     resumed = run_main_ppo("resumed", *SELECT_MIX, "trainer.resume_mode=resume_path",
                            f"trainer.resume_from_path={checkpoint}")
-    assert [row["step"] for row in resumed.metrics] == [2], resumed.metrics
-    ours, theirs = training_metrics(resumed.step(2)), training_metrics(full.step(2))
-    # The prompts of step 2 (sampler + dataloader state) and the strategy's decision inputs.
+    assert [row["step"] for row in resumed.metrics] == [2], [row["step"] for row in resumed.metrics]
+    # What the checkpoint restores decides step 2's prompts: the dataloader and sampler state (data.pt)
+    # and the mix target and draw history (dataflex.pt). Step 1's target put 7 of 8 prompts in `hard`;
+    # a fresh mix would draw 4 and 4.
     prompts = lambda run: Counter(row["input"] for row in run.rollouts(2))  # noqa: E731
     assert prompts(resumed) == prompts(full)
-    differ = {k: (ours.get(k), theirs[k]) for k in theirs
-              if not (math.isnan(theirs[k]) and math.isnan(ours.get(k, 0.0))) and ours.get(k) != theirs[k]}
-    assert not differ, f"step 2 after resume differs from the uninterrupted run: {differ}"
+    restored = [k for k in full.step(2) if k.startswith(("dataflex/sampled/", "dataflex/mix/actual/"))]
+    assert restored and {k: resumed.step(2)[k] for k in restored} == {k: full.step(2)[k] for k in restored}
+    # The responses themselves are sampled again: vLLM's sampler is seeded once per engine start
+    # (rollout.seed), so a resumed engine draws other responses for the same prompts and weights
+    # (rollout.full_determinism would seed every request alike: 4 equal responses per group). The
+    # step's rewards, advantages and losses therefore differ, and are not compared.
 
 
 # ---------------------------------------------------------------- a DataFlex-RL block, unchanged
