@@ -268,12 +268,14 @@ def test_dapo_filter_groups_refills_through_the_prompt_feed():
     run = run_main_ppo("dapo", "trainer.v1.trainer_mode=dataflex_sync", dataflex_strategy("dapo_skip.yaml"),
                        "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=reward",
                        "trainer.save_freq=2")
-    evicted = sum(run.step(s).get("training/filter_groups/evicted_samples", 0) for s in (1, 2))
+    count = lambda name: int(sum(run.step(s).get(f"training/filter_groups/{name}", 0) for s in (1, 2)))  # noqa: E731
+    evicted, surplus = count("evicted_samples"), count("discarded_surplus_samples")
     assert evicted > 0, f"verl's filter evicted no group, so nothing was refilled: {run.metrics}"
     state = torch.load(run.out / "checkpoints" / "global_step_2" / "dataflex.pt", weights_only=True)
     drawn = state["strategy"]["pre_select"]["drawn"]
-    # Every prompt verl generated, the first batches and every refill, came through the adapter.
-    assert drawn == 2 * PROMPTS + evicted, (drawn, evicted, run.metrics)
+    # Every prompt verl generated came through the adapter's feed: the first batches, one refill per
+    # evicted group, and the refills verl dispatched but discarded as surplus once the batch was full.
+    assert drawn == 2 * PROMPTS + evicted + surplus, (drawn, evicted, surplus)
 
 
 # ---------------------------------------------------------------- baseline == stock verl
