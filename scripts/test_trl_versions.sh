@@ -6,8 +6,8 @@
 # The floor venv (path from TRL_FLOOR_VENV, default .venv-trl-floor) is layered on the main Python
 # (--system-site-packages): torch 2.13.0 CPU, accelerate, datasets, peft and pytest come from there,
 # and only TRL, the transformers of its release month (and what that transformers pins) are installed
-# into the venv, so building it takes seconds, not the minutes a full torch install takes.
-# Idempotent: a venv that already holds the floor TRL is reused as it is.
+# into the venv (179 s to build on this 2-core machine under load, no torch copy); a venv that holds the
+# floor TRL and imports this checkout is reused.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${TRL_FLOOR_VENV:-$ROOT/.venv-trl-floor}"
@@ -17,7 +17,9 @@ TRL_FLOOR="$(sed -n 's/^TRL_FLOOR = "\(.*\)"$/\1/p' "$ROOT/integrations/trl/comp
 TRANSFORMERS_VERSION="5.14.1"  # the newest transformers when TRL 1.9.0 was released (2026-07-21)
 
 start=$(date +%s)
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('trl') != '$TRL_FLOOR')" 2>/dev/null; then
+# Reused when it holds the floor TRL and imports this checkout's package; otherwise (re)installed.
+if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys, dataflex_callbacks as d
+sys.exit(m.version('trl') != '$TRL_FLOOR' or not d.__file__.startswith('$ROOT/'))" 2>/dev/null; then
     [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv --system-site-packages "$VENV"
     PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
     pip_install() {  # drop the per-package notes about this machine's local index mirrors
@@ -38,7 +40,11 @@ PY
 cd "$ROOT"
 export HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 T=tests/integrations/trl
+# RLOO's two-process test is left to the main run: it exercises the callback's distributed code that
+# test_distributed.py runs here for GRPO, and costs as much as two of them (the two-process tests are
+# most of this run's time).
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
     "$T/test_compat.py" "$T/test_loss_equivalence.py" "$T/test_rloo.py" "$T/test_distributed.py" \
-    "$T/test_resume_safe_loading.py" "$T/test_trainer.py" "$@"
+    "$T/test_resume_safe_loading.py" "$T/test_trainer.py" \
+    --deselect "$T/test_rloo.py::test_two_ranks_make_identical_decisions_without_hanging" "$@"
 echo "test_trl_versions: TRL $TRL_FLOOR tests done in $(( $(date +%s) - start ))s"
