@@ -53,6 +53,8 @@ N_EVAL = 100  # held-out questions per domain (0 = skip the evaluation)
 EVAL_BATCH_SIZE = 32
 PRECISION = "auto"  # auto (bf16 where the GPU has it, else fp16; fp32 on CPU), bf16, fp16, fp32
 DEVICE = "auto"  # auto, cuda, cpu
+USE_VLLM = False  # generate with vLLM inside the training process (TRL colocate mode; a 0.5B model fits a T4)
+VLLM_MEMORY_SHARE = 0.3  # share of GPU memory vLLM takes for weights and KV cache (on CPU: of RAM; use 0.05)
 SEED = 0
 OUTPUT_DIR = "grpo_lora_output"
 
@@ -63,7 +65,8 @@ PARAMETER_NAMES = (
     "MODEL", "DATASET", "DATASET_CONFIG", "QUESTION_COLUMN", "ANSWER_COLUMN", "MIX_DATASET",
     "MIX_DATASET_CONFIG", "MIX_QUESTION_COLUMN", "MIX_ANSWER_COLUMN", "MIXER", "STRATEGY", "STEPS",
     "PROMPTS_PER_STEP", "NUM_GENERATIONS", "MICRO_BATCH", "MAX_COMPLETION_LENGTH", "LEARNING_RATE",
-    "LORA_R", "N_TRAIN", "N_EVAL", "EVAL_BATCH_SIZE", "PRECISION", "DEVICE", "SEED", "OUTPUT_DIR",
+    "LORA_R", "N_TRAIN", "N_EVAL", "EVAL_BATCH_SIZE", "PRECISION", "DEVICE", "USE_VLLM", "VLLM_MEMORY_SHARE",
+    "SEED", "OUTPUT_DIR",
 )
 
 
@@ -82,7 +85,8 @@ if not running_in_ipython():
     parser = argparse.ArgumentParser(description="LoRA GRPO on GSM8K with a DataFlex data strategy.")
     for name in PARAMETER_NAMES:
         default = globals()[name]
-        parser.add_argument("--" + name.lower().replace("_", "-"), type=type(default), default=default,
+        kind = (lambda text: text.lower() in ("1", "true", "yes")) if isinstance(default, bool) else type(default)
+        parser.add_argument("--" + name.lower().replace("_", "-"), type=kind, default=default,
                             help=f"default: {default!r}")
     flags = vars(parser.parse_args())
     globals().update({name: flags[name.lower()] for name in PARAMETER_NAMES})
@@ -258,6 +262,11 @@ print(f"held-out accuracy before: {accuracy_before} ({time.perf_counter() - star
 # `DataFlexGRPOTrainer` is `trl.GRPOTrainer` plus `strategy=`. With a second domain, the
 # strategy also gets a `mix` part: per-domain statistics and target proportions
 # (`dataflex/mix/target/<domain>` in the logs).
+#
+# With `USE_VLLM = True`, TRL generates with a vLLM engine in this process (colocate mode) and
+# pushes the trained weights (LoRA merged in) into it before each step's first generation; TRL's
+# importance-sampling correction (on by default) accounts for the small gap between the two.
+# vLLM is installed here if missing (`pip install vllm` brings its own CUDA torch).
 
 # %%
 from tqdm.auto import tqdm
@@ -308,6 +317,13 @@ class RewardProgressBar(TrainerCallback):
 
 strategy = build_run_strategy()
 gradient_accumulation = completions_per_step // MICRO_BATCH
+vllm_settings = {}
+if USE_VLLM:
+    if importlib.util.find_spec("vllm") is None:
+        subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "vllm"])
+    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # TRL's colocate weight push reaches into the engine
+    vllm_settings = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=VLLM_MEMORY_SHARE,
+                         vllm_max_model_length=min(1024 + MAX_COMPLETION_LENGTH, model.config.max_position_embeddings))
 training_args = GRPOConfig(
     output_dir=os.path.join(OUTPUT_DIR, "trainer"),
     max_steps=STEPS,
@@ -327,19 +343,29 @@ training_args = GRPOConfig(
     report_to="none",
     disable_tqdm=True,  # RewardProgressBar below shows progress with the reward
     seed=SEED,
+    **vllm_settings,
 )
 progress = RewardProgressBar()
 trainer_class, strategy_kwargs = (GRPOTrainer, {}) if strategy is None else (DataFlexGRPOTrainer, {"strategy": strategy})
-trainer = trainer_class(
-    model=model,
-    reward_funcs=[math_answer_reward],
-    args=training_args,
-    train_dataset=train_dataset,
-    processing_class=tokenizer,
-    peft_config=lora_config,
-    callbacks=[progress],
-    **strategy_kwargs,
-)
+if USE_VLLM and not use_cuda:  # vLLM's CPU build: float32, eager, weights the per-step push reaches
+    from dataflex_callbacks.recipes.vllm_colocate import cpu_engine
+
+    engine_settings = cpu_engine()
+else:
+    from contextlib import nullcontext
+
+    engine_settings = nullcontext()
+with engine_settings:
+    trainer = trainer_class(
+        model=model,
+        reward_funcs=[math_answer_reward],
+        args=training_args,
+        train_dataset=train_dataset,
+        processing_class=tokenizer,
+        peft_config=lora_config,
+        callbacks=[progress],
+        **strategy_kwargs,
+    )
 trainer.remove_callback(PrinterCallback)  # the progress bar shows the numbers instead of printing every log
 print(f"trainer {type(trainer).__name__}, strategy {None if strategy is None else strategy.config}")
 trainer.model.print_trainable_parameters()
@@ -372,6 +398,7 @@ summary = {
     "steps": STEPS,
     "device": str(device),
     "precision": PRECISION,
+    "use_vllm": USE_VLLM,
     "accuracy_before": accuracy_before,
     "accuracy_after": accuracy_after,
     "train_seconds": train_seconds,
