@@ -219,7 +219,8 @@ def test_dapo_rounds_are_generated_by_the_steps_weights_and_carried_groups_keep_
 
     def keep_trained(host, original, inputs):
         output = stock(host, original, inputs)
-        trained.append((host.state.global_step, {k: v.detach().clone() for k, v in output.items()}))
+        carried_rows = _carried_rows(host.dataflex.dynamic.last)  # the groups trained: carried ones lead
+        trained.append((host.state.global_step, {k: v.detach().clone() for k, v in output.items()}, carried_rows))
         return output
 
     trainer.dataflex.score_completions = keep_trained
@@ -240,37 +241,41 @@ def test_dapo_rounds_are_generated_by_the_steps_weights_and_carried_groups_keep_
             assert max_gap(stale, output["sampling_per_token_logps"], mask) > 100 * LOGPROB_TOLERANCE
 
     carried = 0
-    for step, batch in trained:
+    for step, batch, carried_rows in trained:
         earlier = [out for s, out in recorder.rounds if s < step]
-        for row in range(batch["completion_ids"].shape[0]):
-            own = [out for out in earlier if _find_row(out, batch, row) is not None]
-            if not own:
-                continue
-            carried += 1
-            out = own[-1]
-            source = _find_row(out, batch, row)
+        for row in range(carried_rows):  # a carried row is one an earlier step generated, with its log-probs
+            sources = [(out, r) for out in earlier for r in _same_tokens(out, batch, row)]
+            assert sources, (step, row)
             width = int(batch["completion_mask"][row].sum())
-            assert torch.equal(batch["sampling_per_token_logps"][row, :width],
-                               out["sampling_per_token_logps"][source, :width])
-            assert torch.equal(batch["importance_sampling_ratio"][row, :width],
-                               out["importance_sampling_ratio"][source, :width])
+            assert any(torch.equal(batch["sampling_per_token_logps"][row, :width],
+                                   out["sampling_per_token_logps"][r, :width])
+                       and torch.equal(batch["importance_sampling_ratio"][row, :width],
+                                       out["importance_sampling_ratio"][r, :width]) for out, r in sources), (step, row)
+            carried += 1
     assert carried > 0, "no group was carried into a later step: the test is void"
 
 
-def _find_row(output, batch, row):
-    """Index of ``batch``'s row ``row`` in ``output`` (same prompt and completion tokens), or None."""
+def _carried_rows(taken) -> int:
+    """Rows of the carried groups (source_round -1) in a `SignalGroups`; they lead the assembled batch."""
+    sizes = taken.group_sizes.tolist()
+    rows, start = 0, 0
+    for size in sizes:
+        if int(taken.source_round[start]) < 0:
+            rows += size
+        start += size
+    return rows
+
+
+def _same_tokens(output, batch, row) -> list[int]:
+    """Rows of ``output`` with the prompt and completion tokens of ``batch``'s row ``row``."""
     def tokens(ids, mask, r):
         return ids[r][mask[r].bool()].tolist()
 
     prompt = tokens(batch["prompt_ids"], batch["prompt_mask"], row)
     completion = tokens(batch["completion_ids"], batch["completion_mask"], row)
-    sampled = batch["sampling_per_token_logps"][row, :len(completion)]
-    for r in range(output["completion_ids"].shape[0]):
-        if (tokens(output["completion_ids"], output["completion_mask"], r) == completion
-                and tokens(output["prompt_ids"], output["prompt_mask"], r) == prompt
-                and torch.equal(output["sampling_per_token_logps"][r, :len(completion)], sampled)):
-            return r
-    return None
+    return [r for r in range(output["completion_ids"].shape[0])
+            if tokens(output["completion_ids"], output["completion_mask"], r) == completion
+            and tokens(output["prompt_ids"], output["prompt_mask"], r) == prompt]
 
 
 # ---------------------------------------------------------------- pre-rollout selection and mixing through the sampler
