@@ -3,11 +3,14 @@
 # pyproject.toml admits (the floor, integrations/trl/compat.py TRL_FLOOR). The main environment
 # (scripts/test.sh) runs them on the newest TRL release.
 #
-# The floor venv (path from TRL_FLOOR_VENV, default .venv-trl-floor) is layered on the main Python
-# (--system-site-packages): torch 2.13.0 CPU, accelerate, datasets, peft and pytest come from there,
-# and only TRL, the transformers of its release month (and what that transformers pins) are installed
-# into the venv (179 s to build on this 2-core machine under load, no torch copy); a venv that holds the
-# floor TRL and imports this checkout is reused.
+# The floor venv (path from TRL_FLOOR_VENV, default .venv-trl-floor) is layered on the environment of
+# $PYTHON (the one scripts/test.sh installed into, a virtual environment or not): a .pth file appends
+# that environment's site-packages, so torch 2.13.0 CPU, accelerate, datasets, peft and pytest come
+# from there, and only TRL, the transformers of its release month (and what that transformers pins)
+# are installed into the venv, ahead of them on sys.path. (--system-site-packages would not do:
+# inside a virtual environment it reaches the base interpreter's packages, not the environment's.)
+# Building takes 179 s on this 2-core machine under load (no torch copy); a venv that holds the floor
+# TRL and imports this checkout is reused.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${TRL_FLOOR_VENV:-$ROOT/.venv-trl-floor}"
@@ -20,7 +23,12 @@ start=$(date +%s)
 # Reused when it holds the floor TRL and imports this checkout's package; otherwise (re)installed.
 if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys, dataflex_callbacks as d
 sys.exit(m.version('trl') != '$TRL_FLOOR' or not d.__file__.startswith('$ROOT/'))" 2>/dev/null; then
-    [[ -x "$VENV/bin/python" ]] || "$PYTHON" -m venv --system-site-packages "$VENV"
+    if [[ ! -x "$VENV/bin/python" ]]; then
+        "$PYTHON" -m venv "$VENV"
+        inner="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
+        "$PYTHON" -c 'import sysconfig; print(*sorted({sysconfig.get_path(k) for k in ("purelib", "platlib")}), sep="\n")' \
+            > "$inner/zz_dataflex_outer_env.pth"
+    fi
     PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
     pip_install() {  # drop the per-package notes about this machine's local index mirrors
         "${PIP[@]}" install "$@" 2>&1 | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
@@ -36,6 +44,7 @@ assert trl.__version__ == "$TRL_FLOOR" and torch.__version__.startswith("$TORCH_
 print(f"test_trl_versions: trl {trl.__version__}, transformers {transformers.__version__}, torch {torch.__version__} "
       f"ready in $(( $(date +%s) - start ))s at $VENV")
 PY
+[[ "${SETUP_ONLY:-0}" == "1" ]] && exit 0  # scripts/test.sh builds the venv while the main suite runs
 
 cd "$ROOT"
 export HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
