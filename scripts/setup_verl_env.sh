@@ -42,12 +42,15 @@ if ! installed; then
         "TransferQueue>=0.1.10" pyzmq msgspec cachetools fastapi uvicorn
     pip_install -q numpy pyyaml torchmetrics tqdm "pytest>=8" "hypothesis>=6.100"
 fi
-# This checkout, editable; skipped when the venv already imports the package from it.
-if ! "$VENV/bin/python" -c "import dataflex_callbacks, sys; sys.exit(not dataflex_callbacks.__file__.startswith('$ROOT/'))" \
-        2>/dev/null; then
+# This checkout, editable; skipped when the venv already imports the package, adapters included, from
+# it. Asked from / so that the checkout's own folder on sys.path (and the egg-info another
+# environment's editable install leaves there) cannot answer for the venv.
+if ! (cd / && "$VENV/bin/python" -c "import dataflex_callbacks.integrations.verl as v, sys
+sys.exit(not v.__file__.startswith('$ROOT/'))") 2>/dev/null; then
     pip_install -q --no-deps -e "$ROOT"
 fi
 
+cd /
 "$VENV/bin/python" - <<'PY'
 import importlib.metadata as md
 eps = [ep.value for ep in md.entry_points(group="verl.plugins")]

@@ -21,8 +21,9 @@ TRANSFORMERS_VERSION="5.14.1"  # the newest transformers when TRL 1.9.0 was rele
 
 start=$(date +%s)
 # Reused when it holds the floor TRL and imports this checkout's package; otherwise (re)installed.
-if ! "$VENV/bin/python" -c "import importlib.metadata as m, sys, dataflex_callbacks as d
-sys.exit(m.version('trl') != '$TRL_FLOOR' or not d.__file__.startswith('$ROOT/'))" 2>/dev/null; then
+# Asked from /, so that the checkout's own folder on sys.path cannot answer for the venv.
+if ! (cd / && "$VENV/bin/python" -c "import importlib.metadata as m, sys, dataflex_callbacks.integrations.trl as d
+sys.exit(m.version('trl') != '$TRL_FLOOR' or not d.__file__.startswith('$ROOT/'))") 2>/dev/null; then
     if [[ ! -x "$VENV/bin/python" ]]; then
         "$PYTHON" -m venv "$VENV"
         inner="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
