@@ -337,17 +337,12 @@ class DataFlexCallback(TrainerCallback):
         generator.manual_seed(int(trainer.args.seed) * 1_000_003 + step)
         # Every rank decides on the same global batch; only the main process says when a step keeps nothing.
         strategy.warn_dropped_all = accelerator.is_main_process
-        # Dynamic sampling showed the pre-rollout filter every generated round already; this batch is a pick of them.
-        pre_select = strategy.pre_select
-        if self.dynamic is not None:
-            strategy.pre_select = None
+        # Under dynamic sampling the SignalGroupBuffer already showed the pre-rollout filter every generated
+        # round; Strategy.apply sees the buffer and only reports the filter's metrics.
         try:
             decision = strategy.apply(batch, step, sync=False, defer_policy=strategy.needs_policy_signals)
         finally:
             generator.set_state(saved_rng)
-            strategy.pre_select = pre_select
-        if self.dynamic is not None and pre_select is not None:
-            decision.metrics.update(pre_select.metrics())
         if signal is not None:
             decision = _restrict_decision(decision, signal.to(decision.keep.device))
 
