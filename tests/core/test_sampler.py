@@ -408,7 +408,7 @@ def test_mixer_moves_data_away_from_an_unlearnable_domain(mixer):
 
 @pytest.mark.parametrize("batch_size", [1, 4, 16])
 def test_small_chunk_shortcut_draws_the_same_stream(monkeypatch, batch_size):
-    import dataflex_callbacks.sampler as sampler_module
+    import dataflex_callbacks.block_drawer as drawer_module
 
     labels = make_labels({"a": 9, "b": 5, "c": 30})
     kwargs = dict(labels=labels, proportions={"a": 0.5, "b": 0.3, "c": 0.2}, batch_size=batch_size,
@@ -418,19 +418,31 @@ def test_small_chunk_shortcut_draws_the_same_stream(monkeypatch, batch_size):
         return list(sampler) + list(sampler)
 
     shortcut = two_epochs()
-    monkeypatch.setattr(sampler_module, "SMALL_CHUNK", 0)
+    monkeypatch.setattr(drawer_module, "SMALL_CHUNK", 0)
     assert two_epochs() == shortcut
 
 
-def test_key_column_names_the_prompts_the_filter_sees_and_a_missing_one_is_an_error():
-    from datasets import Dataset
+def test_prompt_key_column_names_the_prompts_the_filter_sees_and_a_missing_one_is_an_error():
+    datasets = pytest.importorskip("datasets")
 
     from dataflex_callbacks import build_strategy
 
-    data = Dataset.from_dict({"domain": ["a"] * 4, "prompt": ["p0", "p1", "p2", "p3"], "qid": ["q0", "q1", "q2", "q3"]})
-    by_qid = DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"), key_column="qid")
+    data = datasets.Dataset.from_dict({"domain": ["a"] * 4, "prompt": ["p0", "p1", "p2", "p3"],
+                                       "qid": ["q0", "q1", "q2", "q3"]})
+    by_qid = DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"), prompt_key_column="qid")
     default = DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"))
     assert by_qid._keys == ["q0", "q1", "q2", "q3"]
     assert default._keys == ["p0", "p1", "p2", "p3"]
-    with pytest.raises(ConfigError, match="key_column 'nope'.*columns are"):
-        DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"), key_column="nope")
+    with pytest.raises(ConfigError, match="prompt_key_column 'nope'.*columns are"):
+        DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"), prompt_key_column="nope")
+
+
+def test_key_column_is_the_deprecated_name_of_prompt_key_column():
+    from dataflex_callbacks import build_strategy
+
+    rows = [{"domain": "a", "prompt": f"p{i}", "qid": f"q{i}"} for i in range(4)]
+    with pytest.warns(DeprecationWarning, match="prompt_key_column"):
+        old = DomainMixingSampler(rows, batch_size=2, strategy=build_strategy("skip"), key_column="qid")
+    assert old._keys == ["q0", "q1", "q2", "q3"] and old.prompt_key_column == old.key_column == "qid"
+    with pytest.raises(ConfigError, match="only prompt_key_column"):
+        DomainMixingSampler(rows, batch_size=2, key_column="qid", prompt_key_column="qid")

@@ -82,25 +82,6 @@ def test_a_state_loaded_over_reordered_prompts_of_one_domain_is_refused():
     DomainMixingSampler(rebuilt, batch_size=4, seed=3, proportions=PROPORTIONS).load_state_dict(state)
 
 
-def test_a_state_of_an_earlier_version_loads_with_a_warning_and_resumes_exactly():
-    sampler = DomainMixingSampler(labels=LABELS, batch_size=4, seed=3, proportions=PROPORTIONS, resume="continue")
-    stream = iter(sampler)
-    take(stream, 10)
-    state = sampler.state_dict()
-    expected = take(stream, 30)
-    for key in ("data", "pooled", "quota"):  # what earlier versions did not save
-        state.pop(key)
-    resumed = DomainMixingSampler(labels=LABELS, batch_size=4, seed=3, proportions=PROPORTIONS, resume="continue")
-    with pytest.warns(UserWarning, match="no data fingerprint"):
-        resumed.load_state_dict(state)
-    assert take(iter(resumed), 30) == expected
-    # Without a fingerprint, a row layout that cannot fit the data is still refused.
-    smaller = DomainMixingSampler(labels=LABELS[:-6], batch_size=4, seed=3, proportions=PROPORTIONS,
-                                  num_samples=len(LABELS), resume="continue")
-    with pytest.warns(UserWarning), pytest.raises(StateError, match="does not fit this sampler's data"):
-        smaller.load_state_dict(state)
-
-
 # ------------------------------------------------------------------ nulls, seeds, garbage states
 
 
@@ -135,7 +116,7 @@ def test_a_null_prompt_is_refused_with_its_row_and_column():
         DomainMixingSampler(rows, batch_size=4, strategy=build_strategy("skip"))
     keyed = datasets.Dataset.from_dict({"qid": [None] + list(range(1, len(LABELS))), "domain": LABELS})
     with pytest.raises(ConfigError, match=r"null prompt key in column 'qid' \(row 0\)"):
-        DomainMixingSampler(keyed, batch_size=4, strategy=build_strategy("skip"), key_column="qid")
+        DomainMixingSampler(keyed, batch_size=4, strategy=build_strategy("skip"), prompt_key_column="qid")
 
 
 @pytest.mark.parametrize("seed", [-1, 1.5, "7", None, True])
