@@ -12,7 +12,8 @@ from .batch import RolloutBatch
 from .config import list_presets
 from .config_fields import DynamicSamplingConfig, MixConfig, ReweightConfig, SelectConfig, StrategyConfig
 from .dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
-from .errors import BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, StateError
+from .errors import (BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, ParamError,
+                     RewardScaleWarning, StateError)
 from .mixers import Mixer
 from .registry import build_component, list_components, register
 from .reweighters import Reweighter
@@ -36,8 +37,10 @@ __all__ = [
     "DynamicSamplingConfig",
     "MixConfig",
     "Mixer",
+    "ParamError",
     "ReweightConfig",
     "Reweighter",
+    "RewardScaleWarning",
     "RolloutBatch",
     "Scorer",
     "SelectConfig",

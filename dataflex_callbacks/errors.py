@@ -13,6 +13,21 @@ class ConfigError(DataFlexError, ValueError):
     """A strategy configuration is invalid: unknown name, bad parameter, missing signal."""
 
 
+class ParamError(ConfigError):
+    """A component parameter has a bad value (wrong type, out of range, given twice); names the parameter.
+
+    Raised by a component's constructor (``TopKFraction(fraction=2)``) and, prefixed with the
+    component, when a config builds it. Attributes: ``param``, the parameter's name.
+    """
+
+    def __init__(self, message: str, param: str | None = None):
+        super().__init__(message)
+        self.param = param
+
+    def __reduce__(self):
+        return type(self), (str(self), self.param)
+
+
 class BatchError(DataFlexError, ValueError):
     """A `RolloutBatch` (or its use) is inconsistent: wrong shape, dtype, device, missing field."""
 
@@ -30,6 +45,12 @@ class ComponentError(DataFlexError, ValueError):
     """
 
 
+# A host-neutral concept a core message may name as part of a fix; each host adapter sets it its own
+# way (TRL: ``selection_reward=``), so an adapter can read it from ``host_setting`` and name its own.
+SELECTION_REWARD = "selection_reward"
+SELECTION_REWARD_TEXT = "a selection reward (the reward the strategy selects on, set in the host adapter)"
+
+
 class DroppedAllWarning(UserWarning):
     """A step kept nothing, so it trains nothing (metric ``dropped_all`` = 1); shown once per strategy.
 
@@ -39,15 +60,29 @@ class DroppedAllWarning(UserWarning):
         cause: why, one of `DROPPED_ALL_CAUSES`.
         fix: the setting or code change that changes it, or None where none can (e.g. a step whose
             groups all had equal rewards under a preset that exists to drop such groups).
+        host_setting: the host-neutral concept the fix names (`SELECTION_REWARD`), or None; an
+            adapter maps it to its own setting's name.
     """
 
     def __init__(self, message: str, step: int | None = None, strategy: str | None = None, cause: str | None = None,
-                 fix: str | None = None):
+                 fix: str | None = None, host_setting: str | None = None):
         super().__init__(message)
         self.step, self.strategy, self.cause, self.fix = step, strategy, cause, fix
+        self.host_setting = host_setting
 
     def __reduce__(self):
-        return type(self), (str(self), self.step, self.strategy, self.cause, self.fix)
+        return type(self), (str(self), self.step, self.strategy, self.cause, self.fix, self.host_setting)
+
+
+class RewardScaleWarning(UserWarning):
+    """A solve rate was read on rewards that are not all 0 or 1 with the default threshold; shown once per scorer.
+
+    Attributes:
+        host_setting: `SELECTION_REWARD`, the concept the fix names (select on a 0/1 reward); an
+            adapter maps it to its own setting's name.
+    """
+
+    host_setting = SELECTION_REWARD
 
 
 # Causes a `DroppedAllWarning` names: every row had a NaN/inf signal under nan_policy='drop'; the

@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .errors import ConfigError
+from .errors import ConfigError, ParamError
 
 KINDS = ("scorer", "selector", "reweighter", "mixer", "pre_select")
 KIND_ALIASES = {"prerollout": "pre_select"}  # earlier name of the pre-rollout selection kind
@@ -241,6 +241,8 @@ def build_component(kind: str, name: str, **params: Any):
         )
     try:
         return cls(**params)
+    except ParamError as error:
+        raise ParamError(f"{kind} {cls.name!r}: {error}", error.param) from error
     except ConfigError:
         raise
     except (TypeError, ValueError) as error:

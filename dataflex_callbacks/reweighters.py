@@ -13,7 +13,7 @@ import math
 import torch
 
 from .batch import RolloutBatch, _row_blocks, row_counts, true_count
-from .errors import BatchError
+from .errors import BatchError, ParamError
 from .groups import dense_groups, segment_sum
 from .params import check_choice, check_number
 from .registry import Component, register, register_base
@@ -199,7 +199,7 @@ class DifficultyBand(Reweighter):
         self.low_q = check_number("low_q", low_q, low=0.0, high=1.0)
         self.high_q = check_number("high_q", high_q, low=0.0, high=1.0)
         if self.low_q > self.high_q:
-            raise ValueError(f"parameter 'low_q' ({self.low_q}) must not exceed 'high_q' ({self.high_q})")
+            raise ParamError(f"parameter 'low_q' ({self.low_q}) must not exceed 'high_q' ({self.high_q})", "low_q")
         self.focus_weight = check_number("focus_weight", focus_weight, low=0.0)
 
     def _raw(self, scores, mask):
@@ -253,7 +253,7 @@ class RewardRange(Reweighter):
         self.low = check_number("low", low)
         self.high = check_number("high", high)
         if self.low > self.high:
-            raise ValueError(f"parameter 'low' ({self.low}) must not exceed 'high' ({self.high})")
+            raise ParamError(f"parameter 'low' ({self.low}) must not exceed 'high' ({self.high})", "low")
         self.inside = check_number("inside", inside, low=0.0)
         self.outside = check_number("outside", outside, low=0.0)
 

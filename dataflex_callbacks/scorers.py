@@ -11,7 +11,7 @@ import warnings
 import torch
 
 from .batch import RolloutBatch, masked_abs_row_reduce, row_counts
-from .errors import BatchError
+from .errors import SELECTION_REWARD_TEXT, BatchError, ParamError, RewardScaleWarning
 from .groups import dense_groups, segment_mean, segment_variance
 from .params import check_choice, check_number
 from .registry import Component, register, register_base
@@ -145,7 +145,7 @@ class RewardScorer(Scorer):
 def _one_of(name: str, value, alias: str, alias_value):
     """The value of a parameter given under its name or its alias (None if neither); both is an error."""
     if value is not None and alias_value is not None:
-        raise ValueError(f"parameter {name!r} was given twice, also as its alias {alias!r}; keep one of them")
+        raise ParamError(f"parameter {name!r} was given twice, also as its alias {alias!r}; keep one of them", name)
     return alias_value if value is None else value
 
 
@@ -178,7 +178,7 @@ class GroupSolveRateScorer(Scorer):
     def _score(self, batch):
         if not self.explicit_threshold and not self._warned and not rewards_are_binary(batch.rewards):
             self._warned = True
-            warnings.warn(non_binary_solve_rate_message(batch.rewards, self.threshold), UserWarning, stacklevel=3)
+            warnings.warn(RewardScaleWarning(non_binary_solve_rate_message(batch.rewards, self.threshold)), stacklevel=3)
         return group_solve_rate(batch.rewards, batch.group_ids, self.threshold)
 
 
@@ -189,7 +189,7 @@ def non_binary_solve_rate_message(rewards: torch.Tensor, threshold: float) -> st
     return (f"dataflex: scorer 'group_solve_rate' got rewards that are not all 0 or 1 ({seen}); it counts a response as "
             f"solved when its reward is above {threshold:g}, so a solve-rate band (difffilter, DataFlex-RL's diffband) can drop "
             "every group and train nothing. Fix: set the scorer's success_threshold= (alias threshold=) to this "
-            "reward's 'solved' level, pass the TRL adapter selection_reward=<a 0/1 reward function>, or judge 'all "
+            f"reward's 'solved' level, choose a 0/1 reward as {SELECTION_REWARD_TEXT}, or judge 'all "
             "rewards equal' on the spread: scorer group_reward_variance with selector threshold_band(low=0, "
             "high=inf). This warning is shown once.")
 

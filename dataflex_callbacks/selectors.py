@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from .batch import RolloutBatch, true_count
-from .errors import BatchError
+from .errors import BatchError, ParamError
 from .groups import dense_groups, rank_within_groups, sort_within_groups
 from .params import check_bool, check_choice, check_int, check_number
 from .registry import Component, register, register_base
@@ -335,7 +335,7 @@ class ThresholdBand(Selector):
         self.low = check_number("low", low)
         self.high = check_number("high", high)
         if self.low >= self.high:
-            raise ValueError(f"parameter 'low' ({self.low}) must be below 'high' ({self.high})")
+            raise ParamError(f"parameter 'low' ({self.low}) must be below 'high' ({self.high})", "low")
 
     def _select(self, scores, batch):
         return threshold_band(scores, self.low, self.high)

@@ -19,7 +19,8 @@ import torch
 
 from .batch import RolloutBatch, clean_signals, masked_centered_square_sum, true_count
 from .config import load_config
-from .errors import BatchError, ComponentError, ConfigError, DroppedAllWarning, check_state
+from .errors import (SELECTION_REWARD, SELECTION_REWARD_TEXT, BatchError, ComponentError, ConfigError,
+                     DroppedAllWarning, ParamError, check_state)
 from .groups import dense_groups
 from .mixers import Mixer
 from .mixing import DomainMixing
@@ -130,6 +131,8 @@ class Strategy:
                                            warmup_steps=mix["warmup_steps"], update_every=mix["update_every"],
                                            smoothing=mix["smoothing"], prior=mix["prior"],
                                            window_unit=mix.get("window_unit", "steps"))
+            except ParamError as error:
+                raise ParamError(f"mix: {error}", error.param) from error
             except ValueError as error:
                 raise ConfigError(f"mix: {error}") from error
 
@@ -224,8 +227,9 @@ class Strategy:
         text = f"dataflex: step {step}: strategy {self.name!r} {what}."
         if fix:
             text += f" This step trains nothing (metric dropped_all=1); if it repeats, nothing trains. Fix: {fix}."
+        host_setting = SELECTION_REWARD if fix and cause in ("selector", "reward_scale") else None
         warnings.warn(DroppedAllWarning(text + " This warning is shown once.", step=step, strategy=self.name,
-                                        cause=cause, fix=fix), stacklevel=3)
+                                        cause=cause, fix=fix, host_setting=host_setting), stacklevel=3)
 
     def _dropped_all_reason(self, n_bad: int, batch: RolloutBatch, counts: dict, token_level: bool,
                             select_scores: torch.Tensor | None) -> tuple[str, str, str | None]:
@@ -278,14 +282,14 @@ class Strategy:
                     "dropped_all=1); now and then that is expected. It matters if it repeats or happens at every step: "
                     "then the model solves every prompt or fails every one, or the reward gives every completion one "
                     "value", None)
-        fix = ("check that the selector's band or fraction fits the scale of the scorer's values, or pass the TRL "
-               "adapter selection_reward=<the reward function to select on>")
+        fix = (f"check that the selector's band or fraction fits the scale of the scorer's values, or choose "
+               f"{SELECTION_REWARD_TEXT} that fits them")
         cause = "selector"
         if part.scorer.name == "group_solve_rate" and not binary:
             cause = "reward_scale"
             fix = (f"the rewards are not 0/1 and the solve rate counts rewards above the scorer's threshold "
                    f"({part.scorer.threshold:g}) as solved, so every group looks all-solved or all-failed: set "
-                   "success_threshold= for this reward scale, pass the TRL adapter selection_reward=<a 0/1 reward>, "
+                   f"success_threshold= for this reward scale, choose a 0/1 reward as {SELECTION_REWARD_TEXT}, "
                    "or use diffband (group_reward_variance with threshold_band(0, inf))")
         elif part.scorer.name == "group_solve_rate":
             cause = "band"

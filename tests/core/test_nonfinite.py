@@ -7,7 +7,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from dataflex_callbacks import BatchError, RolloutBatch, build_strategy, list_presets
-from dataflex_callbacks.errors import DroppedAllWarning
+from dataflex_callbacks.errors import SELECTION_REWARD, DroppedAllWarning
 from dataflex_callbacks.batch import nonfinite_rows
 
 DOMAINS = ["math", "code", "logic"]
@@ -136,7 +136,8 @@ def test_selection_that_keeps_nothing_warns_once_naming_the_fix():
     assert decision.metrics["dropped_all"] == 1.0
     warning = dropped_all_warning(record)
     assert (warning.cause, warning.step, warning.strategy) == ("reward_scale", 0, "difffilter")
-    assert "success_threshold=" in warning.fix and "selection_reward=" in warning.fix
+    assert "success_threshold=" in warning.fix and "a selection reward" in warning.fix
+    assert warning.host_setting == SELECTION_REWARD  # an adapter names its own setting from this
     assert "kept no response" in str(warning)
     with warnings.catch_warnings():
         warnings.simplefilter("error")

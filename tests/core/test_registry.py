@@ -322,3 +322,20 @@ def test_docstring_args_stops_at_the_next_section():
     """
     assert registry.docstring_args(doc) == {"low": "the lower end.", "high": "the upper end."}
     assert registry.docstring_args("No sections.") == {} and registry.docstring_args(None) == {}
+
+
+@pytest.mark.parametrize("kind, name, params, param", [
+    ("selector", "topk_fraction", {"fraction": "half"}, "fraction"),
+    ("selector", "gfpo", {"k": 0}, "k"),
+    ("selector", "threshold_band", {"low": 0.8, "high": 0.2}, "low"),
+    ("scorer", "group_solve_rate", {"threshold": 0.5, "success_threshold": 0.5}, "threshold"),
+])
+def test_a_bad_parameter_is_a_param_error_naming_the_parameter(kind, name, params, param):
+    from dataflex_callbacks.errors import ParamError
+
+    with pytest.raises(ParamError) as built:  # through a config: prefixed with the component
+        build_component(kind, name, **params)
+    assert built.value.param == param and isinstance(built.value, (ConfigError, ValueError))
+    with pytest.raises(ParamError) as direct:  # the class itself, as a user builds it
+        registry.component_class(kind, name)(**params)
+    assert direct.value.param == param

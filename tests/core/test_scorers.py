@@ -9,6 +9,7 @@ from hypothesis import given, settings, strategies as st
 
 import core_reference as ref
 from dataflex_callbacks import BatchError, ConfigError, RolloutBatch, build_component, build_strategy
+from dataflex_callbacks.errors import SELECTION_REWARD, RewardScaleWarning
 
 rows = st.lists(st.tuples(st.integers(0, 12), st.sampled_from([0.0, 1.0, 0.25, 0.5, 0.75, -1.0, 2.0])), min_size=0, max_size=40)
 
@@ -150,10 +151,11 @@ def test_wrong_parameter_types_name_the_parameter(name, params, fragment):
 def test_solve_rate_on_non_binary_rewards_warns_once_naming_the_fixes():
     scorer = build_component("scorer", "group_solve_rate")
     batch = make_batch(rewards=torch.linspace(0.1, 0.4, 12))  # a length reward, say: nothing is "solved"
-    with pytest.warns(UserWarning, match="not all 0 or 1") as record:
+    with pytest.warns(RewardScaleWarning, match="not all 0 or 1") as record:
         scorer.score(batch)
+    assert record[0].message.host_setting == SELECTION_REWARD  # an adapter names its own setting from this
     text = str(record[0].message)
-    for fix in ("success_threshold=", "selection_reward=", "group_reward_variance", "threshold_band"):
+    for fix in ("success_threshold=", "a selection reward", "group_reward_variance", "threshold_band"):
         assert fix in text
     with warnings.catch_warnings():
         warnings.simplefilter("error")
