@@ -30,7 +30,6 @@ A failure raises `ConformanceError` (an ``AssertionError``) naming the check and
 from __future__ import annotations
 
 import copy
-import dataclasses
 import math
 import warnings
 from dataclasses import dataclass, field
@@ -38,19 +37,21 @@ from typing import Any, Callable, Mapping, Sequence
 
 import torch
 
-from .batch import RolloutBatch, nonfinite_rows
+from .batch import RolloutBatch
 from .mixers import Mixer
+from .random_batches import BATCH_FIELDS, batch_rows, batch_to, cleaned_signals, drop_policy_batch, random_batch
 from .registry import KINDS, component_class
 from .reweighters import Reweighter
 from .scorers import Scorer
 from .selectors import Selector
-from .strategy import CHECKED_SIGNALS
 from .tracker import DomainTracker
+
+__all__ = ["ConformanceError", "ConformanceReport", "check_component", "cuda_device", "random_batch", "batch_rows",
+           "batch_to", "cleaned_signals", "drop_policy_batch"]
 
 BASES = {"scorer": Scorer, "selector": Selector, "reweighter": Reweighter, "mixer": Mixer}
 SCOPES = ("row", "group", "batch")
 GRANULARITIES = ("response", "token")
-BATCH_FIELDS = tuple(f.name for f in dataclasses.fields(RolloutBatch) if not f.name.startswith("_"))
 FLOAT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
 CUDA_TOLERANCE = {"rtol": 1e-4, "atol": 1e-5}
 
@@ -173,81 +174,6 @@ def _item(values: torch.Tensor, at: tuple[int, ...]) -> str:
     return str(bool(value)) if value.dtype == torch.bool else f"{float(value):.6g}"
 
 
-def random_batch(seed: int, *, domains: Sequence[str] = ("math", "code"), binary: bool = True,
-                 token_advantages: bool = False, nonfinite: bool = False) -> RolloutBatch:
-    """A random `RolloutBatch` with every field: 7 groups of 1 to 6 responses, rows interleaved, lengths 0 to 8.
-
-    Group ids are sparse integers; one group's rewards are all equal, one row has no valid
-    token and a few valid tokens have log-prob ``-inf``. ``nonfinite`` plants NaN and infinite
-    values in ``rewards``, ``advantages``, ``logprobs`` and ``entropies`` (see `clean_signals`).
-    """
-    gen = torch.Generator().manual_seed(seed)
-    sizes = torch.randint(1, 7, (7,), generator=gen)
-    sizes[0] = 1
-    ids = torch.randperm(50, generator=gen)[:7] * 3 + 1
-    order = torch.randperm(int(sizes.sum()), generator=gen)
-    group_ids = torch.repeat_interleave(ids, sizes)[order]
-    n, length = group_ids.shape[0], 8
-    lengths = torch.randint(1, length + 1, (n,), generator=gen)
-    lengths[0] = 0
-    mask = torch.arange(length) < lengths.unsqueeze(1)
-    rewards = (torch.rand(n, generator=gen) > 0.5).float() if binary else torch.rand(n, generator=gen) * 2 - 0.5
-    rewards[group_ids == ids[1]] = 1.0
-    advantages = torch.randn(n, length, generator=gen) * mask if token_advantages else torch.randn(n, generator=gen)
-    logprobs = -torch.rand(n, length, generator=gen) * 3
-    logprobs[1:4, 0] = float("-inf")  # impossible tokens: a value, not an error
-    entropies = torch.rand(n, length, generator=gen) * 2
-    labels = {int(g): domains[i % len(domains)] for i, g in enumerate(ids)}
-    if nonfinite:
-        rewards[2], rewards[5] = float("nan"), float("inf")
-        advantages[3] = float("-inf")
-        logprobs[4, 0], logprobs[6, 0] = float("nan"), float("inf")
-        entropies[7, 0] = float("nan")
-    return RolloutBatch(rewards, group_ids=group_ids, completion_mask=mask, advantages=advantages, logprobs=logprobs,
-                        entropies=entropies, domains=[labels[int(g)] for g in group_ids],
-                        prompt_keys=[f"prompt-{int(g)}" for g in group_ids],
-                        completion_ids=torch.randint(0, 5, (n, length), generator=gen))
-
-
-def clean_signals(batch: RolloutBatch) -> tuple[RolloutBatch, torch.Tensor]:
-    """``batch`` as a strategy's ``nan_policy`` hands it to components, and the ``(N,)`` bool rows it flags.
-
-    Non-finite entries become 0 (``-inf`` log-probs stay); under ``nan_policy='drop'`` the flagged
-    rows then leave the loss (``nan_policy='raise'`` stops before any component runs).
-    """
-    bad_rows = torch.zeros(batch.n, dtype=torch.bool, device=batch.device)
-    cleaned = {}
-    for name in CHECKED_SIGNALS:
-        value = getattr(batch, name)
-        if value is None:
-            continue
-        bad, fixed = nonfinite_rows(value, batch.valid_mask if value.dim() == 2 else None,
-                                    allow_negative_inf=name == "logprobs")
-        if bad is not None:
-            bad_rows |= bad
-            cleaned[name] = fixed
-    return (batch.replace(**cleaned) if cleaned else batch), bad_rows
-
-
-def batch_rows(batch: RolloutBatch, rows: torch.Tensor) -> RolloutBatch:
-    """The sub-batch of ``rows`` ``(n,)`` long, in that order."""
-    values = {}
-    for name in BATCH_FIELDS:
-        value = getattr(batch, name)
-        if isinstance(value, torch.Tensor):
-            value = value[rows.to(value.device)]
-        elif value is not None:
-            value = [value[i] for i in rows.tolist()]
-        values[name] = value
-    return RolloutBatch(**values)
-
-
-def batch_to(batch: RolloutBatch, device: str | torch.device) -> RolloutBatch:
-    """``batch`` with every tensor moved to ``device``."""
-    values = {name: getattr(batch, name) for name in BATCH_FIELDS}
-    return RolloutBatch(**{name: value.to(device) if isinstance(value, torch.Tensor) else value
-                           for name, value in values.items()})
-
 
 @dataclass
 class _Trial:
@@ -314,7 +240,7 @@ class _BatchChecker(_Checker):
             label = "0/1 rewards" if binary and not nonfinite else "real-valued rewards"
             keep = torch.ones(batch.n, dtype=torch.bool)
             if nonfinite:
-                batch, bad = clean_signals(batch)
+                batch, bad = cleaned_signals(batch)
                 keep, label = ~bad, "NaN/inf signals cleaned by nan_policy='drop'"
             elif not binary:
                 keep = torch.rand(batch.n, generator=torch.Generator().manual_seed(seed)) > 0.2
@@ -546,7 +472,7 @@ class _MixerChecker(_Checker):
         observed = domains[:-1] if len(domains) > 1 else domains  # the last domain stays unobserved: NaN statistics
         batches = [random_batch(self.seed * 3 + i, domains=observed, binary=i != 1, token_advantages=i == 1,
                                 nonfinite=i == 2) for i in range(3)]
-        batches = [_drop_policy(batch) for batch in batches]
+        batches = [drop_policy_batch(batch) for batch in batches]
 
         mixer = self.bound(domains)
         tracker = self.tracker(domains, batches, "cpu")
@@ -658,9 +584,3 @@ class _MixerChecker(_Checker):
             if domain not in got or not math.isclose(float(got[domain]), want[domain], rel_tol=1e-6, abs_tol=1e-9):
                 self.fail(check, f"{what}: domain {domain!r} gets {got.get(domain)!r}, expected {want[domain]:.9g} "
                                  f"(all: {got} vs {want})")
-
-
-def _drop_policy(batch: RolloutBatch) -> RolloutBatch:
-    """What a strategy with ``nan_policy='drop'`` feeds its tracker: cleaned signals, NaN rewards on flagged rows."""
-    cleaned, bad = clean_signals(batch)
-    return cleaned.replace(rewards=cleaned.rewards.masked_fill(bad, float("nan"))) if bool(bad.any()) else cleaned
