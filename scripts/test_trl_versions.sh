@@ -12,28 +12,19 @@
 # Building takes 179 s on this 2-core machine under load (no torch copy); a venv that holds the floor
 # TRL and imports this checkout is reused.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VENV="${TRL_FLOOR_VENV:-$ROOT/.venv-trl-floor}"
-PYTHON="${PYTHON:-python3}"
-TORCH_VERSION="2.13.0"
 TRL_FLOOR="$(sed -n 's/^TRL_FLOOR = "\(.*\)"$/\1/p' "$ROOT/integrations/trl/compat.py")"  # = pyproject's trl>=
 TRANSFORMERS_VERSION="5.14.1"  # the newest transformers when TRL 1.9.0 was released (2026-07-21)
 
-start=$(date +%s)
 # Reused when it holds the floor TRL and imports this checkout's package; otherwise (re)installed.
-# Asked from /, so that the checkout's own folder on sys.path cannot answer for the venv.
-if ! (cd / && "$VENV/bin/python" -c "import importlib.metadata as m, sys, dataflex_callbacks.integrations.trl as d
-sys.exit(m.version('trl') != '$TRL_FLOOR' or not d.__file__.startswith('$ROOT/'))") 2>/dev/null; then
+if ! { has_version trl "$TRL_FLOOR" && imports_checkout dataflex_callbacks.integrations.trl; }; then
     if [[ ! -x "$VENV/bin/python" ]]; then
-        "$PYTHON" -m venv "$VENV"
+        make_venv
         inner="$("$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_path("purelib"))')"
         "$PYTHON" -c 'import sysconfig; print(*sorted({sysconfig.get_path(k) for k in ("purelib", "platlib")}), sep="\n")' \
             > "$inner/zz_dataflex_outer_env.pth"
     fi
-    PIP=("$VENV/bin/python" -m pip --disable-pip-version-check)
-    pip_install() {  # drop the per-package notes about this machine's local index mirrors
-        "${PIP[@]}" install "$@" 2>&1 | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
-    }
     pip_install -q "torch==$TORCH_VERSION"
     # TRL 1.9 imports requests (its vLLM client) without declaring it.
     pip_install -q "torch==$TORCH_VERSION" "trl==$TRL_FLOOR" "transformers==$TRANSFORMERS_VERSION" requests

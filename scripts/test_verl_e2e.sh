@@ -3,11 +3,10 @@
 # tests/integrations/verl/e2e (several main_ppo runs, one at a time; about 8-13 GB each).
 # The tests must not skip here: DATAFLEX_REQUIRE_VERL=1 turns a missing verl into an error.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VENV="${VERL_VENV:-$ROOT/.venv-verl}"
 bash "$ROOT/scripts/setup_verl_e2e_env.sh"
 cd "$ROOT"
-export DATAFLEX_REQUIRE_VERL=1 HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1 VERL_LOGGING_LEVEL=WARNING
-export RAY_USAGE_STATS_ENABLED=0 TOKENIZERS_PARALLELISM=false
+export_verl_test_env
 "$VENV/bin/python" -m pytest tests/integrations/verl/e2e -q -rs -s -p no:cacheprovider \
     -W ignore::DeprecationWarning -W ignore::UserWarning "$@"
