@@ -42,12 +42,15 @@ DEFAULT_MODEL_CONFIG = dict(
 )
 
 
-def build_tiny_tokenizer():
+def build_tiny_tokenizer(characters=CHARACTERS, special_tokens=SPECIAL_TOKENS, chat_template=CHAT_TEMPLATE,
+                         model_max_length=DEFAULT_MODEL_CONFIG["max_position_embeddings"], **token_roles):
     """Build the character-level tokenizer: one token per character, ids stable across calls.
 
     Returns a `transformers.PreTrainedTokenizerFast` with pad/eos/bos special tokens, left
     padding (what generation wants) and a minimal chat template. Characters outside the
-    vocabulary are dropped.
+    vocabulary are dropped. The arguments build another tokenizer of this form (ChatML's in
+    scripts/verl_e2e/make_assets.py): `special_tokens` take the first ids, then `characters`;
+    `token_roles` (`pad_token=`, `eos_token=`, ...), when given, replace the pad/eos/bos roles.
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
@@ -56,21 +59,19 @@ def build_tiny_tokenizer():
     # `AutoTokenizer` rebuilds for a saved qwen2 model (Qwen2Tokenizer), so a saved and
     # reloaded tokenizer splits and decodes text the same way as this one.
     byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    symbols = [byte_level.pre_tokenize_str(char)[0][0] for char in CHARACTERS]
-    vocab = {token: i for i, token in enumerate(list(SPECIAL_TOKENS) + symbols)}
+    symbols = [byte_level.pre_tokenize_str(char)[0][0] for char in characters]
+    vocab = {token: i for i, token in enumerate(list(special_tokens) + symbols)}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False, byte_fallback=False))
     tokenizer.pre_tokenizer = byte_level
     tokenizer.decoder = decoders.ByteLevel()
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tokenizer,
-        pad_token=PAD_TOKEN,
-        eos_token=EOS_TOKEN,
-        bos_token=BOS_TOKEN,
+        **(token_roles or dict(pad_token=PAD_TOKEN, eos_token=EOS_TOKEN, bos_token=BOS_TOKEN)),
         padding_side="left",
         clean_up_tokenization_spaces=False,
-        model_max_length=DEFAULT_MODEL_CONFIG["max_position_embeddings"],
+        model_max_length=model_max_length,
     )
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = chat_template
     return fast
 
 

@@ -40,23 +40,13 @@ VAL_ROWS_PER_DOMAIN = 4
 
 
 def build_tokenizer():
-    """A byte-level, merge-free tokenizer (one token per character) with the ChatML special tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
+    """The project's character tokenizer (one token per character, "\n" included) with the ChatML special tokens."""
+    from dataflex_callbacks.recipes.tiny_model import build_tiny_tokenizer
 
-    # Byte-level symbols ("\n" is "Ċ") without merges: the form AutoTokenizer rebuilds for qwen2.
-    byte_level = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    symbols = [byte_level.pre_tokenize_str(char)[0][0] for char in CHARACTERS]
-    vocab = {token: i for i, token in enumerate(list(SPECIALS) + symbols)}
-    tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False, byte_fallback=False))
-    tokenizer.pre_tokenizer = byte_level
-    tokenizer.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(
-        tokenizer_object=tokenizer, pad_token="<|endoftext|>", eos_token="<|im_end|>",
-        additional_special_tokens=["<|im_start|>"], padding_side="left", clean_up_tokenization_spaces=False,
-        model_max_length=MODEL_CONFIG["max_position_embeddings"])
-    fast.chat_template = CHAT_TEMPLATE
-    return fast
+    return build_tiny_tokenizer(
+        characters=CHARACTERS, special_tokens=SPECIALS, chat_template=CHAT_TEMPLATE,
+        model_max_length=MODEL_CONFIG["max_position_embeddings"],
+        pad_token="<|endoftext|>", eos_token="<|im_end|>", additional_special_tokens=["<|im_start|>"])
 
 
 def build_model(tokenizer, seed: int = 0):
