@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .batch import NO_DOMAIN, RolloutBatch
-from .errors import BatchError
+from .errors import BatchError, StateError
 from .groups import dense_groups, segment_mean, segment_variance
 from .params import plain_scalar
 
@@ -207,7 +207,7 @@ class PromptHistory:
                 "domain_noise": {str(k): float(v) for k, v in self.domain_noise.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        """Restore a `state_dict` (tensors, or the numpy arrays of states saved by earlier versions)."""
+        """Restore a `state_dict` (its arrays are tensors, on any device)."""
         keys = [hashable_key(k) for k in state["keys"]]
         self.domain_prior = {str(k): float(v) for k, v in state.get("domain_prior", {}).items()}
         self.domain_noise = {str(k): float(v) for k, v in state.get("domain_noise", {}).items()}
@@ -215,10 +215,10 @@ class PromptHistory:
         self.keys = keys
         self.size = len(keys)
         capacity = max(self.size, 1)
-        self.streak = _numpy(state["streak"], np.int32)
-        self.seen = _numpy(state["seen"], np.int32)
-        self.solve_rate = _numpy(state["solve_rate"], np.float32)
-        self.last_step = _numpy(state["last_step"], np.int64)
+        self.streak = _numpy(state, "streak", np.int32)
+        self.seen = _numpy(state, "seen", np.int32)
+        self.solve_rate = _numpy(state, "solve_rate", np.float32)
+        self.last_step = _numpy(state, "last_step", np.int64)
         if self.streak.shape[0] < capacity:
             self._allocate(capacity)
 
@@ -232,11 +232,13 @@ def no_signal_flags(variance, disagreeing=None) -> tuple[np.ndarray, np.ndarray]
     return zero, (np.asarray(disagreeing, dtype=np.float64) > 0) & ~zero
 
 
-def _numpy(value, dtype) -> np.ndarray:
-    """A writable numpy copy of a saved array (a tensor on any device, a numpy array or a list)."""
-    if isinstance(value, torch.Tensor):
-        value = value.detach().cpu().numpy()
-    return np.array(value, dtype=dtype)
+def _numpy(state: dict, name: str, dtype) -> np.ndarray:
+    """A writable numpy copy of the saved tensor ``state[name]`` (on any device), or a `StateError`."""
+    value = state[name]
+    if not isinstance(value, torch.Tensor):
+        raise StateError(f"PromptHistory state: {name!r} must be the tensor PromptHistory.state_dict() saves; "
+                         f"got {type(value).__name__}")
+    return value.detach().cpu().numpy().astype(dtype)
 
 
 _HASH_SEED = 20_506_021_770  # fixed: the same answer hashes alike in every process and run

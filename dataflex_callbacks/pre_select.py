@@ -51,7 +51,7 @@ SAMPLER_FIX = ("the filter acts only through the prompt sampler built with this 
                "DomainMixingSampler(dataset, strategy=strategy)")
 
 
-class _PromptFilter:
+class _PreSelectRule:
     """What both filters share: the `PromptHistory`, the sampler's draw counters and their metrics and state.
 
     A filter that has prompts (or states) it would skip, yet skipped none over `SILENT_OBSERVATIONS`
@@ -168,7 +168,7 @@ class _PromptFilter:
 
 
 @register("pre_select", "skip_zero_variance")
-class SkipZeroVariance(_PromptFilter):
+class SkipZeroVariance(_PreSelectRule):
     """Skip prompts whose recent groups all had zero reward variance (GRESO-style), adaptively.
 
     The rule and its two additions are described in this module's docstring (GRESO, arXiv
@@ -270,7 +270,7 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray, empty) -> np.ndarray:
 
 
 @register("pre_select", "skip_predicted")
-class SkipPredictedNoSignal(_PromptFilter):
+class SkipPredictedNoSignal(_PreSelectRule):
     """Skip prompts whose state reliably gives no signal, judged by estimates learnt from the run.
 
     A prompt's state is its no-signal streak before the group (0, 1, 2, 3 or more), the streak split

@@ -327,7 +327,7 @@ PER_EPSILON = 1e-8  # added to |score| before the power, as DataFlex-RL does: |A
 
 
 @register("reweighter", "per_advantage")
-class PrioritizedAdvantage(Reweighter):
+class PERAdvantage(Reweighter):
     """w_i = (|score_i| + 1e-8)^alpha, prioritized-replay style (score: advantage magnitude).
 
     The 1e-8 (DataFlex-RL's) gives a zero-advantage response a small non-zero priority, as
@@ -346,3 +346,6 @@ class PrioritizedAdvantage(Reweighter):
 
     def _raw(self, scores, mask):
         return (scores.abs() + PER_EPSILON).pow_(self.alpha)
+
+
+PrioritizedAdvantage = PERAdvantage  # the class's earlier name, kept for one release

@@ -362,7 +362,7 @@ class TopkFraction(Selector):
 
 
 @register("selector", "gfpo")
-class GroupFilter(Selector):
+class GFPOFilter(Selector):
     """Keep the k shortest (metric=short) or most score-per-token (efficiency) responses per group (GFPO).
 
     ``efficiency`` divides the configured scorer's value (``reward``: r_i) by the response length;
@@ -436,3 +436,6 @@ class EntropyTopTokens(Selector):
 
     def _select(self, scores, batch):
         return top_tokens(scores, batch.valid_mask, self.fraction)
+
+
+GroupFilter = GFPOFilter  # the class's earlier name, kept for one release

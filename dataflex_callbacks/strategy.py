@@ -207,7 +207,7 @@ class Strategy:
     def observe_sampled(self, domain_counts: Mapping[str, int]) -> None:
         """Record what the sampler actually drew (for the actual-proportion metrics)."""
         if self.mixing is not None:
-            self.mixing.observe_drawn(domain_counts)
+            self.mixing.observe_sampled(domain_counts)
 
     # ------------------------------------------------------------ decisions
 
@@ -530,11 +530,6 @@ class Strategy:
                 "pre_select": None if self.pre_select is None else self.pre_select.state_dict(),
                 "components": {place: component.state_dict() for place, component in self._stateful_components()}}
 
-    @property
-    def prompt_filter(self):
-        """Earlier name of `pre_select` (the pre-rollout selection component), kept as an alias."""
-        return self.pre_select
-
     def _stateful_components(self) -> list[tuple[str, Any]]:
         """``("select.scorer", component)`` for each scorer or actuator that keeps state of its own (a ``state_dict``)."""
         found = []
@@ -547,7 +542,7 @@ class Strategy:
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Restore saved state; with ``strict`` a changed config is an error naming what differs."""
         check_state(state, ("config",), "Strategy")
-        saved = _comparable_config(state["config"], self.config)
+        saved = _comparable_config(state["config"])
         if strict and saved != self.config:
             changed = sorted(k for k in set(saved) | set(self.config) if saved.get(k) != self.config.get(k))
             raise ConfigError(
@@ -556,9 +551,8 @@ class Strategy:
             )
         if self.mixing is not None and state.get("mixing") is not None:
             self.mixing.load_state_dict(state["mixing"])
-        saved_pre_select = state.get("pre_select", state.get("prompt_filter"))  # "prompt_filter": states saved before 0.2
-        if self.pre_select is not None and saved_pre_select is not None:
-            self.pre_select.load_state_dict(saved_pre_select)
+        if self.pre_select is not None and state.get("pre_select") is not None:
+            self.pre_select.load_state_dict(state["pre_select"])
         saved_components = state.get("components") or {}
         for place, component in self._stateful_components():
             if place in saved_components:
@@ -582,20 +576,14 @@ def _every_group_equal(values: torch.Tensor, group_ids: torch.Tensor) -> bool:
     return bool((low == high).all())
 
 
-def _comparable_config(saved: Any, current: Mapping[str, Any]) -> dict:
-    """A saved config brought to the current canonical form, so keys added since it was saved do not count as changes.
-
-    States written before ``domain_key`` could be unset stored the default ``"domain"``; that equals an unset key.
-    """
+def _comparable_config(saved: Any) -> dict:
+    """A saved config brought to the current canonical form (defaults filled), so only real changes count."""
     if not isinstance(saved, Mapping):
         return {"config": saved}
     try:
-        saved = load_config(dict(saved))
+        return load_config(dict(saved))
     except ConfigError:
         return dict(saved)
-    if saved.get("domain_key") == "domain" and current.get("domain_key") is None:
-        saved["domain_key"] = None
-    return saved
 
 
 def build_strategy(config: Any = "baseline") -> Strategy:

@@ -32,7 +32,7 @@ from .proportions import check_domains
 _STEP_SUMS = ("count", "reward_sum", "abs_adv_sum", "group_var_sum", "group_count", "nonfinite")
 _WINDOW_STATS = ("reward", "abs_advantage", "group_variance", "count", "step")
 _ROW_STATS = ("reward", "abs_advantage", "group_variance", "step")  # count is 1 per row
-_STATE_KEYS = ("domains", "window", "updates", "windows", "filled", "cursor", "total_count")
+_STATE_KEYS = ("domains", "window", "window_unit", "updates", "windows", "filled", "cursor", "total_count")
 
 
 class DomainTracker:
@@ -260,10 +260,8 @@ class DomainTracker:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict` output saved with the same domains, window and window unit."""
-        if isinstance(state, dict) and "windows" not in state and "history" in state:
-            state = {**state, "windows": state["history"]}  # the key's name before 0.2
         check_state(state, _STATE_KEYS, "DomainTracker")
-        unit = state.get("window_unit", "steps")  # states saved before window units existed
+        unit = state["window_unit"]
         if list(state["domains"] or []) != self.domains or state["window"] != self.window or unit != self.window_unit:
             raise ConfigError(
                 f"DomainTracker state was saved for domains={state['domains']} window={state['window']} "

@@ -87,15 +87,15 @@ def test_state_round_trip_continues_identically(mixer):
     original = mixing(mixer, warmup_steps=2, update_every=3, smoothing=0.5, window=6)
     for step in range(10):
         original.observe(batch_for(step), step)
-        original.observe_drawn({"easy": step, "hard": 1, "mid": 2})
+        original.observe_sampled({"easy": step, "hard": 1, "mid": 2})
     state = copy.deepcopy(original.state_dict())
     restored = mixing(mixer, warmup_steps=2, update_every=3, smoothing=0.5, window=6)
     restored.load_state_dict(state)
     assert restored.metrics() == original.metrics()
     for step in range(10, 25):
         assert original.observe(batch_for(step), step) == restored.observe(batch_for(step), step)
-        original.observe_drawn({"easy": 3, "hard": 1, "mid": 2})
-        restored.observe_drawn({"easy": 3, "hard": 1, "mid": 2})
+        original.observe_sampled({"easy": 3, "hard": 1, "mid": 2})
+        restored.observe_sampled({"easy": 3, "hard": 1, "mid": 2})
         assert restored.target == original.target
         assert restored.metrics() == original.metrics()
 
@@ -118,7 +118,7 @@ def test_metrics_keys():
     mix = mixing(warmup_steps=0)
     assert set(mix.metrics()) == {f"mix/target/{d}" for d in DOMAINS}  # nothing drawn or observed yet
     mix.observe(batch_for(0), 0)
-    mix.observe_drawn({"easy": 2, "hard": 1, "mid": 1})
+    mix.observe_sampled({"easy": 2, "hard": 1, "mid": 1})
     metrics = mix.metrics()
     expected = {f"mix/{kind}/{d}" for kind in ("target", "actual", "signal") for d in DOMAINS}
     assert set(metrics) == expected
@@ -138,9 +138,9 @@ def test_strategy_apply_reports_mix_metrics():
 
 def test_actual_recent_window():
     mix = mixing()
-    mix.observe_drawn({"easy": 100, "hard": 0, "mid": 0})
+    mix.observe_sampled({"easy": 100, "hard": 0, "mid": 0})
     for _ in range(20):  # pushes the first draw out of the recent window
-        mix.observe_drawn({"easy": 1, "hard": 1, "mid": 2})
+        mix.observe_sampled({"easy": 1, "hard": 1, "mid": 2})
     assert mix.actual(recent=True) == pytest.approx({"easy": 0.25, "hard": 0.25, "mid": 0.5})
     assert mix.actual()["easy"] == pytest.approx(120 / 180)
 
@@ -151,7 +151,7 @@ def test_errors():
         unbound.observe(batch_for(0), 0)
     mix = mixing()
     with pytest.raises(ConfigError, match="unknown domain"):
-        mix.observe_drawn({"other": 1})
+        mix.observe_sampled({"other": 1})
     with pytest.raises(ConfigError, match="cannot rebind"):
         mix.bind(["easy", "mid"])
     with pytest.raises(ConfigError, match="unknown domain"):
@@ -171,7 +171,7 @@ def test_state_loads_with_weights_only_for_every_mixer(mixer, unit, tmp_path):
                        window=7, window_unit=unit)
     for step in range(6):
         mix.observe(batch_for(step), np.int64(step))  # hosts pass numpy / tensor step counters
-        mix.observe_drawn({"easy": np.int64(2), "hard": 1, "mid": 1})
+        mix.observe_sampled({"easy": np.int64(2), "hard": 1, "mid": 1})
     torch.save(mix.state_dict(), tmp_path / "mix.pt")
     loaded = torch.load(tmp_path / "mix.pt", weights_only=True)
     restored = DomainMixing(build_component("mixer", mixer, **params), domains=DOMAINS, warmup_steps=1, update_every=2,
@@ -202,7 +202,7 @@ def test_strategy_state_loads_with_weights_only(mixer, tmp_path):
 def test_state_dict_does_not_alias_the_mixing():
     mix = mixing(warmup_steps=0)
     mix.observe(batch_for(0), 0)
-    mix.observe_drawn({"easy": 1, "hard": 1, "mid": 1})
+    mix.observe_sampled({"easy": 1, "hard": 1, "mid": 1})
     before = copy.deepcopy(mix.state_dict())
     state = mix.state_dict()
     state["target"]["easy"] = 9.0
@@ -277,3 +277,11 @@ def test_static_proportions_hold_before_the_first_update():
     mix = mixing("static", prior={"easy": 0.2, "hard": 0.2, "mid": 0.6},
                  mixer_params={"proportions": [0.6, 0.3, 0.1], "floor": 0.0})
     assert mix.target == pytest.approx({"easy": 0.2, "hard": 0.2, "mid": 0.6})
+
+
+def test_observe_drawn_is_a_deprecated_name_of_observe_sampled():
+    mix, old = mixing(), mixing()
+    mix.observe_sampled({"easy": 2, "hard": 1, "mid": 1})
+    with pytest.warns(DeprecationWarning, match="observe_sampled"):
+        old.observe_drawn({"easy": 2, "hard": 1, "mid": 1})
+    assert old.actual() == mix.actual()

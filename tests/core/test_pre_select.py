@@ -323,15 +323,22 @@ def test_list_valued_prompt_keys_are_keys():
     assert streaks.tolist() == [3, 0, 3, 0]
 
 
-def test_old_names_of_pre_rollout_selection_still_work():
+def test_the_old_kind_name_of_pre_rollout_selection_still_works():
     from dataflex_callbacks import registry
 
     assert registry.list_components("prerollout") == registry.list_components("pre_select") == ["skip_predicted", "skip_zero_variance"]
     strategy = build_strategy("skip")
-    assert strategy.prompt_filter is strategy.pre_select is not None
     state = strategy.state_dict()
-    state["prompt_filter"] = state.pop("pre_select")
-    state["prompt_filter"]["skipped"] = 7
+    state["pre_select"]["skipped"] = 7
     resumed = build_strategy("skip")
     resumed.load_state_dict(state)
     assert resumed.pre_select.skipped == 7
+
+
+def test_a_prompt_history_state_without_tensors_is_a_state_error():
+    from dataflex_callbacks.errors import StateError
+
+    state = build_strategy("greso").state_dict()["pre_select"]["history"]
+    state["streak"] = state["streak"].numpy()
+    with pytest.raises(StateError, match="'streak' must be the tensor"):
+        build_strategy("greso").pre_select.history.load_state_dict(state)

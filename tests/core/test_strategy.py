@@ -275,12 +275,13 @@ def test_strategy_load_garbage_state_is_a_clear_error(garbage):
         build_strategy("reward_gap").load_state_dict(garbage)
 
 
-def test_state_saved_before_domain_key_could_be_unset_resumes_strictly():
+def test_a_saved_config_with_defaults_left_out_resumes_strictly():
     strategy = build_strategy("reward_gap")
     old = strategy.state_dict()
-    old["config"] = dict(old["config"], domain_key="domain")   # what earlier versions stored
     old["config"]["mix"] = {k: v for k, v in old["config"]["mix"].items() if k != "window_unit"}
-    build_strategy("reward_gap").load_state_dict(old)           # no "changed" error
+    build_strategy("reward_gap").load_state_dict(old)           # the default fills it: no "changed" error
+    with pytest.raises(ConfigError, match="changed: domain_key"):  # a set column is a change, also "domain"
+        build_strategy("reward_gap").load_state_dict(dict(old, config=dict(old["config"], domain_key="domain")))
     changed = dict(old, config=dict(old["config"], nan_policy="drop"))
     with pytest.raises(ConfigError, match="changed: nan_policy"):
         build_strategy("reward_gap").load_state_dict(changed)

@@ -315,11 +315,13 @@ def test_two_ranks_hold_the_statistics_of_the_whole_batch(unit, tmp_path):
             np.testing.assert_allclose(list(got[name].values()), list(per_domain.values()), rtol=1e-12, atol=1e-12)
 
 
-def test_a_state_saved_under_the_old_history_key_loads():
+@pytest.mark.parametrize("key", ["windows", "window_unit"])
+def test_a_state_without_a_key_of_state_dict_is_a_state_error(key):
+    from dataflex_callbacks.errors import StateError
+
     tracker = DomainTracker(["a", "b"], window=3)
     tracker.update(RolloutBatch(torch.tensor([1.0, 0.0]), domains=["a", "b"]), step=0)
     state = tracker.state_dict()
-    state["history"] = state.pop("windows")
-    restored = DomainTracker(["a", "b"], window=3)
-    restored.load_state_dict(state)
-    assert all(torch.equal(restored.windows[k], tracker.windows[k]) for k in tracker.windows)
+    state.pop(key)
+    with pytest.raises(StateError, match=key):
+        DomainTracker(["a", "b"], window=3).load_state_dict(state)
