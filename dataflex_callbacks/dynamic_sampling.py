@@ -182,26 +182,29 @@ def _concat_payloads(parts: Sequence[Any]) -> Any:
 
 
 @dataclass
-class _Chunk:
-    """Signal groups of one `SignalGroupBuffer.add`, in arrival order, their rows contiguous per group."""
+class _Round:
+    """The signal groups of one generation round (one `SignalGroupBuffer.add`), or a part of them after a split.
+
+    Groups in arrival order, their rows contiguous per group.
+    """
 
     rewards: torch.Tensor  # (M,) the rows' rewards, as given
     sizes: torch.Tensor  # (g,) long, rows per group
     source_rows: torch.Tensor  # (M,) long, each row's index in the batch it was added with
     payload: Any
-    round: int  # the add() of its step, counted from 0
+    round_index: int  # the add() of its step, counted from 0
     born: int  # the buffer's number of takes when it was added
 
     @property
     def num_groups(self) -> int:
         return self.sizes.shape[0]
 
-    def split(self, groups: int) -> tuple["_Chunk", "_Chunk"]:
+    def split(self, groups: int) -> tuple["_Round", "_Round"]:
         """The first ``groups`` groups and the rest."""
         cut = int(self.sizes[:groups].sum())
         head, tail = slice(0, cut), slice(cut, None)
-        make = lambda sizes, rows: _Chunk(self.rewards[rows], sizes, self.source_rows[rows],  # noqa: E731
-                                          _slice_payload(self.payload, rows), self.round, self.born)
+        make = lambda sizes, rows: _Round(self.rewards[rows], sizes, self.source_rows[rows],  # noqa: E731
+                                          _slice_payload(self.payload, rows), self.round_index, self.born)
         return make(self.sizes[:groups], head), make(self.sizes[groups:], tail)
 
 
@@ -281,8 +284,8 @@ class SignalGroupBuffer:
         if max_age is not _FROM_CONFIG:
             options["max_age"] = max_age
         self.config = DynamicSamplingConfig(**options)
-        self._carried: list[_Chunk] = []
-        self._fresh: list[_Chunk] = []
+        self._carried: list[_Round] = []
+        self._fresh: list[_Round] = []
         self._takes = 0
         self._step_open = False
         self._wanted = 0
@@ -366,10 +369,10 @@ class SignalGroupBuffer:
         self.totals["generated"] += batch.n
         self.totals["zero_signal_completions"] += int(batch.n - int(signal.sum()))
         if batch.n and bool(signal.any()):
-            self._fresh.append(self._chunk(batch, signal, payload))
+            self._fresh.append(self._signal_round(batch, signal, payload))
         return signal
 
-    def _chunk(self, batch: RolloutBatch, signal: torch.Tensor, payload: Any) -> _Chunk:
+    def _signal_round(self, batch: RolloutBatch, signal: torch.Tensor, payload: Any) -> _Round:
         """The signal rows of ``batch``, grouped in order of each group's first row."""
         index, count = dense_groups(batch.group_ids)
         n = batch.n
@@ -382,7 +385,7 @@ class SignalGroupBuffer:
         rows = rows[torch.sort(arrival[index[rows]], stable=True).indices]
         sizes = torch.bincount(arrival[index[rows]], minlength=count)
         sizes = sizes[sizes > 0]
-        return _Chunk(batch.rewards.index_select(0, rows.to(batch.device)), sizes, rows,
+        return _Round(batch.rewards.index_select(0, rows.to(batch.device)), sizes, rows,
                       _index_payload(payload, rows), self._step_counts["rounds"] - 1, self._takes)
 
     @property
@@ -413,24 +416,24 @@ class SignalGroupBuffer:
         if not self._step_open:
             raise BatchError("take() outside a step: call start_step(num_groups) first")
         wanted = self._wanted if num_groups is None else num_groups
-        chunks = self._carried + self._fresh
-        carried_chunks = len(self._carried)
-        taken: list[_Chunk] = []
-        left: list[_Chunk] = []
+        rounds = self._carried + self._fresh
+        carried_rounds = len(self._carried)
+        taken: list[_Round] = []
+        left: list[_Round] = []
         remaining = wanted
-        for chunk in chunks:  # one pass over rounds, not groups
-            if remaining >= chunk.num_groups:
-                taken.append(chunk)
-                remaining -= chunk.num_groups
+        for part in rounds:  # one pass over rounds, not groups
+            if remaining >= part.num_groups:
+                taken.append(part)
+                remaining -= part.num_groups
             elif remaining > 0:
-                head, tail = chunk.split(remaining)
+                head, tail = part.split(remaining)
                 taken.append(head)
                 left.append(tail)
                 remaining = 0
             else:
-                left.append(chunk)
-        # `taken` is a prefix of `chunks`: its first `carried_chunks` come from the carry-over buffer.
-        carried_flags = [position < carried_chunks for position in range(len(taken))]
+                left.append(part)
+        # `taken` is a prefix of `rounds`: its first `carried_rounds` come from the carry-over buffer.
+        carried_flags = [position < carried_rounds for position in range(len(taken))]
         result = self._assemble(taken, carried_flags, short=remaining > 0)
         kept_over = sum(c.num_groups for c in left)
         if self.carry_over:
@@ -444,14 +447,14 @@ class SignalGroupBuffer:
         self.metrics = result.metrics
         return result
 
-    def _assemble(self, taken: list[_Chunk], carried_flags: list[bool], short: bool) -> SignalGroups:
+    def _assemble(self, taken: list[_Round], carried_flags: list[bool], short: bool) -> SignalGroups:
         device = taken[0].rewards.device if taken else torch.device("cpu")
         long = dict(dtype=torch.long, device=device)
         if taken:
             sizes = torch.cat([c.sizes.to(device) for c in taken])
             ages = torch.cat([torch.full((c.num_groups,), self._takes - c.born, **long) for c in taken])
             rows = [c.rewards.shape[0] for c in taken]
-            source_round = torch.cat([torch.full((r,), -1 if flag else c.round, **long)
+            source_round = torch.cat([torch.full((r,), -1 if flag else c.round_index, **long)
                                       for c, r, flag in zip(taken, rows, carried_flags)])
             rewards = torch.cat([c.rewards for c in taken])
             source_rows = torch.cat([c.source_rows.to(device) for c in taken])
@@ -489,12 +492,12 @@ class SignalGroupBuffer:
         reads it back when the payloads hold tensors and plain values. Every tensor is copied on its
         own, so a carried row that is a view of a whole round's tensor saves only its own entries.
         """
-        chunk = lambda c: {"rewards": c.rewards, "sizes": c.sizes, "source_rows": c.source_rows,  # noqa: E731
-                           "payload": c.payload, "round": c.round, "born": c.born}
+        saved = lambda c: {"rewards": c.rewards, "sizes": c.sizes, "source_rows": c.source_rows,  # noqa: E731
+                           "payload": c.payload, "round": c.round_index, "born": c.born}
         return _compact_copy({
             "config": asdict(self.config),
-            "carried": [chunk(c) for c in self._carried],
-            "fresh": [chunk(c) for c in self._fresh],
+            "carried": [saved(c) for c in self._carried],
+            "fresh": [saved(c) for c in self._fresh],
             "takes": self._takes,
             "step_open": self._step_open,
             "wanted": self._wanted,
@@ -506,23 +509,24 @@ class SignalGroupBuffer:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore `state_dict` (the given state is copied, never changed); the options stay this buffer's own."""
-        check_state(state, ("carried", "fresh", "takes", "step_counts", "totals"), "SignalGroupBuffer")
+        check_state(state, ("carried", "fresh", "takes", "step_open", "wanted", "step", "step_counts", "totals",
+                            "empty_payload"), "SignalGroupBuffer")
         state = copy.deepcopy(dict(state))
         try:
-            chunks = lambda saved: [_Chunk(c["rewards"], c["sizes"], c["source_rows"], c["payload"],  # noqa: E731
+            rounds = lambda saved: [_Round(c["rewards"], c["sizes"], c["source_rows"], c["payload"],  # noqa: E731
                                            int(c["round"]), int(c["born"])) for c in saved]
-            self._carried, self._fresh = chunks(state["carried"]), chunks(state["fresh"])
+            self._carried, self._fresh = rounds(state["carried"]), rounds(state["fresh"])
         except (KeyError, TypeError) as error:
             raise StateError(
-                f"SignalGroupBuffer.load_state_dict: a saved group chunk is malformed ({error!r}); the state must "
+                f"SignalGroupBuffer.load_state_dict: a saved round of groups is malformed ({error!r}); the state must "
                 "come from SignalGroupBuffer.state_dict()") from error
         self._takes = int(state["takes"])
-        self._step_open = bool(state.get("step_open", False))
-        self._wanted = int(state.get("wanted", 0))
-        self._step = state.get("step")
+        self._step_open = bool(state["step_open"])
+        self._wanted = int(state["wanted"])
+        self._step = state["step"]
         self._step_counts = dict(state["step_counts"])
-        self.totals = {**self.totals, **state["totals"]}
-        self._empty_payload = state.get("empty_payload")
+        self.totals = dict(state["totals"])
+        self._empty_payload = state["empty_payload"]
 
     def __repr__(self) -> str:
         return (f"SignalGroupBuffer(max_rounds={self.max_rounds}, carry_over={self.carry_over}, "

@@ -285,7 +285,7 @@ def test_a_carried_row_that_views_its_round_saves_only_its_own_entries():
     carried_bytes = 4 * 4096 * 4
     assert stream.tell() < 2 * carried_bytes  # the whole round would be 16x that
     stream.seek(0)
-    saved_rows = [row for chunk in torch.load(stream, weights_only=True)["carried"] for row in chunk["payload"]]
+    saved_rows = [row for part in torch.load(stream, weights_only=True)["carried"] for row in part["payload"]]
     assert len(saved_rows) == 4 and all(torch.equal(row, round_tensor[i]) for row, i in zip(saved_rows, (60, 61, 62, 63)))
 
 
