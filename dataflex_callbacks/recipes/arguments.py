@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from dataclasses import fields
 from typing import Iterable
 
 from .options import RunOptions, option_flag
 
 EXIT_BAD_INPUT = 2
+EARLIER_FLAGS = {"domain_key": "--domain-column"}  # a field's earlier flag, accepted for one release
 
 
 def fail(message: str) -> int:
@@ -23,6 +25,20 @@ def fail(message: str) -> int:
     text = " ".join(str(message).split())  # one line, whatever the message held
     print(f"dataflex: error: {text}", file=sys.stderr)
     return EXIT_BAD_INPUT
+
+
+class EarlierFlag(argparse.Action):
+    """An option's earlier flag: sets the same field, and warns (on stderr too) naming the flag to use."""
+
+    def __init__(self, *args, new_flag: str, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.new_flag = new_flag
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        message = f"{option_string} is deprecated; use {self.new_flag}"
+        warnings.warn(message, DeprecationWarning, stacklevel=2)
+        print(f"dataflex: warning: {message}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -72,6 +88,9 @@ def add_option_arguments(parser, names: Iterable[str]) -> None:
             kind = str
         parser.add_argument(flag, dest=name, type=kind, default=option.default, choices=meta.get("choices"),
                             help=option_help(option))
+        if name in EARLIER_FLAGS:
+            parser.add_argument(EARLIER_FLAGS[name], dest=name, type=kind, action=EarlierFlag, new_flag=flag,
+                                default=argparse.SUPPRESS, help=f"deprecated: use {flag}")
 
 
 def run_option_names() -> list[str]:

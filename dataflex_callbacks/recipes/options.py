@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import math
 import operator
-from dataclasses import dataclass, field, fields
+import warnings
+from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, Callable
 
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding (used by TRL/transformers `set_seed`) refuses anything larger
@@ -102,8 +103,8 @@ class RunOptions:
                                      help="datasets hub name or local jsonl/json/parquet/csv file of prompts")
     prompt_column: str = run_option("prompt", help="column of the dataset holding the prompt")
     answer_column: str = run_option("answer", help="column of the dataset holding the reference answer")
-    domain_column: str | None = run_option(None, shown_default="all rows in one domain",
-                                           help="column of the dataset holding each row's domain label")
+    domain_key: str | None = run_option(None, shown_default="all rows in one domain",
+                                        help="column of the dataset holding each row's domain label")
     split: str = run_option("train", help="split of a hub dataset to read")
     verifier: str = run_option(
         "auto", choices=("auto", "numeric", "exact"),
@@ -138,6 +139,16 @@ class RunOptions:
         help="generate with vLLM inside the training process (TRL's use_vllm=True, vllm_mode='colocate'); "
              "needs vLLM installed (scripts/setup_vllm_env.sh builds a CPU environment)")
     progress: bool = run_option(True, per_run=True, help="show a progress bar")
+    domain_column: InitVar[str | None] = None  # the earlier name of domain_key, accepted for one release
+
+    def __post_init__(self, domain_column: str | None) -> None:
+        if domain_column is not None:
+            if self.domain_key is not None and self.domain_key != domain_column:
+                raise RunInputError(f"RunOptions got domain_key={self.domain_key!r} and domain_column={domain_column!r} "
+                                    "(its earlier name); pass only domain_key")
+            warnings.warn("RunOptions(domain_column=...) is deprecated; pass domain_key=... instead",
+                          DeprecationWarning, stacklevel=3)
+            self.domain_key = domain_column
 
 
 OPTION_RULES: dict[str, NumberRule] = {f.name: f.metadata["rule"] for f in fields(RunOptions) if "rule" in f.metadata}
@@ -192,12 +203,12 @@ def check_run_options(options: RunOptions, error: type = None) -> None:
         value = getattr(options, name)
         if not isinstance(value, str) or not value.strip():
             raise error(f"{option_flag(name)} must be a non-empty name, got {value!r}")
-    if options.domain_column is not None and (not isinstance(options.domain_column, str) or not options.domain_column.strip()):
-        raise error(f"--domain-column must be a non-empty column name, got {options.domain_column!r}")
+    if options.domain_key is not None and (not isinstance(options.domain_key, str) or not options.domain_key.strip()):
+        raise error(f"--domain-key must be a non-empty column name, got {options.domain_key!r}")
     if options.domains is not None:
         if options.dataset is not None:
             raise error("--domains picks built-in task domains and does nothing with --dataset; leave it out "
-                        "(the data's --domain-column gives the domains)")
+                        "(the data's --domain-key gives the domains)")
         bad = [d for d in options.domains if not isinstance(d, str) or not d.strip()]
         if bad or not options.domains:
             raise error(f"--domains must list domain names separated by commas, got {options.domains!r}")

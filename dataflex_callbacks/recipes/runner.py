@@ -15,18 +15,18 @@ fails removes the folder it created.
 from __future__ import annotations
 
 import dataclasses
-import datetime as _datetime
 import json
-import math
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
+from .completion_accounting import (GENERATED_KEY, SIGNAL_GROUPS_KEY, ZERO_STD_KEY, dynamic_buffer,  # noqa: F401
+                                    metrics_callback, scheduled_completions, signal_accounting)
 from .options import RunInputError, RunOptions, check_run_options, completion_tokens, eval_tokens  # noqa: F401
+from .run_folder import (RUN_FILES, TRAINER_FOLDER, OutputFolder, check_folder_path,  # noqa: F401
+                         resolve_output_dir, write_plot)
 
-RUN_FILES = ("config.json", "metrics.jsonl", "eval.json", "plot.png")
 NO_STRATEGY = ("none",)
 
 
@@ -64,85 +64,6 @@ def resolve_strategy(spec: str):
         raise RunInputError(f"invalid strategy {spec!r}: {message}") from error
 
 
-def resolve_output_dir(options: RunOptions) -> str:
-    """Return the run folder, refusing a path that cannot be a folder, or one that holds a run unless `overwrite`."""
-    if options.output_dir:
-        path = os.fspath(options.output_dir)
-    else:
-        stamp = _datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-        name = os.path.splitext(os.path.basename(str(options.strategy)))[0] or "run"
-        path = os.path.join("runs", f"{name}-{stamp}")
-    check_folder_path(path)
-    existing = [name for name in RUN_FILES if os.path.exists(os.path.join(path, name))]
-    if existing and not options.overwrite:
-        raise RunInputError(f"{path!r} already holds a run ({', '.join(existing)}); pass --overwrite or another --output-dir")
-    return path
-
-
-def check_folder_path(path: str, flag: str = "--output-dir", error: type = None) -> None:
-    """Refuse a folder path that is a file or lies under a file (one line naming the blocking file)."""
-    error = error or RunInputError
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise error(f"{flag} {path!r} is a file, not a folder; choose a folder path with {flag}")
-    parent = os.path.dirname(os.path.abspath(path))
-    while not os.path.exists(parent):
-        parent = os.path.dirname(parent)
-    if not os.path.isdir(parent):
-        raise error(f"{flag} {path!r} cannot be created: {parent!r} is a file; choose a path under a folder with {flag}")
-
-
-class OutputFolder:
-    """The folder a job writes into: created (with its missing parents) and write-tested up front, and
-    removed again, with everything in it, when the job fails before finishing, if this job created it.
-
-    A folder that existed before is never removed; only `leftovers` (e.g. the trainer's scratch
-    folder) are removed from it.
-    """
-
-    def __init__(self, path: str, flag: str = "--output-dir", error: type = None, leftovers: tuple = ()):
-        self.path = path
-        self.flag = flag
-        self.error = error or RunInputError
-        self.leftovers = tuple(leftovers)
-        self.created: str | None = None  # topmost folder this job created
-
-    def create(self) -> "OutputFolder":
-        """Make the folder and check a file can be written in it; raises the job's input error if not."""
-        check_folder_path(self.path, self.flag, self.error)
-        absolute = os.path.abspath(self.path)
-        top = None
-        probe = absolute
-        while not os.path.exists(probe):
-            top = probe
-            probe = os.path.dirname(probe)
-        try:
-            os.makedirs(absolute, exist_ok=True)
-            self.created = top
-            test_file = os.path.join(absolute, f".dataflex-write-test.{os.getpid()}")
-            with open(test_file, "w") as handle:
-                handle.write("ok")
-            os.remove(test_file)
-        except OSError as failure:
-            self.created = top if top is not None and os.path.isdir(top) else None
-            self.discard()
-            reason = failure.strerror or type(failure).__name__
-            raise self.error(f"cannot write to {self.flag} {self.path!r} ({reason}); choose a folder you can write to "
-                             f"with {self.flag}") from None
-        return self
-
-    def discard(self) -> None:
-        """Remove what this job created (the whole folder if it made it, else only the leftovers)."""
-        if self.created is not None:
-            shutil.rmtree(self.created, ignore_errors=True)
-            self.created = None
-            return
-        for name in self.leftovers:
-            target = os.path.join(self.path, name)
-            if os.path.isdir(target):
-                shutil.rmtree(target, ignore_errors=True)
-            elif os.path.exists(target):
-                os.remove(target)
-
 
 def first_line(error: BaseException) -> str:
     """One line for the user: the message of the innermost cause (libraries often wrap the real reason)."""
@@ -171,7 +92,7 @@ def load_data(options: RunOptions):
     try:
         data = tasks.load_prompt_dataset(
             options.dataset, prompt_column=options.prompt_column, answer_column=options.answer_column,
-            domain_column=options.domain_column, split=options.split,
+            domain_key=options.domain_key, split=options.split,
         )
     except DatasetError as error:  # empty or malformed file, bad prompt or domain values, missing column
         raise RunInputError(str(error)) from error
@@ -274,184 +195,6 @@ def make_trainer(model, tokenizer, reward_fn, train_dataset, args, strategy, cal
         raise RunInputError(str(error).strip().splitlines()[0]) from error
 
 
-def _step_record(step: int, logs: dict, domains: list[str]) -> dict:
-    """Flatten one step's trainer logs into the metrics.jsonl schema (plus every raw numeric log)."""
-    record: dict[str, Any] = {"step": step}
-    raw = {k: v for k, v in logs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
-    record["loss"] = raw.get("loss")
-    record["reward"] = raw.get("reward")
-    for domain in domains:
-        record[f"reward/{domain}"] = raw.get(f"tasks/reward/{domain}")
-        record[f"share/{domain}"] = raw.get(f"tasks/share/{domain}", 0.0)
-    kept = [v for k, v in raw.items() if k.endswith("kept_frac")]
-    record["kept_frac"] = kept[0] if kept else 1.0
-    for key, value in raw.items():
-        # Strategy metrics (mix targets, weights, ...) keep the adapter's names; wall-clock
-        # timings are left out so a fixed seed gives byte-identical metrics.
-        if key in record or key.startswith("tasks/") or "time" in key or key.endswith("_per_second"):
-            continue
-        record[key] = value
-    return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
-
-
-GENERATED_KEY = "dataflex/dynamic/generated"
-"""The step's generated completions (all rounds), logged by a strategy with a ``dynamic_sampling`` part."""
-SIGNAL_GROUPS_KEY = "dataflex/dynamic/signal_groups"
-"""The signal groups a dynamic-sampling step trained on, logged by a strategy with a ``dynamic_sampling`` part."""
-ZERO_STD_KEY = "frac_reward_zero_std"
-"""TRL's logged fraction of the generation batch's groups whose rewards are all equal (all processes)."""
-
-
-def scheduled_completions(args, global_step: int) -> int:
-    """Completions TRL's generation schedule makes in optimizer step `global_step` (1-based), all processes.
-
-    TRL generates ``generation_batch_size`` completions at micro-steps 0, G, 2G, ... with
-    G = ``steps_per_generation * num_iterations``. Pre-rollout selection changes which prompts are
-    generated, never how many; dynamic sampling generates more (its logged `GENERATED_KEY` counts them).
-    """
-    micro = int(args.gradient_accumulation_steps)
-    every = int(args.steps_per_generation) * int(getattr(args, "num_iterations", 1) or 1)
-    before, after = (global_step - 1) * micro, global_step * micro
-    return (-(-after // every) - -(-before // every)) * int(args.generation_batch_size)
-
-
-def dynamic_buffer(trainer):
-    """The `SignalGroupBuffer` the TRL adapter drives for a ``dynamic_sampling`` strategy, or None."""
-    dynamic = getattr(getattr(trainer, "dataflex", None), "dynamic", None)
-    return None if dynamic is None else dynamic.buffer
-
-
-def signal_accounting(logs: dict, generated: int, num_generations: int, zero_signal_total: int | None,
-                      zero_signal_before: int) -> tuple[int | None, int | None]:
-    """``(trained signal groups, completions in zero-signal groups)`` of one step, from its logs.
-
-    Dynamic sampling (`SIGNAL_GROUPS_KEY` logged): the signal groups it trained, and the step's
-    growth of its buffer's ``totals["zero_signal_completions"]`` (`zero_signal_total`, read after the
-    step; the buffer judges every generated group, trained or not, with the strategy's select part).
-    Otherwise every generated group is trained, and a group carries signal when its rewards are not
-    all equal: TRL's `ZERO_STD_KEY` (reward std close to 0) gives the share that are. None when the
-    step's logs (or a missing buffer) cannot tell.
-    """
-    if logs.get(SIGNAL_GROUPS_KEY) is not None:
-        zero_signal = None if zero_signal_total is None else int(zero_signal_total - zero_signal_before)
-        return int(round(logs[SIGNAL_GROUPS_KEY])), zero_signal
-    if generated == 0:
-        return 0, 0
-    if logs.get(ZERO_STD_KEY) is None:
-        return None, None
-    groups = generated // num_generations
-    zero_groups = int(round(float(logs[ZERO_STD_KEY]) * groups))
-    return groups - zero_groups, zero_groups * num_generations
-
-
-def _metrics_callback(records: list[dict], domains: list[str], steps: int, progress: bool):
-    from transformers import TrainerCallback
-
-    class RecordMetrics(TrainerCallback):
-        """Keep one record per optimizer step, count generated completions and signal groups, drive the progress bar.
-
-        Each record holds the step's ``generated`` completions, the cumulative ``completions``, the
-        step's trained ``signal_groups`` and ``zero_signal_completions`` (`signal_accounting`).
-        ``buffer`` is the adapter's dynamic-sampling buffer, set once the trainer exists (None without one).
-        """
-
-        def __init__(self):
-            self.bar = None
-            self.completions = 0
-            self.signal_groups = 0
-            self.zero_signal_completions = 0
-            self.signal_counted = True  # False once a step's logs could not tell its signal groups
-            self.buffer = None
-            self._scheduled = 0  # this step's completions by TRL's schedule, until its logs say otherwise
-            self._zero_signal_seen = 0
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self._scheduled = scheduled_completions(args, state.global_step)
-            self.completions += self._scheduled
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            if progress:
-                from tqdm.auto import tqdm
-
-                self.bar = tqdm(total=steps, desc="dataflex run", unit="step", dynamic_ncols=True)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if not logs or "loss" not in logs:
-                return  # the end-of-training summary has no per-step metrics
-            generated = self._scheduled
-            if logs.get(GENERATED_KEY) is not None:  # dynamic sampling generated every round it needed
-                generated = int(round(logs[GENERATED_KEY]))
-                self.completions += generated - self._scheduled
-            self._scheduled = 0
-            zero_total = None if self.buffer is None else int(self.buffer.totals["zero_signal_completions"])
-            signal_groups, zero_signal = signal_accounting(logs, generated, int(args.num_generations), zero_total,
-                                                           self._zero_signal_seen)
-            if zero_total is not None:
-                self._zero_signal_seen = zero_total
-            if signal_groups is None or zero_signal is None:
-                self.signal_counted = False
-            else:
-                self.signal_groups += signal_groups
-                self.zero_signal_completions += zero_signal
-            record = _step_record(state.global_step, logs, domains)
-            record.update(completions=self.completions, generated=generated, signal_groups=signal_groups,
-                          zero_signal_completions=zero_signal)
-            records.append(record)
-            if self.bar is not None:
-                self.bar.update(record["step"] - self.bar.n)
-                shown = {"reward": record["reward"], "kept": record["kept_frac"]}
-                self.bar.set_postfix({k: f"{v:.2f}" for k, v in shown.items() if v is not None})
-
-        def on_train_end(self, args, state, control, **kwargs):
-            if self.bar is not None:
-                self.bar.close()
-
-    return RecordMetrics()
-
-
-# --------------------------------------------------------------------------- outputs
-
-
-def write_plot(path: str, metrics: list[dict], domains: list[str]) -> None:
-    """Plot reward per domain, kept fraction and domain proportions over steps into `path` (PNG).
-
-    With a mixing strategy the proportions panel shows each domain's target and actual share.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    steps = [m["step"] for m in metrics]
-    figure, axes = plt.subplots(1, 3, figsize=(15, 4))
-    for domain in domains:
-        values = [m.get(f"reward/{domain}") for m in metrics]
-        axes[0].plot(steps, [float("nan") if v is None else v for v in values], label=domain)
-    axes[0].set(title="reward per domain", xlabel="step", ylim=(-0.05, 1.05))
-    axes[0].legend(fontsize="small")
-    axes[1].plot(steps, [m.get("kept_frac", 1.0) for m in metrics], color="black")
-    axes[1].set(title="kept fraction", xlabel="step", ylim=(-0.05, 1.05))
-    mixing = any(f"dataflex/mix/target/{d}" in m for m in metrics for d in domains)
-    if mixing:
-        # Target (dashed) against actual (solid: share of the last sampler batches) per domain.
-        for index, domain in enumerate(domains):
-            color = f"C{index}"
-            target = [m.get(f"dataflex/mix/target/{domain}") for m in metrics]
-            actual = [m.get(f"dataflex/mix/actual/{domain}", m.get(f"share/{domain}")) for m in metrics]
-            axes[2].plot(steps, [float("nan") if v is None else v for v in actual], color=color, label=f"{domain} actual")
-            axes[2].plot(steps, [float("nan") if v is None else v for v in target], color=color, linestyle="--",
-                         label=f"{domain} target")
-        axes[2].set(title="domain proportions: target (--) and actual", xlabel="step", ylim=(0, 1))
-    else:
-        shares = [[m.get(f"share/{d}") or 0.0 for m in metrics] for d in domains]
-        if steps:
-            axes[2].stackplot(steps, shares, labels=domains)
-        axes[2].set(title="domain proportions (sampled)", xlabel="step", ylim=(0, 1))
-    axes[2].legend(fontsize="small", loc="upper right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=80)
-    plt.close(figure)
-
 
 def _versions() -> dict:
     import importlib.metadata as metadata
@@ -491,9 +234,6 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
     except BaseException:
         folder.discard()
         raise
-
-
-TRAINER_FOLDER = "trainer"
 
 
 def _vllm_config(options: RunOptions, model, tokenizer, trainer_dir: str) -> dict:
@@ -562,7 +302,7 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     )
     records: list[dict] = []
     reward_fn = tasks.make_reward_fn(seed=options.seed, **reward_settings)
-    callback = _metrics_callback(records, domains, options.steps, options.progress)
+    callback = metrics_callback(records, domains, options.steps, options.progress)
     with _vllm_engine(options):
         trainer = make_trainer(model, tokenizer, reward_fn, train, args, strategy, [callback, *callbacks])
     callback.buffer = dynamic_buffer(trainer)

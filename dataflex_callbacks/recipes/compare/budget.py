@@ -34,7 +34,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..runner import GENERATED_KEY
+from ..completion_accounting import GENERATED_KEY
 
 BUDGET_UNITS = ("steps", "completions")
 PRE_SELECT_STEP_HEADROOM = 4

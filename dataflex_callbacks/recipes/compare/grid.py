@@ -21,8 +21,6 @@ import json
 import os
 import re
 import shutil
-import sys
-import threading
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -30,10 +28,14 @@ from typing import Callable
 
 from ..options import (OPTION_RULES, PER_RUN_FIELDS, NumberRule, RunOptions, check_option_number,
                        check_run_options, completion_tokens, eval_tokens)
-from .budget import Budget, EvalPlan, GenerationLedger, budget_callback
+from .budget import Budget, EvalPlan
+from .results import RESULT_FILE, execute_run, load_result, result_problem, write_json_atomic
+from .workers import run_parallel
+
+__all__ = ["CompareInputError", "CompareSettings", "GridOutcome", "GridRun", "FolderLock", "execute_run", "run_grid",
+           "load_result", "result_problem", "write_json_atomic", "RESULT_FILE", "parse_seeds", "parse_strategies"]
 
 COMPARE_FILE = "compare.json"
-RESULT_FILE = "result.json"
 RUNS_FOLDER = "runs"
 LOCK_FILE = ".compare.lock"
 MAX_SEED_COUNT = 1000  # `--seeds N` beyond this is a typo, not a comparison
@@ -139,72 +141,6 @@ class CompareSettings:
         )
 
 
-def write_json_atomic(path: str, data) -> None:
-    """Write JSON so that `path` holds either the old content or the complete new one, never a partial file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-    with open(temporary, "w") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True, default=str)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(temporary, path)
-
-
-# Every field `_summarize` writes, with its type: a result.json missing one or holding another type is recomputed.
-RESULT_FIELDS = {"strategy": str, "seed": int, "name": str, "budget": str, "shared_key": str, "run_dir": str,
-                 "domains": list, "steps": int, "completions": int, "completion_tokens": int,
-                 "wall_seconds": (int, float), "kept_frac": (int, float), "before": dict, "after": dict,
-                 "curve": list, "proportions": list}
-
-
-def result_problem(record) -> str | None:
-    """What is wrong with a loaded result record (a missing field, a wrong type), or None when it is complete."""
-    if not isinstance(record, dict):
-        return f"it holds a JSON {type(record).__name__}, not an object"
-    for key, kind in RESULT_FIELDS.items():
-        if key not in record:
-            return f"it lacks the field {key!r}"
-        if not isinstance(record[key], kind) or isinstance(record[key], bool):
-            return f"its field {key!r} is a {type(record[key]).__name__}"
-    for when in ("before", "after"):
-        if not isinstance(record[when].get("overall"), (int, float)):
-            return f"its {when!r} accuracy has no number 'overall'"
-    for point in record["curve"]:
-        if not (isinstance(point, dict) and {"step", "completions", "accuracy"} <= set(point)
-                and isinstance(point["accuracy"], dict)):
-            return "its accuracy curve has a malformed point"
-    return None
-
-
-def load_result(settings: CompareSettings, run: GridRun, on_warning: Callable[[str], None] | None = None) -> dict | None:
-    """The finished result of `run`, or None when it has none (or one made with other shared settings).
-
-    A result file that cannot be read or lacks a field counts as missing (the run is recomputed);
-    `on_warning` hears about it.
-    """
-    path = os.path.join(settings.run_dir(run), RESULT_FILE)
-    if not os.path.exists(path):
-        return None
-    try:
-        with open(path) as handle:
-            record = json.load(handle)
-        problem = result_problem(record)
-    except (OSError, ValueError) as error:
-        problem = f"it cannot be read ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
-    if problem is not None:
-        if on_warning is not None:
-            on_warning(f"{path} is not a complete run result ({problem}); recomputing run {run.name}")
-        return None
-    if record.get("shared_key") != settings.shared_key():
-        return None
-    if record["strategy"] != run.strategy or record["seed"] != run.seed:
-        if on_warning is not None:
-            on_warning(f"{path} holds the run {record['strategy']!r} seed {record['seed']}, not {run.name}; recomputing it")
-        return None
-    return record
-
-
 def _has_pre_select(strategy) -> bool:
     return strategy is not None and getattr(strategy, "pre_select", None) is not None
 
@@ -242,141 +178,6 @@ def check_data(settings: CompareSettings, strategies: dict) -> None:
         raise CompareInputError(str(error)) from error
     for spec, strategy in strategies.items():
         check_trainable(dataclasses.replace(options, strategy=spec), strategy, train, CompareInputError)
-
-
-def _summarize(settings: CompareSettings, run: GridRun, result, ledger: GenerationLedger, curve: list[dict]) -> dict:
-    domains = list(result.config.get("domains") or [])
-    metrics = result.metrics
-    kept = [m["kept_frac"] for m in metrics if m.get("kept_frac") is not None]
-    final_step = ledger.steps or (metrics[-1]["step"] if metrics else 0)
-    points = [{"step": 0, "completions": 0, "accuracy": result.eval_before}]
-    points += [p for p in curve if p["step"] < final_step]
-    points.append({"step": final_step, "completions": ledger.completions, "accuracy": result.eval_after})
-    planned = len(settings.eval_plan().thresholds())
-    proportions = []
-    for m in metrics:
-        target = {d: m.get(f"dataflex/mix/target/{d}") for d in domains}
-        proportions.append({
-            "step": m["step"],
-            "sampled": {d: m.get(f"share/{d}") or 0.0 for d in domains},
-            "target": target if any(v is not None for v in target.values()) else None,
-        })
-    signal_groups = result.config.get("signal_groups_trained")
-    return {
-        "strategy": run.strategy,
-        "seed": run.seed,
-        "name": run.name,
-        "budget": str(settings.budget),
-        "shared_key": settings.shared_key(),
-        "run_dir": result.output_dir,
-        "domains": domains,
-        "steps": final_step,
-        "completions": ledger.completions,
-        # Completions beyond a completions budget (None for a steps budget) and one generation round's
-        # completions: a run stops within one round of its budget.
-        "overshoot": ledger.overshoot,
-        "round_completions": ledger.round_size,
-        # Intermediate evaluations planned, and how many the curve has (a step that generated more than the
-        # plan's spacing serves several thresholds with one evaluation).
-        "eval_points": {"planned": planned, "evaluated": len(points) - 2},
-        "completion_tokens": int(round(ledger.completion_tokens)),
-        # Trained signal groups and completions in zero-signal groups (runner.signal_accounting); None when the
-        # run's logs could not tell them.
-        "signal_groups": signal_groups,
-        "zero_signal_completions": result.config.get("zero_signal_completions"),
-        "completions_per_signal_group": ledger.completions / signal_groups if signal_groups else None,
-        "wall_seconds": round(result.wall_seconds, 3),
-        "kept_frac": sum(kept) / len(kept) if kept else 1.0,
-        "before": result.eval_before,
-        "after": result.eval_after,
-        "curve": points,
-        "proportions": proportions,
-    }
-
-
-def execute_run(settings: CompareSettings, run: GridRun, pre_select: bool = False,
-                on_step: Callable[[int], None] | None = None) -> dict:
-    """Train one grid run, write its `result.json` atomically and return the result record."""
-    from dataflex_callbacks.recipes import tasks
-    from dataflex_callbacks.recipes.runner import load_data, run_training
-
-    options = settings.options_for(run, pre_select)
-    _, test, reward_settings = load_data(options)
-    eval_settings = dict(max_new_tokens=options.eval_max_new_tokens, seed=options.seed, **reward_settings)
-
-    def evaluate(model, tokenizer):
-        return tasks.evaluate(model, tokenizer, test, **eval_settings)
-
-    ledger = GenerationLedger(settings.budget)
-    callback = budget_callback(ledger, evaluate, settings.eval_points, on_step)
-    with warnings.catch_warnings(record=True) as caught:
-        # Caught, not printed: repeated by every run they would bury the progress bar. The library's own
-        # warnings (e.g. a mixer whose targets the sampler does not follow) go into the report instead.
-        warnings.simplefilter("always")
-        result = run_training(options, callbacks=[callback])
-    record = _summarize(settings, run, result, ledger, callback.curve)
-    notes = {str(w.message).strip() for w in caught if str(w.message).startswith("dataflex")}
-    record["notes"] = sorted(notes)
-    write_json_atomic(os.path.join(settings.run_dir(run), RESULT_FILE), record)
-    return record
-
-
-# --------------------------------------------------------------------------- worker processes
-
-_progress_queue = None
-PR_SET_PDEATHSIG = 1  # linux/prctl.h
-PARENT_CHECK_SECONDS = 1.0
-
-
-def die_with_parent(parent_pid: int) -> None:
-    """Make this process exit as soon as `parent_pid` (the process that started it) is gone, even after SIGKILL.
-
-    On Linux the kernel sends SIGKILL on the parent's death (`prctl(PR_SET_PDEATHSIG)`); everywhere,
-    a daemon thread checks once a second that the parent is still the same process.
-    """
-    import signal
-
-    if sys.platform.startswith("linux"):
-        try:
-            import ctypes
-
-            libc = ctypes.CDLL(None, use_errno=True)
-            libc.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        except (OSError, AttributeError):  # no prctl: the watchdog below still applies
-            pass
-    if os.getppid() != parent_pid:  # the parent died before the signal was armed
-        os._exit(1)
-
-    def watch() -> None:
-        while True:
-            time.sleep(PARENT_CHECK_SECONDS)
-            if os.getppid() != parent_pid:  # re-parented: the compare process is gone
-                os._exit(1)
-
-    threading.Thread(target=watch, name="dataflex-parent-watchdog", daemon=True).start()
-
-
-def _init_worker(queue, parent_pid: int | None = None) -> None:
-    global _progress_queue
-    if parent_pid is not None:
-        die_with_parent(parent_pid)
-    import torch
-
-    torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    _progress_queue = queue
-
-
-def _execute_in_worker(settings: CompareSettings, run: GridRun, pre_select: bool) -> dict:
-    def report(step: int) -> None:
-        _progress_queue.put((run.name, step))
-
-    return execute_run(settings, run, pre_select, on_step=report)
-
-
-# --------------------------------------------------------------------------- the grid
 
 
 @dataclass
@@ -488,7 +289,7 @@ def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
     Nothing is written before the checks pass; if a later step of the start fails, the folder is
     removed again when this start created it.
     """
-    from dataflex_callbacks.recipes.runner import OutputFolder
+    from dataflex_callbacks.recipes.run_folder import OutputFolder
 
     strategies = build_strategies(settings)
     check_data(settings, strategies)
@@ -561,7 +362,7 @@ def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, s
                 finish(run, execute_run(settings, run, pre_select[run.strategy],
                                         on_step=lambda step, name=run.name: advance(name, step)))
         else:
-            _run_parallel(settings, pending, pre_select, advance, finish)
+            run_parallel(settings, pending, pre_select, advance, finish)
     finally:
         if bar is not None:
             bar.close()
@@ -569,37 +370,6 @@ def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, s
     outcome.wall_seconds = time.perf_counter() - started
     return outcome
 
-
-def _run_parallel(settings, pending, pre_select, advance, finish) -> None:
-    import multiprocessing
-    import queue as queue_module
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
-
-    # spawn: a fresh interpreter per worker, never a fork of a process that holds torch threads.
-    context = multiprocessing.get_context("spawn")
-    progress = context.Queue()
-    with ProcessPoolExecutor(max_workers=min(settings.jobs, len(pending)), mp_context=context,
-                             initializer=_init_worker, initargs=(progress, os.getpid())) as pool:
-        futures = {pool.submit(_execute_in_worker, settings, run, pre_select[run.strategy]): run for run in pending}
-        remaining = set(futures)
-        try:
-            while remaining:
-                done, remaining = wait(remaining, timeout=0.5, return_when=FIRST_COMPLETED)
-                while True:
-                    try:
-                        name, step = progress.get_nowait()
-                    except queue_module.Empty:
-                        break
-                    advance(name, step)
-                for future in done:
-                    finish(futures[future], future.result())  # a failed run raises here; finished ones are kept
-        except BaseException as error:
-            for future in remaining:
-                future.cancel()
-            if not isinstance(error, Exception):  # Ctrl-C: stop the runs in progress instead of waiting for them
-                for process in list((getattr(pool, "_processes", None) or {}).values()):
-                    process.terminate()
-            raise
 
 
 def parse_seeds(text) -> list[int]:

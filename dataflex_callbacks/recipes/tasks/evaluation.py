@@ -14,6 +14,8 @@ from typing import Callable
 
 import torch
 
+from dataflex_callbacks.batch import NO_DOMAIN
+
 from .suite import TaskReward
 
 
@@ -90,7 +92,7 @@ def evaluate(model, tokenizer, dataset, max_new_tokens: int = 8, batch_size: int
 
     prompts = list(dataset["prompt"])
     answers = [str(a) for a in dataset["answer"]]
-    domains = list(dataset["domain"]) if "domain" in dataset.column_names else ["default"] * len(prompts)
+    domains = list(dataset["domain"]) if "domain" in dataset.column_names else [NO_DOMAIN] * len(prompts)
     completions = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
     reward = TaskReward(seed=seed, verifier=verifier, builtin_domains=builtin_domains)
     scores = [reward.score(p, c, a, d, salt=(seed, "eval")) for p, c, a, d in zip(prompts, completions, answers, domains)]
@@ -98,7 +100,7 @@ def evaluate(model, tokenizer, dataset, max_new_tokens: int = 8, batch_size: int
     position = {name: i for i, name in enumerate(names)}
     # Every process scores the whole dataset: no cross-process reduction. An empty dataset has no
     # domain, and a metric needs one.
-    accuracy = HeldOutAccuracy([str(name) for name in names] or ["default"], sync_on_compute=False)
+    accuracy = HeldOutAccuracy([str(name) for name in names] or [NO_DOMAIN], sync_on_compute=False)
     accuracy.update(torch.tensor(scores, dtype=torch.float64), torch.tensor([position[d] for d in domains], dtype=torch.long))
     values = accuracy.compute()
     result = {name: values[str(name)] for name in names}

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
+
+from dataflex_callbacks.batch import NO_DOMAIN
 
 from .suite import prompt_key
 
@@ -117,7 +120,7 @@ def _check_domains(domains: list, column: str, source: str) -> None:
     if bad:
         raise DatasetError(
             f"domain column {column!r} of {source!r} has {len(bad)} empty (null) value(s) (first: row {bad[0]}); "
-            "give every row a domain, or leave out --domain-column to put all rows in one domain"
+            "give every row a domain, or leave out --domain-key to put all rows in one domain"
         )
 
 
@@ -141,34 +144,44 @@ def _load_raw(name_or_path: str, split: str, prompt_column: str | None = None):
 
 
 def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_column: str = "answer",
-                        domain_column: str | None = None, split: str = "train", default_domain: str = "default"):
+                        domain_key: str | None = None, split: str = "train", default_domain: str = NO_DOMAIN,
+                        domain_column: str | None = None):
     """Load prompts and answers from a hub dataset name or a local jsonl/json/parquet/csv file.
 
     Returns a `datasets.Dataset` with the suite's columns: `prompt`, `answer` (as text),
-    `domain` (from `domain_column`, else `default_domain`) and `prompt_key`. Other columns are
+    `domain` (from `domain_key`, else `default_domain`: `NO_DOMAIN`) and `prompt_key`. Other columns are
     dropped. A prompt is non-empty text or a list of chat messages (`[{"role": ..., "content": ...}]`).
     Raises `DatasetColumnError` naming the available columns when a column is missing, and
     `DatasetError` naming the file and row (or JSONL line) for an empty or malformed file, a
     value that is not a prompt, or a row without a domain. Hub names go through
     `datasets.load_dataset` (downloaded, or read from the local cache when offline).
+    ``domain_column`` is the earlier name of ``domain_key`` (a DeprecationWarning), for one release.
     """
+    if domain_column is not None:
+        if domain_key is not None and domain_key != domain_column:
+            raise ValueError(f"got domain_key={domain_key!r} and domain_column={domain_column!r} (its earlier name); "
+                             "pass only domain_key")
+        warnings.warn("load_prompt_dataset(domain_column=...) is deprecated; pass domain_key=... instead",
+                      DeprecationWarning, stacklevel=2)
+        domain_key = domain_column
     source = os.fspath(name_or_path)
     raw = _load_raw(name_or_path, split, prompt_column)
     if len(raw) == 0:
         raise DatasetError(f"dataset {source!r} has no rows; it needs at least 2 rows with a prompt and an answer")
     available = list(raw.column_names)
-    for role, column in (("prompt", prompt_column), ("answer", answer_column), ("domain", domain_column)):
+    for role, column, flag in (("prompt", prompt_column, "--prompt-column"), ("answer", answer_column, "--answer-column"),
+                               ("domain", domain_key, "--domain-key")):
         if column is not None and column not in available:
             raise DatasetColumnError(
                 f"{role} column {column!r} not found in {os.fspath(name_or_path)!r}; "
-                f"available columns: {', '.join(available)} (set --{role}-column)"
+                f"available columns: {', '.join(available)} (set {flag})"
             )
     prompts = list(raw[prompt_column])
     _check_prompts(prompts, prompt_column, source)
     answers = ["" if a is None else str(a) for a in raw[answer_column]]
-    if domain_column is not None:
-        domains = list(raw[domain_column])
-        _check_domains(domains, domain_column, source)
+    if domain_key is not None:
+        domains = list(raw[domain_key])
+        _check_domains(domains, domain_key, source)
         domains = [str(d) for d in domains]
     else:
         domains = [default_domain] * len(prompts)

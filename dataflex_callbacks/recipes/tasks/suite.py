@@ -6,6 +6,8 @@ import hashlib
 import random
 from typing import Callable, Sequence
 
+from dataflex_callbacks.batch import NO_DOMAIN
+
 from .domains import TASK_DOMAINS, TaskDomain
 from .verifiers import completion_text, get_verifier
 
@@ -97,7 +99,7 @@ class TaskReward:
     def __call__(self, prompts, completions, answer=None, domain=None, **kwargs) -> list[float]:
         n = len(completions)
         answers = list(answer) if answer is not None else [""] * n
-        domains = list(domain) if domain is not None else ["default"] * n
+        domains = list(domain) if domain is not None else [NO_DOMAIN] * n
         call = self.calls
         self.calls += 1
         rewards = [

@@ -82,7 +82,7 @@ RUN_CASES = {
     "jsonl line not an object": (["--dataset", "{not_objects}"], ["line 2", "list"]),
     "integer prompts": (["--dataset", "{int_prompts}"], ["prompt column 'prompt'", "row 0", "int"]),
     "null prompt": (["--dataset", "{null_prompt}"], ["row 5", "None"]),
-    "null domain": (["--dataset", "{null_domain}", "--domain-column", "topic"], ["domain column 'topic'", "row 5"]),
+    "null domain": (["--dataset", "{null_domain}", "--domain-key", "topic"], ["domain column 'topic'", "row 5"]),
     "mix domains not in the data": (["--strategy", "{mix_elsewhere}"], ["algebra", "geometry", "mix.domains"]),
     # a run that would train nothing (0 optimizer steps) is an error, naming the fix
     "fewer built-in rows than one step": (["--n-train", "1"], ["4 usable row(s)", "--n-train", "--prompts-per-step"]),

@@ -33,7 +33,7 @@ def test_run_writes_the_run_folder(finished_run):
     assert [m["step"] for m in metrics] == [1, 2, 3]
     for record in metrics:
         assert 0.0 <= record["kept_frac"] <= 1.0 and "loss" in record
-        assert abs(sum(record[f"share/{d}"] for d in config["domains"]) - 1.0) < 1e-6
+        assert abs(sum(record[f"mix/actual/{d}"] for d in config["domains"]) - 1.0) < 1e-6
     evaluation = json.loads((finished_run / "eval.json").read_text())
     assert set(evaluation) == {"before", "after"}
     assert set(evaluation["before"]) == {"echo", "digit", "code", "coin", "overall"}

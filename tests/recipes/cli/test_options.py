@@ -87,6 +87,19 @@ def test_flags_are_typed_by_their_field():
     assert type(options.steps) is int and type(options.learning_rate) is float
 
 
+def test_domain_column_is_the_earlier_name_of_domain_key(capsys):
+    args = build_parser().parse_args(["run", "--domain-key", "topic"])
+    assert RunOptions(**options_from_args(args, run_option_names())).domain_key == "topic"
+    with pytest.warns(DeprecationWarning, match="--domain-key"):
+        args = build_parser().parse_args(["run", "--domain-column", "topic"])
+    assert RunOptions(**options_from_args(args, run_option_names())).domain_key == "topic"
+    assert "--domain-column is deprecated; use --domain-key" in capsys.readouterr().err
+    with pytest.warns(DeprecationWarning, match="domain_key"):
+        assert RunOptions(domain_column="topic") == RunOptions(domain_key="topic")
+    with pytest.raises(RunInputError, match="pass only domain_key"):
+        RunOptions(domain_key="a", domain_column="b")
+
+
 def test_token_lengths_have_one_rule():
     assert completion_tokens(RunOptions()) == 4 and completion_tokens(RunOptions(model="some/model")) == 64
     assert completion_tokens(RunOptions(max_completion_length=12)) == 12

@@ -33,6 +33,6 @@ def skipped_per_step(tmp_path, name, *extra):
 def test_a_local_jsonl_without_a_domain_column_skips_as_one_domain(tmp_path):
     without = skipped_per_step(tmp_path, "none", "--dataset", str(write_jsonl(tmp_path / "plain.jsonl")))
     one = skipped_per_step(tmp_path, "one", "--dataset", str(write_jsonl(tmp_path / "topic.jsonl", "spelling")),
-                           "--domain-column", "topic")
+                           "--domain-key", "topic")
     assert len(without) == 6 and without[-1] > 0, without
     assert without == one

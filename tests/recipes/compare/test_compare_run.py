@@ -77,7 +77,7 @@ def test_runs_of_one_seed_start_from_the_same_weights_and_data(compare_dir):
         first_steps = [json.loads((compare_dir / "runs" / f"{s}-seed{seed}" / "metrics.jsonl").open().readline())
                        for s in ("baseline", "difffilter")]
         # Step 1 is generated before any update: same prompts, same completions, same rewards.
-        for key in ("reward", "completions/mean_length", *(f"share/{d}" for d in DOMAINS)):
+        for key in ("reward", "completions/mean_length", *(f"mix/actual/{d}" for d in DOMAINS)):
             assert first_steps[0][key] == first_steps[1][key], key
         assert [p["step"] for p in results[0]["curve"]] == [0, 1, 3]
 

@@ -4,6 +4,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
+from dataflex_callbacks.batch import NO_DOMAIN  # noqa: E402
 from dataflex_callbacks.recipes.tasks import evaluate, load_task_suite  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
@@ -83,6 +84,6 @@ def test_accuracy_equals_a_loop_over_the_scored_rows():
     assert accuracy == expected and list(accuracy) == list(expected)
     assert 0.0 < accuracy["overall"] < 1.0  # a case where the per-domain means differ from the overall one
 
-    unlabelled = test.remove_columns("domain")  # every row in the "default" domain, scored by the verifier
-    assert set(evaluate(model, tokenizer, unlabelled)) == {"default", "overall"}
+    unlabelled = test.remove_columns("domain")  # every row in the library's NO_DOMAIN, scored by the verifier
+    assert set(evaluate(model, tokenizer, unlabelled)) == {NO_DOMAIN, "overall"}
     assert evaluate(model, tokenizer, test.select([])) == {"overall": 0.0}

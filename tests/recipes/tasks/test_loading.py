@@ -6,6 +6,7 @@ import pytest
 
 pytest.importorskip("datasets")
 
+from dataflex_callbacks.batch import NO_DOMAIN  # noqa: E402
 from dataflex_callbacks.recipes.tasks import load_prompt_dataset  # noqa: E402
 from dataflex_callbacks.recipes.tasks.loading import DatasetColumnError, DatasetError  # noqa: E402
 
@@ -28,22 +29,28 @@ def _write(tmp_path, kind):
 @pytest.mark.parametrize("kind", ["jsonl", "parquet", "csv"])
 def test_loads_local_files(tmp_path, kind):
     data = load_prompt_dataset(_write(tmp_path, kind), prompt_column="question", answer_column="solution",
-                               domain_column="topic")
+                               domain_key="topic")
     assert data.column_names == ["prompt", "answer", "domain", "prompt_key"]
     assert data["prompt"] == [r["question"] for r in ROWS]
     assert data["answer"] == [r["solution"] for r in ROWS]  # answers become text
     assert data["domain"] == [r["topic"] for r in ROWS]
 
 
-def test_default_domain(tmp_path):
+def test_rows_without_a_domain_column_are_in_the_library_s_no_domain(tmp_path):
     data = load_prompt_dataset(_write(tmp_path, "jsonl"), "question", "solution")
-    assert set(data["domain"]) == {"default"}
+    assert set(data["domain"]) == {NO_DOMAIN}
+
+
+def test_domain_column_is_the_earlier_name_of_domain_key(tmp_path):
+    with pytest.warns(DeprecationWarning, match="domain_key"):
+        data = load_prompt_dataset(_write(tmp_path, "jsonl"), "question", "solution", domain_column="topic")
+    assert data["domain"] == [r["topic"] for r in ROWS]
 
 
 @pytest.mark.parametrize("columns", [
     dict(prompt_column="prompt", answer_column="solution"),
     dict(prompt_column="question", answer_column="answer"),
-    dict(prompt_column="question", answer_column="solution", domain_column="domain"),
+    dict(prompt_column="question", answer_column="solution", domain_key="domain"),
 ])
 def test_missing_column_names_the_available_ones(tmp_path, columns):
     with pytest.raises(DatasetColumnError, match="available columns: question, solution, topic"):
@@ -124,4 +131,4 @@ def test_a_row_without_a_domain_is_refused(tmp_path):
     rows = [{"q": "a", "a": "1", "topic": "x"}, {"q": "b", "a": "2", "topic": None}]
     path = _lines(tmp_path, *(json.dumps(r) for r in rows))
     with pytest.raises(DatasetError, match=r"domain column 'topic' .* 1 empty \(null\) value\(s\) \(first: row 1\)"):
-        load_prompt_dataset(path, "q", "a", domain_column="topic")
+        load_prompt_dataset(path, "q", "a", domain_key="topic")

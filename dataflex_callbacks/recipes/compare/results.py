@@ -1,0 +1,164 @@
+"""One run of a comparison's grid: train it, summarise it into ``runs/<name>/result.json``, read it back.
+
+Each finished run leaves its `result.json`, written atomically (temporary file + `os.replace`): a
+run either has a complete result or none. A result that is unreadable or lacks a field counts as
+missing, so the run is recomputed, with a warning.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from typing import TYPE_CHECKING, Callable
+
+from .budget import GenerationLedger, budget_callback
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .grid import CompareSettings, GridRun
+
+RESULT_FILE = "result.json"
+
+
+
+def write_json_atomic(path: str, data) -> None:
+    """Write JSON so that `path` holds either the old content or the complete new one, never a partial file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    temporary = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    with open(temporary, "w") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True, default=str)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(temporary, path)
+
+
+# Every field `_summarize` writes, with its type: a result.json missing one or holding another type is recomputed.
+RESULT_FIELDS = {"strategy": str, "seed": int, "name": str, "budget": str, "shared_key": str, "run_dir": str,
+                 "domains": list, "steps": int, "completions": int, "completion_tokens": int,
+                 "wall_seconds": (int, float), "kept_frac": (int, float), "before": dict, "after": dict,
+                 "curve": list, "proportions": list}
+
+
+def result_problem(record) -> str | None:
+    """What is wrong with a loaded result record (a missing field, a wrong type), or None when it is complete."""
+    if not isinstance(record, dict):
+        return f"it holds a JSON {type(record).__name__}, not an object"
+    for key, kind in RESULT_FIELDS.items():
+        if key not in record:
+            return f"it lacks the field {key!r}"
+        if not isinstance(record[key], kind) or isinstance(record[key], bool):
+            return f"its field {key!r} is a {type(record[key]).__name__}"
+    for when in ("before", "after"):
+        if not isinstance(record[when].get("overall"), (int, float)):
+            return f"its {when!r} accuracy has no number 'overall'"
+    for point in record["curve"]:
+        if not (isinstance(point, dict) and {"step", "completions", "accuracy"} <= set(point)
+                and isinstance(point["accuracy"], dict)):
+            return "its accuracy curve has a malformed point"
+    return None
+
+
+def load_result(settings: CompareSettings, run: GridRun, on_warning: Callable[[str], None] | None = None) -> dict | None:
+    """The finished result of `run`, or None when it has none (or one made with other shared settings).
+
+    A result file that cannot be read or lacks a field counts as missing (the run is recomputed);
+    `on_warning` hears about it.
+    """
+    path = os.path.join(settings.run_dir(run), RESULT_FILE)
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as handle:
+            record = json.load(handle)
+        problem = result_problem(record)
+    except (OSError, ValueError) as error:
+        problem = f"it cannot be read ({type(error).__name__}: {str(error).splitlines()[0] if str(error) else ''})"
+    if problem is not None:
+        if on_warning is not None:
+            on_warning(f"{path} is not a complete run result ({problem}); recomputing run {run.name}")
+        return None
+    if record.get("shared_key") != settings.shared_key():
+        return None
+    if record["strategy"] != run.strategy or record["seed"] != run.seed:
+        if on_warning is not None:
+            on_warning(f"{path} holds the run {record['strategy']!r} seed {record['seed']}, not {run.name}; recomputing it")
+        return None
+    return record
+
+
+def _summarize(settings: CompareSettings, run: GridRun, result, ledger: GenerationLedger, curve: list[dict]) -> dict:
+    domains = list(result.config.get("domains") or [])
+    metrics = result.metrics
+    kept = [m["kept_frac"] for m in metrics if m.get("kept_frac") is not None]
+    final_step = ledger.steps or (metrics[-1]["step"] if metrics else 0)
+    points = [{"step": 0, "completions": 0, "accuracy": result.eval_before}]
+    points += [p for p in curve if p["step"] < final_step]
+    points.append({"step": final_step, "completions": ledger.completions, "accuracy": result.eval_after})
+    planned = len(settings.eval_plan().thresholds())
+    proportions = []
+    for m in metrics:
+        target = {d: m.get(f"dataflex/mix/target/{d}") for d in domains}
+        proportions.append({
+            "step": m["step"],
+            "sampled": {d: m.get(f"mix/actual/{d}") or 0.0 for d in domains},
+            "target": target if any(v is not None for v in target.values()) else None,
+        })
+    signal_groups = result.config.get("signal_groups_trained")
+    return {
+        "strategy": run.strategy,
+        "seed": run.seed,
+        "name": run.name,
+        "budget": str(settings.budget),
+        "shared_key": settings.shared_key(),
+        "run_dir": result.output_dir,
+        "domains": domains,
+        "steps": final_step,
+        "completions": ledger.completions,
+        # Completions beyond a completions budget (None for a steps budget) and one generation round's
+        # completions: a run stops within one round of its budget.
+        "overshoot": ledger.overshoot,
+        "round_completions": ledger.round_size,
+        # Intermediate evaluations planned, and how many the curve has (a step that generated more than the
+        # plan's spacing serves several thresholds with one evaluation).
+        "eval_points": {"planned": planned, "evaluated": len(points) - 2},
+        "completion_tokens": int(round(ledger.completion_tokens)),
+        # Trained signal groups and completions in zero-signal groups (runner.signal_accounting); None when the
+        # run's logs could not tell them.
+        "signal_groups": signal_groups,
+        "zero_signal_completions": result.config.get("zero_signal_completions"),
+        "completions_per_signal_group": ledger.completions / signal_groups if signal_groups else None,
+        "wall_seconds": round(result.wall_seconds, 3),
+        "kept_frac": sum(kept) / len(kept) if kept else 1.0,
+        "before": result.eval_before,
+        "after": result.eval_after,
+        "curve": points,
+        "proportions": proportions,
+    }
+
+
+def execute_run(settings: CompareSettings, run: GridRun, pre_select: bool = False,
+                on_step: Callable[[int], None] | None = None) -> dict:
+    """Train one grid run, write its `result.json` atomically and return the result record."""
+    from dataflex_callbacks.recipes import tasks
+    from dataflex_callbacks.recipes.runner import load_data, run_training
+
+    options = settings.options_for(run, pre_select)
+    _, test, reward_settings = load_data(options)
+    eval_settings = dict(max_new_tokens=options.eval_max_new_tokens, seed=options.seed, **reward_settings)
+
+    def evaluate(model, tokenizer):
+        return tasks.evaluate(model, tokenizer, test, **eval_settings)
+
+    ledger = GenerationLedger(settings.budget)
+    callback = budget_callback(ledger, evaluate, settings.eval_points, on_step)
+    with warnings.catch_warnings(record=True) as caught:
+        # Caught, not printed: repeated by every run they would bury the progress bar. The library's own
+        # warnings (e.g. a mixer whose targets the sampler does not follow) go into the report instead.
+        warnings.simplefilter("always")
+        result = run_training(options, callbacks=[callback])
+    record = _summarize(settings, run, result, ledger, callback.curve)
+    notes = {str(w.message).strip() for w in caught if str(w.message).startswith("dataflex")}
+    record["notes"] = sorted(notes)
+    write_json_atomic(os.path.join(settings.run_dir(run), RESULT_FILE), record)
+    return record
