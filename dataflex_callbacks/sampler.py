@@ -60,8 +60,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 __all__ = ["DomainMixingSampler", "domain_labels", "largest_remainder_quotas"]
 
-POOL_LABEL = NO_DOMAIN  # earlier name of NO_DOMAIN; goes once tests/integrations/trl/test_no_domain.py stops importing it
-
 STATE_KEYS = ("domains", "seed", "draw_size", "layout", "num_generations", "repeat_count", "chunks_per_epoch",
               "quota", "data", "pooled", "epoch", "rng", "perm", "pointers", "drawn_total", "drawn_recent",
               "epoch_rows", "uniforms", "position", "proportions")
