@@ -35,10 +35,11 @@ from typing import Any, Mapping
 from .config_fields import (NAN_POLICIES, QUOTAS, WINDOW_UNITS, DynamicSamplingConfig,  # noqa: F401 (re-exported)
                             MixConfig, ReweightConfig, SelectConfig, StrategyConfig, required_fields)
 from .errors import ConfigError
-from .params import plain_scalar
+from .plain_values import plain  # noqa: F401 (re-exported)
 
 TOP_LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(StrategyConfig))
-LEGACY_KEYS = ("mechanism", "scorer", "actuator", "warmup_step", "update_step", "domains", "domain_key", "window", "name")
+# The keys of DataFlex-RL's single-mechanism block (the reference form), read by `from_dataflex_rl`.
+REFERENCE_KEYS = ("mechanism", "scorer", "actuator", "warmup_step", "update_step", "domains", "domain_key", "window", "name")
 
 # Defaults of the DataFlex-RL plugin that differ from this library's, filled into reference-form
 # blocks that omit them (keyed by canonical component name). Everything else already agrees.
@@ -50,7 +51,10 @@ REFERENCE_DEFAULTS: dict[tuple[str, str], dict[str, Any]] = {
     ("mixer", "dump_ucb"): {"temperature": 1.0, "c": 1.0},
     ("mixer", "tscl"): {"temperature": 1.0},
 }
-# Keys the verl adapter reads from the same ``dataflex:`` block (with their types).
+# Keys a host adapter reads from the ``dataflex:`` block beside the strategy, with the type each must
+# have (the verl adapter's ``enable`` and ``seed``; their meaning is the adapter's, in
+# integrations/verl/config.py). Declared here so that a verl file builds the same strategy on every
+# host: the loader checks their type (`host_options`) and leaves them out of the strategy.
 HOST_KEYS = {"enable": bool, "seed": int}
 # The reference plugin's mix schedule (MixConfig fields), filled into reference-form mix blocks.
 REFERENCE_MIX = {"warmup_steps": 0, "update_every": 1, "window": 50, "window_unit": "rows", "quota": "exact"}
@@ -112,9 +116,18 @@ def list_presets() -> dict[str, str]:
 def load_config(config: Any) -> dict:
     """Turn a preset name, a YAML path or a dict into the canonical composable dict (validated keys).
 
+    The plain-dict form of `read_config` (what `Strategy` takes and checkpoints store).
+    """
+    return read_config(config).to_dict()
+
+
+def read_config(config: Any) -> StrategyConfig:
+    """Read a preset name, a YAML path, a dict or a `StrategyConfig` into a checked `StrategyConfig`, defaults filled.
+
+    The first step of the config path (file -> `StrategyConfig` -> `Strategy` -> components).
     A mapping (or file) with a ``dataflex:`` key is read through that block, whatever else sits
     beside it (``trainer:``, ``data:``, ``actor_rollout_ref:`` of a verl config). A `StrategyConfig`
-    (the typed form) is read through its ``to_dict()``.
+    (the typed form) is read through its ``to_dict()``. Components are checked when built.
     """
     if isinstance(config, StrategyConfig):
         config = {key: value for key, value in config.to_dict().items() if value is not None}
@@ -122,21 +135,21 @@ def load_config(config: Any) -> dict:
         config = _read_file(os.fspath(config))
     config = plain(config)
     if isinstance(config, str) and "+" in config:
-        return canonicalize(combine_presets(config))
+        return _typed(combine_presets(config))
     if isinstance(config, str):
         if config not in PRESETS:
             raise ConfigError(f"unknown strategy preset {config!r}; presets: {', '.join(PRESETS)}; or pass a dict or a YAML path")
         resolved = copy.deepcopy(PRESETS[config][1])
         resolved["name"] = config
-        return canonicalize(resolved)
+        return _typed(resolved)
     if not isinstance(config, Mapping):
         raise ConfigError(f"a strategy config must be a preset name, a dict or a YAML path; got {type(config).__name__}")
     if "dataflex" in config:
-        return load_config(_dataflex_block(dict(config)))
+        return read_config(_dataflex_block(dict(config)))
     config = dict(config)
     if "mechanism" in config:
-        config = from_legacy(config)
-    return canonicalize(config)
+        config = from_dataflex_rl(config)
+    return _typed(config)
 
 
 def _dataflex_block(config: dict) -> Any:
@@ -148,7 +161,7 @@ def _dataflex_block(config: dict) -> Any:
     if "dataflex" not in config:
         return config
     block = config["dataflex"]
-    clash = sorted(set(config) & (set(TOP_LEVEL_KEYS) | set(LEGACY_KEYS)))
+    clash = sorted(set(config) & (set(TOP_LEVEL_KEYS) | set(REFERENCE_KEYS)))
     if clash:
         raise ConfigError(f"the config has a 'dataflex:' block and strategy key(s) {clash} beside it; "
                           "put the whole strategy inside 'dataflex:'")
@@ -159,11 +172,7 @@ def _dataflex_block(config: dict) -> Any:
     if not isinstance(block, Mapping):
         raise ConfigError(f"'dataflex:' must hold a strategy mapping or a preset name; got {type(block).__name__}")
     block = dict(block)
-    for key, kind in HOST_KEYS.items():
-        if key in block:
-            value = block.pop(key)
-            if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
-                raise ConfigError(f"dataflex.{key} must be {'true or false' if kind is bool else 'an integer'}; got {value!r}")
+    host_options(block)
     if "strategy" in block:
         extra = sorted(set(block) - {"strategy"})
         if extra:
@@ -176,21 +185,14 @@ def _dataflex_block(config: dict) -> Any:
     return block
 
 
-def plain(value: Any) -> Any:
-    """``value`` as plain Python containers and scalars (OmegaConf nodes, tuples, numpy/torch numbers converted).
-
-    The resolved config is saved in checkpoints; only plain values load under
-    ``torch.load(weights_only=True)`` and serialise to JSON.
-    """
-    if type(value).__module__.startswith("omegaconf"):
-        from omegaconf import OmegaConf
-
-        value = OmegaConf.to_container(value, resolve=True)
-    if isinstance(value, Mapping):
-        return {plain(k): plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [plain(v) for v in value]
-    return plain_scalar(value)
+def host_options(block: dict) -> dict:
+    """Take the `HOST_KEYS` out of a ``dataflex:`` block (in place) and return them, each checked to have its type."""
+    options = {key: block.pop(key) for key in HOST_KEYS if key in block}
+    for key, value in options.items():
+        kind = HOST_KEYS[key]
+        if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
+            raise ConfigError(f"dataflex.{key} must be {'true or false' if kind is bool else 'an integer'}; got {value!r}")
+    return options
 
 
 def combine_presets(spec: str) -> dict:
@@ -221,11 +223,11 @@ def _read_file(path: str) -> Any:
     return data
 
 
-def from_legacy(block: Mapping) -> dict:
+def from_dataflex_rl(block: Mapping) -> dict:
     """Translate the DataFlex-RL single-mechanism block into the composable form, with the reference's defaults."""
-    unknown = sorted(set(block) - set(LEGACY_KEYS))
+    unknown = sorted(set(block) - set(REFERENCE_KEYS))
     if unknown:
-        raise ConfigError(f"dataflex block: unknown key(s) {unknown}; valid keys: {', '.join(LEGACY_KEYS)}")
+        raise ConfigError(f"dataflex block: unknown key(s) {unknown}; valid keys: {', '.join(REFERENCE_KEYS)}")
     mechanism = block["mechanism"]
     if mechanism not in ("select", "reweight", "mix"):
         raise ConfigError(f"dataflex block: mechanism must be one of select, reweight, mix; got {mechanism!r}")
@@ -326,10 +328,15 @@ def _section(config: Mapping, key: str, cls: type) -> Any:
 
 
 def canonicalize(config: Mapping) -> dict:
-    """Validate top-level and section keys; fill defaults (from the `config_fields` dataclasses).
+    """Validate top-level and section keys; fill defaults (from the `config_fields` dataclasses); the plain dict.
 
     Components are checked when built.
     """
+    return _typed(config).to_dict()
+
+
+def _typed(config: Mapping) -> StrategyConfig:
+    """A composable-form mapping as a checked `StrategyConfig` (every part's keys checked, defaults filled)."""
     unknown = sorted(set(config) - set(TOP_LEVEL_KEYS))
     if unknown:
         raise ConfigError(f"strategy config: unknown key(s) {unknown}; valid keys: {', '.join(TOP_LEVEL_KEYS)} "
@@ -342,7 +349,7 @@ def canonicalize(config: Mapping) -> dict:
     strategy.reweight = _section(config, "reweight", ReweightConfig)
     strategy.mix = _section(config, "mix", MixConfig)
     strategy.dynamic_sampling = _dynamic_sampling(config.get("dynamic_sampling"))
-    return strategy.to_dict()
+    return strategy
 
 
 def _dynamic_sampling(section: Any) -> DynamicSamplingConfig | None:
@@ -361,3 +368,8 @@ def _dynamic_sampling(section: Any) -> DynamicSamplingConfig | None:
     if unknown:
         raise ConfigError(f"'dynamic_sampling': unknown key(s) {unknown}; valid keys: {', '.join(valid)}")
     return DynamicSamplingConfig(**{key: plain(value) for key, value in section.items()})
+
+
+# Earlier names, kept for one release: the reference form is what DataFlex-RL users bring, not a legacy.
+LEGACY_KEYS = REFERENCE_KEYS
+from_legacy = from_dataflex_rl

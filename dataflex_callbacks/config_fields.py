@@ -59,6 +59,11 @@ def _check_choice(cls: type, name: str, value: Any, where: str) -> None:
         raise ConfigError(f"{where} must be one of {', '.join(choices)} ({info['help']}); got {value!r}")
 
 
+def _check_warmup(part: str, value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigError(f"'{part}.warmup_steps' must be an integer >= 0; got {value!r}")
+
+
 # A component is given as ``NAME``, ``{name, params}`` or ``{name, **params}``; the loader
 # stores it as ``{"name": str, "params": dict}``. Components check their own parameters when built.
 ComponentSpec = dict
@@ -76,6 +81,9 @@ class SelectConfig:
              "2504.13818; gfpo: GFPO arXiv 2508.09726)")
     warmup_steps: int = config_field(0, help="optimizer steps before the selector acts; until then every row trains")
 
+    def __post_init__(self):
+        _check_warmup("select", self.warmup_steps)
+
 
 @dataclass
 class ReweightConfig:
@@ -87,6 +95,9 @@ class ReweightConfig:
         help="how scores become weights (e.g. softmax; advantage_reweight: arXiv 2505.12929; per_advantage: "
              "prioritized replay arXiv 1511.05952)")
     warmup_steps: int = config_field(0, help="optimizer steps before the reweighter acts; until then every weight is 1")
+
+    def __post_init__(self):
+        _check_warmup("reweight", self.warmup_steps)
 
 
 @dataclass

@@ -19,7 +19,7 @@ import torch
 from .batch import NO_DOMAIN, RolloutBatch
 from .errors import BatchError, StateError
 from .groups import dense_groups, segment_mean, segment_variance
-from .params import plain_scalar
+from .plain_values import plain_scalar
 
 ZERO_VARIANCE_EPS = 1e-12
 KEY_COLUMNS = ("prompt_key", "prompt")  # where a row's prompt key is read from, in order

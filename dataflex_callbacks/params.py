@@ -6,26 +6,7 @@ import math
 from typing import Any, Iterable
 
 from .errors import ParamError
-
-
-def plain_scalar(value: Any) -> Any:
-    """A 0-d numpy/torch number as the Python int/float/bool it holds; any other value unchanged.
-
-    Users pass ``np.float64(0.3)`` or ``torch.tensor(0.3)`` for numbers; checks and saved
-    state want plain Python scalars (``torch.load(weights_only=True)`` refuses numpy scalars).
-    """
-    if value is None or type(value) in (bool, int, float, str):
-        return value
-    if isinstance(value, str):  # numpy.str_ and other str subclasses
-        return str(value)
-    if getattr(value, "ndim", None) == 0 and callable(getattr(value, "item", None)):
-        try:
-            item = value.item()
-        except (TypeError, ValueError, RuntimeError):
-            return value
-        if isinstance(item, (bool, int, float)):
-            return item
-    return value
+from .plain_values import plain_scalar  # also re-exported: its home before plain_values
 
 
 def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,

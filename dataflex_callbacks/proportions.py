@@ -6,7 +6,7 @@ import math
 from typing import Any, Mapping, Sequence
 
 from .errors import ConfigError
-from .params import plain_scalar
+from .plain_values import plain_scalar
 
 
 def check_domains(domains: Any, what: str = "domains") -> list[str]:

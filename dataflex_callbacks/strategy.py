@@ -12,96 +12,22 @@ from __future__ import annotations
 import copy
 import math
 import warnings
-from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 import torch
 
 from .batch import RolloutBatch, clean_signals, masked_centered_square_sum, true_count
-from .config import load_config
-from .errors import (SELECTION_REWARD, SELECTION_REWARD_TEXT, BatchError, ComponentError, ConfigError,
-                     DroppedAllWarning, ParamError, check_state)
-from .groups import dense_groups
-from .mixers import Mixer
+from .config import load_config, read_config
+from .decision import Decision
+from .dropped_all import dropped_all_reason
+from .errors import SELECTION_REWARD, BatchError, ComponentError, ConfigError, DroppedAllWarning, check_state
 from .mixing import DomainMixing
+from .parts import POLICY_SIGNALS, Part, build_mixing
 from .registry import build_component
 from .reweighters import normalize_weights_
 
-POLICY_SIGNALS = ("logprobs", "entropies")
 # Float signals `nan_policy` covers; each gets a ``nonfinite_<name>`` counter (responses) in the metrics.
 CHECKED_SIGNALS = ("rewards", "advantages", "logprobs", "entropies")
-
-
-@dataclass
-class Decision:
-    """What a strategy decided for one batch; hosts fold it into their loss with `dataflex_callbacks.host`.
-
-    Attributes:
-        keep: ``(N,)`` bool, responses that stay in the loss (and its normaliser).
-        weights: ``(N,)`` or ``(N, L)`` float >= 0; 0 where dropped; mean 1 over kept entries
-            (unless the reweighter says ``normalize: none``).
-        token_keep: ``(N, L)`` bool for token-level selection, else None.
-        metrics: plain floats for logging (``kept_frac``, ``dropped_all``, ``ess``, ...).
-        deferred: names of parts ("select", "reweight") left for `Strategy.apply_policy`.
-        step: the step it was decided at (what `Strategy.apply_policy` names in a warning).
-    """
-
-    keep: torch.Tensor
-    weights: torch.Tensor
-    token_keep: torch.Tensor | None = None
-    metrics: dict[str, float] = field(default_factory=dict)
-    deferred: tuple[str, ...] = ()
-    response_weights: torch.Tensor | None = field(default=None, repr=False)
-    step: int | None = field(default=None, repr=False)
-
-
-class _Part:
-    """A scorer paired with its actuator (selector or reweighter), active from ``warmup_steps``."""
-
-    def __init__(self, kind: str, spec: dict, actuator_key: str):
-        self.kind = kind
-        self.scorer = build_component("scorer", spec["scorer"]["name"], **spec["scorer"]["params"])
-        self.actuator = build_component(actuator_key, spec[actuator_key]["name"], **spec[actuator_key]["params"])
-        warmup = spec.get("warmup_steps", 0)
-        if isinstance(warmup, bool) or not isinstance(warmup, int) or warmup < 0:
-            raise ConfigError(f"'{kind}.warmup_steps' must be an integer >= 0; got {warmup!r}")
-        self.warmup_steps = warmup
-        self._check_pairing()
-
-    def _check_pairing(self) -> None:
-        if self.scorer.granularity == "token" and self.actuator.granularity == "response":
-            raise ConfigError(
-                f"{self.kind}: {self.actuator_kind} {self.actuator.name!r} needs one score per response, but scorer "
-                f"{self.scorer.name!r} scores tokens; use a response-level scorer"
-            )
-        if self.scorer.granularity == "response" and self.actuator.granularity == "token":
-            raise ConfigError(
-                f"{self.kind}: {self.actuator_kind} {self.actuator.name!r} needs token scores, but scorer "
-                f"{self.scorer.name!r} scores responses; use token_prob or token_entropy"
-            )
-
-    @property
-    def actuator_kind(self) -> str:
-        return "selector" if self.kind == "select" else "reweighter"
-
-    @property
-    def requires(self) -> set[str]:
-        return set(self.scorer.requires) | set(getattr(self.actuator, "requires", ()))
-
-    @property
-    def needs_groups(self) -> bool:
-        return bool(self.scorer.needs_groups or self.actuator.needs_groups)
-
-    @property
-    def needs_policy(self) -> bool:
-        return bool(set(self.scorer.requires) & set(POLICY_SIGNALS))
-
-    @property
-    def token_level(self) -> bool:
-        return self.actuator.granularity == "token"
-
-    def active(self, step: int) -> bool:
-        return step >= self.warmup_steps
 
 
 class Strategy:
@@ -116,30 +42,17 @@ class Strategy:
         # it itself, with more context, sets this to False.
         self.warn_dropped_all = True
         self._warned_dropped_all = False
-        self.select = _Part("select", self.config["select"], "selector") if self.config["select"] else None
-        self.reweight = _Part("reweight", self.config["reweight"], "reweighter") if self.config["reweight"] else None
+        self.select = Part("select", self.config["select"]) if self.config["select"] else None
+        self.reweight = Part("reweight", self.config["reweight"]) if self.config["reweight"] else None
         pre = self.config.get("pre_select")
         self.pre_select = build_component("pre_select", pre["name"], **pre["params"]) if pre else None
         self.signal_buffer = None  # the SignalGroupBuffer driving this strategy's dynamic_sampling part, once one is built
-        self.mixing: DomainMixing | None = None
-        if self.config["mix"]:
-            mix = self.config["mix"]
-            mixer = build_component("mixer", mix["mixer"]["name"], **mix["mixer"]["params"])
-            assert isinstance(mixer, Mixer)
-            try:
-                self.mixing = DomainMixing(mixer, domains=mix["domains"], window=mix["window"],
-                                           warmup_steps=mix["warmup_steps"], update_every=mix["update_every"],
-                                           smoothing=mix["smoothing"], prior=mix["prior"],
-                                           window_unit=mix.get("window_unit", "steps"))
-            except ParamError as error:
-                raise ParamError(f"mix: {error}", error.param) from error
-            except ValueError as error:
-                raise ConfigError(f"mix: {error}") from error
+        self.mixing: DomainMixing | None = build_mixing(self.config["mix"]) if self.config["mix"] else None
 
     # ------------------------------------------------------------ declarations
 
     @property
-    def parts(self) -> list[_Part]:
+    def parts(self) -> list[Part]:
         return [p for p in (self.select, self.reweight) if p is not None]
 
     @property
@@ -231,74 +144,6 @@ class Strategy:
         warnings.warn(DroppedAllWarning(text + " This warning is shown once.", step=step, strategy=self.name,
                                         cause=cause, fix=fix, host_setting=host_setting), stacklevel=3)
 
-    def _dropped_all_reason(self, n_bad: int, batch: RolloutBatch, counts: dict, token_level: bool,
-                            select_scores: torch.Tensor | None) -> tuple[str, str, str | None]:
-        """``(cause, what happened, fix or None)`` for a step that kept nothing; runs only on such a step.
-
-        ``select_scores`` ``(N,)`` or ``(N, L)``: the selection scorer's output at this step (None if it did not run).
-        A fix is given only where a setting or the code can change the outcome.
-        """
-        n, rewards = batch.n, batch.rewards
-        if n_bad == n:
-            signals = ", ".join(k[len("nonfinite_"):] for k, v in counts.items() if v)
-            return ("nonfinite_signals", f"left out all {n} responses because each has a NaN or infinite value "
-                    f"({signals}) and nan_policy='drop'", "correct the signal's computation, or set nan_policy: zero to "
-                    "count such values as 0")
-        finite = rewards[torch.isfinite(rewards)].float()
-        if finite.numel():
-            values = torch.unique(finite)
-            spread = (f"rewards from {finite.min().item():.4g} to {finite.max().item():.4g}, "
-                      f"{values.numel()} distinct values")
-            binary = bool(((values == 0) | (values == 1)).all())
-        else:
-            spread, binary = "no finite reward", True
-        part = self.select
-        if part is None:
-            return "selector", f"left out all {n} responses ({spread}); the step trains nothing (metric dropped_all=1)", None
-        kept_none = f"kept no {'token' if token_level else 'response'} of {n} ({spread})"
-        by = f"selector {part.actuator.name!r} on scorer {part.scorer.name!r}"
-        if select_scores is not None:
-            scored = select_scores
-            if scored.dim() == 2 and batch.valid_mask is not None:
-                scored = scored[batch.valid_mask.to(scored.device)]
-            bad = ~torch.isfinite(scored)
-            if bool(bad.any()):
-                n_nan = int(torch.isnan(scored).sum())
-                unit = "token" if select_scores.dim() == 2 else "response"
-                return ("nonfinite_scores",
-                        f"{kept_none}: scorer {part.scorer.name!r} returned NaN or infinite scores ({n_nan} NaN, "
-                        f"{int(bad.sum()) - n_nan} infinite, of {scored.numel()} {unit} scores), and "
-                        f"selector {part.actuator.name!r} kept none of the step",
-                        f"make scorer {part.scorer.name!r} return finite scores; nan_policy cleans the batch's signals "
-                        "before any scorer runs, so these come from the scorer's own computation (a division by 0, "
-                        "the log of 0, ...)")
-        if batch.group_ids is not None and "rewards" in part.scorer.requires and _every_group_equal(rewards, batch.group_ids):
-            rounds = self.config.get("dynamic_sampling")
-            searched = (f" (dynamic sampling's {rounds.get('max_rounds')} generation rounds found none either)"
-                        if isinstance(rounds, Mapping) else "")
-            return ("equal_rewards",
-                    f"{kept_none}: within every group the responses had equal rewards, so no group carries a learning "
-                    f"signal{searched} and {by} dropped them all, as it is meant to. The step trains nothing (metric "
-                    "dropped_all=1); now and then that is expected. It matters if it repeats or happens at every step: "
-                    "then the model solves every prompt or fails every one, or the reward gives every completion one "
-                    "value", None)
-        fix = (f"check that the selector's band or fraction fits the scale of the scorer's values, or choose "
-               f"{SELECTION_REWARD_TEXT} that fits them")
-        cause = "selector"
-        if part.scorer.name == "group_solve_rate" and not binary:
-            cause = "reward_scale"
-            fix = (f"the rewards are not 0/1 and the solve rate counts rewards above the scorer's threshold "
-                   f"({part.scorer.threshold:g}) as solved, so every group looks all-solved or all-failed: set "
-                   f"success_threshold= for this reward scale, choose a 0/1 reward as {SELECTION_REWARD_TEXT}, "
-                   "or use diffband (group_reward_variance with threshold_band(0, inf))")
-        elif part.scorer.name == "group_solve_rate":
-            cause = "band"
-            fix = ("the rewards are 0/1 and no group's solve rate fell inside the band; if this repeats, the prompts "
-                   "are all too easy or too hard for the model, or the band is too narrow for the group size: widen "
-                   "threshold_band(low, high), generate more completions per prompt, or use diffband (drops only "
-                   "all-equal groups)")
-        return cause, f"{kept_none}: {by} dropped them all", fix
-
     def apply(self, batch: RolloutBatch, step: int, *, defer_policy: bool = False, sync: bool = True) -> Decision:
         """Decide keep mask and weights for one batch, and feed the mixing statistics.
 
@@ -345,8 +190,8 @@ class Strategy:
 
         metrics = self._metrics(batch, keep, token_keep, weights, counts, stats_batch.rewards, reweight_scores)
         if metrics["dropped_all"]:
-            self._warn_dropped_all(step, *self._dropped_all_reason(n_dropped_bad, batch, counts, token_keep is not None,
-                                                                 select_scores))
+            self._warn_dropped_all(step, *dropped_all_reason(self.select, self.config.get("dynamic_sampling"), n_dropped_bad,
+                                                             batch, counts, token_keep is not None, select_scores))
         if self.mixing is not None:
             if self.mixing.observe(stats_batch, step, sync=sync):
                 self._check_proportions(step)
@@ -397,8 +242,8 @@ class Strategy:
             metrics["dropped_all"] = float(metrics.get("dropped_all", 0.0) or (batch.n > 0 and n_tok == 0))
         if metrics.get("dropped_all") and not was_dropped:
             n_bad = 0 if bad_rows is None or self.nan_policy != "drop" else int(bad_rows.sum())
-            self._warn_dropped_all(decision.step, *self._dropped_all_reason(
-                n_bad, batch, counts, token_keep is not None, select_scores))
+            self._warn_dropped_all(decision.step, *dropped_all_reason(self.select, self.config.get("dynamic_sampling"), n_bad,
+                                                                      batch, counts, token_keep is not None, select_scores))
         return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics, deferred=(),
                         response_weights=decision.response_weights, step=decision.step)
 
@@ -567,15 +412,6 @@ class Strategy:
         return f"Strategy({self.name!r}: {', '.join(parts) or 'no-op'})"
 
 
-def _every_group_equal(values: torch.Tensor, group_ids: torch.Tensor) -> bool:
-    """Whether every group of ``group_ids`` ``(N,)`` has one value in ``values`` ``(N,)`` (no signal to keep)."""
-    index, groups = dense_groups(group_ids.to(values.device))
-    values = values.to(torch.float32)
-    low = torch.full((groups,), math.inf, device=values.device).scatter_reduce(0, index, values, "amin")
-    high = torch.full((groups,), -math.inf, device=values.device).scatter_reduce(0, index, values, "amax")
-    return bool((low == high).all())
-
-
 def _comparable_config(saved: Any) -> dict:
     """A saved config brought to the current canonical form (defaults filled), so only real changes count."""
     if not isinstance(saved, Mapping):
@@ -587,5 +423,5 @@ def _comparable_config(saved: Any) -> dict:
 
 
 def build_strategy(config: Any = "baseline") -> Strategy:
-    """Build a `Strategy` from a preset name, a dict (either config form) or a YAML file path."""
-    return Strategy(load_config(config))
+    """Build a `Strategy` from a preset name, a dict (either config form), a `StrategyConfig` or a YAML file path."""
+    return Strategy(read_config(config).to_dict())

@@ -30,6 +30,7 @@ import logging
 from typing import Any, Mapping
 
 from dataflex_callbacks import Strategy, build_strategy
+from dataflex_callbacks.config import host_options
 from dataflex_callbacks.config_fields import QUOTAS
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import grpo_fields
@@ -72,6 +73,26 @@ def dataflex_block(config: Any) -> dict | None:
     return dict(block) or None
 
 
+def adapter_options(block: dict) -> dict:
+    """Take this adapter's keys (`ADAPTER_KEYS`) out of a ``dataflex:`` block (in place), checked; errors name the key.
+
+    ``enable`` (default true: build the strategy) and ``seed`` (the prompt sampler's seed, default
+    ``data.seed``) are the core's `HOST_KEYS`, type-checked there so every host reads a verl file
+    alike; ``quota`` (the mixing sampler's per-batch domain counts) is this adapter's alone.
+    """
+    null_seed = block.get("seed", 0) is None  # here a null seed means data.seed's
+    if null_seed:
+        del block["seed"]
+    options = host_options(block)
+    if null_seed:
+        options["seed"] = None
+    if "quota" in block:
+        options["quota"] = block.pop("quota")
+        if options["quota"] not in QUOTAS:
+            raise ConfigError(f"dataflex.quota must be one of {', '.join(QUOTAS)}; got {options['quota']!r}")
+    return {key: options[key] for key in ADAPTER_KEYS if key in options}
+
+
 def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
     """``(strategy or None, adapter options)`` from a verl config; errors name the bad key.
 
@@ -80,17 +101,8 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
     block = dataflex_block(config)
     if block is None:
         return None, {}
-    options = {key: block.pop(key) for key in ADAPTER_KEYS if key in block}
-    enable = options.get("enable", True)
-    if not isinstance(enable, bool):
-        raise ConfigError(f"dataflex.enable must be true or false; got {enable!r}")
-    seed = options.get("seed")
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-        raise ConfigError(f"dataflex.seed must be an integer; got {seed!r}")
-    quota = options.get("quota")
-    if quota is not None and quota not in QUOTAS:
-        raise ConfigError(f"dataflex.quota must be one of {', '.join(QUOTAS)}; got {quota!r}")
-    if not enable:
+    options = adapter_options(block)
+    if not options.get("enable", True):
         return None, options
     if "strategy" in block:
         extra = sorted(set(block) - {"strategy"})

@@ -6,7 +6,7 @@ import inspect
 import pytest
 
 from dataflex_callbacks import ConfigError, build_component
-from dataflex_callbacks.config import LEGACY_KEYS, TOP_LEVEL_KEYS, load_config
+from dataflex_callbacks.config import REFERENCE_KEYS, TOP_LEVEL_KEYS, load_config
 from dataflex_callbacks.config_fields import (CONFIG_CLASSES, PART_CLASSES, MixConfig, SelectConfig, StrategyConfig,
                                               field_defaults, field_help, required_fields)
 from dataflex_callbacks.mixing import DomainMixing
@@ -84,7 +84,7 @@ def test_reference_blocks_still_read_through_the_typed_configs():
     mix = load_config({"mechanism": "mix", "actuator": "static", "domains": ["x", "y"], "window": 9})["mix"]
     assert set(mix) == {f.name for f in dataclasses.fields(MixConfig)}
     assert (mix["window"], mix["window_unit"], mix["quota"], mix["update_every"]) == (9, "rows", "exact", 1)
-    assert "mechanism" in LEGACY_KEYS
+    assert "mechanism" in REFERENCE_KEYS
 
 
 def test_a_typed_config_builds_the_same_strategy_as_its_dict():
