@@ -88,7 +88,7 @@ def adapter_options(block: dict) -> dict:
         options["seed"] = None
     if "quota" in block:
         options["quota"] = block.pop("quota")
-        if options["quota"] not in QUOTAS:
+        if options["quota"] is not None and options["quota"] not in QUOTAS:
             raise ConfigError(f"dataflex.quota must be one of {', '.join(QUOTAS)}; got {options['quota']!r}")
     return {key: options[key] for key in ADAPTER_KEYS if key in options}
 
