@@ -7,11 +7,18 @@ A host adapter builds a `RolloutBatch` from its trainer's tensors, asks ``Strate
 - `resolve_domain_key`: the dataset column holding domains (the adapter's argument, else the
   strategy config's ``domain_key``, else the host's default);
 - `grpo_fields` / `batch_fields`: the `RolloutBatch` fields a host provides, for ``Strategy.check_host``;
-- `local_decision`: a decision made on the batch of all ranks, cut to one rank's rows;
+- `decide`: the one call to ``Strategy.apply`` (seeding, which rank warns);
+- `local_decision`, `restrict_rows`, `micro_batch_decision`: a decision made on the batch of all
+  ranks, cut to one rank's rows, to the rows that may stay, to one micro-batch;
 - `kept_token_mask`: which tokens stay in the loss (and its normaliser);
 - `AGGREGATIONS`, `aggregate` and `removal_scale`: how a loss is normalised, and the ``B / K``
   factor that makes masking rows out of a row-normalised loss equal to removing them;
-- `accept_prompts`: the pre-rollout acceptance loop that skips prompts a filter predicts to be useless.
+  `HOST_LOSSES` / `loss_aggregation`: each host's loss names mapped onto those kinds;
+- `acts_before_rollout` / `prompt_choosing_parts`: whether prompts must come through the sampler;
+- `accept_from` (with `accept_prompts`, `BatchFeed`) and `set_group_size`: the pre-rollout
+  acceptance loop that skips prompts a filter predicts to be useless (`prompt_acceptance`);
+- `checkpoint_state`, `restore_strategy`, `read_state_file`: what a checkpoint holds and how it is
+  restored (`checkpoint_state`).
 
 Adapters keep only what their host needs besides: where the tensors are, how they are gathered
 across ranks, which hook writes the loss fields back.
@@ -19,15 +26,27 @@ across ranks, which hook writes the loss fields back.
 
 from __future__ import annotations
 
+import dataclasses
+import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Hashable, Sequence
+from typing import Any, Callable, Mapping
 
-import numpy as np
 import torch
 
 from .batch import RolloutBatch
-from .errors import BatchError, ConfigError
+from .checkpoint_state import checkpoint_state, load_state_file, read_state_file, restore_strategy
+from .errors import SELECTION_REWARD, SELECTION_REWARD_TEXT, BatchError, ConfigError
+from .prompt_acceptance import (AcceptedPrompts, BatchFeed, Candidates, PromptAcceptance, PromptSource, accept_from,
+                                accept_prompts, set_group_size)
 from .strategy import Decision, Strategy, build_strategy
+
+__all__ = ["AGGREGATIONS", "AcceptedPrompts", "BatchFeed", "Candidates", "DEFAULT_DOMAIN_KEY", "HOST_LOSSES",
+           "HostLosses", "PromptAcceptance", "PromptSource", "ROLLOUT_FIELDS", "ROW_NORMALISED", "TENSOR_FIELDS",
+           "accept_from", "accept_prompts", "acts_before_rollout", "aggregate", "as_strategy", "batch_fields",
+           "check_aggregation", "checkpoint_state", "decide", "finish_loss", "grpo_fields", "kept_token_mask",
+           "load_state_file", "local_decision", "loss_aggregation", "micro_batch_decision", "prompt_choosing_parts",
+           "read_state_file", "removal_scale", "resolve_domain_key", "restore_strategy", "restrict_rows",
+           "set_group_size"]
 
 # ------------------------------------------------------------ building the strategy
 
@@ -41,7 +60,7 @@ DEFAULT_DOMAIN_KEY = "domain"
 """The domain column read when neither the adapter's argument nor the config's ``domain_key`` names one."""
 
 
-def resolve_domain_key(strategy: Strategy, given: str | None = None, *, argument: str = "domain_column",
+def resolve_domain_key(strategy: Strategy, given: str | None = None, *, argument: str = "domain_key",
                        default: str = DEFAULT_DOMAIN_KEY) -> tuple[str, str]:
     """The dataset column holding each prompt's domain, and where that name came from (for error messages).
 
@@ -52,11 +71,11 @@ def resolve_domain_key(strategy: Strategy, given: str | None = None, *, argument
     Args:
         strategy: the run's strategy (its ``domain_key``, None when the config sets none).
         given: the adapter's own argument, None when not passed.
-        argument: how the adapter's argument is spelled, for the messages (``"domain_column"``).
+        argument: how the adapter's argument is spelled, for the messages (``"domain_key"``).
         default: the host's column when nothing names one (``"domain"``; verl: ``"data_source"``).
 
     Returns:
-        ``(column, source)``: ``source`` says which setting chose it, e.g. ``"domain_column='topic'"``.
+        ``(column, source)``: ``source`` says which setting chose it, e.g. ``"domain_key='topic'"``.
     """
     configured = getattr(strategy, "domain_key", None)
     if given is None:
@@ -146,6 +165,132 @@ def kept_token_mask(decision: Decision, mask: torch.Tensor | None = None) -> tor
     return kept
 
 
+def restrict_rows(decision: Decision, rows: torch.Tensor) -> Decision:
+    """``decision`` with the rows outside ``rows`` dropped too (keep False, weights 0).
+
+    Args:
+        decision: a decision over ``N`` rows.
+        rows: ``(N,)`` bool, the rows that may stay (e.g. the groups carrying signal of a short
+            dynamic-sampling step).
+    """
+    mask = rows.unsqueeze(1) if decision.weights.dim() == 2 else rows
+    weights = decision.weights * mask.to(decision.weights.dtype)
+    return _with_changes(decision, {"keep": decision.keep & rows, "weights": weights})
+
+
+def micro_batch_decision(decision: Decision, keep: torch.Tensor, weights: torch.Tensor,
+                         response_weights: torch.Tensor | None) -> Decision:
+    """The decision over one micro-batch's rows, from the per-row tensors the host carried there.
+
+    A host that shuffles and splits its batch after the decision (TRL) carries ``keep (B,)``,
+    ``weights (B,)`` or ``(B, L)`` and ``response_weights (B,)`` with the rows; the token mask was
+    already folded into the loss mask, so it is dropped here.
+    """
+    changes: dict[str, Any] = {"keep": keep, "weights": weights}
+    if hasattr(decision, "response_weights"):
+        changes["response_weights"] = response_weights
+    if getattr(decision, "token_keep", None) is not None:
+        changes["token_keep"] = None
+    return _with_changes(decision, changes)
+
+
+def _with_changes(decision: Any, changes: Mapping[str, Any]) -> Any:
+    """A copy of ``decision`` with the fields in ``changes`` replaced (a `Decision`, or any object with a ``__dict__``)."""
+    if dataclasses.is_dataclass(decision):
+        return dataclasses.replace(decision, **changes)
+    changed = type(decision).__new__(type(decision))
+    changed.__dict__.update(decision.__dict__)
+    changed.__dict__.update(changes)
+    return changed
+
+
+# ------------------------------------------------------------ the step's decision
+
+STEP_SEED_STRIDE = 1_000_003
+"""``seed * STEP_SEED_STRIDE + step`` seeds the torch CPU generator of a step's decision (see `decide`)."""
+
+
+def decide(strategy: Strategy, batch: RolloutBatch, step: int, *, seed: int | None = None, warn: bool = True,
+           defer_policy: bool = False, host_settings: Mapping[str, str] | None = None) -> Decision:
+    """The strategy's decision on the batch of all ranks: the one call every adapter makes to ``Strategy.apply``.
+
+    ``batch`` is the global batch, identical on every rank, so the mixing and pre-rollout
+    statistics are not all-reduced again (``sync=False``). Whether the pre-rollout filter observes
+    the batch is the strategy's own rule: not when a `SignalGroupBuffer` drives it (the buffer
+    showed the filter every generated round already).
+
+    Args:
+        strategy: the run's strategy.
+        batch: the step's rollouts of all ranks.
+        step: the host's step counter.
+        seed: the run's seed: torch's default CPU generator is seeded from ``(seed, step)`` for the
+            call and restored after, so any CPU randomness in the strategy is identical on every
+            rank and the host's own random stream is left as it would be without the adapter
+            (TRL). None: the strategy draws from the host's stream as it stands.
+        warn: whether this process warns when a step keeps nothing. Every rank decides alike, so
+            only rank 0 warns: pass ``rank == 0`` (a single-controller host such as verl: True).
+        defer_policy: leave the parts that need current-policy signals to ``Strategy.apply_policy``.
+        host_settings: how this host spells the host-neutral settings the core's warnings name
+            (``{errors.SELECTION_REWARD: "selection_reward=..."}``): a warning whose ``host_setting``
+            is one of them is shown with the host's spelling. None: the core's words.
+    """
+    strategy.warn_dropped_all = warn
+
+    def apply() -> Decision:
+        if not host_settings:
+            return strategy.apply(batch, step, sync=False, defer_policy=defer_policy)
+        return _with_host_settings(lambda: strategy.apply(batch, step, sync=False, defer_policy=defer_policy),
+                                   host_settings)
+
+    if seed is None:
+        return apply()
+    generator = torch.default_generator
+    saved_rng = generator.get_state()
+    generator.manual_seed(int(seed) * STEP_SEED_STRIDE + int(step))
+    try:
+        return apply()
+    finally:
+        generator.set_state(saved_rng)
+
+
+_SETTING_WORDS = {SELECTION_REWARD: ("a selection reward", SELECTION_REWARD_TEXT)}
+"""A host-neutral setting -> what it is, and the words the core's messages name it by."""
+
+_REGISTRY: dict = {}
+"""Which re-shown warnings were shown already (``warnings.warn_explicit``'s registry), as a module's own would."""
+
+
+def _with_host_settings(run: Callable[[], Decision], host_settings: Mapping[str, str]) -> Decision:
+    """``run()``, its warnings shown with the host's spelling of the settings they name (see `decide`)."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        decision = run()
+    for item in caught:
+        message = item.message
+        concept = getattr(message, "host_setting", None)
+        if concept in host_settings and concept in _SETTING_WORDS:
+            noun, words = _SETTING_WORDS[concept]
+            spelled = f"{noun} ({host_settings[concept]})"
+            rebuild, args = message.__reduce__()[:2]
+            message = rebuild(*(arg.replace(words, spelled) if isinstance(arg, str) else arg for arg in args))
+        warnings.warn_explicit(message, item.category, item.filename, item.lineno, registry=_REGISTRY)
+    return decision
+
+
+def prompt_choosing_parts(strategy: Strategy) -> tuple[str, ...]:
+    """The strategy's parts that choose prompts before rollout: ``"mix"`` (which domain) and ``"pre_select"`` (which to skip).
+
+    They act through the host's prompt sampler, so a host must draw its prompts through one.
+    """
+    present = (("mix", strategy.mix_enabled), ("pre_select", getattr(strategy, "pre_select", None) is not None))
+    return tuple(part for part, there in present if there)
+
+
+def acts_before_rollout(strategy: Strategy) -> bool:
+    """True when the strategy has a part that chooses prompts (``mix`` or ``pre_select``)."""
+    return bool(prompt_choosing_parts(strategy))
+
+
 # ------------------------------------------------------------ loss aggregation
 
 AGGREGATIONS = {
@@ -175,7 +320,7 @@ ROW_NORMALISED = ("sequence_mean", "sequence_sum", "fixed_length")
 def check_aggregation(kind: str) -> str:
     """``kind`` when it is one of `AGGREGATIONS`; else an error naming the choices."""
     if kind not in AGGREGATIONS:
-        raise ValueError(f"dataflex: unknown loss aggregation {kind!r}; choose one of {list(AGGREGATIONS)}")
+        raise ConfigError(f"dataflex: unknown loss aggregation {kind!r}; choose one of {list(AGGREGATIONS)}")
     return kind
 
 
@@ -251,46 +396,58 @@ def removal_scale(kind: str, rows: torch.Tensor | int, kept_rows: torch.Tensor |
     return torch.where(kept > 0, rows / kept.clamp(min=1).float(), torch.zeros((), device=kept.device))
 
 
-# ------------------------------------------------------------ pre-rollout acceptance
-
-
-@dataclass
-class PromptAcceptance:
-    """What one pass of `accept_prompts` over a list of candidate prompts took.
+@dataclass(frozen=True)
+class HostLosses:
+    """How one host names its losses: the setting that chooses one, and each name's kind of `AGGREGATIONS`.
 
     Attributes:
-        accepted: ``(A,)`` int64 positions of the accepted candidates, ``A <= need``, ascending.
-        considered: candidates looked at: up to and including the last accepted one when ``need``
-            was met, else all of them; the rest wait for the next pass.
-        skipped: considered candidates the filter turned down (excluded ones are not counted).
+        host: the host, as messages name it.
+        setting: the host's setting naming the loss (``loss_type``, ``loss_agg_mode``).
+        kinds: the host's loss name -> its aggregation kind.
+        where: where the user sets it, for the message of an unknown name.
     """
 
-    accepted: np.ndarray
-    considered: int
-    skipped: int
+    host: str
+    setting: str
+    kinds: Mapping[str, str]
+    where: str
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """Every loss name the adapter knows, in the registry's order."""
+        return tuple(self.kinds)
+
+    def names_of(self, *kinds: str) -> tuple[str, ...]:
+        """The loss names whose aggregation is one of ``kinds`` (e.g. every row-normalised loss)."""
+        return tuple(name for name, kind in self.kinds.items() if kind in kinds)
+
+    def aggregation(self, name: str) -> str:
+        """The aggregation kind of the host's loss ``name``; a `ConfigError` naming the known ones when it is new."""
+        if name not in self.kinds:
+            raise ConfigError(f"dataflex: unknown {self.host} {self.setting} {name!r}; choose one of "
+                              f"{list(self.kinds)} in {self.where}, or open an issue so the adapter learns how this "
+                              "loss normalises")
+        return self.kinds[name]
 
 
-def accept_prompts(pre_select: Any, keys: Sequence[Hashable], need: int, rng: np.random.Generator, *,
-                   labels: Sequence[str] | None = None, exclude: np.ndarray | None = None) -> PromptAcceptance:
-    """Take up to ``need`` of the candidate prompts, in order, each with the filter's keep probability.
+HOST_LOSSES = {
+    "trl": HostLosses("TRL GRPOTrainer", "loss_type", {
+        "grpo": "sequence_mean", "sapo": "sequence_mean", "luspo": "sequence_sum", "dr_grpo": "fixed_length",
+        "bnpo": "token_mean", "dapo": "token_mean_global", "cispo": "token_mean_global", "vespo": "token_mean_global",
+    }, "GRPOConfig(loss_type=...)"),
+    # TRL's RLOOTrainer has one loss and no setting naming it: the mean over the micro-batch's rows.
+    "trl-rloo": HostLosses("TRL RLOOTrainer", "loss", {"rloo": "sequence_mean"}, "RLOOConfig"),
+    "lightning": HostLosses("Lightning", "loss_type", {name: name for name in (
+        "token_mean", "sequence_mean", "sequence_sum", "fixed_length")}, "self.dataflex.loss(..., loss_type=...)"),
+    # verl's token-mean recounts its tokens from loss_mask, i.e. the kept ones.
+    "verl": HostLosses("verl", "loss_agg_mode", {
+        "token-mean": "token_mean_global", "token-sum": "token_sum", "seq-mean-token-sum": "sequence_sum",
+        "seq-mean-token-mean": "sequence_mean", "seq-mean-token-sum-norm": "fixed_length",
+    }, "actor_rollout_ref.actor.loss_agg_mode"),
+}
+"""Every host's loss names -> the core's loss aggregation: the one registry adapters look their losses up in."""
 
-    Each candidate draws one uniform from ``rng``; it is accepted when the uniform is below
-    ``pre_select.keep_probability(keys, labels)``. Candidates after the ``need``-th accepted one
-    are not considered (the caller offers them again), so no uniform is wasted on a decision
-    nobody used.
 
-    Args:
-        pre_select: a pre-rollout filter (``keep_probability(keys, labels) -> (n,)``).
-        keys: the ``n`` candidates' prompt keys, in draw order.
-        need: how many prompts are still wanted, ``>= 1``.
-        rng: the host's generator for these draws (``n`` uniforms are drawn).
-        labels: the candidates' domains, for the filter's prior on unseen prompts.
-        exclude: ``(n,)`` bool, candidates never to take (e.g. already in this batch).
-    """
-    keep_probability = pre_select.keep_probability(list(keys), labels)
-    if exclude is not None:
-        keep_probability = np.where(exclude, 0.0, keep_probability)
-    accepted = np.flatnonzero(rng.random(len(keys)) < keep_probability)[:need]
-    considered = int(accepted[-1]) + 1 if len(accepted) == need else len(keys)
-    excluded = 0 if exclude is None else int(np.asarray(exclude)[:considered].sum())
-    return PromptAcceptance(accepted=accepted, considered=considered, skipped=considered - len(accepted) - excluded)
+def loss_aggregation(host: str, name: str) -> str:
+    """The aggregation kind of ``host``'s loss ``name`` (`HOST_LOSSES`); a `ConfigError` naming the choices when unknown."""
+    return HOST_LOSSES[host].aggregation(name)

@@ -15,7 +15,8 @@ loss_type          loss over the kept entries                                   
 =================  =============================================================  ===========
 
 Each ``loss_type`` is the core loss aggregation of the same name (`dataflex_callbacks.host.AGGREGATIONS`),
-which is also what TRL's ``loss_type`` and verl's ``loss_agg_mode`` map onto.
+which is also what TRL's ``loss_type`` and verl's ``loss_agg_mode`` map onto; the names are looked up
+in the core's registry of every host's losses (`dataflex_callbacks.host.HOST_LOSSES`).
 
 A response stays in the ``sequence_*`` and ``fixed_length`` normalisers while it keeps at least
 one token (token-level selection can empty a response). When nothing is kept the loss is an
@@ -27,22 +28,19 @@ from __future__ import annotations
 import torch
 
 from dataflex_callbacks import Decision
-from dataflex_callbacks.host import aggregate, finish_loss, kept_token_mask
+from dataflex_callbacks.host import HOST_LOSSES, aggregate, finish_loss, kept_token_mask
 
-LOSS_AGGREGATION = {"token_mean": "token_mean", "sequence_mean": "sequence_mean", "sequence_sum": "sequence_sum",
-                    "fixed_length": "fixed_length"}
+LOSS_AGGREGATION = HOST_LOSSES["lightning"].kinds
 """Lightning ``loss_type`` -> the core's loss aggregation (`dataflex_callbacks.host.AGGREGATIONS`)."""
 
-LOSS_TYPES = tuple(LOSS_AGGREGATION)
+LOSS_TYPES = HOST_LOSSES["lightning"].names
 
 __all__ = ["LOSS_TYPES", "check_loss_type", "finish_loss", "kept_token_mask", "loss_sum_and_count"]
 
 
 def check_loss_type(loss_type: str) -> str:
-    """The core aggregation of ``loss_type``; raises naming the valid choices when it is unknown."""
-    if loss_type not in LOSS_AGGREGATION:
-        raise ValueError(f"dataflex: loss_type={loss_type!r} is not supported; choose one of {list(LOSS_TYPES)}")
-    return LOSS_AGGREGATION[loss_type]
+    """The core aggregation of ``loss_type``; a `ConfigError` naming the valid choices when it is unknown."""
+    return HOST_LOSSES["lightning"].aggregation(loss_type)
 
 
 def loss_sum_and_count(per_token_loss: torch.Tensor, decision: Decision, mask: torch.Tensor, loss_type: str,

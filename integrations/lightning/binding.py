@@ -8,20 +8,18 @@ One line in ``training_step`` applies the strategy::
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from dataflex_callbacks import DataFlexError, Decision, DomainMixingSampler, RolloutBatch
-from dataflex_callbacks.host import TENSOR_FIELDS, batch_fields, finish_loss, local_decision
+from dataflex_callbacks.host import TENSOR_FIELDS, batch_fields, decide, finish_loss, local_decision, set_group_size
 
 from .aggregation import loss_sum_and_count
 from .gather import distributed_world, gather_rollouts
 from .sampling import check_prompt_keys
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .callback import DataFlexCallback
 
 class BoundStrategy:
     """The strategy of a `DataFlexCallback`, as a LightningModule's ``training_step`` uses it.
@@ -30,16 +28,20 @@ class BoundStrategy:
     the end (also when ``fit`` stops with an exception). Declaring ``self.dataflex =
     BoundStrategy()`` in ``__init__`` is optional; it turns a forgotten callback into a clear
     error instead of an ``AttributeError``.
+
+    The callback binds itself (``callback.DataFlexCallback``, which imports this module; this one
+    does not import it back): its ``trainer``, ``strategy``, ``sampler``, ``build_sampler``,
+    ``prompt_keys_known`` and ``_record`` are used here.
     """
 
     def __init__(self) -> None:
-        self._callback: "DataFlexCallback | None" = None
+        self._callback: Any = None
         self._last: tuple[int, RolloutBatch, Decision] | None = None
         self._warned_dynamic = False
 
     # ------------------------------------------------------------ binding
 
-    def _bind(self, callback: "DataFlexCallback") -> None:
+    def _bind(self, callback: Any) -> None:
         self._callback, self._last = callback, None
 
     def _unbind(self) -> None:
@@ -101,10 +103,9 @@ class BoundStrategy:
         everyone, rows = gather_rollouts(detached)
         if strategy.pre_select is not None:
             self._prepare_pre_select(strategy.pre_select, everyone)
-        # The gathered batch is the same on every rank, so the tracker must not all-reduce it again, and
-        # only rank 0 says when a step keeps nothing.
-        strategy.warn_dropped_all = trainer.is_global_zero
-        decision = local_decision(strategy.apply(everyone, step, sync=False), rows, batch.num_tokens)
+        # The gathered batch is the same on every rank; only rank 0 says when a step keeps nothing.
+        decision = local_decision(decide(strategy, everyone, step, warn=trainer.is_global_zero), rows,
+                                  batch.num_tokens)
         self._callback._record(decision, everyone, detached)
         self._last = (step, batch, decision)
         return decision
@@ -120,7 +121,7 @@ class BoundStrategy:
         if everyone.group_ids is not None and everyone.n:
             # A skipped prompt saves one group of completions: the mean group size of the step.
             groups = int(torch.unique(everyone.group_ids).numel())
-            pre_select.num_generations = max(1, round(everyone.n / groups))
+            set_group_size(pre_select, max(1, round(everyone.n / groups)))
 
     def loss(self, per_token_loss: torch.Tensor, batch: RolloutBatch, *, loss_type: str = "token_mean",
              decision: Decision | None = None, mask: torch.Tensor | None = None,
@@ -166,7 +167,7 @@ class BoundStrategy:
         ``batch_size`` (prompts per rank per step). With a ``mix`` part it follows the mixer;
         without one it draws all rows as one pool (the data's own domain distribution). Lightning
         keeps it as it is under DDP. ``options`` go to `DomainMixingSampler` (``domains``,
-        ``proportions``, ``num_samples``, ``key_column``, ...); the domain column is the config's
+        ``proportions``, ``num_samples``, ``prompt_key_column``, ...); the domain column is the config's
         ``domain_key``. See `callback.build_sampler`, its twin for a ``LightningDataModule``.
         """
         if self._callback is None or self._callback.trainer is None:

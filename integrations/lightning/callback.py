@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import lightning.pytorch as pl
 
 from dataflex_callbacks import ConfigError, Decision, DomainMixingSampler, RolloutBatch, Strategy
-from dataflex_callbacks.host import as_strategy
+from dataflex_callbacks.host import as_strategy, checkpoint_state, prompt_choosing_parts, restore_strategy
 from dataflex_callbacks.metrics import DomainRewardStats
 
 from .binding import BoundStrategy
@@ -46,11 +46,14 @@ class DataFlexCallback(pl.Callback):
             ...)`` in a ``LightningDataModule``).
         attribute: name of the module attribute to set.
         log_prefix: prefix of the logged metric names.
+        strict: on resume, refuse a checkpoint whose strategy config differs from this one
+            (default). ``strict=False`` restores only the mixing and pre-rollout state.
     """
 
     def __init__(self, strategy: Any = "baseline", *, sampler: DomainMixingSampler | None = None,
-                 attribute: str = "dataflex", log_prefix: str = "dataflex/"):
+                 attribute: str = "dataflex", log_prefix: str = "dataflex/", strict: bool = True):
         self.strategy: Strategy = as_strategy(strategy)
+        self.strict = strict
         self.attribute = attribute
         self.log_prefix = log_prefix
         self.trainer: pl.Trainer | None = None
@@ -122,9 +125,8 @@ class DataFlexCallback(pl.Callback):
         found = find_mixing_sampler(trainer.train_dataloader)
         check_distributed_data(trainer.train_dataloader, trainer.world_size)
         if found is None:
-            acts = [part for part, present in (("mixes domains", self.strategy.mix_enabled),
-                                               ("skips prompts before generation",
-                                                self.strategy.pre_select is not None)) if present]
+            words = {"mix": "mixes domains", "pre_select": "skips prompts before generation"}
+            acts = [words[part] for part in prompt_choosing_parts(self.strategy)]
             if acts:
                 raise ConfigError(f"dataflex: strategy {self.strategy.name!r} {' and '.join(acts)}, which acts through "
                                   f"the prompt sampler, but the train dataloader has none; {FIX}")
@@ -206,11 +208,12 @@ class DataFlexCallback(pl.Callback):
             # A prefetching fetcher (unsized loaders) has drawn one batch more than was trained on;
             # the resumed run must see that batch again.
             sampler_state["position"] = min(sampler_state["position"], self.batches_this_epoch * self.sampler.batch_size)
-        return {"strategy": self.strategy.state_dict(), "sampler": sampler_state,
-                "batches_this_epoch": self.batches_this_epoch}
+        return checkpoint_state(self.strategy, sampler=sampler_state, batches_this_epoch=self.batches_this_epoch)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        self.strategy.load_state_dict(state_dict["strategy"])
+        restore_strategy(self.strategy, state_dict, source="the Lightning checkpoint's DataFlexCallback state",
+                         strict=self.strict, strict_setting="DataFlexCallback(..., strict=False)",
+                         writer="DataFlexCallback")
         self.batches_this_epoch = int(state_dict.get("batches_this_epoch", 0))
         sampler_state = state_dict.get("sampler")
         if sampler_state is None:
@@ -243,7 +246,7 @@ def build_sampler(trainer: pl.Trainer, dataset: Any, *, batch_size: int, seed: i
         batch_size: prompts per rank per step; the DataLoader's ``batch_size``.
         seed: seed of the draw stream (the same on every rank).
         options: more `DomainMixingSampler` options (``domain_key``, ``domains``, ``proportions``,
-            ``num_samples``, ``key_column``, ``mixing``, ``quota``, ...); ``proportions`` (or
+            ``num_samples``, ``prompt_key_column``, ``mixing``, ``quota``, ...); ``proportions`` (or
             ``mixing=True``) draws by domain even without a mix part.
     """
     return dataflex_callback(trainer).build_sampler(dataset, batch_size=batch_size, seed=seed, **options)

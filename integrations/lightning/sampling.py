@@ -83,7 +83,7 @@ def sampler_keys(sampler: DomainMixingSampler) -> frozenset | None:
 
 def key_rule(sampler: DomainMixingSampler) -> str:
     """How ``sampler`` names a row, in words."""
-    column = sampler.key_column
+    column = sampler.prompt_key_column
     if column is not None:
         return f"its {column!r} field"
     first, second = KEY_COLUMNS
@@ -104,5 +104,5 @@ def check_prompt_keys(keys: Sequence[Hashable], known: frozenset, sampler: Domai
         f"RolloutBatch.prompt_keys {unknown[:3]} are not keys the prompt sampler issues, so pre-rollout selection "
         f"can never match its history to the prompts it draws; the sampler names a row by {key_rule(sampler)} "
         f"(e.g. {examples}). Pass prompt_keys by the same rule (one per response), or build the sampler with "
-        "key_column='<the field you pass>'"
+        "prompt_key_column='<the field you pass>'"
     )

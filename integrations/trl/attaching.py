@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
+from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import as_strategy
 
 from .callback import HOOKS, DataFlexCallback, check_callback_host
@@ -30,7 +31,8 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
     ``attach(trainer, "difffilter")`` adds the callback for the trainer's host (`callback_for`:
     `DataFlexCallback` for GRPO, `DataFlexRLOOCallback` for RLOO); if one was already passed in
     ``callbacks=[...]``, that one is bound (``strategy``, when given, replaces its strategy).
-    ``options`` go to the callback (``selection_reward``, ``domain_column``, ``strict``, ...).
+    ``options`` go to the callback (``selection_reward``, ``domain_key``, ``strict``, ...;
+    ``domain_column``, the earlier name of ``domain_key``, with a DeprecationWarning).
     ``callback_class`` names the callback to build for a trainer of your own.
     """
     callback_class = callback_for(trainer) if callback_class is None else callback_class
@@ -45,7 +47,7 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
         )
     existing = [cb for cb in trainer.callback_handler.callbacks if isinstance(cb, DataFlexCallback)]
     if len(existing) > 1:
-        raise ValueError("dataflex: the trainer has several DataFlexCallbacks; keep one (one strategy per trainer).")
+        raise ConfigError("dataflex: the trainer has several DataFlexCallbacks; keep one (one strategy per trainer).")
     if existing:
         callback = existing[0]
         check_callback_host(callback, trainer, callback_class)
@@ -59,7 +61,7 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
             setattr(callback, name, value)
     else:
         if strategy is None:
-            raise ValueError("dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy).")
+            raise ConfigError("dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy).")
         callback = callback_class(strategy, **options)
         trainer.add_callback(callback)
     callback.bind(trainer)

@@ -30,9 +30,7 @@ subclass: `DataFlexCallback.host_class` and ``trainer_name`` (which trainer, nam
 
 from __future__ import annotations
 
-import dataclasses
 import os
-import pickle
 import warnings
 from collections import Counter
 from typing import Any, Callable, Optional
@@ -41,14 +39,15 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.host import (ROW_NORMALISED, as_strategy, grpo_fields, kept_token_mask, local_decision,
-                                     removal_scale, resolve_domain_key)
+from dataflex_callbacks.errors import SELECTION_REWARD, ConfigError
+from dataflex_callbacks.host import (ROW_NORMALISED, acts_before_rollout, as_strategy, checkpoint_state, decide,
+                                     grpo_fields, kept_token_mask, load_state_file, local_decision,
+                                     micro_batch_decision, read_state_file, removal_scale, resolve_domain_key,
+                                     restore_strategy, restrict_rows)
 
 from .dynamic import DynamicSampling, check_dynamic_sampling
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
-from .sampling import (DEFAULT_DOMAIN_SOURCE, acts_before_rollout, check_sampling_dataset, check_shuffle,
-                       grpo_mixing_sampler, row_key)
+from .sampling import DEFAULT_DOMAIN_SOURCE, check_sampling_dataset, check_shuffle, grpo_mixing_sampler, row_key
 from .signals import global_rollout_batch, local_policy_batch, resolve_reward_index, selection_rewards
 from .train_data import check_enough_prompts, check_stream, is_stream, sampler_resume_message
 
@@ -94,7 +93,7 @@ class DataFlexCallback(TrainerCallback):
         strategy: a `Strategy`, a preset name (``"difffilter"``), a config dict, or a YAML path.
         selection_reward: name of the reward function the strategy scores on (one of the
             trainer's ``reward_func_names``); None uses TRL's weighted sum of all reward functions.
-        domain_column: dataset column with each prompt's domain (optional in the data; needed
+        domain_key: dataset column with each prompt's domain (optional in the data; needed
             by a ``mix`` part). None (default): the strategy config's ``domain_key`` when it sets
             one, else ``"domain"``; giving both with different columns is an error.
         prompt_key_column: dataset column with a stable prompt id; None uses the ``prompt_key``
@@ -103,6 +102,7 @@ class DataFlexCallback(TrainerCallback):
             (on CPU), for tests and analysis.
         strict: on ``resume_from_checkpoint``, refuse a checkpoint whose strategy config differs
             from this one (default). ``strict=False`` restores only the mixing and pre-rollout state.
+        domain_column: earlier name of ``domain_key``, accepted for one release (a DeprecationWarning).
     """
 
     host_class: type = GRPOTrainer
@@ -117,19 +117,27 @@ class DataFlexCallback(TrainerCallback):
     supports_dynamic_sampling = True
     """Whether this host runs a strategy's ``dynamic_sampling`` part (`dynamic.DynamicSampling`)."""
 
+    @property
+    def host_settings(self) -> dict[str, str]:
+        """How this adapter spells the settings the core's warnings name (`dataflex_callbacks.host.decide`)."""
+        return {SELECTION_REWARD: f"{self.trainer_name}(..., selection_reward=<one of the trainer's reward_func_names>)"
+                                  " or attach(trainer, strategy, selection_reward=...)"}
+
     def __init__(
         self,
         strategy: Any,
         selection_reward: Optional[str] = None,
-        domain_column: Optional[str] = None,
+        domain_key: Optional[str] = None,
         prompt_key_column: Optional[str] = None,
         record_decisions: bool = False,
         strict: bool = True,
+        domain_column: Optional[str] = None,
     ):
         self.strategy = as_strategy(strategy)
         self.dynamic: Optional[DynamicSampling] = self._dynamic_sampling()
         self.selection_reward = selection_reward
-        self.domain_column = domain_column  # resolved against the config's domain_key in bind()
+        # resolved against the config's domain_key in bind()
+        self.domain_key = renamed_option("domain_column", domain_column, "domain_key", domain_key)
         self.prompt_key_column = prompt_key_column
         self.record_decisions = record_decisions
         self.strict = strict
@@ -169,6 +177,15 @@ class DataFlexCallback(TrainerCallback):
     def history(self) -> list[dict[str, Any]]:
         """Earlier name of `decisions`, kept as an alias."""
         return self.decisions
+
+    @property
+    def domain_column(self) -> Optional[str]:
+        """Earlier name of `domain_key`, kept as an alias for one release."""
+        return self.domain_key
+
+    @domain_column.setter
+    def domain_column(self, value: Optional[str]) -> None:
+        self.domain_key = renamed_option("domain_column", value, "domain_key", None)
 
     # ------------------------------------------------------------------ what differs per host
     def loss_aggregation(self, trainer) -> str:
@@ -219,7 +236,7 @@ class DataFlexCallback(TrainerCallback):
                                "create a new one.")
         aggregation = self.loss_aggregation(trainer)
         self._reward_index = resolve_reward_index(self.selection_reward, trainer.reward_func_names)
-        self.domain_column, domain_source = resolve_domain_key(self.strategy, self.domain_column)
+        self.domain_key, domain_source = resolve_domain_key(self.strategy, self.domain_key)
         if aggregation in ROW_NORMALISED and can_drop_rows(self.strategy) and (
             getattr(trainer, "_entropy_bonus_enabled", False) or getattr(trainer, "aux_loss_enabled", False)
         ):
@@ -232,27 +249,27 @@ class DataFlexCallback(TrainerCallback):
             )
         dataset = getattr(trainer, "train_dataset", None)
         column_names = getattr(dataset, "column_names", None) or []
-        available = grpo_fields(domains=self.domain_column in column_names)
+        available = grpo_fields(domains=self.domain_key in column_names)
         # Before check_host: its generic "needs domain labels" would not name the option that fixes it.
         check_stream(dataset, self.strategy)
         if not is_stream(dataset):  # a stream's pre-rollout filter runs over the stream (streaming.py)
-            check_sampling_dataset(dataset, self.strategy, self.domain_column, self.prompt_key_column, domain_source)
-        check_enough_prompts(trainer, dataset, self.strategy, self.domain_column)
+            check_sampling_dataset(dataset, self.strategy, self.domain_key, self.prompt_key_column, domain_source)
+        check_enough_prompts(trainer, dataset, self.strategy, self.domain_key)
         check_shuffle(trainer, self.strategy)
         host = f"the TRL {self.host_class.__name__} (dataset columns {list(column_names)})"
         self.strategy.check_host(available, host=host)
-        if column_names and self.domain_column not in column_names and domain_source != DEFAULT_DOMAIN_SOURCE:
+        if column_names and self.domain_key not in column_names and domain_source != DEFAULT_DOMAIN_SOURCE:
             warnings.warn(
                 f"dataflex: {domain_source} names a column the train dataset does not have ({list(column_names)}): "
                 "no per-domain metrics. Name the column holding each prompt's domain.",
                 stacklevel=3,
             )
         if self.strategy.mix_enabled and self.strategy.domains is None and "domains" in available:
-            self.strategy.bind_domains(sorted({str(d) for d in dataset[self.domain_column]}))
+            self.strategy.bind_domains(sorted({str(d) for d in dataset[self.domain_key]}))
         if self.dynamic is None or self.dynamic.strategy is not self.strategy:  # attach() may replace the strategy
             self.dynamic = self._dynamic_sampling()
         if self.dynamic is not None:
-            self.dynamic.bind(trainer, self.domain_column, self.prompt_key_column)
+            self.dynamic.bind(trainer, self.domain_key, self.prompt_key_column)
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -304,8 +321,8 @@ class DataFlexCallback(TrainerCallback):
         tool_mask = output.get("tool_mask")
         loss_mask = output["completion_mask"] if tool_mask is None else output["completion_mask"] * tool_mask
         rewards = selection_rewards(rewards_per_func, trainer.reward_weights, self._reward_index)
-        has_domains = len(inputs) > 0 and self.domain_column in inputs[0]
-        domains = [row[self.domain_column] for row in inputs] if has_domains else None
+        has_domains = len(inputs) > 0 and self.domain_key in inputs[0]
+        domains = [row[self.domain_key] for row in inputs] if has_domains else None
         prompt_keys = [row_key(row, self.prompt_key_column) for row in inputs]
         pre_select = self.strategy.pre_select
         wants_ids = pre_select is not None and getattr(pre_select, "noise_check", False)
@@ -332,19 +349,10 @@ class DataFlexCallback(TrainerCallback):
         step = int(trainer.state.global_step)
         # Seeded from (seed, step): any CPU randomness in the strategy is identical on every rank, and
         # TRL's own CPU random stream (shuffling) is left exactly as in a run without the adapter.
-        generator = torch.default_generator
-        saved_rng = generator.get_state()
-        generator.manual_seed(int(trainer.args.seed) * 1_000_003 + step)
-        # Every rank decides on the same global batch; only the main process says when a step keeps nothing.
-        strategy.warn_dropped_all = accelerator.is_main_process
-        # Under dynamic sampling the SignalGroupBuffer already showed the pre-rollout filter every generated
-        # round; Strategy.apply sees the buffer and only reports the filter's metrics.
-        try:
-            decision = strategy.apply(batch, step, sync=False, defer_policy=strategy.needs_policy_signals)
-        finally:
-            generator.set_state(saved_rng)
+        decision = decide(strategy, batch, step, seed=int(trainer.args.seed), warn=accelerator.is_main_process,
+                          defer_policy=strategy.needs_policy_signals, host_settings=self.host_settings)
         if signal is not None:
-            decision = _restrict_decision(decision, signal.to(decision.keep.device))
+            decision = restrict_rows(decision, signal.to(decision.keep.device))
 
         self.write_decision(trainer, output, decision, batch, rewards)
         self.last_decision = decision
@@ -436,7 +444,8 @@ class DataFlexCallback(TrainerCallback):
             policy_batch = local_policy_batch(
                 inputs[REWARDS_KEY], inputs[GROUP_IDS_KEY], mask, inputs["advantages"], logps, entropies
             )
-            local = _replace_decision(decision, inputs[KEEP_KEY], inputs[WEIGHTS_KEY], inputs.get(RESPONSE_WEIGHTS_KEY))
+            local = micro_batch_decision(decision, inputs[KEEP_KEY], inputs[WEIGHTS_KEY],
+                                         inputs.get(RESPONSE_WEIGHTS_KEY))
             policy_decision = self.strategy.apply_policy(policy_batch, local)
             weights = policy_decision.weights
             metrics = trainer._metrics["train" if trainer.model.training else "eval"]
@@ -460,12 +469,12 @@ class DataFlexCallback(TrainerCallback):
     def save_state(self, folder: str) -> str:
         """Write the strategy state (and the mixing sampler's, when installed) into a checkpoint folder."""
         path = os.path.join(folder, STATE_FILE)
-        state = {"strategy": self.strategy.state_dict(), "config": self.strategy.config}
+        parts = {}
         if self.sampler is not None:
-            state["sampler"] = self.sampler.state_dict()
+            parts["sampler"] = self.sampler.state_dict()
         if self.dynamic is not None:
-            state["dynamic"] = self.dynamic.state_dict()
-        torch.save(state, path)
+            parts["dynamic"] = self.dynamic.state_dict()
+        torch.save(checkpoint_state(self.strategy, **parts), path)
         return path
 
     def load_state(self, folder: str, weights_only: bool = True) -> bool:
@@ -475,25 +484,12 @@ class DataFlexCallback(TrainerCallback):
         by default; ``weights_only=False`` reads a trusted file written by an older version that
         stored numpy values.
         """
-        path = os.path.join(folder, STATE_FILE)
-        if not os.path.isfile(path):
-            warnings.warn(
-                f"dataflex: checkpoint {folder} has no {STATE_FILE} (saved without the DataFlex adapter?); the strategy "
-                "starts from a fresh state.",
-                stacklevel=2,
-            )
+        saved = read_state_file(folder, STATE_FILE, weights_only=weights_only, saved_by="the DataFlex adapter")
+        if saved is None:
             return False
-        saved = load_checkpoint_state(path, weights_only)
-        if not isinstance(saved, dict) or not isinstance(saved.get("strategy"), dict):
-            raise ConfigError(f"dataflex: {path} is not a DataFlex strategy state (no 'strategy' dict in it); "
-                              f"resume from a checkpoint folder written by {self.trainer_name} or attach()")
-        try:
-            self.strategy.load_state_dict(saved["strategy"], strict=self.strict)
-        except ConfigError as error:
-            # The core names strict=False; say where the TRL adapter takes it.
-            where = (f" (with the TRL adapter: {self.trainer_name}(..., strict=False) or attach(trainer, strategy, "
-                     "strict=False))") if "strict=False" in str(error) else ""
-            raise ConfigError(f"dataflex: cannot resume from {folder}: {error}{where}") from error
+        writer = f"{self.trainer_name} or attach()"
+        restore_strategy(self.strategy, saved, source=folder, strict=self.strict, writer=writer,
+                         strict_setting=f"{self.trainer_name}(..., strict=False) or attach(trainer, strategy, strict=False)")
         if self.dynamic is not None and saved.get("dynamic") is not None:
             self.dynamic.load_state_dict(saved["dynamic"])
         sampler_state = saved.get("sampler")
@@ -543,7 +539,7 @@ class DataFlexCallback(TrainerCallback):
         if not acts_before_rollout(self.strategy):
             return original(dataset)
         dataset = trainer.train_dataset if dataset is None else dataset
-        self.sampler = grpo_mixing_sampler(trainer, dataset, self.strategy, self.domain_column, self.prompt_key_column)
+        self.sampler = grpo_mixing_sampler(trainer, dataset, self.strategy, self.domain_key, self.prompt_key_column)
         self._restore_sampler()
         return self.sampler
 
@@ -559,41 +555,19 @@ def check_callback_host(callback: DataFlexCallback, trainer, wanted: type) -> No
         )
 
 
-def load_checkpoint_state(path: str, weights_only: bool = True) -> dict:
-    """Read a `save_state` file with torch's safe loading; a clear error when it holds anything else."""
-    try:
-        return torch.load(path, map_location="cpu", weights_only=weights_only)
-    except pickle.UnpicklingError as error:
-        reason = str(error).strip().splitlines()[-1] if str(error).strip() else type(error).__name__
-        raise ConfigError(
-            f"dataflex: {path} holds objects that safe loading (torch.load weights_only=True) refuses ({reason}); "
-            "it was written by an older dataflex-callbacks. If you trust the file, restore it once with "
-            "callback.load_state(checkpoint_folder, weights_only=False) and save a new checkpoint."
-        ) from error
+load_checkpoint_state = load_state_file
+"""Earlier name of `dataflex_callbacks.host.load_state_file`."""
 
 
-def _replace_decision(decision, keep: torch.Tensor, weights: torch.Tensor, response_weights: Optional[torch.Tensor]):
-    """The global decision restricted to one micro-batch's rows (per-row tensors carried by TRL's split)."""
-    changes = {"keep": keep, "weights": weights}
-    if hasattr(decision, "response_weights"):
-        changes["response_weights"] = response_weights
-    if getattr(decision, "token_keep", None) is not None:
-        changes["token_keep"] = None  # already folded into the loss mask at rollout time
-    return _with_changes(decision, changes)
+def renamed_option(old: str, old_value: Any, new: str, new_value: Any) -> Any:
+    """The value of option ``new``, also when given under its earlier name ``old`` (a DeprecationWarning).
 
-
-def _restrict_decision(decision, signal: torch.Tensor):
-    """``decision`` with the rows outside ``signal (N,)`` dropped too (keep False, weights 0)."""
-    rows = signal.unsqueeze(1) if decision.weights.dim() == 2 else signal
-    weights = decision.weights * rows.to(decision.weights.dtype)
-    return _with_changes(decision, {"keep": decision.keep & signal, "weights": weights})
-
-
-def _with_changes(decision, changes: dict):
-    """A copy of ``decision`` with the fields in ``changes`` replaced (a `Decision`, or any object with a ``__dict__``)."""
-    if dataclasses.is_dataclass(decision):
-        return dataclasses.replace(decision, **changes)
-    changed = type(decision).__new__(type(decision))
-    changed.__dict__.update(decision.__dict__)
-    changed.__dict__.update(changes)
-    return changed
+    Giving both with different values is a `ConfigError`.
+    """
+    if old_value is None:
+        return new_value
+    warnings.warn(f"dataflex: {old}= is deprecated; pass {new}={old_value!r} instead", DeprecationWarning, stacklevel=3)
+    if new_value is not None and new_value != old_value:
+        raise ConfigError(f"dataflex: {old}={old_value!r} (the earlier name of {new}) and {new}={new_value!r} name the "
+                          f"same setting; pass only {new}=")
+    return old_value

@@ -46,8 +46,7 @@ import torch
 from dataflex_callbacks.batch import NO_DOMAIN
 from dataflex_callbacks.dynamic_sampling import SignalGroupBuffer, SignalGroups
 from dataflex_callbacks.errors import ConfigError
-
-from dataflex_callbacks.host import accept_prompts
+from dataflex_callbacks.host import Candidates, accept_from
 
 from .sampling import row_key
 from .train_data import is_stream
@@ -88,41 +87,43 @@ class PromptStream:
     resumed stream re-reads its pass and skips those rows, so it continues exactly.
 
     With a ``pre_select`` filter, each candidate is generated with the filter's keep probability
-    (`dataflex_callbacks.host.accept_prompts`, the rule the mixing sampler applies), and skipped ones
-    are counted by the filter (``record_draws``).
+    (`dataflex_callbacks.host.accept_from`, the loop the mixing sampler runs; the stream is its
+    `dataflex_callbacks.host.PromptSource`), and skipped ones are counted by the filter (``record_draws``).
 
     Args:
         dataset: the train dataset (map-style, or a ``datasets.IterableDataset``).
         seed: the run's seed (``args.seed``).
         pre_select: the strategy's pre-rollout filter, or None.
-        key_column: the column naming each prompt for the filter (None: `sampling.row_key`'s rule).
-        domain_column: the column holding each prompt's domain for the filter's prior; rows without it are in
+        prompt_key_column: the column naming each prompt for the filter (None: `sampling.row_key`'s rule).
+        domain_key: the column holding each prompt's domain for the filter's prior; rows without it are in
             `NO_DOMAIN`, as in the sampler of round 0.
     """
 
     STREAM_SHUFFLE_BUFFER = 1000
     """Rows a streamed pass shuffles among (``datasets.IterableDataset.shuffle``'s default buffer)."""
 
-    def __init__(self, dataset: Any, seed: int, pre_select: Any = None, key_column: Optional[str] = None,
-                 domain_column: Optional[str] = None):
+    def __init__(self, dataset: Any, seed: int, pre_select: Any = None, prompt_key_column: Optional[str] = None,
+                 domain_key: Optional[str] = None):
         self.dataset, self.seed = dataset, int(seed)
         self.streaming = is_stream(dataset)
         self.size = None if self.streaming else len(dataset)
         if self.size == 0:
             raise ConfigError("dynamic_sampling draws further prompts from the train dataset, which is empty")
         self.epoch, self.position = 0, 0
-        self.pre_select, self.key_column = pre_select, key_column
-        self.domain_column = domain_column
+        self.pre_select, self.prompt_key_column = pre_select, prompt_key_column
+        self.domain_key = domain_key
         self._rng = np.random.Generator(np.random.PCG64(self.seed * 1_000_003 + 104_729))
         self._rows: Optional[Iterator] = None  # the streamed pass being read
         self._ahead: list = []  # rows read from the streamed pass but not yet consumed
+        self._offered: list = []  # the candidates offered last (see `offer`)
+        self._taken: list = []  # the rows the draw in progress accepted so far
 
     def _permutation(self) -> torch.Tensor:
         generator = torch.Generator().manual_seed(self.seed * 1_000_003 + 7_919 + self.epoch)
         return torch.randperm(self.size, generator=generator)
 
     def _label(self, row: Mapping[str, Any]) -> str:
-        return str(row[self.domain_column]) if self.domain_column is not None and self.domain_column in row else NO_DOMAIN
+        return str(row[self.domain_key]) if self.domain_key is not None and self.domain_key in row else NO_DOMAIN
 
     def _candidates(self, count: int) -> list:
         """Up to ``count`` next rows of the current pass, not consumed (fewer where the pass ends)."""
@@ -162,23 +163,27 @@ class PromptStream:
 
     def draw(self, count: int) -> list:
         """The next ``count`` rows (a new pass starts when one ends)."""
-        rows: list = []
-        skipped = 0
-        while len(rows) < count:
-            need = count - len(rows)
-            candidates = self._candidates(need if self.pre_select is None else max(2 * need, 8))
-            if self.pre_select is None:
-                rows += candidates
-                considered = len(candidates)
-            else:
-                passed = accept_prompts(self.pre_select, [row_key(r, self.key_column) for r in candidates], need,
-                                        self._rng, labels=[self._label(r) for r in candidates])
-                rows += [candidates[i] for i in passed.accepted.tolist()]
-                considered, skipped = passed.considered, skipped + passed.skipped
-            self._consume(considered)
         if self.pre_select is not None:
-            self.pre_select.record_draws([row_key(r, self.key_column) for r in rows], skipped)
+            self._taken = []
+            accept_from(self, self.pre_select, count, self._rng)
+            return self._taken
+        rows: list = []
+        while len(rows) < count:
+            candidates = self._candidates(count - len(rows))
+            rows += candidates
+            self._consume(len(candidates))
         return rows
+
+    def offer(self, need: int) -> Candidates:
+        """`dataflex_callbacks.host.PromptSource`: the next rows of the pass, a window of ``max(2 * need, 8)``."""
+        self._offered = self._candidates(max(2 * need, 8))
+        return Candidates(keys=[row_key(r, self.prompt_key_column) for r in self._offered],
+                          labels=[self._label(r) for r in self._offered])
+
+    def take(self, accepted: np.ndarray, considered: int) -> None:
+        """`dataflex_callbacks.host.PromptSource`: keep the accepted rows, consume the ``considered`` ones."""
+        self._taken += [self._offered[i] for i in accepted.tolist()]
+        self._consume(considered)
 
     def state_dict(self) -> dict:
         return {"size": self.size, "seed": self.seed, "epoch": self.epoch, "position": self.position,
@@ -215,14 +220,14 @@ class DynamicSampling:
         """``may_generate(generated)``: asked before each further round with the completions (all processes) the
         step generated so far; False ends the step's rounds as ``max_rounds`` does. Must answer alike on every rank."""
 
-    def bind(self, trainer, domain_column: Optional[str] = None, key_column: Optional[str] = None) -> None:
+    def bind(self, trainer, domain_key: Optional[str] = None, prompt_key_column: Optional[str] = None) -> None:
         """Check the trainer's settings and open the prompt stream over its train dataset.
 
-        ``domain_column`` and ``key_column`` name each prompt's domain and key for a ``pre_select`` filter.
+        ``domain_key`` and ``prompt_key_column`` name each prompt's domain and key for a ``pre_select`` filter.
         """
         check_dynamic_sampling(trainer, self.strategy)
         self.stream = PromptStream(trainer.train_dataset, trainer.args.seed, pre_select=self.strategy.pre_select,
-                                   key_column=key_column, domain_column=domain_column)
+                                   prompt_key_column=prompt_key_column, domain_key=domain_key)
         if self._pending_stream is not None:
             self.stream.load_state_dict(self._pending_stream)
             self._pending_stream = None

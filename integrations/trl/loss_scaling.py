@@ -16,7 +16,7 @@ dapo, cispo, ``num_items_in_batch``: unmasked tokens of the whole        recount
 vespo        generation batch, all processes                         (``kept_token_count``)
 ===========  =====================================================  ===========================
 
-Each loss type is one of the core's loss aggregations (`LOSS_AGGREGATION`,
+Each loss type is one of the core's loss aggregations (the core's registry `dataflex_callbacks.host.HOST_LOSSES`,
 `dataflex_callbacks.host.AGGREGATIONS`), which say what each normaliser needs; a row-normalised
 loss is multiplied by `dataflex_callbacks.host.removal_scale` in `DataFlexCallback.compute_loss`.
 RLOO's one loss is ``sequence_mean`` (see `rloo`).
@@ -33,35 +33,29 @@ from __future__ import annotations
 
 import torch
 
-from dataflex_callbacks.host import ROW_NORMALISED
+from dataflex_callbacks.host import HOST_LOSSES, ROW_NORMALISED
 
-LOSS_AGGREGATION = {
-    "grpo": "sequence_mean", "sapo": "sequence_mean", "luspo": "sequence_sum", "dr_grpo": "fixed_length",
-    "bnpo": "token_mean", "dapo": "token_mean_global", "cispo": "token_mean_global", "vespo": "token_mean_global",
-}
+GRPO_LOSSES = HOST_LOSSES["trl"]
+"""TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation, from the core's registry (`dataflex_callbacks.host.HOST_LOSSES`)."""
+
+LOSS_AGGREGATION = GRPO_LOSSES.kinds
 """TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation (`dataflex_callbacks.host.AGGREGATIONS`)."""
 
-ROW_COUNT_LOSSES = tuple(name for name, kind in LOSS_AGGREGATION.items() if kind in ROW_NORMALISED)
+ROW_COUNT_LOSSES = GRPO_LOSSES.names_of(*ROW_NORMALISED)
 """Loss types whose normaliser counts the rows of the micro-batch."""
 
-TOKEN_COUNT_LOSSES = tuple(name for name, kind in LOSS_AGGREGATION.items() if kind == "token_mean_global")
+TOKEN_COUNT_LOSSES = GRPO_LOSSES.names_of("token_mean_global")
 """Loss types normalised by ``num_items_in_batch`` (tokens of the whole generation batch)."""
 
-SELF_NORMALISED_LOSSES = tuple(name for name, kind in LOSS_AGGREGATION.items() if kind == "token_mean")
+SELF_NORMALISED_LOSSES = GRPO_LOSSES.names_of("token_mean")
 """Loss types normalised by the mask itself."""
 
 SUPPORTED_LOSS_TYPES = ROW_COUNT_LOSSES + TOKEN_COUNT_LOSSES + SELF_NORMALISED_LOSSES
 
 
 def check_loss_type(loss_type: str) -> str:
-    """The core aggregation of ``loss_type``; raises if the adapter does not know how it normalises."""
-    if loss_type not in LOSS_AGGREGATION:
-        raise ValueError(
-            f"dataflex: GRPO loss_type={loss_type!r} is not supported by the TRL adapter; supported loss types are "
-            f"{list(SUPPORTED_LOSS_TYPES)}. Pick one of them in GRPOConfig(loss_type=...), or open an issue so the "
-            "adapter learns how this loss normalises."
-        )
-    return LOSS_AGGREGATION[loss_type]
+    """The core aggregation of ``loss_type``; a `ConfigError` naming the supported ones when the adapter does not know it."""
+    return GRPO_LOSSES.aggregation(loss_type)
 
 
 def can_drop_rows(strategy) -> bool:

@@ -23,10 +23,13 @@ from __future__ import annotations
 import torch
 from trl import RLOOTrainer
 
+from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.host import loss_aggregation
+
 from .callback import DataFlexCallback
 from .trainer import DataFlexTrainerMixin
 
-ROW_MEAN_AGGREGATION = "sequence_mean"
+ROW_MEAN_AGGREGATION = loss_aggregation("trl-rloo", "rloo")
 """RLOO's loss normaliser as a core aggregation: the mean over the micro-batch's rows."""
 
 
@@ -46,7 +49,7 @@ class DataFlexRLOOCallback(DataFlexCallback):
         """``"sequence_mean"``: the one RLOO loss the adapter knows; a ``loss_type`` on the trainer is refused."""
         loss_type = getattr(trainer, "loss_type", None)  # TRL's RLOOTrainer has one loss and no loss_type
         if loss_type is not None:
-            raise ValueError(
+            raise ConfigError(
                 f"dataflex: RLOOTrainer loss_type={loss_type!r} is not supported by the RLOO adapter, which knows "
                 "TRL's one RLOO loss (the clipped sequence-level surrogate averaged over rows, no loss_type setting). "
                 "Use that loss, or open an issue so the adapter learns how this loss normalises."

@@ -30,25 +30,19 @@ from dataflex_callbacks.batch import NO_DOMAIN
 from dataflex_callbacks.sampler import domain_labels
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.history import hashable_key, row_prompt_key
-from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
+from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY, acts_before_rollout
 
 DEFAULT_DOMAIN_SOURCE = f"the default domain column {DEFAULT_DOMAIN_KEY!r}"
 """What `dataflex_callbacks.host.resolve_domain_key` says when no setting names the domain column."""
 
-ALL_ROWS_DOMAIN = NO_DOMAIN
-"""Earlier name of `dataflex_callbacks.batch.NO_DOMAIN`, the one domain of the pool the sampler draws from
-without a mix part (and of every row of data without a domain column)."""
+__all__ = ["DEFAULT_DOMAIN_SOURCE", "acts_before_rollout", "check_sampling_dataset", "check_shuffle",
+           "grpo_mixing_sampler", "row_key"]
 
 
-def acts_before_rollout(strategy: Strategy) -> bool:
-    """True when the strategy has a part that chooses prompts (``mix`` or ``pre_select``)."""
-    return strategy.mix_enabled or getattr(strategy, "pre_select", None) is not None
-
-
-def row_key(row: Mapping[str, Any], key_column: Optional[str]) -> Hashable:
-    """A dataset row's prompt key: its ``key_column`` value, else the `row_prompt_key` rule."""
-    if key_column is not None:
-        return hashable_key(row[key_column])
+def row_key(row: Mapping[str, Any], prompt_key_column: Optional[str]) -> Hashable:
+    """A dataset row's prompt key: its ``prompt_key_column`` value, else the `row_prompt_key` rule."""
+    if prompt_key_column is not None:
+        return hashable_key(row[prompt_key_column])
     return row_prompt_key(row, None)
 
 
@@ -67,11 +61,11 @@ def check_shuffle(trainer, strategy: Strategy) -> None:
         )
 
 
-def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_column: str, key_column: Optional[str],
+def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_key: str, prompt_key_column: Optional[str],
                            domain_source: Optional[str] = None) -> None:
     """Fail at build time when the train dataset cannot feed a mixing / pre-rollout sampler.
 
-    ``domain_source`` says where ``domain_column`` came from (`dataflex_callbacks.host.resolve_domain_key`), so the
+    ``domain_source`` says where ``domain_key`` came from (`dataflex_callbacks.host.resolve_domain_key`), so the
     error names the setting to change.
     """
     if not acts_before_rollout(strategy) or dataset is None:
@@ -85,24 +79,25 @@ def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_column: str,
             "strategy's mix part"
         )
     columns = list(dataset.column_names)
-    if strategy.mix_enabled and domain_column not in columns:
-        if domain_source is not None and "domain_key" in domain_source:
+    if strategy.mix_enabled and domain_key not in columns:
+        if domain_source is not None and "config's domain_key" in domain_source:
             fix = "set domain_key in the strategy config to the column holding each prompt's domain"
         else:
-            fix = "pass domain_column=<the column holding each prompt's domain> (or set domain_key in the strategy config)"
-        raise ConfigError(f"dataflex: the strategy's mix part needs the domain column {domain_column!r} "
-                          f"({domain_source or 'domain_column'}); the train dataset has {columns}; {fix}")
-    if key_column is not None and key_column not in columns:
-        raise ConfigError(f"dataflex: prompt_key_column={key_column!r} is not a column of the train dataset {columns}")
+            fix = "pass domain_key=<the column holding each prompt's domain> (or set domain_key in the strategy config)"
+        raise ConfigError(f"dataflex: the strategy's mix part needs the domain column {domain_key!r} "
+                          f"({domain_source or 'domain_key'}); the train dataset has {columns}; {fix}")
+    if prompt_key_column is not None and prompt_key_column not in columns:
+        raise ConfigError(f"dataflex: prompt_key_column={prompt_key_column!r} is not a column of the train dataset "
+                          f"{columns}")
 
 
-def grpo_mixing_sampler(trainer, dataset: Any, strategy: Strategy, domain_column: str,
-                        key_column: Optional[str]) -> DomainMixingSampler:
+def grpo_mixing_sampler(trainer, dataset: Any, strategy: Strategy, domain_key: str,
+                        prompt_key_column: Optional[str]) -> DomainMixingSampler:
     """A `DomainMixingSampler` with TRL's ``RepeatSampler`` layout for ``trainer`` (see module docstring)."""
     args = trainer.args
     columns = list(getattr(dataset, "column_names", None) or [])
     # Null labels are refused with their row (not turned into a domain called 'None').
-    domains = domain_labels(dataset, domain_column, required=False) if domain_column in columns else None
+    domains = domain_labels(dataset, domain_key, required=False) if domain_key in columns else None
     if strategy.mix_enabled:
         labels = domains
     else:  # pre-rollout selection alone draws from one pool, like RepeatSampler; domains only inform its prior
@@ -110,7 +105,7 @@ def grpo_mixing_sampler(trainer, dataset: Any, strategy: Strategy, domain_column
     return DomainMixingSampler(
         dataset,
         labels=labels,
-        key_column=key_column,
+        prompt_key_column=prompt_key_column,
         prompt_labels=domains,
         batch_size=args.generation_batch_size // trainer.num_generations,
         num_generations=trainer.num_generations,

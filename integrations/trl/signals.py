@@ -15,6 +15,7 @@ from typing import Hashable, Optional, Sequence
 import torch
 
 from dataflex_callbacks import RolloutBatch
+from dataflex_callbacks.errors import ConfigError
 
 
 def resolve_reward_index(reward_name: Optional[str], reward_func_names: Sequence[str]) -> Optional[int]:
@@ -27,7 +28,7 @@ def resolve_reward_index(reward_name: Optional[str], reward_func_names: Sequence
         return None
     names = list(reward_func_names)
     if reward_name not in names:
-        raise ValueError(
+        raise ConfigError(
             f"dataflex: selection_reward={reward_name!r} is not one of this trainer's reward functions {names}. "
             "Pass one of these names, or selection_reward=None to select on the weighted sum of all rewards."
         )

@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 import numpy as np
 
 from dataflex_callbacks.batch import NO_DOMAIN
-from dataflex_callbacks.host import accept_prompts
+from dataflex_callbacks.host import accept_prompts, set_group_size
 
 from .sampling import row_key
 from .train_data import is_stream
@@ -37,22 +37,26 @@ from .train_data import is_stream
 class StreamFilter:
     """Keep a streamed prompt with the pre-rollout filter's keep probability; count what it skips.
 
+    The stream decides one prompt at a time, as the dataloader reads it, so it applies the core's
+    acceptance rule (`dataflex_callbacks.host.accept_prompts`) to each row rather than the
+    loop over candidates (`dataflex_callbacks.host.accept_from`); `FilteredStream` replaces the
+    prompts it skips.
+
     Args:
         pre_select: the strategy's pre-rollout filter.
         seed: the run's seed (``args.seed``); the same on every process, so every process keeps the same prompts.
-        key_column: the column naming each prompt (None: `sampling.row_key`'s rule).
-        domain_column: the column holding each prompt's domain (rows without it are in `NO_DOMAIN`).
+        prompt_key_column: the column naming each prompt (None: `sampling.row_key`'s rule).
+        domain_key: the column holding each prompt's domain (rows without it are in `NO_DOMAIN`).
     """
 
-    def __init__(self, pre_select: Any, seed: int, key_column: Optional[str] = None,
-                 domain_column: Optional[str] = None):
-        self.pre_select, self.key_column, self.domain_column = pre_select, key_column, domain_column
+    def __init__(self, pre_select: Any, seed: int, prompt_key_column: Optional[str] = None,
+                 domain_key: Optional[str] = None):
+        self.pre_select, self.prompt_key_column, self.domain_key = pre_select, prompt_key_column, domain_key
         self._rng = np.random.Generator(np.random.PCG64(int(seed) * 1_000_003 + 271_828))
 
     def __call__(self, row: Mapping[str, Any]) -> bool:
-        key = row_key(row, self.key_column)
-        label = str(row[self.domain_column]) if self.domain_column is not None and self.domain_column in row \
-            else NO_DOMAIN
+        key = row_key(row, self.prompt_key_column)
+        label = str(row[self.domain_key]) if self.domain_key is not None and self.domain_key in row else NO_DOMAIN
         passed = accept_prompts(self.pre_select, [key], 1, self._rng, labels=[label])
         kept = len(passed.accepted) == 1
         self.pre_select.record_draws([key] if kept else [], passed.skipped)
@@ -112,9 +116,9 @@ def stream_train_dataloader(trainer, original: Callable, callback) -> Any:
     dataset = trainer.train_dataset
     if not is_stream(dataset) or strategy.pre_select is None:
         return original()
-    strategy.pre_select.num_generations = int(trainer.num_generations)  # what a skipped prompt would have cost
+    set_group_size(strategy.pre_select, trainer.num_generations)  # what a skipped prompt would have cost
     args = trainer.args
-    accept = StreamFilter(strategy.pre_select, args.seed, callback.prompt_key_column, callback.domain_column)
+    accept = StreamFilter(strategy.pre_select, args.seed, callback.prompt_key_column, callback.domain_key)
     filtered = FilteredStream(dataset, args.seed, getattr(trainer, "shuffle_dataset", True), accept)
     callback.stream_filter = filtered
     stream = IterableDataset.from_generator(filtered.rows, features=dataset.features)

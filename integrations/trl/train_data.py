@@ -51,7 +51,7 @@ def too_few_prompts_message(trainer, available: int, rows: str = "") -> str:
             f"add prompts to the dataset (at least {need}), or lower {batch_fields}, or raise num_generations")
 
 
-def check_enough_prompts(trainer, dataset: Any, strategy, domain_column: Optional[str]) -> None:
+def check_enough_prompts(trainer, dataset: Any, strategy, domain_key: Optional[str]) -> None:
     """Refuse a train dataset with fewer prompts than one generation batch needs (a stream is not counted).
 
     With a ``mix`` part that lists its domains, only the rows of those domains count.
@@ -60,9 +60,9 @@ def check_enough_prompts(trainer, dataset: Any, strategy, domain_column: Optiona
         return
     available, rows = len(dataset), ""
     columns = list(getattr(dataset, "column_names", None) or [])
-    if strategy.mix_enabled and strategy.domains is not None and domain_column in columns:
+    if strategy.mix_enabled and strategy.domains is not None and domain_key in columns:
         mixed = {str(d) for d in strategy.domains}
-        available = sum(str(d) in mixed for d in dataset[domain_column])
+        available = sum(str(d) in mixed for d in dataset[domain_key])
         rows = f" in the mixed domains {sorted(mixed)} ({len(dataset)} in all)"
     if available < prompts_per_generation(trainer):
         raise ConfigError(too_few_prompts_message(trainer, available, rows))

@@ -11,9 +11,10 @@ from typing import Any, Optional
 
 from trl import GRPOTrainer
 
+from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import as_strategy
 
-from .callback import DataFlexCallback, check_callback_host
+from .callback import DataFlexCallback, check_callback_host, renamed_option
 from .compat import check_trl_trainer
 from .streaming import stream_train_dataloader
 
@@ -29,32 +30,26 @@ class DataFlexTrainerMixin:
         strategy: a `Strategy`, preset name (``"difffilter"``), config dict or YAML path. May be left
             out when a callback of `callback_class` is passed in ``callbacks=[...]``: that callback is used.
         selection_reward: reward function name the strategy scores on (None: weighted sum).
-        domain_column: dataset column holding each prompt's domain (None: the config's
+        domain_key: dataset column holding each prompt's domain (None: the config's
             ``domain_key``, else ``"domain"``).
         prompt_key_column: dataset column with a stable prompt id (None: the ``prompt_key`` column if
             present, else the prompt).
         record_decisions: keep every decision in ``trainer.dataflex.decisions``.
         strict: refuse to resume from a checkpoint saved with a different strategy config
             (``False``: restore only the mixing and pre-rollout state).
+        domain_column: earlier name of ``domain_key``, accepted for one release (a DeprecationWarning).
         *args, **kwargs: passed to the TRL trainer.
     """
 
     callback_class: type[DataFlexCallback] = DataFlexCallback
     """The callback built from ``strategy=``; one passed in ``callbacks=[...]`` must serve the same host."""
 
-    def __init__(
-        self,
-        *args,
-        strategy: Any = None,
-        selection_reward: Optional[str] = None,
-        domain_column: Optional[str] = None,
-        prompt_key_column: Optional[str] = None,
-        record_decisions: bool = False,
-        strict: bool = True,
-        **kwargs,
-    ):
+    def __init__(self, *args, strategy: Any = None, selection_reward: Optional[str] = None,
+                 domain_key: Optional[str] = None, prompt_key_column: Optional[str] = None,
+                 record_decisions: bool = False, strict: bool = True, domain_column: Optional[str] = None, **kwargs):
         check_trl_trainer(type(self), self.callback_class.host_class, after=DataFlexTrainerMixin)
-        options = dict(selection_reward=selection_reward, domain_column=domain_column,
+        domain_key = renamed_option("domain_column", domain_column, "domain_key", domain_key)
+        options = dict(selection_reward=selection_reward, domain_key=domain_key,
                        prompt_key_column=prompt_key_column, record_decisions=record_decisions, strict=strict)
         callbacks = list(kwargs.pop("callbacks", None) or [])
         self.dataflex = _the_callback(self, strategy, callbacks, options)
@@ -70,7 +65,7 @@ class DataFlexTrainerMixin:
             isinstance(callback, type) and issubclass(callback, DataFlexCallback))
         if is_dataflex and callback is not getattr(self, "dataflex", None):
             name = type(self).__name__
-            raise ValueError(
+            raise ConfigError(
                 f"dataflex: this {name} already applies strategy {self.dataflex.strategy.name!r}; a second "
                 f"DataFlexCallback would never be attached. Give the strategy once, as {name}(..., strategy=...)."
             )
@@ -110,7 +105,7 @@ class DataFlexGRPOTrainer(DataFlexTrainerMixin, GRPOTrainer):
 
     Equivalent to a stock ``GRPOTrainer`` plus ``attach(trainer, strategy)``; the callback is
     available as ``trainer.dataflex``. Arguments: `DataFlexTrainerMixin`'s (``strategy``,
-    ``selection_reward``, ``domain_column``, ``prompt_key_column``, ``record_decisions``,
+    ``selection_reward``, ``domain_key``, ``prompt_key_column``, ``record_decisions``,
     ``strict``), the rest go to ``trl.GRPOTrainer``.
     """
 
@@ -127,14 +122,14 @@ def _the_callback(trainer: DataFlexTrainerMixin, strategy: Any, callbacks: list,
     name, callback_class = type(trainer).__name__, trainer.callback_class
     given = [cb for cb in callbacks if isinstance(cb, DataFlexCallback)]
     if any(isinstance(cb, type) and issubclass(cb, DataFlexCallback) for cb in callbacks):
-        raise ValueError(f"dataflex: callbacks=[{callback_class.__name__}] passes the class; pass strategy=... to "
+        raise ConfigError(f"dataflex: callbacks=[{callback_class.__name__}] passes the class; pass strategy=... to "
                          f"{name} instead (it builds the callback).")
     if len(given) > 1:
-        raise ValueError(f"dataflex: callbacks=[...] holds {len(given)} DataFlexCallbacks; a trainer applies one "
+        raise ConfigError(f"dataflex: callbacks=[...] holds {len(given)} DataFlexCallbacks; a trainer applies one "
                          f"strategy: keep one, or pass strategy=... to {name} and none in callbacks.")
     if not given:
         if strategy is None:
-            raise ValueError(f"dataflex: {name} needs strategy=... (preset name, config dict, YAML path or Strategy), "
+            raise ConfigError(f"dataflex: {name} needs strategy=... (preset name, config dict, YAML path or Strategy), "
                              f"e.g. {name}(..., strategy='difffilter').")
         return callback_class(strategy, **options)
     callback = given[0]
@@ -145,14 +140,14 @@ def _the_callback(trainer: DataFlexTrainerMixin, strategy: Any, callbacks: list,
     if strategy is not None:
         wanted = as_strategy(strategy)
         if wanted is not callback.strategy and wanted.config != callback.strategy.config:
-            raise ValueError(
+            raise ConfigError(
                 f"dataflex: {name} got strategy={wanted.name!r} and a {type(callback).__name__} with strategy "
                 f"{callback.strategy.name!r} in callbacks=[...]: two different strategies. Give the strategy once: "
                 f"{name}(..., strategy=...) without the callback, or keep the callback and drop strategy=."
             )
     for option, value in options.items():
         if value != _OPTION_DEFAULTS[option] and value != getattr(callback, option):
-            raise ValueError(
+            raise ConfigError(
                 f"dataflex: {name} got {option}={value!r} but the {type(callback).__name__} in callbacks=[...] has "
                 f"{option}={getattr(callback, option)!r}; set it in one place (on the callback, or on the trainer "
                 "without a callback)."

@@ -17,7 +17,8 @@ How a `Decision` reaches verl's loss (`loss_fields_from_decision`):
   ``loss_mask`` zeroed, exactly like verl's own no-op padding rows. That removes them from the
   entropy and KL-loss terms (which ignore ``rollout_is_weights``) and from the token count that
   the engine sums from ``loss_mask`` for the ``token-mean`` denominator.
-- Each ``loss_agg_mode`` is one of the core's loss aggregations (`LOSS_AGG_KINDS`,
+- Each ``loss_agg_mode`` is one of the core's loss aggregations (`LOSS_AGG_KINDS`, from the core's registry
+  `dataflex_callbacks.host.HOST_LOSSES`;
   `dataflex_callbacks.host.AGGREGATIONS`). The ``seq-mean-*`` modes (row-normalised) divide by a
   sequence count the trainer fixes (``ppo_mini_batch_size * rollout.n``), so the policy-gradient
   weights are scaled by `removal_scale` ``rows / kept rows``. The entropy and
@@ -33,14 +34,16 @@ import torch
 
 from dataflex_callbacks import Decision, RolloutBatch
 from dataflex_callbacks.errors import BatchError
-from dataflex_callbacks.host import ROW_NORMALISED, kept_token_mask, removal_scale
+from dataflex_callbacks.host import HOST_LOSSES, ROW_NORMALISED, kept_token_mask, removal_scale
 
-LOSS_AGG_KINDS = {"token-mean": "token_mean_global", "token-sum": "token_sum", "seq-mean-token-sum": "sequence_sum",
-                  "seq-mean-token-mean": "sequence_mean", "seq-mean-token-sum-norm": "fixed_length"}
+VERL_LOSSES = HOST_LOSSES["verl"]
+"""verl's ``loss_agg_mode`` names in the core's registry of every host's losses."""
+LOSS_AGG_KINDS = VERL_LOSSES.kinds
 """verl ``loss_agg_mode`` -> the core's loss aggregation (``token-mean``: verl recounts tokens from ``loss_mask``)."""
-LOSS_AGG_MODES = tuple(LOSS_AGG_KINDS)
-SEQUENCE_MEAN_MODES = tuple(mode for mode, kind in LOSS_AGG_KINDS.items() if kind in ROW_NORMALISED)
-DOMAIN_COLUMN = "data_source"  # verl's dataset column naming the task / domain
+LOSS_AGG_MODES = VERL_LOSSES.names
+SEQUENCE_MEAN_MODES = VERL_LOSSES.names_of(*ROW_NORMALISED)
+DEFAULT_DOMAIN_KEY = "data_source"
+"""verl's dataset column naming the task / domain: the domain column when ``dataflex.domain_key`` names none."""
 
 
 def group_ids_from_uids(uids: Sequence[Any]) -> torch.Tensor:
@@ -84,7 +87,7 @@ def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: 
     uids = non_tensors.get("uid")
     group_ids = group_ids_from_uids(_as_list(uids)) if uids is not None else None
     domains = None
-    for key in [domain_key] if domain_key else [DOMAIN_COLUMN, "domain"]:
+    for key in [domain_key] if domain_key else [DEFAULT_DOMAIN_KEY, "domain"]:
         if key in non_tensors:
             domains = [str(d) for d in _as_list(non_tensors[key])]
             break
@@ -103,10 +106,8 @@ def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: 
 
 
 def check_loss_agg_mode(loss_agg_mode: str) -> str:
-    """The core aggregation of ``loss_agg_mode``; raises naming the known modes when verl's mode is new to the adapter."""
-    if loss_agg_mode not in LOSS_AGG_KINDS:
-        raise BatchError(f"unknown verl loss_agg_mode {loss_agg_mode!r}; known: {', '.join(LOSS_AGG_MODES)}")
-    return LOSS_AGG_KINDS[loss_agg_mode]
+    """The core aggregation of ``loss_agg_mode``; a `ConfigError` naming the known modes when it is new to the adapter."""
+    return VERL_LOSSES.aggregation(loss_agg_mode)
 
 
 def loss_fields_from_decision(decision: Decision, response_mask: torch.Tensor, loss_agg_mode: str,

@@ -35,11 +35,12 @@ from verl.workers.utils.padding import response_to_nested
 from dataflex_callbacks import DomainMixingSampler
 from dataflex_callbacks.batch import NO_DOMAIN
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.host import accept_prompts, resolve_domain_key
+from dataflex_callbacks.host import (BatchFeed, Candidates, accept_from, checkpoint_state, decide, read_state_file,
+                                     resolve_domain_key, restore_strategy, set_group_size)
 from dataflex_callbacks.sampler import domain_labels
 
 from .config import check_verl_config, drop_reference_sampler
-from .fields import DOMAIN_COLUMN, loss_fields_from_decision, rollout_batch_from_fields
+from .fields import DEFAULT_DOMAIN_KEY, loss_fields_from_decision, rollout_batch_from_fields
 
 logger = logging.getLogger("dataflex_callbacks.integrations.verl")
 
@@ -66,7 +67,7 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         # Before verl builds its replay buffer from that config.
         self._reference_sampler = drop_reference_sampler(config)
         self.strategy, self.dataflex_options = check_verl_config(config)
-        self._domain_column_name: str | None = None  # fixed by _init_dataloader when mixing
+        self._domain_key_name: str | None = None  # fixed by _init_dataloader when mixing
         if self.strategy is not None:
             logger.info("dataflex: %r", self.strategy)
         else:
@@ -90,33 +91,33 @@ class DataFlexPPOTrainer(PPOTrainerSync):
 
     # ------------------------------------------------------------ prompt feed
 
-    def _domain_column(self) -> str:
+    def _domain_key(self) -> str:
         """The dataset column holding the domain: ``dataflex.domain_key`` if set, else verl's ``data_source``."""
-        if self._domain_column_name is not None:
-            return self._domain_column_name
-        return resolve_domain_key(self.strategy, default=DOMAIN_COLUMN)[0]
+        if self._domain_key_name is not None:
+            return self._domain_key_name
+        return resolve_domain_key(self.strategy, default=DEFAULT_DOMAIN_KEY)[0]
 
-    def _choose_domain_column(self, columns, values_of) -> str:
-        """`_domain_column`, except that an unset key reads ``domain`` when only it holds the mix's domains.
+    def _choose_domain_key(self, columns, values_of) -> str:
+        """`_domain_key`, except that an unset key reads ``domain`` when only it holds the mix's domains.
 
         DataFlex-RL's mix data keeps ``data_source`` for reward routing and puts the domain in a
         ``domain`` column, its default ``domain_key``; a reference block that lists its domains
         but names no key then still finds them.
         """
         if getattr(self.strategy, "domain_key", None) is not None:
-            return self._domain_column()
+            return self._domain_key()
         declared = getattr(self.strategy, "domains", None)
         if not declared or "domain" not in columns:
-            return DOMAIN_COLUMN
+            return DEFAULT_DOMAIN_KEY
         wanted = {str(d) for d in declared}
-        if DOMAIN_COLUMN in columns and wanted <= set(map(str, values_of(DOMAIN_COLUMN))):
-            return DOMAIN_COLUMN
+        if DEFAULT_DOMAIN_KEY in columns and wanted <= set(map(str, values_of(DEFAULT_DOMAIN_KEY))):
+            return DEFAULT_DOMAIN_KEY
         if wanted <= set(map(str, values_of("domain"))):
             logger.warning("dataflex mix: the domains %s are values of the 'domain' column, not of %r; reading "
                            "domains from 'domain' (DataFlex-RL's default). Set dataflex.domain_key to silence this",
-                           sorted(wanted), DOMAIN_COLUMN)
+                           sorted(wanted), DEFAULT_DOMAIN_KEY)
             return "domain"
-        return DOMAIN_COLUMN
+        return DEFAULT_DOMAIN_KEY
 
     def _init_dataloader(self):
         super()._init_dataloader()
@@ -125,15 +126,15 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         dataset = self.train_dataset
         frame = getattr(dataset, "dataframe", None)
         if frame is not None:
-            column = self._choose_domain_column(frame.column_names, lambda name: frame[name])
+            column = self._choose_domain_key(frame.column_names, lambda name: frame[name])
             if column not in frame.column_names:
                 raise ConfigError(f"dataflex mix: the training data has no domain column {column!r}; its columns are "
                                   f"{frame.column_names}. Set dataflex.domain_key to the column holding the domain")
             labels = domain_labels(frame, column)
         else:
-            column = self._domain_column()
+            column = self._domain_key()
             labels = domain_labels(dataset, column)
-        self._domain_column_name = column
+        self._domain_key_name = column
         loader = self.train_dataloader
         self.prompt_sampler = DomainMixingSampler(
             labels=labels, batch_size=loader.batch_size, num_samples=len(dataset), layout="grpo",
@@ -161,37 +162,28 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         if self.pre_select is None:
             return super()._fetch_one_gen_batch()
         size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
-        accepted: list[TensorDict] = []
-        count, skipped, keys_used = 0, 0, []
-        while count < size:
-            if self._prompt_carry is not None:
-                candidates, self._prompt_carry = self._prompt_carry, None
-            else:
-                candidates = super()._fetch_one_gen_batch()
-            if "index" not in candidates.keys():
-                raise ConfigError("dataflex pre_select needs a stable per-prompt key: give every training row "
-                                  "extra_info.index (verl's example preprocessing scripts do)")
-            keys = list(tu.get(candidates, "index"))
-            passed = accept_prompts(self.pre_select, keys, size - count, self._prompt_rng,
-                                    labels=self._candidate_domains(candidates, len(keys)))
-            take, considered = passed.accepted, passed.considered
-            skipped += passed.skipped
-            if considered < len(keys):  # rows after the last accepted one wait for the next fetch
-                self._prompt_carry = tu.index_select_tensor_dict(candidates, list(range(considered, len(keys))))
-            if len(take):
-                accepted.append(tu.index_select_tensor_dict(candidates, take.tolist()))
-                keys_used.extend(keys[i] for i in take.tolist())
-                count += len(take)
-        self.pre_select.num_generations = int(self.config.actor_rollout_ref.rollout.n)
-        self.pre_select.record_draws(keys_used, skipped)
-        return accepted[0] if len(accepted) == 1 else tu.concat_tensordict(accepted)
+        # Rows after the last accepted one wait in the feed's carry for the next step's fetch.
+        feed = BatchFeed(super()._fetch_one_gen_batch, self._candidates, tu.index_select_tensor_dict)
+        feed.carry, self._prompt_carry = self._prompt_carry, None
+        set_group_size(self.pre_select, self.config.actor_rollout_ref.rollout.n)
+        accept_from(feed, self.pre_select, size, self._prompt_rng)
+        self._prompt_carry = feed.carry
+        return feed.accepted[0] if len(feed.accepted) == 1 else tu.concat_tensordict(feed.accepted)
+
+    def _candidates(self, batch: TensorDict) -> Candidates:
+        """A fetched prompt batch as `accept_from` candidates: verl's ``index`` as key, the domains for the prior."""
+        if "index" not in batch.keys():
+            raise ConfigError("dataflex pre_select needs a stable per-prompt key: give every training row "
+                              "extra_info.index (verl's example preprocessing scripts do)")
+        keys = list(tu.get(batch, "index"))
+        return Candidates(keys=keys, labels=self._candidate_domains(batch, len(keys)))
 
     def _candidate_domains(self, candidates: TensorDict, count: int) -> list[str] | None:
         """The candidates' domains as their rollouts will be recorded (`NO_DOMAIN` without the domain column),
         for the filter's prior; None with a mix part, whose sampler has chosen the domain already (as in TRL)."""
         if self.strategy.mix_enabled:
             return None
-        values = tu.get(candidates, self._domain_column())
+        values = tu.get(candidates, self._domain_key())
         return [NO_DOMAIN] * count if values is None else [str(value) for value in values]
 
     # ------------------------------------------------------------ strategy after advantages
@@ -204,8 +196,8 @@ class DataFlexPPOTrainer(PPOTrainerSync):
 
     def apply_strategy(self, batch, metrics: dict):
         """Run the strategy on a TransferQueue batch and write the loss fields back; returns the batch meta."""
-        domain_column = self._domain_column()
-        fields = list(STRATEGY_FIELDS) + [domain_column]
+        domain_key = self._domain_key()
+        fields = list(STRATEGY_FIELDS) + [domain_key]
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=fields)
         nested_mask = data["response_mask"]
         real = np.array([not tag.get("is_padding", False) for tag in batch.tags], dtype=bool)
@@ -216,8 +208,9 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         rollout = rollout_batch_from_fields(
             {k: v[real_rows] for k, v in tensors.items()},
             {k: np.asarray(v, dtype=object)[real] for k, v in non_tensors.items()},
-            domain_key=domain_column)
-        decision = self.strategy.apply(rollout, step=int(self.global_steps), sync=False)
+            domain_key=domain_key)
+        # One process (verl's driver) decides, so it is the one that warns.
+        decision = decide(self.strategy, rollout, int(self.global_steps), warn=True)
 
         response_mask = tensors["response_mask"]
         existing = tensors.get("rollout_is_weights")
@@ -233,9 +226,9 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
 
         step_metrics = {f"dataflex/{k}": float(v) for k, v in decision.metrics.items()}
-        if self.prompt_sampler is not None:
+        if self.prompt_sampler is not None:  # the share of drawn prompts, also before the mixer's first update
             actual = self.prompt_sampler.actual_proportions(recent=True)
-            step_metrics.update({f"dataflex/sampled/{d}": p for d, p in actual.items()})
+            step_metrics.update({f"dataflex/mix/actual/{d}": p for d, p in actual.items()})
         self.dataflex_metrics = step_metrics
         metrics.update(step_metrics)
         return batch
@@ -254,7 +247,7 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         if self.strategy is not None:
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
             os.makedirs(folder, exist_ok=True)
-            torch.save({"strategy": self.strategy.state_dict(), "rng": self._prompt_rng.bit_generator.state},
+            torch.save(checkpoint_state(self.strategy, rng=self._prompt_rng.bit_generator.state),
                        os.path.join(folder, STATE_FILE))
 
     def _load_checkpoint(self):
@@ -264,13 +257,12 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         self.load_dataflex_state(self._step_folder())
 
     def load_dataflex_state(self, folder: str) -> None:
-        path = os.path.join(folder, STATE_FILE)
-        if not os.path.exists(path):
-            logger.warning("dataflex: no strategy state at %s; mixing statistics and prompt history start fresh", path)
-            return
+        """Restore the strategy and the prompt-acceptance generator from a checkpoint folder (`checkpoint_state`)."""
         # Plain containers, tensors and numbers only: safe loading, as for any checkpoint a user may share.
-        state = torch.load(path, weights_only=True)
-        self.strategy.load_state_dict(state["strategy"])
+        state = read_state_file(folder, STATE_FILE, saved_by="trainer_mode=dataflex_sync")
+        if state is None:
+            return
+        restore_strategy(self.strategy, state, source=folder, writer="trainer_mode=dataflex_sync")
         self._prompt_rng.bit_generator.state = state["rng"]
 
 

@@ -1,18 +1,22 @@
 """The host contract (`dataflex_callbacks.host`): strategy building, domain column, batch fields, local cuts,
-kept tokens, loss aggregations and their B/K rescale, pre-rollout acceptance, and state reads that change nothing."""
+kept tokens, loss aggregations and their B/K rescale and every host's loss names, pre-rollout acceptance, state
+reads that change nothing, the one call that decides a step, and the decision edits."""
 
 import copy
 import itertools
+import warnings
 
 import numpy as np
 import pytest
 import torch
 
-from dataflex_callbacks import ConfigError, DomainMixingSampler, RolloutBatch, Strategy, build_strategy
+from dataflex_callbacks import ConfigError, DomainMixingSampler, RolloutBatch, Scorer, Strategy, build_strategy
 from dataflex_callbacks.history import PromptHistory
-from dataflex_callbacks.host import (AGGREGATIONS, GRPO_FIELDS, ROLLOUT_FIELDS, ROW_NORMALISED, accept_prompts,
-                                     aggregate, as_strategy, batch_fields, finish_loss, grpo_fields, kept_token_mask,
-                                     local_decision, removal_scale, resolve_domain_key)
+from dataflex_callbacks.host import (AGGREGATIONS, GRPO_FIELDS, HOST_LOSSES, ROLLOUT_FIELDS, ROW_NORMALISED,
+                                     accept_prompts, acts_before_rollout, aggregate, as_strategy, batch_fields, decide,
+                                     finish_loss, grpo_fields, kept_token_mask, local_decision, loss_aggregation,
+                                     micro_batch_decision, prompt_choosing_parts, removal_scale, resolve_domain_key,
+                                     restrict_rows)
 from dataflex_callbacks.mixing import DomainMixing
 from dataflex_callbacks.mixers import Mixer
 from dataflex_callbacks.registry import build_component
@@ -58,7 +62,7 @@ def test_the_domain_column_comes_from_the_argument_the_config_or_the_hosts_defau
     assert resolve_domain_key(unset, default="data_source")[0] == "data_source"
     assert resolve_domain_key(topic) == ("topic", "the strategy config's domain_key='topic'")
     assert resolve_domain_key(topic, default="data_source")[0] == "topic"
-    assert resolve_domain_key(unset, "source") == ("source", "domain_column='source'")
+    assert resolve_domain_key(unset, "source") == ("source", "domain_key='source'")
     assert resolve_domain_key(topic, "topic")[0] == "topic"
     with pytest.raises(ConfigError, match=r"domain_key='domain' contradicts the strategy config's domain_key='topic'"):
         resolve_domain_key(topic, "domain", argument="domain_key")
@@ -203,7 +207,7 @@ def test_removal_scale_is_b_over_k_only_for_row_normalised_kinds_and_zero_when_n
         expected = 4 / 3 if kind in ROW_NORMALISED else 1.0
         assert float(removal_scale(kind, 4, torch.tensor(3))) == pytest.approx(expected)
     assert float(removal_scale("sequence_mean", 4, torch.tensor(0))) == 0.0
-    with pytest.raises(ValueError, match="sequence_mean"):
+    with pytest.raises(ConfigError, match="sequence_mean"):
         removal_scale("grpo", 4, 3)
     with pytest.raises(Exception, match=r"\(N, L\)"):
         aggregate(torch.zeros(3, 4), torch.ones(3, 5, dtype=torch.bool), "token_mean")
@@ -365,3 +369,78 @@ def test_state_dict_leaves_the_object_as_it_was(name):
     for target in (obj, twin):
         advance(target, observed_batch(7))
     assert same_state(obj.state_dict(), twin.state_dict())
+
+
+# ------------------------------------------------------------ the step's decision, loss names, decision edits
+
+
+class RandomScore(Scorer):
+    """A score drawn from torch's default CPU generator: a strategy with CPU randomness."""
+
+    scope = "batch"
+
+    def _score(self, batch):
+        return torch.rand(batch.n)
+
+
+def test_decide_with_a_seed_gives_every_rank_the_same_random_decision_and_leaves_the_hosts_stream_alone():
+    config = {"select": {"scorer": "test_host:RandomScore", "selector": {"name": "topk_fraction",
+                                                                        "params": {"fraction": 0.5}}}}
+    batch = make_batch(seed=3)
+    torch.manual_seed(11)
+    host_stream = torch.get_rng_state()
+    first = decide(build_strategy(config), batch, 5, seed=7)
+    assert torch.equal(torch.get_rng_state(), host_stream)  # restored: TRL's own shuffling is as without us
+    torch.manual_seed(99)  # another rank's host stream
+    second = decide(build_strategy(config), batch, 5, seed=7)
+    assert torch.equal(first.keep, second.keep)
+    other_steps = [decide(build_strategy(config), batch, step, seed=7).keep for step in range(6, 12)]
+    assert any(not torch.equal(first.keep, keep) for keep in other_steps)  # (seed, step), not seed alone
+
+
+def test_decide_says_which_process_warns_and_spells_the_hosts_setting_in_the_fix():
+    from dataflex_callbacks.errors import SELECTION_REWARD, DroppedAllWarning
+
+    rewards = torch.tensor([0.1, 0.3, 0.1, 0.3] * (N // 4))  # not 0/1: every solve rate is 0, difffilter keeps none
+    batch = make_batch(seed=1).replace(rewards=rewards)
+    quiet = build_strategy("difffilter")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        decide(quiet, batch, 0, warn=False)
+    assert not [w for w in caught if w.category is DroppedAllWarning] and quiet.warn_dropped_all is False
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        decide(build_strategy("difffilter"), batch, 0, host_settings={SELECTION_REWARD: "Trainer(pick=...)"})
+    dropped = [w.message for w in caught if w.category is DroppedAllWarning]
+    assert len(dropped) == 1 and dropped[0].cause == "reward_scale"
+    assert "a selection reward (Trainer(pick=...))" in dropped[0].fix and "Trainer(pick=...)" in str(dropped[0])
+    assert "set in the host adapter" not in dropped[0].fix
+
+
+def test_every_hosts_loss_names_map_onto_the_cores_aggregations():
+    for losses in HOST_LOSSES.values():
+        assert set(losses.kinds.values()) <= set(AGGREGATIONS)
+        for name, kind in losses.kinds.items():
+            assert loss_aggregation(next(h for h, v in HOST_LOSSES.items() if v is losses), name) == kind
+    assert HOST_LOSSES["trl"].names_of(*ROW_NORMALISED) == ("grpo", "sapo", "luspo", "dr_grpo")
+    assert HOST_LOSSES["verl"].names_of(*ROW_NORMALISED) == ("seq-mean-token-sum", "seq-mean-token-mean",
+                                                             "seq-mean-token-sum-norm")
+    assert all(name == kind for name, kind in HOST_LOSSES["lightning"].kinds.items())
+    with pytest.raises(ConfigError, match=r"unknown verl loss_agg_mode 'mean-of-means'.*'token-mean'.*loss_agg_mode"):
+        loss_aggregation("verl", "mean-of-means")
+
+
+def test_acts_before_rollout_names_the_prompt_choosing_parts():
+    assert prompt_choosing_parts(build_strategy("difffilter")) == () and not acts_before_rollout(build_strategy("baseline"))
+    assert prompt_choosing_parts(build_strategy("skip")) == ("pre_select",)
+    assert prompt_choosing_parts(build_strategy("reward_gap")) == ("mix",) and acts_before_rollout(build_strategy("static"))
+
+
+def test_restrict_rows_drops_the_rows_outside_and_a_micro_batch_decision_drops_the_token_mask():
+    decision = build_strategy(TOKEN_SELECT).apply(make_batch(seed=2), 0, sync=False)
+    rows = torch.arange(N) % 3 != 0
+    restricted = restrict_rows(decision, rows)
+    assert torch.equal(restricted.keep, decision.keep & rows)
+    assert torch.equal(restricted.weights, decision.weights * rows.unsqueeze(1).to(decision.weights.dtype))
+    part = micro_batch_decision(decision, decision.keep[:4], decision.weights[:4], None)
+    assert part.token_keep is None and torch.equal(part.keep, decision.keep[:4]) and part.metrics == decision.metrics

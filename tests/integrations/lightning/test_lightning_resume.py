@@ -77,3 +77,17 @@ def test_every_preset_family_resumes_with_default_checkpoint_loading(tmp_path, p
                 torch.testing.assert_close(got[key], want[key], rtol=0, atol=0)
             else:
                 assert got[key] == want[key] or (got[key] != got[key] and want[key] != want[key]), key
+
+
+def test_a_changed_strategy_config_is_refused_on_resume_unless_strict_is_off():
+    from dataflex_callbacks import ConfigError
+
+    saved = DataFlexCallback({"mix": {"mixer": "reward_gap", "domains": ["easy", "hard"], "update_every": 1}})
+    state = saved.state_dict()
+    changed = {"mix": {"mixer": "reward_gap", "domains": ["easy", "hard"], "update_every": 2}}
+    with pytest.raises(ConfigError, match=r"cannot resume from the Lightning checkpoint.*changed: mix.*"
+                                          r"DataFlexCallback\(\.\.\., strict=False\)"):
+        DataFlexCallback(changed).load_state_dict(state)
+    relaxed = DataFlexCallback(changed, strict=False)
+    relaxed.load_state_dict(state)
+    assert relaxed.batches_this_epoch == 0 and relaxed.strategy.mixing is not None

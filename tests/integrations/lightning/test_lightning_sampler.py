@@ -68,7 +68,7 @@ def test_prompt_keys_the_sampler_never_issued_are_an_error_naming_its_key_rule()
     assert not module.dataflex.bound
 
     # The same keys are fine once the sampler names rows by that field.
-    module = ToyGRPO(toy_rows(), key_field="idx", sampler_options={"key_column": "idx"})
+    module = ToyGRPO(toy_rows(), key_field="idx", sampler_options={"prompt_key_column": "idx"})
     callback = DataFlexCallback("skip")
     toy_trainer([callback], max_steps=8).fit(module)
     history = callback.strategy.pre_select.history

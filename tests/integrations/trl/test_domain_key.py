@@ -1,4 +1,7 @@
-"""A config's ``domain_key`` names the domain column in TRL as in Lightning and verl; ``domain_column=`` otherwise."""
+"""A config's ``domain_key`` names the domain column in TRL as in Lightning and verl; ``domain_key=`` otherwise.
+
+``domain_column=``, the argument's earlier name, still works for one release, with a DeprecationWarning.
+"""
 
 import pytest
 from datasets import Dataset
@@ -6,7 +9,7 @@ from trl import GRPOConfig, GRPOTrainer
 
 from cpu_settings import CPU_RUN_SETTINGS
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer, attach
+from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 
 MIX_ON_SOURCE = {"domain_key": "source", "mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1}}
@@ -48,7 +51,7 @@ def test_config_domain_key_names_the_domain_column(tiny_tokenizer, source_data, 
     else:
         strategy = MIX_ON_SOURCE
     trainer = build(tiny_tokenizer, source_data, tmp_path / "run", strategy=strategy)
-    assert trainer.dataflex.domain_column == "source"
+    assert trainer.dataflex.domain_key == "source"
     assert trainer.dataflex.strategy.domains == ["gsm", "kk", "mc"]
     trainer.train()
     logged = {key for entry in trainer.state.log_history for key in entry}
@@ -56,31 +59,53 @@ def test_config_domain_key_names_the_domain_column(tiny_tokenizer, source_data, 
     assert not any(key.endswith("/wrong") for key in logged)
 
 
-def test_domain_column_argument_is_used_when_the_config_sets_no_domain_key(tiny_tokenizer, source_data, tmp_path):
+def test_domain_key_argument_is_used_when_the_config_sets_no_domain_key(tiny_tokenizer, source_data, tmp_path):
     strategy = {"mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1}}
-    trainer = build(tiny_tokenizer, source_data, tmp_path, strategy=strategy, domain_column="source")
-    assert trainer.dataflex.domain_column == "source" and trainer.dataflex.strategy.domains == ["gsm", "kk", "mc"]
+    trainer = build(tiny_tokenizer, source_data, tmp_path, strategy=strategy, domain_key="source")
+    assert trainer.dataflex.domain_key == "source" and trainer.dataflex.strategy.domains == ["gsm", "kk", "mc"]
     default = build(tiny_tokenizer, source_data, tmp_path, strategy=strategy)
-    assert default.dataflex.domain_column == "domain" and default.dataflex.strategy.domains == ["wrong"]
+    assert default.dataflex.domain_key == "domain" and default.dataflex.strategy.domains == ["wrong"]
 
 
 def test_the_same_column_given_twice_is_accepted(tiny_tokenizer, source_data, tmp_path):
-    trainer = build(tiny_tokenizer, source_data, tmp_path, strategy=MIX_ON_SOURCE, domain_column="source")
-    assert trainer.dataflex.domain_column == "source"
+    trainer = build(tiny_tokenizer, source_data, tmp_path, strategy=MIX_ON_SOURCE, domain_key="source")
+    assert trainer.dataflex.domain_key == "source"
 
 
-@pytest.mark.parametrize("way_in", ["subclass", "attach"])
-def test_config_domain_key_and_a_different_domain_column_are_refused(tiny_tokenizer, source_data, tmp_path, way_in):
-    match = r"domain_column='domain' contradicts the strategy config's domain_key='source'.*give it once"
-    with pytest.raises(ConfigError, match=match):
+@pytest.mark.parametrize("way_in", ["subclass", "attach", "callback"])
+def test_the_earlier_domain_column_argument_still_names_the_column(tiny_tokenizer, source_data, tmp_path, way_in):
+    strategy = {"mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1}}
+    with pytest.warns(DeprecationWarning, match=r"domain_column= is deprecated; pass domain_key='source'"):
         if way_in == "subclass":
-            build(tiny_tokenizer, source_data, tmp_path, strategy=MIX_ON_SOURCE, domain_column="domain")
+            callback = build(tiny_tokenizer, source_data, tmp_path, strategy=strategy, domain_column="source").dataflex
         else:
             args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
                               max_steps=1, **CPU_RUN_SETTINGS)
             trainer = GRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward,
                                   args=args, train_dataset=source_data, processing_class=tiny_tokenizer)
-            attach(trainer, MIX_ON_SOURCE, domain_column="domain")
+            if way_in == "attach":
+                callback = attach(trainer, strategy, domain_column="source")
+            else:
+                callback = DataFlexCallback(strategy, domain_column="source")
+                callback.bind(trainer)
+    assert callback.domain_key == callback.domain_column == "source"
+    assert callback.strategy.domains == ["gsm", "kk", "mc"]
+    with pytest.raises(ConfigError, match=r"domain_column='kk'.*domain_key='source'.*pass only domain_key="):
+        DataFlexCallback(strategy, domain_key="source", domain_column="kk")
+
+
+@pytest.mark.parametrize("way_in", ["subclass", "attach"])
+def test_config_domain_key_and_a_different_domain_column_are_refused(tiny_tokenizer, source_data, tmp_path, way_in):
+    match = r"domain_key='domain' contradicts the strategy config's domain_key='source'.*give it once"
+    with pytest.raises(ConfigError, match=match):
+        if way_in == "subclass":
+            build(tiny_tokenizer, source_data, tmp_path, strategy=MIX_ON_SOURCE, domain_key="domain")
+        else:
+            args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
+                              max_steps=1, **CPU_RUN_SETTINGS)
+            trainer = GRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward,
+                                  args=args, train_dataset=source_data, processing_class=tiny_tokenizer)
+            attach(trainer, MIX_ON_SOURCE, domain_key="domain")
 
 
 def test_config_domain_key_missing_from_the_data_names_domain_key(tiny_tokenizer, tmp_path):

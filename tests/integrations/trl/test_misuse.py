@@ -149,7 +149,7 @@ def test_mix_preset_without_a_domain_column_names_domain_column(make_trainer, ti
     data = Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3=", "4+4="], "topic": ["a", "b", "a", "b"]})
     args = GRPOConfig(output_dir="unused", per_device_train_batch_size=4, num_generations=4, max_steps=1,
                       **CPU_RUN_SETTINGS)
-    with pytest.raises(ConfigError, match=r"domain column 'domain'.*has \['prompt', 'topic'\].*pass domain_column="):
+    with pytest.raises(ConfigError, match=r"domain column 'domain'.*has \['prompt', 'topic'\].*pass domain_key="):
         DataFlexGRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward, args=args,
                             train_dataset=data, processing_class=tiny_tokenizer, strategy="static")
 

@@ -9,7 +9,8 @@ from datasets import Dataset
 
 from dataflex_callbacks import build_strategy
 from dataflex_callbacks.integrations.trl.callback import STATE_FILE
-from dataflex_callbacks.integrations.trl.sampling import ALL_ROWS_DOMAIN, grpo_mixing_sampler, row_key
+from dataflex_callbacks.batch import NO_DOMAIN
+from dataflex_callbacks.integrations.trl.sampling import grpo_mixing_sampler, row_key
 from mixing_runs import logged, suite_trainer
 
 SETTINGS = dict(steps=16, n_train=6, save_strategy="steps", save_steps=8)  # 24 prompts: each drawn ~3 times
@@ -83,7 +84,7 @@ def test_pre_select_sampler_without_a_domain_column_uses_one_domain_and_the_key_
     trainer = SimpleNamespace(args=SimpleNamespace(generation_batch_size=4, steps_per_generation=1, seed=3),
                               num_generations=2, num_iterations=1)
     sampler = grpo_mixing_sampler(trainer, data, build_strategy("skip"), "domain", "uid")
-    assert sampler.domains == [ALL_ROWS_DOMAIN]
+    assert sampler.domains == [NO_DOMAIN]
     assert sampler._keys == [row_key(data[i], "uid") for i in range(8)] == data["uid"]
     stream = list(sampler)
     assert len(stream) == 16 and stream[0::2] == stream[1::2]  # 8 prompts x 2 generations

@@ -59,21 +59,21 @@ def test_checkpoint_state_loads_safely_and_resumes_to_the_same_decisions(make_tr
 def test_a_file_with_unsafe_objects_is_refused_with_the_fix(make_trainer, tmp_path):
     import numpy as np
 
-    from dataflex_callbacks.errors import ConfigError
+    from dataflex_callbacks.errors import StateError
 
     trainer = make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "difffilter"})
     state = {"strategy": trainer.dataflex.strategy.state_dict(), "config": trainer.dataflex.strategy.config,
              "legacy": np.arange(3)}  # what an older version could have written
     torch.save(state, tmp_path / STATE_FILE)
-    with pytest.raises(ConfigError, match=r"weights_only=True.*load_state\(checkpoint_folder, weights_only=False\)"):
+    with pytest.raises(StateError, match=r"weights_only=True.*load_state\(checkpoint_folder, weights_only=False\)"):
         trainer.dataflex.load_state(str(tmp_path))
     assert trainer.dataflex.load_state(str(tmp_path), weights_only=False)
 
 
 def test_a_file_that_is_not_a_strategy_state_is_refused(make_trainer, tmp_path):
-    from dataflex_callbacks.errors import ConfigError
+    from dataflex_callbacks.errors import StateError
 
     trainer = make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "difffilter"})
     torch.save([1, 2, 3], tmp_path / STATE_FILE)
-    with pytest.raises(ConfigError, match="is not a DataFlex strategy state"):
+    with pytest.raises(StateError, match="is not a DataFlex strategy state"):
         trainer.dataflex.load_state(str(tmp_path))

@@ -55,7 +55,7 @@ def drawn_domains(trainer, batches):
 def test_domain_key_domain_reads_the_domain_column(tmp_path):
     data_file = write_reference_mix_parquet(tmp_path / "train.parquet")
     trainer = make_trainer(data_file, tmp_path / "ckpt", "+dataflex.domain_key=domain", *STATIC_MIX)
-    assert trainer._domain_column() == "domain"
+    assert trainer._domain_key() == "domain"
     assert isinstance(trainer.prompt_sampler, DomainMixingSampler)
     assert sorted(trainer.prompt_sampler.domains) == sorted(ROWS)
     drawn = drawn_domains(trainer, 10)
@@ -80,7 +80,7 @@ def test_reference_mix_script_lines_run_unchanged(tmp_path, caplog):
     warnings = [r.getMessage() for r in caplog.records if "custom_sampler" in r.getMessage()]
     assert len(warnings) == 1 and "pkg://dataflex_verl.replay_buffer" in warnings[0]
     # domains come from the `domain` column, where the block's domains live
-    assert trainer._domain_column() == "domain"
+    assert trainer._domain_key() == "domain"
     assert trainer.prompt_sampler.domains == ["gsm8k_short", "gsm8k_long"]
     # ... and, like the reference's buffer, every batch holds exactly the largest-remainder quotas
     assert trainer.prompt_sampler.quota == "exact"

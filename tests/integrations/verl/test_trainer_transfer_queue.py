@@ -161,7 +161,7 @@ def test_domains_are_read_from_the_domain_key_column(transfer_queue):
     trainer = build_trainer("+dataflex.mechanism=mix", "+dataflex.domains=[gsm8k_short,gsm8k_long]",
                             "+dataflex.domain_key=domain", "+dataflex.actuator.name=reward_gap",
                             "+dataflex.warmup_step=0", "+dataflex.update_step=1")
-    assert trainer._domain_column() == "domain"
+    assert trainer._domain_key() == "domain"
     trainer.global_steps = 1
     meta, n = put_trajectories(transfer_queue, with_padding=False, columns={
         "data_source": lambda group: "openai/gsm8k", "domain": lambda group: ("gsm8k_short", "gsm8k_long")[group % 2]})
