@@ -41,10 +41,6 @@ class Strategy:
         # A step that keeps nothing warns once (see `_warn_dropped_all`); an adapter that warns about
         # it itself, with more context, sets this to False.
         self.warn_dropped_all = True
-        # How the host sets a host-neutral concept the core's advice names (`errors.SELECTION_REWARD`); an
-        # adapter fills it, e.g. {SELECTION_REWARD: "TRL: pass selection_reward=<a reward function's name>"},
-        # and a `DroppedAllWarning` whose fix names the concept ends with it.
-        self.host_settings: dict[str, str] = {}
         self._warned_dropped_all = False
         self.select = Part("select", self.config["select"]) if self.config["select"] else None
         self.reweight = Part("reweight", self.config["reweight"]) if self.config["reweight"] else None
@@ -145,8 +141,6 @@ class Strategy:
         if fix:
             text += f" This step trains nothing (metric dropped_all=1); if it repeats, nothing trains. Fix: {fix}."
         host_setting = SELECTION_REWARD if fix and cause in ("selector", "reward_scale") else None
-        if host_setting in self.host_settings:
-            fix = f"{fix} ({self.host_settings[host_setting]})"
         warnings.warn(DroppedAllWarning(text + " This warning is shown once.", step=step, strategy=self.name,
                                         cause=cause, fix=fix, host_setting=host_setting), stacklevel=3)
 

@@ -145,15 +145,6 @@ def test_selection_that_keeps_nothing_warns_once_naming_the_fix():
 
 
 
-def test_the_fix_ends_with_the_hosts_own_setting_for_a_selection_reward():
-    batch = batch_with(rewards=0.1 + 0.2 * (torch.arange(N) % 2).float())
-    strategy = build_strategy("difffilter")
-    strategy.host_settings[SELECTION_REWARD] = "MyHost: pass pick_reward=<name>"
-    with pytest.warns(UserWarning) as record:
-        strategy.apply(batch, 0)
-    assert dropped_all_warning(record).fix.endswith("(MyHost: pass pick_reward=<name>)")
-
-
 def test_binary_rewards_that_fill_no_band_get_the_band_advice_not_the_threshold_advice():
     rewards = (torch.arange(N) % G == 0).float()  # one of 5 right in every group: solve rate 0.2, outside (0.2, 0.8)
     with pytest.warns(UserWarning) as record:
