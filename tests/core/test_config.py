@@ -232,3 +232,22 @@ def test_dynamic_sampling_in_yaml_and_in_a_saved_strategy_state(tmp_path):
     build_strategy("diffband").load_state_dict(state)
     with pytest.raises(ConfigError, match="changed: dynamic_sampling"):
         build_strategy({**load_config("diffband"), "dynamic_sampling": True}).load_state_dict(old.state_dict())
+
+
+@pytest.mark.parametrize("config", ["difffilter", "skip+difffilter", LEGACY, COMPOSABLE, {"dataflex": {"strategy": "ar"}}])
+def test_the_config_path_reads_a_typed_config_that_builds_the_same_strategy(config):
+    from dataflex_callbacks import StrategyConfig, Strategy
+    from dataflex_callbacks.config import read_config
+
+    typed = read_config(config)
+    assert isinstance(typed, StrategyConfig) and typed.to_dict() == load_config(config)
+    assert Strategy(typed.to_dict()).config == build_strategy(config).config == build_strategy(typed).config
+
+
+def test_a_bad_warmup_is_refused_by_the_config_step():
+    from dataflex_callbacks.config import read_config
+
+    for part, actuator in (("select", "topk_fraction"), ("reweight", "softmax")):
+        with pytest.raises(ConfigError, match=rf"'{part}.warmup_steps' must be an integer >= 0"):
+            read_config({part: {"scorer": "reward", ("selector" if part == "select" else "reweighter"): actuator,
+                                "warmup_steps": True}})
