@@ -256,25 +256,30 @@ def decide(strategy: Strategy, batch: RolloutBatch, step: int, *, seed: int | No
 _SETTING_WORDS = {SELECTION_REWARD: ("a selection reward", SELECTION_REWARD_TEXT)}
 """A host-neutral setting -> what it is, and the words the core's messages name it by."""
 
-_REGISTRY: dict = {}
-"""Which re-shown warnings were shown already (``warnings.warn_explicit``'s registry), as a module's own would."""
-
 
 def _with_host_settings(run: Callable[[], Decision], host_settings: Mapping[str, str]) -> Decision:
-    """``run()``, its warnings shown with the host's spelling of the settings they name (see `decide`)."""
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        decision = run()
-    for item in caught:
-        message = item.message
+    """``run()``, its warnings shown with the host's spelling of the settings they name (see `decide`).
+
+    The warnings are rewritten where they are shown (``warnings.showwarning``), not caught and
+    re-issued: the filters and the once-only registries stay as they are, so every other warning
+    shows exactly as it would without the adapter.
+    """
+    shown = warnings.showwarning
+
+    def show(message, category, filename, lineno, file=None, line=None):
         concept = getattr(message, "host_setting", None)
         if concept in host_settings and concept in _SETTING_WORDS:
             noun, words = _SETTING_WORDS[concept]
             spelled = f"{noun} ({host_settings[concept]})"
             rebuild, args = message.__reduce__()[:2]
             message = rebuild(*(arg.replace(words, spelled) if isinstance(arg, str) else arg for arg in args))
-        warnings.warn_explicit(message, item.category, item.filename, item.lineno, registry=_REGISTRY)
-    return decision
+        shown(message, category, filename, lineno, file, line)
+
+    warnings.showwarning = show
+    try:
+        return run()
+    finally:
+        warnings.showwarning = shown
 
 
 def prompt_choosing_parts(strategy: Strategy) -> tuple[str, ...]:
