@@ -39,6 +39,9 @@ def normalize_weights(raw: torch.Tensor, mask: torch.Tensor, mode: str = "mean_o
     return normalize_weights_(raw.to(torch.float32, copy=True), mask, mode, group_ids)
 
 
+FLOAT32_MAX = float(torch.finfo(torch.float32).max)
+
+
 def normalize_weights_(weights: torch.Tensor, mask: torch.Tensor | None, mode: str = "mean_one",
                        group_ids: torch.Tensor | None = None) -> torch.Tensor:
     """`normalize_weights` in place on a float32 tensor the caller owns (no ``(N, L)`` temporaries).
@@ -55,7 +58,10 @@ def normalize_weights_(weights: torch.Tensor, mask: torch.Tensor | None, mode: s
             return weights
         total = float(weights.sum())
         if total > 0:
-            return weights.mul_(count / total)
+            scale = count / total
+            if scale <= FLOAT32_MAX:
+                return weights.mul_(scale)
+            return weights.div_(total).mul_(count)  # a tiny total (near float32's smallest normal): scale overflows
         if total == 0 and not bool((weights < 0).any()):  # all 0 (the rare path pays for the sign check)
             return weights.fill_(1.0) if mask is None else weights.copy_(mask)
         return weights  # negative or NaN raw weights stay visible: Strategy refuses them
