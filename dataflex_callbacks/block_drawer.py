@@ -12,7 +12,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .host import accept_prompts
+from .prompt_acceptance import Candidates, accept_from
 
 RECENT_CHUNKS = 20  # chunks in the "recent" actual-proportion window
 UNIFORM_BLOCK = 4096  # uniforms drawn per generator call
@@ -117,31 +117,9 @@ class BlockDrawer:
 
     def _take_filtered(self, k: int, need: int) -> tuple[np.ndarray, int]:
         """``need`` rows of block ``k`` that pass the pre-rollout filter, and how many were skipped."""
-        taken: list[int] = []
-        in_chunk: set[int] = set()
-        skipped = 0
-        while len(taken) < need:
-            if self._pointers[k] == self._sizes_list[k]:
-                self._new_pass(k, taken)
-            begin = self._offsets_list[k] + self._pointers[k]
-            window = min(self._sizes_list[k] - self._pointers[k], max(2 * (need - len(taken)), 8))
-            candidates = self._perm[begin:begin + window]
-            rows = candidates.tolist()
-            labels = None if self._prompt_labels is None else [self._prompt_labels[r] for r in rows]
-            # After a wrap-around the chunk's own rows come back at the end of the new pass: while the
-            # domain has rows the chunk does not hold yet, a row is not taken twice (no prompt twice in
-            # one generation batch, none on two ranks in one step).
-            repeat = None
-            if in_chunk and len(in_chunk) < self._sizes_list[k]:
-                repeat = np.fromiter((r in in_chunk for r in rows), dtype=bool, count=len(rows))
-            passed = accept_prompts(self._pre_select, [self._keys[r] for r in rows], need - len(taken), self._rng,
-                                    labels=labels, exclude=repeat)
-            chosen = candidates[passed.accepted].tolist()
-            taken.extend(chosen)
-            in_chunk.update(chosen)
-            skipped += passed.skipped
-            self._pointers[k] += passed.considered
-        return np.asarray(taken, dtype=np.int64), skipped
+        block = _BlockCandidates(self, k)
+        drawn = accept_from(block, self._pre_select, need, self._rng, record=False)
+        return np.asarray(block.taken, dtype=np.int64), drawn.skipped
 
     def _uniforms(self, n: int) -> np.ndarray:
         """The next ``n`` uniforms of the stream, drawn from the generator in blocks of at least 4096.
@@ -319,3 +297,36 @@ class BlockDrawer:
         self._drawn_recent.append(counts)
         if self._mixing:
             self.strategy.observe_sampled(dict(zip(self.domains, counts)))
+
+
+class _BlockCandidates:
+    """The `PromptSource` of one domain block: its shuffled rows from the pointer on, a window at a time."""
+
+    def __init__(self, drawer: "BlockDrawer", k: int):
+        self.drawer, self.k = drawer, k
+        self.taken: list[int] = []
+        self.in_chunk: set[int] = set()
+        self._rows = np.empty(0, dtype=np.int64)
+
+    def offer(self, need: int) -> Candidates:
+        drawer, k = self.drawer, self.k
+        if drawer._pointers[k] == drawer._sizes_list[k]:
+            drawer._new_pass(k, self.taken)
+        begin = drawer._offsets_list[k] + drawer._pointers[k]
+        window = min(drawer._sizes_list[k] - drawer._pointers[k], max(2 * need, 8))
+        self._rows = drawer._perm[begin:begin + window]
+        rows = self._rows.tolist()
+        labels = None if drawer._prompt_labels is None else [drawer._prompt_labels[r] for r in rows]
+        # After a wrap-around the chunk's own rows come back at the end of the new pass: while the
+        # domain has rows the chunk does not hold yet, a row is not taken twice (no prompt twice in
+        # one generation batch, none on two ranks in one step).
+        repeat = None
+        if self.in_chunk and len(self.in_chunk) < drawer._sizes_list[k]:
+            repeat = np.fromiter((r in self.in_chunk for r in rows), dtype=bool, count=len(rows))
+        return Candidates(keys=[drawer._keys[r] for r in rows], labels=labels, exclude=repeat)
+
+    def take(self, accepted: np.ndarray, considered: int) -> None:
+        chosen = self._rows[accepted].tolist()
+        self.taken.extend(chosen)
+        self.in_chunk.update(chosen)
+        self.drawer._pointers[self.k] += considered

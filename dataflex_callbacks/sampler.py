@@ -53,6 +53,7 @@ from .config_fields import QUOTAS
 from .errors import ConfigError, StateError, check_state
 from .params import check_bool, check_choice, check_int
 from .proportions import check_domains, check_proportions
+from .prompt_acceptance import set_group_size
 from .sampler_data import labels_from, data_change, data_fingerprint, domain_labels, row_keys
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -172,8 +173,7 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         if self._mixing:
             strategy.bind_domains(self.domains)
         self._pre_select = getattr(strategy, "pre_select", None)
-        if self._pre_select is not None:
-            self._pre_select.num_generations = self.num_generations
+        set_group_size(self._pre_select, self.num_generations)
 
         # Rows as codes over all labels present (for the fingerprint), then as indices into self.domains.
         codes_of = {label: i for i, label in enumerate(present)}
