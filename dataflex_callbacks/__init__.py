@@ -12,8 +12,8 @@ from .batch import RolloutBatch
 from .config import list_presets
 from .config_fields import DynamicSamplingConfig, MixConfig, ReweightConfig, SelectConfig, StrategyConfig
 from .dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
-from .errors import (BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, ParamError,
-                     RewardScaleWarning, StateError)
+from .errors import (BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, HostError, InputError,
+                     ParamError, RewardScaleWarning, StateError, WrongHostError)
 from .mixers import Mixer
 from .registry import build_component, list_components, register
 from .reweighters import Reweighter
@@ -35,6 +35,8 @@ __all__ = [
     "DomainTracker",
     "DroppedAllWarning",
     "DynamicSamplingConfig",
+    "HostError",
+    "InputError",
     "MixConfig",
     "Mixer",
     "ParamError",
@@ -48,6 +50,7 @@ __all__ = [
     "SignalGroups",
     "Selector",
     "StateError",
+    "WrongHostError",
     "Strategy",
     "StrategyConfig",
     "build_component",

@@ -36,6 +36,18 @@ class StateError(DataFlexError, ValueError):
     """A saved state cannot be loaded: not a state dict, missing keys, wrong shapes or types."""
 
 
+class HostError(DataFlexError, RuntimeError):
+    """The host trainer cannot run the strategy as set up: an unsupported version, or an adapter attached twice or not at all."""
+
+
+class WrongHostError(HostError, TypeError):
+    """An adapter was given a trainer it does not serve (a GRPO callback on an RLOO trainer, ...); names the right one."""
+
+
+class InputError(DataFlexError, ValueError):
+    """Data or job input is unusable: a file, a column, a task domain, a budget; names the value and the fix."""
+
+
 class ComponentError(DataFlexError, ValueError):
     """A component (built-in or yours) returned values its contract forbids, at run time.
 

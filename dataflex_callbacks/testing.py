@@ -38,6 +38,7 @@ from typing import Any, Callable, Mapping, Sequence
 import torch
 
 from .batch import RolloutBatch
+from .errors import ConfigError
 from .mixers import Mixer
 from .random_batches import BATCH_FIELDS, batch_rows, batch_to, cleaned_signals, drop_policy_batch, random_batch
 from .registry import KINDS, component_class
@@ -113,7 +114,7 @@ def _build(component: Any, kind: str | None, params: dict) -> tuple[str, Any]:
     """The component's kind and an instance of it in its initial state."""
     if isinstance(component, str):
         if kind is None:
-            raise ValueError(f"check_component({component!r}) names a component: pass kind= too")
+            raise ConfigError(f"check_component({component!r}) names a component: pass kind= too")
         component = component_class(kind, component)
     cls = component if isinstance(component, type) else type(component)
     if kind is None:
@@ -122,14 +123,14 @@ def _build(component: Any, kind: str | None, params: dict) -> tuple[str, Any]:
             raise ConformanceError(f"{cls.__name__} failed the 'declarations' check: it subclasses none of "
                                    f"{', '.join(b.__name__ for b in BASES.values())}; subclass the base of its kind")
     if kind not in BASES:
-        raise ValueError(f"check_component checks kinds {', '.join(BASES)}; got {kind!r} (known kinds: {', '.join(KINDS)})")
+        raise ConfigError(f"check_component checks kinds {', '.join(BASES)}; got {kind!r} (known kinds: {', '.join(KINDS)})")
     if not issubclass(cls, BASES[kind]):
         raise ConformanceError(f"{kind} {cls.__name__} failed the 'declarations' check: it does not subclass "
                                f"{BASES[kind].__name__}; write 'class {cls.__name__}(dataflex_callbacks.{BASES[kind].__name__})'")
     if isinstance(component, type):
         return kind, component(**params)
     if params:
-        raise ValueError("check_component got an instance and params=; pass the class with params, or the instance alone")
+        raise ConfigError("check_component got an instance and params=; pass the class with params, or the instance alone")
     return kind, copy.deepcopy(component)
 
 

@@ -13,6 +13,7 @@ import operator
 import warnings
 from dataclasses import InitVar, dataclass, field, fields
 from typing import Any, Callable
+from dataflex_callbacks.errors import InputError
 
 MAX_SEED = 2**32 - 1  # numpy's legacy seeding (used by TRL/transformers `set_seed`) refuses anything larger
 TINY_COMPLETION_TOKENS = 4  # the built-in tiny model answers in a few tokens
@@ -20,7 +21,7 @@ MODEL_COMPLETION_TOKENS = 64
 MIN_EVAL_TOKENS = 8
 
 
-class RunInputError(ValueError):
+class RunInputError(InputError):
     """A user input that makes the run impossible (bad strategy, dataset, column, answer or output folder)."""
 
 

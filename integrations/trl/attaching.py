@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.errors import ConfigError, HostError, ParamError
 from dataflex_callbacks.host import as_strategy
 
 from .callback import HOOKS, DataFlexCallback, check_callback_host
@@ -40,7 +40,7 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
     own = getattr(trainer, "dataflex", None)
     if isinstance(own, DataFlexCallback) and own.attached:
         host = own.host_class.__name__
-        raise RuntimeError(
+        raise HostError(
             f"dataflex: this {type(trainer).__name__} already applies strategy {own.strategy.name!r}; attach() is for "
             f"a stock {host}. Give the strategy once: {own.trainer_name}(..., strategy=...) or "
             f"attach({host}(...), ...)."
@@ -52,12 +52,12 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
         callback = existing[0]
         check_callback_host(callback, trainer, callback_class)
         if callback.attached:
-            raise RuntimeError("dataflex: this trainer already has an attached DataFlexCallback; attach it only once.")
+            raise HostError("dataflex: this trainer already has an attached DataFlexCallback; attach it only once.")
         if strategy is not None:
             callback.strategy = as_strategy(strategy)
         for name, value in options.items():
             if not hasattr(callback, name):
-                raise TypeError(f"dataflex: attach() got an unknown option {name!r}")
+                raise ParamError(f"dataflex: attach() got an unknown option {name!r}; options are DataFlexCallback's arguments", param=name)
             setattr(callback, name, value)
     else:
         if strategy is None:

@@ -39,7 +39,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from dataflex_callbacks.errors import SELECTION_REWARD, ConfigError
+from dataflex_callbacks.errors import SELECTION_REWARD, ConfigError, HostError, WrongHostError
 from dataflex_callbacks.host import (ROW_NORMALISED, acts_before_rollout, as_strategy, checkpoint_state, decide,
                                      grpo_fields, kept_token_mask, load_state_file, local_decision,
                                      micro_batch_decision, read_state_file, removal_scale, resolve_domain_key,
@@ -226,13 +226,13 @@ class DataFlexCallback(TrainerCallback):
     def bind(self, trainer) -> None:
         """Check the trainer's configuration against the strategy and remember the trainer."""
         if not isinstance(trainer, self.host_class):
-            raise TypeError(
+            raise WrongHostError(
                 f"dataflex: {type(self).__name__} works with trl.{self.host_class.__name__}; got "
                 f"{type(trainer).__name__}. attach(trainer, strategy) picks the callback for a TRL GRPOTrainer or "
                 "RLOOTrainer; for other trainers use the Lightning or verl adapters, or the core API directly."
             )
         if self.trainer is not None and self.trainer is not trainer:
-            raise RuntimeError(f"dataflex: this {type(self).__name__} is already attached to another trainer; "
+            raise HostError(f"dataflex: this {type(self).__name__} is already attached to another trainer; "
                                "create a new one.")
         aggregation = self.loss_aggregation(trainer)
         self._reward_index = resolve_reward_index(self.selection_reward, trainer.reward_func_names)
@@ -274,7 +274,7 @@ class DataFlexCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not self.attached:
-            raise RuntimeError(NOT_ATTACHED_MESSAGE.format(callback=type(self).__name__, trainer=self.trainer_name,
+            raise HostError(NOT_ATTACHED_MESSAGE.format(callback=type(self).__name__, trainer=self.trainer_name,
                                                            host=self.host_class.__name__))
         return control
 
@@ -308,7 +308,7 @@ class DataFlexCallback(TrainerCallback):
         self._gathered_rewards = None
         output = original(inputs)
         if self._gathered_rewards is None:
-            raise RuntimeError(
+            raise HostError(
                 "dataflex: TRL produced a batch without calling _calculate_rewards, so the adapter has no rewards to "
                 "select on. This TRL code path (custom rollout?) is not supported by the TRL adapter."
             )
@@ -547,7 +547,7 @@ class DataFlexCallback(TrainerCallback):
 def check_callback_host(callback: DataFlexCallback, trainer, wanted: type) -> None:
     """Refuse a callback in ``callbacks=[...]`` that serves another TRL trainer; the error names ``wanted``."""
     if not isinstance(trainer, callback.host_class):
-        raise TypeError(
+        raise WrongHostError(
             f"dataflex: callbacks=[...] holds a {type(callback).__name__}, which is for "
             f"trl.{callback.host_class.__name__}; this {type(trainer).__name__} needs {wanted.__name__}(strategy, ...), "
             "or no callback and the strategy given once (strategy=... on a DataFlex trainer, or "

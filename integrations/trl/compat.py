@@ -20,6 +20,8 @@ import inspect
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, Optional
 
+from dataflex_callbacks.errors import HostError
+
 TRL_FLOOR = "1.9.0"
 """Oldest TRL the adapter supports (``pyproject.toml`` admits ``trl>=`` this)."""
 
@@ -69,7 +71,7 @@ def check_trl_trainer(trainer_class: type, host_class: type, after: Optional[typ
         mro = mro[mro.index(after) + 1:]
     found = installed_trl_version()
     if _older_than_floor(found):
-        raise RuntimeError(
+        raise HostError(
             f"dataflex: TRL {found} is older than the TRL adapter supports: {SUPPORTED_TRL}; "
             f"upgrade with pip install 'trl>={TRL_FLOOR}'."
         )
@@ -77,7 +79,7 @@ def check_trl_trainer(trainer_class: type, host_class: type, after: Optional[typ
         owner, method = _lookup(mro, name)
         problem = _mismatch(method, wanted)
         if problem is not None:
-            raise RuntimeError(
+            raise HostError(
                 f"dataflex: TRL {found} is not supported by the TRL adapter: {owner or host_class.__name__}.{name} {problem}; "
                 f"supported: "
                 f"{SUPPORTED_TRL}. Install a supported TRL, e.g. pip install 'trl>={TRL_FLOOR}'."

@@ -11,7 +11,7 @@ from typing import Any, Optional
 
 from trl import GRPOTrainer
 
-from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.errors import ConfigError, HostError
 from dataflex_callbacks.host import as_strategy
 
 from .callback import DataFlexCallback, check_callback_host, renamed_option
@@ -135,7 +135,7 @@ def _the_callback(trainer: DataFlexTrainerMixin, strategy: Any, callbacks: list,
     callback = given[0]
     check_callback_host(callback, trainer, callback_class)
     if callback.attached:
-        raise RuntimeError(f"dataflex: this {type(callback).__name__} is already attached to another trainer; "
+        raise HostError(f"dataflex: this {type(callback).__name__} is already attached to another trainer; "
                            "create a new one.")
     if strategy is not None:
         wanted = as_strategy(strategy)

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from ..completion_accounting import GENERATED_KEY
+from dataflex_callbacks.errors import InputError
 
 BUDGET_UNITS = ("steps", "completions")
 PRE_SELECT_STEP_HEADROOM = 4
@@ -49,16 +50,16 @@ class Budget:
 
     def __post_init__(self):
         if self.unit not in BUDGET_UNITS:
-            raise ValueError(f"unknown budget unit {self.unit!r}; use steps:N or completions:N (e.g. steps:300)")
+            raise InputError(f"unknown budget unit {self.unit!r}; use steps:N or completions:N (e.g. steps:300)")
         if int(self.amount) < 1:
-            raise ValueError(f"budget amount must be at least 1, got {self.amount} (e.g. steps:300)")
+            raise InputError(f"budget amount must be at least 1, got {self.amount} (e.g. steps:300)")
 
     @classmethod
     def parse(cls, text: str) -> "Budget":
         """Read `steps:300` or `completions:20000`; raises ValueError naming the valid forms."""
         unit, sep, amount = str(text).strip().partition(":")
         if not sep or not amount.strip().isdigit():
-            raise ValueError(f"cannot read budget {text!r}; use steps:N or completions:N (e.g. steps:300, completions:20000)")
+            raise InputError(f"cannot read budget {text!r}; use steps:N or completions:N (e.g. steps:300, completions:20000)")
         return cls(unit.strip().lower(), int(amount))
 
     def __str__(self) -> str:

@@ -16,129 +16,25 @@ that started them, even when it is killed with SIGKILL.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
-import re
 import shutil
 import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Callable
 
-from ..options import (OPTION_RULES, PER_RUN_FIELDS, NumberRule, RunOptions, check_option_number,
-                       check_run_options, completion_tokens, eval_tokens)
-from .budget import Budget, EvalPlan
+from ..options import OPTION_RULES, check_option_number
 from .results import RESULT_FILE, execute_run, load_result, result_problem, write_json_atomic
+from .settings import RUNS_FOLDER, CompareInputError, CompareSettings, GridRun
 from .workers import run_parallel
 
 __all__ = ["CompareInputError", "CompareSettings", "GridOutcome", "GridRun", "FolderLock", "execute_run", "run_grid",
            "load_result", "result_problem", "write_json_atomic", "RESULT_FILE", "parse_seeds", "parse_strategies"]
 
 COMPARE_FILE = "compare.json"
-RUNS_FOLDER = "runs"
 LOCK_FILE = ".compare.lock"
 MAX_SEED_COUNT = 1000  # `--seeds N` beyond this is a typo, not a comparison
-
-
-class CompareInputError(ValueError):
-    """A comparison that cannot start (bad strategy list, seeds, budget, or an output folder holding another comparison)."""
-
-
-@dataclass(frozen=True)
-class GridRun:
-    """One cell of the grid: a strategy trained with a seed."""
-
-    strategy: str
-    seed: int
-
-    @property
-    def name(self) -> str:
-        """Folder name `<strategy>-seed<k>` (a strategy file is named by its file name without extension)."""
-        stem = os.path.splitext(os.path.basename(str(self.strategy)))[0] or "strategy"
-        return f"{re.sub(r'[^A-Za-z0-9_.+-]', '_', stem)}-seed{self.seed}"
-
-
-def _setting(default=dataclasses.MISSING, *, help: str):
-    return field(default=default, metadata={"help": help})
-
-
-@dataclass
-class CompareSettings:
-    """Settings of one `dataflex compare`; the `dataflex compare` flags take their help from these fields."""
-
-    strategies: list[str] = _setting(help="strategy specs (preset names, YAML/JSON files, 'none'), in report order")
-    seeds: list[int] = _setting(help="seeds; every strategy runs with every seed")
-    budget: Budget = _setting(help="the compute every run gets: steps:N or completions:N")
-    base: object = _setting(None, help="RunOptions shared by every run (model, dataset, batch shape, learning rate, "
-                                       "...); its strategy, seed, steps and output folder are set per run")
-    output_dir: str = _setting(os.path.join("runs", "compare"),
-                               help="comparison folder (runs, report.md, results.csv, figures)")
-    baseline: str | None = _setting(None, help="the strategy the others are paired against")
-    jobs: int = _setting(1, help="runs trained at once, in separate processes")
-    eval_points: int = _setting(4, help="held-out evaluations during each run, besides before and after, for the "
-                                        "accuracy-against-completions figure")
-    progress: bool = _setting(True, help="show a progress bar over the whole grid")
-    command: str = _setting("", help="the command line that started the comparison (written into the report)")
-
-    def __post_init__(self):
-        if self.base is None:
-            self.base = RunOptions()
-        if not self.strategies:
-            raise CompareInputError("no strategies to compare; pass e.g. --strategies baseline,difffilter")
-        if len(set(self.strategies)) != len(self.strategies):
-            raise CompareInputError(f"strategies are listed twice in {self.strategies}; list each once")
-        self.seeds = [check_option_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in self.seeds]
-        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
-            raise CompareInputError(f"seeds must be distinct and at least one, got {self.seeds}")
-        if self.baseline is None:
-            self.baseline = self.strategies[0]
-        if self.baseline not in self.strategies:
-            raise CompareInputError(f"baseline {self.baseline!r} is not among the strategies {self.strategies}")
-        self.jobs = check_option_number("--jobs", self.jobs, NumberRule(integer=True, low=1), CompareInputError)
-        self.eval_points = check_option_number("--eval-points", self.eval_points, NumberRule(integer=True, low=0),
-                                        CompareInputError)
-        if not isinstance(self.budget, Budget):
-            raise CompareInputError(f"budget must be a Budget (e.g. Budget.parse('steps:100')), got {self.budget!r}")
-        if not str(self.output_dir or "").strip():
-            raise CompareInputError("--output-dir must be a folder path, got an empty string")
-        check_run_options(self.base, CompareInputError)
-        # Resolve the token lengths here, so the runner and the evaluations along the way use the same ones.
-        self.base = dataclasses.replace(self.base, max_completion_length=completion_tokens(self.base),
-                                        eval_max_new_tokens=eval_tokens(self.base))
-
-    @property
-    def completions_per_step(self) -> int:
-        return int(self.base.prompts_per_step) * int(self.base.num_generations)
-
-    def grid(self) -> list[GridRun]:
-        """Every (strategy, seed) pair, strategies outer."""
-        return [GridRun(strategy, seed) for strategy in self.strategies for seed in self.seeds]
-
-    def expected_steps(self) -> int:
-        return self.budget.expected_steps(self.completions_per_step)
-
-    def eval_plan(self) -> EvalPlan:
-        """When a run is evaluated besides before and after: `eval_points` thresholds evenly spaced over the
-        budget, in its unit (completions for a completions budget, whatever a step costs a strategy)."""
-        return EvalPlan(self.budget, self.eval_points)
-
-    def shared(self) -> dict:
-        """What every run of the comparison must share; a resumed comparison must match it exactly."""
-        options = {k: v for k, v in dataclasses.asdict(self.base).items() if k not in PER_RUN_FIELDS}
-        return {"budget": str(self.budget), "eval_points": self.eval_points, "run_options": options}
-
-    def shared_key(self) -> str:
-        return hashlib.sha1(json.dumps(self.shared(), sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-    def run_dir(self, run: GridRun) -> str:
-        return os.path.join(self.output_dir, RUNS_FOLDER, run.name)
-
-    def options_for(self, run: GridRun, pre_select: bool = False):
-        return dataclasses.replace(
-            self.base, strategy=run.strategy, seed=run.seed, output_dir=self.run_dir(run), overwrite=True,
-            progress=False, steps=self.budget.step_cap(self.completions_per_step, pre_select),
-        )
 
 
 def _has_pre_select(strategy) -> bool:

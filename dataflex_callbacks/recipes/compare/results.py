@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Callable
 from .budget import GenerationLedger, budget_callback
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .grid import CompareSettings, GridRun
+    from .settings import CompareSettings, GridRun
 
 RESULT_FILE = "result.json"
 

@@ -14,12 +14,17 @@ import warnings
 from dataflex_callbacks.batch import NO_DOMAIN
 
 from .suite import prompt_key
+from dataflex_callbacks.errors import InputError
 
 _LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError):
     """The dataset cannot be used as given (empty, malformed, bad prompt or domain values); the message says where."""
+
+
+class DatasetFileMissing(DatasetError, FileNotFoundError):
+    """A local dataset path that does not exist."""
 
 
 class DatasetColumnError(DatasetError):
@@ -131,7 +136,7 @@ def _load_raw(name_or_path: str, split: str, prompt_column: str | None = None):
     extension = os.path.splitext(path)[1].lower()
     if os.path.isfile(path):
         if extension not in _LOCAL_FORMATS:
-            raise ValueError(
+            raise DatasetError(
                 f"cannot read {path!r}: unsupported file type {extension or '(none)'}; "
                 f"use one of {sorted(_LOCAL_FORMATS)}"
             )
@@ -139,7 +144,7 @@ def _load_raw(name_or_path: str, split: str, prompt_column: str | None = None):
         # A single local file is one split, whatever `split` names.
         return load_dataset(_LOCAL_FORMATS[extension], data_files=path, split="train")
     if extension in _LOCAL_FORMATS:
-        raise FileNotFoundError(f"dataset file {path!r} does not exist")
+        raise DatasetFileMissing(f"dataset file {path!r} does not exist")
     return load_dataset(path, split=split)
 
 
@@ -159,7 +164,7 @@ def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_colu
     """
     if domain_column is not None:
         if domain_key is not None and domain_key != domain_column:
-            raise ValueError(f"got domain_key={domain_key!r} and domain_column={domain_column!r} (its earlier name); "
+            raise InputError(f"got domain_key={domain_key!r} and domain_column={domain_column!r} (its earlier name); "
                              "pass only domain_key")
         warnings.warn("load_prompt_dataset(domain_column=...) is deprecated; pass domain_key=... instead",
                       DeprecationWarning, stacklevel=2)

@@ -44,6 +44,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 # Absolute imports: verl may load this file by path (``custom_reward_function.path=/.../multi_domain_reward.py``),
 # outside its package, where relative imports fail.
+from dataflex_callbacks.errors import InputError
 from dataflex_callbacks.recipes.tasks.math_answers import last_boxed, math_answers_match, reference_answer
 from dataflex_callbacks.recipes.tasks.verifiers import completion_text
 
@@ -76,7 +77,7 @@ _ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL
 
 
 
-class UnreadableReference(ValueError):
+class UnreadableReference(InputError):
     """A ground truth its task family cannot read; the rewards score the row 0 and warn once."""
 
 
@@ -282,7 +283,7 @@ def task_family(label, routes: Mapping[str, str] | None = None) -> str:
         family = table.get(text, table.get(text.lower()))
         if family is not None:
             if family not in SCORERS:
-                raise ValueError(f"routes maps {label!r} to unknown task family {family!r}; "
+                raise InputError(f"routes maps {label!r} to unknown task family {family!r}; "
                                  f"families: {', '.join(FAMILIES)}")
             return family
     words = [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
@@ -290,7 +291,7 @@ def task_family(label, routes: Mapping[str, str] | None = None) -> str:
     if len(found) == 1:
         return found[0]
     why = f"it matches several families {found}" if found else "it names no known task"
-    raise ValueError(f"cannot route domain {label!r} to a reward: {why}. Families: {', '.join(FAMILIES)}; "
+    raise InputError(f"cannot route domain {label!r} to a reward: {why}. Families: {', '.join(FAMILIES)}; "
                      f"pass routes={{{text!r}: '<family>'}} (verl: reward.custom_reward_function.reward_kwargs.routes)")
 
 
@@ -381,7 +382,7 @@ class MultiDomainReward:
             have = sorted(k for k, v in kwargs.items() if isinstance(v, (list, tuple)))
             wanted = key or " or ".join(candidates)
             option = "label_key" if what == "label" else "answer_key"
-            raise ValueError(f"multi_domain_reward needs the {what} column {wanted!r}; the dataset passes {have}. "
+            raise InputError(f"multi_domain_reward needs the {what} column {wanted!r}; the dataset passes {have}. "
                              f"Add the column or pass MultiDomainReward({option}=...)")
         return list(kwargs[names[0]])
 

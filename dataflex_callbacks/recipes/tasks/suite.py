@@ -10,6 +10,7 @@ from dataflex_callbacks.batch import NO_DOMAIN
 
 from .domains import TASK_DOMAINS, TaskDomain
 from .verifiers import completion_text, get_verifier
+from dataflex_callbacks.errors import InputError
 
 
 def prompt_key(domain: str, prompt: str) -> str:
@@ -23,7 +24,7 @@ def _resolve_domains(domains: Sequence[str] | None) -> list[TaskDomain]:
         return list(TASK_DOMAINS.values())
     unknown = [name for name in domains if name not in TASK_DOMAINS]
     if unknown:
-        raise ValueError(f"unknown task domain(s) {unknown}; available: {sorted(TASK_DOMAINS)}")
+        raise InputError(f"unknown task domain(s) {unknown}; available: {sorted(TASK_DOMAINS)}")
     return [TASK_DOMAINS[name] for name in domains]
 
 
@@ -31,7 +32,7 @@ def generate_domain_splits(domain: TaskDomain, seed: int, n_train: int, n_test: 
     """Draw `n_train + n_test` distinct prompts of one domain; the first `n_train` train, the rest are held out."""
     needed = n_train + n_test
     if needed > domain.max_unique:
-        raise ValueError(
+        raise InputError(
             f"domain {domain.name!r} has only {domain.max_unique} distinct prompts; "
             f"asked for n_train + n_test = {needed}"
         )

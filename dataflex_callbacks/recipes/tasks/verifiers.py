@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+from dataflex_callbacks.errors import InputError
 
 _NUMBER = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
 # Markers that introduce a final answer in common datasets (GSM8K's "####") and in prompts
@@ -103,7 +104,7 @@ def get_verifier(name_or_fn):
     try:
         return VERIFIERS[name_or_fn]
     except KeyError:
-        raise ValueError(
+        raise InputError(
             f"unknown verifier {name_or_fn!r}; choose one of {sorted(VERIFIERS)} or pass a callable"
         ) from None
 
