@@ -326,7 +326,7 @@ def domain_mixing():
     mixing = DomainMixing(mixer, domains=["easy", "hard", "mid"], warmup_steps=0, update_every=1)
     for step in range(3):
         mixing.observe(observed_batch(step), step)
-    mixing.observe_drawn({"easy": 2, "hard": 1, "mid": 1})
+    mixing.observe_sampled({"easy": 2, "hard": 1, "mid": 1})
     return mixing
 
 

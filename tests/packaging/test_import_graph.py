@@ -152,9 +152,7 @@ def test_the_package_has_no_import_cycle():
 def test_the_core_and_the_adapters_have_no_import_cycle_through_type_hints_either():
     edges = import_edges(find_modules(PACKAGE_DIRS), type_checking=True)
     assert "dataflex_callbacks.integrations.lightning.callback" in edges["dataflex_callbacks.integrations.lightning"]
-    # The recipes are being split (issue 25); their type-hint imports are checked once that settles.
-    found = [cycle for cycle in cycles(edges) if not all(m.startswith("dataflex_callbacks.recipes") for m in cycle)]
-    assert found == []
+    assert cycles(edges) == []
 
 
 def _write(root: Path, files: dict[str, str]) -> None:
