@@ -23,7 +23,7 @@ class DatasetError(InputError):
     """The dataset cannot be used as given (empty, malformed, bad prompt or domain values); the message says where."""
 
 
-class DatasetFileMissing(DatasetError, FileNotFoundError):
+class DatasetFileMissing(InputError, FileNotFoundError):
     """A local dataset path that does not exist."""
 
 
@@ -136,7 +136,7 @@ def _load_raw(name_or_path: str, split: str, prompt_column: str | None = None):
     extension = os.path.splitext(path)[1].lower()
     if os.path.isfile(path):
         if extension not in _LOCAL_FORMATS:
-            raise DatasetError(
+            raise InputError(
                 f"cannot read {path!r}: unsupported file type {extension or '(none)'}; "
                 f"use one of {sorted(_LOCAL_FORMATS)}"
             )
