@@ -8,12 +8,15 @@ generation of every optimizer step. On vLLM's CPU build four things are needed b
 * the engine's dtype: vLLM turns a float32 checkpoint into bfloat16 by default, so its sampling
   log-probs would differ from the trainer's float32 ones (and CPUs without bf16 units are ~50x slower);
 * eager execution: otherwise vLLM's CPU backend compiles the model with inductor at start-up;
-* weights TRL can update: vLLM's CPU linear layers repack their weights for oneDNN at load and drop
-  the originals, so TRL's weight push fails (``'Parameter' object has no attribute 'weight_loader'``),
-  and the tied output layer would keep a stale packed copy; `cpu_engine` makes them multiply with
-  ``torch.nn.functional.linear`` on the live weights instead;
-* a small memory share: on CPU, ``vllm_gpu_memory_utilization`` is the share of the machine's RAM
-  the engine reserves (TRL's default 0.9 fails beside the trainer).
+* weights TRL can update: on CPUs with AMX or AVX-512, vLLM's CPU linear layers repack their weights
+  at load and drop the originals, so TRL's weight push fails (``'Parameter' object has no attribute
+  'weight_loader'``); `cpu_engine` makes them multiply with the live weights instead
+  (`dataflex_callbacks.recipes.vllm_cpu`, the fix the verl path uses too);
+* a KV cache of a set size: on CPU, ``vllm_gpu_memory_utilization`` is a share of the RAM of the
+  engine's NUMA node, out of which vLLM 0.32 first takes the whole process's resident memory (trainer
+  included) and keeps the rest for the KV cache; the same share passes on one machine and leaves a
+  negative KV cache on another (``requested memory for kv (-0.13/0.54 GiB)`` on a 2-core machine
+  whose node 0 holds 10.7 of its 24 GiB). `CPU_ENGINE_SETTINGS` asks for `CPU_KV_CACHE_BYTES` instead.
 
 `GRPOConfig` has no field for vLLM's dtype, eager mode or CPU kernels, hence the context manager.
 `vllm` and `trl` are imported only when these functions run.
@@ -26,11 +29,16 @@ import functools
 import os
 from typing import Iterator
 
+from dataflex_callbacks.recipes.vllm_cpu import keep_live_weights
+
 SETUP_SCRIPT = "scripts/setup_vllm_env.sh"
 CPU_MEMORY_SHARE = 0.05
-"""`vllm_gpu_memory_utilization` on CPU: the share of RAM vLLM reserves (KV cache included)."""
-CPU_ENGINE_SETTINGS = {"dtype": "float32", "enforce_eager": True}
-"""vLLM engine arguments `GRPOConfig` cannot set: float32 like the trainer, and no start-up compilation."""
+"""`vllm_gpu_memory_utilization` on CPU: small, since `CPU_ENGINE_SETTINGS` sizes the KV cache itself."""
+CPU_KV_CACHE_BYTES = 256 * 2**20
+"""KV cache of the CPU engine: 256 MiB holds the tiny models' batches many times over; raise it for a real model."""
+CPU_ENGINE_SETTINGS = {"dtype": "float32", "enforce_eager": True, "kv_cache_memory_bytes": CPU_KV_CACHE_BYTES}
+"""vLLM engine arguments `GRPOConfig` cannot set: float32 like the trainer, no start-up compilation, a KV cache
+of a set size (not a share of the machine's memory)."""
 
 
 def check_vllm_importable(error: type = ImportError, flag: str = "--use-vllm") -> None:
@@ -67,33 +75,21 @@ def cpu_engine(**engine_arguments) -> Iterator[None]:
     engine built inside keeps its settings.
     """
     from trl.generation import vllm_generation
-    from vllm.model_executor.layers import utils as layer_utils
 
     settings = {**CPU_ENGINE_SETTINGS, **engine_arguments}
-    original_llm, original_dispatch = vllm_generation.LLM, layer_utils.dispatch_cpu_unquantized_gemm
+    original_llm = vllm_generation.LLM
 
     @functools.wraps(original_llm)
     def build(*args, **kwargs):
         return original_llm(*args, **{**kwargs, **settings})
 
     vllm_generation.LLM = build
-    layer_utils.dispatch_cpu_unquantized_gemm = multiply_with_live_weights
+    restore_dispatch = keep_live_weights()
     try:
         yield
     finally:
         vllm_generation.LLM = original_llm
-        layer_utils.dispatch_cpu_unquantized_gemm = original_dispatch
-
-
-def multiply_with_live_weights(layer, remove_weight: bool = False) -> None:
-    """vLLM CPU GEMM dispatch that keeps ``layer.weight`` and multiplies with it as it is at call time.
-
-    Replaces vLLM's `dispatch_cpu_unquantized_gemm`, which packs a copy of the weight (and, for linear
-    layers, drops the original), so weights loaded later would never be used.
-    """
-    import torch.nn.functional as F
-
-    layer.cpu_linear = lambda x, weight, bias: F.linear(x, weight, bias)
+        restore_dispatch()
 
 
 def in_process_engine() -> None:

@@ -5,9 +5,16 @@ sets DATAFLEX_REQUIRE_VLLM=1 so that a broken vLLM fails instead of skipping). O
 every trainer of this module: TRL builds it through ``vllm.LLM``, which `shared_engine` answers with the
 same engine each time (TRL pushes each new trainer's weights into it before its first generation), and
 re-seeds torch's global generator, which vLLM's CPU sampler draws from, as a fresh engine does.
+
+Every engine here is built with vLLM's repacking CPU dispatch forced (`force_repacking_dispatch`), so
+that on any CPU the tests see what AVX-512 and AMX machines do: linear weights packed at load and
+``layer.weight`` dropped. The shared engine is built inside `cpu_engine`, whose live weights are what
+lets TRL's weight push reach it; the first test shows the push failing without them.
 """
 
 import os
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -24,7 +31,10 @@ from trl import GRPOTrainer  # noqa: E402
 from conftest import checksum_reward  # noqa: E402
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import save_tiny  # noqa: E402
-from dataflex_callbacks.recipes.vllm_colocate import colocate_config, cpu_engine  # noqa: E402
+from dataflex_callbacks.recipes.vllm_colocate import CPU_ENGINE_SETTINGS, colocate_config, cpu_engine  # noqa: E402
+from dataflex_callbacks.recipes.vllm_cpu import (  # noqa: E402
+    LIVE_WEIGHTS_ENV, RepackedWeight, force_repacking_dispatch, multiply_with_live_weights)
+from vllm.model_executor.layers import utils as layer_utils  # noqa: E402
 from loss_checks import loss_and_grad, masked_inputs  # noqa: E402
 from mixing_runs import record_train_sampler  # noqa: E402
 
@@ -58,15 +68,58 @@ class SharedEngine:
         return self.llm
 
 
+VLLM_DISPATCH = layer_utils.dispatch_cpu_unquantized_gemm  # vLLM's own, before any fix replaces it
+
+
 @pytest.fixture(scope="module")
-def engine(tmp_path_factory):
+def repacking():
+    """vLLM's repacking dispatch, forced for the module whatever this CPU is."""
+    restore = force_repacking_dispatch()
+    yield
+    restore()
+
+
+@pytest.fixture(scope="module")
+def engine(tmp_path_factory, repacking):
     from trl.generation import vllm_generation
 
     shared = SharedEngine(save_tiny(tmp_path_factory.mktemp("vllm_model")))
     with cpu_engine():  # restores TRL's constructor on exit
         with_cpu_settings = vllm_generation.LLM
         vllm_generation.LLM = lambda *a, **k: shared.build(with_cpu_settings, *a, **k)
+        repacked = RepackedWeight.created
         yield shared
+        assert RepackedWeight.created == repacked, "a layer of the shared engine was repacked despite cpu_engine()"
+
+
+def test_a_repacked_engine_refuses_trls_weight_push_without_live_weights(make_trainer, repacking, monkeypatch, tmp_path):
+    # What stock GRPOTrainer(use_vllm=True) does on an AVX-512 or AMX CPU: vLLM's dispatch packs the
+    # linear weights and drops them, and TRL's first weight push finds no loader.
+    import vllm
+    from trl.generation import vllm_generation
+
+    monkeypatch.setattr(layer_utils, "dispatch_cpu_unquantized_gemm", VLLM_DISPATCH)
+    folder = save_tiny(tmp_path / "model")
+    monkeypatch.setattr(vllm_generation, "LLM",
+                        lambda *a, **k: vllm.LLM(*a, **{**k, **CPU_ENGINE_SETTINGS, "model": folder, "max_num_seqs": 64}))
+    repacked = RepackedWeight.created
+    trainer = make_trainer(reward_funcs=[checksum_reward], **vllm_settings(max_steps=1))
+    assert RepackedWeight.created > repacked, "the forced dispatch repacked no layer: the test would prove nothing"
+    with pytest.raises(AttributeError, match="weight_loader"):
+        trainer.train()
+    del trainer
+
+
+def test_the_vllm_plugin_keeps_live_weights_only_when_asked():
+    # vLLM runs its general plugins once per process (each worker it starts), so each case gets its own.
+    script = ("from vllm.plugins import load_general_plugins; load_general_plugins()\n"
+              "from vllm.model_executor.layers import utils\n"
+              "print(utils.dispatch_cpu_unquantized_gemm.__module__)")
+    for value, expected in (("1", multiply_with_live_weights.__module__), ("", VLLM_DISPATCH.__module__)):
+        env = {**os.environ, LIVE_WEIGHTS_ENV: value}
+        done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split()[-1] == expected, (value, done.stdout[-500:])
 
 
 def vllm_settings(**config):
