@@ -1,36 +1,83 @@
-"""Math word-problem answers (GSM8K, MATH-style): extract the final answer of a completion and compare it to the reference.
+"""Math answers (GSM8K, MATH, Minerva style): read a completion's final answer and check it with math-verify.
 
 Which part of a completion is its final answer (one rule, first that applies):
 
-1. the last ``\\boxed{...}`` (or ``\\fbox{...}``); an unbalanced (truncated) box is ignored;
-2. else the last answer marker of any kind, ``####`` (GSM8K's), "answer is" or "answer:" (so
-   "The answer is 5. ... Final answer: 7" answers 7): the first line after it, or the first
-   value of that line when it is a sentence ("The answer is 5 and then I checked 7" answers 5);
-3. else the last number (or ``a/b``) of the completion.
+1. the last ``<answer>...</answer>`` block: its box, else its text after an answer marker, else
+   all of it (``<answer>7</answer> Check with 5.`` answers 7);
+2. else the last ``\\boxed{...}`` (or ``\\fbox{...}``); an unbalanced (truncated) box is ignored;
+3. else the last answer marker of any kind, ``####`` (GSM8K's), "answer is" or "answer:" (so
+   "The answer is 5. ... Final answer: 7" answers 7), and the first line after it: a ``$...$`` span
+   that opens it (Minerva's "The final answer is $(1,2)$. I hope it is correct."), the line itself
+   when it is one expression, else the first value of the sentence that no negation rules out
+   ("The answer is 5 and then I checked 7" answers 5, "The answer is not 5, it is 7" answers 7);
+4. else the last number (or ``a/b``) of the completion that no negation rules out.
 
-How answers compare: numbers by value, ``42.0 == 42``, ``1,000 == 1000``, ``1e3 == 1000``,
-``2\\times10^{3} == 2000``, ``$-3$ == -3``, ``\\frac{1}{2} == \\frac12 == 0.5 == 1/2``; an answer
-written as an equation is read as its last side (``x = 4`` and ``48 + 24 = 72`` answer 4 and 72);
-a percent matches its number (``50\\%`` == 50, GSM8K's way) or its fraction (``50\\% == 0.5``)
-when only one side has the sign. A reference that is not a number (``\\sqrt{2}``, ``(1, 2)``) is
-compared as normalised text. An unreadable completion scores 0.
+Markdown emphasis and ``$`` delimiters around an answer are dropped (``Answer: **18**`` answers 18).
+
+What earns no credit, whatever the reference (see `final_answer` for hedges and negations):
+
+- a hedge, alternatives joined by "or" / "either" (``5 or 7``, ``x=2 \\text{ or } x=-2``), unless the
+  reference itself lists several values (``\\pm 2``, ``-2, 2``): then the alternatives compare as a set;
+- an equation that states no value: ``x = 4`` (one variable on the left) answers 4, a true chain
+  ``48 + 24 = 72`` answers 72, but ``2+2=5`` answers nothing; against a reference that is an
+  equation, equations compare whole;
+- another unit than the reference's (``5 \\text{ m}`` against ``5 km``). An answer without a unit
+  is read in the reference's unit, and a reference without a unit accepts any (``1000 dollars``
+  against 1000);
+- a percent against a reference that is not one (``0.5\\%`` against 0.5: a percent scales its
+  number). Against a percent reference ``25\\%``, the answers 25, ``25\\%`` and 0.25 are right;
+- an answer whose comparison could run for seconds (see `too_costly`).
+
+How answers compare: with math-verify (``math_verify.parse`` and ``math_verify.verify``, the verifier
+TRL's ``accuracy_reward`` and verl's math scorers use): numbers by value (``1,000 == 1000 == 1e3``,
+``42.0 == 42``), LaTeX and expression equivalence (``\\sqrt2 == \\sqrt{2}``, ``10^3 == 1000``,
+``\\frac12 == 0.5 == 1/2``), sets, tuples and intervals. An unreadable completion scores 0.
 """
 
 from __future__ import annotations
 
 import math
 import re
+import threading
+from decimal import Decimal, InvalidOperation
 
-from .verifiers import completion_text
+from dataflex_callbacks.errors import DataFlexError
+
+from .final_answer import (
+    NEGATION,
+    completion_text,
+    is_negated,
+    last_answer_tag,
+    last_boxed,
+    offers_alternatives,
+    split_alternatives,
+    strip_emphasis,
+)
+
+__all__ = ["MathVerifyMissing", "extract_final_answer", "last_boxed", "math_answer_reward", "math_answers_match",
+           "parse_number", "reference_answer", "split_unit", "too_costly"]
+
+
+class MathVerifyMissing(DataFlexError, ImportError):
+    """The math verifier needs the ``math-verify`` package, which is not installed."""
+
 
 # A number as written in answers: optional sign, digits with optional thousands commas, decimals,
 # exponent (1e3). A sign right after a digit or a letter is an operator (48-24), not part of the number.
 _SIGN = r"(?:(?<![\w)\]}])[-+−])?"
 _NUMBER = rf"{_SIGN}(?:(?:\d{{1,3}}(?:,\d{{3}})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
 _NUMBER_RE = re.compile(_NUMBER)
-_NUMBER_OR_FRACTION_RE = re.compile(rf"(?:{_NUMBER})\s*/\s*(?:{_NUMBER})|{_NUMBER}")
-# The first value of an answer sentence: a LaTeX fraction, a/b, or a number.
-_VALUE_RE = re.compile(rf"[-+−]?\\[dt]?frac\{{[^{{}}]+\}}\{{[^{{}}]+\}}|(?:{_NUMBER})\s*/\s*(?:{_NUMBER})|{_NUMBER}")
+_NUMBER_OR_FRACTION = rf"(?:{_NUMBER})\s*/\s*(?:{_NUMBER})|{_NUMBER}"
+# A percent sign stays with its number: 0.5% is not 0.5.
+_PERCENT_SIGN = r"(?:\s*\\?%)?"
+# The last-number rule reads each number with the negation before it (group 1 set: negated). The
+# lookahead lets the scan skip, in one step, every position where neither can start.
+_NUMBER_WITH_NEGATION_RE = re.compile(
+    rf"(?=[-+−.\d\\≠!nNrRiIoO])({NEGATION})?((?:{_NUMBER_OR_FRACTION}){_PERCENT_SIGN})")
+# The last-number rule reads the completion's end first, then 16 times more: a final number is near the end.
+_FIRST_WINDOW, _WINDOW_GROWTH = 4096, 16
+# A value inside an answer sentence: a $...$ span, a LaTeX fraction, a/b, or a number.
+_VALUE_RE = re.compile(rf"\$[^$]+\$|[-+−]?\\[dt]?frac\{{[^{{}}]+\}}\{{[^{{}}]+\}}|(?:{_NUMBER_OR_FRACTION}){_PERCENT_SIGN}")
 _FRACTION_RE = re.compile(r"^([-+]?)\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}$")
 _SLASH_FRACTION_RE = re.compile(rf"^({_NUMBER})\s*/\s*({_NUMBER})$")
 _TIMES_TEN_RE = re.compile(rf"^({_NUMBER})(?:\\times|\\cdot|×)10\^\{{?([-+]?\d+)\}}?$")
@@ -38,74 +85,240 @@ _TIMES_TEN_RE = re.compile(rf"^({_NUMBER})(?:\\times|\\cdot|×)10\^\{{?([-+]?\d+
 _BARE_FRACTION_RE = re.compile(r"\\frac(\d)(\d)")
 # GSM8K's "####", "the answer is", "Final Answer:", "**Answer:**": the last one of any kind wins.
 _ANSWER_MARKER_RE = re.compile(r"####|\banswer\b[\s*]*(?:is\b|:)", re.IGNORECASE)
+# The text between two boxes that offers them as alternatives: "\boxed{5} or \boxed{7}".
+_BOX_ALTERNATIVE_RE = re.compile(r"\}\$*\s*,?\s*(?:\bor\b|\beither\b|/)\s*\$*$", re.IGNORECASE)
+# A math span that opens an answer line: $...$, $$...$$, \(...\), \[...\].
+_MATH_SPAN_RE = re.compile(r"\$\$?([^$]+)\$\$?|\\\((.+?)\\\)|\\\[(.+?)\\\]")
 # Wrappers that do not change the value of an answer.
 _STRIP_TOKENS = ("\\left", "\\right", "\\!", "\\,", "\\;", "\\ ", "\\$", "$", "\\%", "%", "^\\circ", "^{\\circ}")
 _TEXT_COMMAND_RE = re.compile(r"\\(?:text|textbf|mathrm|mbox)\{([^{}]*)\}")
+# An English word in an answer line (a LaTeX command such as \frac is not one): the line is a sentence.
+_WORD_RE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
+
+# ------------------------------------------------------------------ units
+
+_TEXT_WRAPPER = r"\\(?:text|textrm|mathrm|mbox|textbf|operatorname)\s*"
+_POWER = r"(?P<power>\^\s*\{?\s*[23]\s*\}?)?"
+_PERCENT_RE = re.compile(rf"^(?P<value>.*?)\s*(?:\\?%|{_TEXT_WRAPPER}\{{\s*percent\s*\}}|\s+percent)$")
+_DEGREE_RE = re.compile(r"^(?P<value>.*?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\s+degrees?)$")
+_DOLLAR_RE = re.compile(r"^\\?\$\s*(?P<value>[^$]+)$")
+_TEXT_UNIT_RE = re.compile(rf"^(?P<value>.*?[^\s\\])(?:\s|\\[,;! ]|~)*{_TEXT_WRAPPER}\{{\s*(?P<unit>[A-Za-z][A-Za-z. ]*?)\s*\}}{_POWER}$")
+_WORD_UNIT_RE = re.compile(rf"^(?P<value>{_NUMBER})\s*(?P<unit>[A-Za-z]{{2,}}(?: [A-Za-z]+)*|(?<=\s)[mgslh])\.?{_POWER}$")
+# Unit names -> one spelling; a plural is read as its singular.
+_UNIT_SPELLINGS = {
+    "meter": "m", "metre": "m", "kilometer": "km", "kilometre": "km", "centimeter": "cm", "centimetre": "cm",
+    "millimeter": "mm", "millimetre": "mm", "inch": "in", "inche": "in", "foot": "ft", "feet": "ft", "yard": "yd",
+    "mile": "mi", "gram": "g", "kilogram": "kg", "second": "s", "sec": "s", "minute": "min", "hour": "h", "hr": "h",
+    "liter": "l", "litre": "l", "milliliter": "ml", "millilitre": "ml", "dollar": "$", "usd": "$", "cent": "¢",
+    "degree": "°", "percent": "%",
+}
+# Words a dataset writes after a value that name no unit ("square units" is an area in the question's unit).
+_NO_UNIT = {"unit", "units", "square units", "sq units", "cubic units"}
 
 
-def last_boxed(text: str) -> str | None:
-    """Return the content of the last balanced ``\\boxed{...}`` (or ``\\fbox{...}``) in `text`, or None."""
-    start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
-    if start < 0:
+def split_unit(answer: str) -> tuple[str, str | None]:
+    """``(value, unit or None)`` of an answer: ``5 \\text{ km}`` -> ``("5", "km")``, ``25\\%`` -> ``("25", "%")``.
+
+    The unit is canonical (``kilometers`` and ``km`` read the same; a plural as its singular;
+    ``\\$`` and "dollars" as ``$``; ``^\\circ`` and "degrees" as ``°``).
+    """
+    answer = answer.strip()
+    for pattern, unit in ((_PERCENT_RE, "%"), (_DEGREE_RE, "°")):
+        match = pattern.match(answer)
+        if match and match.group("value").strip():
+            return match.group("value").strip(), unit
+    match = _DOLLAR_RE.match(answer)
+    if match:
+        return match.group("value").strip(), "$"
+    for pattern in _TEXT_UNIT_RE, _WORD_UNIT_RE:
+        match = pattern.match(answer)
+        if match:
+            unit = _canonical_unit(match.group("unit"), match.group("power"))
+            return match.group("value").strip(), unit
+    return answer, None
+
+
+def _canonical_unit(name: str, power: str | None) -> str | None:
+    words = name.lower().replace(".", " ").split()
+    if " ".join(words) in _NO_UNIT:
         return None
-    position = text.index("{", start) + 1
-    depth = 1
-    for end in range(position, len(text)):
-        if text[end] == "{":
+    exponent = re.sub(r"\D", "", power or "")
+    if words and words[0] in ("square", "sq", "cubic", "cu"):
+        exponent = "2" if words[0] in ("square", "sq") else "3"
+        words = words[1:]
+    name = " ".join(words)
+    for singular in (name, name[:-1] if name.endswith("s") else None, name[:-2] if name.endswith("es") else None):
+        if singular in _UNIT_SPELLINGS:
+            name = _UNIT_SPELLINGS[singular]
+            break
+    return name + (f"^{exponent}" if exponent else "")
+
+
+def _units_agree(unit: str | None, reference_unit: str | None) -> bool:
+    """An answer without a unit is in the reference's; a percent needs a percent reference; other units must match."""
+    if unit is None:
+        return True
+    if reference_unit is None:
+        return unit != "%"
+    return unit == reference_unit
+
+# ------------------------------------------------------------------ answers whose comparison could run for seconds
+
+_MAX_ANSWER_CHARS = 300
+_MAX_NESTING = 8
+# An exponent above this, on a base that is not a plain integer, expands for seconds: (x+1)^{1000} took 9 s.
+_MAX_SYMBOLIC_EXPONENT = 12
+_MAX_EXPONENT = 10_000
+_UNEVALUATED_RE = re.compile(r"\\(?:sum|prod|int|oint|lim)\b")
+_FACTORIAL_RE = re.compile(r"(?<![\w)}])(?:\d{1,3}|[A-Za-z])!|!")
+_BINOMIAL_RE = re.compile(r"\\[dt]?binom|\\choose")
+
+
+def too_costly(answer: str) -> bool:
+    """True when math-verify could take seconds on `answer`, which then scores 0.
+
+    math-verify's own timeout is a SIGALRM, which only the main thread can set (verl scores in
+    worker threads), and it cannot interrupt one long integer operation. So an answer is refused
+    before it is parsed when it is longer than 300 characters, nested deeper than 8 brackets, an
+    exponent tower (``10^{10^{10}}``), an exponent above 10,000 or above 12 on a base that is not
+    an integer (``(x+1)^{1000}``), a factorial of more than three digits (``(10^{100})!``), a
+    binomial with a power or a 5-digit number inside, or an unevaluated sum, product, integral or
+    limit. A final answer is a value; none of these is one a dataset asks for.
+    """
+    if len(answer) > _MAX_ANSWER_CHARS:
+        return True
+    depth = deepest = 0
+    for char in answer:
+        if char in "([{":
             depth += 1
-        elif text[end] == "}":
+            deepest = max(deepest, depth)
+        elif char in ")]}":
             depth -= 1
-            if depth == 0:
-                return text[position:end]
-    return None  # unbalanced: a truncated completion
+    if deepest > _MAX_NESTING or _UNEVALUATED_RE.search(answer):
+        return True
+    if "!" in answer and any(match.group(0) == "!" for match in _FACTORIAL_RE.finditer(answer)):
+        return True
+    if _BINOMIAL_RE.search(answer) and ("^" in answer or re.search(r"\d{5,}", answer)):
+        return True
+    for caret in (i for i, char in enumerate(answer) if char == "^"):
+        exponent = _exponent_at(answer, caret + 1)
+        if "^" in exponent or "!" in exponent:
+            return True
+        digits = re.fullmatch(r"\s*[-+]?\s*(\d+)\s*", exponent)
+        if digits:
+            value = int(digits.group(1))
+            base_is_integer = caret > 0 and answer[caret - 1].isdigit()
+            if value > _MAX_EXPONENT or (value > _MAX_SYMBOLIC_EXPONENT and not base_is_integer):
+                return True
+    return False
+
+
+def _exponent_at(answer: str, position: int) -> str:
+    """The exponent that starts at `position` (after a ``^``): a braced group, else one character."""
+    while position < len(answer) and answer[position] == " ":
+        position += 1
+    if position >= len(answer):
+        return ""
+    if answer[position] != "{":
+        return answer[position]
+    depth = 0
+    for end in range(position, len(answer)):
+        depth += {"{": 1, "}": -1}.get(answer[end], 0)
+        if depth == 0:
+            return answer[position + 1:end]
+    return answer[position + 1:]
+
+# ------------------------------------------------------------------ extraction
 
 
 def extract_final_answer(completion) -> str | None:
-    """Return the final answer of a completion as text (last box, else after the last answer marker, else last number), or None.
+    """Return the final answer of a completion as text, by the rules of the module docstring, or None.
 
     `completion` is a string or a TRL conversational completion (a list of messages).
     """
     text = completion_text(completion)
     if not text or not text.strip():
         return None
+    tagged = last_answer_tag(text)
+    if tagged is not None:
+        return _answer_in(tagged)
     boxed = last_boxed(text)
     if boxed is not None:
-        return boxed.strip() or None
+        start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
+        if _BOX_ALTERNATIVE_RE.search(text, max(0, start - 16), start):
+            return None  # "\boxed{5} or \boxed{7}": a hedge across boxes
+        return _unwrap(boxed) or None
     markers = list(_ANSWER_MARKER_RE.finditer(text))
     if markers:
-        return _answer_after(text, markers[-1].end())
-    numbers = _NUMBER_OR_FRACTION_RE.findall(text)
-    return numbers[-1] if numbers else None
+        return _answer_of_line(text[markers[-1].end():])
+    return _last_number(text)
 
 
-def _answer_after(text: str, position: int) -> str | None:
-    """The first line after an answer marker; its first value when the line is a sentence ("42 apples in total")."""
-    tail = text[position:].strip().lstrip(":*").strip()
-    line = tail.splitlines()[0].strip().rstrip(".") if tail else ""
-    if not line:
-        return None
-    if parse_number(line) is None and " " in line:
-        value = _VALUE_RE.search(line)
-        if value:
-            return value.group(0)
-    return line
+def _answer_in(region: str) -> str | None:
+    """The answer inside an ``<answer>`` block: its box, else after its last marker, else its first line."""
+    boxed = last_boxed(region)
+    if boxed is not None:
+        return _unwrap(boxed) or None
+    markers = list(_ANSWER_MARKER_RE.finditer(region))
+    return _answer_of_line(region[markers[-1].end():] if markers else region)
 
 
-def _normalise(answer: str) -> str:
-    """Drop formatting that does not change an answer's value (``$``, ``\\left``, ``\\text{}``, spaces, trailing dot)."""
-    answer = _TEXT_COMMAND_RE.sub(r"\1", answer)
-    for token in _STRIP_TOKENS:
-        answer = answer.replace(token, "")
-    answer = answer.replace("−", "-").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
-    answer = _BARE_FRACTION_RE.sub(r"\\frac{\1}{\2}", answer)
-    return "".join(answer.split()).rstrip(".")
+def _unwrap(answer: str) -> str:
+    """An answer without markdown emphasis, ``$`` delimiters and a closing full stop."""
+    answer = strip_emphasis(answer.strip())
+    span = _MATH_SPAN_RE.fullmatch(answer)
+    if span:
+        answer = next(group for group in span.groups() if group is not None)
+    return answer.strip().rstrip(".").strip()
 
 
-def _last_side(answer: str) -> str:
-    """The value an equation states: its last side (``x=4`` -> ``4``, ``48+24=72`` -> ``72``); else `answer`."""
-    if "=" not in answer:
-        return answer
-    return answer.rsplit("=", 1)[1] or answer
+def _answer_of_line(tail: str) -> str | None:
+    """The answer that opens `tail`: a math span, the first line when it is one expression, else its first value.
+
+    A first line that offers alternatives ("5 or 7") is returned whole, so the comparison sees the hedge.
+    """
+    tail = strip_emphasis(tail.strip().lstrip(":").strip())
+    line = tail.splitlines()[0].strip() if tail else ""
+    span = _MATH_SPAN_RE.match(line)
+    if span:
+        return _unwrap(next(group for group in span.groups() if group is not None)) or None
+    line = _unwrap(line)
+    if not line or "\\boxed" in line or "\\fbox" in line:
+        return None  # empty, or a box that never closed (a truncated completion)
+    value, _ = split_unit(line)
+    if not _WORD_RE.search(value) or parse_number(value) is not None:
+        return line
+    values = [match for match in _VALUE_RE.finditer(line) if not is_negated(line, match.start())]
+    if offers_alternatives(line) and len(_VALUE_RE.findall(line)) > 1:
+        return line
+    return _unwrap(values[0].group(0)) if values else None
+
+
+def _last_number(text: str) -> str | None:
+    """The last number (or a/b) of `text` that no negation rules out ("The answer isn't 5" has none)."""
+    size = _FIRST_WINDOW
+    while True:
+        start = max(0, len(text) - size)
+        found = _NUMBER_WITH_NEGATION_RE.findall(text, start)
+        # A match at the window's first character may be a cut number or miss its negation: the next window reads it.
+        first = 1 if start > 0 and found else 0
+        for negation, number in reversed(found[first:]):
+            if not negation:
+                return number
+        if start == 0:
+            return None
+        size *= _WINDOW_GROWTH
+
+
+def reference_answer(answer) -> str:
+    """Return the final answer of a dataset reference: the text after GSM8K's ``####``, a boxed value, or the whole answer."""
+    text = "" if answer is None else str(answer)
+    if "####" in text:
+        return _unwrap(text[text.rfind("####") + 4:])
+    boxed = last_boxed(text)
+    return _unwrap(boxed if boxed is not None else text)
+
+# ------------------------------------------------------------------ numbers
 
 
 def _finite(value: float) -> float | None:
@@ -117,6 +330,16 @@ def _to_float(number: str) -> float | None:
         return _finite(float(number.replace(",", "").replace("−", "-")))
     except (ValueError, OverflowError):
         return None
+
+
+def _normalise(answer: str) -> str:
+    """Drop formatting that does not change an answer's value (``$``, ``\\left``, ``\\text{}``, spaces, trailing dot)."""
+    answer = _TEXT_COMMAND_RE.sub(r"\1", answer)
+    for token in _STRIP_TOKENS:
+        answer = answer.replace(token, "")
+    answer = answer.replace("−", "-").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    answer = _BARE_FRACTION_RE.sub(r"\\frac{\1}{\2}", answer)
+    return "".join(answer.split()).rstrip(".")
 
 
 def parse_number(answer) -> float | None:
@@ -149,40 +372,115 @@ def parse_number(answer) -> float | None:
     return _to_float(match.group(1)) if match else None
 
 
-def reference_answer(answer) -> str:
-    """Return the final answer of a dataset reference: the text after GSM8K's ``####``, a boxed value, or the whole answer."""
-    text = "" if answer is None else str(answer)
-    if "####" in text:
-        return text[text.rfind("####") + 4:].strip()
-    boxed = last_boxed(text)
-    return (boxed if boxed is not None else text).strip()
+def _plain_decimal(answer: str) -> str:
+    """A number written as text (``1,000``, ``1e3``, ``−3``) as plain decimal digits; other answers unchanged.
+
+    math-verify reads ``1e3`` as ``e * 3``; exact decimals keep ``1000001 != 1000000`` at any size.
+    """
+    text = answer.strip().replace("−", "-")
+    if not _NUMBER_RE.fullmatch(text):
+        return answer
+    try:
+        value = Decimal(text.replace(",", ""))
+    except InvalidOperation:
+        return answer
+    return format(value, "f") if value.is_finite() and abs(value.adjusted()) < 400 else answer
+
+# ------------------------------------------------------------------ comparison with math-verify
+
+# Seconds math-verify may spend on one parse or one comparison, where its SIGALRM timeout can run (the main thread).
+MATH_VERIFY_TIMEOUT_S = 5
 
 
-def math_answers_match(completion, answer, tolerance: float = 1e-9) -> bool:
-    """True when the completion's final answer equals the reference (by value for numbers, else normalised text).
+def _math_verify():
+    try:
+        import math_verify
+    except ImportError:
+        raise MathVerifyMissing("the math verifier needs the math-verify package: pip install math-verify "
+                                "(it comes with pip install 'dataflex-callbacks[trl]')") from None
+    return math_verify
+
+
+def _timeout_s() -> int | None:
+    """math-verify's timeout sets SIGALRM, which only the main thread may; elsewhere `too_costly` bounds the work."""
+    return MATH_VERIFY_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+
+def _parsed(answer: str) -> list:
+    math_verify = _math_verify()
+    return math_verify.parse(f"${_plain_decimal(answer)}$", parsing_timeout=_timeout_s(),
+                             extraction_config=[math_verify.LatexExtractionConfig(), math_verify.ExprExtractionConfig()])
+
+
+def _equivalent(reference: str, predicted: str) -> bool:
+    """math-verify's verdict on two answer texts (reference first: its comparison is not symmetric)."""
+    gold, target = _parsed(reference), _parsed(predicted)
+    return bool(gold) and bool(target) and _math_verify().verify(gold, target, timeout_seconds=_timeout_s())
+
+
+_EQUALS_RE = re.compile(r"(?<![<>!=\\])=(?!=)")
+_VARIABLE_RE = re.compile(r"^\s*(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?\w+\}?)?(?:\(\s*[A-Za-z]\s*\))?\s*$")
+
+
+def _stated_value(answer: str) -> str | None:
+    """The value an equation states: ``x=4`` -> ``4``, a true chain ``48+24=72`` -> ``72``; None for ``2+2=5``."""
+    sides = [side.strip() for side in _EQUALS_RE.split(answer)]
+    if len(sides) == 1:
+        return answer
+    if _VARIABLE_RE.match(sides[0]):
+        sides = sides[1:]
+    if not all(sides):
+        return None
+    if all(_equivalent(sides[-1], side) for side in sides[:-1]):
+        return sides[-1]
+    return None
+
+
+def _lists_several(reference: str) -> bool:
+    """True when a reference gives several values (``\\pm 2``, ``-2, 2``, ``2 or 3``): a list of alternatives is then its form."""
+    return "\\pm" in reference or "\\mp" in reference or "," in reference or offers_alternatives(reference)
+
+
+def answers_equal(predicted: str, reference: str) -> bool:
+    """True when a final answer `predicted` states the value of `reference` (both texts; rules in the module docstring)."""
+    reference_value, reference_unit = split_unit(reference)
+    reference_value = _plain_decimal(reference_value)
+    reference_is_equation = _EQUALS_RE.search(reference_value) is not None
+    alternatives = split_alternatives(predicted)
+    if len(alternatives) > 1 and not _lists_several(reference_value):
+        return False  # a hedge
+    values, units = [], set()
+    for alternative in alternatives:
+        value, unit = split_unit(_unwrap(alternative))
+        value = _plain_decimal(value)
+        if not _units_agree(unit, reference_unit) or too_costly(value):
+            return False
+        if not reference_is_equation:
+            value = _stated_value(value)
+            if value is None:
+                return False
+        values.append(value)
+        units.add(unit)
+    if not values:
+        return False
+    candidates = [reference_value]
+    if reference_unit == "%" and units == {None}:
+        candidates.append(f"\\frac{{{reference_value}}}{{100}}")  # 0.25 against 25%
+    predicted_value = ", ".join(values)
+    return any(_equivalent(candidate, predicted_value) for candidate in candidates)
+
+
+def math_answers_match(completion, answer) -> bool:
+    """True when the completion's final answer states the reference's value, checked by math-verify.
 
     `answer` is a dataset reference: a GSM8K solution ending in ``#### N``, a MATH ``\\boxed{}``
-    solution, or a bare answer. `tolerance` is relative (``|a - b| <= tolerance * max(1, |b|)``).
-    The module docstring lists the rules.
+    solution, or a bare answer. The module docstring lists the rules.
     """
     predicted = extract_final_answer(completion)
-    if predicted is None:
-        return False
     reference = reference_answer(answer)
-    if not reference:
+    if predicted is None or not reference:
         return False
-    reference_value = parse_number(_last_side(reference))
-    if reference_value is not None:
-        value = parse_number(_last_side(predicted))
-        if value is None:
-            return False
-        candidates = [value]
-        # A percent on one side only: 50% is 50 (GSM8K writes percent answers bare) or 0.5.
-        if ("%" in predicted) != ("%" in reference):
-            candidates.append(value / 100.0 if "%" in predicted else value * 100.0)
-        return any(abs(v - reference_value) <= tolerance * max(1.0, abs(reference_value)) for v in candidates)
-    predicted, reference = _normalise(predicted), _normalise(reference)
-    return predicted == reference or _last_side(predicted) == _last_side(reference)
+    return answers_equal(predicted, reference)
 
 
 def math_answer_reward(completions, answer, **kwargs) -> list[float]:

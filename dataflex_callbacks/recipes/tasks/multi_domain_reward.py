@@ -5,16 +5,23 @@ A drop-in reward for multi-domain RLVR data in verl's parquet layout (``data_sou
 math / logic / science mix. Three task families, each scored 1.0 (right) or 0.0 (wrong or
 unreadable):
 
-- ``math``: the final answer (the last ``\\boxed{}``, else after the last answer marker
-  ``####`` / "answer is" / "answer:", else the last number) equals the reference by value
-  (``1e3 == 1000``, ``x = 4`` answers 4, ``0.5 == 1/2 == \\frac{1}{2}``), see `math_answers`.
+- ``math``: the final answer (the last ``<answer>`` block, else the last ``\\boxed{}``, else after
+  the last answer marker ``####`` / "answer is" / "answer:", else the last number no negation rules
+  out) states the reference's value, checked by math-verify (``1e3 == 1000``, ``x = 4`` answers 4,
+  ``0.5 == 1/2 == \\frac{1}{2}``, sets and intervals); hedges, equations such as ``2+2=5``, other
+  units and percents against plain numbers score 0. See `math_answers`.
 - ``knights_knaves``: the reference is a sentence such as "Zoey is a knight, and Ethan is a
   knave." or K&K's "(1) Zoey is a knight\\n(2) Ethan is a knave" (or a mapping
   ``{name: "knight"|"knave"|True|False}``, True meaning knight); the completion's final answer
-  must assign every person the reference's role (see `claimed_roles`). Names compare in any case.
+  must assign every person the reference's role (see `claimed_roles`). Names compare in any case;
+  a hedge ("Zoey is a knight or a knave", "Zoey or Ethan is a knight") assigns no role.
 - ``multiple_choice``: the reference is a letter A-J in any case (``B``, ``(b)``, ``B. text``; ten
   options as in MMLU-Pro) or a 0-based option index (an int, as MMLU's ``answer`` column); the
-  completion's chosen letter (see `chosen_letter`; ``answer: b`` picks B) must equal it.
+  completion's chosen letter (see `chosen_letter`; ``answer: b`` picks B) must equal it. A hedge
+  ("A or B", "A/B", "A and B") picks no letter.
+
+Every family scores in time linear in the completion's length (a 1 MB repetition loop in well
+under a second; ``benchmarks/bench_verifiers.py``).
 
 A reference the family cannot read (a multiple-choice reference ``K`` or ``Mitochondria``, a K&K
 reference naming no roles, an empty math reference) scores 0 with one warning per family and
@@ -45,8 +52,8 @@ from typing import Any, Callable, Mapping, Sequence
 # Absolute imports: verl may load this file by path (``custom_reward_function.path=/.../multi_domain_reward.py``),
 # outside its package, where relative imports fail.
 from dataflex_callbacks.errors import InputError
-from dataflex_callbacks.recipes.tasks.math_answers import last_boxed, math_answers_match, reference_answer
-from dataflex_callbacks.recipes.tasks.verifiers import completion_text
+from dataflex_callbacks.recipes.tasks.final_answer import completion_text, last_answer_tag, last_boxed, strip_emphasis
+from dataflex_callbacks.recipes.tasks.math_answers import math_answers_match, reference_answer
 
 FAMILIES = ("math", "knights_knaves", "multiple_choice")
 
@@ -72,9 +79,6 @@ _KEYWORDS: dict[str, str] = {
 # of the strongest kind present starts the answer ("Final answer: A is a knight, therefore B ...").
 _FINAL_MARKERS = (("final answer",), ("answer:", "answer is"),
                   ("in conclusion", "conclusion:", "in summary", "to summarize"), ("therefore", "thus,"))
-_ANSWER_TAG_RE = re.compile(r"<answer>(.*?)</answer>", re.IGNORECASE | re.DOTALL)
-
-
 
 
 class UnreadableReference(InputError):
@@ -84,39 +88,57 @@ class UnreadableReference(InputError):
 # ------------------------------------------------------------------ math
 
 
-# Relative tolerance of numeric answers: off-by-one stays wrong up to 1e11, float noise (0.1 + 0.2) stays right.
-MATH_TOLERANCE = 1e-12
-
-
 def score_math(completion, ground_truth) -> float:
-    """1.0 when the completion's final answer equals `ground_truth` by value (or as normalised text), else 0.0."""
+    """1.0 when the completion's final answer states the value of `ground_truth` (math-verify decides), else 0.0."""
     if not reference_answer(ground_truth):
         raise UnreadableReference(f"math reference {ground_truth!r} holds no answer; store the final answer "
                                   "(e.g. '72', '#### 72' or '\\boxed{72}') as the ground truth")
-    return float(math_answers_match(completion, ground_truth, tolerance=MATH_TOLERANCE))
+    return float(math_answers_match(completion, ground_truth))
 
 
 # ------------------------------------------------------------------ Knights and Knaves
 
 # Names in any case ("zoey is a knight"): a claim about a word that is no person of the reference is ignored.
-_NAME = r"\b[A-Za-z][a-zA-Z'\-]*"
-# "Zoey is a knight", "Zoey and Ethan are knaves", "Zoey is not a knave", "Zoey: knight".
-_CLAIM_RE = re.compile(
-    rf"(?P<subject>{_NAME}(?:\s*(?:,\s*and|,|and)\s+{_NAME})*)\s*"
-    r"(?:(?:is|are|was|were|must\s+be|->|=|:|-|—)\s*)(?P<negation>(?i:not\s+))?"
-    r"(?:(?i:a|an|the|both|all)\s+)?(?P<role>(?i:knight|knave))(?i:s)?\b")
-_SUBJECT_SPLIT_RE = re.compile(r"\s*(?:,\s*and|,|and)\s+")
+# A claim is found from its verb and role ("is a knight"), then its subject is read backwards from the verb,
+# at most 12 names of at most 30 letters: each claim costs O(1), so scoring is linear in the completion's
+# length (a regex matching subject first rescans the subject from every word: "Bob, " * 4000 took 5.3 s).
+# "Zoey is a knight", "Zoey and Ethan are knaves", "Zoey is not a knave", "Zoey isn't a knave", "Zoey: knight";
+# a hedge: "Zoey is a knight or a knave", "Zoey is either a knight or a knave", "Zoey or Ethan is a knight".
+_VERB_AND_ROLE_RE = re.compile(
+    r"(?=[iIawcm\-=:—])(?:(?<![A-Za-z'])(?P<negating>(?i:isn't|aren't|wasn't|weren't|cannot\s+be|can't\s+be|must\s+not\s+be))\s*"
+    r"|(?:(?<![A-Za-z'])(?:is|are|was|were|must\s+be)\b|->|=|:|-|—)\s*(?P<negation>(?i:not\s+))?)"
+    r"(?:(?i:either)\s+)?(?:(?i:a|an|the|both|all)\s+)?(?P<role>(?i:knight|knave))(?i:s)?\b"
+    r"(?P<alternative>\s*(?:(?i:or)|/)\s*(?:(?i:a|an)\s+)?(?i:knight|knave))?")
+# The subject before a verb, read on the reversed text: names joined by ",", "and", "or" (", and", ", or").
+_SUBJECT_REVERSED_RE = re.compile(
+    r"\s*(?P<subject>[A-Za-z]{1,30}(?:\s+(?:dna|ro)\s*,\s*[A-Za-z]{1,30}|\s*,\s*[A-Za-z]{1,30}"
+    r"|\s+(?:dna|ro)\s+[A-Za-z]{1,30}){0,11})(?![A-Za-z])")
+# A subject is at most 12 names of 30 letters and their joins.
+_SUBJECT_WINDOW = 12 * 38
+_SUBJECT_SPLIT_RE = re.compile(r"(?:\s*,\s*(?:and|or)|\s*,|\s+and|\s+or)\s+")
+_OR_RE = re.compile(r"\bor\b")
 _OPPOSITE = {"knight": "knave", "knave": "knight"}
+# The role of a person a claim hedges on: it equals no reference role.
+HEDGED = "knight or knave"
 
 
 def _claims(text: str) -> list[tuple[str, str]]:
-    """``[(name lower, role)]`` for every claim in `text`, in order of appearance."""
+    """``[(name lower, role)]`` for every claim in `text`, in order of appearance; a hedged claim's role is `HEDGED`."""
     out = []
-    for match in _CLAIM_RE.finditer(text):
+    previous_end = 0  # a subject never reaches back into the claim before it ("A is a knight, B is ...")
+    for match in _VERB_AND_ROLE_RE.finditer(text):
+        before = text[max(previous_end, match.start() - _SUBJECT_WINDOW):match.start()][::-1]
+        found = _SUBJECT_REVERSED_RE.match(before)
+        if found is None:
+            continue
+        previous_end = match.end()
+        subject = found.group("subject")[::-1]
         role = match.group("role").lower()
-        if match.group("negation"):
+        if match.group("negation") or match.group("negating"):
             role = _OPPOSITE[role]
-        for name in _SUBJECT_SPLIT_RE.split(match.group("subject")):
+        if match.group("alternative") or _OR_RE.search(subject):
+            role = HEDGED
+        for name in _SUBJECT_SPLIT_RE.split(subject):
             out.append((name.lower(), role))
     return out
 
@@ -143,9 +165,9 @@ def reference_roles(ground_truth) -> dict[str, str]:
 
 def _final_region(text: str) -> str | None:
     """The part of a completion that states its final answer: an ``<answer>`` block, a box, or after a marker."""
-    tagged = _ANSWER_TAG_RE.findall(text)
-    if tagged:
-        return tagged[-1]
+    tagged = last_answer_tag(text)
+    if tagged is not None:
+        return tagged
     boxed = last_boxed(text)
     if boxed is not None:
         return boxed
@@ -164,7 +186,8 @@ def claimed_roles(completion, names: Sequence[str] | None = None) -> dict[str, s
     text after its last final-answer marker ("final answer", "answer:", "therefore", ...), if that
     part names a person of `names` (all persons when None); else the whole completion, where a later
     claim about a person replaces an earlier one (reasoning tries hypotheses). Within a final
-    answer, a person claimed both knight and knave is ambiguous (hedging): None.
+    answer, a person claimed both knight and knave, or hedged ("a knight or a knave"), is
+    ambiguous: None. In the whole completion, a person whose last claim hedges has the role `HEDGED`.
     """
     text = completion_text(completion)
     wanted = None if names is None else {n.lower() for n in names}
@@ -177,7 +200,7 @@ def claimed_roles(completion, names: Sequence[str] | None = None) -> dict[str, s
     if claims:
         roles: dict[str, str] = {}
         for name, role in claims:
-            if roles.setdefault(name, role) != role:
+            if role == HEDGED or roles.setdefault(name, role) != role:
                 return None
         return roles
     return dict(relevant(_claims(text)))
@@ -203,6 +226,14 @@ _LONE_LETTER_RE = re.compile(r"^\W*(?P<letter>[A-Z])(?:\W|$)")
 _PARENTHESISED_RE = re.compile(r"\((?P<letter>[A-Za-z])\)")
 # After a lowercase letter, a word means the letter is the article: "the answer is a cell".
 _WORD_FOLLOWS_RE = re.compile(r"\s+[A-Za-z]")
+# Another option offered beside the chosen one: "A or B", "A/B", "(A) and (B)", "A, or B", "A & B".
+_ALTERNATIVE_LETTER_AFTER_RE = re.compile(
+    r"[)\]*.]*(?:\s*,?\s+(?i:or|and/or|and)\s+|\s*[/&]\s*)(?:(?i:option|choice)\s+)?(?P<open>[(\[*]*)"
+    r"(?P<letter>[A-Za-z])(?![A-Za-z])")
+_ALTERNATIVE_LETTER_BEFORE_RE = re.compile(
+    r"(?:^|[^A-Za-z])(?:[(\[][A-Za-z][)\]]|[A-Z])\**(?:\s*,?\s+(?i:or|and/or|and)\s+|\s*[/&]\s*)[(\[*]*$")
+# LaTeX text wrappers around a letter in a box: \boxed{\text{B}}.
+_TEXT_WRAPPER_RE = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 
 
 def _marked_letter(match: re.Match, text: str) -> str | None:
@@ -211,6 +242,19 @@ def _marked_letter(match: re.Match, text: str) -> str | None:
     if letter.islower() and not match.group("open") and _WORD_FOLLOWS_RE.match(text, match.end()):
         return None
     return letter.upper()
+
+
+def _offers_another_letter(text: str, start: int, end: int, choices: str) -> bool:
+    """True when the letter at ``text[start:end]`` stands beside another option as an alternative ("A or B")."""
+    after = _ALTERNATIVE_LETTER_AFTER_RE.match(text, end)
+    if after is not None and _marked_letter(after, text) in tuple(choices):
+        return True
+    return _ALTERNATIVE_LETTER_BEFORE_RE.search(text[max(0, start - 16):start]) is not None
+
+
+def _plain(region: str) -> str:
+    """A short answer without LaTeX text wrappers, ``$`` signs and markdown emphasis (``**\\text{B}**`` -> ``B``)."""
+    return strip_emphasis(_TEXT_WRAPPER_RE.sub(r"\1", region).replace("$", "").strip())
 
 
 def reference_letter(ground_truth, choices: str = CHOICES) -> str:
@@ -233,32 +277,42 @@ def reference_letter(ground_truth, choices: str = CHOICES) -> str:
 def chosen_letter(completion, choices: str = CHOICES) -> str | None:
     """The option letter (upper case) a completion picks, or None when it picks none.
 
-    In order: the last ``<answer>X</answer>`` or ``\\boxed{X}``; the letter after the last
-    "answer is" / "answer:", else after the last "option" / "choice"; a completion that is only
-    a letter (``"C"``, ``"(c)"``, ``"C. text"``); else the last parenthesised letter ``(C)``.
-    Letters count in any case (``answer: b`` picks B), except a lowercase letter followed by a
-    word ("the answer is a cell") and a bare capital in running text ("A cell is ..."): those
-    are the article, not a choice.
+    In order: the last ``<answer>X</answer>`` or ``\\boxed{X}`` (``\\boxed{\\text{B}}`` too); the
+    letter after the last "answer is" / "answer:", else after the last "option" / "choice"; a
+    completion that is only a letter (``"C"``, ``"(c)"``, ``"**C**"``, ``"C. text"``); else the last
+    parenthesised letter ``(C)``. Letters count in any case (``answer: b`` picks B), except a
+    lowercase letter followed by a word ("the answer is a cell") and a bare capital in running text
+    ("A cell is ..."): those are the article, not a choice. A letter offered beside another as an
+    alternative ("A or B", "A/B", "(A) and (B)") is a hedge: the completion picks none.
     """
     text = completion_text(completion)
-    for region in (_ANSWER_TAG_RE.findall(text)[-1:] or [None])[0], last_boxed(text):
+    for region in last_answer_tag(text), last_boxed(text):
         if region is not None:
-            match = _LONE_LETTER_RE.match(region.strip().upper())
+            plain = _plain(region).upper()
+            match = _LONE_LETTER_RE.match(plain)
             if match and match.group("letter") in choices:
+                letter_end = match.end("letter")
+                if _offers_another_letter(plain, match.start("letter"), letter_end, choices):
+                    return None
                 return match.group("letter")
     for pattern in _LETTER_AFTER_ANSWER_RE, _LETTER_AFTER_OPTION_RE:
-        after_marker = [letter for m in pattern.finditer(text)
+        after_marker = [(letter, m) for m in pattern.finditer(text)
                         if (letter := _marked_letter(m, text)) is not None and letter in choices]
         if after_marker:
-            return after_marker[-1]
-    stripped = text.strip()
+            letter, m = after_marker[-1]
+            return None if _offers_another_letter(text, m.start("letter"), m.end("letter"), choices) else letter
+    stripped = _plain(text) if len(text) <= 64 else text.strip()
     lone = stripped.upper() if len(stripped) <= 3 else stripped
     match = _LONE_LETTER_RE.match(lone)
     if match and match.group("letter") in choices and (len(stripped) <= 3 or re.match(r"^\W*[A-Z][.):]", stripped)):
+        if _offers_another_letter(lone, match.start("letter"), match.end("letter"), choices):
+            return None
         return match.group("letter")
-    parenthesised = [m.group("letter").upper() for m in _PARENTHESISED_RE.finditer(text)
-                     if m.group("letter").upper() in choices]
-    return parenthesised[-1] if parenthesised else None
+    parenthesised = [m for m in _PARENTHESISED_RE.finditer(text) if m.group("letter").upper() in choices]
+    if not parenthesised:
+        return None
+    last = parenthesised[-1]
+    return None if _offers_another_letter(text, last.start(), last.end(), choices) else last.group("letter").upper()
 
 
 def score_multiple_choice(completion, ground_truth, choices: str = CHOICES) -> float:

@@ -9,23 +9,17 @@ from __future__ import annotations
 import hashlib
 import math
 import re
+
 from dataflex_callbacks.errors import InputError
 
-_NUMBER = re.compile(r"[-+]?(?:\d[\d,]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
+from .final_answer import completion_text
+from .math_answers import extract_final_answer, parse_number, split_unit
+
 # Markers that introduce a final answer in common datasets (GSM8K's "####") and in prompts
 # that ask for "Answer: ...".
 _ANSWER_MARKERS = ("####", "answer:", "answer is")
-
-
-def completion_text(completion) -> str:
-    """Return the text of a TRL completion: a string, or the last message of a conversation."""
-    if isinstance(completion, str):
-        return completion
-    if isinstance(completion, dict):
-        return str(completion.get("content", ""))
-    if isinstance(completion, (list, tuple)) and completion:
-        return completion_text(completion[-1])
-    return "" if completion is None else str(completion)
+# "x = 4": one variable on the left states the value on the right.
+_ASSIGNMENT_RE = re.compile(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=\s*([^=]+)$")
 
 
 def extract_answer(text: str) -> str:
@@ -44,25 +38,27 @@ def extract_answer(text: str) -> str:
 
 
 def extract_number(text) -> float | None:
-    """Return the last number in `text` (after an answer marker if present), or None; `1,234` reads as 1234."""
+    """Return the number a completion gives as its final answer, or None; `1,234` reads as 1234.
+
+    The final answer is read as the math verifier reads it (`math_answers`: the last ``<answer>``
+    block, else the last box, else after the last answer marker, else the last number no negation
+    rules out); a hedge ("5 or 7") or a negated value ("not 5") gives None.
+    """
     if text is None:
         return None
     if isinstance(text, bool):
         return None
     if isinstance(text, (int, float)):
         return float(text) if math.isfinite(text) else None
-    text = completion_text(text)
-    marked = extract_answer(text)
-    for candidate in (marked, text):
-        matches = _NUMBER.findall(candidate)
-        if matches:
-            try:
-                value = float(matches[-1].replace(",", ""))
-            except ValueError:
-                continue
-            if math.isfinite(value):
-                return value
-    return None
+    answer = extract_final_answer(text)
+    return None if answer is None else _number_stated(answer)
+
+
+def _number_stated(answer: str) -> float | None:
+    """The number of an answer, or of an assignment's right side (``x = 4``)."""
+    value = parse_number(answer)
+    assignment = _ASSIGNMENT_RE.match(answer)
+    return parse_number(assignment.group(1)) if value is None and assignment else value
 
 
 def exact_match(completion, answer) -> bool:
@@ -71,10 +67,16 @@ def exact_match(completion, answer) -> bool:
 
 
 def numeric_match(completion, answer, tolerance: float = 1e-6) -> bool:
-    """True when the last number of `completion` equals the number in `answer` (relative tolerance `tolerance`)."""
+    """True when the completion's final answer is the number in `answer` (relative tolerance `tolerance`).
+
+    A percent answer ("50%") matches only a percent reference: a percent scales its number.
+    """
     reference = extract_number(answer)
-    predicted = extract_number(completion_text(completion))
+    predicted_text = extract_final_answer(completion)
+    predicted = None if predicted_text is None else _number_stated(predicted_text)
     if reference is None or predicted is None:
+        return False
+    if split_unit(predicted_text)[1] == "%" and split_unit(str(answer).strip())[1] != "%":
         return False
     return abs(predicted - reference) <= tolerance * max(1.0, abs(reference))
 

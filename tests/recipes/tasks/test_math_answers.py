@@ -9,6 +9,8 @@ from dataflex_callbacks.recipes.tasks.math_answers import (
     math_answers_match,
     parse_number,
     reference_answer,
+    split_unit,
+    too_costly,
 )
 
 # Solutions as GSM8K's `answer` column writes them (calculator annotations, `#### N` last).
@@ -48,6 +50,18 @@ def test_gsm8k_reference_solutions_read_and_match_themselves(expected, solution)
     ("3/4", "\\boxed{\\dfrac{3}{4}}"),
     ("\\boxed{ \\sqrt{2} }", "\\sqrt{2}"),  # not a number: normalised text
     ([{"role": "assistant", "content": "\\boxed{5}"}], GSM8K_SOLUTIONS["5"]),  # TRL conversational completion
+    ("<answer>\\frac{1}{2}</answer>", "0.5"),  # the answer block
+    ("Answer: **18**", "18"),  # markdown emphasis
+    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)"),  # Minerva's format
+    ("The answer is not 5, it is 7.", "7"),  # the value no negation rules out
+    ("\\boxed{\\sqrt2}", "\\sqrt{2}"),  # math-verify's equivalences
+    ("\\boxed{10^3}", "1000"),
+    ("\\boxed{\\frac12}", "0.5"),
+    ("\\boxed{x = \\pm 2}", "-2, 2"),
+    ("\\boxed{5 \\text{ km}}", "5 \\text{ km}"),  # the same unit
+    ("\\boxed{5}", "5 \\text{ km}"),  # no unit: the reference's
+    ("\\boxed{25\\%}", "25\\%"),  # a percent reference
+    ("\\boxed{0.25}", "25\\%"),
 ])
 def test_correct_answers_match(completion, reference):
     assert math_answers_match(completion, reference)
@@ -60,6 +74,20 @@ def test_correct_answers_match(completion, reference):
     ("\\boxed{3}", GSM8K_SOLUTIONS["-3"]),  # the sign matters
     ("\\boxed{100}", GSM8K_SOLUTIONS["1000"]),
     ("\\boxed{\\sqrt{3}}", "\\sqrt{2}"),
+    ("<answer>7</answer> Check with 5.", "5"),  # the answer block, not the last number
+    ("The answer is not 5, it is 7.", "5"),  # negations
+    ("The answer isn't 5.", "5"),
+    ("The result is 7, rather than 5", "5"),
+    ("\\boxed{x=2 \\text{ or } x=-2}", "-2"),  # hedges
+    ("The answer is 5 or 7.", "5"),
+    ("The answer is either 5 or 7.", "7"),
+    ("\\boxed{5} or \\boxed{7}", "7"),
+    ("\\boxed{5 \\text{ m}}", "5 km"),  # another unit
+    ("\\boxed{5 \\text{ seconds}}", "5 \\text{ minutes}"),
+    ("\\boxed{2+2=5}", "5"),  # a false equation states no value
+    ("\\boxed{1 + 1 = 2 = 5}", "5"),
+    ("\\boxed{0.5\\%}", "0.5"),  # a percent against a plain number
+    ("\\boxed{50\\%}", "\\frac{1}{2}"),
 ])
 def test_wrong_answers_do_not_match(completion, reference):
     assert not math_answers_match(completion, reference)
@@ -104,3 +132,26 @@ def test_reward_function_scores_each_completion_against_its_own_answer():
 def test_a_large_integer_off_by_one_is_wrong():
     assert not math_answers_match("#### 1000001", "1000000")
     assert math_answers_match("#### 1,000,000", "1000000")
+
+
+@pytest.mark.parametrize("answer", [
+    "10^{10^{10}}", "(x+1)^{1000}", "(10^{100})!", "1000!", "\\binom{10^{9}}{10^{5}}", "\\sum_{i=1}^{10^{10}} i",
+    "(" * 12 + "1" + ")" * 12, "1+" * 200 + "1",
+])
+def test_answers_whose_comparison_could_take_seconds_are_refused(answer):
+    assert too_costly(answer)
+    assert not math_answers_match(f"\\boxed{{{answer}}}", "5")
+
+
+@pytest.mark.parametrize("answer", ["2^{2010}", "10^{12}", "x^2 + 1", "100!", "\\binom{10}{3}", "\\frac{\\sqrt{3}}{2}"])
+def test_ordinary_answers_are_not_refused(answer):
+    assert not too_costly(answer)
+
+
+@pytest.mark.parametrize("answer, value, unit", [
+    ("5 \\text{ km}", "5", "km"), ("5 kilometers", "5", "km"), ("25\\%", "25", "%"), ("25 percent", "25", "%"),
+    ("\\$10", "10", "$"), ("10 dollars", "10", "$"), ("45^\\circ", "45", "°"), ("3 \\text{cm}^2", "3", "cm^2"),
+    ("3 square centimeters", "3", "cm^2"), ("12 square units", "12", None), ("5x", "5x", None), ("\\text{Devon}", "\\text{Devon}", None),
+])
+def test_split_unit(answer, value, unit):
+    assert split_unit(answer) == (value, unit)

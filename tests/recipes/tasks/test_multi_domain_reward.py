@@ -32,6 +32,17 @@ MATH = [
     ("I cannot solve this.", "72", 0.0),  # malformed: no number
     ("The answer is \\boxed{72", "72", 0.0),  # malformed: a truncated box is not an answer
     ("", "72", 0.0),
+    # issue 32's false positives: each class must score 0
+    ("<answer>7</answer> Check with 5.", "5", 0.0),  # the answer block, not the last number
+    ("The answer is not 5, it is 7.", "5", 0.0),  # a negated value
+    ("\\boxed{x=2 \\text{ or } x=-2}", "-2", 0.0),  # a hedge
+    ("\\boxed{5 \\text{ m}}", "5 km", 0.0),  # another unit
+    ("\\boxed{2+2=5}", "5", 0.0),  # an equation in a box is not its last side
+    ("0.5\\%", "0.5", 0.0),  # a percent against a plain number
+    # issue 32's misses: each must score 1
+    ("<answer>\\frac{1}{2}</answer>", "0.5", 1.0),
+    ("Answer: **18**", "18", 1.0),
+    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)", 1.0),
 ]
 
 
@@ -60,6 +71,10 @@ KK = [
     ("Final answer: Michael is a knight, Zoey is a knight, and Ethan is a knight.", 0.0),  # Zoey wrong
     ("Final answer: Michael is a knight and Zoey is a knave.", 0.0),  # Ethan missing
     ("Final answer: Zoey is a knight or Zoey is a knave; Michael is a knight, Ethan is a knight.", 0.0),  # hedged
+    ("Michael is a knight, Zoey is a knave or a knight, Ethan is a knight", 0.0),  # hedged role, no marker
+    ("Final answer: Michael is a knight, Zoey is either a knave or a knight, Ethan is a knight.", 0.0),
+    ("Michael is a knight, Ethan is a knight, Ethan or Zoey is a knave.", 0.0),  # hedged subject
+    ("Zoey is a knight. No: Zoey isn't a knight. Michael is a knight. Ethan is a knight.", 1.0),  # "isn't" negates
     ("I am not sure who is who.", 0.0),  # malformed: no claim at all
     ("", 0.0),
 ]
@@ -68,6 +83,12 @@ KK = [
 @pytest.mark.parametrize("completion, expected", KK)
 def test_knights_and_knaves_answers(completion, expected):
     assert score_knights_knaves(completion, KK_TRUTH) == expected
+
+
+def test_kk_hedge_of_issue_32_scores_zero():
+    """The docstring of `claimed_roles` calls this a hedge; it scored 1.0 at fcff4c0."""
+    assert score_knights_knaves("Zoey is a knight or a knave, Ethan is a knave",
+                                "Zoey is a knight, and Ethan is a knave.") == 0.0
 
 
 def test_kk_reasoning_hypotheses_do_not_count_when_a_final_answer_exists():
@@ -122,6 +143,14 @@ MCQ = [
     ("The answer is A.", "B", 0.0),  # wrong
     ("A cell is the basic unit of life.", "A", 0.0),  # malformed: the article "A" is not a choice
     ("I don't know.", "A", 0.0),
+    ("The answer is A or B.", "A", 0.0),  # hedges pick no letter
+    ("The answer is A/B.", "A", 0.0),
+    ("The answer is (A) and (B).", "A", 0.0),
+    ("<answer>A or B</answer>", "A", 0.0),
+    ("\\boxed{A \\text{ or } B}", "A", 0.0),
+    ("(A) or (B)", "A", 0.0),
+    ("\\boxed{\\text{B}}", "B", 1.0),  # a letter in a LaTeX text wrapper
+    ("**B**", "B", 1.0),  # a bare letter in markdown emphasis
 ]
 
 

@@ -29,7 +29,14 @@ GSM8K = [
     ("The answer is 5. Checking again: 3 + 4 = 7. Final answer: 7", "#### 7", 1.0),  # the last marker wins
     ("\\boxed{5} because the answer is 7 when rounded", "#### 5", 1.0),  # a box wins over any marker
     ("It fell from 5 to 5 - 8 = -3 degrees.", "#### -3", 1.0),
-    ("The answer is 25%.", "#### 25", 1.0),  # GSM8K writes percent answers without the sign
+    ("The answer is 25%.", "#### 25", 0.0),  # a percent against a plain number: 25% is 0.25
+    ("Answer: **18**", "#### 18", 1.0),  # markdown emphasis around the answer
+    ("<answer>7</answer> Check with 5.", "#### 5", 0.0),  # the answer block wins over a later number
+    ("The answer is not 5, it is 7.", "#### 5", 0.0),  # a negated value is no answer
+    ("The answer is not 5, it is 7.", "#### 7", 1.0),
+    ("The answer isn't 5.", "#### 5", 0.0),
+    ("The answer is 5 or 7.", "#### 5", 0.0),  # a hedge
+    ("\\boxed{5} or \\boxed{7}", "#### 7", 0.0),  # a hedge across boxes
     ("The answer is 71", GSM8K_72, 0.0),
     ("I am not sure.", GSM8K_72, 0.0),
 ]
@@ -43,7 +50,21 @@ MATH = [
     ("\\boxed{1/2}", "$\\boxed{\\frac12}$", 1.0),  # MATH's brace-less one-digit fractions
     ("\\boxed{-\\dfrac{3}{4}}", "$\\boxed{-\\frac34}$", 1.0),
     ("\\boxed{2 \\times 10^{3}}", "$\\boxed{2000}$", 1.0),
-    ("\\boxed{50\\%}", "$\\boxed{\\frac{1}{2}}$", 1.0),  # a percent on one side: its fraction
+    ("\\boxed{50\\%}", "$\\boxed{\\frac{1}{2}}$", 0.0),  # a percent against a plain number
+    ("\\boxed{0.5\\%}", "$\\boxed{0.5}$", 0.0),
+    ("\\boxed{25}", "$\\boxed{25\\%}$", 1.0),  # a bare number is read in the reference's unit
+    ("\\boxed{0.25}", "$\\boxed{25\\%}$", 1.0),
+    ("<answer>\\frac{1}{2}</answer>", "$\\boxed{0.5}$", 1.0),
+    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "$\\boxed{(1,2)}$", 1.0),  # Minerva's format
+    ("\\boxed{\\sqrt2}", "$\\boxed{\\sqrt{2}}$", 1.0),  # math-verify's equivalences
+    ("\\boxed{10^3}", "$\\boxed{1000}$", 1.0),
+    ("\\boxed{[1, 2)}", "$\\boxed{[1,2)}$", 1.0),
+    ("\\boxed{\\{2, 1\\}}", "$\\boxed{\\{1,2\\}}$", 1.0),
+    ("\\boxed{x=2 \\text{ or } x=-2}", "$\\boxed{-2}$", 0.0),  # a hedge
+    ("\\boxed{x=2 \\text{ or } x=-2}", "$\\boxed{\\pm 2}$", 1.0),  # both solutions of a reference that has two
+    ("\\boxed{5 \\text{ m}}", "$\\boxed{5 \\text{ km}}$", 0.0),  # another unit
+    ("\\boxed{5 \\text{ kilometers}}", "$\\boxed{5 \\text{ km}}$", 1.0),
+    ("\\boxed{2+2=5}", "$\\boxed{5}$", 0.0),  # an equation that is false states no value
     ("\\boxed{\\sqrt{2}}", "$\\boxed{\\sqrt{2}}$", 1.0),
     ("\\boxed{\\frac{1}{3}}", "$\\boxed{\\frac{1}{2}}$", 0.0),
     ("\\boxed{x=5}", "$\\boxed{4}$", 0.0),
@@ -63,6 +84,10 @@ MMLU_PRO = [
     ("answer: b", "C", 0.0),
     ("The answer is a cell membrane.", "A", 0.0),  # the article, not option A
     ("The answer is (G).", "H", 0.0),
+    ("The answer is A or B.", "A", 0.0),  # a hedge
+    ("\\boxed{A/B}", "A", 0.0),
+    ("\\boxed{\\text{B}}", "B", 1.0),
+    ("**B**", "B", 1.0),
 ]
 
 KK_TRUTH = "(1) Zoey is a knave\n(2) Oliver is a knight"
@@ -74,6 +99,9 @@ KNIGHTS_KNAVES = [
     ("Final answer: Zoey is a knave, Oliver is a knight.", "(1) zoey is a knave\n(2) oliver is a knight", 1.0),
     ("(1) Zoey is a knight (2) Oliver is a knave", KK_TRUTH, 0.0),
     ("<answer>(1) zoey is a knave</answer>", KK_TRUTH, 0.0),  # Oliver missing
+    ("Zoey is a knight or a knave, Oliver is a knight", KK_TRUTH, 0.0),  # a hedge
+    ("<answer>Zoey is either a knight or a knave, Oliver is a knight</answer>", KK_TRUTH, 0.0),
+    ("Zoey is a knight. Wait: Zoey isn't a knight. Oliver is a knight.", KK_TRUTH, 1.0),  # "isn't" negates
 ]
 
 ROWS = ([("openai/gsm8k", *row) for row in GSM8K] + [("lighteval/MATH", *row) for row in MATH]
