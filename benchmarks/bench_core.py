@@ -26,6 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import core_reference as ref  # noqa: E402
 from dataflex_callbacks import DomainTracker, RolloutBatch, build_component, build_strategy, list_presets  # noqa: E402
 from dataflex_callbacks.reweighters import normalize_weights  # noqa: E402
+from dataflex_callbacks.scorers import check_finite_scores  # noqa: E402
 
 DOMAINS = ["math", "code", "logic"]
 COMPOSITE = {
@@ -146,6 +147,9 @@ def main(argv=None) -> int:
          lambda: torch.tensor([float(b.rewards[i]) / max(float(mask[i].sum()), 1.0) for i in range(b.n)]), None),
         ("scorer token_prob", False, lambda c=comp("scorer", "token_prob"): c.score(b), None, lambda: b.logprobs.exp()),
         ("scorer token_entropy", False, lambda c=comp("scorer", "token_entropy"): c.score(b), None, None),
+        # The run-time refusal of non-finite scores (Part.score runs it on every score a part reads).
+        ("score check (N,)", False, lambda: check_finite_scores(solve, mask, "bench"), None, None),
+        ("score check (N,L) token_prob", False, lambda: check_finite_scores(probs, mask, "bench"), None, None),
         ("selector threshold_band", False, lambda c=comp("selector", "threshold_band", low=0.2, high=0.8): c.select(solve, b),
          lambda: ref.threshold_band(solve, 0.2, 0.8), lambda: as_trainer(ref.dfrl_threshold_band(solve, 0.2, 0.8))),
         ("selector topk_fraction", False, lambda c=comp("selector", "topk_fraction", fraction=0.5): c.select(magnitude, b),

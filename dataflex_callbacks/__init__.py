@@ -12,8 +12,8 @@ from .batch import RolloutBatch
 from .config import list_presets
 from .config_fields import DynamicSamplingConfig, MixConfig, ReweightConfig, SelectConfig, StrategyConfig
 from .dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
-from .errors import (BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, HostError, InputError,
-                     ParamError, RewardScaleWarning, StateError, WrongHostError)
+from .errors import (ArgumentError, BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, HostError,
+                     InputError, ParamError, RepeatedRowWarning, RewardScaleWarning, StateError, WrongHostError)
 from .mixers import Mixer
 from .registry import build_component, list_components, register
 from .reweighters import Reweighter
@@ -26,6 +26,7 @@ from .tracker import DomainTracker
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentError",
     "BatchError",
     "ComponentError",
     "ConfigError",
@@ -40,6 +41,7 @@ __all__ = [
     "MixConfig",
     "Mixer",
     "ParamError",
+    "RepeatedRowWarning",
     "ReweightConfig",
     "Reweighter",
     "RewardScaleWarning",

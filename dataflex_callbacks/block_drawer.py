@@ -8,10 +8,12 @@ the random state are the same whichever path served a chunk.
 
 from __future__ import annotations
 
+import warnings
 from typing import Sequence
 
 import numpy as np
 
+from .errors import RepeatedRowWarning
 from .prompt_acceptance import Candidates, accept_from
 
 RECENT_CHUNKS = 20  # chunks in the "recent" actual-proportion window
@@ -51,10 +53,10 @@ def largest_remainder_quotas(proportions: Sequence[float], n: int) -> np.ndarray
 class BlockDrawer:
     """The drawing half of `DomainMixingSampler`: blocks, passes, uniforms, quotas, the draw-ahead cache.
 
-    A mixin: the sampler sets what it reads (``domains``, ``strategy``, ``quota``, ``_mixing``,
+    A mixin: the sampler sets what it reads (``domains``, ``strategy``, ``quota``, ``layout``, ``_mixing``,
     ``_pre_select``, ``_keys``, ``_prompt_labels``, ``_domain_of_row``, ``_domain_sizes``, ``_rng``,
     ``_uniform_buffer``, ``_uniform_pos``, ``_ahead``, ``_cumulative_of``, ``_quota_of``, ``_drawn_total``,
-    ``_drawn_recent``) and calls `_build_blocks` once before drawing.
+    ``_drawn_recent``, ``_warned_repeated_rows``) and calls `_build_blocks` once before drawing.
     """
 
     def _blocks_for(self, pooled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -177,6 +179,8 @@ class BlockDrawer:
                 return rows
         chosen = self._choose(proportions, self._uniforms(n), n)
         counts = np.bincount(chosen, minlength=len(self._sizes_list))
+        if not self._warned_repeated_rows and (counts > self._sizes).any():
+            self._warn_repeated_rows(counts, proportions, n)
         order = chosen.argsort(kind="stable")  # positions of block 0's draws, then block 1's, ...
         rows = np.empty(n, dtype=np.int64)
         pointers = np.array(self._pointers, dtype=np.int64)
@@ -194,6 +198,26 @@ class BlockDrawer:
             rows[order] = np.concatenate([self._take(k, int(c)) for k, c in enumerate(counts) if c])
         self._book(self._domain_counts(rows, counts))
         return rows
+
+    def _warn_repeated_rows(self, counts: np.ndarray, proportions: np.ndarray, n: int) -> None:
+        """Warn once (`RepeatedRowWarning`) that a chunk of ``n`` drew more rows of a block than it has: rows repeat."""
+        self._warned_repeated_rows = True
+        over = np.flatnonzero(counts > self._sizes).tolist()
+        if self._pooled:
+            repeated = {"all domains": (int(counts[0]), int(self._sizes[0]))}
+            why = f"it has {int(self._sizes[0])} rows to draw from"
+            fix = "add rows, lower batch_size, or lower num_samples"
+        else:
+            repeated = {self.domains[k]: (int(counts[k]), int(self._sizes[k])) for k in over}
+            why = "; ".join(f"domain {self.domains[k]!r} has {int(self._sizes[k])} row(s) and proportion "
+                            f"{float(proportions[k]):.3g} drew {int(counts[k])}" for k in over)
+            fix = (f"add rows to {', '.join(repr(self.domains[k]) for k in over)}, lower batch_size, or lower "
+                   + ("that domain's proportion" if len(over) == 1 else "their proportions"))
+        where = " (all ranks' prompts of one step)" if self.layout == "shard" else ""
+        warnings.warn(RepeatedRowWarning(
+            f"dataflex: DomainMixingSampler: one batch of {n} prompts{where} holds some rows more than once: {why}. "
+            "A row repeats only when its domain's draws in a batch outnumber its rows; each repeat is one more group "
+            f"of the same prompt. Fix: {fix}. This warning is shown once.", repeated), stacklevel=4)
 
     def _next_ahead(self, proportions: np.ndarray, n: int) -> list[int] | None:
         """The next small chunk from the drawn-ahead block, drawing a block when needed.

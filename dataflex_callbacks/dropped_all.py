@@ -16,13 +16,13 @@ from .groups import dense_groups
 
 
 def dropped_all_reason(part: Any, dynamic_sampling: Any, n_bad: int, batch: RolloutBatch, counts: dict,
-                       token_level: bool, select_scores: torch.Tensor | None) -> tuple[str, str, str | None]:
+                       token_level: bool) -> tuple[str, str, str | None]:
     """``(cause, what happened, fix or None)`` for a step that kept nothing; runs only on such a step.
 
     ``part``: the strategy's select part (None without one); ``dynamic_sampling``: its resolved
     ``dynamic_sampling`` config (None without one); ``n_bad``: rows left out for a non-finite
-    signal; ``select_scores`` ``(N,)`` or ``(N, L)``: the selection scorer's output at this step
-    (None if it did not run). A fix is given only where a setting or the code can change the outcome.
+    signal. Scores are never the cause: a scorer's non-finite scores stop the step first (`Part.score`).
+    A fix is given only where a setting or the code can change the outcome.
     """
     n, rewards = batch.n, batch.rewards
     if n_bad == n:
@@ -42,21 +42,6 @@ def dropped_all_reason(part: Any, dynamic_sampling: Any, n_bad: int, batch: Roll
         return "selector", f"left out all {n} responses ({spread}); the step trains nothing (metric dropped_all=1)", None
     kept_none = f"kept no {'token' if token_level else 'response'} of {n} ({spread})"
     by = f"selector {part.actuator.name!r} on scorer {part.scorer.name!r}"
-    if select_scores is not None:
-        scored = select_scores
-        if scored.dim() == 2 and batch.valid_mask is not None:
-            scored = scored[batch.valid_mask.to(scored.device)]
-        bad = ~torch.isfinite(scored)
-        if bool(bad.any()):
-            n_nan = int(torch.isnan(scored).sum())
-            unit = "token" if select_scores.dim() == 2 else "response"
-            return ("nonfinite_scores",
-                    f"{kept_none}: scorer {part.scorer.name!r} returned NaN or infinite scores ({n_nan} NaN, "
-                    f"{int(bad.sum()) - n_nan} infinite, of {scored.numel()} {unit} scores), and "
-                    f"selector {part.actuator.name!r} kept none of the step",
-                    f"make scorer {part.scorer.name!r} return finite scores; nan_policy cleans the batch's signals "
-                    "before any scorer runs, so these come from the scorer's own computation (a division by 0, "
-                    "the log of 0, ...)")
     if batch.group_ids is not None and "rewards" in part.scorer.requires and _every_group_equal(rewards, batch.group_ids):
         rounds = dynamic_sampling
         searched = (f" (dynamic sampling's {rounds.get('max_rounds')} generation rounds found none either)"

@@ -70,6 +70,8 @@ def signal_rows(batch: RolloutBatch, strategy: Strategy | None = None, *, step: 
 
     Computed with segment operations (no Python loop over groups), on the batch's device.
     """
+    if not isinstance(batch, RolloutBatch):
+        raise BatchError(f"signal_rows expects a RolloutBatch; got {type(batch).__name__}")
     if batch.group_ids is None:
         raise BatchError("dynamic sampling judges groups: give the RolloutBatch group_ids (N,), one id per prompt")
     policy = nan_policy or (strategy.nan_policy if strategy is not None else "drop")
@@ -89,7 +91,7 @@ def signal_rows(batch: RolloutBatch, strategy: Strategy | None = None, *, step: 
     elif step is not None and not part.active(step):
         kept = torch.ones(n, dtype=torch.bool, device=batch.device)
     else:
-        kept = part.actuator.select(part.scorer.score(batch), batch).to(batch.device)
+        kept = part.actuator.select(part.score(batch), batch).to(batch.device)
     if bad is not None and policy == "drop":
         kept = kept & ~_any_in_group(bad, index, count)[index]
     return _any_in_group(kept, index, count)[index]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping
 
+from .plain_values import plain_scalar
+
 
 class DataFlexError(Exception):
     """Base class of every error this library raises on purpose."""
@@ -48,11 +50,21 @@ class InputError(DataFlexError, ValueError):
     """Data or job input is unusable: a file, a column, a task domain, a budget; names the value and the fix."""
 
 
+class ArgumentError(DataFlexError, TypeError):
+    """A public function or method got an argument of the wrong type; names the argument, the value, the type it takes and the fix.
+
+    A `TypeError`, as the error it replaces: ``strategy.apply(batch, "3")``, ``DomainMixingSampler(5)``,
+    ``strategy.apply_policy(decision, batch)`` (arguments swapped) fail here, at the call, and not
+    deep inside with an `AttributeError`.
+    """
+
+
 class ComponentError(DataFlexError, ValueError):
     """A component (built-in or yours) returned values its contract forbids, at run time.
 
-    Raised when a reweighter's weights or a mixer's proportions are negative or not finite; the
-    message names the component, the first bad value and where it came from. Fix the component:
+    Raised when a scorer's scores are not finite, or a reweighter's weights or a mixer's proportions
+    are negative or not finite; the message names the component, the first bad value and where it
+    came from. Fix the component:
     `dataflex_callbacks.testing.check_component` finds such values before a run does.
     """
 
@@ -86,6 +98,21 @@ class DroppedAllWarning(UserWarning):
         return type(self), (str(self), self.step, self.strategy, self.cause, self.fix, self.host_setting)
 
 
+class RepeatedRowWarning(UserWarning):
+    """A `DomainMixingSampler` batch holds a row more than once: a domain's share of the batch outgrew its rows; shown once per sampler.
+
+    Attributes:
+        domains: ``{domain: (rows drawn in the batch, rows the domain has)}`` for each domain that repeated.
+    """
+
+    def __init__(self, message: str, domains: Mapping[str, tuple[int, int]] | None = None):
+        super().__init__(message)
+        self.domains = dict(domains or {})
+
+    def __reduce__(self):
+        return type(self), (str(self), self.domains)
+
+
 class RewardScaleWarning(UserWarning):
     """A solve rate was read on rewards that are not all 0 or 1 with the default threshold; shown once per scorer.
 
@@ -97,11 +124,35 @@ class RewardScaleWarning(UserWarning):
     host_setting = SELECTION_REWARD
 
 
-# Causes a `DroppedAllWarning` names: every row had a NaN/inf signal under nan_policy='drop'; the
-# selection scorer returned NaN/inf scores; every group's rewards were equal (no signal to keep);
+# Causes a `DroppedAllWarning` names: every row had a NaN/inf signal under nan_policy='drop'; every
+# group's rewards were equal (no signal to keep);
 # a solve rate read on rewards that are not 0/1; 0/1 rewards whose solve rates fell outside the band;
 # the selector's rule on this step's scores (anything else).
-DROPPED_ALL_CAUSES = ("nonfinite_signals", "nonfinite_scores", "equal_rewards", "reward_scale", "band", "selector")
+DROPPED_ALL_CAUSES = ("nonfinite_signals", "equal_rewards", "reward_scale", "band", "selector")
+
+
+def check_argument(value: Any, types: type | tuple[type, ...], name: str, where: str, expected: str, fix: str = "") -> Any:
+    """``value`` if it is an instance of ``types``, else an `ArgumentError` naming ``where``'s argument ``name``.
+
+    ``expected`` says in words what the argument takes (``"an int step counter"``); ``fix``, when
+    given, what to change. A bool is not taken where ``types`` holds ``int`` but not ``bool``.
+    """
+    types = types if isinstance(types, tuple) else (types,)
+    is_bool = isinstance(value, bool) and bool not in types
+    if isinstance(value, types) and not is_bool:
+        return value
+    shown = repr(value) if isinstance(value, (bool, int, float, str, type(None))) else f"a {type(value).__name__}"
+    raise ArgumentError(f"{where}: argument {name!r} must be {expected}; got {shown}" + (f". {fix}" if fix else ""))
+
+
+def check_step(step: Any, where: str) -> int:
+    """``step`` as a plain int (numpy and 0-d torch integers accepted), else an `ArgumentError` naming ``where``."""
+    value = plain_scalar(step)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    shown = repr(step) if isinstance(step, (bool, float, str, type(None))) else f"a {type(step).__name__}"
+    raise ArgumentError(f"{where}: argument 'step' must be an int, the host's step counter (warm-ups and mixing "
+                        f"updates count it); got {shown}. Pass the trainer's integer step, e.g. trainer.state.global_step")
 
 
 def check_state(state: Any, keys: Iterable[str], what: str) -> Mapping:

@@ -9,10 +9,14 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+import torch
+
+from .batch import RolloutBatch
 from .errors import ConfigError, ParamError
 from .mixers import Mixer
 from .mixing import DomainMixing
 from .registry import build_component
+from .scorers import check_finite_scores
 
 POLICY_SIGNALS = ("logprobs", "entropies")
 
@@ -40,6 +44,15 @@ class Part:
                 f"{self.kind}: {self.actuator_kind} {self.actuator.name!r} needs token scores, but scorer "
                 f"{self.scorer.name!r} scores responses; use token_prob or token_entropy"
             )
+
+    def score(self, batch: RolloutBatch) -> torch.Tensor:
+        """The scorer's scores of ``batch``, ``(N,)`` or ``(N, L)``; a `ComponentError` naming the scorer if one is not finite.
+
+        Every score an actuator reads passes here, so the check covers built-in and user scorers alike.
+        """
+        scores = self.scorer.score(batch)
+        check_finite_scores(scores, batch.valid_mask, f"{self.kind}: scorer {self.scorer.name!r}")
+        return scores
 
     @property
     def actuator_kind(self) -> str:

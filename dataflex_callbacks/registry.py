@@ -16,7 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .errors import ConfigError, ParamError
+from .errors import ArgumentError, ConfigError, ParamError
 
 KINDS = ("scorer", "selector", "reweighter", "mixer", "pre_select")
 KIND_ALIASES = {"prerollout": "pre_select"}  # earlier name of the pre-rollout selection kind
@@ -29,25 +29,61 @@ _BASES: dict[str, type] = {}
 def register(kind: str, name: str, aliases: tuple[str, ...] = (), *, override: bool = False) -> Callable[[type], type]:
     """Class decorator: make ``cls`` buildable as ``build_component(kind, name)`` and nameable in configs.
 
-    A name (or alias) already taken by another class of that kind is refused with a `ConfigError`:
-    registering replaces the class for the whole process, built-ins included. Pass
-    ``override=True`` to replace it on purpose. Registering the same class again (a reloaded
-    module) is allowed.
+    ``cls`` must subclass the kind's base class (`Scorer`, `Selector`, `Reweighter`, `Mixer`), as a
+    class named by import path must. A name (or alias) already taken by another class of that kind
+    is refused with a `ConfigError`: registering replaces the class for the whole process, built-ins
+    included. Pass ``override=True`` to replace it on purpose: the class it replaces is then
+    replaced under every name and alias it had (``reward`` and ``reward_difficulty`` are one
+    component). Registering the same class again (a reloaded module) is allowed.
     """
     kind = _check_kind(kind)
+    where = f"register({kind!r}, {name!r})"
+    _check_name(name, "name", where)
+    if isinstance(aliases, str) or not isinstance(aliases, (tuple, list)):
+        raise ArgumentError(f"{where}: argument 'aliases' must be a tuple of names; got {aliases!r}. "
+                            f"Write aliases=({aliases!r},) for one alias")
+    for alias in aliases:
+        _check_name(alias, "aliases", where)
 
     def decorate(cls: type) -> type:
         if not override:
             for taken in (name, *aliases):
                 _check_free(kind, taken, cls)
+        _check_component_class(kind, f"{kind} {name!r}", cls)
+        registry, alias_of = _REGISTRY[kind], _ALIASES[kind]
+        replaced = {registry.get(alias_of.get(taken, taken)) for taken in (name, *aliases)} - {None, cls}
+        for held, holder in list(registry.items()):
+            if holder in replaced:  # the replaced class's other names and aliases now mean this class too
+                registry[held] = cls
         cls.name = name
-        _REGISTRY[kind][name] = cls
-        _ALIASES[kind].pop(name, None)  # with override=True a name that was an alias now means this class
+        registry[name] = cls
+        alias_of.pop(name, None)  # with override=True a name that was an alias now means this class
         for alias in aliases:
-            _ALIASES[kind][alias] = name
+            alias_of[alias] = name
         return cls
 
     return decorate
+
+
+def _check_name(name: Any, argument: str, where: str) -> None:
+    """Refuse a component name that is not a non-empty string (`list_components` sorts them; configs spell them)."""
+    if not isinstance(name, str) or not name:
+        raise ArgumentError(f"{where}: argument {argument!r} must be a non-empty string, the name configs use; got "
+                            f"{name!r}. Write the name in quotes, e.g. register('scorer', 'my_scorer')")
+
+
+def _check_component_class(kind: str, what: str, found: Any) -> None:
+    """Refuse ``found`` unless it is a class subclassing the kind's base class (`register_base`); ``what`` names it."""
+    base = _BASES.get(kind)
+    if inspect.isclass(found) and (base is None or issubclass(found, base)):
+        return
+    if base is None:
+        raise ArgumentError(f"{what}: a {kind} is a class; got a {type(found).__name__}")
+    shown = f"class {found.__name__}" if inspect.isclass(found) else f"a {type(found).__name__}"
+    other = next((k for k, b in _BASES.items() if inspect.isclass(found) and issubclass(found, b)), None)
+    hint = f" (it is a {other}: name it under the {other} key)" if other else ""
+    raise ConfigError(f"{what} is {shown}, not a subclass of dataflex_callbacks.{base.__name__}{hint}; "
+                      f"a {kind} is written as 'class MyClass(dataflex_callbacks.{base.__name__})'")
 
 
 def _check_free(kind: str, name: str, cls: type) -> None:
@@ -145,16 +181,10 @@ def _import_component(kind: str, path: str) -> type:
             raise ConfigError(f"{kind} {path!r}: module {module_name!r} has no attribute {attribute!r}; "
                               "check the class name after the module path")
         found = getattr(found, part)
-    base = _BASES.get(kind)
-    if base is None:
+    if kind not in _BASES:
         raise ConfigError(f"{kind} {path!r}: a {kind} cannot be named by import path; register it with "
                           f"@register({kind!r}, 'my_name') and name it 'my_name'")
-    if not (inspect.isclass(found) and issubclass(found, base)):
-        what = f"class {found.__name__}" if inspect.isclass(found) else f"a {type(found).__name__}"
-        other = next((k for k, b in _BASES.items() if inspect.isclass(found) and issubclass(found, b)), None)
-        hint = f" (it is a {other}: name it under the {other} key)" if other else ""
-        raise ConfigError(f"{kind} {path!r} is {what}, not a subclass of dataflex_callbacks.{base.__name__}{hint}; "
-                          f"a {kind} is written as 'class MyClass(dataflex_callbacks.{base.__name__})'")
+    _check_component_class(kind, f"{kind} {path!r}", found)
     return found
 
 

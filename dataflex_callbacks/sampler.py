@@ -5,7 +5,8 @@ under the proportions current at that moment, so a mixer can change them between
 nothing is precomputed for an epoch. Within a domain, rows are drawn without replacement until the
 domain is exhausted, then reshuffled; when that happens inside a chunk, the rows the chunk already
 holds go to the end of the new pass, so no row appears twice in one chunk while its domain has
-unused rows. The per-domain passes run across epochs: an epoch is ``num_samples`` prompts, not
+unused rows. A chunk that draws more rows of a domain than it has must repeat some; the first such
+chunk warns (`RepeatedRowWarning`). The per-domain passes run across epochs: an epoch is ``num_samples`` prompts, not
 one pass over the data.
 
 Without proportions and without a strategy that has a mix part, the sampler draws from all rows
@@ -50,7 +51,7 @@ from torch.utils.data import Sampler
 from .batch import NO_DOMAIN
 from .block_drawer import RECENT_CHUNKS, BlockDrawer, largest_remainder_quotas
 from .config_fields import QUOTAS
-from .errors import ConfigError, StateError, check_state
+from .errors import ArgumentError, ConfigError, StateError, check_argument, check_state
 from .params import check_bool, check_choice, check_int
 from .proportions import check_domains, check_proportions
 from .prompt_acceptance import set_group_size
@@ -128,6 +129,11 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             warnings.warn("DomainMixingSampler(key_column=...) is deprecated; pass prompt_key_column=... instead",
                           DeprecationWarning, stacklevel=2)
             prompt_key_column = key_column
+        if strategy is not None:
+            from .strategy import Strategy  # the strategy module builds components; the sampler is imported beside it
+
+            check_argument(strategy, Strategy, "strategy", "DomainMixingSampler", "a Strategy or None",
+                           "Build one with build_strategy(preset | dict | YAML path)")
         self.strategy = strategy
         self._mixing = strategy is not None and strategy.mix_enabled  # the strategy's mixer sets the targets
         self._mixing_option = mixing = None if mixing is None else check_bool("mixing", mixing)
@@ -152,12 +158,17 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             if labels is None:  # one pool over data without a domain column: every row in NO_DOMAIN
                 labels = [NO_DOMAIN] * len(dataset)
         else:
+            if isinstance(labels, (str, Mapping)) or not (hasattr(labels, "__len__") and hasattr(labels, "__iter__")):
+                raise ArgumentError(f"DomainMixingSampler: argument 'labels' must be a list of per-row domain labels; "
+                                    f"got {labels!r:.80}. Pass one label per row, or the dataset whose rows carry them")
             labels = labels_from(list(labels), "labels")
         if not labels:
             raise ConfigError("DomainMixingSampler got an empty dataset")
         if domains is None and self._mixing and strategy.domains is not None:
             domains = strategy.domains  # the config's domain order wins over the sorted labels
         present = sorted(set(labels))
+        if isinstance(domains, (str, Mapping)) or (domains is not None and not hasattr(domains, "__iter__")):
+            domains = check_domains(domains, "DomainMixingSampler domains")  # one name is one domain; others refused
         self.domains = [str(d) for d in domains] if domains is not None else present
         check_domains(self.domains, "DomainMixingSampler domains")
         empty = [d for d in self.domains if d not in present]
@@ -210,6 +221,7 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         self._uniform_buffer = np.empty(0)  # uniforms drawn ahead in blocks (one generator call per block)
         self._uniform_pos = 0  # next unused entry of the buffer
         self._ahead: dict | None = None  # small chunks drawn ahead under one proportions array
+        self._warned_repeated_rows = False  # a batch that must repeat rows warns once (`RepeatedRowWarning`)
         # Prompt keys are only needed by a pre-rollout filter; reading them can be costly.
         self._keys = row_keys(dataset, len(labels), prompt_key_column) if self._pre_select is not None else None
         self.prompt_key_column = prompt_key_column

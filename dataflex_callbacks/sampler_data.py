@@ -13,7 +13,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 from torch.utils.data import IterableDataset as TorchIterableDataset
 
-from .errors import ConfigError
+from .errors import ArgumentError, ConfigError
 from .history import KEY_COLUMNS, hashable_key, row_prompt_key
 
 
@@ -97,6 +97,11 @@ def domain_labels(dataset: Any, domain_key: str, *, required: bool = True) -> li
             "(iterable). For streaming data, mix with datasets.interleave_datasets(per_domain_datasets, "
             "probabilities=[...]) instead, or load the data as a datasets.Dataset"
         )
+    if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
+        shown = repr(dataset) if isinstance(dataset, (int, float, bool)) else f"a {type(dataset).__name__}"
+        raise ArgumentError(f"DomainMixingSampler: argument 'dataset' must be a map-style dataset (len(dataset) and "
+                            f"dataset[i]: a datasets.Dataset, a list of dicts); got {shown}. Pass the dataset whose "
+                            "rows carry the domain, or the rows' domain labels as labels=[...]")
     columns = getattr(dataset, "column_names", None)
     if columns is not None:
         if domain_key not in columns:

@@ -11,7 +11,7 @@ import warnings
 import torch
 
 from .batch import RolloutBatch, masked_abs_row_reduce, row_counts
-from .errors import SELECTION_REWARD_TEXT, BatchError, ParamError, RewardScaleWarning
+from .errors import SELECTION_REWARD_TEXT, BatchError, ComponentError, ParamError, RewardScaleWarning
 from .groups import dense_groups, segment_mean, segment_variance
 from .params import check_choice, check_number
 from .registry import Component, register, register_base
@@ -67,6 +67,42 @@ def check_score_shape(kind: str, name: str, granularity: str, scores: torch.Tens
             f"{kind} {name!r} works on {granularity}-level scores {shape}; got shape "
             f"{tuple(scores.shape)}: pair it with a {granularity}-level scorer"
         )
+
+
+def check_finite_scores(scores: torch.Tensor, valid_mask: torch.Tensor | None, scorer: str) -> None:
+    """Raise a `ComponentError` naming ``scorer`` if a score it returned is NaN or infinite.
+
+    Args:
+        scores: ``(N,)``, or ``(N, L)`` token scores, of which only the entries at ``valid_mask``
+            count (padding is never read).
+        valid_mask: ``(N, L)`` bool, or None.
+        scorer: how the message names the scorer (``"select: scorer 'reward'"``).
+
+    One sum decides the common case, as for the batch's signals: no ``(N, L)`` temporary unless a
+    value is not finite (or the sum overflows, or padding holds one).
+    """
+    if scores.numel() == 0 or not scores.is_floating_point():
+        return
+    total = scores.sum(dtype=torch.float32) if scores.element_size() < 4 else scores.sum()
+    if bool(torch.isfinite(total)):
+        return
+    bad = ~torch.isfinite(scores)
+    if scores.dim() == 2 and valid_mask is not None:
+        bad &= valid_mask.to(bad.device)
+    n_bad = int(bad.sum())
+    if not n_bad:  # the sum overflowed, or only padding is not finite
+        return
+    first = tuple(int(i) for i in torch.nonzero(bad)[0])
+    n_nan = int((torch.isnan(scores) & bad).sum())
+    token_level = scores.dim() == 2
+    counted = int(valid_mask.sum()) if token_level and valid_mask is not None else scores.numel()
+    at = first if token_level else first[0]
+    raise ComponentError(
+        f"{scorer} returned {n_nan} NaN and {n_bad - n_nan} infinite of {counted} "
+        f"{'token' if token_level else 'response'} scores (first: {float(scores[first]):g} at {at}); a selector or reweighter cannot rank or weigh "
+        "them, so the step stops here. nan_policy cleans the batch's signals before any scorer runs, so these come "
+        "from the scorer's own computation (a division by 0, the log of 0, ...): make it return finite scores; "
+        "dataflex_callbacks.testing.check_component shows the failing input")
 
 
 # ---------------------------------------------------------------- registered scorers

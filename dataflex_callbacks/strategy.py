@@ -20,7 +20,8 @@ from .batch import RolloutBatch, clean_signals, masked_centered_square_sum, true
 from .config import load_config, read_config
 from .decision import Decision
 from .dropped_all import dropped_all_reason
-from .errors import SELECTION_REWARD, BatchError, ComponentError, ConfigError, DroppedAllWarning, check_state
+from .errors import (SELECTION_REWARD, ArgumentError, BatchError, ComponentError, ConfigError, DroppedAllWarning,
+                     check_argument, check_state, check_step)
 from .mixing import DomainMixing
 from .parts import POLICY_SIGNALS, Part, build_mixing
 from .registry import build_component
@@ -34,6 +35,8 @@ class Strategy:
     """A composed data strategy; build it with `build_strategy`."""
 
     def __init__(self, config: Mapping[str, Any]):
+        check_argument(config, Mapping, "config", "Strategy", "a resolved config dict",
+                       "Build a strategy from a preset name, a dict or a YAML path with build_strategy(...)")
         self.config = copy.deepcopy(dict(config))
         self.name = self.config["name"]
         self.nan_policy = self.config["nan_policy"]
@@ -99,6 +102,8 @@ class Strategy:
 
     def check_host(self, available: set[str] | Sequence[str], host: str = "this host") -> None:
         """Fail at build time if the host cannot provide a field some part needs (e.g. groups in PPO)."""
+        check_argument(available, (set, frozenset, list, tuple), "available", "Strategy.check_host",
+                       "the set of RolloutBatch field names the host provides, e.g. {'rewards', 'group_ids'}")
         available = set(available)
         for part in self.parts:
             for component in (part.scorer, part.actuator):
@@ -119,6 +124,8 @@ class Strategy:
 
     def observe_sampled(self, domain_counts: Mapping[str, int]) -> None:
         """Record what the sampler actually drew (for the actual-proportion metrics)."""
+        check_argument(domain_counts, Mapping, "domain_counts", "Strategy.observe_sampled",
+                       "a mapping {domain: prompts drawn}")
         if self.mixing is not None:
             self.mixing.observe_sampled(domain_counts)
 
@@ -156,6 +163,7 @@ class Strategy:
         """
         if not isinstance(batch, RolloutBatch):
             raise BatchError(f"Strategy.apply expects a RolloutBatch; got {type(batch).__name__}")
+        step = check_step(step, "Strategy.apply")
         batch, bad_rows, counts = clean_signals(batch, self._checked_signals(batch), self.nan_policy)
         keep = torch.ones(batch.n, dtype=torch.bool, device=batch.device)
         stats_batch = batch
@@ -165,13 +173,13 @@ class Strategy:
             stats_batch = batch.replace(rewards=batch.rewards.masked_fill(bad_rows, float("nan")))
         n_dropped_bad = int((~keep).sum()) if batch.n else 0
         token_keep, response_w, token_w, deferred = None, None, None, []
-        select_scores = reweight_scores = None
+        reweight_scores = None
 
         if self.select is not None and self.select.active(step):
             if self.select.needs_policy and defer_policy:
                 deferred.append("select")
             else:
-                scores = select_scores = self.select.scorer.score(batch)
+                scores = self.select.score(batch)
                 selected = self.select.actuator.select(scores, batch)
                 if self.select.token_level:
                     token_keep = selected & batch.valid_mask & keep.unsqueeze(1)
@@ -181,7 +189,7 @@ class Strategy:
             if self.reweight.needs_policy and defer_policy:
                 deferred.append("reweight")
             else:
-                scores = reweight_scores = self.reweight.scorer.score(batch)
+                scores = reweight_scores = self.reweight.score(batch)
                 if self.reweight.token_level:
                     token_w = self.reweight.actuator.weights(scores, batch, mask=self._token_mask(batch, keep, token_keep))
                 else:
@@ -191,7 +199,7 @@ class Strategy:
         metrics = self._metrics(batch, keep, token_keep, weights, counts, stats_batch.rewards, reweight_scores)
         if metrics["dropped_all"]:
             self._warn_dropped_all(step, *dropped_all_reason(self.select, self.config.get("dynamic_sampling"), n_dropped_bad,
-                                                             batch, counts, token_keep is not None, select_scores))
+                                                             batch, counts, token_keep is not None))
         if self.mixing is not None:
             if self.mixing.observe(stats_batch, step, sync=sync):
                 self._check_proportions(step)
@@ -209,6 +217,13 @@ class Strategy:
         ``batch`` must hold the same rows as the batch given to `apply`, with the current policy's
         detached ``logprobs`` and/or ``entropies``. Returns token-level weights ``(N, L)``.
         """
+        if isinstance(batch, Decision) and isinstance(decision, RolloutBatch):
+            raise ArgumentError("Strategy.apply_policy takes (batch, decision); got (decision, batch): swap the "
+                                "arguments, strategy.apply_policy(batch, decision)")
+        if not isinstance(batch, RolloutBatch):
+            raise BatchError(f"Strategy.apply_policy expects a RolloutBatch as 'batch'; got {type(batch).__name__}")
+        check_argument(decision, Decision, "decision", "Strategy.apply_policy",
+                       "the Decision that Strategy.apply(batch, step, defer_policy=True) returned")
         if not decision.deferred:
             return decision
         keep, token_keep, token_w = decision.keep, decision.token_keep, None
@@ -220,10 +235,10 @@ class Strategy:
             token_keep = None if token_keep is None else token_keep & keep.unsqueeze(1)
         select_scores = reweight_scores = None
         if "select" in decision.deferred:
-            select_scores = self.select.scorer.score(batch)
+            select_scores = self.select.score(batch)
             token_keep = self.select.actuator.select(select_scores, batch) & batch.valid_mask & keep.unsqueeze(1)
         if "reweight" in decision.deferred:
-            reweight_scores = self.reweight.scorer.score(batch)
+            reweight_scores = self.reweight.score(batch)
             token_w = self.reweight.actuator.weights(reweight_scores, batch,
                                                      mask=self._token_mask(batch, keep, token_keep))
         weights = self._combine(batch, keep, token_keep, decision.response_weights, token_w)
@@ -243,7 +258,7 @@ class Strategy:
         if metrics.get("dropped_all") and not was_dropped:
             n_bad = 0 if bad_rows is None or self.nan_policy != "drop" else int(bad_rows.sum())
             self._warn_dropped_all(decision.step, *dropped_all_reason(self.select, self.config.get("dynamic_sampling"), n_bad,
-                                                                      batch, counts, token_keep is not None, select_scores))
+                                                                      batch, counts, token_keep is not None))
         return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics, deferred=(),
                         response_weights=decision.response_weights, step=decision.step)
 

@@ -62,6 +62,8 @@ class DomainTracker:
 
     def _rows(self, batch: RolloutBatch):
         """Per-row arrays of one batch: tracker domain index ``(N,)``, rewards, |advantage|, finite mask."""
+        if not isinstance(batch, RolloutBatch):
+            raise BatchError(f"DomainTracker.update expects a RolloutBatch; got {type(batch).__name__}")
         labels, codes = batch.domain_codes()  # without domains: every row in NO_DOMAIN
         unknown = [label for label in labels if label not in self._index]
         if unknown and batch.domains is None:

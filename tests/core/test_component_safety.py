@@ -1,7 +1,8 @@
-"""A safety net for components at run time: bad weights and proportions refused, a step that keeps nothing explained.
+"""A safety net for components at run time: bad scores, weights and proportions refused, a step that keeps nothing explained.
 
-Any reweighter (built-in or a user's) whose weights are negative or not finite, and any mixer
-whose proportions are, stops the step with a `ComponentError` naming it; a step that keeps
+Any scorer (built-in or a user's) whose scores are not finite, any reweighter whose weights are
+negative or not finite, and any mixer whose proportions are, stops the step with a
+`ComponentError` naming it; a step that keeps
 nothing warns with a `DroppedAllWarning` whose ``cause`` says why and whose ``fix`` is None
 where no setting can change it.
 """
@@ -166,13 +167,6 @@ def test_weights_from_a_reweighter_that_replaces_weights_are_checked_too():
         reweighting(SignedAdvantage, OwnWeights).apply(batch, 0)
 
 
-def test_nonfinite_scores_that_spoil_the_weights_name_the_scorer():
-    batch = grouped_batch([1.0, 0.0, 1.0, 1.0])  # log(0) = -inf for row 1
-    strategy = build_strategy({"reweight": {"scorer": path(LogOfZero), "reweighter": "per_advantage"}})
-    with pytest.raises(ComponentError, match=r"scorer .*LogOfZero.* NaN or infinite scores.*reweighter 'per_advantage'"):
-        strategy.apply(batch, 0)
-
-
 def test_deferred_token_weights_are_checked_in_apply_policy():
     strategy = reweighting(LogProbScore, TokenIdentityWeights)
     batch = grouped_batch([1.0, 0.0, 1.0, 1.0])
@@ -194,6 +188,113 @@ def test_weights_are_refused_exactly_when_a_kept_raw_weight_is_negative(raw, nor
     else:
         weights = strategy.apply(batch, 0).weights
         assert bool(torch.isfinite(weights).all()) and bool((weights >= 0).all())
+
+
+# ---------------------------------------------------------------- scores
+
+
+class AllNan(Scorer):
+    """NaN for every response (a user's 0/0): under topk_fraction it once kept an arbitrary half, silently."""
+
+    scope = "row"
+
+    def _score(self, batch):
+        return batch.rewards.float() * float("nan")
+
+
+class NanAtPadding(Scorer):
+    """Finite at valid tokens, NaN at padding: padding is never read, so this is allowed."""
+
+    requires = ("entropies",)
+    granularity = "token"
+    scope = "row"
+
+    def _score(self, batch):
+        return batch.entropies.float().masked_fill(~batch.valid_mask, float("nan"))
+
+
+class GivenScores(Scorer):
+    """The batch's advantages as scores, whatever they hold (NaN and inf included): the property test's scorer."""
+
+    requires = ("advantages",)
+    scope = "row"
+
+    def _score(self, batch):
+        return batch.advantages.float()
+
+
+SCORE_PARTS = {
+    "select topk_fraction": lambda scorer: {"select": {"scorer": path(scorer), "selector": {
+        "name": "topk_fraction", "params": {"fraction": 0.5}}}},
+    "select threshold_band": lambda scorer: {"select": {"scorer": path(scorer), "selector": "threshold_band"}},
+    "reweight per_advantage": lambda scorer: {"reweight": {"scorer": path(scorer), "reweighter": "per_advantage"}},
+}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("scorer, found", [(AllNan, "returned 8 NaN and 0 infinite of 8 response scores"),
+                                           (LogOfZero, "returned 0 NaN and 4 infinite of 8 response scores")])
+@pytest.mark.parametrize("part", list(SCORE_PARTS))
+def test_nonfinite_scores_are_refused_naming_the_scorer(device, scorer, found, part):
+    strategy = build_strategy(SCORE_PARTS[part](scorer))
+    batch = grouped_batch([1.0, 0.0, 1.0, 0.0] * 2, device=device)  # groups with signal: only the scores are wrong
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # refused, not a warning
+        with pytest.raises(ComponentError) as info:
+            strategy.apply(batch, 0)
+    message = str(info.value)
+    assert message.startswith(f"{part.split()[0]}: scorer {path(scorer)!r} {found}"), message
+    assert "make it return finite scores" in message and "\n" not in message
+    assert isinstance(info.value, DataFlexError) and isinstance(info.value, ValueError)
+
+
+def test_nonfinite_token_scores_of_a_deferred_selection_are_refused_in_apply_policy():
+    strategy = build_strategy({"select": {"scorer": path(NanTokenScore), "selector": "entropy_top_tokens"}})
+    batch = grouped_batch([1.0, 0.0, 1.0, 0.0] * 2)
+    decision = strategy.apply(batch, 5, defer_policy=True)
+    assert decision.deferred == ("select",)
+    with pytest.raises(ComponentError, match=r"select: scorer .*NanTokenScore.* returned 40 NaN and 0 infinite of 40 "
+                                             r"token scores \(first: nan at \(0, 0\)\)"):
+        strategy.apply_policy(batch, decision)
+
+
+def test_dynamic_sampling_refuses_nonfinite_scores_too():
+    from dataflex_callbacks import signal_rows
+
+    strategy = build_strategy(SCORE_PARTS["select threshold_band"](AllNan))
+    with pytest.raises(ComponentError, match="AllNan"):
+        signal_rows(grouped_batch([1.0, 0.0, 1.0, 0.0] * 2), strategy)
+
+
+def test_nonfinite_token_scores_at_padding_are_not_read():
+    batch = grouped_batch([1.0, 0.0, 1.0, 0.0] * 2)
+    mask = batch.completion_mask.clone()
+    mask[:, 3:] = False  # two padding tokens per response
+    batch = batch.replace(completion_mask=mask)
+    strategy = build_strategy({"select": {"scorer": path(NanAtPadding),
+                                          "selector": {"name": "entropy_top_tokens", "params": {"fraction": 0.5}}}})
+    decision = strategy.apply(batch, 0)
+    assert not bool((decision.token_keep & ~mask).any()) and bool(decision.token_keep.any())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.sampled_from([0.0, 1.5, -2.0, 3e38]), min_size=8, max_size=8),
+       st.lists(st.tuples(st.integers(0, 7), st.sampled_from([float("nan"), float("inf"), -float("inf")])), max_size=2),
+       st.sampled_from(list(SCORE_PARTS)))
+def test_scores_are_refused_exactly_when_one_is_not_finite(finite, bad, part):
+    # Part.score is where every score passes; called on the raw batch (Strategy.apply would clean the
+    # advantages first). 3e38 values make the one-sum fast path overflow: that alone is no refusal.
+    values = list(finite)
+    for at, value in bad:
+        values[at] = value
+    strategy = build_strategy(SCORE_PARTS[part](GivenScores))
+    batch = grouped_batch([1.0, 0.0, 1.0, 0.0] * 2).replace(advantages=torch.tensor(values))
+    scoring = strategy.select or strategy.reweight
+    if any(v != v or abs(v) == float("inf") for v in values):  # reference: a plain loop over the scores
+        with pytest.raises(ComponentError, match="infinite of 8 response scores"):
+            scoring.score(batch)
+    else:
+        assert scoring.score(batch).tolist() == torch.tensor(values).tolist()
 
 
 # ---------------------------------------------------------------- proportions
@@ -240,25 +341,6 @@ def test_equal_reward_groups_say_what_happened_without_a_settings_fix(preset):
     assert "Fix:" not in text and "band or fraction" not in text
     assert "repeats" in text and "every step" in text  # when it matters
     assert ("generation rounds" in text) == (preset == "dapo")
-
-
-@pytest.mark.parametrize("device", DEVICES)
-def test_nonfinite_selection_scores_are_named_as_the_cause(device):
-    rewards = [1.0, 0.0, 1.0, 0.0] * 2  # groups with signal: only the scores are wrong
-    strategy = build_strategy({"select": {"scorer": path(LogOfZero), "selector": "threshold_band"}})
-    _, warning = dropped_all_warning(lambda: strategy.apply(grouped_batch(rewards, device=device), 0))
-    assert warning.cause == "nonfinite_scores" and path(LogOfZero) in warning.fix
-    assert "4 infinite" in str(warning) and "band or fraction" not in str(warning)
-
-
-def test_nonfinite_token_scores_in_a_deferred_selection_warn_too():
-    strategy = build_strategy({"select": {"scorer": path(NanTokenScore), "selector": "entropy_top_tokens"}})
-    batch = grouped_batch([1.0, 0.0, 1.0, 0.0] * 2)
-    decision = strategy.apply(batch, 5, defer_policy=True)
-    assert decision.deferred == ("select",)
-    done, warning = dropped_all_warning(lambda: strategy.apply_policy(batch, decision))
-    assert done.metrics["dropped_all"] == 1.0 and done.metrics["kept_token_frac"] == 0.0
-    assert (warning.cause, warning.step) == ("nonfinite_scores", 5)
 
 
 @settings(max_examples=40, deadline=None)

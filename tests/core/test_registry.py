@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import custom_components
-from dataflex_callbacks import ConfigError, RolloutBatch, Scorer, build_component, build_strategy, list_components, register
+from dataflex_callbacks import (ArgumentError, ConfigError, RolloutBatch, Scorer, build_component, build_strategy,
+                                list_components, register)
 from dataflex_callbacks import registry
 
 EXPECTED = {
@@ -211,6 +212,54 @@ def test_override_replaces_a_registered_name_on_purpose_and_a_reloaded_class_reg
     register("scorer", "test_reloaded")(first)
     register("scorer", "test_reloaded")(second)  # the same class again: no override needed
     assert registry.component_class("scorer", "test_reloaded") is second
+
+
+@pytest.mark.parametrize("through", ["reward", "reward_difficulty"])  # the name, then its alias
+def test_override_through_any_name_replaces_the_class_under_all_its_names(restore_registry, through):
+    builtin = registry.component_class("scorer", "reward")
+
+    @register("scorer", through, override=True)
+    class Mine(builtin):
+        """A user's replacement of the built-in reward scorer."""
+
+    assert {name: registry.component_class("scorer", name) for name in ("reward", "reward_difficulty")} == \
+        {"reward": Mine, "reward_difficulty": Mine}
+    assert builtin not in {registry.component_class("scorer", name) for name in list_components("scorer", True)}
+
+
+@pytest.mark.parametrize("name, aliases, words", [
+    (123, (), "argument 'name' must be a non-empty string"),
+    ("", (), "argument 'name' must be a non-empty string"),
+    ("test_mine", "test_alias", "argument 'aliases' must be a tuple of names"),
+    ("test_mine", (7,), "argument 'aliases' must be a non-empty string"),
+])
+def test_a_name_that_is_not_a_string_is_refused_and_the_registry_keeps_working(restore_registry, name, aliases, words):
+    with pytest.raises(ArgumentError, match=words) as info:
+        register("scorer", name, aliases)(custom_components.GroupCenteredReward)
+    assert isinstance(info.value, TypeError) and repr(name) in str(info.value)
+    assert list_components("scorer") == EXPECTED["scorer"]  # nothing registered: listing still sorts names
+    assert list_components("scorer", include_aliases=True)
+
+
+class NotAScorer:
+    """A plain class, decorated as a scorer by mistake."""
+
+
+def not_a_class():
+    """A function, decorated as a scorer by mistake."""
+
+
+@pytest.mark.parametrize("kind, found, words", [
+    ("scorer", NotAScorer, "scorer 'test_mine' is class NotAScorer, not a subclass of dataflex_callbacks.Scorer"),
+    ("scorer", custom_components.LinearWeights, "(it is a reweighter: name it under the reweighter key)"),
+    ("selector", not_a_class, "selector 'test_mine' is a function, not a subclass of dataflex_callbacks.Selector"),
+])
+def test_registering_what_is_not_a_component_of_the_kind_is_refused_as_the_import_path_route_refuses_it(
+        restore_registry, kind, found, words):
+    with pytest.raises(ConfigError) as info:
+        register(kind, "test_mine")(found)
+    assert words in str(info.value)
+    assert "test_mine" not in list_components(kind)
 
 
 def test_a_registered_user_component_is_named_by_its_name(restore_registry):

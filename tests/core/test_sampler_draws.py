@@ -1,7 +1,8 @@
-"""DomainMixingSampler draws: one pool without a mix part, no row twice in a chunk, exact largest-remainder quotas."""
+"""DomainMixingSampler draws: one pool without a mix part, no row twice in a chunk (else a warning), exact largest-remainder quotas."""
 
 import itertools
 import math
+import warnings
 from collections import Counter
 from fractions import Fraction
 
@@ -11,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dataflex_callbacks import ConfigError, DomainMixingSampler, RolloutBatch, build_strategy
+from dataflex_callbacks import ConfigError, DomainMixingSampler, RepeatedRowWarning, RolloutBatch, build_strategy
 from dataflex_callbacks.sampler import largest_remainder_quotas
 
 
@@ -159,6 +160,37 @@ def test_a_domain_that_wraps_inside_a_chunk_does_not_repeat_a_row(quota, batch_s
                                   proportions={"a": 0.4, "b": 0.4, "c": 0.2}, num_samples=batch_size * 300,
                                   seed=5, quota=quota)
     assert_no_needless_repeat(chunk_rows(list(sampler), batch_size, num_generations), labels, SMALL_DOMAINS)
+
+
+def test_a_domain_with_fewer_rows_than_its_share_of_a_batch_repeats_them_and_warns_once():
+    # The issue's case: one prompt at proportion 0.9, batches of 2 prompts of 4 completions each.
+    labels = ["tiny"] + ["big"] * 50
+    sampler = DomainMixingSampler(labels=labels, proportions={"tiny": 0.9, "big": 0.1}, batch_size=2,
+                                  num_generations=4, num_samples=2 * 40, seed=0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        chunks = chunk_rows(list(sampler), 2, num_generations=4)
+    found = [w for w in caught if w.category is RepeatedRowWarning]
+    assert len(found) == 1, [str(w.message) for w in caught]
+    assert found[0].filename == __file__  # points at the user's line that iterates the sampler
+    warning = found[0].message
+    assert warning.domains == {"tiny": (2, 1)}
+    assert "domain 'tiny' has 1 row(s) and proportion 0.9 drew 2" in str(warning) and "Fix: add rows to 'tiny'" in str(warning)
+    assert [0, 0] in chunks  # what the warning says happens: the row twice in one batch
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(1, 6), st.integers(1, 6), st.integers(1, 8), st.floats(0.05, 0.95), st.sampled_from(["independent", "exact"]),
+       st.booleans())
+def test_the_sampler_warns_exactly_when_a_batch_holds_a_row_twice(small, large, batch_size, share, quota, pooled):
+    labels = ["s"] * small + ["l"] * large
+    kwargs = dict(mixing=False) if pooled else dict(proportions={"s": share, "l": 1 - share}, quota=quota)
+    sampler = DomainMixingSampler(labels=labels, batch_size=batch_size, num_samples=batch_size * 30, seed=2, **kwargs)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        chunks = chunk_rows(list(sampler), batch_size)
+    repeated = any(len(set(rows)) < len(rows) for rows in chunks)  # reference: a plain loop over the batches
+    assert [w.category for w in caught if w.category is RepeatedRowWarning] == ([RepeatedRowWarning] if repeated else [])
 
 
 @pytest.mark.parametrize("batch_size", [3, 8])
