@@ -161,10 +161,7 @@ def _dataflex_block(config: dict) -> Any:
     if "dataflex" not in config:
         return config
     block = config["dataflex"]
-    clash = sorted(set(config) & (set(TOP_LEVEL_KEYS) | set(REFERENCE_KEYS)))
-    if clash:
-        raise ConfigError(f"the config has a 'dataflex:' block and strategy key(s) {clash} beside it; "
-                          "put the whole strategy inside 'dataflex:'")
+    check_block_alone(config)
     if block is None or (isinstance(block, Mapping) and not block):
         raise ConfigError("the 'dataflex:' block is empty; give a preset name or a strategy mapping under it")
     if isinstance(block, str):
@@ -183,6 +180,18 @@ def _dataflex_block(config: dict) -> Any:
                               f"got {block['strategy']!r}")
         return block["strategy"]
     return block
+
+
+def check_block_alone(config: Mapping) -> None:
+    """Refuse strategy keys (``select:``, ``mechanism:``, ...) beside a ``dataflex:`` block: only the block is read.
+
+    Every host reads a file's strategy from its ``dataflex:`` block alone, so a strategy key beside
+    it would be ignored; a `ConfigError` names the keys.
+    """
+    clash = sorted(set(config.keys()) & (set(TOP_LEVEL_KEYS) | set(REFERENCE_KEYS)))
+    if clash:
+        raise ConfigError(f"the config has a 'dataflex:' block and strategy key(s) {clash} beside it, which would be "
+                          "ignored (only the block is read); put the whole strategy inside 'dataflex:'")
 
 
 def host_options(block: dict) -> dict:

@@ -30,7 +30,7 @@ import logging
 from typing import Any, Mapping
 
 from dataflex_callbacks import Strategy, build_strategy
-from dataflex_callbacks.config import host_options
+from dataflex_callbacks.config import check_block_alone, host_options
 from dataflex_callbacks.config_fields import QUOTAS
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import grpo_fields
@@ -101,6 +101,10 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
     block = dataflex_block(config)
     if block is None:
         return None, {}
+    try:
+        check_block_alone(config)
+    except ConfigError as error:
+        raise ConfigError(f"verl config: {error}") from error
     options = adapter_options(block)
     if not options.get("enable", True):
         return None, options

@@ -43,6 +43,13 @@ ROWS = [
     ("core-token-level-dynamic-sampling", TOKEN_DYNAMIC, None, 2, "dynamic_sampling judges whole groups"),
     ("lightning-token-level-dynamic-sampling", TOKEN_DYNAMIC, "lightning", 2, "dynamic_sampling judges whole groups"),
     ("core-plain-strategy", GROUP_SELECT, None, 0, "checked with the core rules"),
+    # Strategy keys beside the block: verl reads only the block, so they would be ignored.
+    ("verl-strategy-keys-beside-block", VERL_RUN + GROUP_SELECT + "dataflex: {strategy: difffilter}\n", None, 2,
+     "strategy key(s) ['select'] beside it, which would be ignored"),
+    ("verl-reference-keys-beside-block", VERL_RUN + "mechanism: select\ndataflex: {strategy: difffilter}\n", None, 2,
+     "strategy key(s) ['mechanism'] beside it"),
+    ("strategy-keys-beside-block-host-verl", GROUP_SELECT + "dataflex:\n  " + GROUP_SELECT.replace("\n", "\n  "),
+     "verl", 2, "put the whole strategy inside 'dataflex:'"),
 ]
 NEEDS = {"trl": "trl", "trl-rloo": "trl", "lightning": "lightning"}
 
