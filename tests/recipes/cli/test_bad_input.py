@@ -1,10 +1,15 @@
-"""Bad input to `dataflex run` / `dataflex compare`, as a user meets it: a subprocess that exits with code 2,
-prints exactly one line on stderr (no traceback), loads no model and leaves no output folder behind.
+"""Bad input to `dataflex run` / `dataflex compare`, as a user meets it: exit code 2, exactly one line on
+stderr (no traceback), no model loaded and no output folder left behind.
 
 Every case passes `--model <missing folder>`: if a model were loaded before the input is checked,
-the error would be about the model instead of the bad input.
+the error would be about the model instead of the bad input. The cases call the CLI's `main` in this
+process (a subprocess each cost 4-5 s of imports, 2.5 minutes for the table); one case of each command
+also runs as the user's own process (`python -m dataflex_callbacks`), where anything a library prints
+to the real stderr at import or start-up would show as a second line.
 """
 
+import contextlib
+import io
 import json
 import os
 import subprocess
@@ -15,14 +20,32 @@ import pytest
 
 pytest.importorskip("trl")
 
+from dataflex_callbacks.recipes.cli import main  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[3]
 
 
-def dataflex(args, cwd, timeout=600):
+def dataflex_process(args, cwd, timeout=600):
+    """`python -m dataflex_callbacks ARGS` in a process of its own, from `cwd`."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     return subprocess.run([sys.executable, "-m", "dataflex_callbacks", *args], capture_output=True, text=True,
                           cwd=cwd, env=env, timeout=timeout)
+
+
+def dataflex(args, cwd):
+    """`dataflex ARGS` in this process, as the console script calls `main`, from `cwd`: code, stdout, stderr."""
+    stdout, stderr, previous = io.StringIO(), io.StringIO(), os.getcwd()
+    os.chdir(cwd)
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = main(args)
+            except SystemExit as exit:  # argparse's own errors
+                code = exit.code
+    finally:
+        os.chdir(previous)
+    return subprocess.CompletedProcess(args, code, stdout.getvalue(), stderr.getvalue())
 
 
 def assert_one_line_error(result, expected, folder):
@@ -101,6 +124,17 @@ def test_run_bad_input_is_one_line_and_exit_2(case, files, tmp_path):
     if "--output-dir" not in args:
         args += ["--output-dir", str(out)]
     result = dataflex(["run", "--no-progress", "--model", str(tmp_path / "no-model"), *args], tmp_path)
+    assert_one_line_error(result, [e.format(**files) for e in expected], out)
+
+
+@pytest.mark.parametrize("command, case", [("run", "malformed jsonl"), ("compare", "zero jobs")])
+def test_bad_input_in_the_users_own_process_is_one_line_and_exit_2(command, case, files, tmp_path):
+    args, expected = (RUN_CASES if command == "run" else COMPARE_CASES)[case]
+    out = tmp_path / "out"
+    args = [a.format(**files) for a in args] + ["--output-dir", str(out)]
+    budget = ["--budget", "steps:1"] if command == "compare" else []
+    result = dataflex_process([command, "--no-progress", *budget, "--model", str(tmp_path / "no-model"), *args],
+                              tmp_path)
     assert_one_line_error(result, [e.format(**files) for e in expected], out)
 
 
