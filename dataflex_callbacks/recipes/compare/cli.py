@@ -100,6 +100,7 @@ def command_compare(args, argv: list[str] | None = None) -> int:
 
     from .grid import CompareInputError, run_grid
     from .report import write_report
+    from .workers import WorkerDiedError
 
     def warn(message: str) -> None:
         print(f"dataflex: warning: {' '.join(str(message).split())}", file=sys.stderr)
@@ -115,6 +116,9 @@ def command_compare(args, argv: list[str] | None = None) -> int:
         outcome = run_grid(settings, overwrite=args.overwrite, on_warning=warn)
     except (CompareInputError, RunInputError) as error:
         return fail(str(error))
+    except WorkerDiedError as error:
+        print(f"dataflex: error: {error}", file=sys.stderr)
+        return 1
     paths = write_report(settings, outcome)
     print(f"comparison folder: {settings.output_dir} ({outcome.wall_seconds:.0f}s; "
           f"{len(outcome.computed)} runs computed, {len(outcome.reused)} reused)")

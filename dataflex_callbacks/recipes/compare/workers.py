@@ -2,7 +2,9 @@
 
 Workers are spawned (a fresh interpreter, never a fork of a process holding torch threads), use
 one CPU thread each, report each finished step through a queue for the progress bar, and exit as
-soon as the comparison process is gone, even when it was killed with SIGKILL.
+soon as the comparison process is gone, even when it was killed with SIGKILL. The other way round,
+a worker that dies (the OOM killer, a kill) ends the comparison at once with `WorkerDiedError`,
+naming the runs it interrupted; finished runs stay in the folder, and the same command resumes.
 """
 
 from __future__ import annotations
@@ -12,7 +14,13 @@ import sys
 import threading
 import time
 
+from dataflex_callbacks.errors import DataFlexError
+
 from .results import execute_run
+
+
+class WorkerDiedError(DataFlexError, RuntimeError):
+    """A worker process of `dataflex compare --jobs N` died without finishing its run."""
 
 
 _progress_queue = None
@@ -69,11 +77,23 @@ def _execute_in_worker(settings: CompareSettings, run: GridRun, pre_select: bool
 
 
 
+def _exit_reason(code: int) -> str:
+    if code < 0:
+        import signal
+
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
 def run_parallel(settings, pending, pre_select, advance, finish) -> None:
     """Run `pending` grid runs in `settings.jobs` spawned workers; `advance(name, step)` and `finish(run, record)` hear of them."""
     import multiprocessing
     import queue as queue_module
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     # spawn: a fresh interpreter per worker, never a fork of a process that holds torch threads.
     context = multiprocessing.get_context("spawn")
@@ -82,8 +102,10 @@ def run_parallel(settings, pending, pre_select, advance, finish) -> None:
                              initializer=_init_worker, initargs=(progress, os.getpid())) as pool:
         futures = {pool.submit(_execute_in_worker, settings, run, pre_select[run.strategy]): run for run in pending}
         remaining = set(futures)
+        processes = []  # the workers, kept to read a dead one's exit code (the pool forgets them when it breaks)
         try:
             while remaining:
+                processes = list((getattr(pool, "_processes", None) or {}).values()) or processes
                 done, remaining = wait(remaining, timeout=0.5, return_when=FIRST_COMPLETED)
                 while True:
                     try:
@@ -93,6 +115,21 @@ def run_parallel(settings, pending, pre_select, advance, finish) -> None:
                     advance(name, step)
                 for future in done:
                     finish(futures[future], future.result())  # a failed run raises here; finished ones are kept
+        except BrokenProcessPool:
+            interrupted = sorted(futures[future].name for future in futures
+                                 if future.cancelled() or not future.done() or future.exception() is not None)
+            import signal
+
+            for process in processes:
+                process.join(timeout=5)
+            # The pool terminates the other workers (SIGTERM) once one has died: that is not the cause.
+            codes = sorted({process.exitcode for process in processes
+                            if process.exitcode not in (None, 0, -signal.SIGTERM)})
+            how = ", ".join(_exit_reason(code) for code in codes) or "no exit code seen"
+            raise WorkerDiedError(
+                f"a worker process of dataflex compare died ({how}) with runs unfinished: {', '.join(interrupted)}; "
+                f"finished runs are kept in {settings.output_dir}: run the same command again to resume the others "
+                "(if memory ran out, use fewer --jobs)") from None
         except BaseException as error:
             for future in remaining:
                 future.cancel()

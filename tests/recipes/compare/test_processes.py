@@ -78,3 +78,37 @@ def test_kill_9_of_compare_leaves_no_worker_and_a_second_compare_is_refused(tmp_
         for process in descendants:
             if _alive(process):
                 process.kill()
+
+
+@pytest.mark.slow
+def test_a_killed_worker_ends_compare_within_a_minute_naming_the_runs_it_interrupted(tmp_path):
+    folder = tmp_path / "cmp"
+    args = ["compare", "--strategies", "baseline,ar", "--seeds", "1", "--budget", "steps:2000", "--jobs", "2",
+            "--eval-points", "0", "--no-progress", "--output-dir", str(folder)]
+    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
+               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
+    parent = subprocess.Popen([sys.executable, "-m", "dataflex_callbacks", *args], cwd=tmp_path, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        runs = folder / "runs"
+        while not (runs.is_dir() and len(list(runs.iterdir())) == 2):
+            assert parent.poll() is None, parent.stderr.read()[-3000:]
+            assert time.monotonic() < deadline, "the runs did not start"
+            time.sleep(0.5)
+        workers = [p for p in psutil.Process(parent.pid).children(recursive=True) if "spawn_main" in _cmdline(p)]
+        assert len(workers) == 2, [_cmdline(p) for p in workers]
+        workers[0].send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        code = parent.wait(timeout=60)
+        ended_after = time.monotonic() - killed
+        err = parent.stderr.read()
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+    assert code == 1 and ended_after < 60, (code, ended_after, err[-2000:])
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("dataflex: error: a worker process of dataflex compare died (killed by SIGKILL)"), err[-2000:]
+    assert "Traceback" not in err and "run the same command again" in last, err[-2000:]
+    assert all(run.name in last for run in runs.iterdir()), (last, [run.name for run in runs.iterdir()])
