@@ -13,7 +13,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .errors import RepeatedRowWarning
+from .errors import RepeatedRowWarning, user_stacklevel
 from .prompt_acceptance import Candidates, accept_from
 
 RECENT_CHUNKS = 20  # chunks in the "recent" actual-proportion window
@@ -217,7 +217,7 @@ class BlockDrawer:
         warnings.warn(RepeatedRowWarning(
             f"dataflex: DomainMixingSampler: one batch of {n} prompts{where} holds some rows more than once: {why}. "
             "A row repeats only when its domain's draws in a batch outnumber its rows; each repeat is one more group "
-            f"of the same prompt. Fix: {fix}. This warning is shown once.", repeated), stacklevel=4)
+            f"of the same prompt. Fix: {fix}. This warning is shown once.", repeated), stacklevel=user_stacklevel())
 
     def _next_ahead(self, proportions: np.ndarray, n: int) -> list[int] | None:
         """The next small chunk from the drawn-ahead block, drawing a block when needed.

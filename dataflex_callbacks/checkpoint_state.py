@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import torch
 
-from .errors import ConfigError, StateError
+from .errors import ConfigError, StateError, user_stacklevel
 
 
 def checkpoint_state(strategy: Any, **parts: Any) -> dict:
@@ -79,7 +79,7 @@ def read_state_file(folder: str, name: str, *, weights_only: bool = True, saved_
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
         warnings.warn(f"dataflex: checkpoint {folder} has no {name} (saved without {saved_by}?); the strategy "
-                      "starts from a fresh state.", stacklevel=3)
+                      "starts from a fresh state.", stacklevel=user_stacklevel())
         return None
     return load_state_file(path, weights_only)
 

@@ -113,6 +113,10 @@ def list_presets() -> dict[str, str]:
     return {name: description for name, (description, _) in PRESETS.items()}
 
 
+UNNAMED = StrategyConfig.name
+"""The name of a strategy config that sets none; one read from a file is named after the file instead."""
+
+
 def load_config(config: Any) -> dict:
     """Turn a preset name, a YAML path or a dict into the canonical composable dict (validated keys).
 
@@ -132,7 +136,11 @@ def read_config(config: Any) -> StrategyConfig:
     if isinstance(config, StrategyConfig):
         config = {key: value for key, value in config.to_dict().items() if value is not None}
     if isinstance(config, os.PathLike) or (isinstance(config, str) and (config.endswith((".yaml", ".yml", ".json")) or os.path.isfile(config))):
-        config = _read_file(os.fspath(config))
+        path = os.fspath(config)
+        typed = read_config(_read_file(path))
+        if typed.name == UNNAMED:  # a file that names no strategy goes by its own name in logs and warnings
+            typed = dataclasses.replace(typed, name=os.path.splitext(os.path.basename(path))[0])
+        return typed
     config = plain(config)
     if isinstance(config, str) and "+" in config:
         return _typed(combine_presets(config))

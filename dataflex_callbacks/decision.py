@@ -18,7 +18,7 @@ class Decision:
         token_keep: ``(N, L)`` bool for token-level selection, else None.
         metrics: plain floats for logging (``kept_frac``, ``dropped_all``, ``ess``, ...).
         deferred: names of parts ("select", "reweight") left for `Strategy.apply_policy`.
-        step: the step it was decided at (what `Strategy.apply_policy` names in a warning).
+        step: the step it was decided at, as the host numbers it (what `Strategy.apply_policy` names in a warning).
     """
 
     keep: torch.Tensor

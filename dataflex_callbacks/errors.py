@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable, Mapping
 
 from .plain_values import plain_scalar
@@ -129,6 +130,29 @@ class RewardScaleWarning(UserWarning):
 # a solve rate read on rewards that are not 0/1; 0/1 rewards whose solve rates fell outside the band;
 # the selector's rule on this step's scores (anything else).
 DROPPED_ALL_CAUSES = ("nonfinite_signals", "equal_rewards", "reward_scale", "band", "selector")
+
+
+# Modules whose frames a warning skips to reach the user's line: this library (its adapters install as
+# dataflex_callbacks.integrations) and the trainers and libraries that call it during a run.
+LIBRARY_PACKAGES = frozenset({"dataflex_callbacks", "trl", "transformers", "accelerate", "peft", "datasets", "torch",
+                              "lightning", "pytorch_lightning", "lightning_fabric", "verl", "ray"})
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` that points a warning at the user's line, not at this library.
+
+    Call it from the function that calls ``warnings.warn``: it counts the frames of
+    `LIBRARY_PACKAGES` above that function, so a warning raised inside ``trainer.train()`` names the
+    user's ``trainer.train()`` line. When every frame is the library's (``dataflex run``), the
+    outermost one is named.
+    """
+    frame, level = sys._getframe(1), 1
+    while frame.f_back is not None:
+        module = frame.f_globals.get("__name__") or ""
+        if module.split(".")[0] not in LIBRARY_PACKAGES:
+            return level
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def check_argument(value: Any, types: type | tuple[type, ...], name: str, where: str, expected: str, fix: str = "") -> Any:

@@ -211,7 +211,8 @@ STEP_SEED_STRIDE = 1_000_003
 
 
 def decide(strategy: Strategy, batch: RolloutBatch, step: int, *, seed: int | None = None, warn: bool = True,
-           defer_policy: bool = False, host_settings: Mapping[str, str] | None = None) -> Decision:
+           defer_policy: bool = False, host_settings: Mapping[str, str] | None = None,
+           host_step: int | None = None) -> Decision:
     """The strategy's decision on the batch of all ranks: the one call every adapter makes to ``Strategy.apply``.
 
     ``batch`` is the global batch, identical on every rank, so the mixing and pre-rollout
@@ -233,14 +234,15 @@ def decide(strategy: Strategy, batch: RolloutBatch, step: int, *, seed: int | No
         host_settings: how this host spells the host-neutral settings the core's warnings name
             (``{errors.SELECTION_REWARD: "selection_reward=..."}``): a warning whose ``host_setting``
             is one of them is shown with the host's spelling. None: the core's words.
+        host_step: this step as the host numbers it in its logs, which warnings name (TRL:
+            ``global_step + 1``); None: ``step``.
     """
     strategy.warn_dropped_all = warn
 
     def apply() -> Decision:
-        if not host_settings:
-            return strategy.apply(batch, step, sync=False, defer_policy=defer_policy)
-        return _with_host_settings(lambda: strategy.apply(batch, step, sync=False, defer_policy=defer_policy),
-                                   host_settings)
+        call = lambda: strategy.apply(batch, step, sync=False, defer_policy=defer_policy,  # noqa: E731
+                                      host_step=host_step)
+        return _with_host_settings(call, host_settings) if host_settings else call()
 
     if seed is None:
         return apply()

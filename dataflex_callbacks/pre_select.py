@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 from .batch import NO_DOMAIN, RolloutBatch
+from .errors import user_stacklevel
 from .history import PromptHistory, hashable_key, no_signal_flags
 from .params import check_bool, check_number
 from .registry import register
@@ -118,7 +119,7 @@ class _PreSelectRule:
             self._warned = True
             warnings.warn(f"dataflex: pre_select {getattr(self, 'name', type(self).__name__)!r} has {skippable} "
                           f"prompt states it would skip, yet skipped no prompt over {self._silent} observed batches "
-                          f"(pre_select/skipped_prompts stays 0): {cause}", stacklevel=3)
+                          f"(pre_select/skipped_prompts stays 0): {cause}", stacklevel=user_stacklevel())
 
     def _silence_cause(self) -> str | None:
         """Why the filter skips nothing, when that is clear; None otherwise (e.g. the first pass over new data)."""

@@ -11,7 +11,7 @@ import warnings
 import torch
 
 from .batch import RolloutBatch, masked_abs_row_reduce, row_counts
-from .errors import SELECTION_REWARD_TEXT, BatchError, ComponentError, ParamError, RewardScaleWarning
+from .errors import SELECTION_REWARD_TEXT, BatchError, ComponentError, ParamError, RewardScaleWarning, user_stacklevel
 from .groups import dense_groups, segment_mean, segment_variance
 from .params import check_choice, check_number
 from .registry import Component, register, register_base
@@ -214,7 +214,8 @@ class GroupSolveRateScorer(Scorer):
     def _score(self, batch):
         if not self.explicit_threshold and not self._warned and not rewards_are_binary(batch.rewards):
             self._warned = True
-            warnings.warn(RewardScaleWarning(non_binary_solve_rate_message(batch.rewards, self.threshold)), stacklevel=3)
+            warnings.warn(RewardScaleWarning(non_binary_solve_rate_message(batch.rewards, self.threshold)),
+                          stacklevel=user_stacklevel())
         return group_solve_rate(batch.rewards, batch.group_ids, self.threshold)
 
 

@@ -21,7 +21,7 @@ from .config import load_config, read_config
 from .decision import Decision
 from .dropped_all import dropped_all_reason
 from .errors import (SELECTION_REWARD, ArgumentError, BatchError, ComponentError, ConfigError, DroppedAllWarning,
-                     check_argument, check_state, check_step)
+                     check_argument, check_state, check_step, user_stacklevel)
 from .mixing import DomainMixing
 from .parts import POLICY_SIGNALS, Part, build_mixing
 from .registry import build_component
@@ -149,9 +149,11 @@ class Strategy:
             text += f" This step trains nothing (metric dropped_all=1); if it repeats, nothing trains. Fix: {fix}."
         host_setting = SELECTION_REWARD if fix and cause in ("selector", "reward_scale") else None
         warnings.warn(DroppedAllWarning(text + " This warning is shown once.", step=step, strategy=self.name,
-                                        cause=cause, fix=fix, host_setting=host_setting), stacklevel=3)
+                                        cause=cause, fix=fix, host_setting=host_setting),
+                      stacklevel=user_stacklevel())
 
-    def apply(self, batch: RolloutBatch, step: int, *, defer_policy: bool = False, sync: bool = True) -> Decision:
+    def apply(self, batch: RolloutBatch, step: int, *, defer_policy: bool = False, sync: bool = True,
+              host_step: int | None = None) -> Decision:
         """Decide keep mask and weights for one batch, and feed the mixing statistics.
 
         Args:
@@ -160,10 +162,13 @@ class Strategy:
             defer_policy: leave parts that need current-policy signals for `apply_policy`.
             sync: all-reduce mixing statistics across ranks; pass False when ``batch`` is already
                 the global batch, identical on every rank.
+            host_step: this step as the host numbers it in its own logs, which warnings and errors
+                name (TRL logs its first step as 1 while its counter still reads 0); None: ``step``.
         """
         if not isinstance(batch, RolloutBatch):
             raise BatchError(f"Strategy.apply expects a RolloutBatch; got {type(batch).__name__}")
         step = check_step(step, "Strategy.apply")
+        shown_step = step if host_step is None else check_step(host_step, "Strategy.apply")
         batch, bad_rows, counts = clean_signals(batch, self._checked_signals(batch), self.nan_policy)
         keep = torch.ones(batch.n, dtype=torch.bool, device=batch.device)
         stats_batch = batch
@@ -198,18 +203,18 @@ class Strategy:
 
         metrics = self._metrics(batch, keep, token_keep, weights, counts, stats_batch.rewards, reweight_scores)
         if metrics["dropped_all"]:
-            self._warn_dropped_all(step, *dropped_all_reason(self.select, self.config.get("dynamic_sampling"), n_dropped_bad,
+            self._warn_dropped_all(shown_step, *dropped_all_reason(self.select, self.config.get("dynamic_sampling"), n_dropped_bad,
                                                              batch, counts, token_keep is not None))
         if self.mixing is not None:
             if self.mixing.observe(stats_batch, step, sync=sync):
-                self._check_proportions(step)
+                self._check_proportions(shown_step)
             metrics.update(self.mixing.metrics())
         if self.pre_select is not None:
             # A SignalGroupBuffer showed the filter every generated round already; this batch is a pick of them.
             observed = self.signal_buffer is not None
             metrics.update(self.pre_select.metrics() if observed else self.pre_select.observe(batch, step, sync=sync))
         return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics,
-                        deferred=tuple(deferred), response_weights=response_w, step=step)
+                        deferred=tuple(deferred), response_weights=response_w, step=shown_step)
 
     def apply_policy(self, batch: RolloutBatch, decision: Decision) -> Decision:
         """Complete a decision's deferred parts from current-policy signals (``logprobs``/``entropies``).
@@ -418,6 +423,43 @@ class Strategy:
             if place in saved_components:
                 component.load_state_dict(saved_components[place])
 
+    def summary_line(self, domains: Sequence[str] | None = None) -> str:
+        """The one console line a host prints when training starts: the strategy, its parts and the domains seen.
+
+        A pre-rollout filter that has not skipped a prompt yet is said to be warming up: its
+        ``pre_select/*`` metrics read 0 until it first skips, which is expected, not a fault.
+
+        Args:
+            domains: the domain labels of the host's data; empty: the data has none; None: not known
+                before the first batch (a stream, or batches the user's own code builds).
+        """
+        parts = []
+        for part in self.parts:
+            config = self.config[part.kind]
+            text = f"{part.kind} {_component_text(config['scorer'])} -> {_component_text(config[part.actuator_kind])}"
+            if part.warmup_steps:
+                text += f" from step {part.warmup_steps}"
+            parts.append(text)
+        if self.mixing is not None:
+            mix = self.config["mix"]
+            parts.append(f"mix {_component_text(mix['mixer'])} (target proportions fixed for the first "
+                         f"{mix['warmup_steps']} steps, then updated every {mix['update_every']})")
+        if self.config.get("dynamic_sampling"):
+            parts.append(f"dynamic_sampling(max_rounds={self.config['dynamic_sampling']['max_rounds']})")
+        if self.pre_select is not None:
+            text = f"pre_select {_component_text(self.config['pre_select'])}"
+            if self.pre_select.skipped:
+                text += f" (acting: {self.pre_select.skipped} prompts skipped so far)"
+            else:
+                text += (" (warming up: it skips a prompt only once the run's groups predict it gives no signal, "
+                         "so its pre_select/* metrics read 0 until it first skips)")
+            parts.append(text)
+        if domains is None:
+            seen = "not known before the first batch"
+        else:
+            seen = ", ".join(sorted({str(domain) for domain in domains})) or "none (one pool of prompts)"
+        return f"dataflex: strategy {self.name!r}: {'; '.join(parts) or 'no parts (plain training)'}; domains: {seen}"
+
     def __repr__(self) -> str:
         parts = [p.kind + "=" + p.scorer.name + "->" + p.actuator.name for p in self.parts]
         if self.mixing is not None:
@@ -425,6 +467,13 @@ class Strategy:
         if self.pre_select is not None:
             parts.append("pre_select=" + self.pre_select.name)
         return f"Strategy({self.name!r}: {', '.join(parts) or 'no-op'})"
+
+
+def _component_text(spec: Mapping[str, Any]) -> str:
+    """``name(param=value, ...)`` of a resolved component spec, ``name`` alone without parameters."""
+    params = ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
+                       for key, value in spec["params"].items())
+    return f"{spec['name']}({params})" if params else spec["name"]
 
 
 def _comparable_config(saved: Any) -> dict:

@@ -63,7 +63,9 @@ def test_yaml_file_and_dataflex_wrapper(tmp_path):
     assert build_strategy(path).config == from_file.config  # os.PathLike too
     composable_path = tmp_path / "composable.yml"
     composable_path.write_text(yaml.safe_dump(COMPOSABLE))
-    assert build_strategy(str(composable_path)).config == build_strategy({"dataflex": COMPOSABLE}).config
+    from_yml, from_dict = build_strategy(str(composable_path)).config, build_strategy({"dataflex": COMPOSABLE}).config
+    assert from_yml.pop("name") == "composable" and from_dict.pop("name") == "custom"  # a file names its strategy
+    assert from_yml == from_dict
 
 
 @pytest.mark.parametrize(
@@ -208,7 +210,7 @@ def test_the_verl_adapter_wrapper_form_of_the_dataflex_block(tmp_path):
     assert load_config({"dataflex": {"strategy": LEGACY}})["select"] == load_config(LEGACY)["select"]
     strategy_file = tmp_path / "s.yaml"
     strategy_file.write_text(yaml.safe_dump(COMPOSABLE))
-    assert load_config({"dataflex": {"strategy": str(strategy_file)}}) == load_config(COMPOSABLE)
+    assert load_config({"dataflex": {"strategy": str(strategy_file)}}) == {**load_config(COMPOSABLE), "name": "s"}
     for block, fragment in [({"strategy": "difffilter", "select": {}}, "cannot be combined"),
                             ({"strategy": "difffilter", "seed": "3"}, "dataflex.seed must be an integer"),
                             ({"strategy": "difffilter", "enable": 1}, "dataflex.enable must be true or false"),
