@@ -14,6 +14,7 @@ import torch
 import torch.distributed as dist
 
 from dataflex_callbacks import DataFlexError, Decision, DomainMixingSampler, RolloutBatch
+from dataflex_callbacks.errors import user_stacklevel
 from dataflex_callbacks.host import TENSOR_FIELDS, batch_fields, decide, finish_loss, local_decision, set_group_size
 
 from .aggregation import loss_sum_and_count
@@ -97,7 +98,7 @@ class BoundStrategy:
             warnings.warn("dataflex: the strategy has a dynamic_sampling part, but no SignalGroupBuffer drives it, so "
                           "every generated group trains as usual (only select/reweight/mix apply); build "
                           "SignalGroupBuffer(self.dataflex.strategy) in training_step and train on its take() "
-                          "(docs/dynamic_sampling.md), or remove the part", stacklevel=2)
+                          "(docs/dynamic_sampling.md), or remove the part", stacklevel=user_stacklevel())
         detached = batch.replace(**{name: getattr(batch, name).detach() for name in TENSOR_FIELDS
                                     if getattr(batch, name) is not None})
         everyone, rows = gather_rollouts(detached)

@@ -130,6 +130,8 @@ class DataFlexCallback(pl.Callback):
             if acts:
                 raise ConfigError(f"dataflex: strategy {self.strategy.name!r} {' and '.join(acts)}, which acts through "
                                   f"the prompt sampler, but the train dataloader has none; {FIX}")
+            if trainer.is_global_zero:
+                print(self.strategy.summary_line(None), flush=True)  # domains arrive with the module's batches
             return
         sampler, loader = found
         check_mixing_sampler(sampler, loader.batch_size, self.strategy, trainer.world_size)
@@ -139,6 +141,8 @@ class DataFlexCallback(pl.Callback):
                                   "built outside the callback, after it could be restored; build it with "
                                   "self.dataflex.sampler(...) in train_dataloader() or pass it to DataFlexCallback(sampler=...)")
             self.sampler = sampler
+        if trainer.is_global_zero:
+            print(self.strategy.summary_line(sampler.domains), flush=True)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.batches_this_epoch = 0

@@ -39,7 +39,7 @@ import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from dataflex_callbacks.errors import SELECTION_REWARD, ConfigError, HostError, WrongHostError
+from dataflex_callbacks.errors import SELECTION_REWARD, ConfigError, HostError, WrongHostError, user_stacklevel
 from dataflex_callbacks.host import (ROW_NORMALISED, acts_before_rollout, as_strategy, checkpoint_state, decide,
                                      grpo_fields, kept_token_mask, load_state_file, local_decision,
                                      micro_batch_decision, read_state_file, removal_scale, resolve_domain_key,
@@ -144,6 +144,7 @@ class DataFlexCallback(TrainerCallback):
         self.decisions: list[dict[str, Any]] = []
         self.last_decision = None
         self.trainer = None
+        self._domains_seen: Optional[list[str]] = None
         self._reward_index: Optional[int] = None
         self._gathered_rewards: Optional[torch.Tensor] = None
         self._weighted = False
@@ -245,7 +246,7 @@ class DataFlexCallback(TrainerCallback):
                 "rescaled by B/K after TRL adds the entropy bonus / MoE aux loss, so those terms are rescaled too: "
                 "selection is then not exactly equal to physical removal, and the logged loss is (B/K) * (policy "
                 f"loss - entropy_coef * entropy + router_aux_loss_coef * aux loss). {self.exact_removal_advice}",
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
         dataset = getattr(trainer, "train_dataset", None)
         column_names = getattr(dataset, "column_names", None) or []
@@ -262,10 +263,15 @@ class DataFlexCallback(TrainerCallback):
             warnings.warn(
                 f"dataflex: {domain_source} names a column the train dataset does not have ({list(column_names)}): "
                 "no per-domain metrics. Name the column holding each prompt's domain.",
-                stacklevel=3,
+                stacklevel=user_stacklevel(),
             )
+        # The domains the train-start line names (a stream is not read ahead for them).
+        if is_stream(dataset):
+            self._domains_seen = None
+        else:
+            self._domains_seen = sorted({str(d) for d in dataset[self.domain_key]}) if "domains" in available else []
         if self.strategy.mix_enabled and self.strategy.domains is None and "domains" in available:
-            self.strategy.bind_domains(sorted({str(d) for d in dataset[self.domain_key]}))
+            self.strategy.bind_domains(self._domains_seen)
         if self.dynamic is None or self.dynamic.strategy is not self.strategy:  # attach() may replace the strategy
             self.dynamic = self._dynamic_sampling()
         if self.dynamic is not None:
@@ -276,6 +282,8 @@ class DataFlexCallback(TrainerCallback):
         if not self.attached:
             raise HostError(NOT_ATTACHED_MESSAGE.format(callback=type(self).__name__, trainer=self.trainer_name,
                                                            host=self.host_class.__name__))
+        if state.is_world_process_zero:
+            print(self.strategy.summary_line(self._domains_seen), flush=True)
         return control
 
     # ------------------------------------------------------------------ rollout side
@@ -349,8 +357,10 @@ class DataFlexCallback(TrainerCallback):
         step = int(trainer.state.global_step)
         # Seeded from (seed, step): any CPU randomness in the strategy is identical on every rank, and
         # TRL's own CPU random stream (shuffling) is left exactly as in a run without the adapter.
+        # TRL logs this step as global_step + 1 (the counter moves after the optimizer step): messages say so too.
         decision = decide(strategy, batch, step, seed=int(trainer.args.seed), warn=accelerator.is_main_process,
-                          defer_policy=strategy.needs_policy_signals, host_settings=self.host_settings)
+                          defer_policy=strategy.needs_policy_signals, host_settings=self.host_settings,
+                          host_step=step + 1)
         if signal is not None:
             decision = restrict_rows(decision, signal.to(decision.keep.device))
 
@@ -501,7 +511,7 @@ class DataFlexCallback(TrainerCallback):
             warnings.warn(
                 f"dataflex: checkpoint {folder} has no sampler state (saved before the mixing sampler was wired?); "
                 "prompt sampling restarts from a fresh stream.",
-                stacklevel=2,
+                stacklevel=user_stacklevel(),
             )
         return True
 
@@ -520,7 +530,7 @@ class DataFlexCallback(TrainerCallback):
                 self.sampler.load_state_dict(state)
             except (ValueError, KeyError, TypeError) as error:  # strict=False: a changed mix may not fit the old stream
                 warnings.warn(f"dataflex: strict=False: the saved sampler state does not fit this run ({error}); "
-                              "prompt sampling restarts from a fresh stream.", stacklevel=2)
+                              "prompt sampling restarts from a fresh stream.", stacklevel=user_stacklevel())
 
     def load_optimizer_and_scheduler(self, trainer, original: Callable, checkpoint: Optional[str]) -> None:
         """Wraps ``_load_optimizer_and_scheduler``: the one trainer hook that receives the resume checkpoint."""

@@ -150,6 +150,24 @@ class DataFlexPPOTrainer(PPOTrainerSync):
                            "the mixing proportions reaches generation a few batches late; set it to 0 for exact "
                            "per-step proportions", loader.num_workers)
 
+    # ------------------------------------------------------------ training
+
+    def fit(self, *args, **kwargs):
+        """verl's training loop, after one console line naming the strategy, its parts and the domains seen."""
+        if self.strategy is not None:
+            print(self.strategy.summary_line(self._domains_seen()), flush=True)
+        return super().fit(*args, **kwargs)
+
+    def _domains_seen(self) -> list[str] | None:
+        """The domains of the training data: the sampler's, else the domain column's values (None: no such column)."""
+        if self.prompt_sampler is not None:
+            return list(self.prompt_sampler.domains)
+        frame = getattr(getattr(self, "train_dataset", None), "dataframe", None)
+        column = self._domain_key()
+        if frame is None or column not in frame.column_names:
+            return None
+        return sorted({str(value) for value in frame[column]})
+
     def _quota(self) -> str | None:
         """``dataflex.quota``; unset, exact quotas where the config asked for DataFlex-RL's replay buffer,
         else the strategy's ``mix.quota`` (None lets the sampler read it)."""

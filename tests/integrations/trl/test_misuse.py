@@ -193,7 +193,7 @@ def test_a_step_that_drops_every_group_warns_once_naming_the_fix(make_trainer):
         trainer.train()
     dropped = [w.message for w in caught if w.category is DroppedAllWarning]
     assert len(dropped) == 1, [str(w) for w in dropped]
-    assert (dropped[0].cause, dropped[0].step) == ("reward_scale", 0)
+    assert (dropped[0].cause, dropped[0].step) == ("reward_scale", 1)  # TRL logs its first step as 1
     assert "not 0/1" in dropped[0].fix and "selection_reward=" in dropped[0].fix
     assert "group_reward_variance" in dropped[0].fix and "rewards from 0.1 to 0.3" in str(dropped[0])
     assert [e["dataflex/dropped_all"] for e in trainer.state.log_history if "dataflex/dropped_all" in e] == [1.0] * 3
@@ -208,7 +208,7 @@ def test_equal_reward_groups_are_explained_without_a_settings_fix(make_trainer, 
         warnings.simplefilter("always")
         trainer.train()
     dropped = [w.message for w in caught if w.category is DroppedAllWarning]
-    assert [(w.cause, w.fix, w.step) for w in dropped] == [("equal_rewards", None, 0)]
+    assert [(w.cause, w.fix, w.step) for w in dropped] == [("equal_rewards", None, 1)]
     assert "Fix:" not in str(dropped[0]) and "repeats" in str(dropped[0])
 
 

@@ -7,6 +7,7 @@ TransferQueue in the layout verl's agent loop writes (nested per-response tensor
 """
 
 import os
+from types import SimpleNamespace
 
 import pytest
 
@@ -170,3 +171,20 @@ def test_domains_are_read_from_the_domain_key_column(transfer_queue):
     groups = n // GROUP_SIZE
     assert samples == {"gsm8k_short": GROUP_SIZE * ((groups + 1) // 2), "gsm8k_long": GROUP_SIZE * (groups // 2)}
     transfer_queue.kv_clear(keys=meta.keys, partition_id=meta.partition_id)
+
+
+def test_fit_prints_the_strategy_its_parts_and_the_domains_first(transfer_queue, monkeypatch, capsys):
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+
+    from datasets import Dataset
+
+    trainer = build_trainer("+dataflex.strategy=greso")
+    monkeypatch.setattr(PPOTrainerSync, "fit", lambda self, *args, **kwargs: "verl's loop")
+    # verl's RLHFDataset keeps its rows in a `dataframe`; the domains are its data_source values.
+    monkeypatch.setattr(trainer, "train_dataset", SimpleNamespace(
+        dataframe=Dataset.from_dict({"data_source": ["gsm8k", "math", "gsm8k"]})), raising=False)
+    assert trainer.fit(None) == "verl's loop"
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dataflex: strategy")]
+    assert len(lines) == 1 and lines[0].startswith("dataflex: strategy 'greso': pre_select skip_zero_variance "
+                                                   "(warming up"), lines
+    assert lines[0].endswith("domains: gsm8k, math")
