@@ -73,10 +73,13 @@ def _shown(option) -> str:
 
 
 def option_help(option) -> str:
-    """The ``--help`` text of a `RunOptions` field: its help, its default and its paper (argparse-escaped)."""
+    """The ``--help`` text of a `RunOptions` field: its help, its default and its paper (argparse-escaped).
+
+    An option that is on by default has a ``--no-<name>`` flag, whose help is the field's ``off_help``.
+    """""
     text = option.metadata["help"]
     if option.default is True:
-        text += " (default: on; this flag turns it off)"
+        text = option.metadata["off_help"]  # the flag is --no-<name>: its help says what turning it off does
     elif option.default is not False:
         text += f" (default: {_shown(option)})"
     if "paper" in option.metadata:

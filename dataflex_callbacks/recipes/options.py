@@ -52,7 +52,7 @@ def split_commas(text: str) -> list[str]:
 
 def run_option(default: Any, *, help: str, rule: NumberRule | None = None, choices: tuple[str, ...] | None = None,
                shown_default: str | None = None, paper: str | None = None, per_run: bool = False,
-               from_text: Callable[[str], Any] | None = None) -> Any:
+               from_text: Callable[[str], Any] | None = None, off_help: str | None = None) -> Any:
     """A `RunOptions` field with everything about it in ``metadata``.
 
     Args:
@@ -65,10 +65,12 @@ def run_option(default: Any, *, help: str, rule: NumberRule | None = None, choic
         per_run: `dataflex compare` sets this option per run (strategy, seed, ...), so it has no
             compare flag of this name.
         from_text: turns the command-line text into the field's value (default: by the rule's type).
+        off_help: for an option that is on by default, what its ``--no-<name>`` flag does (``--help``
+            shows it, since the flag turns the option off).
     """
     metadata: dict[str, Any] = {"help": help, "per_run": per_run}
     for key, value in (("rule", rule), ("choices", choices), ("shown_default", shown_default), ("paper", paper),
-                       ("from_text", from_text)):
+                       ("from_text", from_text), ("off_help", off_help)):
         if value is not None:
             metadata[key] = value
     return field(default=default, metadata=metadata)
@@ -139,7 +141,8 @@ class RunOptions:
         False,
         help="generate with vLLM inside the training process (TRL's use_vllm=True, vllm_mode='colocate'); "
              "needs vLLM installed (scripts/setup_vllm_env.sh builds a CPU environment)")
-    progress: bool = run_option(True, per_run=True, help="show a progress bar")
+    progress: bool = run_option(True, per_run=True, help="show a progress bar",
+                                off_help="hide the progress bar (shown when this flag is not given)")
     domain_column: InitVar[str | None] = None  # the earlier name of domain_key, accepted for one release
 
     def __post_init__(self, domain_column: str | None) -> None:

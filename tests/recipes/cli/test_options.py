@@ -54,7 +54,8 @@ def test_run_help_shows_every_field_with_its_help_and_default(capsys):
     for option in FIELDS:
         flag = option_flag(option.name) if option.default is not True else "--no-" + option_flag(option.name)[2:]
         assert _squeeze(flag) in out, option.name
-        assert _squeeze(option.metadata["help"]) in out, option.name
+        # A --no-<name> flag's help says what turning the option off does.
+        assert _squeeze(option.metadata["off_help" if option.default is True else "help"]) in out, option.name
         if not isinstance(option.default, bool):
             shown = option.metadata.get("shown_default", str(option.default))
             assert _squeeze(f"(default: {shown})") in out, option.name
