@@ -43,17 +43,33 @@ DEFAULT_MODEL_CONFIG = dict(
 
 
 def build_tiny_tokenizer(characters=CHARACTERS, special_tokens=SPECIAL_TOKENS, chat_template=CHAT_TEMPLATE,
-                         model_max_length=DEFAULT_MODEL_CONFIG["max_position_embeddings"], **token_roles):
+                         model_max_length=DEFAULT_MODEL_CONFIG["max_position_embeddings"], unknown: str = "?",
+                         **token_roles):
     """Build the character-level tokenizer: one token per character, ids stable across calls.
 
     Returns a `transformers.PreTrainedTokenizerFast` with pad/eos/bos special tokens, left
-    padding (what generation wants) and a minimal chat template. Characters outside the
-    vocabulary are dropped. The arguments build another tokenizer of this form (ChatML's in
+    padding (what generation wants) and a minimal chat template. Its alphabet is `characters`
+    (by default `CHARACTERS`: digits, lowercase letters and `` +-*=:?>#.,|``); text outside it is
+    mapped, not dropped: an uppercase letter whose lowercase is in the alphabet becomes that
+    lowercase letter, and any other character (newline, ``!``, ``é``, ...) becomes `unknown`, so
+    ``"Hi, Bob!"`` is encoded as ``"hi, bob?"``: one token per character of the text. Special
+    tokens are matched before the mapping. A tokenizer reloaded from `save_tiny`'s folder with
+    ``AutoTokenizer`` is transformers' ``Qwen2Tokenizer``, which has no such mapping and drops
+    characters outside the alphabet: pass text in the alphabet to it.
+
+    The arguments build another tokenizer of this form (ChatML's in
     scripts/verl_e2e/make_assets.py): `special_tokens` take the first ids, then `characters`;
-    `token_roles` (`pad_token=`, `eos_token=`, ...), when given, replace the pad/eos/bos roles.
+    `unknown` must be one of `characters`; `token_roles` (`pad_token=`, `eos_token=`, ...), when
+    given, replace the pad/eos/bos roles.
     """
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
+
+    from dataflex_callbacks.errors import ParamError
+
+    if unknown not in characters:
+        raise ParamError(f"build_tiny_tokenizer: unknown={unknown!r} is not in the alphabet {''.join(characters)!r}; "
+                         "it stands for every character outside it, so choose one of those characters", "unknown")
 
     # Byte-level symbols (space is "Ġ") and a merge-free BPE: this is exactly the form
     # `AutoTokenizer` rebuilds for a saved qwen2 model (Qwen2Tokenizer), so a saved and
@@ -62,6 +78,7 @@ def build_tiny_tokenizer(characters=CHARACTERS, special_tokens=SPECIAL_TOKENS, c
     symbols = [byte_level.pre_tokenize_str(char)[0][0] for char in characters]
     vocab = {token: i for i, token in enumerate(list(special_tokens) + symbols)}
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=[], fuse_unk=False, byte_fallback=False))
+    tokenizer.normalizer = _alphabet_mapping(characters, unknown, normalizers, Regex)
     tokenizer.pre_tokenizer = byte_level
     tokenizer.decoder = decoders.ByteLevel()
     fast = PreTrainedTokenizerFast(
@@ -73,6 +90,16 @@ def build_tiny_tokenizer(characters=CHARACTERS, special_tokens=SPECIAL_TOKENS, c
     )
     fast.chat_template = chat_template
     return fast
+
+
+def _alphabet_mapping(characters, unknown: str, normalizers, Regex):
+    """A `tokenizers` normalizer: uppercase letters to their lowercase where only that is in ``characters``, anything else outside them to ``unknown``."""
+    alphabet = set(characters)
+    steps = [normalizers.Replace(upper, upper.lower()) for upper in sorted({c.upper() for c in alphabet})
+             if upper not in alphabet and upper.lower() in alphabet and len(upper) == 1]
+    outside = "[^" + "".join("\\" + c if c in "\\]^-[" else c for c in sorted(alphabet)) + "]"
+    steps.append(normalizers.Replace(Regex(outside), unknown))
+    return normalizers.Sequence(steps)
 
 
 def build_tiny_model(tokenizer, seed: int = 0, **config_overrides):

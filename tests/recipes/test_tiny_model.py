@@ -51,3 +51,19 @@ def test_save_and_reload(tmp_path):
     text = "code 1 2 3: abc"
     assert tokenizer(text)["input_ids"] == build_tiny_tokenizer()(text)["input_ids"]
     assert tokenizer.decode(tokenizer(text)["input_ids"]) == text
+
+
+def test_text_outside_the_alphabet_is_mapped_not_dropped():
+    tokenizer = build_tiny_tokenizer()
+    text = "Hi, Bob! é\n"
+    ids = tokenizer(text)["input_ids"]
+    assert len(ids) == len(text)  # one token per character, none dropped
+    assert tokenizer.decode(ids) == "hi, bob? ??"  # uppercase to lowercase, anything else to '?'
+    assert tokenizer("<eos>A")["input_ids"] == [tokenizer.eos_token_id, tokenizer.convert_tokens_to_ids("a")]
+
+
+def test_an_unknown_character_outside_the_alphabet_is_refused():
+    from dataflex_callbacks.errors import DataFlexError
+
+    with pytest.raises(DataFlexError, match="unknown='!' is not in the alphabet"):
+        build_tiny_tokenizer(unknown="!")
