@@ -13,15 +13,43 @@
 # %%
 # Install: torch first (Colab already has a CUDA build; installing it first keeps pip from
 # swapping it for another build while resolving the package), then this package with TRL.
+# The package is not on PyPI. It comes from PACKAGE when set (a git URL of the repository you
+# opened this notebook from), else from a wheel uploaded next to the notebook (built with
+# `python -m build`), else from the clone the notebook sits in.
+import glob
 import importlib.util
+import os
 import subprocess
 import sys
 
-PACKAGE = "dataflex-callbacks[trl]"  # or "dataflex-callbacks[trl] @ git+https://<your fork>" or a wheel path
+PACKAGE = ""  # e.g. "dataflex-callbacks[trl] @ git+https://github.com/<owner>/dataflex-callbacks"
+
+
+def package_source() -> str:
+    """The pip requirement of this package with its TRL extra: PACKAGE, a wheel here, or the enclosing clone."""
+    if PACKAGE:
+        return PACKAGE
+    wheels = sorted(glob.glob("dataflex_callbacks-*.whl"))
+    if wheels:
+        return f"dataflex-callbacks[trl] @ file://{os.path.abspath(wheels[-1])}"
+    folder = os.path.abspath(".")
+    while True:
+        project = os.path.join(folder, "pyproject.toml")
+        if os.path.isfile(project) and 'name = "dataflex-callbacks"' in open(project, encoding="utf-8").read():
+            return f"{folder}[trl]"
+        if os.path.dirname(folder) == folder:
+            break
+        folder = os.path.dirname(folder)
+    raise RuntimeError("dataflex-callbacks is not on PyPI, and no wheel or clone of it is here: set PACKAGE in this "
+                       "cell to 'dataflex-callbacks[trl] @ git+https://github.com/<owner>/dataflex-callbacks' (the "
+                       "repository this notebook comes from), or upload the wheel `python -m build` writes to dist/ "
+                       "(dataflex_callbacks-*.whl) next to the notebook, then run the cell again")
+
+
 if importlib.util.find_spec("torch") is None:
     subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "torch"])
 if importlib.util.find_spec("dataflex_callbacks") is None or importlib.util.find_spec("trl") is None:
-    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", PACKAGE])
+    subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", package_source()])
 
 # %% [markdown]
 # ## Parameters

@@ -2,8 +2,8 @@
 # GRPO + difffilter on GSM8K with Qwen2.5-0.5B-Instruct in verl 0.9.1 (multi-GPU; not run in CI).
 #
 # Needs: a GPU machine with verl's rollout backend (e.g. pip install "verl[vllm]==0.9.1"),
-# this package installed in the same environment (pip install dataflex-callbacks, which registers
-# the verl plugin), and GSM8K in verl's parquet layout:
+# this package installed in the same environment (pip install -e . in a clone, or its wheel: it is not on
+# PyPI; installing it registers the verl plugin), and GSM8K in verl's parquet layout:
 #   python examples/data_preprocess/gsm8k.py --local_save_dir data/gsm8k   (from verl's repository)
 # Usage: DATA_DIR=data/gsm8k N_GPUS=4 bash examples/verl/run_grpo_qwen05b_gsm8k.sh [hydra overrides...]
 # Several nodes: start a Ray cluster first (docs/verl.md, "Several nodes"), then on the head node
