@@ -31,6 +31,14 @@ pip_install() {
     venv_pip install "$@" 2>&1 | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
 }
 
+# pip install this checkout (editable) into $VENV, one such install at a time across every script
+# (scripts/test.sh builds several environments at once, and editable installs share the checkout's
+# build files): pip_install_checkout [PIP ARGS...] TARGET, e.g. pip_install_checkout --no-deps -e "$ROOT".
+pip_install_checkout() {
+    flock "$ROOT/.editable-install.lock" "$VENV/bin/python" -m pip --disable-pip-version-check install "$@" 2>&1 \
+        | { grep -v "^WARNING: Location 'file://.*' is ignored" || true; }
+}
+
 # has_version DIST VERSION: is exactly DIST==VERSION installed in $VENV?
 has_version() {
     (cd / && "$VENV/bin/python" -c "import importlib.metadata as m, sys; sys.exit(m.version('$1') != '$2')") 2>/dev/null
@@ -42,6 +50,12 @@ has_version() {
 imports_checkout() {
     (cd / && "$VENV/bin/python" -c "import $1 as v, sys
 sys.exit(not v.__file__.startswith('$ROOT/'))") 2>/dev/null
+}
+
+# has_entry_point GROUP NAME: does $VENV's metadata register the entry point NAME in GROUP?
+has_entry_point() {
+    (cd / && "$VENV/bin/python" -c "import importlib.metadata as m, sys
+sys.exit(not any(e.name == '$2' for e in m.entry_points(group='$1')))") 2>/dev/null
 }
 
 # say_ready NAME: print how long since $start the script took and where its venv is.

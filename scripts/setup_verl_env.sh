@@ -19,7 +19,7 @@ import importlib.metadata as m, sys
 torch_version, verl_version = sys.argv[1:]
 assert m.version("torch") == torch_version + "+cpu" and m.version("verl") == verl_version
 for dist in ("transformers", "TransferQueue", "pyzmq", "msgspec", "cachetools", "fastapi", "uvicorn", "numpy",
-             "pyyaml", "torchmetrics", "tqdm", "pytest", "hypothesis"):
+             "pyyaml", "torchmetrics", "tqdm", "pytest", "hypothesis", "math-verify"):
     m.version(dist)
 PY
 }
@@ -29,11 +29,12 @@ if ! installed; then
     # than verl[verl-core], which would also pull fastapi, torchcodec, nvtx, qwen_vl_utils ...
     pip_install -q "torch==$TORCH_VERSION" "verl==$VERL_VERSION" "$TRANSFORMERS_SPEC" \
         "TransferQueue>=0.1.10" pyzmq msgspec cachetools fastapi uvicorn
-    pip_install -q numpy pyyaml torchmetrics tqdm "pytest>=8" "hypothesis>=6.100"
+    pip_install -q numpy pyyaml torchmetrics tqdm "pytest>=8" "hypothesis>=6.100" "math-verify>=0.9"
 fi
-# This checkout, editable; skipped when the venv already imports the package, adapters included, from it.
-if ! imports_checkout dataflex_callbacks.integrations.verl; then
-    pip_install -q --no-deps -e "$ROOT"
+# This checkout, editable; skipped when the venv already imports the package, adapters included, from it,
+# and has its current entry points (the vLLM plugin came later than some venvs).
+if ! imports_checkout dataflex_callbacks.integrations.verl || ! has_entry_point vllm.general_plugins dataflex_live_weights; then
+    pip_install_checkout -q --no-deps -e "$ROOT"
 fi
 
 cd /

@@ -19,7 +19,7 @@ if ! "$VENV/bin/python" -c "import vllm" >/dev/null 2>&1; then
 fi
 venv_pip uninstall -y -q torchvision torchaudio torchcodec triton 2>/dev/null || true
 # The project with its TRL and test extras; the torch pin keeps pip from replacing the CPU build.
-pip_install -q "torch==$TORCH_VERSION" -e "$ROOT[trl,dev]"
+pip_install_checkout -q "torch==$TORCH_VERSION" -e "$ROOT[trl,dev]"
 
 "$VENV/bin/python" - <<'PY'
 import torch, transformers, trl, vllm

@@ -28,7 +28,7 @@ if ! { has_version trl "$TRL_FLOOR" && imports_checkout dataflex_callbacks.integ
     pip_install -q "torch==$TORCH_VERSION"
     # TRL 1.9 imports requests (its vLLM client) without declaring it.
     pip_install -q "torch==$TORCH_VERSION" "trl==$TRL_FLOOR" "transformers==$TRANSFORMERS_VERSION" requests
-    pip_install -q --no-deps -e "$ROOT"
+    pip_install_checkout -q --no-deps -e "$ROOT"
 fi
 "$VENV/bin/python" - <<PY
 import torch, transformers, trl

@@ -4,7 +4,8 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VENV="${VERL_VENV:-$ROOT/.venv-verl}"
-bash "$ROOT/scripts/setup_verl_env.sh"
+# SKIP_SETUP=1: the environment is known to be complete (scripts/test.sh built it in the background).
+[[ "${SKIP_SETUP:-0}" == "1" ]] || bash "$ROOT/scripts/setup_verl_env.sh"
 cd "$ROOT"
 export_verl_test_env
 export OMP_NUM_THREADS=1

@@ -7,6 +7,10 @@ outputs: the per-step metrics of its file logger (``metrics.jsonl``), its rollou
 the lines ``scripts/verl_e2e/loss_probe.py`` writes from inside the actor's policy loss. A run
 takes minutes and 8-13 GB, so the runs are few, shared between tests (one per configuration,
 several steps each), and one at a time. ``scripts/test_verl_e2e.sh`` runs this file.
+
+Every run forces vLLM's repacking CPU dispatch in its vLLM workers (``scripts/verl_e2e/force_repack.py``),
+so that on any CPU the runs meet what AVX-512 and AMX machines do to the engine's weights, and pass
+only through the live-weight fix ``scripts/verl_e2e.sh`` turns on (``DATAFLEX_VLLM_LIVE_WEIGHTS=1``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,10 @@ import yaml  # noqa: E402
 ROOT = Path(__file__).resolve().parents[4]
 HERE = Path(__file__).resolve().parent
 SCRIPT = ROOT / "scripts" / "verl_e2e.sh"
-RUN_TIMEOUT_S = 1200
+# The last guard against a hung run (supervise.py ends a run whose vLLM engine failed or died within
+# its grace): runs measured 150-230 s on 2-core machines, AVX2 and AVX-512 alike.
+RUN_TIMEOUT_S = 600
+KILL_GRACE_S = 60  # a run whose vLLM worker is killed must end within this
 PROMPTS, GROUP = 8, 4  # data.train_batch_size, rollout.n of every run here
 ROWS = PROMPTS * GROUP
 # Metrics that measure the machine (time, throughput, memory), not the training: never compared.
@@ -48,6 +55,9 @@ class Run:
     seconds: float
     peak_gb: float
     metrics: list[dict] = field(default_factory=list)
+    exit_code: int | str = 0
+    killed: str = ""  # the vLLM process killed mid-run, if any
+    ended_after_kill_s: float | None = None
 
     def step(self, n: int) -> dict:
         for row in self.metrics:
@@ -65,6 +75,10 @@ class Run:
 
     def log(self) -> str:
         return (self.out / "run.log").read_text(errors="replace")
+
+    def repacked_processes(self) -> list[dict]:
+        path = self.out / "repack.jsonl"
+        return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
 
 
 def _used_memory_gb() -> float:
@@ -95,8 +109,34 @@ class _PeakMemory:
 _RUNS: dict[str, Run] = {}
 
 
-def run_main_ppo(name: str, *overrides: str, steps: int = 2, probe: bool = False) -> Run:
-    """Run ``scripts/verl_e2e.sh`` once per name (cached for the session); fail with the log's tail on error."""
+def _vllm_worker(root_pid: int):
+    """The vLLM worker process (title ``VLLM::Worker...``) under ``root_pid``, or None."""
+    import psutil
+
+    try:
+        for process in psutil.Process(root_pid).children(recursive=True):
+            try:
+                if " ".join(process.cmdline()).startswith("VLLM::Worker"):
+                    return process
+            except psutil.Error:
+                continue
+    except psutil.NoSuchProcess:
+        return None
+    return None
+
+
+def _logged_steps(out: Path) -> int:
+    path = out / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.exists() else 0
+
+
+def run_main_ppo(name: str, *overrides: str, steps: int = 2, probe: bool = False,
+                 kill_worker_after_step: int | None = None) -> Run:
+    """Run ``scripts/verl_e2e.sh`` once per name (cached for the session); fail with the log's tail on error.
+
+    ``kill_worker_after_step``: once that many steps are logged, SIGKILL the run's vLLM worker process and
+    expect the run to end non-zero within `KILL_GRACE_S` (``Run.ended_after_kill_s``).
+    """
     if name in _RUNS:
         return _RUNS[name]
     base = Path(os.environ.get("VERL_E2E_BASE", ROOT / "runs" / "verl_e2e_tests"))
@@ -109,31 +149,47 @@ def run_main_ppo(name: str, *overrides: str, steps: int = 2, probe: bool = False
     if out.exists():
         subprocess.run(["rm", "-rf", str(out)], check=True)
     out.mkdir(parents=True)
-    env = dict(os.environ, VERL_E2E_OUT=str(out), VERL_E2E_STEPS=str(steps))
+    modules = ["force_repack", "loss_probe" if probe else "", os.environ.get("VERL_E2E_EXTRA_MODULES", "")]
+    env = dict(os.environ, VERL_E2E_OUT=str(out), VERL_E2E_STEPS=str(steps),
+               VERL_E2E_EXTRA_MODULES=",".join(filter(None, modules)), DATAFLEX_E2E_REPACK_LOG=str(out / "repack.jsonl"))
     if probe:
-        env["VERL_E2E_EXTRA_MODULES"] = ",".join(filter(None, ("loss_probe", os.environ.get("VERL_E2E_EXTRA_MODULES"))))
         env["DATAFLEX_E2E_PROBE"] = str(out / "probe.jsonl")
         overrides = ("actor_rollout_ref.actor.policy_loss.loss_mode=probe_vanilla", *overrides)
     args = ["bash", str(SCRIPT), f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
             f"actor_rollout_ref.rollout.n={GROUP}", f"trainer.rollout_data_dir={out / 'rollouts'}", *overrides]
     memory, start = _PeakMemory(), time.monotonic()
+    killed, killed_at = "", None
     with open(out / "run.log", "w") as log:
         # Its own process group: on a timeout the driver and the Ray processes it started go together
         # (a finished driver shuts its local Ray cluster down itself).
         proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         try:
-            rc = proc.wait(timeout=RUN_TIMEOUT_S)
+            if kill_worker_after_step is not None:
+                while proc.poll() is None and _logged_steps(out) < kill_worker_after_step:
+                    assert time.monotonic() - start < RUN_TIMEOUT_S, f"run {name!r}: step {kill_worker_after_step} never came"
+                    time.sleep(0.5)
+                worker = _vllm_worker(proc.pid) if proc.poll() is None else None
+                assert worker is not None, f"run {name!r}: no vLLM worker to kill (exit {proc.poll()})"
+                killed = " ".join(worker.cmdline())
+                worker.kill()
+                killed_at = time.monotonic()
+            rc = proc.wait(timeout=max(1.0, RUN_TIMEOUT_S - (time.monotonic() - start)))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             rc = "timeout"
-    run = Run(name, out, time.monotonic() - start, memory.stop())
-    print(f"\nverl e2e run {name!r}: {run.seconds:.0f} s, peak {run.peak_gb:.1f} GB above idle, exit {rc}")
-    if rc != 0:
+    run = Run(name, out, time.monotonic() - start, memory.stop(), exit_code=rc, killed=killed,
+              ended_after_kill_s=None if killed_at is None else time.monotonic() - killed_at)
+    print(f"\nverl e2e run {name!r}: {run.seconds:.0f} s, peak {run.peak_gb:.1f} GB above idle, exit {rc}"
+          + (f", ended {run.ended_after_kill_s:.0f} s after its vLLM worker was killed" if killed else ""))
+    if rc != 0 and not killed:
         tail = "\n".join(run.log().splitlines()[-60:])
         pytest.fail(f"main_ppo run {name!r} exited {rc}; {out / 'run.log'} ends:\n{tail}")
     metrics_path = out / "metrics.jsonl"
     run.metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
+    # The forcing reached the processes that load the model: a passing run passed with the repack forced.
+    assert run.repacked_processes(), f"run {name!r}: force_repack acted in no vLLM process; the run proves nothing " \
+                                     f"about repacking CPUs ({out / 'repack.jsonl'} is empty)"
     _RUNS[name] = run
     return run
 
@@ -197,6 +253,17 @@ def test_select_drops_rows_and_dropped_rows_get_no_gradient():
     assert sum(trained_on_by_stock) > 0, f"no dropped group carried a gradient in stock GRPO: {trained_on_by_stock}"
     assert any(0 < run.step(s)["dataflex/kept_frac"] < 1 for s in (1, 2)), \
         f"no step both kept and dropped rows: {[run.step(s)['dataflex/kept_frac'] for s in (1, 2)]}"
+
+
+def test_the_engine_samples_with_the_trainers_weights_despite_the_forced_repack():
+    # Step 2's responses come from the engine after its first weight sync. With a repacked (stale) copy
+    # the engine's log-probs would be step 1's policy's; verl measures both per token.
+    run = run_main_ppo("select_mix", *SELECT_MIX, probe=True)
+    first, second = run.step(1), run.step(2)
+    moved = abs(second["rollout_corr/training_log_ppl"] - first["rollout_corr/training_log_ppl"])
+    gap = abs(second["rollout_corr/log_ppl_diff"])
+    assert gap < 0.02 and second["training/rollout_probs_diff_max"] < 0.05, second
+    assert moved > 5 * gap, f"the policy barely moved between steps ({moved}), so the check proves nothing"
 
 
 # ---------------------------------------------------------------- mix: the next prompts follow the target
@@ -268,15 +335,37 @@ def _hydra(value) -> str:
     return str(value)
 
 
-def test_reference_select_block_runs_unchanged():
+def reference_run() -> Run:
+    """The README's DataFlex-RL select block, unchanged; its vLLM worker is killed once step 1 is logged."""
     reference = yaml.safe_load((ROOT / "tests" / "core" / "reference_blocks" / "blocks.yaml").read_text())
     entry = reference["readme_select"]
-    run = run_main_ppo("reference", f"trainer.v1.trainer_mode={entry['trainer_mode']}",
-                       f"+dataflex={_hydra(entry['block'])}", steps=1)
+    return run_main_ppo("reference", f"trainer.v1.trainer_mode={entry['trainer_mode']}",
+                        f"+dataflex={_hydra(entry['block'])}", steps=2, kill_worker_after_step=1)
+
+
+def test_reference_select_block_runs_unchanged():
+    run = reference_run()
     metrics = run.step(1)
     assert 0.0 <= metrics["dataflex/kept_frac"] <= 1.0
     solve = [row["score"] for row in run.rollouts(1)]
     assert len(solve) == ROWS
+
+
+# ---------------------------------------------------------------- a dead vLLM worker ends the run
+
+
+def test_a_killed_vllm_worker_ends_the_run_within_a_minute_with_its_error():
+    # Without scripts/verl_e2e/supervise.py verl's driver waits for the dead engine until the timeout.
+    run = reference_run()
+    assert run.killed.startswith("VLLM::Worker"), run.killed
+    assert run.exit_code not in (0, "timeout"), f"the run exited {run.exit_code} after its vLLM worker was killed"
+    assert run.ended_after_kill_s < KILL_GRACE_S, \
+        f"the run took {run.ended_after_kill_s:.0f} s to end after its vLLM worker was killed"
+    # Whoever ended it (verl noticing the failed requests, or supervise.py after its grace), the run's last
+    # words say that the engine failed and show the engine's own error: vLLM's word that its worker died.
+    report = [line for line in run.log().splitlines() if line.startswith("[supervise]")]
+    assert any("the run ended (exit" in line or "stopped the run" in line for line in report), report
+    assert any("Worker proc" in line and "died" in line for line in report), report
 
 
 # ---------------------------------------------------------------- verl's DAPO filter + pre_select
