@@ -85,7 +85,8 @@ def main() -> None:
                                    "--repeats", str(flags.repeats)], capture_output=True, text=True, check=True)
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     with open("/proc/cpuinfo") as cpuinfo:
-        flags_seen = sorted({f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in cpuinfo.read()})
+        text = cpuinfo.read()
+    flags_seen = [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in text]
     print(f"CPU flags: {' '.join(flags_seen)}; {flags.prompts} prompts x {flags.tokens} tokens, "
           f"median of {flags.repeats} generate calls")
     print(f"{'dispatch':<8} {'linear layers':<40} {'generate s':>10}")

@@ -4,8 +4,8 @@ vLLM-CPU prepares each linear layer's weight once, at load (``dispatch_cpu_unqua
 ``vllm/model_executor/layers/utils.py``): on CPUs with AMX it packs a copy for its sgl-kernel, on
 CPUs where oneDNN accepts the layer (AVX-512 Xeons among them) it hands a copy to oneDNN, and for
 linear layers it then replaces ``layer.weight`` with an empty tensor. Only where neither applies
-(the AVX2 machines we tested, on which oneDNN refuses float32 layers) does it fall back to
-``F.linear`` on ``layer.weight``. An RL trainer pushes new weights into the engine every step
+(the 2-core AVX2 machines this project first ran on) does it fall back to ``F.linear`` on
+``layer.weight``. An RL trainer pushes new weights into the engine every step
 (TRL's colocate mode, verl's bucketed weight transfer); after a repack that push fails with::
 
     AttributeError: 'Parameter' object has no attribute 'weight_loader'
@@ -22,8 +22,9 @@ Two ways to turn it on:
   `load_plugin` as a vLLM general plugin (``vllm.general_plugins`` entry point), which vLLM runs
   in each of its processes before it loads a model; unset, the plugin does nothing.
 
-The cost: ``F.linear`` instead of the packed kernels, measured in docs/benchmarks.md for the tiny
-models here; a GPU engine is never touched (the dispatch runs on vLLM's CPU platform only).
+The cost: ``F.linear`` instead of the packed kernels; for the tiny models here it is faster than
+oneDNN (0.71x the generation time, docs/benchmarks.md), a real model may differ. A GPU engine is
+never touched (the dispatch runs on vLLM's CPU platform only).
 """
 
 from __future__ import annotations

@@ -32,25 +32,34 @@ def _cmdline(process) -> str:
         return ""
 
 
-@pytest.mark.slow
-def test_kill_9_of_compare_leaves_no_worker_and_a_second_compare_is_refused(tmp_path, capsys):
+def start_two_runs(tmp_path):
+    """`dataflex compare --jobs 2` in its own process, returned once both runs train in their workers.
+
+    Two strategies x one seed with a budget far longer than any test: ``(process, folder, args)``.
+    """
     folder = tmp_path / "cmp"
-    # Two strategies x one seed, --jobs 2: both runs train at once in worker processes, far longer than the test.
     args = ["compare", "--strategies", "baseline,ar", "--seeds", "1", "--budget", "steps:2000", "--jobs", "2",
             "--eval-points", "0", "--no-progress", "--output-dir", str(folder)]
     env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
                PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
     parent = subprocess.Popen([sys.executable, "-m", "dataflex_callbacks", *args], cwd=tmp_path, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    runs = folder / "runs"
+    # Both runs have started training when their run folders exist (created after the data checks).
+    while not (runs.is_dir() and len(list(runs.iterdir())) == 2):
+        if parent.poll() is not None or time.monotonic() > deadline:
+            parent.kill()
+            pytest.fail(f"the runs did not start (exit {parent.poll()}): {parent.stderr.read()[-3000:]}")
+        time.sleep(0.5)
+    return parent, folder, args
+
+
+@pytest.mark.slow
+def test_kill_9_of_compare_leaves_no_worker_and_a_second_compare_is_refused(tmp_path, capsys):
+    parent, folder, args = start_two_runs(tmp_path)
     descendants = []
     try:
-        deadline = time.monotonic() + 600
-        runs = folder / "runs"
-        # Both runs have started training when their run folders exist (created after the data checks).
-        while not (runs.is_dir() and len(list(runs.iterdir())) == 2):
-            assert parent.poll() is None, parent.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "the runs did not start"
-            time.sleep(0.5)
         time.sleep(2.0)
         descendants = psutil.Process(parent.pid).children(recursive=True)
         workers = [p for p in descendants if "spawn_main" in _cmdline(p)]
@@ -82,20 +91,9 @@ def test_kill_9_of_compare_leaves_no_worker_and_a_second_compare_is_refused(tmp_
 
 @pytest.mark.slow
 def test_a_killed_worker_ends_compare_within_a_minute_naming_the_runs_it_interrupted(tmp_path):
-    folder = tmp_path / "cmp"
-    args = ["compare", "--strategies", "baseline,ar", "--seeds", "1", "--budget", "steps:2000", "--jobs", "2",
-            "--eval-points", "0", "--no-progress", "--output-dir", str(folder)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    parent = subprocess.Popen([sys.executable, "-m", "dataflex_callbacks", *args], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    parent, folder, _ = start_two_runs(tmp_path)
+    runs = folder / "runs"
     try:
-        deadline = time.monotonic() + 600
-        runs = folder / "runs"
-        while not (runs.is_dir() and len(list(runs.iterdir())) == 2):
-            assert parent.poll() is None, parent.stderr.read()[-3000:]
-            assert time.monotonic() < deadline, "the runs did not start"
-            time.sleep(0.5)
         workers = [p for p in psutil.Process(parent.pid).children(recursive=True) if "spawn_main" in _cmdline(p)]
         assert len(workers) == 2, [_cmdline(p) for p in workers]
         workers[0].send_signal(signal.SIGKILL)
