@@ -256,14 +256,15 @@ def test_select_drops_rows_and_dropped_rows_get_no_gradient():
 
 
 def test_the_engine_samples_with_the_trainers_weights_despite_the_forced_repack():
-    # Step 2's responses come from the engine after its first weight sync. With a repacked (stale) copy
-    # the engine's log-probs would be step 1's policy's; verl measures both per token.
+    # verl measures, per token, the engine's sampling log-probs against the trainer's for the same tokens.
+    # Each step's responses come from the engine after a weight sync; a stale packed copy would serve the
+    # previous weights whenever a step trained (and without the live-weight fix the sync itself fails:
+    # docs/verl.md). Measured here: log-ppl gaps of 0.0002-0.0012, against 0.02-0.3 moves between steps.
     run = run_main_ppo("select_mix", *SELECT_MIX, probe=True)
-    first, second = run.step(1), run.step(2)
-    moved = abs(second["rollout_corr/training_log_ppl"] - first["rollout_corr/training_log_ppl"])
-    gap = abs(second["rollout_corr/log_ppl_diff"])
-    assert gap < 0.02 and second["training/rollout_probs_diff_max"] < 0.05, second
-    assert moved > 5 * gap, f"the policy barely moved between steps ({moved}), so the check proves nothing"
+    for step in (1, 2):
+        metrics = run.step(step)
+        assert abs(metrics["rollout_corr/log_ppl_diff"]) < 0.01, (step, metrics["rollout_corr/log_ppl_diff"])
+        assert metrics["training/rollout_probs_diff_max"] < 0.05, (step, metrics["training/rollout_probs_diff_max"])
 
 
 # ---------------------------------------------------------------- mix: the next prompts follow the target
