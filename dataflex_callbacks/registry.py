@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import os
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -159,17 +161,32 @@ def component_class(kind: str, name: str) -> type:
                       f"('my_pkg.my_module:MyClass')")
 
 
+def import_module_from_cwd(module_name: str):
+    """Import `module_name` from sys.path or, as a user running a script there expects, the current directory.
+
+    A console script such as `dataflex` starts with its own bin folder on sys.path, not the current
+    directory, so `my_methods:GroupCenteredReward` next to the user's YAML would not import without
+    `PYTHONPATH=.`; the current directory is added to sys.path (once) when it is missing.
+    """
+    here = os.getcwd()
+    if not any(os.path.abspath(entry or os.curdir) == here for entry in sys.path):
+        sys.path.append(here)  # after sys.path: an installed package keeps its name
+        importlib.invalidate_caches()
+    return importlib.import_module(module_name)
+
+
 def _import_component(kind: str, path: str) -> type:
     """The class at ``module:Class`` or ``module.Class``, checked to subclass the kind's base class."""
     module_name, _, attribute = path.partition(":") if ":" in path else path.rpartition(".")
     if not module_name or not attribute:
         raise ConfigError(f"{kind} {path!r} is not an import path; write it as 'my_pkg.my_module:MyClass'")
     try:
-        module = importlib.import_module(module_name)
+        module = import_module_from_cwd(module_name)
     except ModuleNotFoundError as error:
         if error.name is not None and (module_name + ".").startswith(error.name + "."):
-            raise ConfigError(f"{kind} {path!r}: no module named {error.name!r}; install the package that holds it "
-                              f"or put its folder on PYTHONPATH (registered {kind}s: "
+            raise ConfigError(f"{kind} {path!r}: no module named {error.name!r} (looked in the current directory "
+                              "and on sys.path); install the package that holds it, run from the folder that holds "
+                              f"it, or put its folder on PYTHONPATH (registered {kind}s: "
                               f"{', '.join(list_components(kind))})") from error
         raise ConfigError(f"{kind} {path!r}: importing module {module_name!r} failed: {error}") from error
     except Exception as error:
