@@ -50,6 +50,11 @@ def split_commas(text: str) -> list[str]:
     return [part.strip() for part in str(text).split(",") if part.strip()]
 
 
+def split_numbers(text: str) -> list[float]:
+    """``"1, 0.5"`` -> ``[1.0, 0.5]``: a list of numbers as the command line writes it."""
+    return [float(part) for part in split_commas(text)]
+
+
 def run_option(default: Any, *, help: str, rule: NumberRule | None = None, choices: tuple[str, ...] | None = None,
                shown_default: str | None = None, paper: str | None = None, per_run: bool = False,
                from_text: Callable[[str], Any] | None = None, off_help: str | None = None) -> Any:
@@ -112,6 +117,19 @@ class RunOptions:
     verifier: str = run_option(
         "auto", choices=("auto", "numeric", "exact"),
         help="how an answer is checked: auto (numeric when every answer is a number, else exact), numeric, exact")
+    reward: list | None = run_option(
+        None, from_text=split_commas, shown_default="the built-in verifier (--verifier)",
+        help="your TRL reward functions as import paths module:function (comma-separated), each called as "
+             "f(prompts, completions, **columns) -> list[float | None] like GRPOTrainer's reward_funcs; they train "
+             "the model and score the held-out rows (see --reward-threshold). A module is found on sys.path or in "
+             "the current directory")
+    reward_weights: list[float] | None = run_option(
+        None, from_text=split_numbers, shown_default="1 each",
+        help="one weight per --reward function (comma-separated), as GRPOConfig.reward_weights")
+    reward_threshold: float = run_option(
+        1.0, rule=NumberRule(integer=False),
+        help="with --reward: a held-out completion counts as correct when the first reward function gives it at "
+             "least this value (None counts as wrong)")
     domains: list[str] | None = run_option(
         None, from_text=split_commas, shown_default="all built-in domains",
         help="built-in task domains to train on, comma-separated on the command line")
@@ -216,6 +234,7 @@ def check_run_options(options: RunOptions, error: type = None) -> None:
         bad = [d for d in options.domains if not isinstance(d, str) or not d.strip()]
         if bad or not options.domains:
             raise error(f"--domains must list domain names separated by commas, got {options.domains!r}")
+    check_reward_specs(options, error)
     if options.output_dir is not None and not str(options.output_dir).strip():
         raise error("--output-dir must be a folder path, got an empty string")
     if options.use_vllm:
@@ -235,3 +254,84 @@ def eval_tokens(options: RunOptions) -> int:
     """Greedy tokens per held-out prompt: `eval_max_new_tokens`, else the completion length (at least 8)."""
     return options.eval_max_new_tokens or max(MIN_EVAL_TOKENS, completion_tokens(options))
 
+
+
+REWARD_FORM = "module:function (e.g. my_rewards:correctness, my_rewards.py next to where you run)"
+
+
+def reward_name(reward) -> str:
+    """How a reward is named in errors, config.json and a comparison's settings: its spec, or `module:qualname`."""
+    if isinstance(reward, str):
+        return reward
+    name = getattr(reward, "__qualname__", None) or type(reward).__qualname__
+    return f"{getattr(reward, '__module__', None) or type(reward).__module__}:{name}"
+
+
+def import_reward(spec: str, error: type = None) -> Callable:
+    """The callable at `spec` (``module:function``), imported from sys.path or the current directory.
+
+    Raises `error` (default `RunInputError`) naming the spec, the form it must take and the fix.
+    """
+    from dataflex_callbacks.registry import import_module_from_cwd
+
+    error = error or RunInputError
+    module_name, colon, attribute = str(spec).strip().partition(":")
+    if not colon or not module_name or not attribute:
+        raise error(f"--reward {spec!r} is not an import path; write it as {REWARD_FORM}")
+    try:
+        module = import_module_from_cwd(module_name)
+    except ModuleNotFoundError as failure:
+        if failure.name is not None and (module_name + ".").startswith(failure.name + "."):
+            raise error(f"--reward {spec!r}: no module named {failure.name!r} in the current directory or on "
+                        "sys.path; run from the folder that holds it or put that folder on PYTHONPATH") from None
+        raise error(f"--reward {spec!r}: importing {module_name!r} failed: {failure}") from failure
+    except Exception as failure:
+        raise error(f"--reward {spec!r}: importing {module_name!r} failed: {type(failure).__name__}: {failure}") \
+            from failure
+    found: Any = module
+    for part in attribute.split("."):
+        if not hasattr(found, part):
+            raise error(f"--reward {spec!r}: module {module_name!r} has no attribute {attribute!r}; "
+                        f"check the name after the colon ({REWARD_FORM})")
+        found = getattr(found, part)
+    if not callable(found):
+        raise error(f"--reward {spec!r} is {type(found).__name__!r}, not a function; name a reward function "
+                    f"f(prompts, completions, **columns) -> list[float | None] as {REWARD_FORM}")
+    return found
+
+
+def resolve_rewards(options: RunOptions, error: type = None) -> list[Callable] | None:
+    """The reward functions of `options.reward` (import paths imported, callables as given), or None for the built-in."""
+    if options.reward is None:
+        return None
+    error = error or RunInputError
+    rewards = []
+    for reward in options.reward:
+        if isinstance(reward, str):
+            rewards.append(import_reward(reward, error))
+        elif callable(reward):
+            rewards.append(reward)
+        else:
+            raise error(f"--reward entry {reward!r} is neither an import path nor a callable; give {REWARD_FORM} "
+                        "or, from Python, the function itself")
+    return rewards
+
+
+def check_reward_specs(options: RunOptions, error: type = None) -> None:
+    """Refuse an empty reward list, an unimportable or uncallable reward, and weights that do not match them."""
+    error = error or RunInputError
+    if options.reward is not None and not isinstance(options.reward, (list, tuple)):
+        raise error(f"--reward must list reward functions, got {options.reward!r}; give {REWARD_FORM}")
+    if options.reward is not None and not options.reward:
+        raise error(f"--reward lists no reward function; give {REWARD_FORM}, or leave it out for the built-in verifier")
+    rewards = resolve_rewards(options, error) if options.reward is not None else None
+    if options.reward_weights is None:
+        return
+    if rewards is None:
+        raise error("--reward-weights weighs --reward functions, and none is given; pass --reward or leave the "
+                    "weights out")
+    if len(options.reward_weights) != len(rewards):
+        raise error(f"--reward-weights has {len(options.reward_weights)} weight(s) for {len(rewards)} --reward "
+                    f"function(s) ({', '.join(reward_name(r) for r in options.reward)}); give one weight per function")
+    for weight in options.reward_weights:
+        check_option_number("--reward-weights", weight, NumberRule(integer=False), error)

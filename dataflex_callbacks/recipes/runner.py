@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 
 from .completion_accounting import (GENERATED_KEY, SIGNAL_GROUPS_KEY, ZERO_STD_KEY, dynamic_buffer,  # noqa: F401
                                     metrics_callback, scheduled_completions, signal_accounting)
-from .options import RunInputError, RunOptions, check_run_options, completion_tokens, eval_tokens  # noqa: F401
+from .options import (RunInputError, RunOptions, check_run_options, completion_tokens, eval_tokens,  # noqa: F401
+                      resolve_rewards, reward_name)
 from .run_folder import (RUN_FILES, TRAINER_FOLDER, OutputFolder, check_folder_path,  # noqa: F401
                          resolve_output_dir, write_plot)
 
@@ -103,6 +104,10 @@ def load_data(options: RunOptions):
     if len(data) < 2:
         raise RunInputError(f"dataset {options.dataset!r} has {len(data)} row(s); need at least 2")
 
+    if options.reward is not None:  # the user's reward scores the rows: the verifier reads no answer
+        n_test = min(options.n_test, max(1, len(data) // 5))
+        split = data.train_test_split(test_size=n_test, seed=options.seed, shuffle=True)
+        return split["train"], split["test"], {"verifier": "reward", "builtin_domains": False}
     answers = list(data["answer"])
     verifier = options.verifier
     if verifier == "auto":
@@ -167,6 +172,57 @@ def load_model(options: RunOptions):
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
     return model, tokenizer, options.model
+
+
+# --------------------------------------------------------------------------- held-out scoring
+
+
+def reward_accuracy(model, tokenizer, dataset, reward, threshold: float, max_new_tokens: int) -> dict[str, float]:
+    """Held-out accuracy under the user's reward: a row is correct when `reward` gives its greedy completion at least
+    `threshold` (None counts as wrong); per domain and `overall` (mean over rows).
+
+    `reward` is called once, as TRL calls a reward function: ``reward(prompts=..., completions=..., **columns)``
+    with every other column of `dataset` as a list (chat prompts get chat completions).
+    """
+    from dataflex_callbacks.batch import NO_DOMAIN
+    from dataflex_callbacks.recipes.tasks.evaluation import generate_greedy
+
+    prompts = list(dataset["prompt"])
+    texts = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens)
+    completions = [text if isinstance(prompt, str) else [{"role": "assistant", "content": text}]
+                   for prompt, text in zip(prompts, texts)]
+    columns = {name: list(dataset[name]) for name in dataset.column_names if name != "prompt"}
+    values = list(reward(prompts=prompts, completions=completions, **columns))
+    if len(values) != len(prompts):
+        raise RunInputError(f"reward {reward_name(reward)!r} returned {len(values)} value(s) for {len(prompts)} "
+                            "completions; return one float (or None) per completion")
+    correct = [value is not None and float(value) >= threshold for value in values]
+    domains = [str(d) for d in columns.get("domain", [NO_DOMAIN] * len(prompts))]
+    result = {name: sum(c for c, d in zip(correct, domains) if d == name) / domains.count(name)
+              for name in sorted(set(domains))}
+    result["overall"] = sum(correct) / len(correct) if correct else 0.0
+    return result
+
+
+def held_out_scorer(options: RunOptions, test, reward_settings: dict):
+    """`score(model, tokenizer) -> {domain: accuracy, "overall": ...}` on the held-out rows.
+
+    With `options.reward`, `reward_accuracy` under the first reward function and `options.reward_threshold`;
+    else the built-in verifier (`tasks.evaluate`).
+    """
+    from dataflex_callbacks.recipes import tasks
+
+    rewards = resolve_rewards(options)
+    if rewards is not None:
+        def score(model, tokenizer):
+            return reward_accuracy(model, tokenizer, test, rewards[0], options.reward_threshold,
+                                   eval_tokens(options))
+        return score
+    eval_settings = dict(max_new_tokens=eval_tokens(options), seed=options.seed, **reward_settings)
+
+    def score(model, tokenizer):
+        return tasks.evaluate(model, tokenizer, test, **eval_settings)
+    return score
 
 
 # --------------------------------------------------------------------------- trainer
@@ -298,10 +354,12 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=True,
         dataloader_num_workers=0,
+        **({} if options.reward_weights is None else {"reward_weights": list(options.reward_weights)}),
         **_vllm_config(options, model, tokenizer, trainer_dir),
     )
     records: list[dict] = []
-    reward_fn = tasks.make_reward_fn(seed=options.seed, **reward_settings)
+    user_rewards = resolve_rewards(options)
+    reward_fn = user_rewards if user_rewards is not None else tasks.make_reward_fn(seed=options.seed, **reward_settings)
     callback = metrics_callback(records, domains, options.steps, options.progress)
     with _vllm_engine(options):
         trainer = make_trainer(model, tokenizer, reward_fn, train, args, strategy, [callback, *callbacks])
@@ -316,19 +374,20 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
 
     # Before and after are the same computation on the same device (the trainer has placed the model):
     # `tasks.evaluate` holds dtype, cache, padding and batching fixed.
-    eval_settings = dict(max_new_tokens=eval_length, seed=options.seed, **reward_settings)
-    eval_before = tasks.evaluate(trainer.model, tokenizer, test, **eval_settings)
+    score = held_out_scorer(options, test, reward_settings)
+    eval_before = score(trainer.model, tokenizer)
     trainer.train()
     if trainer.state.global_step == 0:
         raise RunInputError(
             f"training performed 0 optimizer steps ({len(train)} training rows, {options.prompts_per_step} prompts "
             "per step): nothing was trained; add training rows or lower --prompts-per-step"
         )
-    eval_after = tasks.evaluate(trainer.model, tokenizer, test, **eval_settings)
+    eval_after = score(trainer.model, tokenizer)
     shutil.rmtree(trainer_dir, ignore_errors=True)
 
     config = {
-        "options": dataclasses.asdict(options),
+        "options": {**dataclasses.asdict(options),
+                    "reward": None if options.reward is None else [reward_name(r) for r in options.reward]},
         "output_dir": output_dir,
         "strategy": None if strategy is None else strategy.config,
         "model": model_description,
@@ -340,6 +399,9 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         "signal_groups_trained": callback.signal_groups if callback.signal_counted else None,
         "zero_signal_completions": callback.zero_signal_completions if callback.signal_counted else None,
         "verifier": reward_settings["verifier"],
+        "reward": None if user_rewards is None else {
+            "functions": [reward_name(r) for r in options.reward], "weights": options.reward_weights,
+            "held_out_rule": f"first reward >= {options.reward_threshold}"},
         "trainer": {
             "class": type(trainer).__name__,
             "per_device_train_batch_size": args.per_device_train_batch_size,

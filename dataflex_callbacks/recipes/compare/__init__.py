@@ -1,6 +1,16 @@
 """Fair comparison of strategies: matched seeds, one budget, paired intervals (``dataflex compare``).
 
 ```python
+from dataflex_callbacks.recipes.compare import compare
+
+results = compare(["baseline", "difffilter"], reward_funcs=["my_rewards:correct"], seeds=3, budget="steps:100")
+results.runs          # one dict per run, as in results.csv
+results.differences   # per strategy: paired difference to the baseline, interval, p-value
+```
+
+Or step by step:
+
+```python
 from dataflex_callbacks.recipes.compare import Budget, CompareSettings, run_grid, write_report
 
 settings = CompareSettings(strategies=["baseline", "difffilter"], seeds=[0, 1, 2], budget=Budget.parse("steps:100"),
@@ -9,9 +19,10 @@ write_report(settings, run_grid(settings))   # report.md, results.csv, figures/*
 ```
 """
 
+from .api import ComparisonResults, compare, run_comparison
 from .budget import Budget, GenerationLedger
 from .grid import CompareInputError, CompareSettings, GridRun, execute_run, run_grid
 from .report import write_report
 
-__all__ = ["Budget", "CompareInputError", "CompareSettings", "GenerationLedger", "GridRun", "execute_run", "run_grid",
+__all__ = ["ComparisonResults", "compare", "run_comparison", "Budget", "CompareInputError", "CompareSettings", "GenerationLedger", "GridRun", "execute_run", "run_grid",
            "write_report"]

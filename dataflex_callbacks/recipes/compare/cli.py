@@ -98,8 +98,8 @@ def command_compare(args, argv: list[str] | None = None) -> int:
     """
     from dataflex_callbacks.recipes.runner import RunInputError
 
-    from .grid import CompareInputError, run_grid
-    from .report import write_report
+    from .api import run_comparison
+    from .grid import CompareInputError
     from .workers import WorkerDiedError
 
     def warn(message: str) -> None:
@@ -113,13 +113,13 @@ def command_compare(args, argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
     try:
-        outcome = run_grid(settings, overwrite=args.overwrite, on_warning=warn)
+        results = run_comparison(settings, overwrite=args.overwrite, on_warning=warn)
     except (CompareInputError, RunInputError) as error:
         return fail(str(error))
     except WorkerDiedError as error:
         print(f"dataflex: error: {error}", file=sys.stderr)
         return 1
-    paths = write_report(settings, outcome)
+    outcome, paths = results.outcome, results.files
     print(f"comparison folder: {settings.output_dir} ({outcome.wall_seconds:.0f}s; "
           f"{len(outcome.computed)} runs computed, {len(outcome.reused)} reused)")
     for line in summary_lines(settings, outcome):

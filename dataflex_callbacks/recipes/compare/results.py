@@ -140,15 +140,11 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
 def execute_run(settings: CompareSettings, run: GridRun, pre_select: bool = False,
                 on_step: Callable[[int], None] | None = None) -> dict:
     """Train one grid run, write its `result.json` atomically and return the result record."""
-    from dataflex_callbacks.recipes import tasks
-    from dataflex_callbacks.recipes.runner import load_data, run_training
+    from dataflex_callbacks.recipes.runner import held_out_scorer, load_data, run_training
 
     options = settings.options_for(run, pre_select)
     _, test, reward_settings = load_data(options)
-    eval_settings = dict(max_new_tokens=options.eval_max_new_tokens, seed=options.seed, **reward_settings)
-
-    def evaluate(model, tokenizer):
-        return tasks.evaluate(model, tokenizer, test, **eval_settings)
+    evaluate = held_out_scorer(options, test, reward_settings)
 
     ledger = GenerationLedger(settings.budget)
     callback = budget_callback(ledger, evaluate, settings.eval_points, on_step)

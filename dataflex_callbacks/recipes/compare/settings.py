@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from dataflex_callbacks.errors import InputError
 
 from ..options import (OPTION_RULES, PER_RUN_FIELDS, NumberRule, RunOptions, check_option_number,
-                       check_run_options, completion_tokens, eval_tokens)
+                       check_run_options, completion_tokens, eval_tokens, import_reward, reward_name)
 from .budget import Budget, EvalPlan
 
 RUNS_FOLDER = "runs"
@@ -80,9 +80,33 @@ class CompareSettings:
         if not str(self.output_dir or "").strip():
             raise CompareInputError("--output-dir must be a folder path, got an empty string")
         check_run_options(self.base, CompareInputError)
+        if self.base.reward is not None:
+            self.base = dataclasses.replace(self.base, reward=[self._reward_for_workers(r) for r in self.base.reward])
         # Resolve the token lengths here, so the runner and the evaluations along the way use the same ones.
         self.base = dataclasses.replace(self.base, max_completion_length=completion_tokens(self.base),
                                         eval_max_new_tokens=eval_tokens(self.base))
+
+    def _reward_for_workers(self, reward):
+        """A reward callable as the import path that names it, so spawned workers (``jobs`` > 1) import it too.
+
+        With ``jobs=1`` a callable that no path names (a lambda, a notebook's function) is kept as it is.
+        """
+        if isinstance(reward, str):
+            return reward
+        path = reward_name(reward)
+        try:
+            named = import_reward(path, CompareInputError) if "<" not in path and "__main__" not in path else None
+        except CompareInputError:
+            named = None
+        if named is reward:
+            return path
+        if self.jobs > 1:
+            raise CompareInputError(
+                f"reward {path!r} cannot reach the {self.jobs} worker processes of jobs={self.jobs}: workers are "
+                "fresh interpreters that import rewards by path, and no import path names this one (a lambda, a "
+                "nested function or one defined in a notebook or __main__); move it into a .py file and pass "
+                "'module:function' (or the function imported from there), or pass jobs=1")
+        return reward
 
     @property
     def completions_per_step(self) -> int:
@@ -103,6 +127,8 @@ class CompareSettings:
     def shared(self) -> dict:
         """What every run of the comparison must share; a resumed comparison must match it exactly."""
         options = {k: v for k, v in dataclasses.asdict(self.base).items() if k not in PER_RUN_FIELDS}
+        if self.base.reward is not None:  # a callable as its name: the same function resumes the same comparison
+            options["reward"] = [reward_name(r) for r in self.base.reward]
         return {"budget": str(self.budget), "eval_points": self.eval_points, "run_options": options}
 
     def shared_key(self) -> str:

@@ -1,0 +1,102 @@
+"""`compare(...)`: a comparison from Python, the same folder and figures as `dataflex compare`."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from dataclasses import dataclass
+from typing import Callable
+
+from .budget import Budget
+from .grid import CompareInputError, GridOutcome, parse_seeds, run_grid
+from .settings import CompareSettings
+
+
+@dataclass
+class ComparisonResults:
+    """What a comparison produced: one row per run (as in results.csv), the paired differences, the files."""
+
+    runs: list[dict]
+    differences: dict[str, dict]
+    outcome: GridOutcome
+    files: dict[str, str]
+    settings: CompareSettings
+
+
+def run_comparison(settings: CompareSettings, overwrite: bool = False,
+                   on_warning: Callable[[str], None] | None = None) -> ComparisonResults:
+    """Run the grid of `settings` (resuming finished runs), write report.md, results.csv and figures; return them."""
+    from .report import paired_difference, result_row, write_report
+
+    outcome = run_grid(settings, overwrite=overwrite, on_warning=on_warning)
+    files = write_report(settings, outcome)
+    differences = {strategy: paired_difference(outcome.records, strategy, settings.baseline)
+                   for strategy in settings.strategies if strategy != settings.baseline}
+    return ComparisonResults(runs=[result_row(record) for record in outcome.records], differences=differences,
+                             outcome=outcome, files=files, settings=settings)
+
+
+def compare(strategies: list[str], *, model: str | None = None, train_dataset: str | None = None,
+            reward_funcs: list | None = None, reward_weights: list[float] | None = None,
+            reward_threshold: float = 1.0, seeds=3, budget="steps:100", output_dir: str = "runs/compare",
+            baseline: str | None = None, jobs: int = 1, eval_points: int = 4, overwrite: bool = False,
+            progress: bool = True, on_warning: Callable[[str], None] | None = None,
+            **run_options) -> ComparisonResults:
+    """Train every strategy with every seed under one budget and compare them, as `dataflex compare` does.
+
+    Writes the same folder as the command (report.md, results.csv, figures, runs/) and returns its
+    figures: `runs` (one dict per run, the results.csv row) and `differences` (per strategy, the
+    per-seed difference of held-out accuracy to the baseline, its paired interval and p-value).
+
+    Args:
+        strategies: preset names, strategy files or 'none'; the first is the baseline unless `baseline` is given.
+        model: hub id or local folder (default: the built-in tiny model).
+        train_dataset: a jsonl/json/parquet/csv file or hub name of prompts (default: the built-in suite);
+            `n_test` rows are held out for evaluation.
+        reward_funcs: the TRL reward functions (``f(prompts, completions, **columns) -> list[float | None]``),
+            as callables or ``"module:function"`` paths; they train the model, and a held-out row is correct
+            when the first one gives at least `reward_threshold`. Default: the built-in verifier.
+        reward_weights: one weight per reward function, as `GRPOConfig.reward_weights`.
+        seeds: a count (3: seeds 0, 1, 2) or a list of seeds.
+        budget: ``"steps:N"``, ``"completions:N"`` or a `Budget`.
+        jobs: runs trained at once. With ``jobs > 1`` runs train in fresh worker processes, which import
+            each reward by its path: a callable no import path names (a lambda, a notebook function) is
+            refused with `CompareInputError`; use ``jobs=1`` or move it into a .py file.
+        run_options: any other `RunOptions` field (``prompts_per_step``, ``learning_rate``, ...).
+
+    Raises `CompareInputError` (a `DataFlexError`) before anything is written when an input is unusable.
+
+    Example::
+
+        from dataflex_callbacks.recipes.compare import compare
+
+        def correct(prompts, completions, answer, **columns):
+            return [1.0 if a in c else 0.0 for c, a in zip(completions, answer)]
+
+        results = compare(["baseline", "difffilter"], reward_funcs=[correct], seeds=2, budget="steps:20")
+        for strategy, paired in results.differences.items():
+            print(strategy, paired["interval"].mean, paired["p_value"])
+    """
+    from ..options import RunOptions
+
+    try:
+        parsed_budget = budget if isinstance(budget, Budget) else Budget.parse(budget)
+    except ValueError as error:
+        raise CompareInputError(str(error)) from None
+    seed_list = parse_seeds(seeds) if isinstance(seeds, (int, str)) else list(seeds)
+    names = {f.name for f in dataclasses.fields(RunOptions)}
+    unknown = sorted(set(run_options) - names)
+    if unknown:
+        raise CompareInputError(f"compare() got unknown option(s) {unknown}; valid RunOptions fields: "
+                                f"{', '.join(sorted(names))}")
+    base = RunOptions(model=model, dataset=train_dataset,
+                      reward=None if reward_funcs is None else list(reward_funcs),
+                      reward_weights=None if reward_weights is None else list(reward_weights),
+                      reward_threshold=reward_threshold, **run_options)
+    settings = CompareSettings(strategies=list(strategies), seeds=seed_list, budget=parsed_budget, base=base,
+                               output_dir=output_dir, baseline=baseline, jobs=jobs, eval_points=eval_points,
+                               progress=progress, command="compare(...) from Python")
+    if on_warning is None:
+        def on_warning(message: str) -> None:
+            warnings.warn(f"dataflex compare: {message}", stacklevel=3)
+    return run_comparison(settings, overwrite=overwrite, on_warning=on_warning)
