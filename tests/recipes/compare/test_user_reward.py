@@ -9,7 +9,7 @@ pytest.importorskip("trl")
 
 from dataflex_callbacks.errors import DataFlexError  # noqa: E402
 from dataflex_callbacks.recipes.cli import main  # noqa: E402
-from dataflex_callbacks.recipes.compare import CompareInputError, compare  # noqa: E402
+from dataflex_callbacks.recipes.compare import CompareInputError  # noqa: E402
 
 REWARDS = '''
 CALLS = []
@@ -70,6 +70,8 @@ def test_reward_weights_must_match_the_rewards(rewards_here, capsys):
 
 
 def test_a_callable_no_worker_can_import_is_refused_with_jobs_2(tmp_path):
+    from dataflex_callbacks.recipes.compare import compare
+
     with pytest.raises(CompareInputError, match="jobs=1") as caught:
         compare(["baseline", "difffilter"], reward_funcs=[lambda prompts, completions, **kw: [1.0] * len(prompts)],
                 jobs=2, output_dir=str(tmp_path / "cmp"))
@@ -88,6 +90,7 @@ def test_a_scorer_path_in_a_strategy_file_imports_from_the_current_directory(rew
 
 
 def test_the_users_reward_trains_and_scores_and_python_equals_the_cli(rewards_here, capsys):
+    from dataflex_callbacks.recipes.compare import compare
     from dataflex_callbacks.recipes.options import import_reward
 
     import_reward("user_rewards_t30:exact")  # from the current directory, as the command does
