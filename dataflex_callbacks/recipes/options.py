@@ -109,6 +109,9 @@ class RunOptions:
                                    help="hub id or local path of the model, loaded with from_pretrained")
     dataset: str | None = run_option(None, shown_default="the built-in task suite",
                                      help="datasets hub name or local jsonl/json/parquet/csv file of prompts")
+    eval_dataset: str | None = run_option(
+        None, shown_default="--n-test rows held out of --dataset",
+        help="file or hub name of the held-out prompts (same columns as --dataset); then every --dataset row trains")
     prompt_column: str = run_option("prompt", help="column of the dataset holding the prompt")
     answer_column: str = run_option("answer", help="column of the dataset holding the reference answer")
     domain_key: str | None = run_option(None, shown_default="all rows in one domain",
@@ -235,6 +238,9 @@ def check_run_options(options: RunOptions, error: type = None) -> None:
         if bad or not options.domains:
             raise error(f"--domains must list domain names separated by commas, got {options.domains!r}")
     check_reward_specs(options, error)
+    if options.eval_dataset is not None and options.dataset is None:
+        raise error("--eval-dataset holds the held-out prompts of --dataset, and no --dataset is given; pass "
+                    "--dataset too, or leave --eval-dataset out for the built-in suite's held-out prompts")
     if options.output_dir is not None and not str(options.output_dir).strip():
         raise error("--output-dir must be a folder path, got an empty string")
     if options.use_vllm:

@@ -90,38 +90,49 @@ def load_data(options: RunOptions):
             raise RunInputError(str(error)) from error
         return suite["train"], suite["test"], {"verifier": "exact", "builtin_domains": True}
 
-    try:
-        data = tasks.load_prompt_dataset(
-            options.dataset, prompt_column=options.prompt_column, answer_column=options.answer_column,
-            domain_key=options.domain_key, split=options.split,
-        )
-    except DatasetError as error:  # empty or malformed file, bad prompt or domain values, missing column
-        raise RunInputError(str(error)) from error
-    except FileNotFoundError as error:
-        raise RunInputError(f"cannot load dataset {options.dataset!r}: {error}; check the path") from error
-    except Exception as error:  # unreadable file, hub name absent from the offline cache
-        raise RunInputError(f"cannot load dataset {options.dataset!r}: {first_line(error)}") from error
-    if len(data) < 2:
+    def load(name):
+        try:
+            return tasks.load_prompt_dataset(
+                name, prompt_column=options.prompt_column, answer_column=options.answer_column,
+                domain_key=options.domain_key, split=options.split,
+            )
+        except DatasetError as error:  # empty or malformed file, bad prompt or domain values, missing column
+            raise RunInputError(str(error)) from error
+        except FileNotFoundError as error:
+            raise RunInputError(f"cannot load dataset {name!r}: {error}; check the path") from error
+        except Exception as error:  # unreadable file, hub name absent from the offline cache
+            raise RunInputError(f"cannot load dataset {name!r}: {first_line(error)}") from error
+
+    data = load(options.dataset)
+    held_out = None if options.eval_dataset is None else load(options.eval_dataset)
+    if len(data) < 2 and held_out is None:
         raise RunInputError(f"dataset {options.dataset!r} has {len(data)} row(s); need at least 2")
 
-    if options.reward is not None:  # the user's reward scores the rows: the verifier reads no answer
+    def split(reward_settings: dict):
+        if held_out is not None:
+            return data, held_out, reward_settings
         n_test = min(options.n_test, max(1, len(data) // 5))
-        split = data.train_test_split(test_size=n_test, seed=options.seed, shuffle=True)
-        return split["train"], split["test"], {"verifier": "reward", "builtin_domains": False}
-    answers = list(data["answer"])
+        parts = data.train_test_split(test_size=n_test, seed=options.seed, shuffle=True)
+        return parts["train"], parts["test"], reward_settings
+
+    if options.reward is not None:  # the user's reward scores the rows: no verifier reads the answers
+        return split({"verifier": "reward", "builtin_domains": False})
+    sources = [(options.dataset, list(data["answer"]))]
+    if held_out is not None:
+        sources.append((options.eval_dataset, list(held_out["answer"])))
     verifier = options.verifier
     if verifier == "auto":
-        verifier = "numeric" if all(tasks.answer_is_readable(a, "numeric") for a in answers) else "exact"
-    unreadable = [i for i, a in enumerate(answers) if not tasks.answer_is_readable(a, verifier)]
-    if unreadable:
-        first = unreadable[0]
-        raise RunInputError(
-            f"answer column {options.answer_column!r} has {len(unreadable)} value(s) the {verifier} verifier "
-            f"cannot read (first: row {first}, {answers[first]!r}); fix the data or choose --verifier"
-        )
-    n_test = min(options.n_test, max(1, len(data) // 5))
-    split = data.train_test_split(test_size=n_test, seed=options.seed, shuffle=True)
-    return split["train"], split["test"], {"verifier": verifier, "builtin_domains": False}
+        verifier = "numeric" if all(tasks.answer_is_readable(a, "numeric") for _, rows in sources for a in rows) \
+            else "exact"
+    for name, answers in sources:
+        unreadable = [i for i, a in enumerate(answers) if not tasks.answer_is_readable(a, verifier)]
+        if unreadable:
+            first = unreadable[0]
+            raise RunInputError(
+                f"answer column {options.answer_column!r} of {name!r} has {len(unreadable)} value(s) the {verifier} "
+                f"verifier cannot read (first: row {first}, {answers[first]!r}); fix the data or choose --verifier"
+            )
+    return split({"verifier": verifier, "builtin_domains": False})
 
 
 def check_trainable(options: RunOptions, strategy, train, error: type = None) -> None:

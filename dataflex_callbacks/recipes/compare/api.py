@@ -37,7 +37,8 @@ def run_comparison(settings: CompareSettings, overwrite: bool = False,
 
 
 def compare(strategies: list[str], *, model: str | None = None, train_dataset: str | None = None,
-            reward_funcs: list | None = None, reward_weights: list[float] | None = None,
+            eval_dataset: str | None = None, reward_funcs: list | None = None,
+            reward_weights: list[float] | None = None,
             reward_threshold: float = 1.0, seeds=3, budget="steps:100", output_dir: str = "runs/compare",
             baseline: str | None = None, jobs: int = 1, eval_points: int = 4, overwrite: bool = False,
             progress: bool = True, on_warning: Callable[[str], None] | None = None,
@@ -52,7 +53,8 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
         strategies: preset names, strategy files or 'none'; the first is the baseline unless `baseline` is given.
         model: hub id or local folder (default: the built-in tiny model).
         train_dataset: a jsonl/json/parquet/csv file or hub name of prompts (default: the built-in suite);
-            `n_test` rows are held out for evaluation.
+            `n_test` rows of it are held out for evaluation unless `eval_dataset` is given.
+        eval_dataset: a file or hub name of held-out prompts (the columns of `train_dataset`).
         reward_funcs: the TRL reward functions (``f(prompts, completions, **columns) -> list[float | None]``),
             as callables or ``"module:function"`` paths; they train the model, and a held-out row is correct
             when the first one gives at least `reward_threshold`. Default: the built-in verifier.
@@ -89,7 +91,7 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
     if unknown:
         raise CompareInputError(f"compare() got unknown option(s) {unknown}; valid RunOptions fields: "
                                 f"{', '.join(sorted(names))}")
-    base = RunOptions(model=model, dataset=train_dataset,
+    base = RunOptions(model=model, dataset=train_dataset, eval_dataset=eval_dataset,
                       reward=None if reward_funcs is None else list(reward_funcs),
                       reward_weights=None if reward_weights is None else list(reward_weights),
                       reward_threshold=reward_threshold, **run_options)

@@ -1,6 +1,7 @@
 """`dataflex compare --reward module:function` and `compare(...)` from Python: the user's reward trains and scores."""
 
 import csv
+import json
 import sys
 
 import pytest
@@ -109,11 +110,17 @@ def test_the_users_reward_trains_and_scores_and_python_equals_the_cli(rewards_he
 
     # The same grid and reward from both: the same results.csv figures (run_dir and wall time aside).
     user_rewards_t30.CALLS.clear()
-    results = compare(["baseline", "difffilter"], reward_funcs=["user_rewards_t30:exact"], seeds=1, budget="steps:2",
-                      eval_points=0, progress=False, output_dir=str(rewards_here / "py2"), **TINY_OPTIONS)
+    results = compare(["baseline", "difffilter"], reward_funcs=["user_rewards_t30:exact", "user_rewards_t30:always_one"],
+                      reward_weights=[1.0, 0.5], seeds=1, budget="steps:2", eval_points=0, progress=False,
+                      output_dir=str(rewards_here / "py2"), **TINY_OPTIONS)
     assert user_rewards_t30.CALLS  # trained and scored with the user's function
-    assert main(["compare", *TINY, "--reward", "user_rewards_t30:exact", "--jobs", "2",
+    assert main(["compare", *TINY, "--reward", "user_rewards_t30:exact,user_rewards_t30:always_one",
+                 "--reward-weights", "1,0.5", "--jobs", "2",
                  "--output-dir", str(rewards_here / "cli2")]) == 0  # workers import it from the same directory
+    config = json.loads((rewards_here / "cli2" / "runs" / "baseline-seed0" / "config.json").read_text())
+    assert config["reward"]["weights"] == [1.0, 0.5]
+    metrics = (rewards_here / "cli2" / "runs" / "baseline-seed0" / "metrics.jsonl").read_text().splitlines()
+    assert json.loads(metrics[0])["reward"] >= 0.5  # always_one adds its weighted 0.5 to every completion
     python_rows = _rows(rewards_here / "py2" / "results.csv")
     shell_rows = _rows(rewards_here / "cli2" / "results.csv")
     skip = {"run_dir", "wall_seconds"}
@@ -121,3 +128,22 @@ def test_the_users_reward_trains_and_scores_and_python_equals_the_cli(rewards_he
         {k: v for k, v in r.items() if k not in skip} for r in shell_rows]
     assert [r["accuracy_after_overall"] for r in results.runs] == [float(r["accuracy_after_overall"])
                                                                    for r in python_rows]
+
+
+def test_an_eval_dataset_is_the_held_out_set_and_every_dataset_row_trains(rewards_here, capsys):
+    from dataflex_callbacks.recipes.compare import compare
+
+    train, held_out = rewards_here / "train.jsonl", rewards_here / "eval.jsonl"
+    train.write_text("".join(f'{{"prompt": "{i}+1=", "answer": "{i + 1}"}}\n' for i in range(6)))
+    held_out.write_text("".join(f'{{"prompt": "{i}+2=", "answer": "{i + 2}"}}\n' for i in range(3)))
+    assert main(["compare", "--eval-dataset", str(held_out), "--output-dir", str(rewards_here / "bad")]) == 2
+    assert "--eval-dataset" in capsys.readouterr().err and not (rewards_here / "bad").exists()
+
+    results = compare(["baseline", "none"], train_dataset=str(train), eval_dataset=str(held_out),
+                      reward_funcs=["user_rewards_t30:exact"], seeds=1, budget="steps:1", eval_points=0,
+                      progress=False, output_dir=str(rewards_here / "own"), prompts_per_step=2, num_generations=2)
+    for run in results.runs:
+        config = json.loads((rewards_here / "own" / "runs" / f"{run['strategy']}-seed0" / "config.json").read_text())
+        assert (config["n_train_rows"], config["n_test_rows"]) == (6, 3)
+        assert config["reward"]["functions"] == ["user_rewards_t30:exact"]
+        assert config["reward"]["held_out_rule"] == "first reward >= 1.0"
