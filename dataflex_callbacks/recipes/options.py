@@ -307,7 +307,7 @@ def import_reward(spec: str, error: type = None) -> Callable:
 
 
 def resolve_rewards(options: RunOptions, error: type = None) -> list[Callable] | None:
-    """The reward functions of `options.reward` (import paths imported, callables as given), or None for the built-in."""
+    """The reward functions of `options.reward` (paths imported, callables as given); None: the built-in verifier."""
     if options.reward is None:
         return None
     error = error or RunInputError

@@ -91,6 +91,8 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
     if unknown:
         raise CompareInputError(f"compare() got unknown option(s) {unknown}; valid RunOptions fields: "
                                 f"{', '.join(sorted(names))}")
+    if isinstance(reward_funcs, str) or callable(reward_funcs):  # one function, as GRPOTrainer also takes it
+        reward_funcs = [reward_funcs]
     base = RunOptions(model=model, dataset=train_dataset, eval_dataset=eval_dataset,
                       reward=None if reward_funcs is None else list(reward_funcs),
                       reward_weights=None if reward_weights is None else list(reward_weights),

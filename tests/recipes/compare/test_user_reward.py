@@ -80,6 +80,14 @@ def test_a_callable_no_worker_can_import_is_refused_with_jobs_2(tmp_path):
     assert not (tmp_path / "cmp").exists()
 
 
+def test_one_reward_path_from_python_is_one_function_not_its_letters(tmp_path):
+    from dataflex_callbacks.recipes.compare import compare
+
+    with pytest.raises(CompareInputError, match="--reward 'nocolon' is not an import path"):
+        compare(["baseline", "difffilter"], reward_funcs="nocolon", output_dir=str(tmp_path / "cmp"))
+    assert not (tmp_path / "cmp").exists()
+
+
 def test_a_scorer_path_in_a_strategy_file_imports_from_the_current_directory(rewards_here):
     from dataflex_callbacks import build_strategy
 
