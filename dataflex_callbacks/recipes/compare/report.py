@@ -259,6 +259,16 @@ def budget_lines(settings, records: list[dict]) -> list[str]:
     return lines
 
 
+def _reward_line(base) -> str:
+    if base.reward is None:
+        return f"- reward: the built-in verifier (`--verifier {base.verifier}`)"
+    from ..options import reward_name
+
+    weights = "" if base.reward_weights is None else f" with weights {', '.join(f'{w:g}' for w in base.reward_weights)}"
+    return (f"- reward: {', '.join(f'`{reward_name(r)}`' for r in base.reward)}{weights}; a held-out completion is "
+            f"correct when `{reward_name(base.reward[0])}` gives it at least {base.reward_threshold:g}")
+
+
 def _settings_lines(settings, outcome) -> list[str]:
     base = settings.base
     total_run_seconds = sum(r["wall_seconds"] for r in outcome.records)
@@ -269,7 +279,10 @@ def _settings_lines(settings, outcome) -> list[str]:
         f"{base.prompts_per_step} prompts x {base.num_generations} generations, {base.max_completion_length} tokens max)",
         f"- seeds: {', '.join(str(s) for s in settings.seeds)} (same initial weights, data and reward noise for "
         "every strategy of a seed); baseline: `" + settings.baseline + "`",
-        f"- held-out set: {base.n_test} prompts per domain, greedy decoding; accuracy is a fraction (0-1)",
+        f"- held-out set: {base.n_test} prompts per domain, greedy decoding; accuracy is a fraction (0-1)"
+        if base.eval_dataset is None else
+        f"- held-out set: the prompts of {base.eval_dataset}, greedy decoding; accuracy is a fraction (0-1)",
+        _reward_line(base),
         f"- wall time: {outcome.wall_seconds:.0f} s for this invocation with {settings.jobs} job(s) "
         f"({len(outcome.computed)} runs computed, {len(outcome.reused)} reused from a previous invocation); "
         f"{total_run_seconds:.0f} s summed over runs",
