@@ -175,29 +175,43 @@ def import_module_from_cwd(module_name: str):
     return importlib.import_module(module_name)
 
 
-def _import_component(kind: str, path: str) -> type:
-    """The class at ``module:Class`` or ``module.Class``, checked to subclass the kind's base class."""
-    module_name, _, attribute = path.partition(":") if ":" in path else path.rpartition(".")
+def import_object(path: str, *, what: str, error: type, form: str, missing: str, allow_dot: bool = True) -> Any:
+    """The object at ``module:name`` (or ``module.name`` when `allow_dot`), imported as `import_module_from_cwd` does.
+
+    Every failure raises `error` with one message that starts with `what` (how the user wrote it, e.g.
+    ``"--reward 'x:y'"``): a path not of the `form`, a module that is not found (then `missing` names the
+    fix), a module that fails to import, a missing attribute.
+    """
+    if ":" in path or not allow_dot:
+        module_name, _, attribute = path.partition(":")
+    else:
+        module_name, _, attribute = path.rpartition(".")
     if not module_name or not attribute:
-        raise ConfigError(f"{kind} {path!r} is not an import path; write it as 'my_pkg.my_module:MyClass'")
+        raise error(f"{what} is not an import path; write it as {form}")
     try:
         module = import_module_from_cwd(module_name)
-    except ModuleNotFoundError as error:
-        if error.name is not None and (module_name + ".").startswith(error.name + "."):
-            raise ConfigError(f"{kind} {path!r}: no module named {error.name!r} (looked in the current directory "
-                              "and on sys.path); install the package that holds it, run from the folder that holds "
-                              f"it, or put its folder on PYTHONPATH (registered {kind}s: "
-                              f"{', '.join(list_components(kind))})") from error
-        raise ConfigError(f"{kind} {path!r}: importing module {module_name!r} failed: {error}") from error
-    except Exception as error:
-        raise ConfigError(f"{kind} {path!r}: importing module {module_name!r} failed: "
-                          f"{type(error).__name__}: {error}") from error
+    except ModuleNotFoundError as failure:
+        if failure.name is not None and (module_name + ".").startswith(failure.name + "."):
+            raise error(f"{what}: no module named {failure.name!r} (looked in the current directory and on "
+                        f"sys.path); {missing}") from None
+        raise error(f"{what}: importing module {module_name!r} failed: {failure}") from failure
+    except Exception as failure:
+        raise error(f"{what}: importing module {module_name!r} failed: {type(failure).__name__}: {failure}") \
+            from failure
     found: Any = module
     for part in attribute.split("."):
         if not hasattr(found, part):
-            raise ConfigError(f"{kind} {path!r}: module {module_name!r} has no attribute {attribute!r}; "
-                              "check the class name after the module path")
+            raise error(f"{what}: module {module_name!r} has no attribute {attribute!r}; check the name after the "
+                        f"module path ({form})")
         found = getattr(found, part)
+    return found
+
+
+def _import_component(kind: str, path: str) -> type:
+    """The class at ``module:Class`` or ``module.Class``, checked to subclass the kind's base class."""
+    found = import_object(path, what=f"{kind} {path!r}", error=ConfigError, form="'my_pkg.my_module:MyClass'",
+                          missing="install the package that holds it, run from the folder that holds it, or put "
+                                  f"its folder on PYTHONPATH (registered {kind}s: {', '.join(list_components(kind))})")
     if kind not in _BASES:
         raise ConfigError(f"{kind} {path!r}: a {kind} cannot be named by import path; register it with "
                           f"@register({kind!r}, 'my_name') and name it 'my_name'")

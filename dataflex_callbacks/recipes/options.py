@@ -278,28 +278,12 @@ def import_reward(spec: str, error: type = None) -> Callable:
 
     Raises `error` (default `RunInputError`) naming the spec, the form it must take and the fix.
     """
-    from dataflex_callbacks.registry import import_module_from_cwd
+    from dataflex_callbacks.registry import import_object
 
     error = error or RunInputError
-    module_name, colon, attribute = str(spec).strip().partition(":")
-    if not colon or not module_name or not attribute:
-        raise error(f"--reward {spec!r} is not an import path; write it as {REWARD_FORM}")
-    try:
-        module = import_module_from_cwd(module_name)
-    except ModuleNotFoundError as failure:
-        if failure.name is not None and (module_name + ".").startswith(failure.name + "."):
-            raise error(f"--reward {spec!r}: no module named {failure.name!r} in the current directory or on "
-                        "sys.path; run from the folder that holds it or put that folder on PYTHONPATH") from None
-        raise error(f"--reward {spec!r}: importing {module_name!r} failed: {failure}") from failure
-    except Exception as failure:
-        raise error(f"--reward {spec!r}: importing {module_name!r} failed: {type(failure).__name__}: {failure}") \
-            from failure
-    found: Any = module
-    for part in attribute.split("."):
-        if not hasattr(found, part):
-            raise error(f"--reward {spec!r}: module {module_name!r} has no attribute {attribute!r}; "
-                        f"check the name after the colon ({REWARD_FORM})")
-        found = getattr(found, part)
+    found = import_object(str(spec).strip(), what=f"--reward {spec!r}", error=error, form=REWARD_FORM,
+                          missing="run from the folder that holds it or put that folder on PYTHONPATH",
+                          allow_dot=False)
     if not callable(found):
         raise error(f"--reward {spec!r} is {type(found).__name__!r}, not a function; name a reward function "
                     f"f(prompts, completions, **columns) -> list[float | None] as {REWARD_FORM}")
