@@ -122,6 +122,9 @@ def command_compare(args, argv: list[str] | None = None) -> int:
     outcome, paths = results.outcome, results.files
     print(f"comparison folder: {settings.output_dir} ({outcome.wall_seconds:.0f}s; "
           f"{len(outcome.computed)} runs computed, {len(outcome.reused)} reused)")
+    from .report import held_out_sizes
+
+    print(f"held-out set: {held_out_sizes(outcome.records)}")
     for line in summary_lines(settings, outcome):
         print(line)
     print(f"report: {paths['report']}")

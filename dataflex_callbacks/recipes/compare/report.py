@@ -269,6 +269,24 @@ def _reward_line(base) -> str:
             f"correct when `{reward_name(base.reward[0])}` gives it at least {base.reward_threshold:g}")
 
 
+def held_out_sizes(records: list[dict]) -> str:
+    """The held-out rows the runs scored, read from their results: `8 prompts (a: 3, b: 5)`, per seed when they differ."""
+    def sizes(record) -> str:
+        rows = record.get("held_out_rows") or {}
+        per_domain = ", ".join(f"{d}: {n}" for d, n in sorted((rows.get("per_domain") or {}).items()))
+        total = rows.get("total")
+        if total is None:
+            return "size not recorded"
+        return f"{total} prompts" + (f" ({per_domain})" if per_domain else "")
+
+    by_seed = {}
+    for record in records:
+        by_seed.setdefault(sizes(record), set()).add(record["seed"])
+    if len(by_seed) == 1:
+        return next(iter(by_seed))
+    return "; ".join(f"seed {', '.join(str(s) for s in sorted(seeds))}: {text}" for text, seeds in by_seed.items())
+
+
 def _settings_lines(settings, outcome) -> list[str]:
     base = settings.base
     total_run_seconds = sum(r["wall_seconds"] for r in outcome.records)
@@ -277,11 +295,11 @@ def _settings_lines(settings, outcome) -> list[str]:
         f"- model: {base.model or 'built-in tiny model'}; data: {base.dataset or 'built-in task suite'}",
         f"- budget per run: `{settings.budget}` ({settings.completions_per_step} completions per step: "
         f"{base.prompts_per_step} prompts x {base.num_generations} generations, {base.max_completion_length} tokens max)",
-        f"- seeds: {', '.join(str(s) for s in settings.seeds)} (same initial weights, data and reward noise for "
+        f"- seeds: {', '.join(str(s) for s in sorted({r['seed'] for r in outcome.records}))} (same initial weights, data and reward noise for "
         "every strategy of a seed); baseline: `" + settings.baseline + "`",
-        f"- held-out set: {base.n_test} prompts per domain, greedy decoding; accuracy is a fraction (0-1)"
-        if base.eval_dataset is None else
-        f"- held-out set: the prompts of {base.eval_dataset}, greedy decoding; accuracy is a fraction (0-1)",
+        f"- held-out set: {held_out_sizes(outcome.records)}"
+        + ("" if base.eval_dataset is None else f" from {base.eval_dataset}")
+        + ", greedy decoding; accuracy is a fraction (0-1)",
         _reward_line(base),
         f"- wall time: {outcome.wall_seconds:.0f} s for this invocation with {settings.jobs} job(s) "
         f"({len(outcome.computed)} runs computed, {len(outcome.reused)} reused from a previous invocation); "

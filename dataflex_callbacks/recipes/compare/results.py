@@ -113,6 +113,9 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
         "shared_key": settings.shared_key(),
         "run_dir": result.output_dir,
         "domains": domains,
+        # The held-out rows this run scored (a --dataset split is capped by the data's size, whatever --n-test asked).
+        "held_out_rows": {"total": result.config.get("n_test_rows"),
+                          "per_domain": result.config.get("n_test_rows_per_domain") or {}},
         "steps": final_step,
         "completions": ledger.completions,
         # Completions beyond a completions budget (None for a steps budget) and one generation round's
