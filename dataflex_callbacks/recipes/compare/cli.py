@@ -74,8 +74,11 @@ def summary_lines(settings, outcome) -> list[str]:
     With one seed there is a difference but no interval and no test: the line says so instead of
     printing NaN bounds.
     """
-    from .report import paired_difference
+    from .report import equal_accuracy_warning, paired_difference
 
+    degenerate = equal_accuracy_warning(outcome.records)
+    if degenerate:  # a "+0.000 ... not significant" line would read as a result
+        return [f"warning: {degenerate}"]
     lines = []
     for strategy in settings.strategies:
         if strategy == settings.baseline:

@@ -269,6 +269,22 @@ def _reward_line(base) -> str:
             f"correct when `{reward_name(base.reward[0])}` gives it at least {base.reward_threshold:g}")
 
 
+def equal_accuracy_warning(records: list[dict]) -> str | None:
+    """A warning when every held-out accuracy of every run (before, after, each curve point, each domain) is the same
+    number, or None: such a grid cannot separate strategies, whatever the paired test says."""
+    values = set()
+    for record in records:
+        for accuracy in [record["before"], record["after"], *(p["accuracy"] for p in record.get("curve", []))]:
+            values.update(round(float(v), 12) for v in accuracy.values() if isinstance(v, (int, float)))
+    if len(values) != 1 or len(records) < 2:
+        return None
+    return (f"all held-out accuracies are equal ({_fmt(next(iter(values)))} for every run, before and after "
+            "training): the comparison cannot separate strategies; likely causes: completions cut short by the model's "
+            "positions or --max-completion-length (raise it), a held-out rule no completion meets (check "
+            "--reward-threshold or --verifier on a few completions), a model too weak or a budget too small for the "
+            "task (a stronger --model, a larger --budget), or a held-out set too small (more rows or --n-test)")
+
+
 def held_out_sizes(records: list[dict]) -> str:
     """The held-out rows the runs scored, read from their results: `8 prompts (a: 3, b: 5)`, per seed when they differ."""
     def sizes(record) -> str:
@@ -315,6 +331,9 @@ def render_report(settings, outcome) -> str:
     strategies = settings.strategies
     domains = domains_of(records)
     out = ["# Strategy comparison", "", *_settings_lines(settings, outcome), ""]
+    degenerate = equal_accuracy_warning(records)
+    if degenerate:
+        out += [f"> **Warning:** {degenerate}.", ""]
 
     out += ["## Held-out accuracy after training", "",
             "Mean over seeds with the Student-t 95% interval `[low, high]`; `change` is after minus before.", ""]
@@ -353,6 +372,8 @@ def render_report(settings, outcome) -> str:
             p_value = _fmt(paired["p_value"])
             if len(paired["seeds"]) < 2:  # one pair: no interval, and a sign-flip test of one value says nothing
                 verdict = p_value = "n/a (needs >= 2 seeds)"
+            if degenerate:
+                verdict = p_value = "n/a (all accuracies equal: see the warning above)"
             out.append(f"| `{strategy}` | {per_seed} | {_fmt_interval(paired['interval'], signed=True)} | "
                        f"{p_value} | {verdict} |")
         out.append("")
@@ -367,7 +388,7 @@ def render_report(settings, outcome) -> str:
         out.append("")
 
     base_level, reach = reach_table(records, strategies, settings.baseline)
-    if reach:
+    if reach and not degenerate:  # reaching a level every run holds from the start says nothing
         out += [f"## Completions to reach the baseline's final accuracy ({_fmt(base_level)})", "",
                 "On the seed-mean overall accuracy curves (evaluation points, linear in between): the "
                 "completions from which a curve stays at or above that level; the baseline's own row is the "

@@ -25,3 +25,43 @@ def test_a_40_row_dataset_reports_the_held_out_rows_config_json_has(tmp_path, ca
     assert "50 prompts" not in report
     assert f"- held-out set: {n_test} prompts (" in report
     assert f"held-out set: {n_test} prompts" in capsys.readouterr().out
+
+
+def _record(strategy, seed, accuracy):
+    point = {"overall": accuracy, "a": accuracy}
+    return {"strategy": strategy, "seed": seed, "before": point, "after": point,
+            "curve": [{"step": 0, "completions": 0, "accuracy": point}]}
+
+
+def test_all_equal_accuracies_print_a_warning_not_a_difference():
+    from types import SimpleNamespace
+
+    from dataflex_callbacks.recipes.compare.cli import summary_lines
+
+    settings = SimpleNamespace(strategies=["baseline", "none"], baseline="baseline")
+    flat = SimpleNamespace(records=[_record(s, seed, 0.0) for s in ("baseline", "none") for seed in (0, 1, 2)])
+    lines = summary_lines(settings, flat)
+    assert len(lines) == 1 and "all held-out accuracies are equal" in lines[0]
+    assert "cannot separate strategies" in lines[0] and "--max-completion-length" in lines[0]
+    assert "not significant" not in " ".join(lines)
+    varied = SimpleNamespace(records=[_record(s, seed, 0.1 * seed) for s in ("baseline", "none") for seed in (0, 1, 2)])
+    assert "all held-out accuracies are equal" not in " ".join(summary_lines(settings, varied))
+
+
+def test_an_all_zero_grid_is_flagged_in_the_report_and_on_the_console(tmp_path, monkeypatch, capsys):
+    import sys
+
+    (tmp_path / "zero_reward_t30.py").write_text(
+        "def zero(prompts, completions, **columns):\n    return [0.0] * len(completions)\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    try:
+        assert main(["compare", *TINY, "--n-train", "2", "--n-test", "1", "--domains", "digit",
+                     "--reward", "zero_reward_t30:zero", "--output-dir", str(tmp_path / "out")]) == 0
+    finally:
+        sys.modules.pop("zero_reward_t30", None)
+    out = capsys.readouterr().out
+    assert "all held-out accuracies are equal (0.000" in out and "not significant" not in out
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "> **Warning:** all held-out accuracies are equal (0.000" in report
+    assert "not significant" not in report and "Completions to reach" not in report
