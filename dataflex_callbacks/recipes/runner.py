@@ -165,6 +165,41 @@ def check_trainable(options: RunOptions, strategy, train, error: type = None) ->
         )
 
 
+def check_context(options: RunOptions, train, test, error: type = None) -> None:
+    """Refuse a --dataset whose longest prompt plus the completion length exceeds the model's positions.
+
+    Past `max_position_embeddings` generation runs on positions the model never learned, and every
+    completion scores as wrong; only the config and tokenizer are read, not the weights.
+    """
+    error = error or RunInputError
+    if options.dataset is None:
+        return
+    if options.model is None:
+        from dataflex_callbacks.recipes.tiny_model import DEFAULT_MODEL_CONFIG, build_tiny_tokenizer
+
+        tokenizer, positions = build_tiny_tokenizer(), DEFAULT_MODEL_CONFIG["max_position_embeddings"]
+    else:
+        from transformers import AutoConfig, AutoTokenizer
+
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(options.model)
+            positions = getattr(AutoConfig.from_pretrained(options.model), "max_position_embeddings", None)
+        except Exception as problem:
+            raise error(f"cannot load model {options.model!r}: {first_line(problem)}") from problem
+    if not positions:
+        return
+    prompts = [str(p) for rows in (train, test) for p in rows["prompt"]]
+    longest = max((len(tokenizer(p)["input_ids"]) for p in prompts), default=0)
+    generated = max(completion_tokens(options), eval_tokens(options))
+    if longest + generated > positions:
+        raise error(
+            f"the longest prompt of {options.dataset!r} is {longest} tokens and completions are up to {generated} "
+            f"tokens: {longest + generated} positions, but the model holds {positions} (max_position_embeddings); "
+            f"lower --max-completion-length to at most {max(positions - longest, 0)}, shorten the prompts, "
+            "or use a model with more positions"
+        )
+
+
 def load_model(options: RunOptions):
     """Return `(model, tokenizer, description)`: the built-in tiny model, or `from_pretrained(options.model)`."""
     if options.model is None:
@@ -295,6 +330,7 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
     strategy = resolve_strategy(options.strategy)
     train, test, reward_settings = load_data(options)
     check_trainable(options, strategy, train)
+    check_context(options, train, test)
     folder = OutputFolder(output_dir, leftovers=(TRAINER_FOLDER,)).create()
     try:
         return _train_and_record(options, callbacks, started, output_dir, strategy, train, test, reward_settings)

@@ -63,17 +63,18 @@ def check_data(settings: CompareSettings, strategies: dict) -> None:
     """Load the data once and check every strategy can train on it, before any folder is written.
 
     Raises `CompareInputError` for unusable data (missing file or column, malformed rows, too few
-    rows for one step, mix domains the data lacks).
+    rows for one step, mix domains the data lacks, prompts plus completions past the model's positions).
     """
-    from dataflex_callbacks.recipes.runner import RunInputError, check_trainable, load_data
+    from dataflex_callbacks.recipes.runner import RunInputError, check_context, check_trainable, load_data
 
     options = settings.options_for(settings.grid()[0])
     try:
-        train, _, _ = load_data(options)
+        train, test, _ = load_data(options)
     except RunInputError as error:
         raise CompareInputError(str(error)) from error
     for spec, strategy in strategies.items():
         check_trainable(dataclasses.replace(options, strategy=spec), strategy, train, CompareInputError)
+    check_context(options, train, test, CompareInputError)  # last: it reads the model's tokenizer and config
 
 
 @dataclass

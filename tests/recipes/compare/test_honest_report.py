@@ -65,3 +65,19 @@ def test_an_all_zero_grid_is_flagged_in_the_report_and_on_the_console(tmp_path, 
     report = (tmp_path / "out" / "report.md").read_text()
     assert "> **Warning:** all held-out accuracies are equal (0.000" in report
     assert "not significant" not in report and "Completions to reach" not in report
+
+
+def test_prompts_plus_completions_past_the_models_positions_are_refused_before_training(tmp_path, capsys):
+    from dataflex_callbacks.recipes.compare import CompareInputError
+    from dataflex_callbacks.errors import DataFlexError
+
+    assert issubclass(CompareInputError, DataFlexError)
+    data = tmp_path / "long.jsonl"
+    prompt = "1" * 40 + "+1="  # 43 characters: 43 tokens for the built-in tiny model (64 positions)
+    data.write_text("".join(f'{{"prompt": "{prompt}", "answer": "{i}"}}\n' for i in range(10)))
+    out = tmp_path / "out"
+    assert main(["compare", *TINY, "--dataset", str(data), "--max-completion-length", "32",
+                 "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "64" in err and "max_position_embeddings" in err
+    assert "up to 32 tokens" in err and not out.exists()
