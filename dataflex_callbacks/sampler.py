@@ -149,6 +149,7 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
                               "from one pool (no proportions, no mix part, or mixing=False); pass proportions={...} "
                               "or mixing=True, or a strategy with a mix part")
         self.seed = check_int("seed", seed, low=0)
+        self.domain_key = None  # the column the labels were read from (None: labels=[...] given)
         if labels is None:
             if dataset is None:
                 raise ConfigError("DomainMixingSampler needs a dataset or labels=[...]")
@@ -157,6 +158,8 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             labels = domain_labels(dataset, domain_key, required=not optional)
             if labels is None:  # one pool over data without a domain column: every row in NO_DOMAIN
                 labels = [NO_DOMAIN] * len(dataset)
+            else:
+                self.domain_key = domain_key
         else:
             if isinstance(labels, (str, Mapping)) or not (hasattr(labels, "__len__") and hasattr(labels, "__iter__")):
                 raise ArgumentError(f"DomainMixingSampler: argument 'labels' must be a list of per-row domain labels; "

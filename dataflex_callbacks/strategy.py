@@ -423,7 +423,7 @@ class Strategy:
             if place in saved_components:
                 component.load_state_dict(saved_components[place])
 
-    def summary_line(self, domains: Sequence[str] | None = None) -> str:
+    def summary_line(self, domains: Sequence[str] | None = None, domain_key: str | None = None) -> str:
         """The one console line a host prints when training starts: the strategy, its parts and the domains seen.
 
         A pre-rollout filter that has not skipped a prompt yet is said to be warming up: its
@@ -432,6 +432,8 @@ class Strategy:
         Args:
             domains: the domain labels of the host's data; empty: the data has none; None: not known
                 before the first batch (a stream, or batches the user's own code builds).
+            domain_key: the column the host reads domains from, named in the line so a user sees which
+                column was read, or that the data has none (then every prompt is in one pool).
         """
         parts = []
         for part in self.parts:
@@ -454,11 +456,15 @@ class Strategy:
                 text += (" (warming up: it skips a prompt only once the run's groups predict it gives no signal, "
                          "so its pre_select/* metrics read 0 until it first skips)")
             parts.append(text)
+        column = "" if domain_key is None else f" (column {domain_key!r})"
         if domains is None:
-            seen = "not known before the first batch"
+            seen = f"domains{column}: not known before the first batch"
+        elif not domains:
+            none = "one pool of prompts" if domain_key is None else f"no {domain_key!r} column: one pool of prompts"
+            seen = f"domains: none ({none})"
         else:
-            seen = ", ".join(sorted({str(domain) for domain in domains})) or "none (one pool of prompts)"
-        return f"dataflex: strategy {self.name!r}: {'; '.join(parts) or 'no parts (plain training)'}; domains: {seen}"
+            seen = f"domains{column}: " + ", ".join(sorted({str(domain) for domain in domains}))
+        return f"dataflex: strategy {self.name!r}: {'; '.join(parts) or 'no parts (plain training)'}; {seen}"
 
     def __repr__(self) -> str:
         parts = [p.kind + "=" + p.scorer.name + "->" + p.actuator.name for p in self.parts]

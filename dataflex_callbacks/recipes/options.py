@@ -114,7 +114,8 @@ class RunOptions:
         help="file or hub name of the held-out prompts (same columns as --dataset); then every --dataset row trains")
     prompt_column: str = run_option("prompt", help="column of the dataset holding the prompt")
     answer_column: str = run_option("answer", help="column of the dataset holding the reference answer")
-    domain_key: str | None = run_option(None, shown_default="all rows in one domain",
+    domain_key: str | None = run_option(None, shown_default="the 'domain' column if the data has one, else all "
+                                                      "rows in one domain",
                                         help="column of the dataset holding each row's domain label")
     split: str = run_option("train", help="split of a hub dataset to read")
     verifier: str = run_option(

@@ -20,6 +20,10 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from dataflex_callbacks.batch import NO_DOMAIN
+from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
 
 from .completion_accounting import (GENERATED_KEY, SIGNAL_GROUPS_KEY, ZERO_STD_KEY, dynamic_buffer,  # noqa: F401
                                     metrics_callback, scheduled_completions, signal_accounting)
@@ -77,8 +81,19 @@ def first_line(error: BaseException) -> str:
     return f"{type(error).__name__}: {line}" if line else type(error).__name__
 
 
-def load_data(options: RunOptions):
-    """Return `(train, test, reward_settings)`: the built-in suite, or the user dataset split for evaluation."""
+class RunData(NamedTuple):
+    """A run's prompts: `train` and `test` (datasets with prompt, answer, domain, prompt_key), the keyword
+    arguments of its reward (`reward_settings`), and the column domains were read from (None: one domain)."""
+
+    train: Any
+    test: Any
+    reward_settings: dict
+    domain_column: str | None
+
+
+def load_data(options: RunOptions) -> RunData:
+    """The built-in suite, or the user dataset split for evaluation, as `RunData(train, test, reward_settings,
+    domain_column)`."""
     from dataflex_callbacks.recipes import tasks
     from dataflex_callbacks.recipes.tasks.loading import DatasetError
 
@@ -88,14 +103,16 @@ def load_data(options: RunOptions):
                                           domains=options.domains)
         except ValueError as error:
             raise RunInputError(str(error)) from error
-        return suite["train"], suite["test"], {"verifier": "exact", "builtin_domains": True}
+        return RunData(suite["train"], suite["test"], {"verifier": "exact", "builtin_domains": True}, None)
 
     def load(name):
         try:
-            return tasks.load_prompt_dataset(
+            dataset, column = tasks.load_prompt_dataset(
                 name, prompt_column=options.prompt_column, answer_column=options.answer_column,
-                domain_key=options.domain_key, split=options.split,
+                domain_key=options.domain_key, split=options.split, with_domain_column=True,
             )
+            columns_used[name] = column
+            return dataset
         except DatasetError as error:  # empty or malformed file, bad prompt or domain values, missing column
             raise RunInputError(str(error)) from error
         except FileNotFoundError as error:
@@ -103,6 +120,7 @@ def load_data(options: RunOptions):
         except Exception as error:  # unreadable file, hub name absent from the offline cache
             raise RunInputError(f"cannot load dataset {name!r}: {first_line(error)}") from error
 
+    columns_used: dict = {}
     data = load(options.dataset)
     held_out = None if options.eval_dataset is None else load(options.eval_dataset)
     if len(data) < 2 and held_out is None:
@@ -110,10 +128,10 @@ def load_data(options: RunOptions):
 
     def split(reward_settings: dict):
         if held_out is not None:
-            return data, held_out, reward_settings
+            return RunData(data, held_out, reward_settings, columns_used[options.dataset])
         n_test = min(options.n_test, max(1, len(data) // 5))
         parts = data.train_test_split(test_size=n_test, seed=options.seed, shuffle=True)
-        return parts["train"], parts["test"], reward_settings
+        return RunData(parts["train"], parts["test"], reward_settings, columns_used[options.dataset])
 
     if options.reward is not None:  # the user's reward scores the rows: no verifier reads the answers
         return split({"verifier": "reward", "builtin_domains": False})
@@ -133,6 +151,25 @@ def load_data(options: RunOptions):
                 f"verifier cannot read (first: row {first}, {answers[first]!r}); fix the data or choose --verifier"
             )
     return split({"verifier": verifier, "builtin_domains": False})
+
+
+def data_line(options: RunOptions, data: RunData, command: str = "dataflex run") -> str:
+    """The console line saying which data a run trains on and where its domains come from.
+
+    Domains are read from `--domain-key`, else from a `domain` column when the data has one (the one
+    default of every host: docs/guarantees.md "Domains"), else every row is in one domain.
+    """
+    domains = ", ".join(sorted({str(d) for d in data.train["domain"]} | {str(d) for d in data.test["domain"]}))
+    sizes = f"{len(data.train)} training rows, {len(data.test)} held out"
+    if options.dataset is None:
+        return f"{command}: data: the built-in task suite ({sizes}); domains: {domains}"
+    column = data.domain_column
+    if column is None:
+        where = (f"domains: one ({NO_DOMAIN!r}): {options.dataset} has no {DEFAULT_DOMAIN_KEY!r} column "
+                 "(--domain-key names the column holding each row's domain)")
+    else:
+        where = f"domains (column {column!r}): {domains}"
+    return f"{command}: data: {options.dataset} ({sizes}); {where}"
 
 
 def check_trainable(options: RunOptions, strategy, train, error: type = None) -> None:
@@ -230,7 +267,6 @@ def reward_accuracy(model, tokenizer, dataset, reward, threshold: float, max_new
     `reward` is called once, as TRL calls a reward function: ``reward(prompts=..., completions=..., **columns)``
     with every other column of `dataset` as a list (chat prompts get chat completions).
     """
-    from dataflex_callbacks.batch import NO_DOMAIN
     from dataflex_callbacks.recipes.tasks.evaluation import generate_greedy
 
     prompts = list(dataset["prompt"])
@@ -328,9 +364,12 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
     check_run_options(options)
     output_dir = resolve_output_dir(options)
     strategy = resolve_strategy(options.strategy)
-    train, test, reward_settings = load_data(options)
+    data = load_data(options)
+    train, test, reward_settings = data.train, data.test, data.reward_settings
     check_trainable(options, strategy, train)
     check_context(options, train, test)
+    if options.progress:
+        print(data_line(options, data), flush=True)
     folder = OutputFolder(output_dir, leftovers=(TRAINER_FOLDER,)).create()
     try:
         return _train_and_record(options, callbacks, started, output_dir, strategy, train, test, reward_settings)

@@ -142,7 +142,7 @@ class DataFlexCallback(pl.Callback):
                                   "self.dataflex.sampler(...) in train_dataloader() or pass it to DataFlexCallback(sampler=...)")
             self.sampler = sampler
         if trainer.is_global_zero:
-            print(self.strategy.summary_line(sampler.domains), flush=True)
+            print(self.strategy.summary_line(sampler.domains, sampler.domain_key), flush=True)
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.batches_this_epoch = 0

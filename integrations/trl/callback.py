@@ -283,7 +283,7 @@ class DataFlexCallback(TrainerCallback):
             raise HostError(NOT_ATTACHED_MESSAGE.format(callback=type(self).__name__, trainer=self.trainer_name,
                                                            host=self.host_class.__name__))
         if state.is_world_process_zero:
-            print(self.strategy.summary_line(self._domains_seen), flush=True)
+            print(self.strategy.summary_line(self._domains_seen, self.domain_key), flush=True)
         return control
 
     # ------------------------------------------------------------------ rollout side

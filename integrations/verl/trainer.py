@@ -155,7 +155,7 @@ class DataFlexPPOTrainer(PPOTrainerSync):
     def fit(self, *args, **kwargs):
         """verl's training loop, after one console line naming the strategy, its parts and the domains seen."""
         if self.strategy is not None:
-            print(self.strategy.summary_line(self._domains_seen()), flush=True)
+            print(self.strategy.summary_line(self._domains_seen(), self._domain_key()), flush=True)
         return super().fit(*args, **kwargs)
 
     def _domains_seen(self) -> list[str] | None:

@@ -39,6 +39,13 @@ def test_summary_line_names_the_strategy_its_parts_and_the_domains():
     assert build_strategy("baseline").summary_line(None).endswith("domains: not known before the first batch")
 
 
+def test_summary_line_names_the_domain_column_it_read_or_its_absence():
+    strategy = build_strategy("diffband")
+    assert strategy.summary_line(["b", "a"], "topic").endswith("domains (column 'topic'): a, b")
+    assert strategy.summary_line([], "domain").endswith("domains: none (no 'domain' column: one pool of prompts)")
+    assert strategy.summary_line(None, "domain").endswith("domains (column 'domain'): not known before the first batch")
+
+
 def test_summary_line_says_a_pre_rollout_filter_warms_up_until_it_first_skips():
     strategy = build_strategy("greso")
     line = strategy.summary_line(["a"])

@@ -34,7 +34,7 @@ def test_the_example_trains_and_its_strategy_metrics_reach_tensorboard(tmp_path)
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, **ENV})
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert ("dataflex: strategy 'diffband': select group_reward_variance -> threshold_band(low=0, high=inf); "
-            "domains: add, repeat") in result.stdout
+            "domains (column 'domain'): add, repeat") in result.stdout
     assert "trained 3 steps with strategy 'diffband'" in result.stdout
 
     scalars = tensorboard_scalars(output_dir)

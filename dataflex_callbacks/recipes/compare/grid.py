@@ -59,22 +59,25 @@ def build_strategies(settings: CompareSettings) -> dict:
     return found
 
 
-def check_data(settings: CompareSettings, strategies: dict) -> None:
-    """Load the data once and check every strategy can train on it, before any folder is written.
+def check_data(settings: CompareSettings, strategies: dict) -> str:
+    """Load the data once and check every strategy can train on it, before any folder is written; returns the
+    console line naming the data and its domains (`runner.data_line`).
 
     Raises `CompareInputError` for unusable data (missing file or column, malformed rows, too few
     rows for one step, mix domains the data lacks, prompts plus completions past the model's positions).
     """
-    from dataflex_callbacks.recipes.runner import RunInputError, check_context, check_trainable, load_data
+    from dataflex_callbacks.recipes.runner import RunInputError, check_context, check_trainable, data_line, load_data
 
     options = settings.options_for(settings.grid()[0])
     try:
-        train, test, _ = load_data(options)
+        data = load_data(options)
+        train, test = data.train, data.test
     except RunInputError as error:
         raise CompareInputError(str(error)) from error
     for spec, strategy in strategies.items():
         check_trainable(dataclasses.replace(options, strategy=spec), strategy, train, CompareInputError)
     check_context(options, train, test, CompareInputError)  # last: it reads the model's tokenizer and config
+    return data_line(options, data, command="dataflex compare")
 
 
 @dataclass
@@ -189,7 +192,9 @@ def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
     from dataflex_callbacks.recipes.run_folder import OutputFolder
 
     strategies = build_strategies(settings)
-    check_data(settings, strategies)
+    line = check_data(settings, strategies)
+    if settings.progress:
+        print(line, flush=True)
     folder = OutputFolder(settings.output_dir, error=CompareInputError).create()
     lock = FolderLock(settings.output_dir)
     try:

@@ -146,8 +146,8 @@ def execute_run(settings: CompareSettings, run: GridRun, pre_select: bool = Fals
     from dataflex_callbacks.recipes.runner import held_out_scorer, load_data, run_training
 
     options = settings.options_for(run, pre_select)
-    _, test, reward_settings = load_data(options)
-    evaluate = held_out_scorer(options, test, reward_settings)
+    data = load_data(options)
+    evaluate = held_out_scorer(options, data.test, data.reward_settings)
 
     ledger = GenerationLedger(settings.budget)
     callback = budget_callback(ledger, evaluate, settings.eval_points, on_step)

@@ -12,6 +12,7 @@ import os
 import warnings
 
 from dataflex_callbacks.batch import NO_DOMAIN
+from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
 
 from .suite import prompt_key
 from dataflex_callbacks.errors import InputError
@@ -148,19 +149,30 @@ def _load_raw(name_or_path: str, split: str, prompt_column: str | None = None):
     return load_dataset(path, split=split)
 
 
+def dataset_domain_key(columns, domain_key: str | None = None) -> str | None:
+    """The column a dataset's domains are read from: `domain_key` when given, else `domain` when the data has
+    that column (the one default of every host, docs/guarantees.md "Domains"), else None (one domain)."""
+    if domain_key is not None:
+        return domain_key
+    return DEFAULT_DOMAIN_KEY if DEFAULT_DOMAIN_KEY in list(columns) else None
+
+
 def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_column: str = "answer",
                         domain_key: str | None = None, split: str = "train", default_domain: str = NO_DOMAIN,
-                        domain_column: str | None = None):
+                        domain_column: str | None = None, *, with_domain_column: bool = False):
     """Load prompts and answers from a hub dataset name or a local jsonl/json/parquet/csv file.
 
     Returns a `datasets.Dataset` with the suite's columns: `prompt`, `answer` (as text),
-    `domain` (from `domain_key`, else `default_domain`: `NO_DOMAIN`) and `prompt_key`. Other columns are
+    `domain` (from the column `domain_key`; when None, from a `domain` column if the data has one, as
+    every host reads it, else `default_domain`: `NO_DOMAIN`) and `prompt_key`. Other columns are
     dropped. A prompt is non-empty text or a list of chat messages (`[{"role": ..., "content": ...}]`).
     Raises `DatasetColumnError` naming the available columns when a column is missing, and
     `DatasetError` naming the file and row (or JSONL line) for an empty or malformed file, a
     value that is not a prompt, or a row without a domain. Hub names go through
     `datasets.load_dataset` (downloaded, or read from the local cache when offline).
     ``domain_column`` is the earlier name of ``domain_key`` (a DeprecationWarning), for one release.
+    With ``with_domain_column=True`` returns ``(dataset, column)``: the column domains were read from, or
+    None when every row is in `default_domain`.
     """
     if domain_column is not None:
         if domain_key is not None and domain_key != domain_column:
@@ -181,6 +193,7 @@ def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_colu
                 f"{role} column {column!r} not found in {os.fspath(name_or_path)!r}; "
                 f"available columns: {', '.join(available)} (set {flag})"
             )
+    domain_key = dataset_domain_key(available, domain_key)
     prompts = list(raw[prompt_column])
     _check_prompts(prompts, prompt_column, source)
     answers = ["" if a is None else str(a) for a in raw[answer_column]]
@@ -194,4 +207,5 @@ def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_colu
     from datasets import Dataset
 
     keys = [prompt_key(d, p if isinstance(p, str) else repr(p)) for d, p in zip(domains, prompts)]
-    return Dataset.from_dict({"prompt": prompts, "answer": answers, "domain": domains, "prompt_key": keys})
+    dataset = Dataset.from_dict({"prompt": prompts, "answer": answers, "domain": domains, "prompt_key": keys})
+    return (dataset, domain_key) if with_domain_column else dataset

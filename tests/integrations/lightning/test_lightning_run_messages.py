@@ -18,7 +18,7 @@ def test_train_start_prints_the_strategy_its_parts_and_the_sampler_domains(capsy
     assert len(lines) == 1, lines
     assert "select group_solve_rate -> threshold_band(low=0, high=1)" in lines[0]
     assert "reweight advantage_magnitude -> softmax(temperature=0.5)" in lines[0] and "mix reward_gap" in lines[0]
-    assert lines[0].endswith("domains: easy, hard, mid")
+    assert lines[0].endswith("domains (column 'domain'): easy, hard, mid")
 
 
 def test_without_a_sampler_the_domains_are_not_known_at_train_start(capsys):

@@ -17,7 +17,7 @@ def test_train_start_prints_the_strategy_its_parts_and_the_domains(make_trainer,
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dataflex: strategy")]
     assert len(lines) == 1, lines
     assert lines[0].startswith("dataflex: strategy 'greso': pre_select skip_zero_variance (warming up")
-    assert lines[0].endswith("domains: add, echo, mul")
+    assert lines[0].endswith("domains (column 'domain'): add, echo, mul")
 
 
 def test_attach_prints_the_line_too(make_trainer, capsys):
@@ -25,7 +25,7 @@ def test_attach_prints_the_line_too(make_trainer, capsys):
     attach(trainer, "diffband")
     trainer.train()
     assert ("dataflex: strategy 'diffband': select group_reward_variance -> threshold_band(low=0, high=inf); "
-            "domains: add, echo, mul") in capsys.readouterr().out
+            "domains (column 'domain'): add, echo, mul") in capsys.readouterr().out
 
 
 def test_a_warning_names_trls_step_and_the_users_train_line(make_trainer):

@@ -187,4 +187,4 @@ def test_fit_prints_the_strategy_its_parts_and_the_domains_first(transfer_queue,
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dataflex: strategy")]
     assert len(lines) == 1 and lines[0].startswith("dataflex: strategy 'greso': pre_select skip_zero_variance "
                                                    "(warming up"), lines
-    assert lines[0].endswith("domains: gsm8k, math")
+    assert lines[0].endswith("domains (column 'data_source'): gsm8k, math")

@@ -41,6 +41,16 @@ def test_rows_without_a_domain_column_are_in_the_library_s_no_domain(tmp_path):
     assert set(data["domain"]) == {NO_DOMAIN}
 
 
+def test_a_domain_column_is_read_without_domain_key_as_every_host_reads_it(tmp_path):
+    path = tmp_path / "with_domain.jsonl"
+    path.write_text("\n".join(json.dumps({"prompt": r["question"], "answer": r["solution"], "domain": r["topic"]})
+                              for r in ROWS) + "\n")
+    data, column = load_prompt_dataset(path, with_domain_column=True)
+    assert column == "domain" and data["domain"] == [r["topic"] for r in ROWS]
+    data, column = load_prompt_dataset(_write(tmp_path, "jsonl"), "question", "solution", with_domain_column=True)
+    assert column is None and set(data["domain"]) == {NO_DOMAIN}
+
+
 def test_domain_column_is_the_earlier_name_of_domain_key(tmp_path):
     with pytest.warns(DeprecationWarning, match="domain_key"):
         data = load_prompt_dataset(_write(tmp_path, "jsonl"), "question", "solution", domain_column="topic")
