@@ -38,7 +38,7 @@ def test_all_equal_accuracies_print_a_warning_not_a_difference():
 
     from dataflex_callbacks.recipes.compare.cli import summary_lines
 
-    settings = SimpleNamespace(strategies=["baseline", "none"], baseline="baseline")
+    settings = SimpleNamespace(strategies=["baseline", "none"], baseline="baseline", target=None)
     flat = SimpleNamespace(records=[_record(s, seed, 0.0) for s in ("baseline", "none") for seed in (0, 1, 2)])
     lines = summary_lines(settings, flat)
     assert len(lines) == 1 and "all held-out accuracies are equal" in lines[0]
@@ -81,3 +81,19 @@ def test_prompts_plus_completions_past_the_models_positions_are_refused_before_t
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "64" in err and "max_position_embeddings" in err
     assert "up to 32 tokens" in err and not out.exists()
+
+
+def test_the_context_check_reads_the_users_own_model_folder(tmp_path, capsys):
+    from dataflex_callbacks.recipes.tiny_model import save_tiny
+
+    model = save_tiny(tmp_path / "my_model", max_position_embeddings=40)  # the user's folder: 40 positions
+    capsys.readouterr()  # saving prints a progress bar
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(f'{{"prompt": "{"1" * 20}+{i}=", "answer": "{i}"}}\n' for i in range(10)))
+    out = tmp_path / "out"
+    assert main(["compare", *TINY, "--model", model, "--dataset", str(data), "--max-completion-length", "24",
+                 "--output-dir", str(out)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "is 23 tokens and completions are up to 24 tokens: 47 positions, but the model holds 40" in err
+    assert not out.exists()
