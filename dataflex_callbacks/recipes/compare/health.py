@@ -1,0 +1,94 @@
+"""Checks that a comparison can answer its question: completions cut short, a held-out set too small to resolve.
+
+Each check reads the per-run result records and returns a warning (one sentence naming the figures
+and the fix) or None. The report puts every warning above its tables and the console prints it, so
+a grid that cannot separate strategies never reads as a plain "not significant".
+
+- **Truncated completions.** A run whose training completions end at `max_completion_length`
+  without an end-of-sequence token in more than `TRUNCATION_LIMIT` of cases (TRL's
+  ``completions/clipped_ratio``, averaged over the run's steps) is flagged: its rewards score
+  unfinished answers. The built-in task suite is exempt: its completions are sized to its answers,
+  which its verifier reads from the first tokens.
+- **Held-out set too small.** One run's held-out accuracy ``p`` on ``n`` prompts carries binomial
+  noise ``sd = sqrt(p (1 - p) / n)``; the difference of two runs on the same prompts about
+  ``sqrt(2) sd``. When that noise, doubled (a 95% band), is larger than the largest mean paired
+  difference the grid measured (at least `RESOLUTION_FLOOR`), the held-out set cannot tell the
+  strategies apart, and the warning gives the size that would: ``n = 8 p (1 - p) / d^2``.
+"""
+
+from __future__ import annotations
+
+import math
+
+TRUNCATION_LIMIT = 0.5
+"""Share of truncated training completions above which a run is flagged."""
+RESOLUTION_FLOOR = 0.02
+"""The smallest difference in held-out accuracy the size advice aims to resolve (2 points)."""
+CLIPPED_KEY = "completions/clipped_ratio"
+
+
+def truncated_share(metrics: list[dict]) -> float | None:
+    """Mean over a run's logged steps of TRL's share of completions cut at `max_completion_length`; None if unlogged."""
+    values = [float(m[CLIPPED_KEY]) for m in metrics if isinstance(m.get(CLIPPED_KEY), (int, float))]
+    values = [v for v in values if math.isfinite(v)]
+    return sum(values) / len(values) if values else None
+
+
+def truncation_warning(records: list[dict], settings) -> str | None:
+    """A warning naming the runs whose training completions were mostly cut short, or None."""
+    if settings.base.dataset is None:  # the built-in suite's completions are sized to its answers
+        return None
+    cut = [(r["name"], r["truncated_share"]) for r in records
+           if isinstance(r.get("truncated_share"), (int, float)) and r["truncated_share"] > TRUNCATION_LIMIT]
+    if not cut:
+        return None
+    worst = max(share for _, share in cut)
+    names = ", ".join(name for name, _ in cut[:6]) + (f" and {len(cut) - 6} more" if len(cut) > 6 else "")
+    return (f"{len(cut)} of {len(records)} runs had more than {TRUNCATION_LIMIT:.0%} of their training completions cut "
+            f"at --max-completion-length {settings.base.max_completion_length} tokens (up to {worst:.0%}: {names}); "
+            "their rewards scored unfinished answers; raise --max-completion-length (within the model's positions), "
+            "or shorten the answers the prompts ask for")
+
+
+def _held_out_rows(records: list[dict]) -> int | None:
+    sizes = [(r.get("held_out_rows") or {}).get("total") for r in records]
+    sizes = [n for n in sizes if isinstance(n, int) and n > 0]
+    return min(sizes) if sizes else None
+
+
+def held_out_noise(accuracy: float, rows: int) -> float:
+    """Half-width of the 95% band of evaluation noise on the difference of two runs scored on `rows` prompts."""
+    p = min(max(float(accuracy), 0.0), 1.0)
+    return 2.0 * math.sqrt(2.0 * p * (1.0 - p) / rows)
+
+
+def rows_to_resolve(accuracy: float, difference: float) -> int:
+    """Held-out prompts whose evaluation noise band is `difference` at `accuracy`: ``8 p (1 - p) / d^2``."""
+    p = min(max(float(accuracy), 0.0), 1.0)
+    return max(1, math.ceil(8.0 * p * (1.0 - p) / difference ** 2))
+
+
+def held_out_size_warning(records: list[dict], settings, differences: dict[str, float]) -> str | None:
+    """A warning when the held-out set's evaluation noise is larger than the differences the grid measured, or None.
+
+    Args:
+        records: the runs' result records (`held_out_rows`, `after`).
+        settings: the comparison's settings (for the flags named in the fix).
+        differences: per strategy, its mean paired difference in overall held-out accuracy to the baseline.
+    """
+    rows = _held_out_rows(records)
+    finite = [abs(d) for d in differences.values() if isinstance(d, (int, float)) and math.isfinite(d)]
+    if rows is None or not finite:
+        return None
+    accuracy = sum(r["after"]["overall"] for r in records) / len(records)
+    noise = held_out_noise(accuracy, rows)
+    measured = max(max(finite), RESOLUTION_FLOOR)
+    if noise <= measured or noise == 0.0:
+        return None
+    needed = rows_to_resolve(accuracy, measured)
+    fix = "pass a larger --eval-dataset" if settings.base.eval_dataset is not None else \
+        "raise --n-test (with --dataset: add rows, or pass --eval-dataset)"
+    return (f"the held-out set ({rows} prompts, mean accuracy {accuracy:.2f}) carries evaluation noise of "
+            f"±{noise:.3f} on a difference between two runs, more than the largest difference measured "
+            f"({max(finite):.3f}): it cannot separate these strategies; about {needed} held-out prompts would resolve "
+            f"a difference of {measured:.3f}; {fix}")
