@@ -25,7 +25,7 @@ what a filter learns from that data is what the sampler asks it about.
 """
 
 _FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys",
-           "completion_ids")
+           "completion_ids", "policy_versions", "trainer_version")
 
 
 @dataclass(eq=False)
@@ -50,6 +50,11 @@ class RolloutBatch:
         completion_ids: ``(N, L)`` integer token ids of the completions (positions outside
             ``completion_mask`` are ignored); lets pre-rollout selection notice rewards that
             disagree on identical completions.
+        policy_versions: ``(N,)`` integer policy version each response was generated with (an
+            asynchronous host: the weight-sync count of the generator at generation time).
+            Needs ``trainer_version``; no entry may exceed it.
+        trainer_version: the trainer's policy version when the batch is consumed (a Python int
+            >= 0); ``staleness = trainer_version - policy_versions``.
     """
 
     rewards: torch.Tensor
@@ -61,6 +66,8 @@ class RolloutBatch:
     domains: Optional[Sequence[str]] = None
     prompt_keys: Optional[Sequence[Hashable]] = None
     completion_ids: Optional[torch.Tensor] = None
+    policy_versions: Optional[torch.Tensor] = None
+    trainer_version: Optional[int] = None
     _cache: dict = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -111,6 +118,7 @@ class RolloutBatch:
             if length is not None and self.completion_ids.shape[1] != length:
                 raise BatchError(f"RolloutBatch.completion_ids has L={self.completion_ids.shape[1]} tokens but other "
                                  f"token fields have L={length}")
+        self._check_versions(check_tensor)
         for name in ("domains", "prompt_keys"):
             value = getattr(self, name)
             if value is None:
@@ -122,6 +130,34 @@ class RolloutBatch:
         if self.domains is not None and not all(isinstance(d, str) for d in self.domains):
             bad = next(d for d in self.domains if not isinstance(d, str))
             raise BatchError(f"RolloutBatch.domains must hold strings; found {bad!r} ({type(bad).__name__})")
+
+    def _check_versions(self, check_tensor) -> None:
+        """Validate ``trainer_version`` and ``policy_versions`` (integers, no response newer than the trainer)."""
+        version = self.trainer_version
+        if version is not None:
+            if isinstance(version, bool) or not isinstance(version, (int, np.integer)) or version < 0:
+                raise BatchError(f"RolloutBatch.trainer_version must be an int >= 0 (the trainer's policy version); "
+                                 f"got {version!r}")
+            self.trainer_version = int(version)
+        if self.policy_versions is None:
+            return
+        check_tensor("policy_versions", self.policy_versions, (1,))
+        if self.policy_versions.is_floating_point() or self.policy_versions.dtype == torch.bool:
+            raise BatchError(f"RolloutBatch.policy_versions must be an integer tensor; got dtype {self.policy_versions.dtype}")
+        if version is None:
+            raise BatchError("RolloutBatch.policy_versions needs trainer_version= (the trainer's policy version now), "
+                             "so that staleness = trainer_version - policy_versions is defined")
+        if self.policy_versions.numel() and int(self.policy_versions.max()) > version:
+            raise BatchError(f"RolloutBatch.policy_versions holds {int(self.policy_versions.max())}, newer than "
+                             f"trainer_version={version}; a response cannot come from a policy the trainer has not "
+                             "reached: pass the trainer's version at consumption")
+
+    @property
+    def staleness(self) -> Optional[torch.Tensor]:
+        """``(N,)`` int64 policy versions each response lags the trainer by; None without ``policy_versions``."""
+        if self.policy_versions is None:
+            return None
+        return self.trainer_version - self.policy_versions.to(torch.int64)
 
     @property
     def n(self) -> int:
@@ -200,6 +236,8 @@ class RolloutBatch:
         """Whether the signal ``name`` is available (``completion_mask`` counts as present if derivable)."""
         if name == "completion_mask":
             return self.valid_mask is not None
+        if name == "staleness":
+            return self.policy_versions is not None
         return getattr(self, name) is not None
 
 

@@ -96,10 +96,10 @@ def resolve_domain_key(strategy: Strategy, given: str | None = None, *, argument
 # ------------------------------------------------------------ batch fields
 
 ROLLOUT_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains",
-                  "prompt_keys", "completion_ids")
+                  "prompt_keys", "completion_ids", "policy_versions", "trainer_version")
 """Every `RolloutBatch` field, in its order."""
 
-TENSOR_FIELDS = tuple(name for name in ROLLOUT_FIELDS if name not in ("domains", "prompt_keys"))
+TENSOR_FIELDS = tuple(name for name in ROLLOUT_FIELDS if name not in ("domains", "prompt_keys", "trainer_version"))
 """The `RolloutBatch` fields that are tensors."""
 
 GRPO_FIELDS = frozenset({"rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies",

@@ -11,12 +11,13 @@ mean and no share, and is counted under ``nonfinite_rewards/<domain>``.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Sequence
 
 import torch
 from torchmetrics import Metric
 
-from .errors import BatchError
+from .errors import BatchError, user_stacklevel
 from .params import check_number
 from .proportions import check_domains
 
@@ -151,3 +152,119 @@ class HeldOutAccuracy(_DomainSums):
         total = float(self.responses.sum())
         values["overall"] = float(self.reward_sum.sum()) / total if total else 0.0
         return values
+
+
+# ---------------------------------------------------------------- staleness (asynchronous hosts)
+
+STALENESS_SUMS = ("arrived", "dropped_stale", "consumed", "staleness_sum", "dropped_strategy")
+"""Per-domain states of `DomainStalenessStats`, each reduced with ``sum``."""
+
+
+class StaleDropBiasWarning(UserWarning):
+    """One domain loses far more of its samples to the staleness limit than the others (shown once)."""
+
+
+def stale_drop_bias(shares: dict[str, float], ratio: float = 3.0, min_share: float = 0.1) -> str | None:
+    """The domain whose stale-drop share is far above the others', or None.
+
+    A domain is flagged when its share is at least ``min_share`` and at least ``ratio`` times the
+    mean share of the other domains (so two domains, one at 0.3 and one at 0.05, flag the first).
+    Needs two domains or more; the highest share is the one tested.
+    """
+    if len(shares) < 2:
+        return None
+    worst = max(shares, key=lambda d: (shares[d], d))
+    others = [v for d, v in shares.items() if d != worst]
+    rest = sum(others) / len(others)
+    return worst if shares[worst] >= min_share and shares[worst] >= ratio * rest else None
+
+
+class DomainStalenessStats(Metric):
+    """Per-domain staleness of an asynchronous host: mean staleness, stale-drop share, strategy-drop share.
+
+    ``update`` takes the samples that arrived from the rollout queue: each one's domain, its
+    staleness when it was taken, and whether the host dropped it as stale (over its
+    ``max_staleness``) or the strategy dropped it. ``compute()`` returns floats keyed
+    ``staleness/mean/<d>`` (over the samples consumed, i.e. not dropped as stale),
+    ``staleness/dropped_stale_frac/<d>`` (of the samples that arrived) and
+    ``staleness/dropped_strategy_frac/<d>`` (of the samples consumed). `check_bias` warns once
+    when one domain's stale-drop share is far above the others' (`stale_drop_bias`): samples
+    that take long to generate (hard problems, long answers) come back staler, so a staleness
+    limit drops them more and training drifts toward the fast, easy ones.
+
+    Args:
+        domains: every domain label the samples can hold.
+        ratio, min_share: the alarm's rule (`stale_drop_bias`).
+        kwargs: torchmetrics options (``sync_on_compute``, ``process_group``, ...).
+    """
+
+    full_state_update = False
+    is_differentiable = False
+    higher_is_better = None
+
+    def __init__(self, domains: Sequence[str], ratio: float = 3.0, min_share: float = 0.1, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.domains = check_domains(domains, "DomainStalenessStats domains")
+        self.ratio = check_number("ratio", ratio, low=1.0)
+        self.min_share = check_number("min_share", min_share, low=0.0, high=1.0)
+        self._label_index = {d: i for i, d in enumerate(self.domains)}
+        self.warned = False
+        for name in STALENESS_SUMS:
+            self.add_state(name, default=torch.zeros(len(self.domains), dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, domains: Sequence[str], staleness: torch.Tensor, dropped_stale: torch.Tensor,
+               dropped_strategy: torch.Tensor | None = None) -> None:
+        """Add arrived samples: ``domains`` (N labels), ``staleness`` ``(N,)``, ``dropped_stale`` ``(N,)`` bool.
+
+        ``dropped_strategy`` ``(N,)`` bool marks consumed samples the strategy dropped (None: none);
+        it is ignored on rows dropped as stale.
+        """
+        try:
+            index = torch.tensor([self._label_index[str(d)] for d in domains], dtype=torch.long, device=self.device)
+        except KeyError as missing:
+            raise BatchError(f"DomainStalenessStats got domain {missing.args[0]!r}, which it was not built with; "
+                             f"known domains: {self.domains}. Build it with every domain of the data") from None
+        n = index.shape[0]
+        staleness = torch.as_tensor(staleness).to(self.device, torch.float64).reshape(-1)
+        stale = torch.as_tensor(dropped_stale).to(self.device, torch.float64).reshape(-1)
+        strategy = (torch.zeros(n, dtype=torch.float64, device=self.device) if dropped_strategy is None
+                    else torch.as_tensor(dropped_strategy).to(self.device, torch.float64).reshape(-1))
+        if not staleness.shape[0] == stale.shape[0] == strategy.shape[0] == n:
+            raise BatchError(f"DomainStalenessStats.update got {n} domains, {staleness.shape[0]} staleness values, "
+                             f"{stale.shape[0]} stale flags and {strategy.shape[0]} strategy flags; pass one per sample")
+        consumed = 1.0 - stale
+        columns = (torch.ones(n, dtype=torch.float64, device=self.device), stale, consumed, staleness * consumed,
+                   strategy * consumed)
+        for name, column in zip(STALENESS_SUMS, columns):
+            getattr(self, name).index_add_(0, index, column)
+
+    def compute(self) -> dict[str, float]:
+        values: dict[str, float] = {}
+        for i, domain in enumerate(self.domains):
+            arrived, consumed = float(self.arrived[i]), float(self.consumed[i])
+            if consumed:
+                values[f"staleness/mean/{domain}"] = float(self.staleness_sum[i]) / consumed
+                values[f"staleness/dropped_strategy_frac/{domain}"] = float(self.dropped_strategy[i]) / consumed
+            if arrived:
+                values[f"staleness/dropped_stale_frac/{domain}"] = float(self.dropped_stale[i]) / arrived
+        return values
+
+    def stale_drop_shares(self) -> dict[str, float]:
+        """Each domain's share of its arrived samples dropped as stale (domains with arrivals only)."""
+        return {d: float(self.dropped_stale[i]) / float(self.arrived[i])
+                for i, d in enumerate(self.domains) if float(self.arrived[i])}
+
+    def check_bias(self) -> str | None:
+        """Warn once (`StaleDropBiasWarning`) when one domain's stale-drop share is far above the others'; the domain or None."""
+        shares = self.stale_drop_shares()
+        domain = stale_drop_bias(shares, self.ratio, self.min_share)
+        if domain is not None and not self.warned:
+            self.warned = True
+            seen = ", ".join(f"{d} {v:.2f}" for d, v in sorted(shares.items()))
+            warnings.warn(StaleDropBiasWarning(
+                f"dataflex: domain {domain!r} loses {shares[domain]:.0%} of its samples to the staleness limit, far "
+                f"more than the others (stale-drop shares: {seen}): its samples take longer to generate, so training "
+                "drifts toward the faster, easier domains. Raise max_staleness, lower max_inflight_tasks, or keep stale "
+                "samples at a discount (reweight: staleness_discount) instead of dropping them. Shown once."),
+                stacklevel=user_stacklevel())
+        return domain

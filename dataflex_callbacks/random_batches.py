@@ -50,7 +50,8 @@ def random_batch(seed: int, *, domains: Sequence[str] = ("math", "code"), binary
     return RolloutBatch(rewards, group_ids=group_ids, completion_mask=mask, advantages=advantages, logprobs=logprobs,
                         entropies=entropies, domains=[labels[int(g)] for g in group_ids],
                         prompt_keys=[f"prompt-{int(g)}" for g in group_ids],
-                        completion_ids=torch.randint(0, 5, (n, length), generator=gen))
+                        completion_ids=torch.randint(0, 5, (n, length), generator=gen),
+                        policy_versions=torch.randint(0, 4, (n,), generator=gen), trainer_version=4)
 
 
 
@@ -80,7 +81,7 @@ def batch_rows(batch: RolloutBatch, rows: torch.Tensor) -> RolloutBatch:
         value = getattr(batch, name)
         if isinstance(value, torch.Tensor):
             value = value[rows.to(value.device)]
-        elif value is not None:
+        elif value is not None and name != "trainer_version":
             value = [value[i] for i in rows.tolist()]
         values[name] = value
     return RolloutBatch(**values)

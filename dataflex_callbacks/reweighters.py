@@ -329,6 +329,31 @@ class AdvantageReweight(Reweighter):
         return out, float(sums.sum(dtype=torch.float64))
 
 
+@register("reweighter", "staleness_discount")
+class StalenessDiscount(Reweighter):
+    """w_i = gamma ** s_i, s_i the response's staleness (score: ``staleness``): older responses count less.
+
+    An off-policy response's importance ratio drifts further from 1 the older its policy, so its
+    gradient is noisier; a geometric discount keeps it in the batch at a smaller weight instead of
+    dropping it (a truncation at ``max_staleness`` is the host's own rule). With the default
+    ``mean_one`` normalisation only the relative emphasis changes: a batch of equally stale
+    responses keeps weight 1 each.
+
+    Args:
+        gamma: discount per version of staleness, in (0, 1]: 1 weighs every response alike, 0.5
+            halves a response's weight for each version it lags the trainer by.
+    """
+
+    scope = "row"
+
+    def __init__(self, gamma: float = 0.5, normalize: str = "mean_one"):
+        super().__init__(normalize)
+        self.gamma = check_number("gamma", gamma, low=0.0, high=1.0, low_open=True)
+
+    def _raw(self, scores, mask):
+        return torch.pow(torch.full_like(scores, self.gamma), scores.clamp_min(0.0))
+
+
 PER_EPSILON = 1e-8  # added to |score| before the power, as DataFlex-RL does: |A| = 0 keeps a small weight
 
 

@@ -313,3 +313,25 @@ class RewardEfficiencyScorer(Scorer):
 
     def _score(self, batch):
         return batch.rewards.to(torch.float32) / batch.lengths.clamp_min(1)
+
+
+def staleness(policy_versions: torch.Tensor, trainer_version: int) -> torch.Tensor:
+    """Policy versions each response lags the trainer by, ``trainer_version - policy_versions``: ``(N,)`` float32."""
+    return (trainer_version - policy_versions.to(torch.int64)).to(torch.float32)
+
+
+@register("scorer", "staleness")
+class StalenessScorer(Scorer):
+    """How many policy versions old the response is when consumed: ``trainer_version - policy_versions``.
+
+    Only an asynchronous host (TRL's ``AsyncGRPOTrainer``) knows each response's policy version;
+    a strategy naming this scorer is refused at build time by a host that does not provide
+    ``policy_versions``. Pair it with ``staleness_discount`` (weight ``gamma ** staleness``) or a
+    ``threshold`` selector (``high=k``: a staleness limit tighter than the host's).
+    """
+
+    scope = "row"
+    requires = ("policy_versions",)
+
+    def _score(self, batch):
+        return staleness(batch.policy_versions, batch.trainer_version)

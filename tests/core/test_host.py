@@ -71,7 +71,7 @@ def test_the_domain_column_comes_from_the_argument_the_config_or_the_hosts_defau
 
 
 def test_batch_fields_are_what_the_batch_holds_and_grpo_hosts_add_domains_when_the_data_has_them():
-    assert batch_fields(make_batch()) == set(ROLLOUT_FIELDS) - {"completion_ids"}
+    assert batch_fields(make_batch()) == set(ROLLOUT_FIELDS) - {"completion_ids", "policy_versions", "trainer_version"}
     assert batch_fields(RolloutBatch(rewards=torch.zeros(3))) == {"rewards"}
     assert grpo_fields(domains=False) == set(GRPO_FIELDS)
     assert grpo_fields(domains=True) == set(GRPO_FIELDS) | {"domains"}

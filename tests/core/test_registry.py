@@ -16,9 +16,10 @@ from dataflex_callbacks import registry
 
 EXPECTED = {
     "scorer": ["advantage_magnitude", "group_reward_variance", "group_solve_rate", "response_length", "reward",
-               "reward_efficiency", "token_entropy", "token_prob"],
+               "reward_efficiency", "staleness", "token_entropy", "token_prob"],
     "selector": ["entropy_top_tokens", "gfpo", "max_variance", "threshold_band", "topk_fraction"],
-    "reweighter": ["advantage_reweight", "difficulty_band", "per_advantage", "reward_range", "softmax"],
+    "reweighter": ["advantage_reweight", "difficulty_band", "per_advantage", "reward_range", "softmax",
+                   "staleness_discount"],
     "mixer": ["dump_ucb", "learnability", "reward_gap", "static", "tscl"],
 }
 

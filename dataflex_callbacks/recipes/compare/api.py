@@ -40,7 +40,8 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
             eval_dataset: str | None = None, reward_funcs: list | None = None,
             reward_weights: list[float] | None = None,
             reward_threshold: float = 1.0, seeds=3, budget="steps:100", output_dir: str = "runs/compare",
-            baseline: str | None = None, jobs: int = 1, eval_points: int = 4, overwrite: bool = False,
+            baseline: str | None = None, jobs: int = 1, eval_points: int = 4, target: float | None = None,
+            overwrite: bool = False,
             progress: bool = True, on_warning: Callable[[str], None] | None = None,
             **run_options) -> ComparisonResults:
     """Train every strategy with every seed under one budget and compare them, as `dataflex compare` does.
@@ -64,6 +65,8 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
         jobs: runs trained at once. With ``jobs > 1`` runs train in fresh worker processes, which import
             each reward by its path: a callable no import path names (a lambda, a notebook function) is
             refused with `CompareInputError`; use ``jobs=1`` or move it into a .py file.
+        target: a held-out overall accuracy in (0, 1]; the report also gives the compute each strategy needs
+            to reach it (it always gives the compute to reach the baseline's final accuracy).
         run_options: any other `RunOptions` field (``prompts_per_step``, ``learning_rate``, ...).
 
     Raises `CompareInputError` (a `DataFlexError`) before anything is written when an input is unusable.
@@ -99,7 +102,7 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
                       reward_threshold=reward_threshold, **run_options)
     settings = CompareSettings(strategies=list(strategies), seeds=seed_list, budget=parsed_budget, base=base,
                                output_dir=output_dir, baseline=baseline, jobs=jobs, eval_points=eval_points,
-                               progress=progress, command="compare(...) from Python")
+                               progress=progress, command="compare(...) from Python", target=target)
     if on_warning is None:
         def on_warning(message: str) -> None:
             warnings.warn(f"dataflex compare: {message}", stacklevel=3)

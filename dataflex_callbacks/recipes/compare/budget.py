@@ -31,6 +31,7 @@ completions whatever a step costs it, by steps for a steps budget.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -183,8 +184,11 @@ def budget_callback(ledger: GenerationLedger, evaluate: Callable | None = None, 
     finished step to `on_step`.
 
     `evaluate(model, tokenizer) -> dict[str, float]`; its results go to `callback.curve` as
-    `{"step", "completions", "accuracy", "planned"}` rows, ``planned`` being the thresholds the
-    evaluation serves (the final evaluation is the runner's own); `callback.plan` is the plan.
+    `{"step", "completions", "completion_tokens", "wall_seconds", "accuracy", "planned"}` rows,
+    ``planned`` being the thresholds the evaluation serves (the final evaluation is the runner's own);
+    `callback.plan` is the plan. ``wall_seconds`` is training time: seconds since training began
+    (``on_train_begin``, after the runner's "before" evaluation and model loading) less the time spent
+    in the evaluations along the way; `callback.train_seconds()` gives it at any moment.
     """
     from transformers import TrainerCallback
 
@@ -201,6 +205,24 @@ def budget_callback(ledger: GenerationLedger, evaluate: Callable | None = None, 
             self.curve: list[dict] = []
             self.plan = plan
             self.served = 0  # thresholds of the plan already served
+            self.started: float | None = None  # perf_counter() when training began
+            self.eval_seconds = 0.0  # spent in the evaluations along the way, not counted as training
+            self.ended: float | None = None  # perf_counter() when training ended
+
+        def train_seconds(self) -> float:
+            """Seconds of training so far (until training ended, once it has), evaluations along the way excluded."""
+            if self.started is None:
+                return 0.0
+            now = self.ended if self.ended is not None else time.perf_counter()
+            return max(0.0, now - self.started - self.eval_seconds)
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.started, self.eval_seconds, self.ended = time.perf_counter(), 0.0, None
+            return control
+
+        def on_train_end(self, args, state, control, **kwargs):
+            self.ended = time.perf_counter()
+            return control
 
         def bind_trainer(self, trainer) -> None:
             """Stop a dynamic-sampling step's further rounds once the budget is reached (a TRL DataFlex trainer)."""
@@ -232,8 +254,13 @@ def budget_callback(ledger: GenerationLedger, evaluate: Callable | None = None, 
             elif evaluate is not None:
                 due = plan.due(self.served, state.global_step, ledger.completions)
                 if due:
-                    self.curve.append({"step": state.global_step, "completions": ledger.completions,
-                                       "accuracy": evaluate(model, processing_class), "planned": due})
+                    point = {"step": state.global_step, "completions": ledger.completions,
+                             "completion_tokens": int(round(ledger.completion_tokens)),
+                             "wall_seconds": round(self.train_seconds(), 3)}
+                    evaluating = time.perf_counter()
+                    point["accuracy"] = evaluate(model, processing_class)
+                    self.eval_seconds += time.perf_counter() - evaluating
+                    self.curve.append({**point, "planned": due})
                     self.served += len(due)
             if on_step is not None:
                 on_step(state.global_step)

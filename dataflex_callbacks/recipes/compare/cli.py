@@ -40,6 +40,7 @@ def add_compare_parser(commands) -> None:
     compare.add_argument("--baseline", default=None, help=_help("baseline", "the first strategy"))
     compare.add_argument("--jobs", type=int, default=None, help=_help("jobs", "2, at most the CPU count"))
     compare.add_argument("--eval-points", type=int, default=_SETTINGS["eval_points"].default, help=_help("eval_points"))
+    compare.add_argument("--target", type=float, default=None, help=_help("target", "none"))
     compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=_help("output_dir"))
     compare.add_argument("--overwrite", action="store_true", help="discard the finished runs in --output-dir and start over")
     compare.add_argument("--no-progress", dest="progress", action="store_false",
@@ -64,22 +65,25 @@ def settings_from_args(args, argv: list[str] | None = None):
     return CompareSettings(
         strategies=parse_strategies(args.strategies), seeds=parse_seeds(args.seeds), budget=budget, base=base,
         output_dir=args.output_dir, baseline=args.baseline, jobs=jobs, eval_points=args.eval_points,
-        progress=args.progress, command=command,
+        progress=args.progress, command=command, target=args.target,
     )
 
 
 def summary_lines(settings, outcome) -> list[str]:
-    """The lines `dataflex compare` prints: paired difference of each strategy to the baseline.
+    """The lines `dataflex compare` prints: completions each strategy needs to reach the baseline's final accuracy
+    (and `settings.target`), then the paired difference of each strategy's accuracy to the baseline.
 
     With one seed there is a difference but no interval and no test: the line says so instead of
     printing NaN bounds.
     """
+    from .reach import headline_console
     from .report import equal_accuracy_warning, paired_difference
 
     degenerate = equal_accuracy_warning(outcome.records)
     if degenerate:  # a "+0.000 ... not significant" line would read as a result
         return [f"warning: {degenerate}"]
-    lines = []
+    lines = headline_console(outcome.records, settings.strategies, settings.baseline, settings.target)
+    lines.append(f"held-out accuracy after training, strategy - {settings.baseline} paired by seed [95% interval]:")
     for strategy in settings.strategies:
         if strategy == settings.baseline:
             continue

@@ -9,11 +9,13 @@ import os
 import numpy as np
 
 from . import stats
+from .reach import headline_section, mean_curve, reach_levels, reach_table, recorded
 
 REPORT_FILE = "report.md"
 RESULTS_FILE = "results.csv"
 FIGURES_FOLDER = "figures"
 ACCURACY_FIGURE = "accuracy_vs_completions.png"
+TOKENS_FIGURE = "accuracy_vs_tokens.png"
 PROPORTIONS_FIGURE = "domain_proportions.png"
 RUN_COLUMNS = ("strategy", "seed", "budget", "steps", "completions", "completion_tokens", "wall_seconds",
                "kept_frac", "accuracy_before_overall", "accuracy_after_overall", "accuracy_gain_overall",
@@ -104,59 +106,16 @@ def method_text() -> str:
 # --------------------------------------------------------------------------- figures
 
 
-def _mean_curve(runs: list[dict], domain: str):
-    """(completions, mean accuracy, low, high) at each evaluation point, averaged over seeds."""
-    length = min(len(r["curve"]) for r in runs)
-    x = np.array([[r["curve"][i]["completions"] for i in range(length)] for r in runs], dtype=float).mean(axis=0)
-    intervals = [stats.mean_interval([r["curve"][i]["accuracy"].get(domain, math.nan) for r in runs])
-                 for i in range(length)]
-    return x, [iv.mean for iv in intervals], [iv.low for iv in intervals], [iv.high for iv in intervals]
+X_LABELS = {"completions": "completions generated", "completion_tokens": "completion tokens generated"}
 
 
-def completions_to_reach(completions, accuracy, level: float) -> float:
-    """Completions from which a mean accuracy curve stays at or above ``level``: its last crossing
-    from below (linear between evaluation points); NaN if it ends below. Curves of RL runs often dip
-    before they climb, so the first point above ``level`` (often the starting one) would say little."""
-    x, y = np.asarray(completions, dtype=float), np.asarray(accuracy, dtype=float)
-    below = np.flatnonzero(y < level - 1e-12)
-    if len(below) == 0:
-        return float(x[0])
-    i = int(below[-1])
-    if i == len(y) - 1:
-        return math.nan
-    return float(x[i] + (level - y[i]) / (y[i + 1] - y[i]) * (x[i + 1] - x[i]))
-
-
-def reach_table(records: list[dict], strategies: list[str], baseline: str) -> tuple[float, list[str]]:
-    """The baseline's final mean accuracy, and markdown rows: completions each strategy's mean curve
-    needs to reach it (none without baseline runs).
-
-    The baseline's own row is where its curve reached that level for good, the reference of the ratio.
-    """
-    base_runs = list(_by_strategy(records, baseline).values())
-    if not base_runs:
-        return math.nan, []
-    x, y, _, _ = _mean_curve(base_runs, "overall")
-    level = float(y[-1])
-    reference = completions_to_reach(x, y, level)
-    rows = ["| strategy | completions to reach | share of the baseline's |", "|---|---|---|"]
-    for strategy in strategies:
-        runs = list(_by_strategy(records, strategy).values())
-        if not runs:
-            continue
-        sx, sy, _, _ = _mean_curve(runs, "overall")
-        reach = completions_to_reach(sx, sy, level)
-        cells = ["never" if math.isnan(reach) else f"{reach:.0f}",
-                 "-" if math.isnan(reach) or not reference else f"{reach / reference:.2f}"]
-        rows.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
-    return level, rows
-
-
-def plot_accuracy(path: str, records: list[dict], strategies: list[str], baseline: str | None = None) -> None:
-    """Held-out accuracy against completions generated: mean over seeds, shaded 95% interval.
+def plot_accuracy(path: str, records: list[dict], strategies: list[str], baseline: str | None = None,
+                  axis: str = "completions", levels: list[tuple[str, float]] = ()) -> None:
+    """Held-out accuracy against `axis` (a curve point field): mean over seeds, shaded 95% interval, and each
+    named accuracy level of `levels` as a dashed horizontal line on the overall panel.
 
     The baseline is drawn as a thick black line under the others, so a strategy that matches it
-    exactly stays visible on top of it.
+    exactly stays visible on top of it. A strategy whose results did not record `axis` is left out.
     """
     import matplotlib
 
@@ -165,19 +124,27 @@ def plot_accuracy(path: str, records: list[dict], strategies: list[str], baselin
 
     panels = ["overall", *domains_of(records)]
     figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
-    for axis, domain in zip(axes[0], panels):
+    drawn = 0
+    for panel, domain in zip(axes[0], panels):
         for strategy in strategies:
             runs = list(_by_strategy(records, strategy).values())
-            if not runs:
+            if not runs or not recorded(runs, axis):
                 continue
-            x, mean, low, high = _mean_curve(runs, domain)
+            drawn += 1
+            x, mean, low, high = mean_curve(runs, domain, axis)
             style = dict(color="black", linewidth=3.0, zorder=1) if strategy == baseline else dict(zorder=2)
-            line, = axis.plot(x, mean, marker="o", markersize=3, label=strategy, **style)
+            line, = panel.plot(x, mean, marker="o", markersize=3, label=strategy, **style)
             if len(runs) > 1:
-                axis.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
-        axis.set(title=f"held-out accuracy: {domain}", xlabel="completions generated", ylim=(-0.05, 1.05))
+                panel.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+        panel.set(title=f"held-out accuracy: {domain}", xlabel=X_LABELS.get(axis, axis), ylim=(-0.05, 1.05))
+    for (name, level), color in zip(levels, ("dimgray", "firebrick")):
+        axes[0][0].axhline(level, color=color, linestyle="--", linewidth=1.2, zorder=0, label=f"{name} ({level:.3f})")
+    if not drawn:  # results written before curve points recorded this axis
+        axes[0][0].text(0.5, 0.5, f"{X_LABELS.get(axis, axis)}:\nnot recorded in these results", ha="center",
+                        va="center", transform=axes[0][0].transAxes)
     axes[0][0].set_ylabel("accuracy (mean over seeds, 95% band)")
-    axes[0][0].legend(fontsize="small")
+    if axes[0][0].get_legend_handles_labels()[0]:
+        axes[0][0].legend(fontsize="small")
     figure.tight_layout()
     figure.savefig(path, dpi=80)
     plt.close(figure)
@@ -326,7 +293,8 @@ def _settings_lines(settings, outcome) -> list[str]:
 
 
 def render_report(settings, outcome) -> str:
-    """The markdown report: per-strategy intervals, paired differences to the baseline, figures, method."""
+    """The markdown report: compute to reach the target accuracies first, then per-strategy intervals, paired
+    differences to the baseline, figures, method."""
     records = outcome.records
     strategies = settings.strategies
     domains = domains_of(records)
@@ -334,6 +302,9 @@ def render_report(settings, outcome) -> str:
     degenerate = equal_accuracy_warning(records)
     if degenerate:
         out += [f"> **Warning:** {degenerate}.", ""]
+
+    out += headline_section(records, strategies, settings.baseline, settings.target,
+                            "all held-out accuracies are equal (see the warning above)" if degenerate else None)
 
     out += ["## Held-out accuracy after training", "",
             "Mean over seeds with the Student-t 95% interval `[low, high]`; `change` is after minus before.", ""]
@@ -389,10 +360,11 @@ def render_report(settings, outcome) -> str:
 
     base_level, reach = reach_table(records, strategies, settings.baseline)
     if reach and not degenerate:  # reaching a level every run holds from the start says nothing
-        out += [f"## Completions to reach the baseline's final accuracy ({_fmt(base_level)})", "",
-                "On the seed-mean overall accuracy curves (evaluation points, linear in between): the "
-                "completions from which a curve stays at or above that level; the baseline's own row is the "
-                "reference.", "", *reach, ""]
+        out += [f"## Completions to reach the baseline's final accuracy ({_fmt(base_level)}) on the seed-mean curves",
+                "", "The first section's question on the seed-mean overall accuracy curves (evaluation points, linear "
+                "in between), where the baseline always reaches its own final mean: the completions from which a "
+                "curve stays at or above that level; the baseline's own row is the reference. No interval: the "
+                "first section gives it, per seed.", "", *reach, ""]
 
     notes = sorted({(r["strategy"], note) for r in records for note in r.get("notes", [])})
     if notes:
@@ -402,6 +374,8 @@ def render_report(settings, outcome) -> str:
 
     out += ["## Figures", "",
             f"![held-out accuracy against completions generated]({FIGURES_FOLDER}/{ACCURACY_FIGURE})", "",
+            f"![held-out accuracy against completion tokens generated]({FIGURES_FOLDER}/{TOKENS_FIGURE})", "",
+            "Dashed lines: the accuracy levels of the first section.", "",
             f"![domain proportions over steps]({FIGURES_FOLDER}/{PROPORTIONS_FIGURE})", "",
             "## Method", "", method_text(), "",
             "- The \"before\" accuracy of a seed is the same for every strategy (same initial weights), so the "
@@ -432,10 +406,13 @@ def write_report(settings, outcome) -> dict[str, str]:
         "results": os.path.join(folder, RESULTS_FILE),
         "report": os.path.join(folder, REPORT_FILE),
         "accuracy_figure": os.path.join(figures, ACCURACY_FIGURE),
+        "tokens_figure": os.path.join(figures, TOKENS_FIGURE),
         "proportions_figure": os.path.join(figures, PROPORTIONS_FIGURE),
     }
     write_results_csv(paths["results"], outcome.records)
-    plot_accuracy(paths["accuracy_figure"], outcome.records, settings.strategies, settings.baseline)
+    levels = reach_levels(outcome.records, settings.baseline, settings.target)
+    for key, axis in (("accuracy_figure", "completions"), ("tokens_figure", "completion_tokens")):
+        plot_accuracy(paths[key], outcome.records, settings.strategies, settings.baseline, axis, levels)
     plot_proportions(paths["proportions_figure"], outcome.records, settings.strategies)
     with open(paths["report"], "w") as handle:
         handle.write(render_report(settings, outcome))

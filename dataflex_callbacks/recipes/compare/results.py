@@ -52,6 +52,8 @@ def result_problem(record) -> str | None:
     for when in ("before", "after"):
         if not isinstance(record[when].get("overall"), (int, float)):
             return f"its {when!r} accuracy has no number 'overall'"
+    # A curve point without "completion_tokens" or "wall_seconds" (written before they were recorded) is complete:
+    # the report shows n/a for those axes rather than training the run again.
     for point in record["curve"]:
         if not (isinstance(point, dict) and {"step", "completions", "accuracy"} <= set(point)
                 and isinstance(point["accuracy"], dict)):
@@ -87,14 +89,22 @@ def load_result(settings: CompareSettings, run: GridRun, on_warning: Callable[[s
     return record
 
 
-def _summarize(settings: CompareSettings, run: GridRun, result, ledger: GenerationLedger, curve: list[dict]) -> dict:
+def _summarize(settings: CompareSettings, run: GridRun, result, ledger: GenerationLedger, curve: list[dict],
+               train_seconds: float | None = None) -> dict:
+    """The run's result record. Its accuracy curve starts at step 0 (no completions, tokens or training time) and
+    ends at the run's totals; a point's ``wall_seconds`` is training time (`budget_callback`), the final one
+    `train_seconds` (the whole run's `result.wall_seconds` when not given)."""
     domains = list(result.config.get("domains") or [])
     metrics = result.metrics
     kept = [m["kept_frac"] for m in metrics if m.get("kept_frac") is not None]
     final_step = ledger.steps or (metrics[-1]["step"] if metrics else 0)
-    points = [{"step": 0, "completions": 0, "accuracy": result.eval_before}]
+    final_seconds = result.wall_seconds if train_seconds is None else train_seconds
+    points = [{"step": 0, "completions": 0, "completion_tokens": 0, "wall_seconds": 0.0,
+               "accuracy": result.eval_before}]
     points += [p for p in curve if p["step"] < final_step]
-    points.append({"step": final_step, "completions": ledger.completions, "accuracy": result.eval_after})
+    points.append({"step": final_step, "completions": ledger.completions,
+                   "completion_tokens": int(round(ledger.completion_tokens)),
+                   "wall_seconds": round(final_seconds, 3), "accuracy": result.eval_after})
     planned = len(settings.eval_plan().thresholds())
     proportions = []
     for m in metrics:
@@ -156,7 +166,7 @@ def execute_run(settings: CompareSettings, run: GridRun, pre_select: bool = Fals
         # warnings (e.g. a mixer whose targets the sampler does not follow) go into the report instead.
         warnings.simplefilter("always")
         result = run_training(options, callbacks=[callback])
-    record = _summarize(settings, run, result, ledger, callback.curve)
+    record = _summarize(settings, run, result, ledger, callback.curve, callback.train_seconds())
     notes = {str(w.message).strip() for w in caught if str(w.message).startswith("dataflex")}
     record["notes"] = sorted(notes)
     write_json_atomic(os.path.join(settings.run_dir(run), RESULT_FILE), record)

@@ -57,6 +57,8 @@ class CompareSettings:
                                         "accuracy-against-completions figure")
     progress: bool = _setting(True, help="show a progress bar over the whole grid")
     command: str = _setting("", help="the command line that started the comparison (written into the report)")
+    target: float | None = _setting(None, help="a held-out overall accuracy (0 < target <= 1) to report the compute "
+                                               "each strategy needs to reach, besides the baseline's final accuracy")
 
     def __post_init__(self):
         if self.base is None:
@@ -75,6 +77,13 @@ class CompareSettings:
         self.jobs = check_option_number("--jobs", self.jobs, NumberRule(integer=True, low=1), CompareInputError)
         self.eval_points = check_option_number("--eval-points", self.eval_points, NumberRule(integer=True, low=0),
                                         CompareInputError)
+        if self.target is not None:  # only the report reads it: not among the settings a resumed comparison shares
+            try:
+                self.target = check_option_number("--target", self.target, NumberRule(
+                    integer=False, low=0.0, high=1.0, open_low=True), CompareInputError)
+            except CompareInputError:
+                raise CompareInputError(f"--target must be a held-out accuracy above 0 and at most 1 (e.g. --target "
+                                        f"0.6), got {self.target!r}") from None
         if not isinstance(self.budget, Budget):
             raise CompareInputError(f"budget must be a Budget (e.g. Budget.parse('steps:100')), got {self.budget!r}")
         if not str(self.output_dir or "").strip():

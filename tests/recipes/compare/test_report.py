@@ -4,7 +4,7 @@ import math
 
 import pytest
 
-from dataflex_callbacks.recipes.compare.report import completions_to_reach, reach_table
+from dataflex_callbacks.recipes.compare.reach import cost_to_reach as completions_to_reach, reach_table
 
 
 def test_reach_is_the_last_crossing_from_below_interpolated():

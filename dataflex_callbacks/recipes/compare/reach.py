@@ -1,0 +1,246 @@
+"""Compute to reach an accuracy level, the headline of a comparison's report.
+
+GRESO, AR3PO and SPEED-RL report a data strategy's saving as the compute it needs to reach a target
+accuracy, not as its accuracy at a fixed budget. For each strategy this module measures the
+completions, generated tokens and training seconds (`AXES`) its runs needed to reach the baseline's
+final held-out accuracy (the mean over the baseline's seeds) and, with ``--target``, a given accuracy:
+per seed on that seed's own curve (`cost_to_reach`), then over seeds and, paired by seed, as a ratio
+to the baseline (`strategy_reach`). The method is written out in `stats`' docstring.
+
+A result written before curve points recorded ``completion_tokens`` and ``wall_seconds`` has no
+tokens or seconds to reach a level: those cells read "n/a (not recorded)".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import stats
+
+# Curve point field -> (what the report calls it, how a value is printed).
+AXES = {"completions": ("completions", "{:.0f}"),
+        "completion_tokens": ("generated tokens", "{:.0f}"),
+        "wall_seconds": ("training seconds", "{:.1f}")}
+
+
+def runs_by_seed(records: list[dict], strategy: str) -> dict[int, dict]:
+    """The result records of `strategy`, by seed."""
+    return {r["seed"]: r for r in records if r["strategy"] == strategy}
+
+
+def cost_to_reach(costs, accuracy, level: float) -> float:
+    """Cost (completions, tokens, seconds) from which an accuracy curve stays at or above ``level``: its last
+    crossing from below (linear between evaluation points); NaN if it ends below. Curves of RL runs often dip
+    before they climb, so the first point above ``level`` (often the starting one) would say little."""
+    x, y = np.asarray(costs, dtype=float), np.asarray(accuracy, dtype=float)
+    below = np.flatnonzero(y < level - 1e-12)
+    if len(below) == 0:
+        return float(x[0])
+    i = int(below[-1])
+    if i == len(y) - 1:
+        return math.nan
+    return float(x[i] + (level - y[i]) / (y[i + 1] - y[i]) * (x[i + 1] - x[i]))
+
+
+def recorded(runs: list[dict], axis: str) -> bool:
+    """Whether every curve point of `runs` has `axis` (results written before tokens and seconds were recorded lack them)."""
+    return all(isinstance(point.get(axis), (int, float)) for run in runs for point in run["curve"])
+
+
+def seed_cost_to_reach(record: dict, level: float, axis: str = "completions") -> float | None:
+    """`cost_to_reach` on one run's own overall curve: NaN when it ends below `level`, None when `axis` is not recorded."""
+    if not recorded([record], axis):
+        return None
+    curve = record["curve"]
+    return cost_to_reach([p[axis] for p in curve], [p["accuracy"].get("overall", math.nan) for p in curve], level)
+
+
+def mean_curve(runs: list[dict], domain: str, axis: str = "completions"):
+    """(mean `axis` value, mean accuracy, low, high) at each evaluation point, averaged over seeds."""
+    length = min(len(r["curve"]) for r in runs)
+    x = np.array([[r["curve"][i][axis] for i in range(length)] for r in runs], dtype=float).mean(axis=0)
+    intervals = [stats.mean_interval([r["curve"][i]["accuracy"].get(domain, math.nan) for r in runs])
+                 for i in range(length)]
+    return x, [iv.mean for iv in intervals], [iv.low for iv in intervals], [iv.high for iv in intervals]
+
+
+@dataclass
+class StrategyReach:
+    """One strategy's cost to reach one level on one axis: per seed, over seeds, and paired with the baseline.
+
+    Attributes:
+        per_seed: seed -> cost (NaN: that seed's curve ends below the level); empty when `axis` is not recorded.
+        interval: mean over seeds with its Student-t 95% interval; None unless every seed reached the level.
+        ratio: geometric-mean ratio to the baseline with its paired 95% interval; None when there is none.
+        ratio_note: why `ratio` is None ("" when it is not, or for the baseline itself).
+    """
+
+    strategy: str
+    axis: str
+    per_seed: dict[int, float] = field(default_factory=dict)
+    recorded: bool = True
+    interval: stats.Interval | None = None
+    ratio: stats.Interval | None = None
+    ratio_note: str = ""
+
+    @property
+    def reached(self) -> int:
+        return sum(1 for v in self.per_seed.values() if not math.isnan(v))
+
+
+def strategy_reach(records: list[dict], strategy: str, baseline: str, level: float,
+                   axis: str = "completions") -> StrategyReach | None:
+    """How much `axis` each seed of `strategy` needed to reach `level`, and the paired ratio to `baseline`;
+    None when `strategy` has no runs."""
+    runs = runs_by_seed(records, strategy)
+    if not runs:
+        return None
+    reach = StrategyReach(strategy, axis, recorded=recorded(list(runs.values()), axis))
+    if not reach.recorded:
+        reach.ratio_note = "not recorded"
+        return reach
+    reach.per_seed = {seed: seed_cost_to_reach(run, level, axis) for seed, run in sorted(runs.items())}
+    if reach.reached == len(reach.per_seed):
+        reach.interval = stats.mean_interval(list(reach.per_seed.values()))
+    if strategy == baseline:
+        return reach
+    base_runs = runs_by_seed(records, baseline)
+    seeds = sorted(set(runs) & set(base_runs))
+    if not seeds:
+        reach.ratio_note = "no baseline run of the same seed"
+    elif not recorded([base_runs[s] for s in seeds], axis):
+        reach.ratio_note = "not recorded for the baseline"
+    else:
+        base = {s: seed_cost_to_reach(base_runs[s], level, axis) for s in seeds}
+        pairs_reached = sum(1 for s in seeds if not math.isnan(reach.per_seed[s]) and not math.isnan(base[s]))
+        if pairs_reached < len(seeds):
+            reach.ratio_note = f"both reached it in {pairs_reached} of {len(seeds)} seeds"
+        else:
+            ratio = stats.paired_ratio_interval([reach.per_seed[s] for s in seeds], [base[s] for s in seeds])
+            if math.isnan(ratio.mean):
+                reach.ratio_note = "one of a pair reached it at the start, the other later"
+            else:
+                reach.ratio = ratio
+    return reach
+
+
+def reach_levels(records: list[dict], baseline: str, target: float | None) -> list[tuple[str, float]]:
+    """The levels of the headline, named: the baseline's final overall accuracy (mean over its seeds), then `target`."""
+    levels = []
+    base_runs = list(runs_by_seed(records, baseline).values())
+    if base_runs:
+        levels.append(("the baseline's final accuracy", float(np.mean([r["after"]["overall"] for r in base_runs]))))
+    if target is not None:
+        levels.append(("the target", float(target)))
+    return levels
+
+
+def _value(number: float, axis: str) -> str:
+    return AXES[axis][1].format(number)
+
+
+def reach_cell(reach: StrategyReach) -> str:
+    """A strategy's cost to reach a level: `mean [low, high]`, or how many seeds reached it, or why not known."""
+    if not reach.recorded:
+        return "n/a (not recorded)"
+    n, k = len(reach.per_seed), reach.reached
+    if k == 0:
+        return "not reached"
+    if k < n:
+        shown = ", ".join(f"{s}: {_value(v, reach.axis)}" for s, v in reach.per_seed.items() if not math.isnan(v))
+        return f"reached in {k} of {n} seeds ({shown})"
+    interval = reach.interval
+    if interval.n < 2:
+        return f"{_value(interval.mean, reach.axis)} (interval n/a: needs >= 2 seeds)"
+    return " ".join([_value(interval.mean, reach.axis),
+                     f"[{_value(interval.low, reach.axis)}, {_value(interval.high, reach.axis)}]"])
+
+
+def ratio_cell(reach: StrategyReach, baseline: str) -> str:
+    """A strategy's paired ratio to the baseline: `0.62 [0.41, 0.93]`, or why there is none."""
+    if reach.strategy == baseline:
+        return "1 (reference)"
+    if reach.ratio is None:
+        return f"n/a ({reach.ratio_note})"
+    if reach.ratio.n < 2:
+        return f"{reach.ratio.mean:.2f} (interval n/a: needs >= 2 seeds)"
+    return f"{reach.ratio.mean:.2f} [{reach.ratio.low:.2f}, {reach.ratio.high:.2f}]"
+
+
+def headline_section(records: list[dict], strategies: list[str], baseline: str, target: float | None,
+                     unavailable: str | None = None) -> list[str]:
+    """The report's first section, "Compute to reach the target": one table per level (markdown lines).
+
+    `unavailable` replaces the tables with its reason (e.g. every accuracy is the same number).
+    """
+    out = ["## Compute to reach the target", ""]
+    levels = reach_levels(records, baseline, target)
+    if unavailable or not levels:
+        return out + [f"n/a: {unavailable or 'no baseline runs and no --target'}.", ""]
+    out += ["Per seed, on its own overall held-out curve (linear between evaluation points): the compute from "
+            "which the curve stays at or above the level (0: it never fell below, the untrained model already had it); a "
+            "seed whose curve ends below it has not reached it. "
+            "Cells: mean over seeds [Student-t 95% interval], given only when every seed reached the level. "
+            f"`x baseline`: per seed strategy / `{baseline}`, geometric mean [paired 95% interval], below 1 when "
+            "the strategy needs less; given only when both reached the level in every seed. Training seconds "
+            "exclude held-out evaluation.", ""]
+    header = ["strategy"]
+    for axis in AXES:
+        header += [AXES[axis][0], "x baseline"]
+    for name, level in levels:
+        out += [f"### {name[0].upper()}{name[1:]}: {level:.3f}", "",
+                "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        for strategy in strategies:
+            cells = [f"`{strategy}`"]
+            for axis in AXES:
+                reach = strategy_reach(records, strategy, baseline, level, axis)
+                if reach is None:
+                    break
+                cells += [reach_cell(reach), ratio_cell(reach, baseline)]
+            else:
+                out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+def headline_console(records: list[dict], strategies: list[str], baseline: str, target: float | None) -> list[str]:
+    """The console's headline: per strategy, completions to reach each level, with the ratio to the baseline."""
+    lines = []
+    for name, level in reach_levels(records, baseline, target):
+        lines.append(f"completions to reach {name} ({level:.3f}), mean over seeds [95% interval], "
+                     "x baseline paired by seed:")
+        for strategy in strategies:
+            reach = strategy_reach(records, strategy, baseline, level)
+            if reach is None:
+                continue
+            ratio = "" if strategy == baseline else f"; x baseline: {ratio_cell(reach, baseline)}"
+            lines.append(f"  {strategy:<16} {reach_cell(reach)}{ratio}")
+    return lines
+
+
+def reach_table(records: list[dict], strategies: list[str], baseline: str) -> tuple[float, list[str]]:
+    """The baseline's final mean accuracy, and markdown rows: completions each strategy's seed-mean curve
+    needs to reach it (none without baseline runs).
+
+    The baseline's own row is where its mean curve reached that level for good, the reference of the ratio.
+    """
+    base_runs = list(runs_by_seed(records, baseline).values())
+    if not base_runs:
+        return math.nan, []
+    x, y, _, _ = mean_curve(base_runs, "overall")
+    level = float(y[-1])
+    reference = cost_to_reach(x, y, level)
+    rows = ["| strategy | completions to reach | share of the baseline's |", "|---|---|---|"]
+    for strategy in strategies:
+        runs = list(runs_by_seed(records, strategy).values())
+        if not runs:
+            continue
+        sx, sy, _, _ = mean_curve(runs, "overall")
+        reach = cost_to_reach(sx, sy, level)
+        cells = ["never" if math.isnan(reach) else f"{reach:.0f}",
+                 "-" if math.isnan(reach) or not reference else f"{reach / reference:.2f}"]
+        rows.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
+    return level, rows

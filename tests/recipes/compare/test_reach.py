@@ -1,0 +1,221 @@
+"""Compute to reach a target accuracy, the report's headline: per seed, not reached, --target, the paired ratio,
+its place in report.md, both accuracy figures, and tokens and training seconds on real curve points."""
+
+import json
+import math
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dataflex_callbacks.recipes.compare import Budget, CompareInputError, CompareSettings, stats
+from dataflex_callbacks.recipes.compare.grid import GridOutcome
+from dataflex_callbacks.recipes.compare.reach import headline_section, strategy_reach
+from dataflex_callbacks.recipes.compare.results import result_problem
+
+
+def record(strategy, seed, points, tokens_per_completion=4.0, seconds_per_completion=0.01):
+    """A result record whose overall curve is `points` [(completions, accuracy)]; tokens and seconds proportional."""
+    curve = [{"step": i, "completions": c, "completion_tokens": int(c * tokens_per_completion),
+              "wall_seconds": c * seconds_per_completion, "accuracy": {"overall": a, "a": a}}
+             for i, (c, a) in enumerate(points)]
+    return {"strategy": strategy, "seed": seed, "name": f"{strategy}-seed{seed}", "budget": "completions:400",
+            "steps": len(points) - 1, "completions": curve[-1]["completions"],
+            "completion_tokens": curve[-1]["completion_tokens"], "wall_seconds": curve[-1]["wall_seconds"] + 5.0,
+            "kept_frac": 1.0, "before": curve[0]["accuracy"], "after": curve[-1]["accuracy"], "curve": curve,
+            "proportions": [{"step": 1, "sampled": {"a": 1.0}, "target": None}], "run_dir": "runs/x", "domains": ["a"], "shared_key": "k"}
+
+
+def grid_records():
+    # Baseline final accuracies 0.6 and 0.8: level 0.7, which seed 1 reaches at 300 and seed 0 never (it ends at 0.6).
+    return [record("base", 0, [(0, 0.5), (200, 0.4), (400, 0.6)]),
+            record("base", 1, [(0, 0.5), (200, 0.6), (400, 0.8)]),
+            record("fast", 0, [(0, 0.5), (200, 0.8), (400, 0.9)]),
+            record("fast", 1, [(0, 0.5), (100, 0.9), (400, 0.9)])]
+
+
+def settings_for(tmp_path, strategies=("base", "fast"), target=None):
+    return CompareSettings(strategies=list(strategies), seeds=[0, 1], budget=Budget.parse("completions:400"),
+                           output_dir=str(tmp_path / "cmp"), eval_points=1, progress=False, target=target)
+
+
+def test_reach_is_measured_per_seed_on_each_seeds_own_curve_in_every_unit():
+    records = grid_records()
+    fast = strategy_reach(records, "fast", "base", 0.7)
+    # Seed 0 crosses 0.7 between 0 (0.5) and 200 (0.8): 200 * 0.2 / 0.3; seed 1 between 0 and 100 (0.9): 100 * 0.2 / 0.4.
+    assert fast.per_seed == pytest.approx({0: 400 / 3, 1: 50.0})
+    assert fast.interval.mean == pytest.approx((400 / 3 + 50) / 2)
+    assert strategy_reach(records, "fast", "base", 0.7, "completion_tokens").per_seed == pytest.approx(
+        {0: 4 * 400 / 3, 1: 200.0}, abs=1)
+    assert strategy_reach(records, "fast", "base", 0.7, "wall_seconds").per_seed == pytest.approx({0: 4 / 3, 1: 0.5})
+    # Seed 1 of the baseline crosses 0.7 between 200 (0.6) and 400 (0.8): at 300.
+    assert strategy_reach(records, "base", "base", 0.7).per_seed[1] == pytest.approx(300.0)
+
+
+def test_a_seed_whose_curve_ends_below_the_level_is_not_reached_and_no_interval_is_given():
+    records = grid_records()
+    base = strategy_reach(records, "base", "base", 0.7)
+    assert math.isnan(base.per_seed[0]) and base.reached == 1 and base.interval is None
+    fast = strategy_reach(records, "fast", "base", 0.7)
+    assert fast.ratio is None and fast.ratio_note == "both reached it in 1 of 2 seeds"
+    table = "\n".join(headline_section(records, ["base", "fast"], "base", None))
+    assert "| `base` | reached in 1 of 2 seeds (1: 300) | 1 (reference) |" in table
+    assert "n/a (both reached it in 1 of 2 seeds)" in table
+    never = strategy_reach(records, "fast", "base", 0.95)
+    assert never.reached == 0 and "| `fast` | not reached | n/a (both reached it in 0 of 2 seeds) |" in "\n".join(
+        headline_section(records, ["base", "fast"], "base", 0.95))
+
+
+def test_the_ratio_to_the_baseline_is_paired_by_seed():
+    # The baseline's reach differs 100-fold between seeds; `half` needs exactly half of it in every seed.
+    records, reaches = [], {0: 100, 1: 1000, 2: 10000}
+    for seed, reach in reaches.items():
+        records.append(record("base", seed, [(0, 0.0), (reach, 0.5), (20000, 0.5)]))
+        records.append(record("half", seed, [(0, 0.0), (reach / 2, 0.5), (20000, 0.5)]))
+    half = strategy_reach(records, "half", "base", 0.5)
+    assert half.ratio.mean == pytest.approx(0.5) and half.ratio.n == 3
+    assert half.ratio.high - half.ratio.low < 1e-6  # paired: the seeds' 100-fold spread cancels
+    # An independent reference: the paired bootstrap interval of the per-seed log-ratios, exponentiated.
+    records.append(record("mixed", 0, [(0, 0.0), (25, 0.5), (20000, 0.5)]))
+    records.append(record("mixed", 1, [(0, 0.0), (500, 0.5), (20000, 0.5)]))
+    records.append(record("mixed", 2, [(0, 0.0), (10000, 0.5), (20000, 0.5)]))
+    mixed = strategy_reach(records, "mixed", "base", 0.5)
+    logs = stats.paired_bootstrap_interval(np.log([25 / 100, 500 / 1000, 10000 / 10000]))
+    assert (mixed.ratio.mean, mixed.ratio.low, mixed.ratio.high) == pytest.approx(
+        (math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high)))
+    assert mixed.ratio.low < mixed.ratio.mean < mixed.ratio.high
+
+
+@pytest.mark.parametrize("bad", [0, -0.1, 1.5, float("nan"), "high", True])
+def test_a_target_outside_0_1_is_refused(tmp_path, bad):
+    with pytest.raises(CompareInputError, match=r"--target must be a held-out accuracy above 0 and at most 1"):
+        settings_for(tmp_path, target=bad)
+
+
+def test_the_target_flag_reaches_the_settings_the_api_and_the_report(tmp_path, capsys):
+    from dataflex_callbacks.recipes.cli import build_parser, main
+    from dataflex_callbacks.recipes.compare import compare
+    from dataflex_callbacks.recipes.compare.cli import settings_from_args
+
+    args = build_parser().parse_args(["compare", "--target", "0.85", "--output-dir", str(tmp_path / "c")])
+    assert settings_from_args(args).target == pytest.approx(0.85)
+    assert main(["compare", "--target", "1.5", "--output-dir", str(tmp_path / "c"), "--no-progress"]) == 2
+    assert "--target must be a held-out accuracy" in capsys.readouterr().err and not (tmp_path / "c").exists()
+    with pytest.raises(CompareInputError, match="--target"):
+        compare(["baseline"], target=0, output_dir=str(tmp_path / "c"), progress=False)
+    assert not (tmp_path / "c").exists()
+    table = "\n".join(headline_section(grid_records(), ["base", "fast"], "base", 0.85))
+    # The target: `fast` reaches 0.85 at 200 + 200 * 0.05 / 0.1 (seed 0) and 100 * 0.35 / 0.4 (seed 1).
+    assert "### The target: 0.850" in table and "| `base` | not reached |" in table
+    fast = strategy_reach(grid_records(), "fast", "base", 0.85)
+    assert fast.per_seed == pytest.approx({0: 300.0, 1: 87.5})
+
+
+def test_the_headline_is_the_reports_first_section_and_the_console_prints_it(tmp_path):
+    from dataflex_callbacks.recipes.compare.cli import summary_lines
+    from dataflex_callbacks.recipes.compare.report import render_report
+
+    records = grid_records()
+    outcome = GridOutcome(records=records, reused=[r["name"] for r in records])
+    report = render_report(settings_for(tmp_path, target=0.85), outcome)
+    sections = [line for line in report.splitlines() if line.startswith("## ")]
+    assert sections[:3] == ["## Compute to reach the target", "## Held-out accuracy after training",
+                            "## Paired difference to the baseline `base`"]
+    assert report.index("- budget per run:") < report.index("## Compute to reach the target")
+    assert "### The baseline's final accuracy: 0.700" in report and "### The target: 0.850" in report
+    assert "figures/accuracy_vs_tokens.png" in report and "figures/accuracy_vs_completions.png" in report
+    lines = summary_lines(settings_for(tmp_path, target=0.85), outcome)
+    assert lines[0].startswith("completions to reach the baseline's final accuracy (0.700)")
+    assert lines[1] == "  base             reached in 1 of 2 seeds (1: 300)"
+    assert lines[2].startswith("  fast             92 [-")  # mean of 133.3 and 50, Student-t interval
+    assert lines[2].endswith("x baseline: n/a (both reached it in 1 of 2 seeds)")
+    assert lines[3].startswith("completions to reach the target (0.850)") and lines[4].endswith("not reached")
+    assert any(line.startswith("  fast             - base: ") for line in lines[5:])
+
+
+def test_both_figures_name_the_strategies_and_draw_the_levels_dashed(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    from dataflex_callbacks.recipes.compare.report import write_report
+
+    drawn = {}
+    real_savefig = Figure.savefig
+
+    def savefig(figure, path, *args, **kwargs):
+        axis = figure.axes[0]
+        dashed = [line.get_ydata()[0] for line in axis.get_lines() if line.get_linestyle() == "--"]
+        legend = axis.get_legend()
+        drawn[str(path).rsplit("/", 1)[-1]] = (axis.get_xlabel(), [t.get_text() for t in legend.get_texts()], dashed)
+        return real_savefig(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    records = grid_records()
+    paths = write_report(settings_for(tmp_path, target=0.85), GridOutcome(records=records))
+    for key, name, label in (("accuracy_figure", "accuracy_vs_completions.png", "completions generated"),
+                             ("tokens_figure", "accuracy_vs_tokens.png", "completion tokens generated")):
+        assert paths[key].endswith(f"figures/{name}") and (tmp_path / "cmp" / "figures" / name).stat().st_size > 5000
+        xlabel, legend, dashed = drawn[name]
+        assert xlabel == label
+        assert legend == ["base", "fast", "the baseline's final accuracy (0.700)", "the target (0.850)"]
+        assert dashed == pytest.approx([0.7, 0.85])
+
+
+def test_results_written_before_tokens_and_seconds_load_and_read_n_a(tmp_path):
+    from dataflex_callbacks.recipes.compare.report import write_report
+
+    records = grid_records()
+    for r in records:
+        for point in r["curve"]:
+            del point["completion_tokens"], point["wall_seconds"]
+        assert result_problem(r) is None  # kept, not recomputed
+    fast = strategy_reach(records, "fast", "base", 0.7, "completion_tokens")
+    assert not fast.recorded and fast.per_seed == {}
+    table = "\n".join(headline_section(records, ["base", "fast"], "base", None))
+    assert "| `fast` | 92 [" in table and "n/a (not recorded) | n/a (not recorded) |" in table
+    paths = write_report(settings_for(tmp_path), GridOutcome(records=records))
+    assert (tmp_path / "cmp" / "figures" / "accuracy_vs_tokens.png").stat().st_size > 0 and paths["tokens_figure"]
+
+
+def test_training_seconds_exclude_the_evaluations_along_the_way():
+    import time
+
+    from dataflex_callbacks.recipes.compare.budget import GenerationLedger, budget_callback
+
+    def slow_evaluate(model, tokenizer):
+        time.sleep(0.3)
+        return {"overall": 0.5}
+
+    ledger = GenerationLedger(Budget.parse("steps:3"))
+    callback = budget_callback(ledger, slow_evaluate, eval_points=2)
+    args = SimpleNamespace(steps_per_generation=1, num_iterations=1, generation_batch_size=4,
+                           gradient_accumulation_steps=1)
+    control = SimpleNamespace(should_log=False, should_training_stop=False)
+    callback.on_train_begin(args, None, control)
+    for step in (1, 2, 3):
+        callback.on_step_end(args, SimpleNamespace(global_step=step), control)
+    callback.on_train_end(args, None, control)
+    assert [p["step"] for p in callback.curve] == [1, 2]
+    # Two evaluations of 0.3 s ran; the training between them took a few milliseconds.
+    assert callback.curve[1]["wall_seconds"] < 0.2 and callback.train_seconds() < 0.2
+    assert [p["completions"] for p in callback.curve] == [4, 8]
+
+
+def test_real_curve_points_record_completion_tokens_and_training_seconds(tmp_path, capsys):
+    pytest.importorskip("trl")
+    from dataflex_callbacks.recipes.cli import main
+
+    # Tiny: 1 strategy x 1 seed x 2 steps of 2 prompts x 2 completions, one evaluation after step 1.
+    assert main(["compare", "--strategies", "baseline", "--seeds", "1", "--budget", "steps:2", "--eval-points", "1",
+                 "--no-progress", "--prompts-per-step", "2", "--num-generations", "2", "--jobs", "1",
+                 "--target", "0.9", "--output-dir", str(tmp_path / "out")]) == 0
+    result = json.loads((tmp_path / "out" / "runs" / "baseline-seed0" / "result.json").read_text())
+    curve = result["curve"]
+    assert [p["step"] for p in curve] == [0, 1, 2]
+    assert (curve[0]["completion_tokens"], curve[0]["wall_seconds"]) == (0, 0.0)
+    assert 0 < curve[1]["completion_tokens"] < curve[2]["completion_tokens"] == result["completion_tokens"]
+    assert 0 < curve[1]["wall_seconds"] < curve[2]["wall_seconds"] < result["wall_seconds"]
+    out = capsys.readouterr().out
+    assert "completions to reach the baseline's final accuracy" in out and "completions to reach the target (0.900)" in out
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert [line for line in report.splitlines() if line.startswith("## ")][0] == "## Compute to reach the target"
+    assert (tmp_path / "out" / "figures" / "accuracy_vs_tokens.png").stat().st_size > 0
