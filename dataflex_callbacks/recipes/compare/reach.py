@@ -3,7 +3,8 @@
 GRESO, AR3PO and SPEED-RL report a data strategy's saving as the compute it needs to reach a target
 accuracy, not as its accuracy at a fixed budget. For each strategy this module measures the
 completions, generated tokens and training seconds (`AXES`) its runs needed to reach the baseline's
-final held-out accuracy (the mean over the baseline's seeds) and, with ``--target``, a given accuracy:
+final held-out accuracy on the same seed (each seed's own level, so the comparison is paired and the
+baseline reaches its level in every seed) and, with ``--target``, a given accuracy:
 per seed on that seed's own curve (`cost_to_reach`), then over seeds and, paired by seed, as a ratio
 to the baseline (`strategy_reach`). The method is written out in `stats`' docstring.
 
@@ -91,10 +92,31 @@ class StrategyReach:
         return sum(1 for v in self.per_seed.values() if not math.isnan(v))
 
 
-def strategy_reach(records: list[dict], strategy: str, baseline: str, level: float,
+Level = "float | dict[int, float]"
+"""An accuracy level: one for every seed, or one per seed (seed -> level)."""
+
+
+def level_of(level, seed: int) -> float:
+    """The level `seed` must reach: the seed's own where `level` maps seeds to levels, else `level`."""
+    if isinstance(level, dict):
+        return float(level.get(seed, math.nan))
+    return float(level)
+
+
+def level_text(level) -> str:
+    """`0.625`, or for per-seed levels their mean and range: `0.625 (per seed: 0.500-0.750)`."""
+    if not isinstance(level, dict):
+        return f"{level:.3f}"
+    values = list(level.values())
+    if min(values) == max(values):
+        return f"{values[0]:.3f}"
+    return f"{np.mean(values):.3f} (per seed: {min(values):.3f}-{max(values):.3f})"
+
+
+def strategy_reach(records: list[dict], strategy: str, baseline: str, level,
                    axis: str = "completions") -> StrategyReach | None:
-    """How much `axis` each seed of `strategy` needed to reach `level`, and the paired ratio to `baseline`;
-    None when `strategy` has no runs."""
+    """How much `axis` each seed of `strategy` needed to reach `level` (one level, or seed -> level), and the
+    paired ratio to `baseline`; None when `strategy` has no runs."""
     runs = runs_by_seed(records, strategy)
     if not runs:
         return None
@@ -102,7 +124,7 @@ def strategy_reach(records: list[dict], strategy: str, baseline: str, level: flo
     if not reach.recorded:
         reach.ratio_note = "not recorded"
         return reach
-    reach.per_seed = {seed: seed_cost_to_reach(run, level, axis) for seed, run in sorted(runs.items())}
+    reach.per_seed = {seed: seed_cost_to_reach(run, level_of(level, seed), axis) for seed, run in sorted(runs.items())}
     if reach.reached == len(reach.per_seed):
         reach.interval = stats.mean_interval(list(reach.per_seed.values()))
     if strategy == baseline:
@@ -114,7 +136,7 @@ def strategy_reach(records: list[dict], strategy: str, baseline: str, level: flo
     elif not recorded([base_runs[s] for s in seeds], axis):
         reach.ratio_note = "not recorded for the baseline"
     else:
-        base = {s: seed_cost_to_reach(base_runs[s], level, axis) for s in seeds}
+        base = {s: seed_cost_to_reach(base_runs[s], level_of(level, s), axis) for s in seeds}
         pairs_reached = sum(1 for s in seeds if not math.isnan(reach.per_seed[s]) and not math.isnan(base[s]))
         if pairs_reached < len(seeds):
             reach.ratio_note = f"both reached it in {pairs_reached} of {len(seeds)} seeds"
@@ -127,12 +149,14 @@ def strategy_reach(records: list[dict], strategy: str, baseline: str, level: flo
     return reach
 
 
-def reach_levels(records: list[dict], baseline: str, target: float | None) -> list[tuple[str, float]]:
-    """The levels of the headline, named: the baseline's final overall accuracy (mean over its seeds), then `target`."""
+def reach_levels(records: list[dict], baseline: str, target: float | None) -> list[tuple[str, object]]:
+    """The levels of the headline, named: the baseline's final overall accuracy on each seed (seed -> level),
+    then `target`."""
     levels = []
-    base_runs = list(runs_by_seed(records, baseline).values())
+    base_runs = runs_by_seed(records, baseline)
     if base_runs:
-        levels.append(("the baseline's final accuracy", float(np.mean([r["after"]["overall"] for r in base_runs]))))
+        levels.append(("the baseline's final accuracy on the same seed",
+                       {seed: float(r["after"]["overall"]) for seed, r in sorted(base_runs.items())}))
     if target is not None:
         levels.append(("the target", float(target)))
     return levels
@@ -191,7 +215,7 @@ def headline_section(records: list[dict], strategies: list[str], baseline: str, 
     for axis in AXES:
         header += [AXES[axis][0], "x baseline"]
     for name, level in levels:
-        out += [f"### {name[0].upper()}{name[1:]}: {level:.3f}", "",
+        out += [f"### {name[0].upper()}{name[1:]}: {level_text(level)}", "",
                 "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for strategy in strategies:
             cells = [f"`{strategy}`"]
@@ -210,7 +234,7 @@ def headline_console(records: list[dict], strategies: list[str], baseline: str, 
     """The console's headline: per strategy, completions to reach each level, with the ratio to the baseline."""
     lines = []
     for name, level in reach_levels(records, baseline, target):
-        lines.append(f"completions to reach {name} ({level:.3f}), mean over seeds [95% interval], "
+        lines.append(f"completions to reach {name} ({level_text(level)}), mean over seeds [95% interval], "
                      "x baseline paired by seed:")
         for strategy in strategies:
             reach = strategy_reach(records, strategy, baseline, level)

@@ -9,7 +9,7 @@ import os
 import numpy as np
 
 from . import stats
-from .reach import headline_section, mean_curve, reach_levels, reach_table, recorded
+from .reach import headline_section, level_text, mean_curve, reach_levels, reach_table, recorded
 
 REPORT_FILE = "report.md"
 RESULTS_FILE = "results.csv"
@@ -110,7 +110,7 @@ X_LABELS = {"completions": "completions generated", "completion_tokens": "comple
 
 
 def plot_accuracy(path: str, records: list[dict], strategies: list[str], baseline: str | None = None,
-                  axis: str = "completions", levels: list[tuple[str, float]] = ()) -> None:
+                  axis: str = "completions", levels: list[tuple[str, object]] = ()) -> None:
     """Held-out accuracy against `axis` (a curve point field): mean over seeds, shaded 95% interval, and each
     named accuracy level of `levels` as a dashed horizontal line on the overall panel.
 
@@ -138,7 +138,9 @@ def plot_accuracy(path: str, records: list[dict], strategies: list[str], baselin
                 panel.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         panel.set(title=f"held-out accuracy: {domain}", xlabel=X_LABELS.get(axis, axis), ylim=(-0.05, 1.05))
     for (name, level), color in zip(levels, ("dimgray", "firebrick")):
-        axes[0][0].axhline(level, color=color, linestyle="--", linewidth=1.2, zorder=0, label=f"{name} ({level:.3f})")
+        mean_level = float(np.mean(list(level.values()))) if isinstance(level, dict) else float(level)
+        axes[0][0].axhline(mean_level, color=color, linestyle="--", linewidth=1.2, zorder=0,
+                           label=f"{name} ({level_text(level)})")
     if not drawn:  # results written before curve points recorded this axis
         axes[0][0].text(0.5, 0.5, f"{X_LABELS.get(axis, axis)}:\nnot recorded in these results", ha="center",
                         va="center", transform=axes[0][0].transAxes)

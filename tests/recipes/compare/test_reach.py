@@ -58,7 +58,7 @@ def test_a_seed_whose_curve_ends_below_the_level_is_not_reached_and_no_interval_
     assert math.isnan(base.per_seed[0]) and base.reached == 1 and base.interval is None
     fast = strategy_reach(records, "fast", "base", 0.7)
     assert fast.ratio is None and fast.ratio_note == "both reached it in 1 of 2 seeds"
-    table = "\n".join(headline_section(records, ["base", "fast"], "base", None))
+    table = "\n".join(headline_section(records, ["base", "fast"], "base", 0.7))
     assert "| `base` | reached in 1 of 2 seeds (1: 300) | 1 (reference) |" in table
     assert "n/a (both reached it in 1 of 2 seeds)" in table
     never = strategy_reach(records, "fast", "base", 0.95)
@@ -84,6 +84,20 @@ def test_the_ratio_to_the_baseline_is_paired_by_seed():
     assert (mixed.ratio.mean, mixed.ratio.low, mixed.ratio.high) == pytest.approx(
         (math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high)))
     assert mixed.ratio.low < mixed.ratio.mean < mixed.ratio.high
+
+
+def test_the_baseline_level_is_each_seeds_own_final_accuracy_so_the_baseline_reaches_it_in_every_seed():
+    from dataflex_callbacks.recipes.compare.reach import reach_levels
+
+    records = grid_records()
+    (name, level), = reach_levels(records, "base", None)
+    assert level == {0: 0.6, 1: 0.8}
+    base = strategy_reach(records, "base", "base", level)
+    assert base.per_seed == pytest.approx({0: 400.0, 1: 400.0}) and base.reached == 2
+    fast = strategy_reach(records, "fast", "base", level)
+    # Seed 0 reaches 0.6 at 200 * 0.1 / 0.3, seed 1 reaches 0.8 at 100 * 0.3 / 0.4; paired ratios 1/6 and 3/16.
+    assert fast.per_seed == pytest.approx({0: 200 / 3, 1: 75.0})
+    assert fast.ratio.mean == pytest.approx(math.sqrt((200 / 3 / 400) * (75 / 400)))
 
 
 @pytest.mark.parametrize("bad", [0, -0.1, 1.5, float("nan"), "high", True])
@@ -122,13 +136,15 @@ def test_the_headline_is_the_reports_first_section_and_the_console_prints_it(tmp
     assert sections[:3] == ["## Compute to reach the target", "## Held-out accuracy after training",
                             "## Paired difference to the baseline `base`"]
     assert report.index("- budget per run:") < report.index("## Compute to reach the target")
-    assert "### The baseline's final accuracy: 0.700" in report and "### The target: 0.850" in report
+    assert ("### The baseline's final accuracy on the same seed: 0.700 (per seed: 0.600-0.800)" in report
+            and "### The target: 0.850" in report)
     assert "figures/accuracy_vs_tokens.png" in report and "figures/accuracy_vs_completions.png" in report
     lines = summary_lines(settings_for(tmp_path, target=0.85), outcome)
-    assert lines[0].startswith("completions to reach the baseline's final accuracy (0.700)")
-    assert lines[1] == "  base             reached in 1 of 2 seeds (1: 300)"
-    assert lines[2].startswith("  fast             92 [-")  # mean of 133.3 and 50, Student-t interval
-    assert lines[2].endswith("x baseline: n/a (both reached it in 1 of 2 seeds)")
+    assert lines[0].startswith("completions to reach the baseline's final accuracy on the same seed (0.700 (per "
+                               "seed: 0.600-0.800))")
+    assert lines[1] == "  base             400 [400, 400]"  # each seed reaches its own final accuracy at its end
+    assert lines[2].startswith("  fast             71 [")  # mean of 66.7 (0.6 on seed 0) and 75 (0.8 on seed 1)
+    assert lines[2].endswith("x baseline: 0.18 [0.08, 0.37]")  # paired: 1/6 on seed 0, 3/16 on seed 1
     assert lines[3].startswith("completions to reach the target (0.850)") and lines[4].endswith("not reached")
     assert any(line.startswith("  fast             - base: ") for line in lines[5:])
 
@@ -156,7 +172,8 @@ def test_both_figures_name_the_strategies_and_draw_the_levels_dashed(tmp_path, m
         assert paths[key].endswith(f"figures/{name}") and (tmp_path / "cmp" / "figures" / name).stat().st_size > 5000
         xlabel, legend, dashed = drawn[name]
         assert xlabel == label
-        assert legend == ["base", "fast", "the baseline's final accuracy (0.700)", "the target (0.850)"]
+        assert legend == ["base", "fast", "the baseline's final accuracy on the same seed (0.700 (per seed: 0.600-0.800))",
+                          "the target (0.850)"]
         assert dashed == pytest.approx([0.7, 0.85])
 
 
@@ -171,7 +188,7 @@ def test_results_written_before_tokens_and_seconds_load_and_read_n_a(tmp_path):
     fast = strategy_reach(records, "fast", "base", 0.7, "completion_tokens")
     assert not fast.recorded and fast.per_seed == {}
     table = "\n".join(headline_section(records, ["base", "fast"], "base", None))
-    assert "| `fast` | 92 [" in table and "n/a (not recorded) | n/a (not recorded) |" in table
+    assert "| `fast` | 71 [" in table and "n/a (not recorded) | n/a (not recorded) |" in table
     paths = write_report(settings_for(tmp_path), GridOutcome(records=records))
     assert (tmp_path / "cmp" / "figures" / "accuracy_vs_tokens.png").stat().st_size > 0 and paths["tokens_figure"]
 
