@@ -9,7 +9,9 @@ Two equivalent ways in::
     trainer = GRPOTrainer(model=..., reward_funcs=..., args=..., train_dataset=...)
     attach(trainer, "difffilter")
 
-``DataFlexRLOOTrainer`` is the same for ``trl.RLOOTrainer``; `attach` picks the callback for the trainer.
+``DataFlexRLOOTrainer`` is the same for ``trl.RLOOTrainer``, ``DataFlexAsyncGRPOTrainer`` for
+``trl.experimental.async_grpo.AsyncGRPOTrainer`` (`async_grpo`; imported on first use, since TRL
+warns on experimental imports); `attach` picks the callback for the trainer.
 """
 
 from .attaching import attach
@@ -18,5 +20,13 @@ from .loss_scaling import SUPPORTED_LOSS_TYPES
 from .rloo import DataFlexRLOOCallback, DataFlexRLOOTrainer
 from .trainer import DataFlexGRPOTrainer, DataFlexTrainerMixin
 
-__all__ = ["DataFlexCallback", "DataFlexGRPOTrainer", "DataFlexRLOOCallback", "DataFlexRLOOTrainer",
+__all__ = ["DataFlexAsyncCallback", "DataFlexAsyncGRPOTrainer", "DataFlexCallback", "DataFlexGRPOTrainer", "DataFlexRLOOCallback", "DataFlexRLOOTrainer",
            "DataFlexTrainerMixin", "SUPPORTED_LOSS_TYPES", "attach"]
+
+
+def __getattr__(name: str):
+    if name in ("DataFlexAsyncCallback", "DataFlexAsyncGRPOTrainer"):
+        from . import async_grpo
+
+        return getattr(async_grpo, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

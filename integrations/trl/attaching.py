@@ -1,4 +1,4 @@
-"""`attach`: plug a data strategy into a stock TRL trainer (``GRPOTrainer`` or ``RLOOTrainer``) in one line."""
+"""`attach`: plug a data strategy into a stock TRL trainer (``GRPOTrainer``, ``RLOOTrainer`` or ``AsyncGRPOTrainer``) in one line."""
 
 from __future__ import annotations
 
@@ -11,6 +11,33 @@ from .callback import HOOKS, DataFlexCallback, check_callback_host
 from .compat import check_trl_trainer
 from .rloo import DataFlexRLOOCallback
 from .streaming import stream_train_dataloader
+
+
+def is_async_trainer(trainer) -> bool:
+    """Whether ``trainer`` is TRL's ``AsyncGRPOTrainer`` (by class name first: a synchronous run never imports it)."""
+    if not any(cls.__name__ == "AsyncGRPOTrainer" for cls in type(trainer).__mro__):
+        return False
+    from .async_grpo import is_async_trainer as check
+
+    return check(trainer)
+
+
+def attach_async(trainer, strategy: Any, **options):
+    """`attach` for TRL's ``AsyncGRPOTrainer``: a `async_grpo.DataFlexAsyncCallback` bound to it; returns the callback."""
+    from .async_grpo import DataFlexAsyncCallback
+
+    own = getattr(trainer, "dataflex", None)
+    if isinstance(own, DataFlexAsyncCallback) and own.attached:
+        raise HostError(f"dataflex: this {type(trainer).__name__} already applies strategy {own.strategy.name!r}; "
+                        "attach() is for a stock AsyncGRPOTrainer. Give the strategy once.")
+    if strategy is None:
+        raise ConfigError("dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy).")
+    callback = DataFlexAsyncCallback(strategy, **options)
+    callback.bind(trainer)
+    trainer.add_callback(callback)
+    _wrap_method(trainer, "get_train_dataloader", callback.train_dataloader)
+    _wrap_method(trainer, "_load_optimizer_and_scheduler", callback.load_optimizer_and_scheduler)
+    return callback
 
 HOST_CALLBACKS: tuple[type[DataFlexCallback], ...] = (DataFlexCallback, DataFlexRLOOCallback)
 """The callback of each TRL trainer the adapter supports; `callback_for` picks by ``host_class``."""
@@ -26,7 +53,9 @@ def callback_for(trainer) -> type[DataFlexCallback]:
 
 def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataFlexCallback]] = None,
            **options) -> DataFlexCallback:
-    """Plug a data strategy into an existing TRL ``GRPOTrainer`` or ``RLOOTrainer``; returns the callback.
+    """Plug a data strategy into an existing TRL ``GRPOTrainer``, ``RLOOTrainer`` or ``AsyncGRPOTrainer``; returns the callback.
+
+    On an ``AsyncGRPOTrainer`` it binds a `async_grpo.DataFlexAsyncCallback` (``options``: its arguments).
 
     ``attach(trainer, "difffilter")`` adds the callback for the trainer's host (`callback_for`:
     `DataFlexCallback` for GRPO, `DataFlexRLOOCallback` for RLOO); if one was already passed in
@@ -35,6 +64,8 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
     ``domain_column``, the earlier name of ``domain_key``, with a DeprecationWarning).
     ``callback_class`` names the callback to build for a trainer of your own.
     """
+    if callback_class is None and is_async_trainer(trainer):
+        return attach_async(trainer, strategy, **options)
     callback_class = callback_for(trainer) if callback_class is None else callback_class
     check_trl_trainer(type(trainer), callback_class.host_class)
     own = getattr(trainer, "dataflex", None)
