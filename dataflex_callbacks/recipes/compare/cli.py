@@ -77,12 +77,13 @@ def summary_lines(settings, outcome) -> list[str]:
     printing NaN bounds.
     """
     from .reach import headline_console
-    from .report import equal_accuracy_warning, paired_difference
+    from .report import comparison_warnings, paired_difference
 
-    degenerate = equal_accuracy_warning(outcome.records)
+    degenerate, cautions = comparison_warnings(settings, outcome.records)
     if degenerate:  # a "+0.000 ... not significant" line would read as a result
-        return [f"warning: {degenerate}"]
-    lines = headline_console(outcome.records, settings.strategies, settings.baseline, settings.target)
+        return [f"warning: {text}" for text in [degenerate, *cautions]]
+    lines = [f"warning: {text}" for text in cautions]
+    lines += headline_console(outcome.records, settings.strategies, settings.baseline, settings.target)
     lines.append(f"held-out accuracy after training, strategy - {settings.baseline} paired by seed [95% interval]:")
     for strategy in settings.strategies:
         if strategy == settings.baseline:

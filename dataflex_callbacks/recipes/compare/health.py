@@ -1,9 +1,11 @@
-"""Checks that a comparison can answer its question: completions cut short, a held-out set too small to resolve.
+"""Checks that a comparison can answer its question: equal accuracies, completions cut short, a small held-out set.
 
 Each check reads the per-run result records and returns a warning (one sentence naming the figures
 and the fix) or None. The report puts every warning above its tables and the console prints it, so
 a grid that cannot separate strategies never reads as a plain "not significant".
 
+- **All accuracies equal.** Every held-out accuracy of every run the same number: nothing separates
+  the strategies, whatever a paired test says (the report then gives no verdicts).
 - **Truncated completions.** A run whose training completions end at `max_completion_length`
   without an end-of-sequence token in more than `TRUNCATION_LIMIT` of cases (TRL's
   ``completions/clipped_ratio``, averaged over the run's steps) is flagged: its rewards score
@@ -25,6 +27,22 @@ TRUNCATION_LIMIT = 0.5
 RESOLUTION_FLOOR = 0.02
 """The smallest difference in held-out accuracy the size advice aims to resolve (2 points)."""
 CLIPPED_KEY = "completions/clipped_ratio"
+
+
+def equal_accuracy_warning(records: list[dict]) -> str | None:
+    """A warning when every held-out accuracy of every run (before, after, each curve point, each domain) is the same
+    number, or None: such a grid cannot separate strategies, whatever the paired test says."""
+    values = set()
+    for record in records:
+        for accuracy in [record["before"], record["after"], *(p["accuracy"] for p in record.get("curve", []))]:
+            values.update(round(float(v), 12) for v in accuracy.values() if isinstance(v, (int, float)))
+    if len(values) != 1 or len(records) < 2:
+        return None
+    return (f"all held-out accuracies are equal ({next(iter(values)):.3f} for every run, before and after "
+            "training): the comparison cannot separate strategies; likely causes: completions cut short by the model's "
+            "positions or --max-completion-length (raise it), a held-out rule no completion meets (check "
+            "--reward-threshold or --verifier on a few completions), a model too weak or a budget too small for the "
+            "task (a stronger --model, a larger --budget), or a held-out set too small (more rows or --n-test)")
 
 
 def truncated_share(metrics: list[dict]) -> float | None:

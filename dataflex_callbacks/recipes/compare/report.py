@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from . import stats
+from . import health, stats
 from .reach import headline_section, level_text, mean_curve, reach_levels, reach_table, recorded
 
 REPORT_FILE = "report.md"
@@ -238,20 +238,16 @@ def _reward_line(base) -> str:
             f"correct when `{reward_name(base.reward[0])}` gives it at least {base.reward_threshold:g}")
 
 
-def equal_accuracy_warning(records: list[dict]) -> str | None:
-    """A warning when every held-out accuracy of every run (before, after, each curve point, each domain) is the same
-    number, or None: such a grid cannot separate strategies, whatever the paired test says."""
-    values = set()
-    for record in records:
-        for accuracy in [record["before"], record["after"], *(p["accuracy"] for p in record.get("curve", []))]:
-            values.update(round(float(v), 12) for v in accuracy.values() if isinstance(v, (int, float)))
-    if len(values) != 1 or len(records) < 2:
-        return None
-    return (f"all held-out accuracies are equal ({_fmt(next(iter(values)))} for every run, before and after "
-            "training): the comparison cannot separate strategies; likely causes: completions cut short by the model's "
-            "positions or --max-completion-length (raise it), a held-out rule no completion meets (check "
-            "--reward-threshold or --verifier on a few completions), a model too weak or a budget too small for the "
-            "task (a stronger --model, a larger --budget), or a held-out set too small (more rows or --n-test)")
+def comparison_warnings(settings, records: list[dict]) -> tuple[str | None, list[str]]:
+    """`(all_equal, others)`: the all-equal-accuracies warning (which voids the paired verdicts), and the other
+    health warnings (`health`): truncated completions, a held-out set too small for the differences measured."""
+    all_equal = health.equal_accuracy_warning(records)
+    if all_equal:
+        return all_equal, [w for w in [health.truncation_warning(records, settings)] if w]
+    differences = {s: paired_difference(records, s, settings.baseline)["interval"].mean
+                   for s in settings.strategies if s != settings.baseline}
+    others = [health.truncation_warning(records, settings), health.held_out_size_warning(records, settings, differences)]
+    return None, [w for w in others if w]
 
 
 def held_out_sizes(records: list[dict]) -> str:
@@ -301,9 +297,9 @@ def render_report(settings, outcome) -> str:
     strategies = settings.strategies
     domains = domains_of(records)
     out = ["# Strategy comparison", "", *_settings_lines(settings, outcome), ""]
-    degenerate = equal_accuracy_warning(records)
-    if degenerate:
-        out += [f"> **Warning:** {degenerate}.", ""]
+    degenerate, cautions = comparison_warnings(settings, records)
+    for text in [degenerate, *cautions]:
+        out += [f"> **Warning:** {text}.", ""] if text else []
 
     out += headline_section(records, strategies, settings.baseline, settings.target,
                             "all held-out accuracies are equal (see the warning above)" if degenerate else None)

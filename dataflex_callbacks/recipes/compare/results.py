@@ -13,6 +13,7 @@ import warnings
 from typing import TYPE_CHECKING, Callable
 
 from .budget import GenerationLedger, budget_callback
+from .health import truncated_share
 
 if TYPE_CHECKING:  # pragma: no cover
     from .settings import CompareSettings, GridRun
@@ -143,6 +144,8 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
         "completions_per_signal_group": ledger.completions / signal_groups if signal_groups else None,
         "wall_seconds": round(result.wall_seconds, 3),
         "kept_frac": sum(kept) / len(kept) if kept else 1.0,
+        # Share of training completions cut at max_completion_length (TRL's clipped_ratio, mean over steps).
+        "truncated_share": truncated_share(metrics),
         "before": result.eval_before,
         "after": result.eval_after,
         "curve": points,

@@ -38,7 +38,8 @@ def test_all_equal_accuracies_print_a_warning_not_a_difference():
 
     from dataflex_callbacks.recipes.compare.cli import summary_lines
 
-    settings = SimpleNamespace(strategies=["baseline", "none"], baseline="baseline", target=None)
+    settings = SimpleNamespace(strategies=["baseline", "none"], baseline="baseline", target=None,
+                               base=SimpleNamespace(dataset=None, eval_dataset=None, max_completion_length=4))
     flat = SimpleNamespace(records=[_record(s, seed, 0.0) for s in ("baseline", "none") for seed in (0, 1, 2)])
     lines = summary_lines(settings, flat)
     assert len(lines) == 1 and "all held-out accuracies are equal" in lines[0]
@@ -97,3 +98,41 @@ def test_the_context_check_reads_the_users_own_model_folder(tmp_path, capsys):
     assert len(err.splitlines()) == 1, err
     assert "is 23 tokens and completions are up to 24 tokens: 47 positions, but the model holds 40" in err
     assert not out.exists()
+
+
+def test_the_users_reward_model_folder_and_jsonl_give_an_honest_report(tmp_path, capsys, monkeypatch):
+    """The acceptance path of `dataflex compare` on a user's own work: sizes as config.json has them, the headline
+    first, and completions cut at --max-completion-length flagged in the report and on the console."""
+    import sys
+
+    from dataflex_callbacks.recipes.tiny_model import save_tiny
+
+    model = save_tiny(tmp_path / "my_model")
+    (tmp_path / "my_rewards_t30.py").write_text(
+        # An untrained tiny model writes the same completion for every prompt: this reward reads the prompt, so
+        # held-out accuracy differs between the seeds' held-out splits and the report has figures to show.
+        "def even(prompts, completions, answer, **columns):\n"
+        "    return [float(int(p.split('+')[0]) % 5 == 0) for p in prompts]\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    data = tmp_path / "mine.jsonl"
+    data.write_text("".join(f'{{"prompt": "{i}+1=", "answer": "{i + 1}"}}\n' for i in range(40)))
+    capsys.readouterr()
+    try:
+        assert main(["compare", *TINY, "--seeds", "2", "--model", model, "--dataset", str(data), "--n-test", "50",
+                     "--reward", "my_rewards_t30:even", "--reward-threshold", "0.5", "--target", "0.5",
+                     "--max-completion-length", "4", "--output-dir", str(tmp_path / "out")]) == 0
+    finally:
+        sys.modules.pop("my_rewards_t30", None)
+    out = capsys.readouterr().out
+    config = json.loads((tmp_path / "out" / "runs" / "none-seed1" / "config.json").read_text())
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert config["n_test_rows"] == 8 and "- held-out set: 8 prompts" in report and "held-out set: 8 prompts" in out
+    assert "- seeds: 0, 1 " in report and "`my_rewards_t30:even`" in report
+    sections = [line for line in report.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Compute to reach the target" and "### The target: 0.500" in report
+    assert "all held-out accuracies are equal" not in report
+    headline = report.split("## Compute to reach the target")[1].split("\n## ")[0]
+    assert "| `none` |" in headline and "x baseline" in headline
+    cut = "runs had more than 50% of their training completions cut at --max-completion-length 4 tokens"
+    assert f"> **Warning:** 4 of 4 {cut}" in report and f"warning: 4 of 4 {cut}" in out
