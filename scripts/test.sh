@@ -68,7 +68,7 @@ if [[ "$quick" != "1" && ( "${SKIP_VERL:-0}" != "1" || "${SKIP_VERL_E2E:-0}" != 
     engines_pid=$!
 fi
 
-flock .editable-install.lock "$PY" -m pip install -q --disable-pip-version-check -e ".[trl,lightning,dev]"
+flock .editable-install.lock "$PY" -m pip install -q --disable-pip-version-check -e ".[trl,lightning,dev,ray]"
 
 if [[ "$quick" != "1" ]]; then
     (

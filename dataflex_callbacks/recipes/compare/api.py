@@ -40,6 +40,7 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
             eval_dataset: str | None = None, reward_funcs: list | None = None,
             reward_weights: list[float] | None = None,
             reward_threshold: float = 1.0, seeds=3, budget="steps:100", output_dir: str = "runs/compare",
+            executor: str = "processes", ray_address: str | None = None, runs_per_gpu: int = 1,
             baseline: str | None = None, jobs: int = 1, eval_points: int = 4, target: float | None = None,
             overwrite: bool = False,
             progress: bool = True, on_warning: Callable[[str], None] | None = None,
@@ -64,7 +65,11 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
         budget: ``"steps:N"``, ``"completions:N"`` or a `Budget`.
         jobs: runs trained at once. With ``jobs > 1`` runs train in fresh worker processes, which import
             each reward by its path: a callable no import path names (a lambda, a notebook function) is
-            refused with `CompareInputError`; use ``jobs=1`` or move it into a .py file.
+            refused with `CompareInputError`; use ``jobs=1`` or move it into a .py file. On a machine
+            with GPUs each worker trains on its own GPU (``runs_per_gpu`` runs share one).
+        executor: ``"processes"`` (worker processes on this machine) or ``"ray"`` (each run a Ray task,
+            retried once if its worker dies; ``pip install 'dataflex-callbacks[ray]'``).
+        ray_address: with ``executor="ray"``, a running Ray cluster to join; default: a local Ray.
         target: a held-out overall accuracy in (0, 1]; the report also gives the compute each strategy needs
             to reach it (it always gives the compute to reach the baseline's final accuracy).
         run_options: any other `RunOptions` field (``prompts_per_step``, ``learning_rate``, ...).
@@ -102,6 +107,7 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
                       reward_threshold=reward_threshold, **run_options)
     settings = CompareSettings(strategies=list(strategies), seeds=seed_list, budget=parsed_budget, base=base,
                                output_dir=output_dir, baseline=baseline, jobs=jobs, eval_points=eval_points,
+                               executor=executor, ray_address=ray_address, runs_per_gpu=runs_per_gpu,
                                progress=progress, command="compare(...) from Python", target=target)
     if on_warning is None:
         def on_warning(message: str) -> None:

@@ -39,6 +39,10 @@ def add_compare_parser(commands) -> None:
     compare.add_argument("--budget", default=DEFAULT_BUDGET, help=_help("budget", DEFAULT_BUDGET))
     compare.add_argument("--baseline", default=None, help=_help("baseline", "the first strategy"))
     compare.add_argument("--jobs", type=int, default=None, help=_help("jobs", "2, at most the CPU count"))
+    compare.add_argument("--runs-per-gpu", type=int, default=_SETTINGS["runs_per_gpu"].default,
+                         help=_help("runs_per_gpu"))
+    compare.add_argument("--executor", default=_SETTINGS["executor"].default, help=_help("executor"))
+    compare.add_argument("--address", dest="ray_address", default=None, help=_help("ray_address", "none"))
     compare.add_argument("--eval-points", type=int, default=_SETTINGS["eval_points"].default, help=_help("eval_points"))
     compare.add_argument("--target", type=float, default=None, help=_help("target", "none"))
     compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=_help("output_dir"))
@@ -65,6 +69,7 @@ def settings_from_args(args, argv: list[str] | None = None):
     return CompareSettings(
         strategies=parse_strategies(args.strategies), seeds=parse_seeds(args.seeds), budget=budget, base=base,
         output_dir=args.output_dir, baseline=args.baseline, jobs=jobs, eval_points=args.eval_points,
+        runs_per_gpu=args.runs_per_gpu, executor=args.executor, ray_address=args.ray_address,
         progress=args.progress, command=command, target=args.target,
     )
 

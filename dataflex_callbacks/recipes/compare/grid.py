@@ -258,13 +258,21 @@ def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, s
         if bar is not None:
             bar.set_postfix_str(f"runs {len(records)}/{len(grid)}")
 
+    def note(line: str) -> None:  # where the runs train, above the progress bar
+        if bar is not None:
+            bar.write(line)
+
     try:
-        if settings.jobs == 1 or len(pending) <= 1:
+        if settings.executor == "ray" and pending:
+            from .ray_executor import run_on_ray
+
+            run_on_ray(settings, pending, pre_select, advance, finish, note=note)
+        elif settings.jobs == 1 or len(pending) <= 1:
             for run in pending:
                 finish(run, execute_run(settings, run, pre_select[run.strategy],
                                         on_step=lambda step, name=run.name: advance(name, step)))
         else:
-            run_parallel(settings, pending, pre_select, advance, finish)
+            run_parallel(settings, pending, pre_select, advance, finish, on_warning=on_warning, note=note)
     finally:
         if bar is not None:
             bar.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -16,6 +17,8 @@ from ..options import (OPTION_RULES, PER_RUN_FIELDS, NumberRule, RunOptions, che
 from .budget import Budget, EvalPlan
 
 RUNS_FOLDER = "runs"
+EXECUTORS = ("processes", "ray")
+RAY_INSTALL = "pip install 'dataflex-callbacks[ray]'"
 
 
 class CompareInputError(InputError):
@@ -53,6 +56,14 @@ class CompareSettings:
                                help="comparison folder (runs, report.md, results.csv, figures)")
     baseline: str | None = _setting(None, help="the strategy the others are paired against")
     jobs: int = _setting(1, help="runs trained at once, in separate processes")
+    runs_per_gpu: int = _setting(1, help="runs that share one GPU at once; with GPUs, --jobs is capped at GPUs x this, "
+                                         "and each worker sees only its GPU (CUDA_VISIBLE_DEVICES)")
+    executor: str = _setting("processes", help="where runs train: 'processes' (worker processes on this machine) or "
+                                               "'ray' (Ray tasks, each retried once if its worker dies; needs "
+                                               + RAY_INSTALL + ")")
+    ray_address: str | None = _setting(None, help="with executor 'ray': the address of a running Ray cluster "
+                                                  "(host:6379, ray://host:10001 or 'auto'); without it a local Ray "
+                                                  "is started with --jobs CPUs")
     eval_points: int = _setting(4, help="held-out evaluations during each run, besides before and after, for the "
                                         "accuracy-against-completions figure")
     progress: bool = _setting(True, help="show a progress bar over the whole grid")
@@ -75,6 +86,17 @@ class CompareSettings:
         if self.baseline not in self.strategies:
             raise CompareInputError(f"baseline {self.baseline!r} is not among the strategies {self.strategies}")
         self.jobs = check_option_number("--jobs", self.jobs, NumberRule(integer=True, low=1), CompareInputError)
+        self.runs_per_gpu = check_option_number("--runs-per-gpu", self.runs_per_gpu, NumberRule(integer=True, low=1),
+                                                CompareInputError)
+        if self.executor not in EXECUTORS:
+            raise CompareInputError(f"--executor {self.executor!r} is not one of {', '.join(EXECUTORS)}; pass "
+                                    "--executor processes (this machine) or --executor ray (a Ray cluster)")
+        if self.ray_address is not None and self.executor != "ray":
+            raise CompareInputError(f"--address {self.ray_address!r} names a Ray cluster, but the executor is "
+                                    f"{self.executor!r}; add --executor ray, or leave --address out")
+        if self.executor == "ray" and importlib.util.find_spec("ray") is None:
+            raise CompareInputError(f"--executor ray needs Ray, which is not installed; run {RAY_INSTALL}, "
+                                    "or use --executor processes")
         self.eval_points = check_option_number("--eval-points", self.eval_points, NumberRule(integer=True, low=0),
                                         CompareInputError)
         if self.target is not None:  # only the report reads it: not among the settings a resumed comparison shares
@@ -109,12 +131,15 @@ class CompareSettings:
             named = None
         if named is reward:
             return path
-        if self.jobs > 1:
+        if self.jobs > 1 or self.executor == "ray":
+            workers = ("the Ray workers" if self.executor == "ray"
+                       else f"the {self.jobs} worker processes of jobs={self.jobs}")
             raise CompareInputError(
-                f"reward {path!r} cannot reach the {self.jobs} worker processes of jobs={self.jobs}: workers are "
+                f"reward {path!r} cannot reach {workers}: workers are "
                 "fresh interpreters that import rewards by path, and no import path names this one (a lambda, a "
                 "nested function or one defined in a notebook or __main__); move it into a .py file and pass "
-                "'module:function' (or the function imported from there), or pass jobs=1")
+                "'module:function' (or the function imported from there), or pass jobs=1"
+                + (" with executor='processes'" if self.executor == "ray" else ""))
         return reward
 
     @property

@@ -5,6 +5,10 @@ one CPU thread each, report each finished step through a queue for the progress 
 soon as the comparison process is gone, even when it was killed with SIGKILL. The other way round,
 a worker that dies (the OOM killer, a kill) ends the comparison at once with `WorkerDiedError`,
 naming the runs it interrupted; finished runs stay in the folder, and the same command resumes.
+
+On a machine with CUDA GPUs each worker sees its own GPU (`CUDA_VISIBLE_DEVICES`, set in the
+worker before torch initialises CUDA): `plan_devices` places at most `runs_per_gpu` runs on a GPU
+and caps `jobs` at GPUs x `runs_per_gpu`. Without a GPU, workers train on the CPU, one thread each.
 """
 
 from __future__ import annotations
@@ -13,6 +17,8 @@ import os
 import sys
 import threading
 import time
+from dataclasses import dataclass, replace
+from typing import Callable, Sequence
 
 from dataflex_callbacks.errors import DataFlexError
 
@@ -26,6 +32,62 @@ class WorkerDiedError(DataFlexError, RuntimeError):
 _progress_queue = None
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
 PARENT_CHECK_SECONDS = 1.0
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """Where the workers of `--jobs N` train: `devices[i]` is worker i's `CUDA_VISIBLE_DEVICES` ([] on the CPU)."""
+
+    workers: int
+    devices: tuple[str, ...] = ()
+    runs_per_gpu: int = 1
+    capped_from: int | None = None  # the --jobs asked for, when more than the GPUs can take
+
+    def placement(self) -> str | None:
+        """The console line naming the GPUs the runs use, or None on the CPU."""
+        if not self.devices:
+            return None
+        used = list(dict.fromkeys(self.devices))
+        most = max(self.devices.count(gpu) for gpu in used)
+        per_gpu = "one run per GPU" if most == 1 else f"up to {most} runs per GPU"
+        return f"runs placed on GPU{'s' if len(used) > 1 else ''} {','.join(used)}, {per_gpu}"
+
+    def cap_warning(self) -> str | None:
+        """The warning for a --jobs the GPUs cannot take, or None."""
+        if self.capped_from is None:
+            return None
+        gpus = len(set(self.devices))
+        return (f"--jobs {self.capped_from} is more than the {gpus} GPU(s) x --runs-per-gpu {self.runs_per_gpu} "
+                f"can train at once; running {self.workers} at once (raise --runs-per-gpu to share a GPU between "
+                "runs, if they fit in its memory)")
+
+
+def plan_devices(jobs: int, gpus: Sequence[str], runs_per_gpu: int = 1) -> DevicePlan:
+    """Place `jobs` workers on the GPUs `gpus` (CUDA_VISIBLE_DEVICES entries), at most `runs_per_gpu` on each.
+
+    Workers go round the GPUs (0, 1, 2, 0, 1, 2, ...), so each GPU holds one run before any holds
+    two. Without GPUs every worker trains on the CPU and `jobs` is kept.
+    """
+    if not gpus:
+        return DevicePlan(workers=jobs)
+    slots = [str(gpu) for _ in range(runs_per_gpu) for gpu in gpus]
+    workers = min(jobs, len(slots))
+    return DevicePlan(workers=workers, devices=tuple(slots[:workers]), runs_per_gpu=runs_per_gpu,
+                      capped_from=jobs if jobs > len(slots) else None)
+
+
+def visible_gpus() -> list[str]:
+    """The CUDA GPUs this process may use, as `CUDA_VISIBLE_DEVICES` entries ([] without CUDA).
+
+    A `CUDA_VISIBLE_DEVICES` already set (e.g. "2,3") is kept: workers get its entries, not 0 and 1.
+    """
+    import torch
+
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    listed = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if listed is not None:
+        return [entry.strip() for entry in listed.split(",") if entry.strip()][:count]
+    return [str(index) for index in range(count)]
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -56,8 +118,11 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="dataflex-parent-watchdog", daemon=True).start()
 
 
-def _init_worker(queue, parent_pid: int | None = None) -> None:
+def _init_worker(queue, parent_pid: int | None = None, devices=None) -> None:
     global _progress_queue
+    if devices is not None:
+        # Before torch: CUDA reads it once, when torch first initialises CUDA in this process.
+        os.environ["CUDA_VISIBLE_DEVICES"] = devices.get(timeout=60)
     if parent_pid is not None:
         die_with_parent(parent_pid)
     import torch
@@ -88,18 +153,34 @@ def _exit_reason(code: int) -> str:
     return f"exit code {code}"
 
 
-def run_parallel(settings, pending, pre_select, advance, finish) -> None:
-    """Run `pending` grid runs in `settings.jobs` spawned workers; `advance(name, step)` and `finish(run, record)` hear of them."""
+def run_parallel(settings, pending, pre_select, advance, finish, gpus: Sequence[str] | None = None,
+                 on_warning: Callable[[str], None] | None = None, note: Callable[[str], None] | None = None) -> None:
+    """Run `pending` grid runs in `settings.jobs` spawned workers; `advance(name, step)` and `finish(run, record)` hear of them.
+
+    `gpus` (default: `visible_gpus()`) are placed by `plan_devices`; `note(line)` hears where the runs
+    train and `on_warning(message)` of a --jobs capped to the GPUs.
+    """
     import multiprocessing
     import queue as queue_module
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
+    plan = plan_devices(settings.jobs, visible_gpus() if gpus is None else gpus, settings.runs_per_gpu)
+    if plan.cap_warning() and on_warning is not None:
+        on_warning(plan.cap_warning())
+    workers = min(plan.workers, len(pending))
     # spawn: a fresh interpreter per worker, never a fork of a process that holds torch threads.
     context = multiprocessing.get_context("spawn")
     progress = context.Queue()
-    with ProcessPoolExecutor(max_workers=min(settings.jobs, len(pending)), mp_context=context,
-                             initializer=_init_worker, initargs=(progress, os.getpid())) as pool:
+    devices = None
+    if plan.devices:
+        devices = context.Queue()  # one entry per worker: each takes its GPU as it starts
+        for device in plan.devices[:workers]:
+            devices.put(device)
+        if note is not None:
+            note(replace(plan, devices=plan.devices[:workers]).placement())
+    with ProcessPoolExecutor(max_workers=workers, mp_context=context,
+                             initializer=_init_worker, initargs=(progress, os.getpid(), devices)) as pool:
         futures = {pool.submit(_execute_in_worker, settings, run, pre_select[run.strategy]): run for run in pending}
         remaining = set(futures)
         processes = []  # the workers, kept to read a dead one's exit code (the pool forgets them when it breaks)
