@@ -15,5 +15,5 @@ fi
 cd "$ROOT"
 start=$(date +%s)
 DATAFLEX_REQUIRE_VLLM=1 VLLM_ENABLE_V1_MULTIPROCESSING=0 HF_HUB_OFFLINE=1 \
-    "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/integrations/trl/test_vllm_colocate.py "$@"
+    "$VENV/bin/python" -m pytest -q -p no:cacheprovider tests/integrations/trl/test_vllm_colocate.py tests/integrations/trl/test_async_vllm.py "$@"
 echo "test_vllm: module finished in $(( $(date +%s) - start ))s"

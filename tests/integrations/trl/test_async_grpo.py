@@ -136,7 +136,7 @@ def test_a_skipped_prompt_never_reaches_the_engine(model_path, prompts, tmp_path
     skip = {"name": "skip_echo", "pre_select": {"name": "skip_zero_variance", "params": {
         "explore": 1e-6, "min_keep": 1e-9, "adapt_rate": 0.0, "domain_prior": False, "noise_check": False}}}
     trainer, worker = build(model_path, prompts, tmp_path / "skip", strategy=skip, reward=echo_zero_reward,
-                            max_steps=16, max_staleness=100)
+                            max_steps=20, max_staleness=100)
     trainer.train()
     tokenizer = build_tiny_tokenizer()
     seen = [tokenizer.decode(ids) for ids in worker.engine.prompts_seen]
@@ -145,8 +145,9 @@ def test_a_skipped_prompt_never_reaches_the_engine(model_path, prompts, tmp_path
     observed = trainer.dataflex.strategy.pre_select.history
     streaks = {key: int(observed.streaks([key])[0]) for key in echo if observed.lookup([key])[0] >= 0}
     assert streaks and all(s >= 1 for s in streaks.values())
-    # Once an echo prompt's zero-signal outcome was consumed, it is skipped: fed at most once more (in flight).
-    assert max(seen.count(p) for p in echo) <= 2 and len(seen) > len(prompts)
+    # Once an echo prompt's zero-signal outcome was consumed, it is skipped: in the second pass over the data (after
+    # a margin for prompts whose outcome was still in flight) no echo prompt reaches the engine.
+    assert len(seen) >= len(prompts) + 16 and not any(p in echo for p in seen[len(prompts) + 8:])
     others = [p for p in seen if p not in echo]
     assert len(others) > len(prompts) - len(echo)  # the other prompts came round again
 
