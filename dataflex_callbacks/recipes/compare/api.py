@@ -68,7 +68,7 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
             refused with `CompareInputError`; use ``jobs=1`` or move it into a .py file. On a machine
             with GPUs each worker trains on its own GPU (``runs_per_gpu`` runs share one).
         executor: ``"processes"`` (worker processes on this machine) or ``"ray"`` (each run a Ray task,
-            retried once if its worker dies; ``pip install 'dataflex-callbacks[ray]'``).
+            retried once if its worker dies; needs Ray: the ``[ray]`` extra).
         ray_address: with ``executor="ray"``, a running Ray cluster to join; default: a local Ray.
         target: a held-out overall accuracy in (0, 1]; the report also gives the compute each strategy needs
             to reach it (it always gives the compute to reach the baseline's final accuracy).

@@ -18,7 +18,7 @@ from .budget import Budget, EvalPlan
 
 RUNS_FOLDER = "runs"
 EXECUTORS = ("processes", "ray")
-RAY_INSTALL = "pip install 'dataflex-callbacks[ray]'"
+RAY_INSTALL = "pip install 'ray[default]>=2.9' (the package's [ray] extra: pip install -e '.[ray]' in its checkout)"
 
 
 class CompareInputError(InputError):

@@ -107,7 +107,7 @@ def test_executor_ray_without_ray_names_the_extra(tmp_path, capsys, monkeypatch)
 
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails, as where it is not installed
     assert main(["compare", "--executor", "ray", "--output-dir", str(tmp_path / "cmp")]) == 2
-    assert "pip install 'dataflex-callbacks[ray]'" in capsys.readouterr().err
+    assert "pip install 'ray[default]>=2.9'" in capsys.readouterr().err
 
 
 # --- Ray grids ---
