@@ -3,6 +3,9 @@
 # CUDA build, no CPU settings. Same tiny model, data and test reward, same Hydra overrides, e.g.
 #
 #   bash benchmarks/verl_e2e_gpu.sh trainer.v1.trainer_mode=dataflex_sync +dataflex.strategy=difffilter
+#   N_GPUS=2 bash benchmarks/verl_e2e_gpu.sh trainer.v1.trainer_mode=dataflex_separate_async \
+#       actor_rollout_ref.rollout.checkpoint_engine.backend=nccl actor_rollout_ref.rollout.nnodes=1 \
+#       actor_rollout_ref.rollout.n_gpus_per_node=1 +dataflex.strategy=difffilter   # a standalone rollout GPU
 #
 # Needs a Python environment with `verl[vllm]==0.9.1` (CUDA torch) and this repo installed
 # (`pip install -e .`); set VERL_PYTHON to its interpreter (default: python3). Nothing is downloaded:

@@ -61,7 +61,8 @@ def _as_list(values: Any) -> list:
 
 
 def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: Mapping[str, Any],
-                              domain_key: str | None = None) -> RolloutBatch:
+                              domain_key: str | None = None, policy_versions: torch.Tensor | None = None,
+                              trainer_version: int | None = None) -> RolloutBatch:
     """Build a `RolloutBatch` from verl's padded per-response fields.
 
     Args:
@@ -72,6 +73,8 @@ def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: 
             when present.
         domain_key: the column holding the domain label (only that one when given); default
             ``data_source`` (verl's), falling back to ``domain``.
+        policy_versions: ``(N,)`` the policy version each response was generated with (the async
+            trainers: verl's ``max_global_steps`` tag), with ``trainer_version`` the trainer's now.
 
     The reward of a response is the sum of its token-level *scores* (the verifier's outcome
     score, before any in-reward KL penalty), which is what the difficulty and mixing signals mean.
@@ -102,7 +105,8 @@ def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: 
 
     return RolloutBatch(rewards=rewards, group_ids=group_ids, completion_mask=mask,
                         advantages=optional("advantages"), logprobs=optional("old_log_probs"),
-                        entropies=optional("entropy"), domains=domains, prompt_keys=prompt_keys)
+                        entropies=optional("entropy"), domains=domains, prompt_keys=prompt_keys,
+                        policy_versions=policy_versions, trainer_version=trainer_version)
 
 
 def check_loss_agg_mode(loss_agg_mode: str) -> str:

@@ -22,18 +22,18 @@ import sys
 logger = logging.getLogger("dataflex_callbacks.integrations.verl")
 
 TRAINER_BASE = "verl.trainer.ppo.v1.trainer_base"
-TRAINER_NAMES = ("dataflex_sync", "dataflex_mix_sync")
+TRAINER_NAMES = ("dataflex_sync", "dataflex_mix_sync", "dataflex_colocate_async", "dataflex_separate_async")
 
 
 def register_trainers() -> None:
-    """Register `DataFlexPPOTrainer` as ``dataflex_sync`` and ``dataflex_mix_sync`` (idempotent)."""
+    """Register the DataFlex trainers under `TRAINER_NAMES` (``trainer.TRAINERS``) beside verl's own (idempotent)."""
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
 
-    from .trainer import DataFlexPPOTrainer
+    from .trainer import TRAINERS
 
     for name in TRAINER_NAMES:
-        if TRAINER_REGISTRY.get(name) is not DataFlexPPOTrainer:
-            register_trainer(name)(DataFlexPPOTrainer)
+        if TRAINER_REGISTRY.get(name) is not TRAINERS[name]:
+            register_trainer(name)(TRAINERS[name])
 
 
 def _register_logged() -> bool:

@@ -1,7 +1,17 @@
-"""`DataFlexPPOTrainer`: verl's synchronous v1 trainer with a DataFlex strategy in the loop.
+"""verl's v1 trainers with a DataFlex strategy in the loop: one implementation of the strategy steps
+(`DataFlexSteps`) on each of verl's trainer modes.
 
-Registered as ``trainer.v1.trainer_mode=dataflex_sync`` (alias ``dataflex_mix_sync``, the name
-DataFlex-RL configs use). Per training step:
+- `DataFlexPPOTrainer`: ``trainer.v1.trainer_mode=dataflex_sync`` (alias ``dataflex_mix_sync``, the
+  name DataFlex-RL configs use), on verl's ``sync`` trainer;
+- `DataFlexColocateAsyncTrainer`: ``dataflex_colocate_async``, on verl's ``colocate_async``
+  (partial rollouts, trainer and rollout on the same devices);
+- `DataFlexSeparateAsyncTrainer`: ``dataflex_separate_async``, on verl's ``separate_async`` (a
+  standalone rollout pool; needs a non-naive checkpoint engine, i.e. GPUs).
+
+In the asynchronous modes every response carries the policy version it was generated with (verl's
+``max_global_steps`` tag): the strategy sees it as `RolloutBatch.policy_versions`, with
+``trainer_version = global_steps - 1``, so staleness is verl's own ``trajectory_staleness``, and
+the trainer logs it per domain (``dataflex/staleness/*``). Per training step:
 
 1. prompts come from verl's ``StatefulDataLoader``; with a ``mix`` part its sampler is the core's
    `DomainMixingSampler` (its state is saved in verl's ``data.pt``); with ``pre_select``,
@@ -28,15 +38,18 @@ import torch
 import transfer_queue as tq
 from tensordict import TensorDict
 from torchdata.stateful_dataloader import StatefulDataLoader
+from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
 from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import response_to_nested
 
-from dataflex_callbacks import DomainMixingSampler
+from dataflex_callbacks import DomainMixingSampler, RolloutBatch
 from dataflex_callbacks.batch import NO_DOMAIN
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import (BatchFeed, Candidates, accept_from, checkpoint_state, decide, read_state_file,
                                      resolve_domain_key, restore_strategy, set_group_size)
+from dataflex_callbacks.metrics import DomainStalenessStats
 from dataflex_callbacks.sampler import domain_labels
 
 from .config import check_verl_config, drop_reference_sampler
@@ -50,14 +63,19 @@ STRATEGY_FIELDS = ("uid", "response_mask", "rm_scores", "token_level_rewards", "
                    "entropy", "rollout_is_weights", "index")
 
 
-class DataFlexPPOTrainer(PPOTrainerSync):
-    """verl's sync v1 PPO/GRPO trainer that applies the ``dataflex:`` strategy of the config."""
+class DataFlexSteps:
+    """The strategy steps of every DataFlex verl trainer; mixed in before one of verl's v1 trainers.
 
-    # verl branches on ``self.trainer_mode == "sync"`` (replay buffer, dataloader chunking,
-    # TransferQueue checkpointing); this trainer is the sync trainer under another name.
+    `BASE_MODE` names the verl trainer mode underneath: verl branches on ``self.trainer_mode``
+    (replay buffer, dataloader chunking, TransferQueue checkpointing), so the trainer reports that
+    mode, and the name it was registered under is kept in ``registered_name``.
+    """
+
+    BASE_MODE = "sync"
+
     @property
     def trainer_mode(self) -> str:
-        return "sync"
+        return self.BASE_MODE
 
     @trainer_mode.setter
     def trainer_mode(self, value: str) -> None:
@@ -72,11 +90,12 @@ class DataFlexPPOTrainer(PPOTrainerSync):
             logger.info("dataflex: %r", self.strategy)
         else:
             logger.warning("dataflex: trainer_mode=%s but the config has no enabled 'dataflex:' block; "
-                           "training exactly as trainer_mode=sync", config.trainer.v1.trainer_mode)
+                           "training exactly as trainer_mode=%s", config.trainer.v1.trainer_mode, self.BASE_MODE)
         self.prompt_sampler: DomainMixingSampler | None = None
         self._prompt_carry: TensorDict | None = None
         self._prompt_rng = np.random.default_rng(self._sampler_seed(config))
         self.dataflex_metrics: dict[str, float] = {}
+        self.staleness_stats: DomainStalenessStats | None = None  # built at the first batch that has versions
         super().__init__(config)
 
     @property
@@ -223,10 +242,12 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         if "rm_scores" in tensors:
             tensors["token_level_scores"] = tensors.pop("rm_scores")
         real_rows = torch.from_numpy(np.flatnonzero(real))
+        versions = policy_versions(batch.tags, real) if self.BASE_MODE != "sync" else None
         rollout = rollout_batch_from_fields(
             {k: v[real_rows] for k, v in tensors.items()},
             {k: np.asarray(v, dtype=object)[real] for k, v in non_tensors.items()},
-            domain_key=domain_key)
+            domain_key=domain_key, policy_versions=versions,
+            trainer_version=None if versions is None else int(self.global_steps) - 1)
         # One process (verl's driver) decides, so it is the one that warns.
         decision = decide(self.strategy, rollout, int(self.global_steps), warn=True)
 
@@ -244,12 +265,31 @@ class DataFlexPPOTrainer(PPOTrainerSync):
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
 
         step_metrics = {f"dataflex/{k}": float(v) for k, v in decision.metrics.items()}
+        if versions is not None:
+            step_metrics.update(self._staleness_metrics(rollout, decision))
         if self.prompt_sampler is not None:  # the share of drawn prompts, also before the mixer's first update
             actual = self.prompt_sampler.actual_proportions(recent=True)
             step_metrics.update({f"dataflex/mix/actual/{d}": p for d, p in actual.items()})
         self.dataflex_metrics = step_metrics
         metrics.update(step_metrics)
         return batch
+
+    def _staleness_metrics(self, rollout: RolloutBatch, decision) -> dict[str, float]:
+        """Per-domain staleness of the consumed responses and the share the strategy dropped, over the run so far.
+
+        Stale responses verl evicts never reach the trainer (`ReplayBufferAsync` drops them inside
+        ``_evict_terminal_groups``); verl logs their count as ``off_policy/evicted_samples``, so the
+        stale-drop share per domain is not known here and is not logged.
+        """
+        domains = rollout.domains or [NO_DOMAIN] * rollout.n
+        if self.staleness_stats is None:  # every domain of the data (a batch holds only some of them)
+            self.staleness_stats = DomainStalenessStats(sorted(set(self._domains_seen() or []) | set(domains)))
+        self.staleness_stats.update(domains, rollout.staleness, torch.zeros(rollout.n, dtype=torch.bool),
+                                    ~decision.keep.bool())
+        values = {f"dataflex/{name}": value for name, value in self.staleness_stats.compute().items()
+                  if "/dropped_stale_frac/" not in name}
+        values["dataflex/staleness/mean"] = float(rollout.staleness.float().mean()) if rollout.n else 0.0
+        return values
 
     # ------------------------------------------------------------ checkpoint
 
@@ -277,11 +317,47 @@ class DataFlexPPOTrainer(PPOTrainerSync):
     def load_dataflex_state(self, folder: str) -> None:
         """Restore the strategy and the prompt-acceptance generator from a checkpoint folder (`checkpoint_state`)."""
         # Plain containers, tensors and numbers only: safe loading, as for any checkpoint a user may share.
-        state = read_state_file(folder, STATE_FILE, saved_by="trainer_mode=dataflex_sync")
+        state = read_state_file(folder, STATE_FILE, saved_by=f"trainer_mode={self.registered_name}")
         if state is None:
             return
-        restore_strategy(self.strategy, state, source=folder, writer="trainer_mode=dataflex_sync")
+        restore_strategy(self.strategy, state, source=folder, writer=f"trainer_mode={self.registered_name}")
         self._prompt_rng.bit_generator.state = state["rng"]
+
+
+class DataFlexPPOTrainer(DataFlexSteps, PPOTrainerSync):
+    """verl's sync v1 PPO/GRPO trainer that applies the ``dataflex:`` strategy of the config (``dataflex_sync``)."""
+
+    BASE_MODE = "sync"
+
+
+class DataFlexColocateAsyncTrainer(DataFlexSteps, PPOTrainerColocateAsync):
+    """verl's ``colocate_async`` trainer (partial rollouts, generation one step ahead on the same devices) with the
+    ``dataflex:`` strategy (``dataflex_colocate_async``); responses carry their policy version."""
+
+    BASE_MODE = "colocate_async"
+
+
+class DataFlexSeparateAsyncTrainer(DataFlexSteps, PPOTrainerSeparateAsync):
+    """verl's ``separate_async`` trainer (a standalone rollout pool) with the ``dataflex:`` strategy
+    (``dataflex_separate_async``). verl requires a non-naive checkpoint engine (NCCL-class weight transfer):
+    untested end to end here, see docs/verl.md."""
+
+    BASE_MODE = "separate_async"
+
+
+TRAINERS = {"dataflex_sync": DataFlexPPOTrainer, "dataflex_mix_sync": DataFlexPPOTrainer,
+            "dataflex_colocate_async": DataFlexColocateAsyncTrainer,
+            "dataflex_separate_async": DataFlexSeparateAsyncTrainer}
+"""The trainer modes this plugin registers beside verl's own, and their classes."""
+
+
+def policy_versions(tags: list[dict], real: np.ndarray) -> torch.Tensor | None:
+    """``(N,)`` policy versions of the real rows: verl's ``max_global_steps`` tag (the newest weights a response was
+    generated with, so ``global_steps - 1 - version`` is verl's ``trajectory_staleness``); None when a row lacks it."""
+    versions = [tag.get("max_global_steps") for tag, is_real in zip(tags, real) if is_real]
+    if any(v is None for v in versions):
+        return None
+    return torch.tensor([int(v) for v in versions], dtype=torch.int64)
 
 
 def _split_padded(data: TensorDict) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -33,7 +33,7 @@ def test_entry_point_is_installed():
 
 def test_import_verl_registers_dataflex_trainers():
     names = run_probe(VERL_USE_EXTERNAL_PLUGINS="auto")
-    assert {"dataflex_sync", "dataflex_mix_sync", "sync"} <= names
+    assert {"dataflex_sync", "dataflex_mix_sync", "dataflex_colocate_async", "dataflex_separate_async", "sync"} <= names
 
 
 def test_verl_use_external_plugins_is_respected():
@@ -63,3 +63,32 @@ def test_registration_is_idempotent():
     register_trainers()
     register_trainers()
     assert get_trainer_cls("dataflex_sync") is DataFlexPPOTrainer is get_trainer_cls("dataflex_mix_sync")
+
+
+def test_each_async_mode_is_verls_trainer_of_that_mode_with_the_strategy_steps():
+    from verl.trainer.ppo.v1 import get_trainer_cls
+    from verl.trainer.ppo.v1.trainer_colocate_async import PPOTrainerColocateAsync
+    from verl.trainer.ppo.v1.trainer_separate_async import PPOTrainerSeparateAsync
+
+    from dataflex_callbacks.integrations.verl.plugin import register_trainers
+    from dataflex_callbacks.integrations.verl.trainer import DataFlexSteps
+
+    register_trainers()
+    for name, verl_cls, mode in (("dataflex_colocate_async", PPOTrainerColocateAsync, "colocate_async"),
+                                 ("dataflex_separate_async", PPOTrainerSeparateAsync, "separate_async")):
+        cls = get_trainer_cls(name)
+        assert issubclass(cls, DataFlexSteps) and issubclass(cls, verl_cls) and cls.BASE_MODE == mode
+        # verl branches on trainer_mode (replay buffer, TransferQueue prompt persistence): it must read verl's mode.
+        assert cls.__mro__.index(DataFlexSteps) < cls.__mro__.index(verl_cls)
+
+
+def test_policy_versions_are_verls_max_global_steps_tags_of_the_real_rows():
+    import numpy as np
+    import torch
+
+    from dataflex_callbacks.integrations.verl.trainer import policy_versions
+
+    tags = [{"max_global_steps": 3}, {"max_global_steps": 4, "is_padding": True}, {"max_global_steps": 2}]
+    real = np.array([True, False, True])
+    assert torch.equal(policy_versions(tags, real), torch.tensor([3, 2]))
+    assert policy_versions([{"global_steps": 1}], np.array([True])) is None  # a row without the tag: no versions

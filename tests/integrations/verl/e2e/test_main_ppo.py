@@ -407,3 +407,39 @@ def test_baseline_strategy_trains_as_stock_verl():
     # loss and gradient as verl's own functions on one batch).
 
 
+
+
+# ---------------------------------------------------------------- dataflex_colocate_async: verl's async trainer
+
+ASYNC = ("trainer.v1.trainer_mode=dataflex_colocate_async", dataflex_strategy("async_select_mix_skip.yaml"),
+         "trainer.save_freq=1")
+
+
+def test_the_async_trainer_runs_every_part_and_logs_verls_own_staleness():
+    run = run_main_ppo("async", *ASYNC, steps=3)
+    assert "domains (column 'data_source'): easy, hard" in run.log()  # the train-start line of the strategy
+    for step in (1, 2, 3):
+        metrics = run.step(step)
+        assert 0 <= metrics["dataflex/kept_frac"] <= 1 and "dataflex/mix/target/hard" in metrics, metrics
+        # The strategy's staleness is verl's own count: versions lag by global_steps - 1 - max_global_steps.
+        assert metrics["dataflex/staleness/mean"] == pytest.approx(
+            metrics["training/off_policy/trajectory_staleness/mean"]), (step, metrics)
+        assert {"dataflex/staleness/mean/easy", "dataflex/staleness/mean/hard"} <= set(metrics), metrics
+    # Generation runs a step ahead: from step 2 on, responses come from the previous weights.
+    assert run.step(2)["training/off_policy/trajectory_staleness/max"] >= 1, run.step(2)
+    state = torch.load(run.out / "checkpoints" / "global_step_2" / "dataflex.pt", weights_only=True)
+    assert state["strategy"]["pre_select"]["drawn"] >= 2 * PROMPTS, state["strategy"]["pre_select"]
+
+
+def test_the_async_trainer_resumes_its_strategy_from_a_checkpoint():
+    full = run_main_ppo("async", *ASYNC, steps=3)
+    checkpoint = full.out / "checkpoints" / "global_step_1"
+    assert (checkpoint / "dataflex.pt").exists(), list(checkpoint.iterdir())
+    resumed = run_main_ppo("async_resumed", *ASYNC, "trainer.resume_mode=resume_path",
+                           f"trainer.resume_from_path={checkpoint}", steps=2)
+    assert [row["step"] for row in resumed.metrics] == [2], [row["step"] for row in resumed.metrics]
+    # The mix target of step 2 is computed from the restored strategy (step 1's statistics) before any new
+    # rollout is seen; a fresh strategy would start from the even prior.
+    assert "dataflex/mix/target/hard" in resumed.step(2)
+    restored = torch.load(checkpoint / "dataflex.pt", weights_only=True)["strategy"]
+    assert restored["pre_select"]["drawn"] >= PROMPTS, restored["pre_select"]
