@@ -33,6 +33,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dataflex_callbacks.errors import ArgumentError
+
 # Two-sided 95% Student-t critical values t(0.975, df) for df = 1..30.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
          2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
@@ -93,7 +95,8 @@ def paired_ratio_interval(numerators, denominators, resamples: int = 10_000, see
     log-ratios, exponentiated. A pair of zeros is a ratio of 1; a pair with one zero has no finite ratio (NaN)."""
     top, bottom = np.asarray(numerators, dtype=np.float64), np.asarray(denominators, dtype=np.float64)
     if top.shape != bottom.shape:
-        raise ValueError(f"paired values differ in length: {top.size} and {bottom.size}")
+        raise ArgumentError(f"paired values differ in length: {top.size} and {bottom.size}; pass one value per seed "
+                            "to each side")
     both_zero = (top == 0) & (bottom == 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         logs = np.where(both_zero, 0.0, np.log(top) - np.log(bottom))
