@@ -1,0 +1,246 @@
+"""Graded verifiable tasks: arithmetic and digit sorting, difficulty as a dial, answers checked exactly.
+
+A **level** is one task family at one setting of its dial (operand lengths, list length) and is one
+domain of the dataset. Inside a level the difficulty of a prompt still varies (how many carries an
+addition has, how many borrows a subtraction, how far a list is from sorted), and each row records
+that count in its `difficulty` column, as real data mixes easy and hard prompts under one label.
+
+Arithmetic is written **least-significant digit first**, operands and answer alike (``74+83=`` asks
+for 47 + 38 and expects ``58``, meaning 85): the reversed format of "Teaching Arithmetic to Small
+Transformers" (arXiv 2307.03381) applied to the operands too, so each answer digit sits at a fixed
+distance from the operand digits it depends on and a small model learns the columns, carrying as it
+writes, in minutes on a CPU. Sorting answers are the sorted digits. The reference answer is the
+exact completion expected, so a verifier compares strings, never numbers: ``04`` (40) is not ``4``.
+
+Which split a prompt belongs to is a function of the prompt's text alone (a hash), so the splits
+never share a prompt whatever the seed or the sizes asked for:
+
+| split | share of each level's prompts | use |
+|---|---|---|
+| `pretrain` | 70% | supervised worked examples for building the model |
+| `train` | 10% | RL training prompts |
+| `calibration` | 10% | choosing levels and the prompt mix, apart from evaluation |
+| `eval` | 10% | held-out accuracy |
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from dataclasses import dataclass
+from typing import Callable
+
+from dataflex_callbacks.errors import InputError
+
+SPLITS = ("pretrain", "train", "calibration", "eval")
+# Hash buckets (of 10) per split: see the module docstring.
+_SPLIT_BUCKETS = {"eval": (0,), "calibration": (1,), "train": (2,), "pretrain": (3, 4, 5, 6, 7, 8, 9)}
+_BUCKET_OF = {bucket: name for name, buckets in _SPLIT_BUCKETS.items() for bucket in buckets}
+
+
+def split_of(prompt: str) -> str:
+    """The split a prompt belongs to: a fixed function of its text (`SPLITS`)."""
+    bucket = int.from_bytes(hashlib.blake2b(prompt.encode("utf-8"), digest_size=4).digest(), "little") % 10
+    return _BUCKET_OF[bucket]
+
+
+def _number(rng: random.Random, digits: int) -> int:
+    return rng.randrange(10 ** (digits - 1) if digits > 1 else 0, 10**digits)
+
+
+def _reversed(value: int) -> str:
+    return str(value)[::-1]
+
+
+def _carries(a: int, b: int) -> int:
+    """Carries in the column addition a + b."""
+    count = carry = 0
+    while a or b:
+        carry = 1 if a % 10 + b % 10 + carry >= 10 else 0
+        count += carry
+        a, b = a // 10, b // 10
+    return count
+
+
+def _borrows(a: int, b: int) -> int:
+    """Borrows in the column subtraction a - b (a >= b)."""
+    count = borrow = 0
+    while a or b:
+        borrow = 1 if a % 10 - b % 10 - borrow < 0 else 0
+        count += borrow
+        a, b = a // 10, b // 10
+    return count
+
+
+def _product_carries(digit: int, b: int) -> int:
+    """Columns of digit * b that pass a non-zero carry on."""
+    count = carry = 0
+    while b:
+        carry = (digit * (b % 10) + carry) // 10
+        count += carry > 0
+        b //= 10
+    return count
+
+
+def _add(digits_a: int, digits_b: int):
+    def make(rng: random.Random) -> tuple[str, str, int]:
+        a, b = _number(rng, digits_a), _number(rng, digits_b)
+        return f"{_reversed(a)}+{_reversed(b)}=", _reversed(a + b), _carries(a, b)
+    return make
+
+
+def _sub(digits_a: int, digits_b: int):
+    def make(rng: random.Random) -> tuple[str, str, int]:
+        a, b = _number(rng, digits_a), _number(rng, digits_b)
+        a, b = max(a, b), min(a, b)
+        return f"{_reversed(a)}-{_reversed(b)}=", _reversed(a - b), _borrows(a, b)
+    return make
+
+
+def _mul(digits_b: int):
+    def make(rng: random.Random) -> tuple[str, str, int]:
+        digit, b = rng.randrange(2, 10), _number(rng, digits_b)
+        return f"{digit}*{_reversed(b)}=", _reversed(digit * b), _product_carries(digit, b)
+    return make
+
+
+def _sort(length: int):
+    def make(rng: random.Random) -> tuple[str, str, int]:
+        digits = [rng.randrange(10) for _ in range(length)]
+        inversions = sum(x > y for i, x in enumerate(digits) for y in digits[i + 1:])
+        return "sort " + "".join(map(str, digits)) + ":", "".join(map(str, sorted(digits))), inversions
+    return make
+
+
+@dataclass(frozen=True)
+class Level:
+    """One task family at one setting of its difficulty dial: a domain of the testbed.
+
+    Attributes:
+        name: the domain label (`add3`, `sort6`, ...).
+        family: `add`, `sub`, `mul` or `sort`.
+        description: one line: the prompt form and what varies inside the level.
+        make_example: ``rng -> (prompt, answer, difficulty)``; `difficulty` counts carries, borrows or
+            inversions, the per-prompt dial inside the level.
+        max_answer_chars: the longest answer the level can ask for.
+    """
+
+    name: str
+    family: str
+    description: str
+    make_example: Callable[[random.Random], tuple[str, str, int]]
+    max_answer_chars: int
+
+
+LEVELS: dict[str, Level] = {
+    level.name: level
+    for level in (
+        Level("add2", "add", "2-digit + 2-digit, 0-2 carries", _add(2, 2), 3),
+        Level("add3", "add", "3-digit + 3-digit, 0-3 carries", _add(3, 3), 4),
+        Level("add4", "add", "4-digit + 4-digit, 0-4 carries", _add(4, 4), 5),
+        Level("add5", "add", "5-digit + 5-digit, 0-5 carries", _add(5, 5), 6),
+        Level("sub3", "sub", "3-digit - up to 3-digit (larger first), 0-2 borrows", _sub(3, 3), 3),
+        Level("sub4", "sub", "4-digit - up to 4-digit (larger first), 0-3 borrows", _sub(4, 4), 4),
+        Level("mul1x2", "mul", "digit 2-9 * 2-digit, 0-2 carrying columns", _mul(2), 3),
+        Level("mul1x3", "mul", "digit 2-9 * 3-digit, 0-3 carrying columns", _mul(3), 4),
+        Level("mul1x4", "mul", "digit 2-9 * 4-digit, 0-4 carrying columns", _mul(4), 5),
+        Level("sort5", "sort", "sort 5 digits ascending, 0-10 inversions", _sort(5), 5),
+        Level("sort8", "sort", "sort 8 digits ascending, 0-28 inversions", _sort(8), 8),
+    )
+}
+
+
+def _check_levels(levels) -> list[Level]:
+    names = list(LEVELS) if levels is None else list(levels)
+    unknown = [name for name in names if name not in LEVELS]
+    if unknown or not names:
+        raise InputError(f"unknown testbed level(s) {unknown or names!r}; choose from {', '.join(LEVELS)}")
+    return [LEVELS[name] for name in names]
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise InputError(f"unknown testbed split {split!r}; choose one of {', '.join(SPLITS)}")
+
+
+def level_rows(level: str, split: str, count: int, seed: int = 0) -> list[dict]:
+    """`count` distinct rows of one level in one split, drawn from `seed` (same arguments, same rows, same order).
+
+    Each row: `prompt`, `answer`, `domain` (the level), `difficulty` (carries, borrows or inversions).
+    Raises `InputError` when the split of this level holds fewer distinct prompts than asked for.
+    """
+    (found,) = _check_levels([level])
+    _check_split(split)
+    rng = random.Random(f"dataflex-testbed:{seed}:{level}:{split}")
+    rows: list[dict] = []
+    seen: set[str] = set()
+    misses = 0
+    while len(rows) < count:
+        prompt, answer, difficulty = found.make_example(rng)
+        if prompt in seen or split_of(prompt) != split:
+            misses += 1
+            if misses > 200 * (count + 10):
+                raise InputError(f"testbed level {level!r} has too few distinct {split} prompts for {count} rows "
+                                 f"(found {len(rows)}); ask for fewer")
+            continue
+        seen.add(prompt)
+        rows.append({"prompt": prompt, "answer": answer, "domain": level, "difficulty": difficulty})
+    return rows
+
+
+def testbed_rows(split: str, seed: int = 0, per_level: int | dict[str, int] = 100,
+                 levels=None) -> list[dict]:
+    """Rows of several levels in one split, level after level (`per_level`: one count, or a count per level).
+
+    A level with count 0 is left out; the order is the levels' order, so shuffle for training.
+    """
+    chosen = _check_levels(levels if not isinstance(per_level, dict) or levels is not None else list(per_level))
+    rows: list[dict] = []
+    for level in chosen:
+        count = per_level.get(level.name, 0) if isinstance(per_level, dict) else int(per_level)
+        if count:
+            rows.extend(level_rows(level.name, split, count, seed))
+    return rows
+
+
+def slipped_answer(prompt: str, rng: random.Random, slip: float) -> str:
+    """The answer to an arithmetic `prompt` worked column by column, each carry (or borrow) dropped with probability `slip`.
+
+    This is how the build's worked examples err: a systematic slip, like a student who forgets to carry,
+    that the model learns as a habit it sometimes does not have, so it samples right answers it does not
+    yet give greedily. `slip=0` gives the right answer. Sorting prompts are returned sorted, without slips.
+    """
+    if prompt.startswith("sort "):
+        return "".join(sorted(prompt[len("sort "):-1]))
+    body = prompt.rstrip("=")
+    symbol = next(s for s in "+-*" if s in body)
+    left, right = body.split(symbol)
+    if symbol == "*":
+        digit, columns = int(left), [int(c) for c in right]
+        out, carry = [], 0
+        for column in columns:
+            product = digit * column + carry
+            out.append(product % 10)
+            carry = product // 10
+            if carry and rng.random() < slip:
+                carry = 0
+        out.extend(int(c) for c in str(carry)[::-1] if carry)
+    else:
+        a, b = [int(c) for c in left], [int(c) for c in right]
+        width = max(len(a), len(b))
+        a, b = a + [0] * (width - len(a)), b + [0] * (width - len(b))
+        out, carry = [], 0
+        for x, y in zip(a, b):
+            value = x + y + carry if symbol == "+" else x - y - carry
+            if symbol == "+":
+                out.append(value % 10)
+                carry = value // 10
+            else:
+                out.append(value % 10)
+                carry = 1 if value < 0 else 0
+            if carry and rng.random() < slip:
+                carry = 0
+        if symbol == "+" and carry:
+            out.append(carry)
+    text = "".join(map(str, out)).rstrip("0")  # least-significant first: trailing zeros are leading ones
+    return text or "0"
