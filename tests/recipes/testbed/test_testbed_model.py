@@ -5,6 +5,7 @@ first steps of the build and checks their loss against the documented build reco
 DATAFLEX_TESTBED_REBUILD=1 to rebuild in full and check the whole profile within the tolerances below.
 """
 
+import hashlib
 import json
 import os
 
@@ -43,6 +44,7 @@ def test_shipped_model_reproduces_its_documented_greedy_accuracies(shipped):
     model, tokenizer = shipped
     rows = testbed.testbed_dataset(PROFILE["seed"], "eval")
     completions = testbed.greedy_completions(model, tokenizer, [row["prompt"] for row in rows])
+    assert hashlib.sha256("\n".join(completions).encode("utf-8")).hexdigest() == PROFILE["eval_greedy_digest"]
     greedy = [testbed.verify(c, row["answer"]) for c, row in zip(completions, rows)]
     table = testbed.profile_table(rows, greedy, None)
     assert {name: entry["greedy"] for name, entry in table.items()} == \
