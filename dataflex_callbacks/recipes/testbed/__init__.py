@@ -23,6 +23,8 @@ import json
 import os
 import random
 
+from dataflex_callbacks.errors import InputError
+
 from ._model import BuildSettings, MODEL_CONFIG, build_tokenizer, pretrain, save_model
 from ._profile import ANSWER_TOKENS, format_table, greedy_completions, greedy_correct, pass_counts, profile_table
 from ._tasks import LEVELS, SPLITS, Level, level_rows, slipped_answer, split_of, testbed_rows
@@ -38,21 +40,25 @@ SPLIT_ROWS = {"train": TRAIN_ROWS, "calibration": 48, "eval": 50}
 MODEL_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model")
 
 __all__ = [
-    "ANSWER_TOKENS", "BuildSettings", "LEVELS", "Level", "MODEL_CONFIG", "MODEL_FOLDER", "SPLITS", "SPLIT_ROWS", "TRAIN_ROWS",
+    "ANSWER_TOKENS", "BuildSettings", "TestbedModelMissing", "LEVELS", "Level", "MODEL_CONFIG", "MODEL_FOLDER", "SPLITS", "SPLIT_ROWS", "TRAIN_ROWS",
     "build_tokenizer", "format_table", "greedy_completions", "greedy_correct", "level_rows", "load_testbed_model_path", "pass_counts",
     "pretrain", "profile_table", "save_model", "slipped_answer", "split_of", "testbed_dataset", "testbed_reward", "testbed_rows",
     "verify", "write_jsonl",
 ]
 
 
+class TestbedModelMissing(InputError, FileNotFoundError):
+    """The shipped testbed model's weights are not in the package folder."""
+
+
 def load_testbed_model_path() -> str:
     """The folder of the shipped pretrained model, for ``from_pretrained`` or ``dataflex run --model``.
 
-    Raises `FileNotFoundError` naming the rebuild command when the weights are missing (a source checkout
-    without them).
+    Raises `TestbedModelMissing` (a `DataFlexError` and `FileNotFoundError`) naming the rebuild command when
+    the weights are missing (a source checkout without them).
     """
     if not os.path.isfile(os.path.join(MODEL_FOLDER, "model.safetensors")):
-        raise FileNotFoundError(f"the testbed model is not in {MODEL_FOLDER}; rebuild it with "
+        raise TestbedModelMissing(f"the testbed model is not in {MODEL_FOLDER}; rebuild it with "
                                 "`python scripts/build_testbed_model.py` (about 8 minutes on a CPU)")
     return MODEL_FOLDER
 
