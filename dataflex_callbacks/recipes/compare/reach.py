@@ -63,7 +63,7 @@ def mean_curve(runs: list[dict], domain: str, axis: str = "completions"):
     """(mean `axis` value, mean accuracy, low, high) at each evaluation point, averaged over seeds."""
     length = min(len(r["curve"]) for r in runs)
     x = np.array([[r["curve"][i][axis] for i in range(length)] for r in runs], dtype=float).mean(axis=0)
-    intervals = [stats.mean_interval([r["curve"][i]["accuracy"].get(domain, math.nan) for r in runs])
+    intervals = [stats.accuracy_interval([r["curve"][i]["accuracy"].get(domain, math.nan) for r in runs])
                  for i in range(length)]
     return x, [iv.mean for iv in intervals], [iv.low for iv in intervals], [iv.high for iv in intervals]
 

@@ -69,7 +69,7 @@ def paired_difference(records: list[dict], strategy: str, baseline: str, domain:
     ours, theirs = _by_strategy(records, strategy), _by_strategy(records, baseline)
     seeds = sorted(set(ours) & set(theirs))
     differences = [ours[s]["after"].get(domain, math.nan) - theirs[s]["after"].get(domain, math.nan) for s in seeds]
-    interval = stats.paired_bootstrap_interval(differences)
+    interval = stats.paired_bootstrap_interval(differences).clipped(-1.0, 1.0)  # differences of accuracies
     return {"seeds": seeds, "differences": differences, "interval": interval,
             "p_value": stats.sign_flip_pvalue(differences), "significant": interval.excludes_zero}
 
@@ -313,8 +313,8 @@ def render_report(settings, outcome) -> str:
         runs = list(_by_strategy(records, strategy).values())
         if not runs:
             continue
-        overall = stats.mean_interval([r["after"]["overall"] for r in runs])
-        change = stats.mean_interval([r["after"]["overall"] - r["before"]["overall"] for r in runs])
+        overall = stats.accuracy_interval([r["after"]["overall"] for r in runs])
+        change = stats.mean_interval([r["after"]["overall"] - r["before"]["overall"] for r in runs]).clipped(-1.0, 1.0)
         cells = [f"`{strategy}`", str(len(runs)), _fmt_interval(overall), _fmt_interval(change, signed=True)]
         cells += [_fmt(float(np.mean([r["after"].get(d, math.nan) for r in runs]))) for d in domains]
         cells += [f"{np.mean([r['completions'] for r in runs]):.0f}", f"{np.mean([r['completion_tokens'] for r in runs]):.0f}",

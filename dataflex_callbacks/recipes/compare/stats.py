@@ -12,6 +12,9 @@ Method (also written into every report):
   otherwise 20,000 random patterns). With n seeds the smallest attainable two-sided p-value is
   ``2 / 2^n`` (0.25 for 3 seeds): few seeds cannot show significance with this test, by design.
 - "significant" means the paired interval excludes 0.
+- Accuracy intervals are clipped to [0, 1], and intervals of accuracy differences to [-1, 1]: with
+  3 seeds ``t(2) = 4.30`` can stretch a t interval past the values an accuracy can take, and the
+  clipped interval covers whatever the unclipped one covered.
 - Compute to reach an accuracy level (the report's first table): per seed, on that seed's own
   overall held-out curve (linear between evaluation points), the completions, generated tokens or
   training seconds from which the curve stays at or above the level (its last crossing from
@@ -60,6 +63,15 @@ class Interval:
     @property
     def excludes_zero(self) -> bool:
         return self.n >= 2 and (self.low > 0 or self.high < 0)
+
+    def clipped(self, low: float, high: float) -> "Interval":
+        """The interval cut to `[low, high]`, the values the quantity can take (an accuracy: [0, 1])."""
+        return Interval(self.mean, min(max(self.low, low), high), max(min(self.high, high), low), self.n)
+
+
+def accuracy_interval(values) -> Interval:
+    """`mean_interval` of accuracies, clipped to [0, 1]."""
+    return mean_interval(values).clipped(0.0, 1.0)
 
 
 def mean_interval(values) -> Interval:

@@ -72,3 +72,14 @@ def test_degenerate_inputs_give_no_interval_rather_than_a_wrong_one():
     assert stats.paired_bootstrap_interval([0.1]).n == 1
     assert not stats.paired_bootstrap_interval([0.1]).excludes_zero
     assert np.isnan(stats.mean_interval([]).mean)
+
+
+def test_accuracy_intervals_stay_inside_the_values_an_accuracy_can_take():
+    # digit in docs/main_job.md before clipping: 0.77 [0.01, 1.53] over 3 seeds.
+    raw = stats.mean_interval([0.4, 0.93, 0.98])
+    assert raw.high > 1.0  # the Student-t interval of 3 seeds runs past 1
+    clipped = stats.accuracy_interval([0.4, 0.93, 0.98])
+    assert raw.low < 0.0 and (clipped.mean, clipped.low, clipped.high) == (raw.mean, 0.0, 1.0)
+    low = stats.accuracy_interval([0.0, 0.02, 0.5])
+    assert low.low == 0.0 and low.high == stats.mean_interval([0.0, 0.02, 0.5]).high
+    assert stats.Interval(0.5, -1.4, 2.0, 3).clipped(-1.0, 1.0).excludes_zero is False
