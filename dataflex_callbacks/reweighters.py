@@ -176,10 +176,10 @@ class SoftmaxWeights(Reweighter):
         return super().weights(scores, batch, mask)
 
     def _raw(self, scores, mask):
+        # exp(logit - max): the same raw weights with or without a mask (normalize='none' returns them as they are).
         logits = scores / self.temperature
-        if mask is None:
-            return torch.softmax(logits, dim=0) if logits.numel() else logits
-        logits.masked_fill_(~mask, float("-inf"))
+        if mask is not None:
+            logits.masked_fill_(~mask, float("-inf"))
         if logits.numel() == 0:
             return logits
         # An all-masked set has max -inf; clamping keeps exp() at 0 there instead of NaN.

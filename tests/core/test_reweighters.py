@@ -132,3 +132,13 @@ def test_per_advantage_gives_zero_advantage_a_small_weight_as_the_reference():
     assert float(w[0]) > 0
     torch.testing.assert_close(w, ref.dfrl_per_advantage(scores, 0.5))
     assert float(w[0]) == pytest.approx(1e-4 / float(((scores + 1e-8) ** 0.5).mean()), rel=1e-4)
+
+
+def test_softmax_raw_weights_are_the_same_with_and_without_an_all_true_mask():
+    # normalize='none' returns the raw weights exp(score/T - max); without a mask they were a softmax (summing to 1).
+    scores = torch.tensor([0.0, 0.0, 1.4])
+    reweighter = build_component("reweighter", "softmax", temperature=0.7, normalize="none")
+    plain = reweighter.weights(scores, RolloutBatch(scores))
+    masked = reweighter.weights(scores, RolloutBatch(scores), mask=torch.ones(3, dtype=torch.bool))
+    torch.testing.assert_close(plain, masked)
+    torch.testing.assert_close(plain, torch.exp(torch.tensor([-2.0, -2.0, 0.0])))

@@ -15,7 +15,9 @@ def _run(folder):
     record = execute_run(settings, GridRun("ar", 1))
     with open(f"{record['run_dir']}/metrics.jsonl") as handle:
         metrics = [{k: v for k, v in json.loads(line).items() if k not in VARYING} for line in handle]
-    return {k: v for k, v in record.items() if k not in VARYING}, metrics
+    record = {k: v for k, v in record.items() if k not in VARYING}
+    record["curve"] = [{k: v for k, v in point.items() if k not in VARYING} for point in record["curve"]]
+    return record, metrics
 
 
 def test_same_seed_and_strategy_give_identical_results(tmp_path):
