@@ -28,7 +28,7 @@ from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
 from .completion_accounting import (GENERATED_KEY, SIGNAL_GROUPS_KEY, ZERO_STD_KEY, dynamic_buffer,  # noqa: F401
                                     metrics_callback, scheduled_completions, signal_accounting)
 from .options import (RunInputError, RunOptions, check_run_options, completion_tokens, eval_tokens,  # noqa: F401
-                      resolve_rewards, reward_name)
+                      resolve_rewards, reward_name, with_suite_defaults)
 from .run_folder import (RUN_FILES, TRAINER_FOLDER, OutputFolder, check_folder_path,  # noqa: F401
                          resolve_output_dir, write_plot)
 
@@ -97,6 +97,9 @@ def load_data(options: RunOptions) -> RunData:
     from dataflex_callbacks.recipes import tasks
     from dataflex_callbacks.recipes.tasks.loading import DatasetError
 
+    options = with_suite_defaults(options)
+    if options.dataset is None and options.suite == "testbed":
+        return testbed_data(options)
     if options.dataset is None:
         try:
             suite = tasks.load_task_suite(seed=options.seed, n_train=options.n_train, n_test=options.n_test,
@@ -153,6 +156,31 @@ def load_data(options: RunOptions) -> RunData:
     return split({"verifier": verifier, "builtin_domains": False})
 
 
+def testbed_data(options: RunOptions) -> RunData:
+    """The testbed's `train` split (its calibrated mix per level, or `n_train` rows per level) and `eval` split
+    (`n_test` rows per level), levels as domains, answers checked exactly (docs/testbed.md)."""
+    from datasets import Dataset
+
+    from dataflex_callbacks.recipes import testbed
+    from dataflex_callbacks.recipes.tasks.suite import prompt_key
+
+    levels = list(testbed.LEVELS) if options.domains is None else list(options.domains)
+    unknown = [name for name in levels if name not in testbed.LEVELS]
+    if unknown:
+        raise RunInputError(f"unknown testbed level(s) {unknown} in --domains; the levels are "
+                            f"{', '.join(testbed.LEVELS)} (--suite toy has the domains echo, digit, code, coin)")
+    per_level = {name: testbed.TRAIN_ROWS[name] for name in levels} if options.n_train is None else options.n_train
+
+    def table(rows):
+        return Dataset.from_dict({"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows],
+                                  "domain": [r["domain"] for r in rows],
+                                  "prompt_key": [prompt_key(r["domain"], r["prompt"]) for r in rows]})
+
+    train = testbed.testbed_dataset(options.seed, "train", per_level, levels=levels)
+    test = testbed.testbed_dataset(options.seed, "eval", options.n_test, levels=levels)
+    return RunData(table(train), table(test), {"verifier": "exact", "builtin_domains": False}, "domain")
+
+
 def data_line(options: RunOptions, data: RunData, command: str = "dataflex run") -> str:
     """The console line saying which data a run trains on and where its domains come from.
 
@@ -162,7 +190,7 @@ def data_line(options: RunOptions, data: RunData, command: str = "dataflex run")
     domains = ", ".join(sorted({str(d) for d in data.train["domain"]} | {str(d) for d in data.test["domain"]}))
     sizes = f"{len(data.train)} training rows, {len(data.test)} held out"
     if options.dataset is None:
-        return f"{command}: data: the built-in task suite ({sizes}); domains: {domains}"
+        return f"{command}: data: the built-in {options.suite} suite ({sizes}); domains: {domains}"
     column = data.domain_column
     if column is None:
         where = (f"domains: one ({NO_DOMAIN!r}): {options.dataset} has no {DEFAULT_DOMAIN_KEY!r} column "
@@ -211,18 +239,19 @@ def check_context(options: RunOptions, train, test, error: type = None) -> None:
     error = error or RunInputError
     if options.dataset is None:
         return
-    if options.model is None:
+    if options.model is None and options.suite == "toy":
         from dataflex_callbacks.recipes.tiny_model import DEFAULT_MODEL_CONFIG, build_tiny_tokenizer
 
         tokenizer, positions = build_tiny_tokenizer(), DEFAULT_MODEL_CONFIG["max_position_embeddings"]
     else:
         from transformers import AutoConfig, AutoTokenizer
 
+        path = model_path(options)
         try:
-            tokenizer = AutoTokenizer.from_pretrained(options.model)
-            positions = getattr(AutoConfig.from_pretrained(options.model), "max_position_embeddings", None)
+            tokenizer = AutoTokenizer.from_pretrained(path)
+            positions = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
         except Exception as problem:
-            raise error(f"cannot load model {options.model!r}: {first_line(problem)}") from problem
+            raise error(f"cannot load model {path!r}: {first_line(problem)}") from problem
     if not positions:
         return
     prompts = [str(p) for rows in (train, test) for p in rows["prompt"]]
@@ -239,22 +268,32 @@ def check_context(options: RunOptions, train, test, error: type = None) -> None:
 
 def load_model(options: RunOptions):
     """Return `(model, tokenizer, description)`: the built-in tiny model, or `from_pretrained(options.model)`."""
-    if options.model is None:
+    if options.model is None and options.suite == "toy":
         from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer
 
         tokenizer = build_tiny_tokenizer()
         return build_tiny_model(tokenizer, seed=options.seed), tokenizer, "tiny"
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    path = model_path(options)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(options.model)
-        model = AutoModelForCausalLM.from_pretrained(options.model)
+        tokenizer = AutoTokenizer.from_pretrained(path)
+        model = AutoModelForCausalLM.from_pretrained(path)
     except Exception as error:
-        raise RunInputError(f"cannot load model {options.model!r}: {first_line(error)}") from error
+        raise RunInputError(f"cannot load model {path!r}: {first_line(error)}") from error
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
     tokenizer.padding_side = "left"
-    return model, tokenizer, options.model
+    return model, tokenizer, options.model or "testbed"
+
+
+def model_path(options: RunOptions) -> str:
+    """The folder or hub id `from_pretrained` loads: `--model`, else the testbed's shipped model."""
+    if options.model is not None:
+        return options.model
+    from dataflex_callbacks.recipes.testbed import load_testbed_model_path
+
+    return load_testbed_model_path()
 
 
 # --------------------------------------------------------------------------- held-out scoring
@@ -362,6 +401,7 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
     """
     started = time.perf_counter()
     check_run_options(options)
+    options = with_suite_defaults(options)
     output_dir = resolve_output_dir(options)
     strategy = resolve_strategy(options.strategy)
     data = load_data(options)

@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 from dataflex_callbacks.errors import InputError
 
 from ..options import (OPTION_RULES, PER_RUN_FIELDS, NumberRule, RunOptions, check_option_number,
-                       check_run_options, completion_tokens, eval_tokens, import_reward, reward_name)
+                       check_run_options, completion_tokens, eval_tokens, import_reward, reward_name,
+                       with_suite_defaults)
 from .budget import Budget, EvalPlan
 
 RUNS_FOLDER = "runs"
@@ -113,7 +114,9 @@ class CompareSettings:
         check_run_options(self.base, CompareInputError)
         if self.base.reward is not None:
             self.base = dataclasses.replace(self.base, reward=[self._reward_for_workers(r) for r in self.base.reward])
-        # Resolve the token lengths here, so the runner and the evaluations along the way use the same ones.
+        # Resolve the suite's defaults and the token lengths here, so every run and the evaluations along the way
+        # use the same ones.
+        self.base = with_suite_defaults(self.base)
         self.base = dataclasses.replace(self.base, max_completion_length=completion_tokens(self.base),
                                         eval_max_new_tokens=eval_tokens(self.base))
 

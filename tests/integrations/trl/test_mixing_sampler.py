@@ -107,7 +107,7 @@ def test_resumed_run_continues_the_sampler_stream_and_decisions(tmp_path):
 def test_dataflex_run_trains_with_pre_select_presets_and_counts_completions(tmp_path, preset):
     from dataflex_callbacks.recipes.runner import RunOptions, run_training
 
-    options = RunOptions(strategy=preset, steps=12, n_train=6, n_test=1, prompts_per_step=4, num_generations=4,
+    options = RunOptions(strategy=preset, suite="toy", steps=12, n_train=6, n_test=1, prompts_per_step=4, num_generations=4,
                          output_dir=str(tmp_path / "run"), progress=False)
     result = run_training(options)
     assert [m["completions"] for m in result.metrics] == [16 * (s + 1) for s in range(12)]

@@ -108,7 +108,8 @@ RUN_CASES = {
     "null domain": (["--dataset", "{null_domain}", "--domain-key", "topic"], ["domain column 'topic'", "row 5"]),
     "mix domains not in the data": (["--strategy", "{mix_elsewhere}"], ["algebra", "geometry", "mix.domains"]),
     # a run that would train nothing (0 optimizer steps) is an error, naming the fix
-    "fewer built-in rows than one step": (["--n-train", "1"], ["4 usable row(s)", "--n-train", "--prompts-per-step"]),
+    "fewer built-in rows than one step": (["--n-train", "1", "--domains", "add2,sub3"],
+                                          ["2 usable row(s)", "--n-train", "--prompts-per-step"]),
     "fewer dataset rows than one step": (["--dataset", "{few_rows}"], ["--prompts-per-step", "add rows"]),
     # output folder
     "output under a file": (["--output-dir", "{a_file}/run"], ["is a file", "--output-dir"]),

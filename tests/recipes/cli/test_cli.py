@@ -36,7 +36,9 @@ def test_run_writes_the_run_folder(finished_run):
         assert abs(sum(record[f"mix/actual/{d}"] for d in config["domains"]) - 1.0) < 1e-6
     evaluation = json.loads((finished_run / "eval.json").read_text())
     assert set(evaluation) == {"before", "after"}
-    assert set(evaluation["before"]) == {"echo", "digit", "code", "coin", "overall"}
+    from dataflex_callbacks.recipes.testbed import LEVELS
+
+    assert set(evaluation["before"]) == {*LEVELS, "overall"}  # the default suite: the testbed's levels
 
 
 @pytest.mark.slow
@@ -141,7 +143,7 @@ def test_a_run_that_trains_nothing_is_an_error_and_leaves_nothing(tmp_path, monk
     # Skip the up-front row check to reach the guard behind it: 4 training rows, 8 prompts per step, so
     # TRL's sampler yields no batch and train() returns after 0 optimizer steps.
     monkeypatch.setattr(runner, "check_trainable", lambda *args, **kwargs: None)
-    options = runner.RunOptions(n_train=1, n_test=5, steps=2, progress=False, strategy="none")
+    options = runner.RunOptions(suite="toy", n_train=1, n_test=5, steps=2, progress=False, strategy="none")
     new_folder = tmp_path / "new" / "run"
     with pytest.raises(runner.RunInputError, match="0 optimizer steps.*--prompts-per-step"):
         runner.run_training(dataclasses.replace(options, output_dir=str(new_folder)))

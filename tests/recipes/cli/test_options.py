@@ -123,7 +123,20 @@ def test_both_spellings_with_one_value_agree():
 
 
 def test_token_lengths_have_one_rule():
-    assert completion_tokens(RunOptions()) == 4 and completion_tokens(RunOptions(model="some/model")) == 64
+    assert completion_tokens(RunOptions()) == 9 and completion_tokens(RunOptions(suite="toy")) == 4
+    assert completion_tokens(RunOptions(model="some/model")) == 64
     assert completion_tokens(RunOptions(max_completion_length=12)) == 12
-    assert eval_tokens(RunOptions()) == 8 and eval_tokens(RunOptions(model="some/model")) == 64
+    assert eval_tokens(RunOptions()) == 9 and eval_tokens(RunOptions(suite="toy")) == 8
+    assert eval_tokens(RunOptions(model="some/model")) == 64
     assert eval_tokens(RunOptions(eval_max_new_tokens=3)) == 3
+
+
+def test_each_suite_has_its_defaults_and_a_users_model_or_data_keeps_the_toy_ones():
+    from dataflex_callbacks.recipes.options import with_suite_defaults
+
+    testbed, toy = with_suite_defaults(RunOptions()), with_suite_defaults(RunOptions(suite="toy"))
+    assert (testbed.steps, testbed.learning_rate, testbed.n_train) == (60, 3e-5, None)  # a pretrained model
+    assert (toy.steps, toy.learning_rate, toy.n_train) == (150, 3e-3, 200)
+    assert with_suite_defaults(RunOptions(model="m")).learning_rate == 3e-3
+    assert with_suite_defaults(RunOptions(dataset="d.jsonl")).steps == 150
+    assert with_suite_defaults(RunOptions(steps=7, learning_rate=1e-4)).steps == 7  # what the user sets stays

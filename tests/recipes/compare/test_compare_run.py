@@ -12,7 +12,7 @@ from dataflex_callbacks.recipes.compare import grid
 from dataflex_callbacks.recipes.compare.report import RUN_COLUMNS
 
 ARGS = ["compare", "--strategies", "baseline,difffilter", "--seeds", "2", "--budget", "steps:3",
-        "--eval-points", "1", "--no-progress"]
+        "--eval-points", "1", "--no-progress", "--suite", "toy"]
 DOMAINS = ("code", "coin", "digit", "echo")
 RUN_NAMES = ("baseline-seed0", "baseline-seed1", "difffilter-seed0", "difffilter-seed1")
 

@@ -57,7 +57,7 @@ def test_an_all_zero_grid_is_flagged_in_the_report_and_on_the_console(tmp_path, 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
     try:
-        assert main(["compare", *TINY, "--n-train", "2", "--n-test", "1", "--domains", "digit",
+        assert main(["compare", *TINY, "--suite", "toy", "--n-train", "2", "--n-test", "1", "--domains", "digit",
                      "--reward", "zero_reward_t30:zero", "--output-dir", str(tmp_path / "out")]) == 0
     finally:
         sys.modules.pop("zero_reward_t30", None)

@@ -52,7 +52,7 @@ class KillingScorer(RewardScorer):
         return super()._score(batch)
 '''
 TINY = dict(seeds=2, budget="steps:2", eval_points=0, prompts_per_step=2, num_generations=2, n_train=4, n_test=2,
-            domains=["digit", "echo"], reward_funcs=["t30_ray_helpers:exact_noting_devices"])
+            suite="toy", domains=["digit", "echo"], reward_funcs=["t30_ray_helpers:exact_noting_devices"])
 TIME_COLUMNS = ("wall_seconds", "run_dir")
 
 

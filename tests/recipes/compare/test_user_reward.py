@@ -27,8 +27,8 @@ NOT_A_FUNCTION = 3
 # Tiny: 2 strategies x 1 seed x 2 steps of 2 prompts x 2 completions, 2 held-out prompts per domain.
 TINY = ["--strategies", "baseline,difffilter", "--seeds", "1", "--budget", "steps:2", "--eval-points", "0",
         "--no-progress", "--prompts-per-step", "2", "--num-generations", "2", "--n-train", "4", "--n-test", "2",
-        "--domains", "digit,echo"]
-TINY_OPTIONS = dict(prompts_per_step=2, num_generations=2, n_train=4, n_test=2, domains=["digit", "echo"])
+        "--suite", "toy", "--domains", "digit,echo"]
+TINY_OPTIONS = dict(prompts_per_step=2, num_generations=2, suite="toy", n_train=4, n_test=2, domains=["digit", "echo"])
 
 
 @pytest.fixture
