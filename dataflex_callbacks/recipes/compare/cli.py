@@ -12,8 +12,9 @@ from .grid import CompareSettings
 
 DEFAULT_STRATEGIES = "baseline,difffilter,ar,dump_ucb"
 DEFAULT_SEEDS = "3"
-# Sized so the default grid (4 strategies x 3 seeds) finishes well under 10 minutes on a 2-core CPU.
-DEFAULT_BUDGET = "steps:100"
+# Sized so the default grid (4 strategies x 3 seeds) finishes well under 10 minutes on a 2-core CPU: the
+# testbed's main-job length (60 steps), and 100 steps of the toy suite's randomly initialised model.
+DEFAULT_BUDGETS = {"testbed": "steps:60", "toy": "steps:100"}
 _SETTINGS = {f.name: f for f in fields(CompareSettings)}
 DEFAULT_OUTPUT_DIR = _SETTINGS["output_dir"].default
 
@@ -36,7 +37,8 @@ def add_compare_parser(commands) -> None:
                          help=_help("strategies", DEFAULT_STRATEGIES) + "; comma-separated")
     compare.add_argument("--seeds", default=DEFAULT_SEEDS,
                          help=_help("seeds", DEFAULT_SEEDS) + "; a count (3: seeds 0,1,2) or a list (0,5,7)")
-    compare.add_argument("--budget", default=DEFAULT_BUDGET, help=_help("budget", DEFAULT_BUDGET))
+    compare.add_argument("--budget", default=None, help=_help(
+        "budget", f"{DEFAULT_BUDGETS['testbed']} on the testbed, {DEFAULT_BUDGETS['toy']} with --suite toy"))
     compare.add_argument("--baseline", default=None, help=_help("baseline", "the first strategy"))
     compare.add_argument("--jobs", type=int, default=None, help=_help("jobs", "2, at most the CPU count"))
     compare.add_argument("--runs-per-gpu", type=int, default=_SETTINGS["runs_per_gpu"].default,
@@ -60,7 +62,7 @@ def settings_from_args(args, argv: list[str] | None = None):
     from .grid import CompareInputError, parse_seeds, parse_strategies
 
     try:
-        budget = Budget.parse(args.budget)
+        budget = Budget.parse(args.budget if args.budget is not None else DEFAULT_BUDGETS.get(args.suite, "steps:60"))
     except ValueError as error:
         raise CompareInputError(str(error)) from None
     base = RunOptions(**options_from_args(args, shared_option_names()))
