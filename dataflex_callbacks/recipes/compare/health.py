@@ -9,8 +9,8 @@ a grid that cannot separate strategies never reads as a plain "not significant".
 - **Truncated completions.** A run whose training completions end at `max_completion_length`
   without an end-of-sequence token in more than `TRUNCATION_LIMIT` of cases (TRL's
   ``completions/clipped_ratio``, averaged over the run's steps) is flagged: its rewards score
-  unfinished answers. The built-in task suite is exempt: its completions are sized to its answers,
-  which its verifier reads from the first tokens.
+  unfinished answers. The toy suite (`--suite toy`) is exempt: its completions are sized to its
+  answers, which its verifier reads from the first tokens (the testbed's answers end with end-of-sequence).
 - **Held-out set too small.** One run's held-out accuracy ``p`` on ``n`` prompts carries binomial
   noise ``sd = sqrt(p (1 - p) / n)``; the difference of two runs on the same prompts about
   ``sqrt(2) sd``. When that noise, doubled (a 95% band), is larger than the largest mean paired
@@ -54,7 +54,7 @@ def truncated_share(metrics: list[dict]) -> float | None:
 
 def truncation_warning(records: list[dict], settings) -> str | None:
     """A warning naming the runs whose training completions were mostly cut short, or None."""
-    if settings.base.dataset is None:  # the built-in suite's completions are sized to its answers
+    if settings.base.dataset is None and settings.base.suite == "toy":  # its completions are sized to its answers
         return None
     cut = [(r["name"], r["truncated_share"]) for r in records
            if isinstance(r.get("truncated_share"), (int, float)) and r["truncated_share"] > TRUNCATION_LIMIT]

@@ -270,10 +270,11 @@ def held_out_sizes(records: list[dict]) -> str:
 
 def _settings_lines(settings, outcome) -> list[str]:
     base = settings.base
+    built_in_model = f"the {base.suite} suite's built-in model"
     total_run_seconds = sum(r["wall_seconds"] for r in outcome.records)
     lines = [
         f"- command: `{settings.command}`" if settings.command else None,
-        f"- model: {base.model or 'built-in tiny model'}; data: {base.dataset or 'built-in task suite'}",
+        f"- model: {base.model or built_in_model}; data: {base.dataset or f'the built-in {base.suite} suite'}",
         f"- budget per run: `{settings.budget}` ({settings.completions_per_step} completions per step: "
         f"{base.prompts_per_step} prompts x {base.num_generations} generations, {base.max_completion_length} tokens max)",
         f"- seeds: {', '.join(str(s) for s in sorted({r['seed'] for r in outcome.records}))} (same initial weights, data and reward noise for "

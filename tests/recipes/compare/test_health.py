@@ -9,8 +9,8 @@ from dataflex_callbacks.recipes.compare.health import (held_out_noise, held_out_
                                                        truncated_share, truncation_warning)
 
 
-def _settings(dataset="mine.jsonl", eval_dataset=None, max_completion_length=64):
-    return SimpleNamespace(base=SimpleNamespace(dataset=dataset, eval_dataset=eval_dataset,
+def _settings(dataset="mine.jsonl", eval_dataset=None, max_completion_length=64, suite="testbed"):
+    return SimpleNamespace(base=SimpleNamespace(dataset=dataset, eval_dataset=eval_dataset, suite=suite,
                                                 max_completion_length=max_completion_length))
 
 
@@ -33,8 +33,9 @@ def test_runs_mostly_cut_short_are_named_with_the_limit_and_the_fix():
                               "--max-completion-length 64 tokens (up to 90%: baseline-seed0)")
     assert "raise --max-completion-length" in warning
     assert truncation_warning([_record("a", truncated=0.5)], _settings()) is None  # at the limit: not flagged
-    # The built-in suite sizes completions to its answers: cut completions are its design, not a fault.
-    assert truncation_warning(records, _settings(dataset=None)) is None
+    # The toy suite sizes completions to its answers: cut completions are its design, not a fault.
+    assert truncation_warning(records, _settings(dataset=None, suite="toy")) is None
+    assert truncation_warning(records, _settings(dataset=None)) is not None  # the testbed's answers end with EOS
 
 
 def test_a_held_out_set_too_small_for_the_measured_differences_is_flagged_with_the_size_that_would_resolve_them():

@@ -39,7 +39,8 @@ def test_all_equal_accuracies_print_a_warning_not_a_difference():
     from dataflex_callbacks.recipes.compare.cli import summary_lines
 
     settings = SimpleNamespace(strategies=["baseline", "none"], baseline="baseline", target=None,
-                               base=SimpleNamespace(dataset=None, eval_dataset=None, max_completion_length=4))
+                               base=SimpleNamespace(dataset=None, eval_dataset=None, max_completion_length=4,
+                                                    suite="toy"))
     flat = SimpleNamespace(records=[_record(s, seed, 0.0) for s in ("baseline", "none") for seed in (0, 1, 2)])
     lines = summary_lines(settings, flat)
     assert len(lines) == 1 and "all held-out accuracies are equal" in lines[0]
