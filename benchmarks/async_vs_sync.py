@@ -135,7 +135,7 @@ def run_async(options, seed: int, model_path: str, suite, output_dir: str) -> di
         trainer = DataFlexAsyncGRPOTrainer(model=model_path, reward_funcs=[reward], args=args,
                                            train_dataset=suite["train"], processing_class=tokenizer,
                                            rollout_worker=worker, weight_transfer=EngineWeightTransfer(engine),
-                                           strategy=STRATEGY)
+                                           strategy=STRATEGY, record_decisions=True)
     use_cpu_tree_attention()
     start = time.perf_counter()
     trainer.train()

@@ -195,6 +195,9 @@ class DomainStalenessStats(Metric):
     Args:
         domains: every domain label the samples can hold.
         ratio, min_share: the alarm's rule (`stale_drop_bias`).
+        sees_stale_drops: False for a host whose stale samples are dropped before it sees them (verl evicts
+            them in its replay buffer): ``update`` then takes no stale flags and ``compute`` reports no
+            stale-drop share rather than a share of 0.
         kwargs: torchmetrics options (``sync_on_compute``, ``process_group``, ...).
     """
 
@@ -202,9 +205,11 @@ class DomainStalenessStats(Metric):
     is_differentiable = False
     higher_is_better = None
 
-    def __init__(self, domains: Sequence[str], ratio: float = 3.0, min_share: float = 0.1, **kwargs: Any) -> None:
+    def __init__(self, domains: Sequence[str], ratio: float = 3.0, min_share: float = 0.1,
+                 sees_stale_drops: bool = True, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.domains = check_domains(domains, "DomainStalenessStats domains")
+        self.sees_stale_drops = bool(sees_stale_drops)
         self.ratio = check_number("ratio", ratio, low=1.0)
         self.min_share = check_number("min_share", min_share, low=0.0, high=1.0)
         self._label_index = {d: i for i, d in enumerate(self.domains)}
@@ -212,13 +217,19 @@ class DomainStalenessStats(Metric):
         for name in STALENESS_SUMS:
             self.add_state(name, default=torch.zeros(len(self.domains), dtype=torch.float64), dist_reduce_fx="sum")
 
-    def update(self, domains: Sequence[str], staleness: torch.Tensor, dropped_stale: torch.Tensor,
+    def update(self, domains: Sequence[str], staleness: torch.Tensor, dropped_stale: torch.Tensor | None = None,
                dropped_strategy: torch.Tensor | None = None) -> None:
-        """Add arrived samples: ``domains`` (N labels), ``staleness`` ``(N,)``, ``dropped_stale`` ``(N,)`` bool.
+        """Add arrived samples: ``domains`` (N labels), ``staleness`` ``(N,)``, ``dropped_stale`` ``(N,)`` bool
+        (None: none dropped; required when the host sees stale drops).
 
         ``dropped_strategy`` ``(N,)`` bool marks consumed samples the strategy dropped (None: none);
         it is ignored on rows dropped as stale.
         """
+        if dropped_stale is None and self.sees_stale_drops:
+            raise BatchError("DomainStalenessStats.update needs dropped_stale (N,) bool from a host that sees stale "
+                             "drops; build it with sees_stale_drops=False where the host never sees them")
+        if dropped_stale is not None and not self.sees_stale_drops:
+            raise BatchError("DomainStalenessStats was built with sees_stale_drops=False; pass no dropped_stale")
         try:
             index = torch.tensor([self._label_index[str(d)] for d in domains], dtype=torch.long, device=self.device)
         except KeyError as missing:
@@ -226,7 +237,8 @@ class DomainStalenessStats(Metric):
                              f"known domains: {self.domains}. Build it with every domain of the data") from None
         n = index.shape[0]
         staleness = torch.as_tensor(staleness).to(self.device, torch.float64).reshape(-1)
-        stale = torch.as_tensor(dropped_stale).to(self.device, torch.float64).reshape(-1)
+        stale = (torch.zeros(n, dtype=torch.float64, device=self.device) if dropped_stale is None
+                 else torch.as_tensor(dropped_stale).to(self.device, torch.float64).reshape(-1))
         strategy = (torch.zeros(n, dtype=torch.float64, device=self.device) if dropped_strategy is None
                     else torch.as_tensor(dropped_strategy).to(self.device, torch.float64).reshape(-1))
         if not staleness.shape[0] == stale.shape[0] == strategy.shape[0] == n:
@@ -245,7 +257,7 @@ class DomainStalenessStats(Metric):
             if consumed:
                 values[f"staleness/mean/{domain}"] = float(self.staleness_sum[i]) / consumed
                 values[f"staleness/dropped_strategy_frac/{domain}"] = float(self.dropped_strategy[i]) / consumed
-            if arrived:
+            if arrived and self.sees_stale_drops:
                 values[f"staleness/dropped_stale_frac/{domain}"] = float(self.dropped_stale[i]) / arrived
         return values
 

@@ -95,7 +95,7 @@ def load_data(options: RunOptions) -> RunData:
     """The built-in suite, or the user dataset split for evaluation, as `RunData(train, test, reward_settings,
     domain_column)`."""
     from dataflex_callbacks.recipes import tasks
-    from dataflex_callbacks.recipes.tasks.loading import DatasetError
+    from dataflex_callbacks.recipes.tasks.loading import DatasetError, load_prompt_table
 
     options = with_suite_defaults(options)
     if options.dataset is None and options.suite == "testbed":
@@ -110,9 +110,9 @@ def load_data(options: RunOptions) -> RunData:
 
     def load(name):
         try:
-            dataset, column = tasks.load_prompt_dataset(
+            dataset, column = load_prompt_table(
                 name, prompt_column=options.prompt_column, answer_column=options.answer_column,
-                domain_key=options.domain_key, split=options.split, with_domain_column=True,
+                domain_key=options.domain_key, split=options.split,
             )
             columns_used[name] = column
             return dataset

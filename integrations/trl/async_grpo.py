@@ -47,10 +47,8 @@ from dataflex_callbacks.host import acts_before_rollout, as_strategy, decide, pr
 from dataflex_callbacks.metrics import DomainStalenessStats
 from dataflex_callbacks.sampler import DomainMixingSampler, domain_labels
 
+from .callback import STATE_FILE, save_into_checkpoint
 from .sampling import row_key
-
-STATE_FILE = "dataflex_strategy.pt"
-"""The strategy, prompt feed and counters of a checkpoint (the synchronous adapter's file name)."""
 
 
 def async_trainer_class() -> type:
@@ -134,7 +132,8 @@ class DataFlexAsyncCallback(TrainerCallback):
             reward functions); None: TRL's sum over them (the sample's ``reward``).
         domain_key: dataset column with each prompt's domain (None: the config's, else ``"domain"``).
         prompt_key_column: dataset column with a stable prompt id (None: the prompt itself).
-        record_decisions: keep each decision in ``self.decisions`` (tests and analysis).
+        record_decisions: keep each decision in ``self.decisions`` and each consumed sample's staleness in
+            ``self.consumed_staleness`` (tests and analysis).
         strict: refuse to resume from a checkpoint saved with another strategy config.
     """
 
@@ -153,7 +152,9 @@ class DataFlexAsyncCallback(TrainerCallback):
         self.trainer = None
         self.sampler: Optional[DomainMixingSampler] = None
         self.staleness: Optional[DomainStalenessStats] = None
-        self.consumed_staleness: list[int] = []  # staleness of every sample taken and not dropped as stale, in order
+        # With record_decisions: the staleness of every sample taken and not dropped as stale, in order (it grows
+        # with the run, so only tests and benchmarks keep it; the logged per-domain means come from `staleness`).
+        self.consumed_staleness: list[int] = []
         self._versions: dict[int, int] = {}  # group id -> policy version it was generated with
         self._stale_groups: dict[int, list] = {}  # group id -> its samples TRL dropped as stale (for the filter)
         self._partial: dict[int, list] = {}  # group id -> samples of a group not complete yet
@@ -257,7 +258,7 @@ class DataFlexAsyncCallback(TrainerCallback):
             self.staleness.update([self.domain_of(sample.group_id)], torch.tensor([staleness]), torch.tensor([True]))
             if self.strategy.pre_select is not None:
                 self._stale_groups.setdefault(sample.group_id, []).append(sample)
-        else:
+        elif self.record_decisions:
             self.consumed_staleness.append(staleness)
 
     # ------------------------------------------------------------------ deciding
@@ -363,10 +364,7 @@ class DataFlexAsyncCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ checkpoints
     def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            if os.path.isdir(folder):
-                self.save_state(folder)
+        save_into_checkpoint(self, args, state)
         return control
 
     def save_state(self, folder: str) -> str:
@@ -406,11 +404,7 @@ class DataFlexAsyncCallback(TrainerCallback):
             self.load_state(checkpoint)
 
 
-def _async_trainer_base():
-    return async_trainer_class()
-
-
-class DataFlexAsyncGRPOTrainer(_async_trainer_base()):
+class DataFlexAsyncGRPOTrainer(async_trainer_class()):
     """TRL's ``AsyncGRPOTrainer`` with a data strategy; every ``AsyncGRPOTrainer`` argument works unchanged.
 
     Equivalent to a stock ``AsyncGRPOTrainer`` plus ``attach(trainer, strategy)``; the callback is

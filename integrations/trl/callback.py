@@ -81,6 +81,15 @@ HOOKS = {
 """TRL trainer method -> the `DataFlexCallback` method that wraps it (``hook(trainer, original, *args)``)."""
 
 
+def save_into_checkpoint(callback, args, state) -> None:
+    """``callback.save_state(folder)`` into the checkpoint folder TRL has just written (main process only);
+    the ``on_save`` of the synchronous and the asynchronous callbacks."""
+    if state.is_world_process_zero:
+        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        if os.path.isdir(folder):
+            callback.save_state(folder)
+
+
 class DataFlexCallback(TrainerCallback):
     """Apply a data strategy (selection, reweighting, mixing targets) to a TRL ``GRPOTrainer``.
 
@@ -470,10 +479,7 @@ class DataFlexCallback(TrainerCallback):
 
     # ------------------------------------------------------------------ checkpoints
     def on_save(self, args, state, control, **kwargs):
-        if state.is_world_process_zero:
-            folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-            if os.path.isdir(folder):
-                self.save_state(folder)
+        save_into_checkpoint(self, args, state)
         return control
 
     def save_state(self, folder: str) -> str:

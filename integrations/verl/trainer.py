@@ -283,11 +283,10 @@ class DataFlexSteps:
         """
         domains = rollout.domains or [NO_DOMAIN] * rollout.n
         if self.staleness_stats is None:  # every domain of the data (a batch holds only some of them)
-            self.staleness_stats = DomainStalenessStats(sorted(set(self._domains_seen() or []) | set(domains)))
-        self.staleness_stats.update(domains, rollout.staleness, torch.zeros(rollout.n, dtype=torch.bool),
-                                    ~decision.keep.bool())
-        values = {f"dataflex/{name}": value for name, value in self.staleness_stats.compute().items()
-                  if "/dropped_stale_frac/" not in name}
+            self.staleness_stats = DomainStalenessStats(sorted(set(self._domains_seen() or []) | set(domains)),
+                                                        sees_stale_drops=False)
+        self.staleness_stats.update(domains, rollout.staleness, dropped_strategy=~decision.keep.bool())
+        values = {f"dataflex/{name}": value for name, value in self.staleness_stats.compute().items()}
         values["dataflex/staleness/mean"] = float(rollout.staleness.float().mean()) if rollout.n else 0.0
         return values
 

@@ -102,6 +102,17 @@ def test_domain_staleness_stats_against_hand_counts():
         stats.update(["code"], torch.tensor([0]), torch.tensor([False]))
 
 
+def test_a_host_that_never_sees_stale_drops_reports_no_stale_drop_share_rather_than_zero():
+    stats = DomainStalenessStats(["easy", "hard"], sees_stale_drops=False)  # verl: evicted before the trainer sees them
+    stats.update(["easy", "hard"], torch.tensor([1, 2]), dropped_strategy=torch.tensor([False, True]))
+    assert stats.compute() == {"staleness/mean/easy": 1.0, "staleness/dropped_strategy_frac/easy": 0.0,
+                               "staleness/mean/hard": 2.0, "staleness/dropped_strategy_frac/hard": 1.0}
+    with pytest.raises(BatchError, match="sees_stale_drops=False"):
+        stats.update(["easy"], torch.tensor([0]), torch.tensor([False]))
+    with pytest.raises(BatchError, match="needs dropped_stale"):
+        DomainStalenessStats(["easy"]).update(["easy"], torch.tensor([0]))
+
+
 def test_stale_drop_alarm_warns_once_for_a_domain_far_above_the_others():
     assert stale_drop_bias({"a": 0.3, "b": 0.05, "c": 0.05}) == "a"
     assert stale_drop_bias({"a": 0.3, "b": 0.2}) is None  # not far above

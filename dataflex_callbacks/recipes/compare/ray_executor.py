@@ -24,9 +24,10 @@ import logging
 import os
 from typing import Callable
 
+from ..runner import first_line
 from .results import execute_run
-from .settings import RAY_INSTALL, CompareInputError
-from .workers import WorkerDiedError
+from .settings import RAY_MISSING, CompareInputError
+from .workers import WorkerDiedError, prepare_run_process
 
 RETRIES = 1  # Ray reruns a task whose worker process died this many times, then reports it failed
 POLL_SECONDS = 0.5
@@ -50,8 +51,7 @@ def import_ray():
     try:
         import ray
     except ImportError:
-        raise CompareInputError(f"--executor ray needs Ray, which is not installed; run {RAY_INSTALL}, "
-                                "or use --executor processes") from None
+        raise CompareInputError(RAY_MISSING) from None
     return ray
 
 
@@ -82,22 +82,12 @@ def _train_on_ray(settings, run, pre_select: bool, board, folder: str) -> dict:
             "comparison was started; Ray nodes must share that folder (and the data, rewards and --output-dir) "
             "at the same path, e.g. on a network filesystem")
     os.chdir(folder)  # relative --output-dir, --dataset and reward modules resolve as on the comparison's machine
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
-    import torch
-
-    torch.set_num_threads(1)  # one core per run, as in the worker processes of --jobs N
+    prepare_run_process()  # as in the worker processes of --jobs N
 
     def report(step: int) -> None:
         board.report.remote(run.name, step)  # not awaited: progress must not slow the run
 
     return execute_run(settings, run, pre_select, on_step=report)
-
-
-def _first_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return f"{type(error).__name__}: {lines[0]}" if lines else type(error).__name__
 
 
 def run_on_ray(settings, pending, pre_select, advance, finish, note: Callable[[str], None] | None = None) -> None:
@@ -141,7 +131,7 @@ def _run_tasks(ray, settings, pending, pre_select, advance, finish, note) -> Non
                     cause = getattr(error, "cause", None)
                     raise (cause if isinstance(cause, Exception) else error) from error
                 except ray.exceptions.RayError as error:  # its worker or node died on the try and the retry
-                    died[tasks[task].name] = _first_line(error)
+                    died[tasks[task].name] = first_line(error)
                     continue
                 finish(tasks[task], record)
     except BaseException:

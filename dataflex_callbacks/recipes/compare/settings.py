@@ -20,6 +20,7 @@ from .budget import Budget, EvalPlan
 RUNS_FOLDER = "runs"
 EXECUTORS = ("processes", "ray")
 RAY_INSTALL = "pip install 'ray[default]>=2.9' (the package's [ray] extra: pip install -e '.[ray]' in its checkout)"
+RAY_MISSING = f"--executor ray needs Ray, which is not installed; run {RAY_INSTALL}, or use --executor processes"
 
 
 class CompareInputError(InputError):
@@ -96,8 +97,7 @@ class CompareSettings:
             raise CompareInputError(f"--address {self.ray_address!r} names a Ray cluster, but the executor is "
                                     f"{self.executor!r}; add --executor ray, or leave --address out")
         if self.executor == "ray" and importlib.util.find_spec("ray") is None:
-            raise CompareInputError(f"--executor ray needs Ray, which is not installed; run {RAY_INSTALL}, "
-                                    "or use --executor processes")
+            raise CompareInputError(RAY_MISSING)
         self.eval_points = check_option_number("--eval-points", self.eval_points, NumberRule(integer=True, low=0),
                                         CompareInputError)
         if self.target is not None:  # only the report reads it: not among the settings a resumed comparison shares

@@ -118,6 +118,17 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, name="dataflex-parent-watchdog", daemon=True).start()
 
 
+def prepare_run_process() -> None:
+    """Set up a process that trains grid runs (a `--jobs` worker, a Ray task): one CPU thread per run (the
+    jobs set how many run at once) and no hub access unless the user's environment says otherwise."""
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+
+
 def _init_worker(queue, parent_pid: int | None = None, devices=None) -> None:
     global _progress_queue
     if devices is not None:
@@ -125,12 +136,7 @@ def _init_worker(queue, parent_pid: int | None = None, devices=None) -> None:
         os.environ["CUDA_VISIBLE_DEVICES"] = devices.get(timeout=60)
     if parent_pid is not None:
         die_with_parent(parent_pid)
-    import torch
-
-    torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    prepare_run_process()
     _progress_queue = queue
 
 

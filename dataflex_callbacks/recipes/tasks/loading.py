@@ -15,7 +15,7 @@ from dataflex_callbacks.batch import NO_DOMAIN
 from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
 
 from .suite import prompt_key
-from dataflex_callbacks.errors import InputError
+from dataflex_callbacks.errors import InputError, user_stacklevel
 
 _LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -159,7 +159,15 @@ def dataset_domain_key(columns, domain_key: str | None = None) -> str | None:
 
 def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_column: str = "answer",
                         domain_key: str | None = None, split: str = "train", default_domain: str = NO_DOMAIN,
-                        domain_column: str | None = None, *, with_domain_column: bool = False):
+                        domain_column: str | None = None):
+    """`load_prompt_table`'s dataset: the prompts and answers of a hub dataset or a local file, in the suite's columns."""
+    return load_prompt_table(name_or_path, prompt_column, answer_column, domain_key, split, default_domain,
+                             domain_column)[0]
+
+
+def load_prompt_table(name_or_path, prompt_column: str = "prompt", answer_column: str = "answer",
+                      domain_key: str | None = None, split: str = "train", default_domain: str = NO_DOMAIN,
+                      domain_column: str | None = None):
     """Load prompts and answers from a hub dataset name or a local jsonl/json/parquet/csv file.
 
     Returns a `datasets.Dataset` with the suite's columns: `prompt`, `answer` (as text),
@@ -171,15 +179,15 @@ def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_colu
     value that is not a prompt, or a row without a domain. Hub names go through
     `datasets.load_dataset` (downloaded, or read from the local cache when offline).
     ``domain_column`` is the earlier name of ``domain_key`` (a DeprecationWarning), for one release.
-    With ``with_domain_column=True`` returns ``(dataset, column)``: the column domains were read from, or
-    None when every row is in `default_domain`.
+    Returns ``(dataset, column)``: ``column`` is the one domains were read from, or None when every row
+    is in `default_domain`.
     """
     if domain_column is not None:
         if domain_key is not None and domain_key != domain_column:
             raise InputError(f"got domain_key={domain_key!r} and domain_column={domain_column!r} (its earlier name); "
                              "pass only domain_key")
         warnings.warn("load_prompt_dataset(domain_column=...) is deprecated; pass domain_key=... instead",
-                      DeprecationWarning, stacklevel=2)
+                      DeprecationWarning, stacklevel=user_stacklevel())
         domain_key = domain_column
     source = os.fspath(name_or_path)
     raw = _load_raw(name_or_path, split, prompt_column)
@@ -208,4 +216,4 @@ def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_colu
 
     keys = [prompt_key(d, p if isinstance(p, str) else repr(p)) for d, p in zip(domains, prompts)]
     dataset = Dataset.from_dict({"prompt": prompts, "answer": answers, "domain": domains, "prompt_key": keys})
-    return (dataset, domain_key) if with_domain_column else dataset
+    return dataset, domain_key

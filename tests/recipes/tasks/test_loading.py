@@ -8,7 +8,7 @@ pytest.importorskip("datasets")
 
 from dataflex_callbacks.batch import NO_DOMAIN  # noqa: E402
 from dataflex_callbacks.recipes.tasks import load_prompt_dataset  # noqa: E402
-from dataflex_callbacks.recipes.tasks.loading import DatasetColumnError, DatasetError  # noqa: E402
+from dataflex_callbacks.recipes.tasks.loading import DatasetColumnError, DatasetError, load_prompt_table  # noqa: E402
 
 ROWS = [{"question": f"what is {i}+1?", "solution": str(i + 1), "topic": "add" if i % 2 else "inc"} for i in range(6)]
 
@@ -45,9 +45,9 @@ def test_a_domain_column_is_read_without_domain_key_as_every_host_reads_it(tmp_p
     path = tmp_path / "with_domain.jsonl"
     path.write_text("\n".join(json.dumps({"prompt": r["question"], "answer": r["solution"], "domain": r["topic"]})
                               for r in ROWS) + "\n")
-    data, column = load_prompt_dataset(path, with_domain_column=True)
+    data, column = load_prompt_table(path)
     assert column == "domain" and data["domain"] == [r["topic"] for r in ROWS]
-    data, column = load_prompt_dataset(_write(tmp_path, "jsonl"), "question", "solution", with_domain_column=True)
+    data, column = load_prompt_table(_write(tmp_path, "jsonl"), "question", "solution")
     assert column is None and set(data["domain"]) == {NO_DOMAIN}
 
 
