@@ -9,6 +9,11 @@ near-random text, so each response passes with about that probability, independe
 groups of mixed outcomes (kept by ``difffilter``) sit next to all-pass / all-fail ones
 (dropped), and ``easy`` passes more often than ``hard``, so the domains' rewards differ for the
 mixing strategies. It is deterministic in the text: the same responses get the same rewards.
+
+``compute_score_hard_unsolved`` fails every ``hard`` response: every ``hard`` group then has zero
+reward variance for certain, so a run that needs such groups (verl's DAPO filter evicting and
+refilling) does not depend on how the responses happen to hash (two steps of the checksum reward
+leave every group mixed about once in 40 runs).
 """
 
 from __future__ import annotations
@@ -24,3 +29,10 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw
         raise ValueError(f"test reward: unknown data_source {data_source!r}; known: {sorted(PASS_RATE)}")
     draw = (zlib.crc32(solution_str.encode("utf-8")) % 10_000) / 10_000
     return float(draw < PASS_RATE[data_source])
+
+
+def compute_score_hard_unsolved(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
+    """``compute_score``, except that every ``hard`` response fails (all-fail groups in every batch)."""
+    if data_source == "hard":
+        return 0.0
+    return compute_score(data_source, solution_str, ground_truth, extra_info, **kwargs)

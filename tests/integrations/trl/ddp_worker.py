@@ -104,9 +104,14 @@ def main(out_dir: str, mode: str = "select") -> None:
         record["parameters"] = [float(p.detach().double().sum()) for p in trainer.model.parameters()]
     with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as handle:
         json.dump(record, handle)
-    # Tear the gloo group down before interpreter exit; leaving it to the destructors can abort the process.
+    # Both records are written once every rank passes this barrier. Then leave at once, without running
+    # the interpreter's or gloo's destructors: a gloo group torn down while its peer is already gone
+    # aborted a rank now and then ("terminate called without an active exception", SIGABRT, once in
+    # a CI run of the TRL floor), after the run had finished.
     trainer.accelerator.wait_for_everyone()
-    torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -26,5 +26,6 @@ def run_two_ranks(tmp_path, mode):
         os.killpg(process.pid, signal.SIGKILL)
         process.communicate()
         pytest.fail("the two-process run did not finish in 240 s (hang in a collective?)")
-    assert process.returncode == 0, stderr[-4000:]
+    written = [r for r in (0, 1) if (tmp_path / f"rank{r}.json").exists()]
+    assert process.returncode == 0, f"exit {process.returncode}; records written by ranks {written}\n{stderr[-4000:]}"
     return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]

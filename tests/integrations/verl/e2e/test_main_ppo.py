@@ -375,6 +375,8 @@ def test_a_killed_vllm_worker_ends_the_run_within_a_minute_with_its_error():
 def test_dapo_filter_groups_refills_through_the_prompt_feed():
     run = run_main_ppo("dapo", "trainer.v1.trainer_mode=dataflex_sync", dataflex_strategy("dapo_skip.yaml"),
                        "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=reward",
+                       # every `hard` group fails whole: the filter has groups to evict at every step
+                       "reward.custom_reward_function.name=compute_score_hard_unsolved",
                        "trainer.save_freq=2")
     count = lambda name: int(sum(run.step(s).get(f"training/filter_groups/{name}", 0) for s in (1, 2)))  # noqa: E731
     evicted, surplus = count("evicted_samples"), count("discarded_surplus_samples")
