@@ -122,7 +122,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def import_root(checkout: str, scratch: str) -> str:
-    """A folder whose ``dataflex_callbacks`` is ``checkout``'s, ``integrations/`` mapped in as the installed package has it.
+    """A folder whose ``dataflex_callbacks`` is ``checkout``'s, with the adapters where the installed package has them.
 
     Links only (in ``scratch``): nothing is written into ``checkout``.
     """
@@ -132,6 +132,7 @@ def import_root(checkout: str, scratch: str) -> str:
     for entry in os.listdir(source):
         if entry != "__pycache__":
             os.symlink(os.path.join(source, entry), os.path.join(package, entry))
+    # A checkout from before the adapters moved inside the package kept them in a top-level integrations/.
     if not os.path.exists(os.path.join(package, "integrations")):
         os.symlink(os.path.join(checkout, "integrations"), os.path.join(package, "integrations"))
     return scratch

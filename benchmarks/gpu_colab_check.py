@@ -73,7 +73,7 @@ def parse_args(argv=None):
 def repo_on_path(workdir: str) -> str | None:
     """A PYTHONPATH entry that makes `dataflex_callbacks.integrations` importable when the repo is not pip-installed.
 
-    The adapters live in integrations/ and install as dataflex_callbacks.integrations (a
+    The adapters live in dataflex_callbacks/integrations/ and install as dataflex_callbacks.integrations (a
     package-dir mapping); without an install, a copy with that layout stands in.
     """
     probe = subprocess.run([sys.executable, "-c", "import dataflex_callbacks.integrations.trl"],
@@ -82,8 +82,6 @@ def repo_on_path(workdir: str) -> str | None:
         return None
     source = os.path.join(workdir, "src")
     shutil.copytree(os.path.join(ROOT, "dataflex_callbacks"), os.path.join(source, "dataflex_callbacks"),
-                    ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copytree(os.path.join(ROOT, "integrations"), os.path.join(source, "dataflex_callbacks", "integrations"),
                     ignore=shutil.ignore_patterns("__pycache__"))
     return source
 

@@ -7,21 +7,21 @@ your trainer already computed, and apply its `Decision` to the loss. Host adapte
 its import path; ``dataflex_callbacks.testing`` checks it (docs/extending.md).
 """
 
-from . import pre_select  # noqa: F401  (registers the built-in pre-rollout filter)
-from .batch import RolloutBatch
-from .config import list_presets
-from .config_fields import DynamicSamplingConfig, MixConfig, ReweightConfig, SelectConfig, StrategyConfig
-from .dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
-from .errors import (ArgumentError, BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, HostError,
+from dataflex_callbacks.components import pre_select  # noqa: F401  (registers the built-in pre-rollout filter)
+from dataflex_callbacks.rollout.batch import RolloutBatch
+from dataflex_callbacks.config._loading import list_presets
+from dataflex_callbacks.config.fields import DynamicSamplingConfig, MixConfig, ReweightConfig, SelectConfig, StrategyConfig
+from dataflex_callbacks.sampling.dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
+from dataflex_callbacks.errors import (ArgumentError, BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, HostError,
                      InputError, ParamError, RepeatedRowWarning, RewardScaleWarning, StateError, WrongHostError)
-from .mixers import Mixer
-from .registry import build_component, list_components, register
-from .reweighters import Reweighter
-from .sampler import DomainMixingSampler
-from .scorers import Scorer
-from .selectors import Selector
-from .strategy import Decision, Strategy, build_strategy
-from .tracker import DomainTracker
+from dataflex_callbacks.mixing.mixers import Mixer
+from dataflex_callbacks.registry import build_component, list_components, register
+from dataflex_callbacks.components.reweighters import Reweighter
+from dataflex_callbacks.sampling.sampler import DomainMixingSampler
+from dataflex_callbacks.components.scorers import Scorer
+from dataflex_callbacks.components.selectors import Selector
+from dataflex_callbacks.strategy.strategy import Decision, Strategy, build_strategy
+from dataflex_callbacks.mixing.tracker import DomainTracker
 
 __version__ = "0.1.0"
 

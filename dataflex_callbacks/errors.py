@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from typing import Any, Iterable, Mapping
 
-from .plain_values import plain_scalar
+from dataflex_callbacks._plain_values import plain_scalar
 
 
 class DataFlexError(Exception):

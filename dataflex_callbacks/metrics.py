@@ -17,9 +17,9 @@ from typing import Any, Sequence
 import torch
 from torchmetrics import Metric
 
-from .errors import BatchError, user_stacklevel
-from .params import check_number
-from .proportions import check_domains
+from dataflex_callbacks.errors import BatchError, user_stacklevel
+from dataflex_callbacks.config.params import check_number
+from dataflex_callbacks.config.proportions import check_domains
 
 # Columns of `domain_reward_sums`, in order; every one is a state reduced with "sum".
 SUMS = ("responses", "reward_sum", "solved", "kept", "nonfinite")

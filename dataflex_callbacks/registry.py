@@ -18,7 +18,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from .errors import ArgumentError, ConfigError, ParamError
+from dataflex_callbacks.errors import ArgumentError, ConfigError, ParamError
 
 KINDS = ("scorer", "selector", "reweighter", "mixer", "pre_select")
 KIND_ALIASES = {"prerollout": "pre_select"}  # earlier name of the pre-rollout selection kind

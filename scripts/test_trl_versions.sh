@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run the TRL adapter's equivalence, resume, refusal and two-process tests on the OLDEST TRL that
-# pyproject.toml admits (the floor, integrations/trl/compat.py TRL_FLOOR). The main environment
+# pyproject.toml admits (the floor, dataflex_callbacks/integrations/trl/compat.py TRL_FLOOR). The main environment
 # (scripts/test.sh) runs them on the newest TRL release.
 #
 # The floor venv (path from TRL_FLOOR_VENV, default .venv-trl-floor) is layered on the environment of

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from dataflex_callbacks import BatchError, RolloutBatch
-from dataflex_callbacks.batch import masked_abs_row_reduce, row_counts
+from dataflex_callbacks.rollout.batch import masked_abs_row_reduce, row_counts
 
 
 def test_minimal_batch_counts_responses_as_length_one():

@@ -1,4 +1,4 @@
-"""One checkpoint schema and one strictness policy for every host (`dataflex_callbacks.checkpoint_state`)."""
+"""One checkpoint schema and one strictness policy for every host (`dataflex_callbacks.host.checkpoints`)."""
 
 import pytest
 import torch

@@ -7,7 +7,7 @@ import pytest
 
 from dataflex_callbacks import ConfigError, build_component
 from dataflex_callbacks.config import REFERENCE_KEYS, TOP_LEVEL_KEYS, load_config
-from dataflex_callbacks.config_fields import (CONFIG_CLASSES, PART_CLASSES, MixConfig, SelectConfig, StrategyConfig,
+from dataflex_callbacks.config.fields import (CONFIG_CLASSES, PART_CLASSES, MixConfig, SelectConfig, StrategyConfig,
                                               field_defaults, field_help, required_fields)
 from dataflex_callbacks.mixing import DomainMixing
 
@@ -100,7 +100,7 @@ def test_a_typed_config_builds_the_same_strategy_as_its_dict():
 
 
 # ---------------------------------------------------------------- the dynamic_sampling part
-from dataflex_callbacks.config_fields import DynamicSamplingConfig  # noqa: E402
+from dataflex_callbacks.config.fields import DynamicSamplingConfig  # noqa: E402
 
 
 @pytest.mark.parametrize("given", [True, {}, DynamicSamplingConfig()])

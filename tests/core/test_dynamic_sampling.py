@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from dataflex_callbacks import BatchError, ConfigError, RolloutBatch, StateError, build_strategy
-from dataflex_callbacks.dynamic_sampling import DYNAMIC_METRICS, SignalGroupBuffer, signal_rows
+from dataflex_callbacks.sampling.dynamic_sampling import DYNAMIC_METRICS, SignalGroupBuffer, signal_rows
 
 
 # ---------------------------------------------------------------- an independent per-group reference

@@ -4,7 +4,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import core_reference as ref
-from dataflex_callbacks.groups import (dense_groups, group_sizes, rank_within_groups, segment_mean, segment_sum,
+from dataflex_callbacks.rollout.groups import (dense_groups, group_sizes, rank_within_groups, segment_mean, segment_sum,
                                        segment_variance, sort_within_groups)
 
 group_batches = st.lists(st.tuples(st.integers(-5, 40), st.floats(-3, 3, allow_nan=False, width=32)), max_size=40)

@@ -11,16 +11,16 @@ import pytest
 import torch
 
 from dataflex_callbacks import ConfigError, DomainMixingSampler, RolloutBatch, Scorer, Strategy, build_strategy
-from dataflex_callbacks.history import PromptHistory
-from dataflex_callbacks.host import (AGGREGATIONS, GRPO_FIELDS, HOST_LOSSES, ROLLOUT_FIELDS, ROW_NORMALISED,
+from dataflex_callbacks.components.history import PromptHistory
+from dataflex_callbacks.host.contract import (AGGREGATIONS, GRPO_FIELDS, HOST_LOSSES, ROLLOUT_FIELDS, ROW_NORMALISED,
                                      accept_prompts, acts_before_rollout, aggregate, as_strategy, batch_fields, decide,
                                      finish_loss, grpo_fields, kept_token_mask, local_decision, loss_aggregation,
                                      micro_batch_decision, prompt_choosing_parts, removal_scale, resolve_domain_key,
                                      restrict_rows)
 from dataflex_callbacks.mixing import DomainMixing
-from dataflex_callbacks.mixers import Mixer
+from dataflex_callbacks.mixing.mixers import Mixer
 from dataflex_callbacks.registry import build_component
-from dataflex_callbacks.tracker import DomainTracker
+from dataflex_callbacks.mixing.tracker import DomainTracker
 
 N, L, GROUP = 12, 7, 4
 TOKEN_SELECT = {"select": {"scorer": {"name": "token_entropy"},

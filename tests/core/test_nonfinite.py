@@ -8,7 +8,7 @@ from hypothesis import given, settings, strategies as st
 
 from dataflex_callbacks import BatchError, RolloutBatch, build_strategy, list_presets
 from dataflex_callbacks.errors import SELECTION_REWARD, DroppedAllWarning
-from dataflex_callbacks.batch import nonfinite_rows
+from dataflex_callbacks.rollout.batch import nonfinite_rows
 
 DOMAINS = ["math", "code", "logic"]
 N, G, L = 20, 5, 6

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dataflex_callbacks import DomainMixingSampler, RolloutBatch, build_component, build_strategy
-from dataflex_callbacks.history import PromptHistory, completion_hashes, identical_pairs
-from dataflex_callbacks.groups import dense_groups
+from dataflex_callbacks.components.history import PromptHistory, completion_hashes, identical_pairs
+from dataflex_callbacks.rollout.groups import dense_groups
 from pre_select_two_ranks import global_batches, run_two_ranks
 
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dataflex_callbacks import DomainMixingSampler, DomainTracker, RolloutBatch, SignalGroupBuffer, build_strategy
-from dataflex_callbacks.batch import NO_DOMAIN
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.errors import BatchError
 
 PROMPTS = [f"p{i}" for i in range(24)]

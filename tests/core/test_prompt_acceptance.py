@@ -1,4 +1,4 @@
-"""The one pre-rollout acceptance loop (`dataflex_callbacks.prompt_acceptance.accept_from`) and its batch feed.
+"""The one pre-rollout acceptance loop (`dataflex_callbacks.sampling.prompt_acceptance.accept_from`) and its batch feed.
 
 Each host used to write this loop itself; these tests hold the core's loop to those loops, written
 out here as references: the same accepted prompts, the same candidates carried over, the same

@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 import core_reference as ref
 from dataflex_callbacks import RolloutBatch, build_component
-from dataflex_callbacks.reweighters import normalize_weights
+from dataflex_callbacks.components.reweighters import normalize_weights
 
 RESPONSE_LEVEL = {
     "softmax": ({"temperature": 0.7}, lambda s, m: ref.softmax_raw(s, m, 0.7)),

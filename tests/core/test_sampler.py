@@ -408,7 +408,7 @@ def test_mixer_moves_data_away_from_an_unlearnable_domain(mixer):
 
 @pytest.mark.parametrize("batch_size", [1, 4, 16])
 def test_small_chunk_shortcut_draws_the_same_stream(monkeypatch, batch_size):
-    import dataflex_callbacks.block_drawer as drawer_module
+    import dataflex_callbacks.sampling._block_drawer as drawer_module
 
     labels = make_labels({"a": 9, "b": 5, "c": 30})
     kwargs = dict(labels=labels, proportions={"a": 0.5, "b": 0.3, "c": 0.2}, batch_size=batch_size,

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from dataflex_callbacks import ConfigError, DomainMixingSampler, RepeatedRowWarning, RolloutBatch, build_strategy
-from dataflex_callbacks.sampler import largest_remainder_quotas
+from dataflex_callbacks.sampling.sampler import largest_remainder_quotas
 
 
 def take(iterator, n):

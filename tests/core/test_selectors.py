@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 import core_reference as ref
 from dataflex_callbacks import BatchError, RolloutBatch, build_component
-from dataflex_callbacks.selectors import max_variance_subset, top_tokens
+from dataflex_callbacks.components.selectors import max_variance_subset, top_tokens
 
 REWARD_VALUES = [0.0, 1.0, 0.5, 0.25, -1.0, 3.0]
 
@@ -269,7 +269,7 @@ def test_topk_and_gfpo_ties_follow_torch_topk_on_cpu_on_every_device():
 @pytest.mark.parametrize("seed, ties, fraction", [(0, False, 0.2), (1, True, 0.2), (2, False, 0.01), (3, True, 0.9),
                                                   (4, False, 1.0)])
 def test_top_tokens_on_large_inputs_take_the_sampled_bracket_and_stay_exact(seed, ties, fraction):
-    from dataflex_callbacks.selectors import kth_largest
+    from dataflex_callbacks.components.selectors import kth_largest
 
     gen = torch.Generator().manual_seed(seed)
     lengths = torch.randint(16, 1025, (300,), generator=gen)
@@ -286,8 +286,8 @@ def test_top_tokens_on_large_inputs_take_the_sampled_bracket_and_stay_exact(seed
 
 def test_the_earlier_class_names_of_gfpo_and_per_advantage_are_aliases():
     from dataflex_callbacks.registry import component_class
-    from dataflex_callbacks.reweighters import PERAdvantage, PrioritizedAdvantage
-    from dataflex_callbacks.selectors import GFPOFilter, GroupFilter
+    from dataflex_callbacks.components.reweighters import PERAdvantage, PrioritizedAdvantage
+    from dataflex_callbacks.components.selectors import GFPOFilter, GroupFilter
 
     assert GroupFilter is GFPOFilter is component_class("selector", "gfpo")
     assert PrioritizedAdvantage is PERAdvantage is component_class("reweighter", "per_advantage")

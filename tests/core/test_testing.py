@@ -8,8 +8,9 @@ import torch
 
 import custom_components
 from custom_components import BestOfGroup, GroupCenteredReward, LinearWeights, LowestRewardFirst, RunningBaselineReward
-from dataflex_callbacks import Mixer, Reweighter, Scorer, Selector, list_components, testing
+from dataflex_callbacks import Mixer, Reweighter, Scorer, Selector, list_components
 from dataflex_callbacks.testing import ConformanceError, ConformanceReport, check_component
+from dataflex_callbacks.testing import conformance
 
 KINDS = ("scorer", "selector", "reweighter", "mixer")
 BATCH_CHECKS = ["declarations", "output contract", "non-finite inputs", "group loop"]
@@ -58,7 +59,7 @@ def test_builtins_conform_on_other_batches(seed):
 
 def test_the_device_comparison_runs(monkeypatch):
     # Without a GPU the cuda check is skipped; its comparison code still runs here, against a second CPU copy.
-    monkeypatch.setattr(testing, "cuda_device", lambda: "cpu")
+    monkeypatch.setattr(conformance, "cuda_device", lambda: "cpu")
     for kind, name in (("scorer", "group_reward_variance"), ("selector", "max_variance"), ("mixer", "dump_ucb")):
         assert "cuda" in check_component(name, kind=kind).passed
 

@@ -14,13 +14,13 @@ from pathlib import Path
 import dataflex_callbacks.errors as errors
 
 REPO = Path(__file__).resolve().parents[2]
-FOLDERS = (REPO / "dataflex_callbacks", REPO / "integrations")
+FOLDERS = (REPO / "dataflex_callbacks",)
 BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
                   if isinstance(value, type) and issubclass(value, BaseException)}
 # (file, line text) of raises that never reach a user: converted on the spot by the enclosing handler.
-INTERNAL = {("dataflex_callbacks/sampler.py", "raise TypeError(f\"proportions is a {type(state['proportions']).__name__}\")"),
+INTERNAL = {("dataflex_callbacks/sampling/sampler.py", "raise TypeError(f\"proportions is a {type(state['proportions']).__name__}\")"),
             # A module __getattr__ must raise AttributeError: that is how `hasattr` and `from ... import` ask.
-            ("integrations/trl/__init__.py", "raise AttributeError(f\"module {__name__!r} has no attribute {name!r}\")")}
+            ("dataflex_callbacks/integrations/trl/__init__.py", "raise AttributeError(f\"module {__name__!r} has no attribute {name!r}\")")}
 
 
 def builtin_raises(folders=FOLDERS, repo=REPO) -> list[str]:

@@ -12,8 +12,7 @@ import textwrap
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-PACKAGE_DIRS = {"dataflex_callbacks": REPO / "dataflex_callbacks",
-                "dataflex_callbacks.integrations": REPO / "integrations"}
+PACKAGE_DIRS = {"dataflex_callbacks": REPO / "dataflex_callbacks"}
 NOT_CORE = ("dataflex_callbacks.recipes", "dataflex_callbacks.integrations", "dataflex_callbacks.__main__")
 HOST_FRAMEWORKS = ("trl", "lightning", "pytorch_lightning", "verl", "transformers", "accelerate", "peft", "datasets")
 
@@ -185,3 +184,52 @@ def test_the_checks_find_a_lazy_recipe_import_and_a_cycle(tmp_path):
         assert ["pkg.hinted", "pkg.typed"] in cycles(with_hints)
     finally:
         NOT_CORE = saved
+
+
+# The package's folders in layer order (docs/architecture.md): a module imports only its own layer and those before it.
+LAYERS = (
+    ("dataflex_callbacks.errors", "dataflex_callbacks._plain_values"),
+    ("dataflex_callbacks.registry",),
+    ("dataflex_callbacks.config",),
+    ("dataflex_callbacks.rollout",),
+    ("dataflex_callbacks.metrics",),
+    ("dataflex_callbacks.components",),
+    ("dataflex_callbacks.mixing",),
+    ("dataflex_callbacks.strategy",),
+    ("dataflex_callbacks.sampling",),
+    ("dataflex_callbacks.host",),
+    ("dataflex_callbacks.testing",),
+    ("dataflex_callbacks.integrations",),
+    ("dataflex_callbacks.recipes", "dataflex_callbacks.__main__"),
+)
+
+
+def layer_of(module: str) -> int | None:
+    for index, prefixes in enumerate(LAYERS):
+        if any(module == p or module.startswith(p + ".") for p in prefixes):
+            return index
+    return None
+
+
+def upward_imports(edges: dict[str, set[str]]) -> list[str]:
+    """``module -> target`` for each import of a later layer (the package root, which re-exports, is left out)."""
+    found = []
+    for module, targets in sorted(edges.items()):
+        own = layer_of(module)
+        for target in sorted(targets):
+            other = layer_of(target) if target.startswith("dataflex_callbacks.") else None
+            if own is not None and other is not None and other > own:
+                found.append(f"{module} -> {target}")
+    return found
+
+
+def test_every_module_has_a_layer_and_imports_no_later_one():
+    edges = import_edges(find_modules(PACKAGE_DIRS))
+    assert [m for m in edges if m != "dataflex_callbacks" and layer_of(m) is None] == []
+    assert upward_imports(edges) == []
+
+
+def test_an_import_up_the_layers_is_found():
+    edges = {"dataflex_callbacks.config._loading": {"dataflex_callbacks.components.scorers"},
+             "dataflex_callbacks.host.contract": {"dataflex_callbacks.strategy.strategy"}}
+    assert upward_imports(edges) == ["dataflex_callbacks.config._loading -> dataflex_callbacks.components.scorers"]

@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from dataflex_callbacks.batch import NO_DOMAIN
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
 from .suite import TaskReward
 

@@ -11,7 +11,7 @@ import json
 import os
 import warnings
 
-from dataflex_callbacks.batch import NO_DOMAIN
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
 
 from .suite import prompt_key

@@ -6,7 +6,7 @@ import hashlib
 import random
 from typing import Callable, Sequence
 
-from dataflex_callbacks.batch import NO_DOMAIN
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
 from .domains import TASK_DOMAINS, TaskDomain
 from .verifiers import completion_text, get_verifier

@@ -62,7 +62,7 @@ def test_a_dynamic_sampling_part_without_a_buffer_warns_once_naming_the_fix():
 def test_a_dynamic_sampling_part_driven_by_a_buffer_does_not_warn():
     import warnings
 
-    from dataflex_callbacks.dynamic_sampling import SignalGroupBuffer
+    from dataflex_callbacks.sampling.dynamic_sampling import SignalGroupBuffer
 
     module = ToyGRPO(toy_rows(), use_sampler=False)
     callback = DataFlexCallback({"dynamic_sampling": True})

@@ -11,7 +11,7 @@ from transformers import TrainerCallback
 from conftest import checksum_reward
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.scorers import group_reward_variance
+from dataflex_callbacks.components.scorers import group_reward_variance
 
 DIFFBAND_SELECT = {"scorer": "group_reward_variance",
                    "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")}}

@@ -14,7 +14,7 @@ from datasets import Dataset
 from trl import GRPOConfig
 
 from cpu_settings import CPU_RUN_SETTINGS
-from dataflex_callbacks.batch import NO_DOMAIN
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer
 from mixing_runs import logged

@@ -9,7 +9,7 @@ from datasets import Dataset
 
 from dataflex_callbacks import build_strategy
 from dataflex_callbacks.integrations.trl.callback import STATE_FILE
-from dataflex_callbacks.batch import NO_DOMAIN
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.integrations.trl.sampling import grpo_mixing_sampler, row_key
 from mixing_runs import logged, suite_trainer
 

@@ -84,7 +84,7 @@ def test_reference_mix_script_lines_run_unchanged(tmp_path, caplog):
     assert trainer.prompt_sampler.domains == ["gsm8k_short", "gsm8k_long"]
     # ... and, like the reference's buffer, every batch holds exactly the largest-remainder quotas
     assert trainer.prompt_sampler.quota == "exact"
-    from dataflex_callbacks.sampler import largest_remainder_quotas
+    from dataflex_callbacks.sampling.sampler import largest_remainder_quotas
 
     target = trainer.strategy.mixing.target
     expected = largest_remainder_quotas([target[d] for d in trainer.prompt_sampler.domains], 4).tolist()

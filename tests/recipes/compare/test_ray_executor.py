@@ -19,7 +19,7 @@ import os
 import signal
 import time
 
-from dataflex_callbacks.scorers import RewardScorer
+from dataflex_callbacks.components.scorers import RewardScorer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 

@@ -92,7 +92,7 @@ def test_a_scorer_path_in_a_strategy_file_imports_from_the_current_directory(rew
     from dataflex_callbacks import build_strategy
 
     (rewards_here / "my_methods_t30.py").write_text(
-        "from dataflex_callbacks.scorers import GroupSolveRateScorer\n\nclass MyScorer(GroupSolveRateScorer):\n    pass\n")
+        "from dataflex_callbacks.components.scorers import GroupSolveRateScorer\n\nclass MyScorer(GroupSolveRateScorer):\n    pass\n")
     strategy = build_strategy({"select": {"scorer": "my_methods_t30:MyScorer",
                                           "selector": {"name": "threshold_band", "low": 0.0, "high": 1.0}}})
     assert "my_methods_t30:MyScorer" in repr(strategy)

@@ -4,7 +4,7 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from dataflex_callbacks.batch import NO_DOMAIN  # noqa: E402
+from dataflex_callbacks.rollout.batch import NO_DOMAIN  # noqa: E402
 from dataflex_callbacks.recipes.tasks import evaluate, load_task_suite  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 

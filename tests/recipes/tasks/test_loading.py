@@ -6,7 +6,7 @@ import pytest
 
 pytest.importorskip("datasets")
 
-from dataflex_callbacks.batch import NO_DOMAIN  # noqa: E402
+from dataflex_callbacks.rollout.batch import NO_DOMAIN  # noqa: E402
 from dataflex_callbacks.recipes.tasks import load_prompt_dataset  # noqa: E402
 from dataflex_callbacks.recipes.tasks.loading import DatasetColumnError, DatasetError, load_prompt_table  # noqa: E402
 

@@ -1,0 +1,432 @@
+"""Data strategies inside TRL's ``trl.experimental.async_grpo.AsyncGRPOTrainer`` (generation runs ahead of the trainer).
+
+Where the strategy acts (TRL 1.16, ``async_grpo_trainer.py``):
+
+- *consumed samples*: the trainer drains its rollout queue through ``RolloutQueueDataset``
+  (which drops samples older than ``max_staleness`` policy versions) into a batcher and TRL's
+  packing collator. `DataFlexAsyncCallback` puts a stage between the two (`ConsumedSamples`):
+  it takes B whole groups (one step's worth: ``per_device_train_batch_size x
+  gradient_accumulation_steps x processes / num_generations``), builds their `RolloutBatch`
+  (with each sample's policy version and the trainer's version now), decides, and passes on
+  the kept samples only, each with its advantage times its weight (TRL's clipped loss is linear
+  in a non-negative factor on the advantage, so this is the weighted loss). A dropped sample is
+  removed as TRL removes a stale one: the batcher fills its place from the queue, so every
+  step trains on its full sample count and a micro-batch's loss is TRL's loss on its kept rows.
+- *dynamic sampling*: the stage keeps taking groups from the queue until it holds B groups that
+  carry signal; the zero-signal ones are counted as spent (``dataflex/dynamic/*``). Nothing is
+  ever generated for it: the worker's stream is the same as without the strategy.
+- *prompts* (``mix`` and ``pre_select``): the worker must take its prompts from a feed
+  (`async_rollout.InProcessRolloutWorker.set_prompt_feed`); the feed is a `DomainMixingSampler`
+  driven by the strategy, so a prompt it skips is never sent to the engine. TRL's own
+  ``AsyncRolloutWorker`` reads the dataset in order in a child process: refused at attach.
+- *staleness*: every sample taken from the queue is recorded, with its domain, its staleness and
+  whether TRL dropped it as stale; `dataflex_callbacks.metrics.DomainStalenessStats` logs the
+  per-domain shares and warns once when one domain loses far more to the limit than the others.
+  An outcome dropped as stale still updates the pre-rollout filter's history, at the next step.
+
+Refused at attach, in one line naming the part: token-level select or reweight parts, and parts
+scoring the current policy inside the loss (TRL packs one advantage per sample and exposes no
+per-token hook), and ``mix``/``pre_select`` with a worker that takes no prompt feed.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import warnings
+from typing import Any, Callable, Iterator, Optional
+
+import torch
+from transformers import TrainerCallback
+
+from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+from dataflex_callbacks.host.checkpoints import checkpoint_state, read_state_file, restore_strategy
+from dataflex_callbacks.sampling.dynamic_sampling import signal_rows
+from dataflex_callbacks.errors import ConfigError, HostError, WrongHostError, user_stacklevel
+from dataflex_callbacks.host import acts_before_rollout, as_strategy, decide, prompt_choosing_parts, resolve_domain_key
+from dataflex_callbacks.metrics import DomainStalenessStats
+from dataflex_callbacks.sampling.sampler import DomainMixingSampler, domain_labels
+
+from .callback import STATE_FILE, save_into_checkpoint
+from .sampling import row_key
+
+
+def async_trainer_class() -> type:
+    """``trl.experimental.async_grpo.AsyncGRPOTrainer`` (imported on first use: TRL warns on experimental imports)."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+    return AsyncGRPOTrainer
+
+
+def is_async_trainer(trainer) -> bool:
+    """Whether ``trainer`` is a TRL ``AsyncGRPOTrainer``."""
+    return isinstance(trainer, async_trainer_class())
+
+
+def async_fields(domains: bool) -> set[str]:
+    """The `RolloutBatch` fields this host builds for every consumed batch."""
+    fields = {"rewards", "group_ids", "completion_mask", "advantages", "prompt_keys", "policy_versions"}
+    return fields | ({"domains"} if domains else set())
+
+
+def check_async_strategy(strategy) -> None:
+    """Refuse, in one line naming the part, what cannot run on the samples an ``AsyncGRPOTrainer`` consumes."""
+    host = "TRL's AsyncGRPOTrainer"
+    for part in strategy.parts:
+        kind = part.actuator_kind
+        if part.token_level:
+            raise ConfigError(
+                f"dataflex: {part.kind}: {kind} {part.actuator.name!r} works on tokens, but {host} packs one "
+                f"advantage per sample into its loss; use a response-level {part.kind} part under the async trainer")
+        if part.needs_policy:
+            raise ConfigError(
+                f"dataflex: {part.kind}: scorer {part.scorer.name!r} reads the current policy's log-probs or entropies "
+                f"inside the loss, which {host} does not expose; use a scorer of rollout signals under the async trainer")
+
+
+class _QueueArrivals:
+    """The trainer's rollout queue, seen through: each sample taken is reported to the callback first (same thread)."""
+
+    def __init__(self, inner, callback: "DataFlexAsyncCallback"):
+        self._inner = inner
+        self._callback = callback
+
+    def get(self, block: bool = True, timeout: Optional[float] = None):
+        sample = self._inner.get(block, timeout)
+        self._callback.arrived(sample)
+        return sample
+
+    def qsize(self) -> int:
+        return self._inner.qsize()
+
+    def put_nowait(self, item) -> None:
+        self._inner.put_nowait(item)
+
+
+class ConsumedSamples(torch.utils.data.IterableDataset):
+    """The stage between TRL's ``RolloutQueueDataset`` and its batcher: decide on whole groups, pass the kept samples on."""
+
+    def __init__(self, source, callback: "DataFlexAsyncCallback"):
+        self.source = source
+        self.callback = callback
+
+    def __iter__(self):
+        samples = iter(self.source)
+        ready: collections.deque = collections.deque()
+        while True:
+            while not ready:
+                ready.extend(self.callback.next_decision(samples))
+            yield ready.popleft()
+
+
+class DataFlexAsyncCallback(TrainerCallback):
+    """Apply a data strategy to the samples a TRL ``AsyncGRPOTrainer`` consumes, and to the prompts its worker is fed.
+
+    Use it through `attach(trainer, strategy)` or `DataFlexAsyncGRPOTrainer(..., strategy=...)`
+    (module docstring: where each part acts).
+
+    Args:
+        strategy: a `Strategy`, preset name, config dict or YAML path.
+        selection_reward: the reward function the strategy scores on (a name among the trainer's
+            reward functions); None: TRL's sum over them (the sample's ``reward``).
+        domain_key: dataset column with each prompt's domain (None: the config's, else ``"domain"``).
+        prompt_key_column: dataset column with a stable prompt id (None: the prompt itself).
+        record_decisions: keep each decision in ``self.decisions`` and each consumed sample's staleness in
+            ``self.consumed_staleness`` (tests and analysis).
+        strict: refuse to resume from a checkpoint saved with another strategy config.
+    """
+
+    trainer_name = "DataFlexAsyncGRPOTrainer"
+
+    def __init__(self, strategy: Any, selection_reward: Optional[str] = None, domain_key: Optional[str] = None,
+                 prompt_key_column: Optional[str] = None, record_decisions: bool = False, strict: bool = True):
+        self.strategy = as_strategy(strategy)
+        check_async_strategy(self.strategy)
+        self.selection_reward = selection_reward
+        self.domain_key = domain_key
+        self.prompt_key_column = prompt_key_column
+        self.record_decisions = record_decisions
+        self.strict = strict
+        self.decisions: list[dict[str, Any]] = []
+        self.trainer = None
+        self.sampler: Optional[DomainMixingSampler] = None
+        self.staleness: Optional[DomainStalenessStats] = None
+        # With record_decisions: the staleness of every sample taken and not dropped as stale, in order (it grows
+        # with the run, so only tests and benchmarks keep it; the logged per-domain means come from `staleness`).
+        self.consumed_staleness: list[int] = []
+        self._versions: dict[int, int] = {}  # group id -> policy version it was generated with
+        self._stale_groups: dict[int, list] = {}  # group id -> its samples TRL dropped as stale (for the filter)
+        self._partial: dict[int, list] = {}  # group id -> samples of a group not complete yet
+        self._dynamic = bool(self.strategy.config.get("dynamic_sampling"))
+        self.groups_spent = 0  # groups consumed without signal (dynamic sampling)
+
+    @property
+    def attached(self) -> bool:
+        return self.trainer is not None
+
+    # ------------------------------------------------------------------ binding
+    def bind(self, trainer) -> None:
+        """Check the trainer against the strategy, install the queue view and (for mix / pre_select) the prompt feed."""
+        if not is_async_trainer(trainer):
+            raise WrongHostError(f"dataflex: {type(self).__name__} works with TRL's AsyncGRPOTrainer; got "
+                                 f"{type(trainer).__name__}. attach(trainer, strategy) picks the callback for each TRL trainer.")
+        if self.trainer is not None and self.trainer is not trainer:
+            raise HostError(f"dataflex: this {type(self).__name__} is already attached to another trainer; create a new one.")
+        dataset = trainer.train_dataset
+        columns = list(getattr(dataset, "column_names", None) or [])
+        self.domain_key, _ = resolve_domain_key(self.strategy, self.domain_key)
+        has_domains = self.domain_key in columns
+        self.strategy.check_host(async_fields(has_domains), host=f"TRL's AsyncGRPOTrainer (dataset columns {columns})")
+        names = [getattr(f, "__name__", type(f).__name__) for f in getattr(trainer.rollout_worker, "reward_funcs", [])]
+        if self.selection_reward is not None and names and self.selection_reward not in names:
+            raise ConfigError(f"dataflex: selection_reward={self.selection_reward!r} is not one of the trainer's reward "
+                              f"functions {names}")
+        worker = trainer.rollout_worker
+        self._labels = [str(d) for d in domain_labels(dataset, self.domain_key, required=False)] if has_domains else None
+        domains = sorted(set(self._labels)) if self._labels is not None else [NO_DOMAIN]
+        if self.strategy.mix_enabled and self.strategy.domains is None:
+            self.strategy.bind_domains(domains)
+        if acts_before_rollout(self.strategy):
+            if not hasattr(worker, "set_prompt_feed"):
+                raise ConfigError(
+                    f"dataflex: {' and '.join(prompt_choosing_parts(self.strategy))} chooses prompts before generation, but the trainer's "
+                    f"{type(worker).__name__} reads the dataset itself (in order, in its own process); pass "
+                    "rollout_worker=InProcessRolloutWorker(...) (dataflex_callbacks.integrations.trl), which takes its "
+                    "prompts from the strategy's feed, or drop the part")
+            self.sampler = self._prompt_sampler(trainer, dataset)
+            worker.set_prompt_feed(self._feed())
+        self.staleness = DomainStalenessStats(domains)
+        trainer.rollout_queue = _QueueArrivals(trainer.rollout_queue, self)
+        self.trainer = trainer
+
+    def _prompt_sampler(self, trainer, dataset) -> DomainMixingSampler:
+        labels = self._labels if self.strategy.mix_enabled else [NO_DOMAIN] * len(dataset)
+        return DomainMixingSampler(dataset, labels=labels, prompt_key_column=self.prompt_key_column,
+                                   prompt_labels=self._labels, batch_size=self.groups_per_step(trainer),
+                                   num_generations=trainer.args.num_generations, layout="grpo", num_replicas=1, rank=0,
+                                   strategy=self.strategy, seed=int(trainer.args.seed), resume="continue")
+
+    def _feed(self) -> Iterator[int]:
+        """Dataset rows for the worker, one per prompt: the sampler's stream, each prompt's repeats taken together."""
+        repeats = self.sampler.num_generations
+        while True:
+            stream = iter(self.sampler)
+            for index in stream:
+                for _ in range(repeats - 1):  # taken now, so a saved sampler never stands inside a prompt
+                    next(stream)
+                yield int(index)
+
+    @staticmethod
+    def groups_per_step(trainer) -> int:
+        """B: the groups one optimizer step trains on (samples per step / ``num_generations``)."""
+        args = trainer.args
+        samples = args.per_device_train_batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes
+        if samples % args.num_generations:
+            raise ConfigError(f"dataflex: a step of {samples} samples (per_device_train_batch_size x "
+                              f"gradient_accumulation_steps x processes) is not a whole number of groups of "
+                              f"num_generations={args.num_generations}; make it a multiple")
+        return samples // args.num_generations
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if not self.attached:
+            raise HostError(f"{type(self).__name__} was passed in callbacks=[...] but never attached: use "
+                            "attach(trainer, strategy) or DataFlexAsyncGRPOTrainer(..., strategy=...)")
+        if state.is_world_process_zero:
+            domains = sorted(set(self._labels)) if self._labels is not None else None
+            print(self.strategy.summary_line(domains, self.domain_key), flush=True)
+        return control
+
+    # ------------------------------------------------------------------ what arrives
+    def row_of(self, group_id: int) -> int:
+        """The dataset row group ``group_id`` was generated from (the feed's record, else TRL's worker's order)."""
+        worker = self.trainer.rollout_worker
+        if hasattr(worker, "row_of"):
+            return worker.row_of(group_id)
+        start = worker._loop_kwargs.get("dataset_start_index", 0) if hasattr(worker, "_loop_kwargs") else 0
+        return (start + group_id) % len(self.trainer.train_dataset)
+
+    def domain_of(self, group_id: int) -> str:
+        return NO_DOMAIN if self._labels is None else self._labels[self.row_of(group_id)]
+
+    def arrived(self, sample) -> None:
+        """A sample was taken from the queue: record its version; one TRL drops as stale is counted (and kept for the filter)."""
+        trainer = self.trainer
+        staleness = trainer.model_version - sample.model_version
+        self._versions[sample.group_id] = sample.model_version
+        if staleness > trainer.args.max_staleness:  # RolloutQueueDataset's own rule, applied right after this get
+            self.staleness.update([self.domain_of(sample.group_id)], torch.tensor([staleness]), torch.tensor([True]))
+            if self.strategy.pre_select is not None:
+                self._stale_groups.setdefault(sample.group_id, []).append(sample)
+        elif self.record_decisions:
+            self.consumed_staleness.append(staleness)
+
+    # ------------------------------------------------------------------ deciding
+    def train_dataloader(self, trainer, original: Callable):
+        """Wraps ``get_train_dataloader``: put `ConsumedSamples` between TRL's queue dataset and its batcher."""
+        loader = original()
+        if trainer.accelerator.is_main_process:
+            batcher = loader.dataset
+            source = getattr(batcher, "dataset", None)
+            if type(source).__name__ != "RolloutQueueDataset":
+                raise HostError(f"dataflex: this TRL's AsyncGRPOTrainer dataloader is not RolloutQueueDataset -> batcher "
+                                f"(found {type(batcher).__name__} over {type(source).__name__}); the adapter supports "
+                                "TRL 1.16's layout")
+            batcher.dataset = ConsumedSamples(source, self)
+        return loader
+
+    def _next_group(self, samples: Iterator[dict]) -> list[dict]:
+        """The next complete group (``num_generations`` samples) from TRL's queue dataset."""
+        size = self.trainer.args.num_generations
+        while True:
+            sample = next(samples)
+            group = self._partial.setdefault(sample["group_id"], [])
+            group.append(sample)
+            if len(group) == size:
+                return self._partial.pop(sample["group_id"])
+
+    def _batch(self, groups: list[list[dict]]) -> RolloutBatch:
+        rows = [s for group in groups for s in group]
+        key = "reward" if self.selection_reward is None else f"rewards/{self.selection_reward}"
+        lengths = [int(s["completion_mask"].sum()) for s in rows]
+        width = max(lengths, default=0)
+        mask = torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
+        group_rows = [self.row_of(s["group_id"]) for s in rows]
+        dataset = self.trainer.train_dataset
+        return RolloutBatch(
+            torch.tensor([float(s["metrics"][key]) for s in rows]),
+            group_ids=torch.tensor([s["group_id"] for s in rows]),
+            completion_mask=mask,
+            advantages=torch.tensor([float(s["advantage"]) for s in rows]),
+            domains=None if self._labels is None else [self._labels[r] for r in group_rows],
+            prompt_keys=[row_key(dataset[r], self.prompt_key_column) for r in group_rows],
+            policy_versions=torch.tensor([self._versions[s["group_id"]] for s in rows]),
+            trainer_version=int(self.trainer.model_version))
+
+    def _observe_stale(self, step: int) -> None:
+        """Show the pre-rollout filter the outcomes TRL dropped as stale: late, but real outcomes of their prompts."""
+        size = self.trainer.args.num_generations
+        done = [g for g, s in self._stale_groups.items() if len(s) == size]
+        if not done:
+            return
+        groups = [[{"group_id": s.group_id, "metrics": s.metrics, "advantage": s.advantage,
+                    "completion_mask": s.completion_mask} for s in self._stale_groups.pop(g)] for g in done]
+        self.strategy.pre_select.observe(self._batch(groups), step)
+
+    def next_decision(self, samples: Iterator[dict]) -> list[dict]:
+        """Take one step's groups from the queue, decide, and return the kept samples (advantages weighted)."""
+        trainer = self.trainer
+        step = int(trainer.state.global_step)
+        wanted = self.groups_per_step(trainer)
+        extra: dict[str, float] = {}
+        if self._dynamic:
+            # As the synchronous loop's max_rounds: at most that many steps' worth of groups, then a short step.
+            groups, spent, limit = [], 0, wanted * int(self.strategy.config["dynamic_sampling"]["max_rounds"])
+            while len(groups) < wanted and spent + len(groups) < limit:
+                taken = [self._next_group(samples) for _ in range(wanted - len(groups))]
+                signal = signal_rows(self._batch(taken), self.strategy, step=step)
+                size = trainer.args.num_generations
+                for i, group in enumerate(taken):
+                    if bool(signal[i * size]):
+                        groups.append(group)
+                    else:
+                        spent += 1
+            self.groups_spent += spent
+            extra = {"dynamic/zero_signal_groups_total": float(spent),
+                     "dynamic/groups_taken_total": float(spent + len(groups))}
+        else:
+            groups = [self._next_group(samples) for _ in range(wanted)]
+        if not groups:
+            return []
+        if self.strategy.pre_select is not None:
+            self._observe_stale(step)
+        rows = [s for group in groups for s in group]
+        batch = self._batch(groups)
+        decision = decide(self.strategy, batch, step, seed=int(trainer.args.seed), warn=True, host_step=step + 1)
+        keep, weights = decision.keep, decision.weights.to(torch.float32)
+        self.staleness.update(batch.row_domains(), batch.staleness, torch.zeros(batch.n, dtype=torch.bool), ~keep)
+        self.staleness.check_bias()
+        metrics = trainer._metrics["train"]
+        for name, value in {**decision.metrics, **extra, **self.staleness.compute()}.items():
+            metrics[f"dataflex/{name}"].append(float(value))
+        if self.record_decisions:
+            self.decisions.append({"step": step, "keep": keep.clone(), "weights": weights.clone(),
+                                   "group_ids": batch.group_ids.clone(), "staleness": batch.staleness.clone(),
+                                   "prompt_keys": list(batch.prompt_keys), "metrics": dict(decision.metrics), **extra})
+        weighted = bool((weights != keep.to(weights.dtype)).any())
+        kept = []
+        for row, sample in enumerate(rows):
+            if bool(keep[row]):
+                if weighted:
+                    sample = {**sample, "advantage": float(sample["advantage"]) * float(weights[row])}
+                kept.append(sample)
+        return kept
+
+    # ------------------------------------------------------------------ checkpoints
+    def on_save(self, args, state, control, **kwargs):
+        save_into_checkpoint(self, args, state)
+        return control
+
+    def save_state(self, folder: str) -> str:
+        """Write the strategy, the prompt feed (sampler and next group id) and the counters into a checkpoint folder."""
+        parts: dict[str, Any] = {"groups_spent": self.groups_spent}
+        if self.sampler is not None:
+            parts["sampler"] = self.sampler.state_dict()
+            parts["next_group_id"] = int(self.trainer.rollout_worker.next_group_id)
+            parts["group_rows"] = dict(self.trainer.rollout_worker.group_rows)
+        path = os.path.join(folder, STATE_FILE)
+        torch.save(checkpoint_state(self.strategy, **parts), path)
+        return path
+
+    def load_state(self, folder: str) -> bool:
+        """Restore what `save_state` wrote; False (with a warning) when the folder has none."""
+        saved = read_state_file(folder, STATE_FILE, saved_by="the DataFlex adapter")
+        if saved is None:
+            return False
+        restore_strategy(self.strategy, saved, source=folder, strict=self.strict, writer=f"{self.trainer_name} or attach()",
+                         strict_setting=f"{self.trainer_name}(..., strict=False) or attach(trainer, strategy, strict=False)")
+        self.groups_spent = int(saved.get("groups_spent", 0))
+        if self.sampler is not None:
+            if saved.get("sampler") is None:
+                warnings.warn(f"dataflex: checkpoint {folder} has no prompt feed state; prompts restart from a fresh stream",
+                              stacklevel=user_stacklevel())
+            else:
+                self.sampler.load_state_dict(saved["sampler"])
+                worker = self.trainer.rollout_worker
+                worker.group_rows.update(saved.get("group_rows", {}))
+                worker.set_prompt_feed(self._feed(), next_group_id=int(saved["next_group_id"]))
+        return True
+
+    def load_optimizer_and_scheduler(self, trainer, original: Callable, checkpoint: Optional[str]) -> None:
+        """Wraps ``_load_optimizer_and_scheduler``: the hook that receives the resume checkpoint."""
+        original(checkpoint)
+        if checkpoint is not None:
+            self.load_state(checkpoint)
+
+
+class DataFlexAsyncGRPOTrainer(async_trainer_class()):
+    """TRL's ``AsyncGRPOTrainer`` with a data strategy; every ``AsyncGRPOTrainer`` argument works unchanged.
+
+    Equivalent to a stock ``AsyncGRPOTrainer`` plus ``attach(trainer, strategy)``; the callback is
+    ``trainer.dataflex`` (`DataFlexAsyncCallback`, whose arguments ``strategy``, ``selection_reward``,
+    ``domain_key``, ``prompt_key_column``, ``record_decisions`` and ``strict`` are taken here).
+    """
+
+    def __init__(self, *args, strategy: Any = None, selection_reward: Optional[str] = None,
+                 domain_key: Optional[str] = None, prompt_key_column: Optional[str] = None,
+                 record_decisions: bool = False, strict: bool = True, **kwargs):
+        if strategy is None:
+            raise ConfigError("dataflex: DataFlexAsyncGRPOTrainer needs strategy=... (preset name, config dict, YAML path "
+                              "or Strategy), e.g. DataFlexAsyncGRPOTrainer(..., strategy='diffband').")
+        self.dataflex = DataFlexAsyncCallback(strategy, selection_reward=selection_reward, domain_key=domain_key,
+                                              prompt_key_column=prompt_key_column, record_decisions=record_decisions,
+                                              strict=strict)
+        kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), self.dataflex]
+        super().__init__(*args, **kwargs)
+        self.dataflex.bind(self)
+
+    def get_train_dataloader(self):
+        return self.dataflex.train_dataloader(self, super().get_train_dataloader)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        return self.dataflex.load_optimizer_and_scheduler(self, super()._load_optimizer_and_scheduler, checkpoint)

@@ -1,0 +1,92 @@
+"""A strategy's components, built from its resolved config: each scorer paired with its actuator, and the mixing.
+
+The last step of the config path (file -> `StrategyConfig` -> `Strategy` -> components): each
+component spec is ``{name, params}``; the registry builds the class, whose constructor checks
+its parameters (a `ParamError` naming the parameter).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import torch
+
+from dataflex_callbacks.rollout.batch import RolloutBatch
+from dataflex_callbacks.errors import ConfigError, ParamError
+from dataflex_callbacks.mixing.mixers import Mixer
+from dataflex_callbacks.mixing.domain_mixing import DomainMixing
+from dataflex_callbacks.registry import build_component
+from dataflex_callbacks.components.scorers import check_finite_scores
+
+POLICY_SIGNALS = ("logprobs", "entropies")
+
+
+class Part:
+    """A scorer paired with its actuator (selector or reweighter), active from ``warmup_steps``."""
+
+    def __init__(self, kind: str, spec: Mapping[str, Any]):
+        """Build part ``kind`` ("select" or "reweight") from its resolved config (`SelectConfig`/`ReweightConfig` as a dict)."""
+        self.kind = kind
+        actuator = self.actuator_kind
+        self.scorer = build_component("scorer", spec["scorer"]["name"], **spec["scorer"]["params"])
+        self.actuator = build_component(actuator, spec[actuator]["name"], **spec[actuator]["params"])
+        self.warmup_steps = spec.get("warmup_steps", 0)  # checked by the config step (SelectConfig, ReweightConfig)
+        self._check_pairing()
+
+    def _check_pairing(self) -> None:
+        if self.scorer.granularity == "token" and self.actuator.granularity == "response":
+            raise ConfigError(
+                f"{self.kind}: {self.actuator_kind} {self.actuator.name!r} needs one score per response, but scorer "
+                f"{self.scorer.name!r} scores tokens; use a response-level scorer"
+            )
+        if self.scorer.granularity == "response" and self.actuator.granularity == "token":
+            raise ConfigError(
+                f"{self.kind}: {self.actuator_kind} {self.actuator.name!r} needs token scores, but scorer "
+                f"{self.scorer.name!r} scores responses; use token_prob or token_entropy"
+            )
+
+    def score(self, batch: RolloutBatch) -> torch.Tensor:
+        """The scorer's scores of ``batch``, ``(N,)`` or ``(N, L)``; a `ComponentError` naming the scorer if one is not finite.
+
+        Every score an actuator reads passes here, so the check covers built-in and user scorers alike.
+        """
+        scores = self.scorer.score(batch)
+        check_finite_scores(scores, batch.valid_mask, f"{self.kind}: scorer {self.scorer.name!r}")
+        return scores
+
+    @property
+    def actuator_kind(self) -> str:
+        return "selector" if self.kind == "select" else "reweighter"
+
+    @property
+    def requires(self) -> set[str]:
+        return set(self.scorer.requires) | set(getattr(self.actuator, "requires", ()))
+
+    @property
+    def needs_groups(self) -> bool:
+        return bool(self.scorer.needs_groups or self.actuator.needs_groups)
+
+    @property
+    def needs_policy(self) -> bool:
+        return bool(set(self.scorer.requires) & set(POLICY_SIGNALS))
+
+    @property
+    def token_level(self) -> bool:
+        return self.actuator.granularity == "token"
+
+    def active(self, step: int) -> bool:
+        return step >= self.warmup_steps
+
+
+def build_mixing(mix: Mapping[str, Any]) -> DomainMixing:
+    """The `DomainMixing` of a resolved ``mix`` part (`MixConfig` as a dict); an error names the part ("mix: ...")."""
+    mixer = build_component("mixer", mix["mixer"]["name"], **mix["mixer"]["params"])
+    assert isinstance(mixer, Mixer)
+    try:
+        return DomainMixing(mixer, domains=mix["domains"], window=mix["window"], warmup_steps=mix["warmup_steps"],
+                            update_every=mix["update_every"], smoothing=mix["smoothing"], prior=mix["prior"],
+                            window_unit=mix.get("window_unit", "steps"))
+    except ParamError as error:
+        raise ParamError(f"mix: {error}", error.param) from error
+    except ValueError as error:
+        raise ConfigError(f"mix: {error}") from error

@@ -1,0 +1,5 @@
+"""Conformance checks for a user's own component (docs/extending.md)."""
+
+from dataflex_callbacks.testing.conformance import ConformanceError, ConformanceReport, check_component
+
+__all__ = ["ConformanceError", "ConformanceReport", "check_component"]
