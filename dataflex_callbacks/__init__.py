@@ -3,13 +3,13 @@
 The core is framework-agnostic: build a `Strategy`, feed it a `RolloutBatch` of the signals
 your trainer already computed, and apply its `Decision` to the loss. Host adapters live in
 ``dataflex_callbacks.integrations`` (``trl``, ``lightning``, ``verl``). A new method subclasses
-`Scorer`, `Selector`, `Reweighter` or `Mixer` and is named in configs through `register` or by
+`Scorer`, `Selector`, `Reweighter`, `Mixer` or `PreSelectFilter` and is named in configs through `register` or by
 its import path; ``dataflex_callbacks.testing`` checks it (docs/extending.md).
 """
 
-from dataflex_callbacks.components import pre_select  # noqa: F401  (registers the built-in pre-rollout filter)
+from dataflex_callbacks.components.pre_select import PreSelectFilter  # importing it registers the built-in filters
 from dataflex_callbacks.rollout.batch import RolloutBatch
-from dataflex_callbacks.config._loading import list_presets
+from dataflex_callbacks.config import list_presets
 from dataflex_callbacks.config.fields import DynamicSamplingConfig, MixConfig, ReweightConfig, SelectConfig, StrategyConfig
 from dataflex_callbacks.sampling.dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
 from dataflex_callbacks.errors import (ArgumentError, BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, HostError,
@@ -41,6 +41,7 @@ __all__ = [
     "MixConfig",
     "Mixer",
     "ParamError",
+    "PreSelectFilter",
     "RepeatedRowWarning",
     "ReweightConfig",
     "Reweighter",

@@ -21,7 +21,6 @@ from typing import Any, Callable
 from dataflex_callbacks.errors import ArgumentError, ConfigError, ParamError
 
 KINDS = ("scorer", "selector", "reweighter", "mixer", "pre_select")
-KIND_ALIASES = {"prerollout": "pre_select"}  # earlier name of the pre-rollout selection kind
 
 _REGISTRY: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}
 _ALIASES: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
@@ -31,10 +30,10 @@ _BASES: dict[str, type] = {}
 def register(kind: str, name: str, aliases: tuple[str, ...] = (), *, override: bool = False) -> Callable[[type], type]:
     """Class decorator: make ``cls`` buildable as ``build_component(kind, name)`` and nameable in configs.
 
-    ``cls`` must subclass the kind's base class (`Scorer`, `Selector`, `Reweighter`, `Mixer`), as a
-    class named by import path must. A name (or alias) already taken by another class of that kind
-    is refused with a `ConfigError`: registering replaces the class for the whole process, built-ins
-    included. Pass ``override=True`` to replace it on purpose: the class it replaces is then
+    ``cls`` must subclass the kind's base class (`Scorer`, `Selector`, `Reweighter`, `Mixer`,
+    `PreSelectFilter`), as a class named by import path must. A name (or alias) already taken by
+    another class of that kind is refused with a `ConfigError`: registering replaces the class for
+    the whole process, built-ins included. Pass ``override=True`` to replace it on purpose: the class it replaces is then
     replaced under every name and alias it had (``reward`` and ``reward_difficulty`` are one
     component). Registering the same class again (a reloaded module) is allowed.
     """
@@ -127,8 +126,7 @@ class Component:
 
 
 def _check_kind(kind: str) -> str:
-    """The canonical kind for ``kind`` (old names accepted), or a `ConfigError` listing the valid kinds."""
-    kind = KIND_ALIASES.get(kind, kind)
+    """``kind`` itself when it is one of `KINDS`, else a `ConfigError` listing the valid kinds."""
     if kind not in KINDS:
         raise ConfigError(f"unknown component kind {kind!r}; valid kinds: {', '.join(KINDS)}")
     return kind

@@ -14,7 +14,7 @@
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 VENV="${TRL_FLOOR_VENV:-$ROOT/.venv-trl-floor}"
-TRL_FLOOR="$(sed -n 's/^TRL_FLOOR = "\(.*\)"$/\1/p' "$ROOT/integrations/trl/compat.py")"  # = pyproject's trl>=
+TRL_FLOOR="$(sed -n 's/^TRL_FLOOR = "\(.*\)"$/\1/p' "$ROOT/dataflex_callbacks/integrations/trl/compat.py")"  # = pyproject's trl>=
 TRANSFORMERS_VERSION="5.14.1"  # the newest transformers when TRL 1.9.0 was released (2026-07-21)
 
 # Reused when it holds the floor TRL and imports this checkout's package; otherwise (re)installed.

@@ -16,38 +16,13 @@ from typing import Hashable, NamedTuple, Sequence
 import numpy as np
 import torch
 
+from dataflex_callbacks._distributed import all_gather_objects, world_size_and_rank
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.errors import BatchError, StateError
 from dataflex_callbacks.rollout.groups import dense_groups, segment_mean, segment_variance
-from dataflex_callbacks._plain_values import plain_scalar
+from dataflex_callbacks.rollout.prompt_keys import hashable_key
 
 ZERO_VARIANCE_EPS = 1e-12
-KEY_COLUMNS = ("prompt_key", "prompt")  # where a row's prompt key is read from, in order
-
-
-def hashable_key(value) -> Hashable:
-    """A prompt key usable in a dict: strings and ints as they are, anything else as canonical JSON.
-
-    A numpy scalar or 0-d tensor (what a collate function makes of an int column) counts as its
-    Python value, so ``np.int64(3)``, ``torch.tensor(3)`` and ``3`` name the same prompt.
-    """
-    value = plain_scalar(value)
-    if isinstance(value, (str, int)):
-        return value
-    import json
-
-    return json.dumps(value, sort_keys=True, default=str)
-
-
-def row_prompt_key(row, index: int) -> Hashable:
-    """The stable key of one dataset row: its ``prompt_key``, else its ``prompt``, else its index.
-
-    Samplers and host adapters both use this rule, so the history they share agrees on keys.
-    """
-    for column in KEY_COLUMNS:
-        if hasattr(row, "keys") and column in row:
-            return hashable_key(row[column])
-    return index
 
 
 class PromptHistory:
@@ -300,14 +275,11 @@ class GroupOutcomes(NamedTuple):
 
 
 def _all_gather_outcomes(outcomes: GroupOutcomes) -> GroupOutcomes:
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
+    """Every rank's group outcomes, in rank order (``outcomes`` itself with one rank)."""
+    if world_size_and_rank()[0] == 1:
         return outcomes
-    gathered: list = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, (list(outcomes.keys), outcomes.labels, outcomes.solve_rate.tolist(),
-                                      outcomes.variance.tolist(), outcomes.pairs.tolist(),
-                                      outcomes.disagreeing.tolist()))
+    gathered = all_gather_objects((list(outcomes.keys), outcomes.labels, outcomes.solve_rate.tolist(),
+                                   outcomes.variance.tolist(), outcomes.pairs.tolist(), outcomes.disagreeing.tolist()))
     labels = None if any(part[1] is None for part in gathered) else [v for part in gathered for v in part[1]]
     return GroupOutcomes([k for part in gathered for k in part[0]], labels,
                          np.array([v for part in gathered for v in part[2]], dtype=np.float64),

@@ -2,7 +2,7 @@
 
 A group whose rewards all agree (all correct or all wrong) has zero advantage in GRPO and
 contributes no gradient, yet its generation was paid for. Prompts that gave such groups tend to
-keep giving them (GRESO, "Act Only When It Pays", arXiv 2506.02177). `SkipZeroVariance` keeps a
+keep giving them (GRESO, "Act Only When It Pays", arXiv 2506.02177). `SkipZeroVarianceFilter` keeps a
 `PromptHistory` and lets the sampler skip a prompt with no-signal streak ``z`` with
 probability ``1 - max(min_keep, explore ** z)``:
 
@@ -22,7 +22,7 @@ Two additions to GRESO's rule, both on by default:
   no signal: a verifiable reward is a function of the answer, so its reward is noise there
   (needs ``RolloutBatch.completion_ids``, which the TRL adapter provides).
 
-`SkipPredictedNoSignal` (``skip_predicted``) learns the skip rule from the run instead: per
+`SkipPredictedFilter` (``skip_predicted``) learns the skip rule from the run instead: per
 domain and per prompt state (streak, solved or failed, never seen) it estimates how likely the
 next group is to be solved or to give no signal, and skips confidently predicted states only. It
 is the filter of the ``skip`` preset; ``skip_zero_variance`` is GRESO's rule as published.
@@ -38,9 +38,10 @@ import torch
 
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.errors import user_stacklevel
-from dataflex_callbacks.components.history import PromptHistory, hashable_key, no_signal_flags
+from dataflex_callbacks.components.history import PromptHistory, no_signal_flags
+from dataflex_callbacks.rollout.prompt_keys import hashable_key
 from dataflex_callbacks.config.params import check_bool, check_number
-from dataflex_callbacks.registry import register
+from dataflex_callbacks.registry import Component, register, register_base
 
 SILENT_OBSERVATIONS = 8
 """Batches observed in a row with prompts or states to skip and no prompt skipped before the filter looks for a cause."""
@@ -52,8 +53,59 @@ SAMPLER_FIX = ("the filter acts only through the prompt sampler built with this 
                "DomainMixingSampler(dataset, strategy=strategy)")
 
 
-class _PreSelectRule:
-    """What both filters share: the `PromptHistory`, the sampler's draw counters and their metrics and state.
+@register_base("pre_select")
+class PreSelectFilter(Component):
+    """Base class of pre-rollout filters: subclass it and implement ``keep_probability`` and ``observe``.
+
+    A filter chooses, before generation, which drawn prompts to skip. The prompt sampler (a
+    `DomainMixingSampler` built with the strategy) asks it ``keep_probability(keys, labels)`` about
+    its candidate prompts and reports what it generated with ``record_draws(accepted, skipped)``;
+    the strategy shows it each step's rollouts with ``observe(batch, step, sync)`` and logs the
+    metrics that returns (``metrics()`` alone when a `SignalGroupBuffer` showed it the rollouts
+    already). A host sets ``num_generations``, the completions a skipped prompt would have cost.
+
+    It declares ``requires``, the `RolloutBatch` fields ``observe`` reads, checked once, when the
+    strategy is built. ``state_dict`` and ``load_state_dict`` are public no-ops, right for a filter
+    without state; a filter that learns across steps overrides both, so a resumed run skips
+    exactly as the saved one would.
+    """
+
+    name = "pre_select"
+    requires: tuple[str, ...] = ("rewards", "group_ids", "prompt_keys")
+
+    def __init__(self):
+        self.skipped = 0  # prompts skipped so far
+        self.drawn = 0  # prompts the sampler generated
+        self.num_generations = 1  # set by the sampler: completions a skipped prompt would have cost
+
+    def keep_probability(self, keys: Sequence[Hashable], labels: Sequence[str] | None = None) -> np.ndarray:
+        """``(K,)`` float: the probability that each candidate prompt (``keys``, domains ``labels`` or None) is generated now."""
+        raise NotImplementedError(f"{type(self).__name__} must implement keep_probability(keys, labels)")
+
+    def observe(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
+        """Learn from a step's rollouts (``sync``: all-reduce what it counts across ranks); returns `metrics`."""
+        raise NotImplementedError(f"{type(self).__name__} must implement observe(batch, step, sync)")
+
+    def record_draws(self, accepted: Sequence[Hashable], skipped: int) -> None:
+        """Sampler bookkeeping: the prompts it generated and how many candidates it skipped."""
+        self.drawn += len(accepted)
+        self.skipped += int(skipped)
+
+    def metrics(self) -> dict[str, float]:
+        """The filter's ``pre_select/*`` metrics as they stand."""
+        return {"pre_select/skipped_prompts": float(self.skipped),
+                "pre_select/completions_saved": float(self.skipped * self.num_generations)}
+
+    def state_dict(self) -> dict:
+        """The filter's state across steps; ``{}`` for a filter without state."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict` output; a filter without state has nothing to restore."""
+
+
+class _PreSelectRule(PreSelectFilter):
+    """What both built-in filters share: the `PromptHistory`, the sampler's draw counters and their metrics and state.
 
     A filter that has prompts (or states) it would skip, yet skipped none over `SILENT_OBSERVATIONS`
     observed batches, warns once when it finds why its metrics say it acts while it does not: no
@@ -61,16 +113,12 @@ class _PreSelectRule:
     rollouts' prompt keys are never the ones the sampler drew.
     """
 
-    requires = ("rewards", "group_ids", "prompt_keys")
-
     def __init__(self, history: PromptHistory):
+        super().__init__()
         self.history = history
-        self.skipped = 0
-        self.drawn = 0
         self.rechecked = 0
         self.last_zero_share = float("nan")
         self.last_noisy_share = float("nan")
-        self.num_generations = 1  # set by the sampler: completions a skipped prompt would have cost
         self._warned = False
         self._reset_watch()
 
@@ -117,7 +165,7 @@ class _PreSelectRule:
         cause = self._silence_cause() if self._silent >= SILENT_OBSERVATIONS else None
         if cause is not None:
             self._warned = True
-            warnings.warn(f"dataflex: pre_select {getattr(self, 'name', type(self).__name__)!r} has {skippable} "
+            warnings.warn(f"dataflex: pre_select {self.name!r} has {skippable} "
                           f"prompt states it would skip, yet skipped no prompt over {self._silent} observed batches "
                           f"(pre_select/skipped_prompts stays 0): {cause}", stacklevel=user_stacklevel())
 
@@ -135,21 +183,19 @@ class _PreSelectRule:
         if self._drawn_keys and not self._drawn_observed:
             return (f"no observed group has the prompt key of a prompt the sampler drew (e.g. "
                     f"{sorted(map(repr, self._drawn_keys))[:3]}): RolloutBatch.prompt_keys must name prompts as the "
-                    "sampler does (its key_column, else the 'prompt_key' field, else 'prompt', else the row index)")
+                    "sampler does (its prompt_key_column, else the 'prompt_key' field, else 'prompt', else the row index)")
         return None
 
     def record_draws(self, accepted: Sequence[Hashable], skipped: int) -> None:
         """Sampler bookkeeping: prompts it generated and how many candidates it skipped."""
-        self.drawn += len(accepted)
         if self._watching() and len(self._drawn_keys) < DRAWN_KEYS_KEPT:
             self._drawn_keys.update(hashable_key(key) for key in accepted[:DRAWN_KEYS_KEPT - len(self._drawn_keys)])
-        self.skipped += int(skipped)
+        super().record_draws(accepted, skipped)
         self.rechecked += int((self.history.streaks(accepted) > 0).sum())
 
     def metrics(self) -> dict[str, float]:
         return {
-            "pre_select/skipped_prompts": float(self.skipped),
-            "pre_select/completions_saved": float(self.skipped * self.num_generations),
+            **super().metrics(),
             "pre_select/zero_variance_share": self.last_zero_share,
             "pre_select/noisy_share": self.last_noisy_share,
             "pre_select/recheck_rate": self.rechecked / self.drawn if self.drawn else 0.0,
@@ -169,7 +215,7 @@ class _PreSelectRule:
 
 
 @register("pre_select", "skip_zero_variance")
-class SkipZeroVariance(_PreSelectRule):
+class SkipZeroVarianceFilter(_PreSelectRule):
     """Skip prompts whose recent groups all had zero reward variance (GRESO-style), adaptively.
 
     The rule and its two additions are described in this module's docstring (GRESO, arXiv
@@ -271,7 +317,7 @@ def _ratio(numerator: np.ndarray, denominator: np.ndarray, empty) -> np.ndarray:
 
 
 @register("pre_select", "skip_predicted")
-class SkipPredictedNoSignal(_PreSelectRule):
+class SkipPredictedFilter(_PreSelectRule):
     """Skip prompts whose state reliably gives no signal, judged by estimates learnt from the run.
 
     A prompt's state is its no-signal streak before the group (0, 1, 2, 3 or more), the streak split

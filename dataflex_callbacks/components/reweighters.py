@@ -12,12 +12,12 @@ import math
 
 import torch
 
-from dataflex_callbacks.rollout.batch import RolloutBatch, _row_blocks, row_counts, true_count
+from dataflex_callbacks.rollout.batch import RolloutBatch, row_block_bounds, row_counts, true_count
 from dataflex_callbacks.errors import BatchError, ParamError
 from dataflex_callbacks.rollout.groups import dense_groups, segment_sum
 from dataflex_callbacks.config.params import check_choice, check_number
 from dataflex_callbacks.registry import Component, register, register_base
-from dataflex_callbacks.components.scorers import check_score_shape
+from dataflex_callbacks.components._score_shape import check_score_shape
 
 NORMALIZE_MODES = ("mean_one", "per_group_mean_one", "none")
 
@@ -153,7 +153,7 @@ class Reweighter(Component):
 
 
 @register("reweighter", "softmax")
-class SoftmaxWeights(Reweighter):
+class SoftmaxReweighter(Reweighter):
     """w_i proportional to exp(score_i / temperature).
 
     Args:
@@ -187,7 +187,7 @@ class SoftmaxWeights(Reweighter):
 
 
 @register("reweighter", "difficulty_band")
-class DifficultyBand(Reweighter):
+class DifficultyBandReweighter(Reweighter):
     """focus_weight inside the [low_q, high_q] quantile band of the scores, 1 outside.
 
     Args:
@@ -239,7 +239,7 @@ def linear_quantiles(values: torch.Tensor, qs: tuple[float, ...]) -> list[torch.
 
 
 @register("reweighter", "reward_range")
-class RewardRange(Reweighter):
+class RewardRangeReweighter(Reweighter):
     """`inside` weight when low <= score <= high, `outside` weight otherwise.
 
     The announcement's "weight samples whose rewards fall within specific ranges".
@@ -269,7 +269,7 @@ class RewardRange(Reweighter):
 
 
 @register("reweighter", "advantage_reweight")
-class AdvantageReweight(Reweighter):
+class AdvantageReweighter(Reweighter):
     """Token weight alpha*p_it + (1-alpha), p_it the token probability: damps low-probability tokens.
 
     Args:
@@ -317,7 +317,7 @@ class AdvantageReweight(Reweighter):
         """
         n, length = probs.shape
         out = torch.empty(n, length, dtype=torch.float32)
-        blocks = _row_blocks(n, length)
+        blocks = row_block_bounds(n, length)
         mask_buffer = torch.empty(min(n, blocks[0][1]), length, dtype=torch.float32)
         sums = torch.empty(len(blocks), dtype=torch.float32)
         for i, (start, end) in enumerate(blocks):
@@ -330,7 +330,7 @@ class AdvantageReweight(Reweighter):
 
 
 @register("reweighter", "staleness_discount")
-class StalenessDiscount(Reweighter):
+class StalenessDiscountReweighter(Reweighter):
     """w_i = gamma ** s_i, s_i the response's staleness (score: ``staleness``): older responses count less.
 
     An off-policy response's importance ratio drifts further from 1 the older its policy, so its
@@ -358,7 +358,7 @@ PER_EPSILON = 1e-8  # added to |score| before the power, as DataFlex-RL does: |A
 
 
 @register("reweighter", "per_advantage")
-class PERAdvantage(Reweighter):
+class PERAdvantageReweighter(Reweighter):
     """w_i = (|score_i| + 1e-8)^alpha, prioritized-replay style (score: advantage magnitude).
 
     The 1e-8 (DataFlex-RL's) gives a zero-advantage response a small non-zero priority, as
@@ -377,6 +377,3 @@ class PERAdvantage(Reweighter):
 
     def _raw(self, scores, mask):
         return (scores.abs() + PER_EPSILON).pow_(self.alpha)
-
-
-PrioritizedAdvantage = PERAdvantage  # the class's earlier name, kept for one release

@@ -58,17 +58,6 @@ def rewards_are_binary(rewards: torch.Tensor) -> bool:
     return bool(((rewards == 0) | (rewards == 1)).all())
 
 
-def check_score_shape(kind: str, name: str, granularity: str, scores: torch.Tensor) -> None:
-    """Raise `BatchError` unless ``scores`` is ``(N,)`` for response-level or ``(N, L)`` for token-level components."""
-    want_dim = 2 if granularity == "token" else 1
-    if scores.dim() != want_dim:
-        shape = "(N, L)" if want_dim == 2 else "(N,)"
-        raise BatchError(
-            f"{kind} {name!r} works on {granularity}-level scores {shape}; got shape "
-            f"{tuple(scores.shape)}: pair it with a {granularity}-level scorer"
-        )
-
-
 def check_finite_scores(scores: torch.Tensor, valid_mask: torch.Tensor | None, scorer: str) -> None:
     """Raise a `ComponentError` naming ``scorer`` if a score it returned is NaN or infinite.
 

@@ -16,7 +16,7 @@ from dataflex_callbacks.errors import BatchError, ParamError
 from dataflex_callbacks.rollout.groups import dense_groups, rank_within_groups, sort_within_groups
 from dataflex_callbacks.config.params import check_bool, check_choice, check_int, check_number
 from dataflex_callbacks.registry import Component, register, register_base
-from dataflex_callbacks.components.scorers import check_score_shape
+from dataflex_callbacks.components._score_shape import check_score_shape
 
 
 def round_count(fraction: float, size: int) -> int:
@@ -317,7 +317,7 @@ class Selector(Component):
 
 
 @register("selector", "threshold_band")
-class ThresholdBand(Selector):
+class ThresholdBandSelector(Selector):
     """Keep responses with low < score < high (DAPO dynamic sampling; online difficulty filtering).
 
     Args:
@@ -342,7 +342,7 @@ class ThresholdBand(Selector):
 
 
 @register("selector", "topk_fraction")
-class TopkFraction(Selector):
+class TopkFractionSelector(Selector):
     """Keep the round(fraction*N) highest (or lowest) scoring responses, at least one (ties as torch.topk on CPU).
 
     Args:
@@ -362,7 +362,7 @@ class TopkFraction(Selector):
 
 
 @register("selector", "gfpo")
-class GFPOFilter(Selector):
+class GFPOSelector(Selector):
     """Keep the k shortest (metric=short) or most score-per-token (efficiency) responses per group (GFPO).
 
     ``efficiency`` divides the configured scorer's value (``reward``: r_i) by the response length;
@@ -398,7 +398,7 @@ class GFPOFilter(Selector):
 
 
 @register("selector", "max_variance")
-class MaxVariance(Selector):
+class MaxVarianceSelector(Selector):
     """Keep the round(f*G)-subset of each group with maximal score variance (PODS down-sampling; round half to even).
 
     Args:
@@ -418,7 +418,7 @@ class MaxVariance(Selector):
 
 
 @register("selector", "entropy_top_tokens")
-class EntropyTopTokens(Selector):
+class EntropyTopTokensSelector(Selector):
     """Keep only the top fraction of highest-score (entropy) valid tokens in the loss (80/20 rule).
 
     Args:
@@ -436,6 +436,3 @@ class EntropyTopTokens(Selector):
 
     def _select(self, scores, batch):
         return top_tokens(scores, batch.valid_mask, self.fraction)
-
-
-GroupFilter = GFPOFilter  # the class's earlier name, kept for one release

@@ -359,14 +359,14 @@ def _typed(config: Mapping) -> StrategyConfig:
         raise ConfigError(f"strategy config: unknown key(s) {unknown}; valid keys: {', '.join(TOP_LEVEL_KEYS)} "
                           "(or the DataFlex-RL block with 'mechanism'); a verl or trainer config must hold the "
                           "strategy under a 'dataflex:' key")
-    strategy = StrategyConfig(**{k: config[k] for k in ("nan_policy", "name", "domain_key") if k in config})
+    typed = StrategyConfig(**{k: config[k] for k in ("nan_policy", "name", "domain_key") if k in config})
     pre_select = config.get("pre_select")
-    strategy.pre_select = None if pre_select is None else component_spec(pre_select, "pre_select")
-    strategy.select = _section(config, "select", SelectConfig)
-    strategy.reweight = _section(config, "reweight", ReweightConfig)
-    strategy.mix = _section(config, "mix", MixConfig)
-    strategy.dynamic_sampling = _dynamic_sampling(config.get("dynamic_sampling"))
-    return strategy
+    typed.pre_select = None if pre_select is None else component_spec(pre_select, "pre_select")
+    typed.select = _section(config, "select", SelectConfig)
+    typed.reweight = _section(config, "reweight", ReweightConfig)
+    typed.mix = _section(config, "mix", MixConfig)
+    typed.dynamic_sampling = _dynamic_sampling(config.get("dynamic_sampling"))
+    return typed
 
 
 def _dynamic_sampling(section: Any) -> DynamicSamplingConfig | None:
@@ -386,7 +386,3 @@ def _dynamic_sampling(section: Any) -> DynamicSamplingConfig | None:
         raise ConfigError(f"'dynamic_sampling': unknown key(s) {unknown}; valid keys: {', '.join(valid)}")
     return DynamicSamplingConfig(**{key: plain(value) for key, value in section.items()})
 
-
-# Earlier names, kept for one release: the reference form is what DataFlex-RL users bring, not a legacy.
-LEGACY_KEYS = REFERENCE_KEYS
-from_legacy = from_dataflex_rl

@@ -2,7 +2,7 @@
 
 The schema is a dict::
 
-    {"strategy": Strategy.state_dict(), "config": the strategy's config, <the host's own parts>}
+    {"strategy": Strategy.state_dict(), "config": the strategy's config as a plain dict, <the host's own parts>}
 
 The host's parts are its prompt stream and the like (TRL: ``sampler``, ``dynamic``; Lightning:
 ``sampler``, ``batches_this_epoch``; verl: ``rng``). The policy, the same on every host:
@@ -28,8 +28,11 @@ from dataflex_callbacks.errors import ConfigError, StateError, user_stacklevel
 
 
 def checkpoint_state(strategy: Any, **parts: Any) -> dict:
-    """The dict an adapter saves: the strategy's state and config, and the host's own ``parts``."""
-    return {"strategy": strategy.state_dict(), "config": strategy.config, **parts}
+    """The dict an adapter saves: the strategy's state and config (``StrategyConfig.to_dict()``), and the host's own ``parts``.
+
+    Plain values only, so the file loads with ``torch.load(weights_only=True)``.
+    """
+    return {"strategy": strategy.state_dict(), "config": strategy.config.to_dict(), **parts}
 
 
 def restore_strategy(strategy: Any, state: Any, *, source: str, strict: bool = True,

@@ -27,15 +27,14 @@ across ranks, which hook writes the loss fields back.
 from __future__ import annotations
 
 import dataclasses
-import warnings
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
 import torch
 
 from dataflex_callbacks.rollout.batch import RolloutBatch
 from dataflex_callbacks.host.checkpoints import checkpoint_state, load_state_file, read_state_file, restore_strategy
-from dataflex_callbacks.errors import SELECTION_REWARD, SELECTION_REWARD_TEXT, BatchError, ConfigError
+from dataflex_callbacks.errors import BatchError, ConfigError
 from dataflex_callbacks.sampling.prompt_acceptance import (AcceptedPrompts, BatchFeed, Candidates, PromptAcceptance, PromptSource, accept_from,
                                 accept_prompts, set_group_size)
 from dataflex_callbacks.strategy.strategy import Decision, Strategy, build_strategy
@@ -211,14 +210,14 @@ STEP_SEED_STRIDE = 1_000_003
 
 
 def decide(strategy: Strategy, batch: RolloutBatch, step: int, *, seed: int | None = None, warn: bool = True,
-           defer_policy: bool = False, host_settings: Mapping[str, str] | None = None,
-           host_step: int | None = None) -> Decision:
+           defer_policy: bool = False, host_step: int | None = None) -> Decision:
     """The strategy's decision on the batch of all ranks: the one call every adapter makes to ``Strategy.apply``.
 
     ``batch`` is the global batch, identical on every rank, so the mixing and pre-rollout
     statistics are not all-reduced again (``sync=False``). Whether the pre-rollout filter observes
     the batch is the strategy's own rule: not when a `SignalGroupBuffer` drives it (the buffer
-    showed the filter every generated round already).
+    showed the filter every generated round already). A host that names its own settings in the
+    strategy's warnings binds them once, with ``Strategy.bind_host_settings``.
 
     Args:
         strategy: the run's strategy.
@@ -231,18 +230,11 @@ def decide(strategy: Strategy, batch: RolloutBatch, step: int, *, seed: int | No
         warn: whether this process warns when a step keeps nothing. Every rank decides alike, so
             only rank 0 warns: pass ``rank == 0`` (a single-controller host such as verl: True).
         defer_policy: leave the parts that need current-policy signals to ``Strategy.apply_policy``.
-        host_settings: how this host spells the host-neutral settings the core's warnings name
-            (``{errors.SELECTION_REWARD: "selection_reward=..."}``): a warning whose ``host_setting``
-            is one of them is shown with the host's spelling. None: the core's words.
         host_step: this step as the host numbers it in its logs, which warnings name (TRL:
             ``global_step + 1``); None: ``step``.
     """
-    strategy.warn_dropped_all = warn
-
     def apply() -> Decision:
-        call = lambda: strategy.apply(batch, step, sync=False, defer_policy=defer_policy,  # noqa: E731
-                                      host_step=host_step)
-        return _with_host_settings(call, host_settings) if host_settings else call()
+        return strategy.apply(batch, step, sync=False, defer_policy=defer_policy, host_step=host_step, warn=warn)
 
     if seed is None:
         return apply()
@@ -253,35 +245,6 @@ def decide(strategy: Strategy, batch: RolloutBatch, step: int, *, seed: int | No
         return apply()
     finally:
         generator.set_state(saved_rng)
-
-
-_SETTING_WORDS = {SELECTION_REWARD: ("a selection reward", SELECTION_REWARD_TEXT)}
-"""A host-neutral setting -> what it is, and the words the core's messages name it by."""
-
-
-def _with_host_settings(run: Callable[[], Decision], host_settings: Mapping[str, str]) -> Decision:
-    """``run()``, its warnings shown with the host's spelling of the settings they name (see `decide`).
-
-    The warnings are rewritten where they are shown (``warnings.showwarning``), not caught and
-    re-issued: the filters and the once-only registries stay as they are, so every other warning
-    shows exactly as it would without the adapter.
-    """
-    shown = warnings.showwarning
-
-    def show(message, category, filename, lineno, file=None, line=None):
-        concept = getattr(message, "host_setting", None)
-        if concept in host_settings and concept in _SETTING_WORDS:
-            noun, words = _SETTING_WORDS[concept]
-            spelled = f"{noun} ({host_settings[concept]})"
-            rebuild, args = message.__reduce__()[:2]
-            message = rebuild(*(arg.replace(words, spelled) if isinstance(arg, str) else arg for arg in args))
-        shown(message, category, filename, lineno, file, line)
-
-    warnings.showwarning = show
-    try:
-        return run()
-    finally:
-        warnings.showwarning = shown
 
 
 def prompt_choosing_parts(strategy: Strategy) -> tuple[str, ...]:

@@ -9,7 +9,6 @@ tracker's window counts: steps (default) or response rows (DataFlex-RL's meaning
 
 from __future__ import annotations
 
-import warnings
 from collections import deque
 from typing import Mapping, Sequence
 
@@ -111,11 +110,6 @@ class DomainMixing:
         for d, c in counts.items():
             self.drawn_total[d] += int(c)
         self.drawn_recent.append({d: int(counts.get(d, 0)) for d in self.domains})
-
-    def observe_drawn(self, counts: Mapping[str, int]) -> None:
-        """Deprecated name of `observe_sampled`, kept for one release."""
-        warnings.warn("DomainMixing.observe_drawn is deprecated; call observe_sampled", DeprecationWarning, stacklevel=2)
-        self.observe_sampled(counts)
 
     def actual(self, recent: bool = False) -> dict[str, float]:
         """Share of each domain among drawn prompts (overall, or over the last few sampler batches)."""

@@ -212,7 +212,7 @@ class RewardGapMixer(SoftmaxMixer):
 
 
 @register("mixer", "dump_ucb")
-class DumpUcbMixer(SoftmaxMixer):
+class DumpUCBMixer(SoftmaxMixer):
     """softmax((U_d + c*sqrt(2 ln(N+1)/(n_d+1))) / T), U_d the windowed mean |advantage| (DUMP).
 
     DUMP, arXiv 2504.09710; N counts the samples seen over all domains, n_d those of domain d.
@@ -234,7 +234,7 @@ class DumpUcbMixer(SoftmaxMixer):
 
 
 @register("mixer", "tscl")
-class TsclMixer(SoftmaxMixer):
+class TSCLMixer(SoftmaxMixer):
     """softmax(|slope_d| / T) of the windowed reward slope (teacher-student curriculum).
 
     Teacher-Student Curriculum Learning, arXiv 1707.00183.

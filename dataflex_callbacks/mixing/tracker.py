@@ -22,6 +22,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from dataflex_callbacks._distributed import all_gather_rows, all_reduce_sum, world_size_and_rank
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.config.fields import WINDOW_UNITS
 from dataflex_callbacks.errors import BatchError, ConfigError, StateError, check_state
@@ -133,8 +134,8 @@ class DomainTracker:
         domain_index, values = self.row_values(batch, step_value)
         seen = torch.from_numpy(np.bincount(domain_index, minlength=len(self.domains)).astype(np.float64))
         if sync:
-            seen = _all_reduce_sum(seen)
-            domain_index, values = _all_gather_rows(domain_index, values, len(self.domains), self.window)
+            seen = all_reduce_sum(seen)
+            domain_index, values = _rows_of_all_ranks(domain_index, values, len(self.domains), self.window)
         self._push_rows(domain_index, values)
         self.total_count += seen
         self.updates += 1
@@ -179,9 +180,9 @@ class DomainTracker:
         """Add per-domain sums ``(K, 6)`` (see `batch_sums`), e.g. computed by a host from its own data."""
         if self.window_unit != "steps":
             raise ConfigError("update_from_sums needs window_unit='steps'; a window of rows needs the rows: call update(batch)")
-        sums = sums.to(torch.float64).clone()
+        sums = sums.to(torch.float64)
         if sync:
-            sums = _all_reduce_sum(sums)
+            sums = all_reduce_sum(sums)
         step_value = float(self.updates if step is None else step)
         values = sums.numpy()
         count = values[:, 0]
@@ -322,28 +323,9 @@ def _group_variance(group_ids: np.ndarray, rewards: np.ndarray, domain_index: np
     return variance, group_domain, members, row_group
 
 
-def _process_group():
-    import torch.distributed as dist
-
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() == 1:
-        return None, None
-    device = torch.device("cuda", torch.cuda.current_device()) if dist.get_backend() == "nccl" else torch.device("cpu")
-    return dist, device
-
-
-def _all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
-    dist, device = _process_group()
-    if dist is None:
-        return values
-    buffer = values.to(device)
-    dist.all_reduce(buffer, op=dist.ReduceOp.SUM)
-    return buffer.to("cpu", torch.float64)
-
-
-def _all_gather_rows(domain_index: np.ndarray, values: np.ndarray, k: int, window: int):
+def _rows_of_all_ranks(domain_index: np.ndarray, values: np.ndarray, k: int, window: int):
     """Every rank's rows, in rank order (each rank sends at most its last ``window`` rows per domain)."""
-    dist, device = _process_group()
-    if dist is None:
+    if world_size_and_rank()[0] == 1:
         return domain_index, values
     per_domain = np.bincount(domain_index, minlength=k)
     order = np.argsort(domain_index, kind="stable")
@@ -351,15 +333,7 @@ def _all_gather_rows(domain_index: np.ndarray, values: np.ndarray, k: int, windo
     rank[order] = np.arange(order.size) - (np.cumsum(per_domain) - per_domain)[domain_index[order]]
     last = rank >= per_domain[domain_index] - window  # older rows would be overwritten anyway
     local = np.concatenate([domain_index[last, None].astype(np.float64), values[last]], axis=1)
-    size = torch.tensor([local.shape[0]], device=device)
-    sizes = [torch.zeros_like(size) for _ in range(dist.get_world_size())]
-    dist.all_gather(sizes, size)
-    longest = int(max(s.item() for s in sizes))
-    padded = torch.zeros(longest, local.shape[1], dtype=torch.float64, device=device)
-    padded[:local.shape[0]] = torch.from_numpy(local).to(device)
-    gathered = [torch.zeros_like(padded) for _ in sizes]
-    dist.all_gather(gathered, padded)
-    rows = torch.cat([g[:int(s.item())] for g, s in zip(gathered, sizes)]).to("cpu").numpy()
+    rows = all_gather_rows(torch.from_numpy(local)).numpy()
     return rows[:, 0].astype(np.int64), rows[:, 1:]
 
 

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-import warnings
 from dataclasses import fields
 from typing import Iterable
 
 from .options import RunOptions, option_flag
 
 EXIT_BAD_INPUT = 2
-EARLIER_FLAGS = {"domain_key": "--domain-column"}  # a field's earlier flag, accepted for one release
 
 
 def fail(message: str) -> int:
@@ -25,37 +23,6 @@ def fail(message: str) -> int:
     text = " ".join(str(message).split())  # one line, whatever the message held
     print(f"dataflex: error: {text}", file=sys.stderr)
     return EXIT_BAD_INPUT
-
-
-class SpelledFlag(argparse.Action):
-    """A flag of a field that has two spellings (the flag and its earlier name): giving both, with different values, is an error.
-
-    Either spelling sets the same field, so argparse alone would let the last one win silently.
-    """
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        given = f"_spelled_{self.dest}"
-        earlier = getattr(namespace, given, None)
-        if earlier is not None and earlier[0] != option_string and earlier[1] != values:
-            flag = option_flag(self.dest)
-            parser.error(f"{earlier[0]} {earlier[1]} and {option_string} {values} set the same setting: "
-                         f"{EARLIER_FLAGS[self.dest]} is the deprecated spelling of {flag}; give only {flag}")
-        setattr(namespace, given, (option_string, values))
-        setattr(namespace, self.dest, values)
-
-
-class EarlierFlag(SpelledFlag):
-    """An option's earlier flag: sets the same field, and warns (on stderr too) naming the flag to use."""
-
-    def __init__(self, *args, new_flag: str, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.new_flag = new_flag
-
-    def __call__(self, parser, namespace, values, option_string=None):
-        super().__call__(parser, namespace, values, option_string)
-        message = f"{option_string} is deprecated; use {self.new_flag}"
-        warnings.warn(message, DeprecationWarning, stacklevel=2)
-        print(f"dataflex: warning: {message}", file=sys.stderr)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -106,12 +73,8 @@ def add_option_arguments(parser, names: Iterable[str]) -> None:
             kind = int if meta["rule"].integer else float
         else:
             kind = str
-        spelled = {"action": SpelledFlag} if name in EARLIER_FLAGS else {}
         parser.add_argument(flag, dest=name, type=kind, default=option.default, choices=meta.get("choices"),
-                            help=option_help(option), **spelled)
-        if name in EARLIER_FLAGS:
-            parser.add_argument(EARLIER_FLAGS[name], dest=name, type=kind, action=EarlierFlag, new_flag=flag,
-                                default=argparse.SUPPRESS, help=f"deprecated: use {flag}")
+                            help=option_help(option))
 
 
 def run_option_names() -> list[str]:

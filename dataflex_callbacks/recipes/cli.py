@@ -119,7 +119,7 @@ def _command_validate(args) -> int:
     except Exception as error:
         message = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         return _fail(f"invalid strategy {args.file!r}{f' for {host}' if host else ''}: {message}")
-    print(json.dumps(None if strategy is None else strategy.config, indent=2, sort_keys=True, default=str))
+    print(json.dumps(None if strategy is None else strategy.config.to_dict(), indent=2, sort_keys=True, default=str))
     if host is None:
         print(f"checked with the core rules; --host {{{','.join(HOSTS)}}} adds a host adapter's own", file=sys.stderr)
     elif strategy is None:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import math
 import operator
-import warnings
-from dataclasses import InitVar, dataclass, field, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Callable
 from dataflex_callbacks.errors import InputError
 
@@ -187,16 +186,6 @@ class RunOptions:
              "needs vLLM installed (scripts/setup_vllm_env.sh builds a CPU environment)")
     progress: bool = run_option(True, per_run=True, help="show a progress bar",
                                 off_help="hide the progress bar (shown when this flag is not given)")
-    domain_column: InitVar[str | None] = None  # the earlier name of domain_key, accepted for one release
-
-    def __post_init__(self, domain_column: str | None) -> None:
-        if domain_column is not None:
-            if self.domain_key is not None and self.domain_key != domain_column:
-                raise RunInputError(f"RunOptions got domain_key={self.domain_key!r} and domain_column={domain_column!r} "
-                                    "(its earlier name); pass only domain_key")
-            warnings.warn("RunOptions(domain_column=...) is deprecated; pass domain_key=... instead",
-                          DeprecationWarning, stacklevel=3)
-            self.domain_key = domain_column
 
 
 OPTION_RULES: dict[str, NumberRule] = {f.name: f.metadata["rule"] for f in fields(RunOptions) if "rule" in f.metadata}

@@ -88,12 +88,12 @@ class RunData(NamedTuple):
     train: Any
     test: Any
     reward_settings: dict
-    domain_column: str | None
+    domain_key: str | None
 
 
 def load_data(options: RunOptions) -> RunData:
     """The built-in suite, or the user dataset split for evaluation, as `RunData(train, test, reward_settings,
-    domain_column)`."""
+    domain_key)`."""
     from dataflex_callbacks.recipes import tasks
     from dataflex_callbacks.recipes.tasks.loading import DatasetError, load_prompt_table
 
@@ -191,7 +191,7 @@ def data_line(options: RunOptions, data: RunData, command: str = "dataflex run")
     sizes = f"{len(data.train)} training rows, {len(data.test)} held out"
     if options.dataset is None:
         return f"{command}: data: the built-in {options.suite} suite ({sizes}); domains: {domains}"
-    column = data.domain_column
+    column = data.domain_key
     if column is None:
         where = (f"domains: one ({NO_DOMAIN!r}): {options.dataset} has no {DEFAULT_DOMAIN_KEY!r} column "
                  "(--domain-key names the column holding each row's domain)")
@@ -515,7 +515,7 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         "options": {**dataclasses.asdict(options),
                     "reward": None if options.reward is None else [reward_name(r) for r in options.reward]},
         "output_dir": output_dir,
-        "strategy": None if strategy is None else strategy.config,
+        "strategy": None if strategy is None else strategy.config.to_dict(),
         "model": model_description,
         "dataset": options.dataset or "builtin:tasks",
         "domains": domains,

@@ -48,7 +48,7 @@ def _read(path: str) -> Any:
 
 def _with_dynamic_sampling_buffer(strategy):
     """The strategy, after building the `SignalGroupBuffer` a loop builds for its ``dynamic_sampling`` part."""
-    if strategy.config.get("dynamic_sampling"):
+    if strategy.config.dynamic_sampling is not None:
         from dataflex_callbacks.sampling.dynamic_sampling import SignalGroupBuffer
 
         SignalGroupBuffer(strategy)

@@ -244,7 +244,8 @@ class RolloutBatch:
 # ---------------------------------------------------------------- masked row reductions
 
 
-def _row_blocks(n_rows: int, n_cols: int) -> list[tuple[int, int]]:
+def row_block_bounds(n_rows: int, n_cols: int) -> list[tuple[int, int]]:
+    """``(start, end)`` of consecutive blocks of rows of an ``(n_rows, n_cols)`` array, each about ``_BLOCK_ENTRIES`` entries."""
     step = max(1, _BLOCK_ENTRIES // max(n_cols, 1))
     return [(start, min(n_rows, start + step)) for start in range(0, n_rows, step)]
 
@@ -261,7 +262,7 @@ def row_counts(mask: torch.Tensor) -> torch.Tensor:
         return _row_counts_packed(mask)
     counts = torch.empty(mask.shape[0], dtype=torch.float32)
     block = torch.empty(min(mask.shape[0], max(1, _BLOCK_ENTRIES // max(mask.shape[1], 1))), mask.shape[1])
-    for start, end in _row_blocks(*mask.shape):
+    for start, end in row_block_bounds(*mask.shape):
         part = block[: end - start]
         part.copy_(mask[start:end].view(torch.uint8))
         torch.sum(part, dim=1, out=counts[start:end])
@@ -307,7 +308,7 @@ def masked_abs_row_reduce(values: torch.Tensor, mask: torch.Tensor | None, reduc
     counts = torch.empty(n, dtype=torch.float32)
     rows = min(n, max(1, _BLOCK_ENTRIES // length))
     block, block_mask = torch.empty(rows, length), torch.empty(rows, length)
-    for start, end in _row_blocks(n, length):
+    for start, end in row_block_bounds(n, length):
         part, part_mask = block[: end - start], block_mask[: end - start]
         torch.abs(values[start:end], out=part)
         part_mask.copy_(mask[start:end].view(torch.uint8) if mask.dtype == torch.bool else mask[start:end])
@@ -359,7 +360,7 @@ def masked_centered_square_sum(values: torch.Tensor, mask: torch.Tensor, center:
     total = 0.0
     rows = min(values.shape[0], max(1, _BLOCK_ENTRIES // values.shape[1]))
     block_mask = torch.empty(rows, values.shape[1])
-    for start, end in _row_blocks(*values.shape):
+    for start, end in row_block_bounds(*values.shape):
         part_mask = block_mask[: end - start]
         part_mask.copy_(mask[start:end].view(torch.uint8) if mask.dtype == torch.bool else mask[start:end])
         part = (values[start:end] - center).mul_(part_mask).reshape(-1)

@@ -14,7 +14,7 @@ import numpy as np
 from torch.utils.data import IterableDataset as TorchIterableDataset
 
 from dataflex_callbacks.errors import ArgumentError, ConfigError
-from dataflex_callbacks.components.history import KEY_COLUMNS, hashable_key, row_prompt_key
+from dataflex_callbacks.rollout.prompt_keys import KEY_COLUMNS, hashable_key, row_prompt_key
 
 
 def _is_null(value: Any) -> bool:

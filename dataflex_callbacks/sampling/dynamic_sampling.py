@@ -275,10 +275,10 @@ class SignalGroupBuffer:
             strategy = build_strategy(strategy)
         self.strategy = strategy
         if strategy is not None:
-            strategy.signal_buffer = self  # hosts warn when a dynamic_sampling part has no buffer driving it
+            strategy.bind_signal_buffer(self)  # hosts warn when a dynamic_sampling part has no buffer driving it
         _judging_part(strategy)  # refuse a select part that cannot judge rollouts, at build time
-        part = (strategy.config.get("dynamic_sampling") if strategy is not None else None) or {}
-        options = {**asdict(DynamicSamplingConfig()), **part}
+        part = strategy.config.dynamic_sampling if strategy is not None else None
+        options = asdict(part or DynamicSamplingConfig())
         if max_rounds is not None:
             options["max_rounds"] = max_rounds
         if carry_over is not None:

@@ -39,7 +39,6 @@ the domain and the filter chooses within it, skipping prompts it predicts to be 
 
 from __future__ import annotations
 
-import warnings
 from array import array
 from collections import deque
 from operator import length_hint
@@ -48,6 +47,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 import numpy as np
 from torch.utils.data import Sampler
 
+from dataflex_callbacks._distributed import world_size_and_rank
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.sampling._block_drawer import RECENT_CHUNKS, BlockDrawer, largest_remainder_quotas
 from dataflex_callbacks.config.fields import QUOTAS
@@ -112,7 +112,6 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             exactly `largest_remainder_quotas` (target, chunk size) prompts of each domain (the
             global chunk of ``batch_size * num_replicas`` in ``layout="shard"``), in random positions;
             as DataFlex-RL's replay buffer fills its batches. Needs mixing.
-        key_column: deprecated name of ``prompt_key_column`` (a DeprecationWarning), for one release.
     """
 
     def __init__(self, dataset: Any = None, *, labels: Sequence[str] | None = None, domain_key: str = "domain",
@@ -121,14 +120,7 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
                  layout: str = "grpo", num_replicas: int | None = None, rank: int | None = None,
                  strategy: "Strategy | None" = None, seed: int = 0, resume: str = "replay",
                  prompt_key_column: str | None = None, prompt_labels: Sequence[str] | None = None,
-                 mixing: bool | None = None, quota: str | None = None, key_column: str | None = None):
-        if key_column is not None:  # the earlier name, accepted for one release
-            if prompt_key_column is not None:
-                raise ConfigError("DomainMixingSampler got both prompt_key_column= and key_column= (its earlier name); "
-                                  "pass only prompt_key_column=")
-            warnings.warn("DomainMixingSampler(key_column=...) is deprecated; pass prompt_key_column=... instead",
-                          DeprecationWarning, stacklevel=2)
-            prompt_key_column = key_column
+                 mixing: bool | None = None, quota: str | None = None):
         if strategy is not None:
             from dataflex_callbacks.strategy.strategy import Strategy  # the strategy module builds components; the sampler is imported beside it
 
@@ -142,7 +134,7 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
                               "chooses domains; drop mixing=False, or use a strategy without a mix part")
         pooled = (not self._mixing and proportions is None) if mixing is None else not mixing
         if quota is None:  # the strategy's mix.quota, else independent draws
-            quota = strategy.config["mix"].get("quota", "independent") if self._mixing else "independent"
+            quota = strategy.config.mix.quota if self._mixing else "independent"
         self.quota = check_choice("quota", quota, QUOTAS)
         if pooled and self.quota == "exact":
             raise ConfigError("quota='exact' splits each batch among domains by proportions, but this sampler draws "
@@ -248,11 +240,9 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
     @staticmethod
     def _replicas(num_replicas, rank):
         if num_replicas is None or rank is None:
-            import torch.distributed as dist
-
-            initialised = dist.is_available() and dist.is_initialized()
-            num_replicas = num_replicas if num_replicas is not None else (dist.get_world_size() if initialised else 1)
-            rank = rank if rank is not None else (dist.get_rank() if initialised else 0)
+            world_size, own_rank = world_size_and_rank()
+            num_replicas = num_replicas if num_replicas is not None else world_size
+            rank = rank if rank is not None else own_rank
         check_int("num_replicas", num_replicas, low=1)
         if not 0 <= rank < num_replicas:
             raise ConfigError(f"rank must be in [0, num_replicas={num_replicas}); got {rank}")
@@ -279,11 +269,6 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
     def prompt_keys(self) -> list | None:
         """Each row's prompt key as the pre-rollout filter sees it (None without a filter: keys are not read)."""
         return self._keys
-
-    @property
-    def key_column(self) -> str | None:
-        """Deprecated name of `prompt_key_column` (read-only), kept for one release."""
-        return self.prompt_key_column
 
     @property
     def pooled(self) -> bool:

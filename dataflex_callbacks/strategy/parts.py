@@ -1,4 +1,4 @@
-"""A strategy's components, built from its resolved config: each scorer paired with its actuator, and the mixing.
+"""A strategy's components, built from its typed config: each scorer paired with its actuator, and the mixing.
 
 The last step of the config path (file -> `StrategyConfig` -> `Strategy` -> components): each
 component spec is ``{name, params}``; the registry builds the class, whose constructor checks
@@ -7,10 +7,9 @@ its parameters (a `ParamError` naming the parameter).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 import torch
 
+from dataflex_callbacks.config.fields import MixConfig, ReweightConfig, SelectConfig
 from dataflex_callbacks.rollout.batch import RolloutBatch
 from dataflex_callbacks.errors import ConfigError, ParamError
 from dataflex_callbacks.mixing.mixers import Mixer
@@ -24,13 +23,13 @@ POLICY_SIGNALS = ("logprobs", "entropies")
 class Part:
     """A scorer paired with its actuator (selector or reweighter), active from ``warmup_steps``."""
 
-    def __init__(self, kind: str, spec: Mapping[str, Any]):
-        """Build part ``kind`` ("select" or "reweight") from its resolved config (`SelectConfig`/`ReweightConfig` as a dict)."""
+    def __init__(self, kind: str, config: SelectConfig | ReweightConfig):
+        """Build part ``kind`` ("select" or "reweight") from its resolved config."""
         self.kind = kind
-        actuator = self.actuator_kind
-        self.scorer = build_component("scorer", spec["scorer"]["name"], **spec["scorer"]["params"])
-        self.actuator = build_component(actuator, spec[actuator]["name"], **spec[actuator]["params"])
-        self.warmup_steps = spec.get("warmup_steps", 0)  # checked by the config step (SelectConfig, ReweightConfig)
+        scorer, actuator = config.scorer, getattr(config, self.actuator_kind)
+        self.scorer = build_component("scorer", scorer["name"], **scorer["params"])
+        self.actuator = build_component(self.actuator_kind, actuator["name"], **actuator["params"])
+        self.warmup_steps = config.warmup_steps  # checked by the config step (SelectConfig, ReweightConfig)
         self._check_pairing()
 
     def _check_pairing(self) -> None:
@@ -78,14 +77,14 @@ class Part:
         return step >= self.warmup_steps
 
 
-def build_mixing(mix: Mapping[str, Any]) -> DomainMixing:
-    """The `DomainMixing` of a resolved ``mix`` part (`MixConfig` as a dict); an error names the part ("mix: ...")."""
-    mixer = build_component("mixer", mix["mixer"]["name"], **mix["mixer"]["params"])
+def build_mixing(mix: MixConfig) -> DomainMixing:
+    """The `DomainMixing` of a resolved ``mix`` part; an error names the part ("mix: ...")."""
+    mixer = build_component("mixer", mix.mixer["name"], **mix.mixer["params"])
     assert isinstance(mixer, Mixer)
     try:
-        return DomainMixing(mixer, domains=mix["domains"], window=mix["window"], warmup_steps=mix["warmup_steps"],
-                            update_every=mix["update_every"], smoothing=mix["smoothing"], prior=mix["prior"],
-                            window_unit=mix.get("window_unit", "steps"))
+        return DomainMixing(mixer, domains=mix.domains, window=mix.window, warmup_steps=mix.warmup_steps,
+                            update_every=mix.update_every, smoothing=mix.smoothing, prior=mix.prior,
+                            window_unit=mix.window_unit)
     except ParamError as error:
         raise ParamError(f"mix: {error}", error.param) from error
     except ValueError as error:

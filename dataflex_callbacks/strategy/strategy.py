@@ -5,11 +5,14 @@
 over kept entries) and a dict of metrics. Parts whose scorer needs the *current* policy's
 log-probs or entropies can be deferred to the loss (``defer_policy=True`` then
 ``apply_policy``), which is how host adapters avoid an extra forward pass.
+
+A strategy's state is written by its own methods only: a host binds what it tells the strategy
+once (`bind_domains`, `bind_host_settings`, `bind_signal_buffer`) and passes the rest with each
+call (``warn``, ``sync``, ``host_step``).
 """
 
 from __future__ import annotations
 
-import copy
 import math
 import warnings
 from typing import Any, Mapping, Sequence
@@ -17,11 +20,12 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from dataflex_callbacks.rollout.batch import RolloutBatch, clean_signals, masked_centered_square_sum, true_count
-from dataflex_callbacks.config._loading import load_config, read_config
+from dataflex_callbacks.config import StrategyConfig, load_config, read_config
 from dataflex_callbacks.rollout.decision import Decision
 from dataflex_callbacks.strategy._dropped_all import dropped_all_reason
-from dataflex_callbacks.errors import (SELECTION_REWARD, ArgumentError, BatchError, ComponentError, ConfigError, DroppedAllWarning,
-                     check_argument, check_state, check_step, user_stacklevel)
+from dataflex_callbacks.errors import (SELECTION_REWARD, SELECTION_REWARD_TEXT, ArgumentError, BatchError, ComponentError,
+                                      ConfigError, DroppedAllWarning, check_argument, check_state, check_step,
+                                      user_stacklevel)
 from dataflex_callbacks.mixing.domain_mixing import DomainMixing
 from dataflex_callbacks.strategy.parts import POLICY_SIGNALS, Part, build_mixing
 from dataflex_callbacks.registry import build_component
@@ -30,27 +34,34 @@ from dataflex_callbacks.components.reweighters import normalize_weights_
 # Float signals `nan_policy` covers; each gets a ``nonfinite_<name>`` counter (responses) in the metrics.
 CHECKED_SIGNALS = ("rewards", "advantages", "logprobs", "entropies")
 
+SETTING_WORDS = {SELECTION_REWARD: ("a selection reward", SELECTION_REWARD_TEXT)}
+"""Each host-neutral setting a warning names -> (what it is, the core's words for it); a host's own spelling
+follows what it is (`Strategy.bind_host_settings`)."""
+
 
 class Strategy:
-    """A composed data strategy; build it with `build_strategy`."""
+    """A composed data strategy; build it with `build_strategy`.
 
-    def __init__(self, config: Mapping[str, Any]):
-        check_argument(config, Mapping, "config", "Strategy", "a resolved config dict",
+    Args:
+        config: the strategy's `StrategyConfig` (or a config dict), read through `read_config`; the
+            strategy keeps its own checked copy as ``config``.
+    """
+
+    def __init__(self, config: StrategyConfig | Mapping[str, Any]):
+        check_argument(config, (StrategyConfig, Mapping), "config", "Strategy", "a StrategyConfig or a config dict",
                        "Build a strategy from a preset name, a dict or a YAML path with build_strategy(...)")
-        self.config = copy.deepcopy(dict(config))
-        self.name = self.config["name"]
-        self.nan_policy = self.config["nan_policy"]
-        self.domain_key = self.config["domain_key"]
-        # A step that keeps nothing warns once (see `_warn_dropped_all`); an adapter that warns about
-        # it itself, with more context, sets this to False.
-        self.warn_dropped_all = True
-        self._warned_dropped_all = False
-        self.select = Part("select", self.config["select"]) if self.config["select"] else None
-        self.reweight = Part("reweight", self.config["reweight"]) if self.config["reweight"] else None
-        pre = self.config.get("pre_select")
+        self.config: StrategyConfig = read_config(config)
+        self.name = self.config.name
+        self.nan_policy = self.config.nan_policy
+        self.domain_key = self.config.domain_key
+        self._warned_dropped_all = False  # a step that keeps nothing warns once (`_warn_dropped_all`)
+        self._host_settings: dict[str, str] = {}  # the host's spelling of the settings warnings name
+        self._signal_buffer = None  # the SignalGroupBuffer driving the dynamic_sampling part, once one is bound
+        self.select = Part("select", self.config.select) if self.config.select else None
+        self.reweight = Part("reweight", self.config.reweight) if self.config.reweight else None
+        pre = self.config.pre_select
         self.pre_select = build_component("pre_select", pre["name"], **pre["params"]) if pre else None
-        self.signal_buffer = None  # the SignalGroupBuffer driving this strategy's dynamic_sampling part, once one is built
-        self.mixing: DomainMixing | None = build_mixing(self.config["mix"]) if self.config["mix"] else None
+        self.mixing: DomainMixing | None = build_mixing(self.config.mix) if self.config.mix else None
 
     # ------------------------------------------------------------ declarations
 
@@ -100,6 +111,42 @@ class Strategy:
         if self.mixing is not None:
             self.mixing.bind(domains)
 
+    def bind_host_settings(self, settings: Mapping[str, str]) -> None:
+        """Name the host's own settings in this strategy's warnings; a host adapter calls it once, when it binds.
+
+        Args:
+            settings: each host-neutral setting a warning may name (`errors.SELECTION_REWARD`) -> how
+                this host sets it, e.g. ``{SELECTION_REWARD: "DataFlexGRPOTrainer(..., selection_reward=...)"}``.
+                A setting left out is named in the core's words (``errors.SELECTION_REWARD_TEXT``).
+        """
+        check_argument(settings, Mapping, "settings", "Strategy.bind_host_settings",
+                       "a mapping {errors.SELECTION_REWARD: 'how the host sets it'}")
+        unknown = sorted(set(settings) - set(SETTING_WORDS))
+        if unknown:
+            raise ConfigError(f"Strategy.bind_host_settings: unknown setting(s) {unknown}; the settings warnings "
+                              f"name are {sorted(SETTING_WORDS)}")
+        self._host_settings = {concept: str(spelled) for concept, spelled in settings.items()}
+
+    def _setting_text(self, concept: str) -> str:
+        """How a warning names ``concept``: the host's spelling when it bound one, else the core's words."""
+        noun, words = SETTING_WORDS[concept]
+        spelled = self._host_settings.get(concept)
+        return words if spelled is None else f"{noun} ({spelled})"
+
+    @property
+    def signal_buffer(self) -> Any:
+        """The `SignalGroupBuffer` that drives this strategy's ``dynamic_sampling`` part; None until one is built."""
+        return self._signal_buffer
+
+    def bind_signal_buffer(self, buffer: Any) -> None:
+        """Record the `SignalGroupBuffer` driving this strategy (its constructor calls this, once).
+
+        The buffer shows the pre-rollout filter every generated round, so `apply` does not show it
+        the groups taken from those rounds again; hosts warn about a ``dynamic_sampling`` part
+        that no buffer drives.
+        """
+        self._signal_buffer = buffer
+
     def check_host(self, available: set[str] | Sequence[str], host: str = "this host") -> None:
         """Fail at build time if the host cannot provide a field some part needs (e.g. groups in PPO)."""
         check_argument(available, (set, frozenset, list, tuple), "available", "Strategy.check_host",
@@ -139,11 +186,19 @@ class Strategy:
         names = POLICY_SIGNALS if policy_only else CHECKED_SIGNALS
         return [name for name in names if name in read and getattr(batch, name) is not None]
 
-    def _warn_dropped_all(self, step: int | None, cause: str, what: str, fix: str | None) -> None:
-        """Warn once per strategy, with a `DroppedAllWarning` carrying ``cause`` and ``fix``, that a step kept nothing."""
-        if self._warned_dropped_all or not self.warn_dropped_all:
+    def _warn_dropped_all(self, step: int | None, batch: RolloutBatch, bad_rows: torch.Tensor | None, counts: dict,
+                          token_level: bool, warn: bool) -> None:
+        """Warn once per strategy, with a `DroppedAllWarning` naming its cause and fix, that a step kept nothing.
+
+        ``bad_rows``: ``(N,)`` rows holding a non-finite signal (None: none), left out under
+        ``nan_policy='drop'``; ``warn``: whether this process warns (`apply`).
+        """
+        if self._warned_dropped_all or not warn:
             return
         self._warned_dropped_all = True
+        n_bad = 0 if bad_rows is None or self.nan_policy != "drop" else int(bad_rows.sum())
+        cause, what, fix = dropped_all_reason(self.select, self.config.dynamic_sampling, n_bad, batch, counts,
+                                              token_level, self._setting_text(SELECTION_REWARD))
         text = f"dataflex: step {step}: strategy {self.name!r} {what}."
         if fix:
             text += f" This step trains nothing (metric dropped_all=1); if it repeats, nothing trains. Fix: {fix}."
@@ -153,7 +208,7 @@ class Strategy:
                       stacklevel=user_stacklevel())
 
     def apply(self, batch: RolloutBatch, step: int, *, defer_policy: bool = False, sync: bool = True,
-              host_step: int | None = None) -> Decision:
+              host_step: int | None = None, warn: bool = True) -> Decision:
         """Decide keep mask and weights for one batch, and feed the mixing statistics.
 
         Args:
@@ -164,6 +219,8 @@ class Strategy:
                 the global batch, identical on every rank.
             host_step: this step as the host numbers it in its own logs, which warnings and errors
                 name (TRL logs its first step as 1 while its counter still reads 0); None: ``step``.
+            warn: whether this process warns when the step keeps nothing (a `DroppedAllWarning`, once
+                per strategy). Every rank decides alike, so a host passes ``rank == 0``.
         """
         if not isinstance(batch, RolloutBatch):
             raise BatchError(f"Strategy.apply expects a RolloutBatch; got {type(batch).__name__}")
@@ -176,7 +233,6 @@ class Strategy:
             keep = ~bad_rows
             # A dropped row is no observation at all: a NaN reward makes the tracker skip the whole row.
             stats_batch = batch.replace(rewards=batch.rewards.masked_fill(bad_rows, float("nan")))
-        n_dropped_bad = int((~keep).sum()) if batch.n else 0
         token_keep, response_w, token_w, deferred = None, None, None, []
         reweight_scores = None
 
@@ -203,24 +259,24 @@ class Strategy:
 
         metrics = self._metrics(batch, keep, token_keep, weights, counts, stats_batch.rewards, reweight_scores)
         if metrics["dropped_all"]:
-            self._warn_dropped_all(shown_step, *dropped_all_reason(self.select, self.config.get("dynamic_sampling"), n_dropped_bad,
-                                                             batch, counts, token_keep is not None))
+            self._warn_dropped_all(shown_step, batch, bad_rows, counts, token_keep is not None, warn)
         if self.mixing is not None:
             if self.mixing.observe(stats_batch, step, sync=sync):
                 self._check_proportions(shown_step)
             metrics.update(self.mixing.metrics())
         if self.pre_select is not None:
             # A SignalGroupBuffer showed the filter every generated round already; this batch is a pick of them.
-            observed = self.signal_buffer is not None
+            observed = self._signal_buffer is not None
             metrics.update(self.pre_select.metrics() if observed else self.pre_select.observe(batch, step, sync=sync))
         return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics,
                         deferred=tuple(deferred), response_weights=response_w, step=shown_step)
 
-    def apply_policy(self, batch: RolloutBatch, decision: Decision) -> Decision:
+    def apply_policy(self, batch: RolloutBatch, decision: Decision, *, warn: bool = True) -> Decision:
         """Complete a decision's deferred parts from current-policy signals (``logprobs``/``entropies``).
 
         ``batch`` must hold the same rows as the batch given to `apply`, with the current policy's
-        detached ``logprobs`` and/or ``entropies``. Returns token-level weights ``(N, L)``.
+        detached ``logprobs`` and/or ``entropies``. Returns token-level weights ``(N, L)``. ``warn``
+        as in `apply`.
         """
         if isinstance(batch, Decision) and isinstance(decision, RolloutBatch):
             raise ArgumentError("Strategy.apply_policy takes (batch, decision); got (decision, batch): swap the "
@@ -251,19 +307,15 @@ class Strategy:
         metrics.update(counts)
         metrics.update(self._weight_metrics(keep, token_keep, weights, batch, reweight_scores))
         was_dropped = bool(metrics.get("dropped_all", 0.0))
-        if keep is not decision.keep:
-            kept = int(keep.sum())
-            metrics["kept_frac"] = kept / batch.n if batch.n else 0.0
-            metrics["dropped_all"] = float(was_dropped or (batch.n > 0 and kept == 0))
-        if select_scores is not None:  # the deferred selection decides which tokens stay
-            n_valid = float(batch.lengths[keep].sum())
-            n_tok = true_count(token_keep)
-            metrics["kept_token_frac"] = n_tok / n_valid if n_valid else 0.0
-            metrics["dropped_all"] = float(metrics.get("dropped_all", 0.0) or (batch.n > 0 and n_tok == 0))
+        if keep is not decision.keep or select_scores is not None:
+            # The deferred selection decides which tokens stay; dropped rows change what is kept.
+            kept = self._kept_metrics(batch, keep, token_keep if select_scores is not None else None)
+            if keep is decision.keep:  # the same rows: the decision's kept_frac, of the batch it was made on, stands
+                del kept["kept_frac"]
+            kept["dropped_all"] = float(was_dropped or kept["dropped_all"])
+            metrics.update(kept)
         if metrics.get("dropped_all") and not was_dropped:
-            n_bad = 0 if bad_rows is None or self.nan_policy != "drop" else int(bad_rows.sum())
-            self._warn_dropped_all(decision.step, *dropped_all_reason(self.select, self.config.get("dynamic_sampling"), n_bad,
-                                                                      batch, counts, token_keep is not None))
+            self._warn_dropped_all(decision.step, batch, bad_rows, counts, token_keep is not None, warn)
         return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics, deferred=(),
                         response_weights=decision.response_weights, step=decision.step)
 
@@ -364,16 +416,26 @@ class Strategy:
         ess = total * total / (n * square) if square > 0 else 0.0
         return {"weight_mean": mean, "weight_std": std, "weight_max": maximum, "ess": ess}
 
-    def _metrics(self, batch, keep, token_keep, weights, counts, observed_rewards, reweight_scores=None) -> dict[str, float]:
+    @staticmethod
+    def _kept_metrics(batch: RolloutBatch, keep: torch.Tensor, token_keep: torch.Tensor | None) -> dict[str, float]:
+        """``kept_frac`` and ``dropped_all`` of ``keep`` ``(N,)``, with ``kept_token_frac`` of ``token_keep`` ``(N, L)``.
+
+        A step keeps nothing (``dropped_all`` 1) when no response stays, or no token of the kept ones.
+        """
         n = batch.n
         kept = int(keep.sum()) if n else 0
-        metrics = {"kept_frac": kept / n if n else 0.0, "dropped_all": float(n > 0 and kept == 0), "nonfinite_rewards": 0.0}
-        metrics.update(counts)
+        metrics = {"kept_frac": kept / n if n else 0.0, "dropped_all": float(n > 0 and kept == 0)}
         if token_keep is not None:
             n_valid = float(batch.lengths[keep].sum())
             n_tok = true_count(token_keep)
             metrics["kept_token_frac"] = n_tok / n_valid if n_valid else 0.0
             metrics["dropped_all"] = float(metrics["dropped_all"] or (n > 0 and n_tok == 0))
+        return metrics
+
+    def _metrics(self, batch, keep, token_keep, weights, counts, observed_rewards, reweight_scores=None) -> dict[str, float]:
+        n = batch.n
+        metrics = {**self._kept_metrics(batch, keep, token_keep), "nonfinite_rewards": 0.0}
+        metrics.update(counts)
         metrics.update(self._weight_metrics(keep, token_keep, weights, batch, reweight_scores))
         if batch.domains is not None and n:
             labels, codes = batch.domain_codes()
@@ -391,7 +453,7 @@ class Strategy:
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: the resolved config, the mixing and pre-rollout state."""
-        return {"config": copy.deepcopy(self.config), "mixing": None if self.mixing is None else self.mixing.state_dict(),
+        return {"config": self.config.to_dict(), "mixing": None if self.mixing is None else self.mixing.state_dict(),
                 "pre_select": None if self.pre_select is None else self.pre_select.state_dict(),
                 "components": {place: component.state_dict() for place, component in self._stateful_components()}}
 
@@ -407,9 +469,9 @@ class Strategy:
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Restore saved state; with ``strict`` a changed config is an error naming what differs."""
         check_state(state, ("config",), "Strategy")
-        saved = _comparable_config(state["config"])
-        if strict and saved != self.config:
-            changed = sorted(k for k in set(saved) | set(self.config) if saved.get(k) != self.config.get(k))
+        saved, config = _comparable_config(state["config"]), self.config.to_dict()
+        if strict and saved != config:
+            changed = sorted(k for k in set(saved) | set(config) if saved.get(k) != config.get(k))
             raise ConfigError(
                 f"the saved strategy state was made with a different config (changed: {', '.join(changed)}); "
                 "resume with the same strategy config, or pass strict=False to restore only the mixing state"
@@ -437,19 +499,19 @@ class Strategy:
         """
         parts = []
         for part in self.parts:
-            config = self.config[part.kind]
-            text = f"{part.kind} {_component_text(config['scorer'])} -> {_component_text(config[part.actuator_kind])}"
+            config = getattr(self.config, part.kind)
+            text = f"{part.kind} {_component_text(config.scorer)} -> {_component_text(getattr(config, part.actuator_kind))}"
             if part.warmup_steps:
                 text += f" from step {part.warmup_steps}"
             parts.append(text)
         if self.mixing is not None:
-            mix = self.config["mix"]
-            parts.append(f"mix {_component_text(mix['mixer'])} (target proportions fixed for the first "
-                         f"{mix['warmup_steps']} steps, then updated every {mix['update_every']})")
-        if self.config.get("dynamic_sampling"):
-            parts.append(f"dynamic_sampling(max_rounds={self.config['dynamic_sampling']['max_rounds']})")
+            mix = self.config.mix
+            parts.append(f"mix {_component_text(mix.mixer)} (target proportions fixed for the first "
+                         f"{mix.warmup_steps} steps, then updated every {mix.update_every})")
+        if self.config.dynamic_sampling is not None:
+            parts.append(f"dynamic_sampling(max_rounds={self.config.dynamic_sampling.max_rounds})")
         if self.pre_select is not None:
-            text = f"pre_select {_component_text(self.config['pre_select'])}"
+            text = f"pre_select {_component_text(self.config.pre_select)}"
             if self.pre_select.skipped:
                 text += f" (acting: {self.pre_select.skipped} prompts skipped so far)"
             else:
@@ -494,4 +556,4 @@ def _comparable_config(saved: Any) -> dict:
 
 def build_strategy(config: Any = "baseline") -> Strategy:
     """Build a `Strategy` from a preset name, a dict (either config form), a `StrategyConfig` or a YAML file path."""
-    return Strategy(read_config(config).to_dict())
+    return Strategy(read_config(config))

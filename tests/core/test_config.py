@@ -1,4 +1,4 @@
-"""Config forms: presets, the DataFlex-RL legacy block, the composable form, YAML files, wrappers."""
+"""Config forms: presets, the DataFlex-RL block, the composable form, YAML files, wrappers."""
 
 import json
 
@@ -17,7 +17,7 @@ COMPOSABLE = {
     "mix": {"mixer": {"name": "dump_ucb"}, "domains": ["a", "b"], "warmup_steps": 3, "update_every": 2},
 }
 
-LEGACY = {"mechanism": "select", "scorer": {"name": "group_solve_rate", "params": {}},
+DATAFLEX_RL = {"mechanism": "select", "scorer": {"name": "group_solve_rate", "params": {}},
           "actuator": {"name": "threshold_band", "params": {"low": 0.2, "high": 0.8}}, "warmup_step": 4}
 
 
@@ -29,41 +29,42 @@ def test_presets_listed_with_descriptions():
 
 def test_composable_form_resolves_and_is_json_serialisable():
     strategy = build_strategy(COMPOSABLE)
-    config = strategy.config
+    config = strategy.config.to_dict()
     json.dumps(config)
     assert config["select"]["selector"] == {"name": "threshold_band", "params": {"low": 0.2, "high": 0.8}}
     assert config["reweight"]["reweighter"]["params"] == {"temperature": 2.0}
     assert config["mix"]["update_every"] == 2 and config["mix"]["window"] == 50
     assert strategy.domains == ["a", "b"] and strategy.mix_enabled and strategy.needs_groups
-    assert build_strategy(config).config == config  # the resolved form is a valid input
+    assert build_strategy(config).config == strategy.config  # the resolved form is a valid input
+    assert build_strategy(strategy.config).config == strategy.config  # and so is the typed form
 
 
-def test_legacy_select_block_equals_composable_form():
-    legacy = build_strategy(LEGACY)
+def test_dataflex_rl_select_block_equals_composable_form():
+    reference = build_strategy(DATAFLEX_RL)
     composable = build_strategy({"select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.2, "high": 0.8},
                                             "warmup_steps": 4}})
-    assert legacy.config["select"] == composable.config["select"]
+    assert reference.config.select == composable.config.select
 
 
-def test_legacy_reweight_and_mix_blocks():
+def test_dataflex_rl_reweight_and_mix_blocks():
     reweight = build_strategy({"mechanism": "reweight", "scorer": {"name": "advantage_magnitude"},
                                "actuator": {"name": "softmax", "params": {"temperature": 0.5}}})
-    assert reweight.config["reweight"]["reweighter"] == {"name": "softmax", "params": {"temperature": 0.5}}
+    assert reweight.config.reweight.reweighter == {"name": "softmax", "params": {"temperature": 0.5}}
     mix = build_strategy({"mechanism": "mix", "actuator": {"name": "reward_gap", "params": {"temperature": 0.2}},
                           "warmup_step": 7, "update_step": 3, "domains": ["x", "y", "z"], "domain_key": "source", "window": 9})
-    assert mix.config["mix"]["warmup_steps"] == 7 and mix.config["mix"]["update_every"] == 3
-    assert mix.config["mix"]["window"] == 9 and mix.domains == ["x", "y", "z"] and mix.domain_key == "source"
+    assert mix.config.mix.warmup_steps == 7 and mix.config.mix.update_every == 3
+    assert mix.config.mix.window == 9 and mix.domains == ["x", "y", "z"] and mix.domain_key == "source"
 
 
 def test_yaml_file_and_dataflex_wrapper(tmp_path):
     path = tmp_path / "strategy.yaml"
-    path.write_text(yaml.safe_dump({"dataflex": LEGACY}))
+    path.write_text(yaml.safe_dump({"dataflex": DATAFLEX_RL}))
     from_file = build_strategy(str(path))
-    assert from_file.config["select"] == build_strategy(LEGACY).config["select"]
+    assert from_file.config.select == build_strategy(DATAFLEX_RL).config.select
     assert build_strategy(path).config == from_file.config  # os.PathLike too
     composable_path = tmp_path / "composable.yml"
     composable_path.write_text(yaml.safe_dump(COMPOSABLE))
-    from_yml, from_dict = build_strategy(str(composable_path)).config, build_strategy({"dataflex": COMPOSABLE}).config
+    from_yml, from_dict = (build_strategy(source).config.to_dict() for source in (str(composable_path), {"dataflex": COMPOSABLE}))
     assert from_yml.pop("name") == "composable" and from_dict.pop("name") == "custom"  # a file names its strategy
     assert from_yml == from_dict
 
@@ -115,8 +116,8 @@ def test_empty_and_invalid_yaml(tmp_path):
 def test_a_verl_file_is_read_through_its_dataflex_block(tmp_path):
     path = tmp_path / "verl.yaml"
     path.write_text(yaml.safe_dump({"trainer": {"v1": {"trainer_mode": "dataflex_sync"}, "nnodes": 1},
-                                    "data": {"train_batch_size": 8}, "dataflex": LEGACY}))
-    assert build_strategy(str(path)).config == build_strategy(LEGACY).config
+                                    "data": {"train_batch_size": 8}, "dataflex": DATAFLEX_RL}))
+    assert build_strategy(str(path)).config == build_strategy(DATAFLEX_RL).config
     bare = tmp_path / "trainer_only.yaml"
     bare.write_text(yaml.safe_dump({"trainer": {"nnodes": 1}}))
     with pytest.raises(ConfigError, match=r"unknown key\(s\) \['trainer'\].*under a 'dataflex:' key"):
@@ -190,9 +191,9 @@ def test_numpy_and_torch_numbers_are_accepted_and_stored_plain():
               "mix": {"mixer": {"name": "static", "proportions": {"a": np.float64(0.5), "b": torch.tensor(0.5)}},
                       "domains": np.array(["a", "b"]), "window": np.int64(5), "prior": [np.float64(0.5), 0.5]}}
     strategy = build_strategy(config)
-    json.dumps(strategy.config)
-    assert type(strategy.config["select"]["selector"]["params"]["fraction"]) is float
-    assert type(strategy.config["mix"]["window"]) is int and strategy.domains == ["a", "b"]
+    json.dumps(strategy.config.to_dict())
+    assert type(strategy.config.select.selector["params"]["fraction"]) is float
+    assert type(strategy.config.mix.window) is int and strategy.domains == ["a", "b"]
 
 
 def test_diffband_judges_the_reward_spread_and_difffilter_the_solve_rate():
@@ -207,7 +208,7 @@ def test_diffband_judges_the_reward_spread_and_difffilter_the_solve_rate():
 
 def test_the_verl_adapter_wrapper_form_of_the_dataflex_block(tmp_path):
     assert load_config({"trainer": {}, "dataflex": {"strategy": "difffilter", "seed": 3, "enable": True}})["name"] == "difffilter"
-    assert load_config({"dataflex": {"strategy": LEGACY}})["select"] == load_config(LEGACY)["select"]
+    assert load_config({"dataflex": {"strategy": DATAFLEX_RL}})["select"] == load_config(DATAFLEX_RL)["select"]
     strategy_file = tmp_path / "s.yaml"
     strategy_file.write_text(yaml.safe_dump(COMPOSABLE))
     assert load_config({"dataflex": {"strategy": str(strategy_file)}}) == {**load_config(COMPOSABLE), "name": "s"}
@@ -225,8 +226,8 @@ def test_dynamic_sampling_in_yaml_and_in_a_saved_strategy_state(tmp_path):
     path.write_text("select: {scorer: group_reward_variance, selector: {name: threshold_band, low: 0.0, high: .inf}}\n"
                     "dynamic_sampling: {max_rounds: 3}\n")
     strategy = build_strategy(str(path))
-    assert strategy.config["dynamic_sampling"] == {"max_rounds": 3, "carry_over": True, "max_age": None}
-    json.dumps(strategy.config)
+    assert strategy.config.to_dict()["dynamic_sampling"] == {"max_rounds": 3, "carry_over": True, "max_age": None}
+    json.dumps(strategy.config.to_dict())
     # A state saved before the part existed has no 'dynamic_sampling' key: it is the same config.
     old = build_strategy("diffband")
     state = old.state_dict()
@@ -236,7 +237,7 @@ def test_dynamic_sampling_in_yaml_and_in_a_saved_strategy_state(tmp_path):
         build_strategy({**load_config("diffband"), "dynamic_sampling": True}).load_state_dict(old.state_dict())
 
 
-@pytest.mark.parametrize("config", ["difffilter", "skip+difffilter", LEGACY, COMPOSABLE, {"dataflex": {"strategy": "ar"}}])
+@pytest.mark.parametrize("config", ["difffilter", "skip+difffilter", DATAFLEX_RL, COMPOSABLE, {"dataflex": {"strategy": "ar"}}])
 def test_the_config_path_reads_a_typed_config_that_builds_the_same_strategy(config):
     from dataflex_callbacks import StrategyConfig, Strategy
     from dataflex_callbacks.config import read_config

@@ -349,8 +349,8 @@ def same_state(a, b):
 
 STATEFUL = {  # how to build one with some state, and how to advance it by one batch
     "Strategy": (strategy_with_state, lambda obj, batch: obj.apply(batch, 7)),
-    "SkipZeroVariance": (pre_select_filter, lambda obj, batch: obj.observe(batch, 7)),
-    "SkipPredictedNoSignal": (predicted_skip_filter, lambda obj, batch: obj.observe(batch, 7)),
+    "SkipZeroVarianceFilter": (pre_select_filter, lambda obj, batch: obj.observe(batch, 7)),
+    "SkipPredictedFilter": (predicted_skip_filter, lambda obj, batch: obj.observe(batch, 7)),
     "PromptHistory": (prompt_history, lambda obj, batch: obj.update(batch, 7)),
     "DomainMixing": (domain_mixing, lambda obj, batch: obj.observe(batch, 7)),
     "DomainTracker": (domain_tracker, lambda obj, batch: obj.update(batch, 7)),
@@ -407,10 +407,13 @@ def test_decide_says_which_process_warns_and_spells_the_hosts_setting_in_the_fix
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         decide(quiet, batch, 0, warn=False)
-    assert not [w for w in caught if w.category is DroppedAllWarning] and quiet.warn_dropped_all is False
+    assert not [w for w in caught if w.category is DroppedAllWarning]
+    assert not hasattr(quiet, "warn_dropped_all")  # the call says whether to warn; nothing is written on the strategy
+    spelled = build_strategy("difffilter")
+    spelled.bind_host_settings({SELECTION_REWARD: "Trainer(pick=...)"})
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        decide(build_strategy("difffilter"), batch, 0, host_settings={SELECTION_REWARD: "Trainer(pick=...)"})
+        decide(spelled, batch, 0)
     dropped = [w.message for w in caught if w.category is DroppedAllWarning]
     assert len(dropped) == 1 and dropped[0].cause == "reward_scale"
     assert "a selection reward (Trainer(pick=...))" in dropped[0].fix and "Trainer(pick=...)" in str(dropped[0])

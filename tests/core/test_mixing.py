@@ -277,11 +277,3 @@ def test_static_proportions_hold_before_the_first_update():
     mix = mixing("static", prior={"easy": 0.2, "hard": 0.2, "mid": 0.6},
                  mixer_params={"proportions": [0.6, 0.3, 0.1], "floor": 0.0})
     assert mix.target == pytest.approx({"easy": 0.2, "hard": 0.2, "mid": 0.6})
-
-
-def test_observe_drawn_is_a_deprecated_name_of_observe_sampled():
-    mix, old = mixing(), mixing()
-    mix.observe_sampled({"easy": 2, "hard": 1, "mid": 1})
-    with pytest.warns(DeprecationWarning, match="observe_sampled"):
-        old.observe_drawn({"easy": 2, "hard": 1, "mid": 1})
-    assert old.actual() == mix.actual()

@@ -245,8 +245,7 @@ def test_an_adapter_can_take_over_the_dropped_all_warning():
     with pytest.warns(UserWarning, match="kept no response"):
         build_strategy("difffilter").apply(batch, 0)
     strategy = build_strategy("difffilter")
-    strategy.warn_dropped_all = False  # e.g. the TRL adapter, which warns with the reward spread
-    with warnings.catch_warnings():
+    with warnings.catch_warnings():  # e.g. the TRL adapter, which warns with the reward spread
         warnings.simplefilter("error")
-        decision = strategy.apply(batch, 0)
+        decision = strategy.apply(batch, 0, warn=False)
     assert decision.metrics["dropped_all"] == 1.0

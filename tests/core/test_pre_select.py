@@ -323,10 +323,10 @@ def test_list_valued_prompt_keys_are_keys():
     assert streaks.tolist() == [3, 0, 3, 0]
 
 
-def test_the_old_kind_name_of_pre_rollout_selection_still_works():
+def test_the_pre_select_kind_lists_its_filters_and_its_state_round_trips():
     from dataflex_callbacks import registry
 
-    assert registry.list_components("prerollout") == registry.list_components("pre_select") == ["skip_predicted", "skip_zero_variance"]
+    assert registry.list_components("pre_select") == ["skip_predicted", "skip_zero_variance"]
     strategy = build_strategy("skip")
     state = strategy.state_dict()
     state["pre_select"]["skipped"] = 7

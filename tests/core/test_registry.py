@@ -3,6 +3,7 @@
 import ast
 import inspect
 import os
+import re
 import subprocess
 import sys
 
@@ -139,7 +140,8 @@ def test_import_path_components_take_params_and_are_named_by_their_path():
     ("mixer", "custom_components:group_means", ["a function", "not a subclass of dataflex_callbacks.Mixer"]),
     ("selector", "custom_components.torch", ["a module", "Selector"]),
     ("scorer", ":GroupCenteredReward", ["not an import path"]),
-    ("pre_select", "custom_components:GroupCenteredReward", ["cannot be named by import path", "@register"]),
+    ("pre_select", "custom_components:GroupCenteredReward", ["not a subclass of dataflex_callbacks.PreSelectFilter",
+                                                             "it is a scorer"]),
 ])
 def test_bad_import_paths_say_what_is_wrong(kind, path, words):
     with pytest.raises(ConfigError) as info:
@@ -321,6 +323,41 @@ def builtin_components():
     """(kind, name) of every registered component that the library itself defines."""
     return [(kind, name) for kind in registry.KINDS for name in list_components(kind)
             if registry.component_class(kind, name).__module__.startswith("dataflex_callbacks.")]
+
+
+# A built-in class is named by one rule (docs/architecture.md, "One name per concept"): its registered
+# name's words in CapWords, an acronym in capitals (PEP 8), then the last word of its kind's base class
+# (Scorer, Selector, Reweighter, Mixer, PreSelectFilter), written once when the name already ends with
+# it. A new acronym in a built-in's name is added here.
+ACRONYMS = {"gfpo", "per", "tscl", "ucb"}
+
+
+def kind_word(kind: str) -> str:
+    """The last word of the kind's base class: ``Filter`` for ``pre_select`` (`PreSelectFilter`)."""
+    return re.findall(r"[A-Z][a-z]*", registry._BASES[kind].__name__)[-1]
+
+
+def class_name_of(kind: str, name: str) -> str:
+    """The class name the rule gives built-in ``name`` of ``kind``: ``dump_ucb`` -> ``DumpUCBMixer``."""
+    words = [word.upper() if word in ACRONYMS else word.capitalize() for word in name.split("_")]
+    if kind_word(kind).lower().startswith(words[-1].lower()):  # advantage_reweight -> AdvantageReweighter
+        words.pop()
+    return "".join(words) + kind_word(kind)
+
+
+def test_the_naming_rule_reads_as_written():
+    assert [class_name_of(*pair) for pair in [("scorer", "reward"), ("selector", "gfpo"), ("mixer", "dump_ucb"),
+                                              ("reweighter", "advantage_reweight"), ("pre_select", "skip_predicted")]] \
+        == ["RewardScorer", "GFPOSelector", "DumpUCBMixer", "AdvantageReweighter", "SkipPredictedFilter"]
+
+
+@pytest.mark.parametrize("kind", registry.KINDS)
+def test_every_builtin_class_is_named_by_the_rule(kind):
+    names = {name: registry.component_class(kind, name) for kind_, name in builtin_components() if kind_ == kind}
+    assert names, f"no built-in {kind}"
+    wrong = {cls.__name__: class_name_of(kind, name) for name, cls in names.items()
+             if cls.__name__ != class_name_of(kind, name)}
+    assert not wrong, f"built-in {kind} classes named against the rule (found: expected): {wrong}"
 
 
 @pytest.mark.parametrize("kind, name", builtin_components())

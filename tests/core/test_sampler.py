@@ -435,14 +435,3 @@ def test_prompt_key_column_names_the_prompts_the_filter_sees_and_a_missing_one_i
     assert default._keys == ["p0", "p1", "p2", "p3"]
     with pytest.raises(ConfigError, match="prompt_key_column 'nope'.*columns are"):
         DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"), prompt_key_column="nope")
-
-
-def test_key_column_is_the_deprecated_name_of_prompt_key_column():
-    from dataflex_callbacks import build_strategy
-
-    rows = [{"domain": "a", "prompt": f"p{i}", "qid": f"q{i}"} for i in range(4)]
-    with pytest.warns(DeprecationWarning, match="prompt_key_column"):
-        old = DomainMixingSampler(rows, batch_size=2, strategy=build_strategy("skip"), key_column="qid")
-    assert old._keys == ["q0", "q1", "q2", "q3"] and old.prompt_key_column == old.key_column == "qid"
-    with pytest.raises(ConfigError, match="only prompt_key_column"):
-        DomainMixingSampler(rows, batch_size=2, key_column="qid", prompt_key_column="qid")

@@ -282,12 +282,3 @@ def test_top_tokens_on_large_inputs_take_the_sampled_bracket_and_stay_exact(seed
     values = scores.masked_fill(~mask, float("-inf"))
     for k in (1, 7, int(mask.sum()) // 3, int(mask.sum())):
         assert kth_largest(values, k) == torch.sort(values.reshape(-1), descending=True).values[k - 1]
-
-
-def test_the_earlier_class_names_of_gfpo_and_per_advantage_are_aliases():
-    from dataflex_callbacks.registry import component_class
-    from dataflex_callbacks.components.reweighters import PERAdvantage, PrioritizedAdvantage
-    from dataflex_callbacks.components.selectors import GFPOFilter, GroupFilter
-
-    assert GroupFilter is GFPOFilter is component_class("selector", "gfpo")
-    assert PrioritizedAdvantage is PERAdvantage is component_class("reweighter", "per_advantage")

@@ -115,7 +115,7 @@ def test_select_and_token_reweight_compose():
 def test_deferred_policy_parts(preset):
     if preset == "ar":  # response-level selection now, token reweighting at loss time
         strategy = build_strategy({"select": {"scorer": "group_solve_rate", "selector": "threshold_band"},
-                                   "reweight": build_strategy("ar").config["reweight"]})
+                                   "reweight": build_strategy("ar").config.to_dict()["reweight"]})
     else:
         strategy = build_strategy(preset)
     assert strategy.needs_policy_signals

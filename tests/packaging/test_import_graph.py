@@ -188,7 +188,7 @@ def test_the_checks_find_a_lazy_recipe_import_and_a_cycle(tmp_path):
 
 # The package's folders in layer order (docs/architecture.md): a module imports only its own layer and those before it.
 LAYERS = (
-    ("dataflex_callbacks.errors", "dataflex_callbacks._plain_values"),
+    ("dataflex_callbacks.errors", "dataflex_callbacks._plain_values", "dataflex_callbacks._distributed"),
     ("dataflex_callbacks.registry",),
     ("dataflex_callbacks.config",),
     ("dataflex_callbacks.rollout",),

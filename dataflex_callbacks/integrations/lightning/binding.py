@@ -93,7 +93,7 @@ class BoundStrategy:
             return self._last[2]
         strategy = self._callback.strategy
         strategy.check_host(batch_fields(batch), host="the RolloutBatch given to dataflex")
-        if strategy.config.get("dynamic_sampling") and strategy.signal_buffer is None and not self._warned_dynamic:
+        if strategy.config.dynamic_sampling is not None and strategy.signal_buffer is None and not self._warned_dynamic:
             self._warned_dynamic = True
             warnings.warn("dataflex: the strategy has a dynamic_sampling part, but no SignalGroupBuffer drives it, so "
                           "every generated group trains as usual (only select/reweight/mix apply); build "

@@ -20,7 +20,7 @@ from typing import Any, Hashable, Mapping, Sequence
 from torch.utils.data.distributed import DistributedSampler
 
 from dataflex_callbacks import ConfigError, DataFlexError, DomainMixingSampler, Strategy
-from dataflex_callbacks.components.history import KEY_COLUMNS, hashable_key
+from dataflex_callbacks.rollout.prompt_keys import KEY_COLUMNS, hashable_key
 from dataflex_callbacks.host import resolve_domain_key
 
 SAMPLER_FIXED = ("layout", "resume", "strategy", "num_replicas", "rank")

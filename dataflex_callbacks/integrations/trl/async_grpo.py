@@ -47,7 +47,7 @@ from dataflex_callbacks.host import acts_before_rollout, as_strategy, decide, pr
 from dataflex_callbacks.metrics import DomainStalenessStats
 from dataflex_callbacks.sampling.sampler import DomainMixingSampler, domain_labels
 
-from .callback import STATE_FILE, save_into_checkpoint
+from .callback import STATE_FILE, AdapterOptions, save_into_checkpoint
 from .sampling import row_key
 
 
@@ -128,26 +128,17 @@ class DataFlexAsyncCallback(TrainerCallback):
 
     Args:
         strategy: a `Strategy`, preset name, config dict or YAML path.
-        selection_reward: the reward function the strategy scores on (a name among the trainer's
-            reward functions); None: TRL's sum over them (the sample's ``reward``).
-        domain_key: dataset column with each prompt's domain (None: the config's, else ``"domain"``).
-        prompt_key_column: dataset column with a stable prompt id (None: the prompt itself).
-        record_decisions: keep each decision in ``self.decisions`` and each consumed sample's staleness in
-            ``self.consumed_staleness`` (tests and analysis).
-        strict: refuse to resume from a checkpoint saved with another strategy config.
+        **options: the adapter's options, `callback.AdapterOptions`, kept as ``self.options``; the
+            selection reward is read from each sample's metrics (TRL's weighted sum: its ``reward``).
     """
 
     trainer_name = "DataFlexAsyncGRPOTrainer"
 
-    def __init__(self, strategy: Any, selection_reward: Optional[str] = None, domain_key: Optional[str] = None,
-                 prompt_key_column: Optional[str] = None, record_decisions: bool = False, strict: bool = True):
+    def __init__(self, strategy: Any, **options: Any):
+        self.options = AdapterOptions().updated(options, f"{type(self).__name__}(...)")
         self.strategy = as_strategy(strategy)
         check_async_strategy(self.strategy)
-        self.selection_reward = selection_reward
-        self.domain_key = domain_key
-        self.prompt_key_column = prompt_key_column
-        self.record_decisions = record_decisions
-        self.strict = strict
+        self.domain_key = self.options.domain_key  # the column; resolved against the config's domain_key in bind()
         self.decisions: list[dict[str, Any]] = []
         self.trainer = None
         self.sampler: Optional[DomainMixingSampler] = None
@@ -158,7 +149,7 @@ class DataFlexAsyncCallback(TrainerCallback):
         self._versions: dict[int, int] = {}  # group id -> policy version it was generated with
         self._stale_groups: dict[int, list] = {}  # group id -> its samples TRL dropped as stale (for the filter)
         self._partial: dict[int, list] = {}  # group id -> samples of a group not complete yet
-        self._dynamic = bool(self.strategy.config.get("dynamic_sampling"))
+        self._dynamic = self.strategy.config.dynamic_sampling is not None
         self.groups_spent = 0  # groups consumed without signal (dynamic sampling)
 
     @property
@@ -179,8 +170,9 @@ class DataFlexAsyncCallback(TrainerCallback):
         has_domains = self.domain_key in columns
         self.strategy.check_host(async_fields(has_domains), host=f"TRL's AsyncGRPOTrainer (dataset columns {columns})")
         names = [getattr(f, "__name__", type(f).__name__) for f in getattr(trainer.rollout_worker, "reward_funcs", [])]
-        if self.selection_reward is not None and names and self.selection_reward not in names:
-            raise ConfigError(f"dataflex: selection_reward={self.selection_reward!r} is not one of the trainer's reward "
+        selection_reward = self.options.selection_reward
+        if selection_reward is not None and names and selection_reward not in names:
+            raise ConfigError(f"dataflex: selection_reward={selection_reward!r} is not one of the trainer's reward "
                               f"functions {names}")
         worker = trainer.rollout_worker
         self._labels = [str(d) for d in domain_labels(dataset, self.domain_key, required=False)] if has_domains else None
@@ -202,7 +194,7 @@ class DataFlexAsyncCallback(TrainerCallback):
 
     def _prompt_sampler(self, trainer, dataset) -> DomainMixingSampler:
         labels = self._labels if self.strategy.mix_enabled else [NO_DOMAIN] * len(dataset)
-        return DomainMixingSampler(dataset, labels=labels, prompt_key_column=self.prompt_key_column,
+        return DomainMixingSampler(dataset, labels=labels, prompt_key_column=self.options.prompt_key_column,
                                    prompt_labels=self._labels, batch_size=self.groups_per_step(trainer),
                                    num_generations=trainer.args.num_generations, layout="grpo", num_replicas=1, rank=0,
                                    strategy=self.strategy, seed=int(trainer.args.seed), resume="continue")
@@ -258,7 +250,7 @@ class DataFlexAsyncCallback(TrainerCallback):
             self.staleness.update([self.domain_of(sample.group_id)], torch.tensor([staleness]), torch.tensor([True]))
             if self.strategy.pre_select is not None:
                 self._stale_groups.setdefault(sample.group_id, []).append(sample)
-        elif self.record_decisions:
+        elif self.options.record_decisions:
             self.consumed_staleness.append(staleness)
 
     # ------------------------------------------------------------------ deciding
@@ -287,7 +279,8 @@ class DataFlexAsyncCallback(TrainerCallback):
 
     def _batch(self, groups: list[list[dict]]) -> RolloutBatch:
         rows = [s for group in groups for s in group]
-        key = "reward" if self.selection_reward is None else f"rewards/{self.selection_reward}"
+        selection_reward = self.options.selection_reward
+        key = "reward" if selection_reward is None else f"rewards/{selection_reward}"
         lengths = [int(s["completion_mask"].sum()) for s in rows]
         width = max(lengths, default=0)
         mask = torch.arange(width).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)
@@ -299,7 +292,7 @@ class DataFlexAsyncCallback(TrainerCallback):
             completion_mask=mask,
             advantages=torch.tensor([float(s["advantage"]) for s in rows]),
             domains=None if self._labels is None else [self._labels[r] for r in group_rows],
-            prompt_keys=[row_key(dataset[r], self.prompt_key_column) for r in group_rows],
+            prompt_keys=[row_key(dataset[r], self.options.prompt_key_column) for r in group_rows],
             policy_versions=torch.tensor([self._versions[s["group_id"]] for s in rows]),
             trainer_version=int(self.trainer.model_version))
 
@@ -321,7 +314,7 @@ class DataFlexAsyncCallback(TrainerCallback):
         extra: dict[str, float] = {}
         if self._dynamic:
             # As the synchronous loop's max_rounds: at most that many steps' worth of groups, then a short step.
-            groups, spent, limit = [], 0, wanted * int(self.strategy.config["dynamic_sampling"]["max_rounds"])
+            groups, spent, limit = [], 0, wanted * self.strategy.config.dynamic_sampling.max_rounds
             while len(groups) < wanted and spent + len(groups) < limit:
                 taken = [self._next_group(samples) for _ in range(wanted - len(groups))]
                 signal = signal_rows(self._batch(taken), self.strategy, step=step)
@@ -349,7 +342,7 @@ class DataFlexAsyncCallback(TrainerCallback):
         metrics = trainer._metrics["train"]
         for name, value in {**decision.metrics, **extra, **self.staleness.compute()}.items():
             metrics[f"dataflex/{name}"].append(float(value))
-        if self.record_decisions:
+        if self.options.record_decisions:
             self.decisions.append({"step": step, "keep": keep.clone(), "weights": weights.clone(),
                                    "group_ids": batch.group_ids.clone(), "staleness": batch.staleness.clone(),
                                    "prompt_keys": list(batch.prompt_keys), "metrics": dict(decision.metrics), **extra})
@@ -383,7 +376,8 @@ class DataFlexAsyncCallback(TrainerCallback):
         saved = read_state_file(folder, STATE_FILE, saved_by="the DataFlex adapter")
         if saved is None:
             return False
-        restore_strategy(self.strategy, saved, source=folder, strict=self.strict, writer=f"{self.trainer_name} or attach()",
+        restore_strategy(self.strategy, saved, source=folder, strict=self.options.strict,
+                         writer=f"{self.trainer_name} or attach()",
                          strict_setting=f"{self.trainer_name}(..., strict=False) or attach(trainer, strategy, strict=False)")
         self.groups_spent = int(saved.get("groups_spent", 0))
         if self.sampler is not None:
@@ -408,19 +402,15 @@ class DataFlexAsyncGRPOTrainer(async_trainer_class()):
     """TRL's ``AsyncGRPOTrainer`` with a data strategy; every ``AsyncGRPOTrainer`` argument works unchanged.
 
     Equivalent to a stock ``AsyncGRPOTrainer`` plus ``attach(trainer, strategy)``; the callback is
-    ``trainer.dataflex`` (`DataFlexAsyncCallback`, whose arguments ``strategy``, ``selection_reward``,
-    ``domain_key``, ``prompt_key_column``, ``record_decisions`` and ``strict`` are taken here).
+    ``trainer.dataflex`` (`DataFlexAsyncCallback`, whose arguments ``strategy`` and the
+    `callback.AdapterOptions` are taken here).
     """
 
-    def __init__(self, *args, strategy: Any = None, selection_reward: Optional[str] = None,
-                 domain_key: Optional[str] = None, prompt_key_column: Optional[str] = None,
-                 record_decisions: bool = False, strict: bool = True, **kwargs):
+    def __init__(self, *args, strategy: Any = None, **kwargs):
         if strategy is None:
             raise ConfigError("dataflex: DataFlexAsyncGRPOTrainer needs strategy=... (preset name, config dict, YAML path "
                               "or Strategy), e.g. DataFlexAsyncGRPOTrainer(..., strategy='diffband').")
-        self.dataflex = DataFlexAsyncCallback(strategy, selection_reward=selection_reward, domain_key=domain_key,
-                                              prompt_key_column=prompt_key_column, record_decisions=record_decisions,
-                                              strict=strict)
+        self.dataflex = DataFlexAsyncCallback(strategy, **AdapterOptions.take(kwargs))
         kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), self.dataflex]
         super().__init__(*args, **kwargs)
         self.dataflex.bind(self)

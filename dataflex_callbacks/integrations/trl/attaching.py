@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Optional
 
-from dataflex_callbacks.errors import ConfigError, HostError, ParamError
-from dataflex_callbacks.host import as_strategy
+from dataflex_callbacks.errors import ConfigError, HostError
 
 from .callback import HOOKS, DataFlexCallback, check_callback_host
 from .compat import check_trl_trainer
@@ -39,6 +38,7 @@ def attach_async(trainer, strategy: Any, **options):
     _wrap_method(trainer, "_load_optimizer_and_scheduler", callback.load_optimizer_and_scheduler)
     return callback
 
+
 HOST_CALLBACKS: tuple[type[DataFlexCallback], ...] = (DataFlexCallback, DataFlexRLOOCallback)
 """The callback of each TRL trainer the adapter supports; `callback_for` picks by ``host_class``."""
 
@@ -59,10 +59,10 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
 
     ``attach(trainer, "difffilter")`` adds the callback for the trainer's host (`callback_for`:
     `DataFlexCallback` for GRPO, `DataFlexRLOOCallback` for RLOO); if one was already passed in
-    ``callbacks=[...]``, that one is bound (``strategy``, when given, replaces its strategy).
-    ``options`` go to the callback (``selection_reward``, ``domain_key``, ``strict``, ...;
-    ``domain_column``, the earlier name of ``domain_key``, with a DeprecationWarning).
-    ``callback_class`` names the callback to build for a trainer of your own.
+    ``callbacks=[...]``, that one is bound (``strategy`` and ``options``, when given, replace its
+    own: `DataFlexCallback.reconfigure`). ``options`` are the adapter's, `callback.AdapterOptions`
+    (``selection_reward``, ``domain_key``, ``strict``, ...). ``callback_class`` names the callback
+    to build for a trainer of your own.
     """
     if callback_class is None and is_async_trainer(trainer):
         return attach_async(trainer, strategy, **options)
@@ -84,12 +84,7 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
         check_callback_host(callback, trainer, callback_class)
         if callback.attached:
             raise HostError("dataflex: this trainer already has an attached DataFlexCallback; attach it only once.")
-        if strategy is not None:
-            callback.strategy = as_strategy(strategy)
-        for name, value in options.items():
-            if not hasattr(callback, name):
-                raise ParamError(f"dataflex: attach() got an unknown option {name!r}; options are DataFlexCallback's arguments", param=name)
-            setattr(callback, name, value)
+        callback.reconfigure(strategy, **options)
     else:
         if strategy is None:
             raise ConfigError("dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy).")

@@ -30,20 +30,23 @@ subclass: `DataFlexCallback.host_class` and ``trainer_name`` (which trainer, nam
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections import Counter
-from typing import Any, Callable, Optional
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional
 
 import torch
 from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from dataflex_callbacks.errors import SELECTION_REWARD, ConfigError, HostError, WrongHostError, user_stacklevel
+from dataflex_callbacks.config.fields import config_field
+from dataflex_callbacks.errors import SELECTION_REWARD, ConfigError, HostError, ParamError, WrongHostError, user_stacklevel
 from dataflex_callbacks.host import (ROW_NORMALISED, acts_before_rollout, as_strategy, checkpoint_state, decide,
-                                     grpo_fields, kept_token_mask, load_state_file, local_decision,
-                                     micro_batch_decision, read_state_file, removal_scale, resolve_domain_key,
-                                     restore_strategy, restrict_rows)
+                                     grpo_fields, kept_token_mask, local_decision, micro_batch_decision,
+                                     read_state_file, removal_scale, resolve_domain_key, restore_strategy,
+                                     restrict_rows)
 
 from .dynamic import DynamicSampling, check_dynamic_sampling
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
@@ -81,6 +84,59 @@ HOOKS = {
 """TRL trainer method -> the `DataFlexCallback` method that wraps it (``hook(trainer, original, *args)``)."""
 
 
+@dataclass(frozen=True)
+class AdapterOptions:
+    """The TRL adapter's options, each written once here with its default and help.
+
+    Give them as keyword arguments wherever the strategy goes in: ``attach(trainer, strategy,
+    **options)``, ``DataFlexGRPOTrainer(..., strategy=..., **options)`` (RLOO and async alike) or
+    ``DataFlexCallback(strategy, **options)``; the callback keeps them as ``callback.options``.
+    ``field_help(AdapterOptions, "strict")`` reads a field's help.
+    """
+
+    selection_reward: Optional[str] = config_field(
+        None, help='reward function the strategy scores on, by name (`"accuracy"`); '
+                   "`None` = TRL's weighted sum of all reward functions. An unknown name is an error listing the "
+                   "trainer's reward functions.")
+    domain_key: Optional[str] = config_field(
+        None, help="dataset column with each prompt's domain (per-domain reward metrics, mixing). `None`: the strategy "
+                   "config's `domain_key` when it sets one (so a DataFlex-RL YAML means the same column as in verl and "
+                   'Lightning), else `"domain"`. Giving both with different names is an error.')
+    prompt_key_column: Optional[str] = config_field(
+        None, help="dataset column with a stable prompt id (default: the `prompt_key` column if present, else the "
+                   "prompt); the mixing sampler and the rollout batch use the same key")
+    record_decisions: bool = config_field(
+        False, help="keep every decision in `callback.decisions` (on CPU), for tests and analysis; the asynchronous "
+                    "callback also keeps each consumed sample's staleness in `callback.consumed_staleness`")
+    strict: bool = config_field(
+        True, help="on `resume_from_checkpoint`, refuse a checkpoint saved with a different strategy config; "
+                   "`strict=False` restores only the mixing and pre-rollout state (and starts a fresh prompt stream "
+                   "if the saved one does not fit)")
+
+    @classmethod
+    def names(cls) -> tuple[str, ...]:
+        """Every option's name, in declaration order."""
+        return tuple(option.name for option in dataclasses.fields(cls))
+
+    @classmethod
+    def check_names(cls, given: Mapping[str, Any], where: str) -> None:
+        """Refuse, naming the valid options, a name in ``given`` that is no option; ``where`` names the call."""
+        unknown = [name for name in given if name not in cls.names()]
+        if unknown:
+            raise ParamError(f"dataflex: {where} got an unknown option {unknown[0]!r}; the options are "
+                             f"{', '.join(cls.names())} (AdapterOptions)", param=unknown[0])
+
+    @classmethod
+    def take(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The options among a trainer's keyword arguments, taken out of ``kwargs`` (the rest go to TRL)."""
+        return {name: kwargs.pop(name) for name in cls.names() if name in kwargs}
+
+    def updated(self, given: Mapping[str, Any], where: str) -> "AdapterOptions":
+        """These options with those in ``given`` changed (each name checked, see `check_names`)."""
+        self.check_names(given, where)
+        return dataclasses.replace(self, **given)
+
+
 def save_into_checkpoint(callback, args, state) -> None:
     """``callback.save_state(folder)`` into the checkpoint folder TRL has just written (main process only);
     the ``on_save`` of the synchronous and the asynchronous callbacks."""
@@ -100,18 +156,10 @@ class DataFlexCallback(TrainerCallback):
 
     Args:
         strategy: a `Strategy`, a preset name (``"difffilter"``), a config dict, or a YAML path.
-        selection_reward: name of the reward function the strategy scores on (one of the
-            trainer's ``reward_func_names``); None uses TRL's weighted sum of all reward functions.
-        domain_key: dataset column with each prompt's domain (optional in the data; needed
-            by a ``mix`` part). None (default): the strategy config's ``domain_key`` when it sets
-            one, else ``"domain"``; giving both with different columns is an error.
-        prompt_key_column: dataset column with a stable prompt id; None uses the ``prompt_key``
-            column if the data has one, else the prompt itself (`row_prompt_key`).
-        record_decisions: keep every decision's ``(step, keep, weights, metrics, prompt_keys)`` in ``self.decisions``
-            (on CPU), for tests and analysis.
-        strict: on ``resume_from_checkpoint``, refuse a checkpoint whose strategy config differs
-            from this one (default). ``strict=False`` restores only the mixing and pre-rollout state.
-        domain_column: earlier name of ``domain_key``, accepted for one release (a DeprecationWarning).
+        **options: the adapter's options, `AdapterOptions` (``selection_reward``, ``domain_key``,
+            ``prompt_key_column``, ``record_decisions``, ``strict``); kept as ``self.options``. With
+            ``record_decisions`` every decision's ``(step, keep, weights, metrics, prompt_keys)`` is
+            kept in ``self.decisions``.
     """
 
     host_class: type = GRPOTrainer
@@ -132,24 +180,11 @@ class DataFlexCallback(TrainerCallback):
         return {SELECTION_REWARD: f"{self.trainer_name}(..., selection_reward=<one of the trainer's reward_func_names>)"
                                   " or attach(trainer, strategy, selection_reward=...)"}
 
-    def __init__(
-        self,
-        strategy: Any,
-        selection_reward: Optional[str] = None,
-        domain_key: Optional[str] = None,
-        prompt_key_column: Optional[str] = None,
-        record_decisions: bool = False,
-        strict: bool = True,
-        domain_column: Optional[str] = None,
-    ):
+    def __init__(self, strategy: Any, **options: Any):
+        self.options = AdapterOptions().updated(options, f"{type(self).__name__}(...)")
         self.strategy = as_strategy(strategy)
         self.dynamic: Optional[DynamicSampling] = self._dynamic_sampling()
-        self.selection_reward = selection_reward
-        # resolved against the config's domain_key in bind()
-        self.domain_key = renamed_option("domain_column", domain_column, "domain_key", domain_key)
-        self.prompt_key_column = prompt_key_column
-        self.record_decisions = record_decisions
-        self.strict = strict
+        self.domain_key = self.options.domain_key  # the column; resolved against the config's domain_key in bind()
         self.decisions: list[dict[str, Any]] = []
         self.last_decision = None
         self.trainer = None
@@ -168,7 +203,7 @@ class DataFlexCallback(TrainerCallback):
         The rules that need the trainer or its dataset run when the callback is attached (`bind`).
         """
         strategy = as_strategy(strategy)
-        if strategy.config.get("dynamic_sampling"):
+        if strategy.config.dynamic_sampling is not None:
             if not cls.supports_dynamic_sampling:
                 raise ConfigError(f"dynamic_sampling is not supported by the TRL adapter's {cls.trainer_name} yet; "
                                   "remove the dynamic_sampling part or use the core SignalGroupBuffer in your own "
@@ -179,23 +214,20 @@ class DataFlexCallback(TrainerCallback):
     def _dynamic_sampling(self) -> Optional[DynamicSampling]:
         """The dynamic-sampling loop when the strategy has the part; refused by hosts that cannot run it."""
         self.check_strategy(self.strategy)
-        if not self.strategy.config.get("dynamic_sampling"):
+        if self.strategy.config.dynamic_sampling is None:
             return None
         return DynamicSampling(self.strategy)
 
-    @property
-    def history(self) -> list[dict[str, Any]]:
-        """Earlier name of `decisions`, kept as an alias."""
-        return self.decisions
-
-    @property
-    def domain_column(self) -> Optional[str]:
-        """Earlier name of `domain_key`, kept as an alias for one release."""
-        return self.domain_key
-
-    @domain_column.setter
-    def domain_column(self, value: Optional[str]) -> None:
-        self.domain_key = renamed_option("domain_column", value, "domain_key", None)
+    def reconfigure(self, strategy: Any = None, **options: Any) -> None:
+        """Give a callback not attached yet another strategy and/or options (what `attach` does with one
+        passed in ``callbacks=[...]``); the options are checked as in the constructor."""
+        if self.attached:
+            raise HostError(f"dataflex: this {type(self).__name__} is already attached to a trainer; create a new one.")
+        self.options = self.options.updated(options, "attach()")
+        if "domain_key" in options:
+            self.domain_key = self.options.domain_key
+        if strategy is not None:
+            self.strategy = as_strategy(strategy)
 
     # ------------------------------------------------------------------ what differs per host
     def loss_aggregation(self, trainer) -> str:
@@ -245,7 +277,7 @@ class DataFlexCallback(TrainerCallback):
             raise HostError(f"dataflex: this {type(self).__name__} is already attached to another trainer; "
                                "create a new one.")
         aggregation = self.loss_aggregation(trainer)
-        self._reward_index = resolve_reward_index(self.selection_reward, trainer.reward_func_names)
+        self._reward_index = resolve_reward_index(self.options.selection_reward, trainer.reward_func_names)
         self.domain_key, domain_source = resolve_domain_key(self.strategy, self.domain_key)
         if aggregation in ROW_NORMALISED and can_drop_rows(self.strategy) and (
             getattr(trainer, "_entropy_bonus_enabled", False) or getattr(trainer, "aux_loss_enabled", False)
@@ -263,7 +295,7 @@ class DataFlexCallback(TrainerCallback):
         # Before check_host: its generic "needs domain labels" would not name the option that fixes it.
         check_stream(dataset, self.strategy)
         if not is_stream(dataset):  # a stream's pre-rollout filter runs over the stream (streaming.py)
-            check_sampling_dataset(dataset, self.strategy, self.domain_key, self.prompt_key_column, domain_source)
+            check_sampling_dataset(dataset, self.strategy, self.domain_key, self.options.prompt_key_column, domain_source)
         check_enough_prompts(trainer, dataset, self.strategy, self.domain_key)
         check_shuffle(trainer, self.strategy)
         host = f"the TRL {self.host_class.__name__} (dataset columns {list(column_names)})"
@@ -284,7 +316,8 @@ class DataFlexCallback(TrainerCallback):
         if self.dynamic is None or self.dynamic.strategy is not self.strategy:  # attach() may replace the strategy
             self.dynamic = self._dynamic_sampling()
         if self.dynamic is not None:
-            self.dynamic.bind(trainer, self.domain_key, self.prompt_key_column)
+            self.dynamic.bind(trainer, self.domain_key, self.options.prompt_key_column)
+        self.strategy.bind_host_settings(self.host_settings)
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -340,7 +373,7 @@ class DataFlexCallback(TrainerCallback):
         rewards = selection_rewards(rewards_per_func, trainer.reward_weights, self._reward_index)
         has_domains = len(inputs) > 0 and self.domain_key in inputs[0]
         domains = [row[self.domain_key] for row in inputs] if has_domains else None
-        prompt_keys = [row_key(row, self.prompt_key_column) for row in inputs]
+        prompt_keys = [row_key(row, self.options.prompt_key_column) for row in inputs]
         pre_select = self.strategy.pre_select
         wants_ids = pre_select is not None and getattr(pre_select, "noise_check", False)
         batch = global_rollout_batch(
@@ -368,14 +401,13 @@ class DataFlexCallback(TrainerCallback):
         # TRL's own CPU random stream (shuffling) is left exactly as in a run without the adapter.
         # TRL logs this step as global_step + 1 (the counter moves after the optimizer step): messages say so too.
         decision = decide(strategy, batch, step, seed=int(trainer.args.seed), warn=accelerator.is_main_process,
-                          defer_policy=strategy.needs_policy_signals, host_settings=self.host_settings,
-                          host_step=step + 1)
+                          defer_policy=strategy.needs_policy_signals, host_step=step + 1)
         if signal is not None:
             decision = restrict_rows(decision, signal.to(decision.keep.device))
 
         self.write_decision(trainer, output, decision, batch, rewards)
         self.last_decision = decision
-        if self.record_decisions:
+        if self.options.record_decisions:
             self.decisions.append(
                 {
                     "step": step,
@@ -465,7 +497,7 @@ class DataFlexCallback(TrainerCallback):
             )
             local = micro_batch_decision(decision, inputs[KEEP_KEY], inputs[WEIGHTS_KEY],
                                          inputs.get(RESPONSE_WEIGHTS_KEY))
-            policy_decision = self.strategy.apply_policy(policy_batch, local)
+            policy_decision = self.strategy.apply_policy(policy_batch, local, warn=trainer.accelerator.is_main_process)
             weights = policy_decision.weights
             metrics = trainer._metrics["train" if trainer.model.training else "eval"]
             for name in ("weight_mean", "weight_std", "weight_max", "ess"):
@@ -504,7 +536,7 @@ class DataFlexCallback(TrainerCallback):
         if saved is None:
             return False
         writer = f"{self.trainer_name} or attach()"
-        restore_strategy(self.strategy, saved, source=folder, strict=self.strict, writer=writer,
+        restore_strategy(self.strategy, saved, source=folder, strict=self.options.strict, writer=writer,
                          strict_setting=f"{self.trainer_name}(..., strict=False) or attach(trainer, strategy, strict=False)")
         if self.dynamic is not None and saved.get("dynamic") is not None:
             self.dynamic.load_state_dict(saved["dynamic"])
@@ -524,7 +556,7 @@ class DataFlexCallback(TrainerCallback):
     def _restore_sampler(self) -> None:
         if self.sampler is not None and self._pending_sampler_state is not None:
             state, self._pending_sampler_state = self._pending_sampler_state, None
-            if self.strict:
+            if self.options.strict:
                 try:
                     self.sampler.load_state_dict(state)
                 except ConfigError as error:  # the core names its own setting; say which TRL setting differs
@@ -555,7 +587,8 @@ class DataFlexCallback(TrainerCallback):
         if not acts_before_rollout(self.strategy):
             return original(dataset)
         dataset = trainer.train_dataset if dataset is None else dataset
-        self.sampler = grpo_mixing_sampler(trainer, dataset, self.strategy, self.domain_key, self.prompt_key_column)
+        self.sampler = grpo_mixing_sampler(trainer, dataset, self.strategy, self.domain_key,
+                                           self.options.prompt_key_column)
         self._restore_sampler()
         return self.sampler
 
@@ -570,20 +603,3 @@ def check_callback_host(callback: DataFlexCallback, trainer, wanted: type) -> No
             "attach(trainer, strategy))."
         )
 
-
-load_checkpoint_state = load_state_file
-"""Earlier name of `dataflex_callbacks.host.load_state_file`."""
-
-
-def renamed_option(old: str, old_value: Any, new: str, new_value: Any) -> Any:
-    """The value of option ``new``, also when given under its earlier name ``old`` (a DeprecationWarning).
-
-    Giving both with different values is a `ConfigError`.
-    """
-    if old_value is None:
-        return new_value
-    warnings.warn(f"dataflex: {old}= is deprecated; pass {new}={old_value!r} instead", DeprecationWarning, stacklevel=3)
-    if new_value is not None and new_value != old_value:
-        raise ConfigError(f"dataflex: {old}={old_value!r} (the earlier name of {new}) and {new}={new_value!r} name the "
-                          f"same setting; pass only {new}=")
-    return old_value

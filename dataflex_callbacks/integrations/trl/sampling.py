@@ -17,7 +17,7 @@ there is one, only tells the filter which domain an unseen prompt belongs to; wi
 prompt is in `NO_DOMAIN`, the domain a batch without domains is recorded under.
 
 Prompt keys: the sampler and the adapter's `RolloutBatch` name a prompt by the same key,
-`row_key` (the ``prompt_key_column`` when given, else `dataflex_callbacks.components.history.row_prompt_key`),
+`row_key` (the ``prompt_key_column`` when given, else `dataflex_callbacks.rollout.prompt_keys.row_prompt_key`),
 so the history a pre-rollout filter keeps from rollouts is the one the sampler reads.
 """
 
@@ -29,7 +29,7 @@ from dataflex_callbacks import DomainMixingSampler, Strategy
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.sampling.sampler import domain_labels
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.components.history import hashable_key, row_prompt_key
+from dataflex_callbacks.rollout.prompt_keys import hashable_key, row_prompt_key
 from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY, acts_before_rollout
 
 DEFAULT_DOMAIN_SOURCE = f"the default domain column {DEFAULT_DOMAIN_KEY!r}"

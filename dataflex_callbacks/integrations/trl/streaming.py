@@ -118,7 +118,7 @@ def stream_train_dataloader(trainer, original: Callable, callback) -> Any:
         return original()
     set_group_size(strategy.pre_select, trainer.num_generations)  # what a skipped prompt would have cost
     args = trainer.args
-    accept = StreamFilter(strategy.pre_select, args.seed, callback.prompt_key_column, callback.domain_key)
+    accept = StreamFilter(strategy.pre_select, args.seed, callback.options.prompt_key_column, callback.domain_key)
     filtered = FilteredStream(dataset, args.seed, getattr(trainer, "shuffle_dataset", True), accept)
     callback.stream_filter = filtered
     stream = IterableDataset.from_generator(filtered.rows, features=dataset.features)

@@ -7,14 +7,15 @@ takes the strategy or a callback, refuses a second strategy, and routes TRL's me
 from __future__ import annotations
 
 import inspect
-from typing import Any, Optional
+from typing import Any
 
 from trl import GRPOTrainer
 
-from dataflex_callbacks.errors import ConfigError, HostError
+from dataflex_callbacks.config.fields import field_defaults
+from dataflex_callbacks.errors import ConfigError, HostError, ParamError
 from dataflex_callbacks.host import as_strategy
 
-from .callback import DataFlexCallback, check_callback_host, renamed_option
+from .callback import AdapterOptions, DataFlexCallback, check_callback_host
 from .compat import check_trl_trainer
 from .streaming import stream_train_dataloader
 
@@ -29,28 +30,18 @@ class DataFlexTrainerMixin:
     Args:
         strategy: a `Strategy`, preset name (``"difffilter"``), config dict or YAML path. May be left
             out when a callback of `callback_class` is passed in ``callbacks=[...]``: that callback is used.
-        selection_reward: reward function name the strategy scores on (None: weighted sum).
-        domain_key: dataset column holding each prompt's domain (None: the config's
-            ``domain_key``, else ``"domain"``).
-        prompt_key_column: dataset column with a stable prompt id (None: the ``prompt_key`` column if
-            present, else the prompt).
-        record_decisions: keep every decision in ``trainer.dataflex.decisions``.
-        strict: refuse to resume from a checkpoint saved with a different strategy config
-            (``False``: restore only the mixing and pre-rollout state).
-        domain_column: earlier name of ``domain_key``, accepted for one release (a DeprecationWarning).
-        *args, **kwargs: passed to the TRL trainer.
+        **kwargs: the adapter's options, `callback.AdapterOptions` (``selection_reward``,
+            ``domain_key``, ``prompt_key_column``, ``record_decisions``, ``strict``), go to the
+            callback; ``*args`` and the other keyword arguments to the TRL trainer.
     """
 
     callback_class: type[DataFlexCallback] = DataFlexCallback
     """The callback built from ``strategy=``; one passed in ``callbacks=[...]`` must serve the same host."""
 
-    def __init__(self, *args, strategy: Any = None, selection_reward: Optional[str] = None,
-                 domain_key: Optional[str] = None, prompt_key_column: Optional[str] = None,
-                 record_decisions: bool = False, strict: bool = True, domain_column: Optional[str] = None, **kwargs):
+    def __init__(self, *args, strategy: Any = None, **kwargs):
         check_trl_trainer(type(self), self.callback_class.host_class, after=DataFlexTrainerMixin)
-        domain_key = renamed_option("domain_column", domain_column, "domain_key", domain_key)
-        options = dict(selection_reward=selection_reward, domain_key=domain_key,
-                       prompt_key_column=prompt_key_column, record_decisions=record_decisions, strict=strict)
+        options = AdapterOptions.take(kwargs)
+        _check_host_arguments(type(self), self.callback_class.host_class, kwargs)
         callbacks = list(kwargs.pop("callbacks", None) or [])
         self.dataflex = _the_callback(self, strategy, callbacks, options)
         if self.dataflex not in callbacks:
@@ -97,16 +88,12 @@ class DataFlexTrainerMixin:
         return self.dataflex.train_sampler(self, super()._get_train_sampler, dataset)
 
 
-_OPTION_DEFAULTS = {name: option.default for name, option in inspect.signature(DataFlexCallback).parameters.items()}
-
-
 class DataFlexGRPOTrainer(DataFlexTrainerMixin, GRPOTrainer):
     """A ``trl.GRPOTrainer`` that applies a DataFlex strategy; every GRPOTrainer argument works unchanged.
 
     Equivalent to a stock ``GRPOTrainer`` plus ``attach(trainer, strategy)``; the callback is
-    available as ``trainer.dataflex``. Arguments: `DataFlexTrainerMixin`'s (``strategy``,
-    ``selection_reward``, ``domain_key``, ``prompt_key_column``, ``record_decisions``,
-    ``strict``), the rest go to ``trl.GRPOTrainer``.
+    available as ``trainer.dataflex``. Arguments: `DataFlexTrainerMixin`'s (``strategy`` and the
+    `callback.AdapterOptions`), the rest go to ``trl.GRPOTrainer``.
     """
 
     callback_class = DataFlexCallback
@@ -116,7 +103,8 @@ def _the_callback(trainer: DataFlexTrainerMixin, strategy: Any, callbacks: list,
     """The trainer's one DataFlex callback: the one in ``callbacks`` if the user passed one, else a new one.
 
     A callback passed in ``callbacks=[...]`` together with ``strategy=`` is accepted when both hold
-    the same strategy config (and the options agree); otherwise the two strategies are an error.
+    the same strategy config (and the ``options`` given, `AdapterOptions`, agree with the callback's);
+    otherwise the two strategies are an error.
     A callback for another host (a `DataFlexCallback` on an RLOO trainer) is refused.
     """
     name, callback_class = type(trainer).__name__, trainer.callback_class
@@ -145,11 +133,28 @@ def _the_callback(trainer: DataFlexTrainerMixin, strategy: Any, callbacks: list,
                 f"{callback.strategy.name!r} in callbacks=[...]: two different strategies. Give the strategy once: "
                 f"{name}(..., strategy=...) without the callback, or keep the callback and drop strategy=."
             )
+    defaults = field_defaults(AdapterOptions)
     for option, value in options.items():
-        if value != _OPTION_DEFAULTS[option] and value != getattr(callback, option):
+        held = getattr(callback.options, option)
+        if value != defaults[option] and value != held:
             raise ConfigError(
                 f"dataflex: {name} got {option}={value!r} but the {type(callback).__name__} in callbacks=[...] has "
-                f"{option}={getattr(callback, option)!r}; set it in one place (on the callback, or on the trainer "
-                "without a callback)."
+                f"{option}={held!r}; set it in one place (on the callback, or on the trainer without a callback)."
             )
     return callback
+
+
+def _check_host_arguments(trainer_class: type, host_class: type, kwargs: dict[str, Any]) -> None:
+    """Refuse a keyword argument that neither the adapter nor the TRL trainer takes, naming both sets of options.
+
+    TRL's own ``TypeError`` would name only its trainer, while the argument was meant for the adapter
+    as often (a misspelt or pre-release option name).
+    """
+    parameters = inspect.signature(host_class.__init__).parameters
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        return
+    unknown = [name for name in kwargs if name not in parameters]
+    if unknown:
+        raise ParamError(f"dataflex: {trainer_class.__name__}(...) got an unknown option {unknown[0]!r}; the options "
+                         f"are {', '.join(AdapterOptions.names())} (AdapterOptions) and "
+                         f"{host_class.__name__}'s own arguments", param=unknown[0])

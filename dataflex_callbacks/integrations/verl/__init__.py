@@ -1,8 +1,9 @@
 """DataFlex strategies inside verl's own v1 trainer (verl 0.9.1).
 
 Installing this package registers the ``verl.plugins`` entry point ``dataflex``; ``import verl``
-then makes ``trainer.v1.trainer_mode=dataflex_sync`` (alias ``dataflex_mix_sync``) available. The
-strategy comes from the top-level ``dataflex:`` block of the verl config. See ``docs/verl.md``.
+then makes ``trainer.v1.trainer_mode=dataflex_sync`` (and ``dataflex_mix_sync``, DataFlex-RL's name for it
+in mix configs) available. The strategy comes from the top-level ``dataflex:`` block of the verl config.
+See ``docs/verl.md``.
 
 Modules: ``plugin`` (registration), ``config`` (the ``dataflex:`` block), ``fields`` (verl batch
 fields <-> `RolloutBatch` / loss weights; needs only torch), ``trainer`` (the trainer subclass;

@@ -122,7 +122,7 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
         strategy = build_strategy(spec)
     except ConfigError as error:
         raise ConfigError(f"verl config 'dataflex': {error}") from error
-    if strategy.config.get("dynamic_sampling"):
+    if strategy.config.dynamic_sampling is not None:
         raise ConfigError(DYNAMIC_SAMPLING_REFUSAL)
     return strategy, options
 

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import os
-import warnings
 
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
 
 from .suite import prompt_key
-from dataflex_callbacks.errors import InputError, user_stacklevel
+from dataflex_callbacks.errors import InputError
 
 _LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -158,16 +157,13 @@ def dataset_domain_key(columns, domain_key: str | None = None) -> str | None:
 
 
 def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_column: str = "answer",
-                        domain_key: str | None = None, split: str = "train", default_domain: str = NO_DOMAIN,
-                        domain_column: str | None = None):
+                        domain_key: str | None = None, split: str = "train", default_domain: str = NO_DOMAIN):
     """`load_prompt_table`'s dataset: the prompts and answers of a hub dataset or a local file, in the suite's columns."""
-    return load_prompt_table(name_or_path, prompt_column, answer_column, domain_key, split, default_domain,
-                             domain_column)[0]
+    return load_prompt_table(name_or_path, prompt_column, answer_column, domain_key, split, default_domain)[0]
 
 
 def load_prompt_table(name_or_path, prompt_column: str = "prompt", answer_column: str = "answer",
-                      domain_key: str | None = None, split: str = "train", default_domain: str = NO_DOMAIN,
-                      domain_column: str | None = None):
+                      domain_key: str | None = None, split: str = "train", default_domain: str = NO_DOMAIN):
     """Load prompts and answers from a hub dataset name or a local jsonl/json/parquet/csv file.
 
     Returns a `datasets.Dataset` with the suite's columns: `prompt`, `answer` (as text),
@@ -178,17 +174,9 @@ def load_prompt_table(name_or_path, prompt_column: str = "prompt", answer_column
     `DatasetError` naming the file and row (or JSONL line) for an empty or malformed file, a
     value that is not a prompt, or a row without a domain. Hub names go through
     `datasets.load_dataset` (downloaded, or read from the local cache when offline).
-    ``domain_column`` is the earlier name of ``domain_key`` (a DeprecationWarning), for one release.
     Returns ``(dataset, column)``: ``column`` is the one domains were read from, or None when every row
     is in `default_domain`.
     """
-    if domain_column is not None:
-        if domain_key is not None and domain_key != domain_column:
-            raise InputError(f"got domain_key={domain_key!r} and domain_column={domain_column!r} (its earlier name); "
-                             "pass only domain_key")
-        warnings.warn("load_prompt_dataset(domain_column=...) is deprecated; pass domain_key=... instead",
-                      DeprecationWarning, stacklevel=user_stacklevel())
-        domain_key = domain_column
     source = os.fspath(name_or_path)
     raw = _load_raw(name_or_path, split, prompt_column)
     if len(raw) == 0:

@@ -22,22 +22,8 @@ if _HERE not in sys.path:
 from datasets import Dataset  # noqa: E402
 
 from cpu_settings import CPU_RUN_SETTINGS  # noqa: E402
+from toy_rewards import checksum_reward, digit_reward, parity_reward  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
-
-
-def parity_reward(completions, **kwargs):
-    """1 when the completion has an even number of characters: a cheap, deterministic 0/1 reward."""
-    return [float(len(c) % 2 == 0) for c in completions]
-
-
-def digit_reward(completions, **kwargs):
-    """Fraction of digits in the completion."""
-    return [sum(ch.isdigit() for ch in c) / max(len(c), 1) for c in completions]
-
-
-def checksum_reward(completions, **kwargs):
-    """Parity of the characters' code sum: a 0/1 reward that stays mixed within groups as the model trains."""
-    return [float(sum(map(ord, c)) % 2) for c in completions]
 
 
 @pytest.fixture(scope="session")
@@ -85,5 +71,23 @@ def make_trainer(tmp_path_factory, tiny_tokenizer, toy_dataset):
             peft_config=peft_config,
             **kwargs,
         )
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def make_rloo(tmp_path_factory, tiny_tokenizer, toy_dataset):
+    """Build a tiny RLOO trainer: ``make_rloo(cls=RLOOTrainer, reward_funcs=None, trainer_kwargs=..., **config)``."""
+    from trl import RLOOConfig, RLOOTrainer
+
+    def build(cls=RLOOTrainer, reward_funcs=None, trainer_kwargs=None, **config):
+        settings = dict(output_dir=str(tmp_path_factory.mktemp("rloo")), per_device_train_batch_size=8,
+                        num_generations=4, max_completion_length=6, max_steps=2, learning_rate=1e-3, beta=0.0,
+                        seed=0, **CPU_RUN_SETTINGS)
+        settings.update(config)
+        torch.manual_seed(settings["seed"])  # TRL <= 1.14 draws a LoRA adapter's weights before seeding (1.16 seeds first)
+        return cls(model=build_tiny_model(tiny_tokenizer, seed=0),
+                   reward_funcs=reward_funcs or [checksum_reward], args=RLOOConfig(**settings),
+                   train_dataset=toy_dataset, processing_class=tiny_tokenizer, **(trainer_kwargs or {}))
 
     return build

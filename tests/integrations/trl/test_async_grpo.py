@@ -14,7 +14,7 @@ import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
-from conftest import checksum_reward  # noqa: E402
+from toy_rewards import checksum_reward  # noqa: E402
 from dataflex_callbacks.errors import ConfigError  # noqa: E402
 from dataflex_callbacks.integrations.trl import DataFlexAsyncGRPOTrainer, attach  # noqa: E402
 from dataflex_callbacks.integrations.trl.async_rollout import (  # noqa: E402

@@ -20,7 +20,7 @@ else:
 
 import torch  # noqa: E402
 
-from conftest import checksum_reward  # noqa: E402
+from toy_rewards import checksum_reward  # noqa: E402
 from dataflex_callbacks.errors import ConfigError  # noqa: E402
 from dataflex_callbacks.integrations.trl import attach  # noqa: E402
 from dataflex_callbacks.integrations.trl.async_rollout import EngineWeightTransfer, VLLMEngine, cpu_device_name  # noqa: E402

@@ -9,7 +9,7 @@ import pytest
 from packaging.version import Version
 from trl import GRPOTrainer, RLOOConfig, RLOOTrainer
 
-from conftest import checksum_reward
+from toy_rewards import checksum_reward
 from cpu_settings import CPU_RUN_SETTINGS
 from dataflex_callbacks.integrations.trl import (DataFlexCallback, DataFlexGRPOTrainer, DataFlexRLOOCallback,
                                                  DataFlexRLOOTrainer, DataFlexTrainerMixin, attach, compat)
@@ -47,18 +47,6 @@ def _assert_refused(error: pytest.ExceptionInfo, method: str) -> None:
     assert method in message
 
 
-@pytest.fixture(scope="module")
-def make_rloo(tmp_path_factory, tiny_tokenizer, toy_dataset):
-    def build(cls=RLOOTrainer, **kwargs):
-        args = RLOOConfig(output_dir=str(tmp_path_factory.mktemp("rloo")), per_device_train_batch_size=8,
-                          num_generations=4, max_completion_length=6, max_steps=1, beta=0.0, seed=0,
-                          **CPU_RUN_SETTINGS)
-        return cls(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=[checksum_reward], args=args,
-                   train_dataset=toy_dataset, processing_class=tiny_tokenizer, **kwargs)
-
-    return build
-
-
 def test_every_wrapped_method_has_its_expected_parameters():
     assert set(compat.WRAPPED_PARAMETERS) == set(HOOKS)
 
@@ -68,7 +56,7 @@ def test_the_installed_trl_passes(make_trainer, make_rloo):
     attach(make_trainer(), "difffilter")
     attach(make_rloo(), "difffilter")
     assert make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "difffilter"}).dataflex.attached
-    assert make_rloo(cls=DataFlexRLOOTrainer, strategy="difffilter").dataflex.attached
+    assert make_rloo(cls=DataFlexRLOOTrainer, trainer_kwargs={"strategy": "difffilter"}).dataflex.attached
 
 
 @pytest.mark.parametrize("change", CHANGES)
@@ -103,7 +91,7 @@ def test_rloo_with_a_changed_wrapped_method_is_refused_by_attach_and_the_trainer
         callback_class = DataFlexRLOOCallback
 
     with pytest.raises(RuntimeError, match="is not supported by the TRL adapter") as error:
-        make_rloo(cls=ChangedDataFlexRLOOTrainer, strategy="difffilter")
+        make_rloo(cls=ChangedDataFlexRLOOTrainer, trainer_kwargs={"strategy": "difffilter"})
     _assert_refused(error, "_generate_and_score_completions is missing")
 
 

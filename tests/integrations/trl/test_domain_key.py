@@ -1,6 +1,6 @@
 """A config's ``domain_key`` names the domain column in TRL as in Lightning and verl; ``domain_key=`` otherwise.
 
-``domain_column=``, the argument's earlier name, still works for one release, with a DeprecationWarning.
+``domain_column=``, a name the argument had before any release, is refused with the valid options.
 """
 
 import pytest
@@ -8,7 +8,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from cpu_settings import CPU_RUN_SETTINGS
-from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.errors import ConfigError, ParamError
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 
@@ -73,25 +73,19 @@ def test_the_same_column_given_twice_is_accepted(tiny_tokenizer, source_data, tm
 
 
 @pytest.mark.parametrize("way_in", ["subclass", "attach", "callback"])
-def test_the_earlier_domain_column_argument_still_names_the_column(tiny_tokenizer, source_data, tmp_path, way_in):
+def test_the_pre_release_name_domain_column_is_refused_with_the_options(tiny_tokenizer, source_data, tmp_path, way_in):
     strategy = {"mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1}}
-    with pytest.warns(DeprecationWarning, match=r"domain_column= is deprecated; pass domain_key='source'"):
+    with pytest.raises(ParamError, match=r"unknown option 'domain_column'; the options are selection_reward, domain_key"):
         if way_in == "subclass":
-            callback = build(tiny_tokenizer, source_data, tmp_path, strategy=strategy, domain_column="source").dataflex
-        else:
+            build(tiny_tokenizer, source_data, tmp_path, strategy=strategy, domain_column="source")
+        elif way_in == "attach":
             args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
                               max_steps=1, **CPU_RUN_SETTINGS)
             trainer = GRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward,
                                   args=args, train_dataset=source_data, processing_class=tiny_tokenizer)
-            if way_in == "attach":
-                callback = attach(trainer, strategy, domain_column="source")
-            else:
-                callback = DataFlexCallback(strategy, domain_column="source")
-                callback.bind(trainer)
-    assert callback.domain_key == callback.domain_column == "source"
-    assert callback.strategy.domains == ["gsm", "kk", "mc"]
-    with pytest.raises(ConfigError, match=r"domain_column='kk'.*domain_key='source'.*pass only domain_key="):
-        DataFlexCallback(strategy, domain_key="source", domain_column="kk")
+            attach(trainer, strategy, domain_column="source")
+        else:
+            DataFlexCallback(strategy, domain_column="source")
 
 
 @pytest.mark.parametrize("way_in", ["subclass", "attach"])

@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import TrainerCallback
 
-from conftest import checksum_reward
+from toy_rewards import checksum_reward
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.components.scorers import group_reward_variance

@@ -6,7 +6,7 @@ from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from dataflex_callbacks import DomainMixingSampler
-from dataflex_callbacks.components.history import row_prompt_key
+from dataflex_callbacks.rollout.prompt_keys import row_prompt_key
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer, attach
 from dataflex_callbacks.integrations.trl.callback import STATE_FILE
 from mixing_runs import logged, suite_trainer

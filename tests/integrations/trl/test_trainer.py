@@ -3,7 +3,8 @@
 import pytest
 import torch
 
-from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
+from toy_rewards import same_state
+from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, DataFlexRLOOTrainer, attach
 from dataflex_callbacks.integrations.trl.callback import STATE_FILE
 from dataflex_callbacks.integrations.trl.signals import resolve_reward_index, selection_rewards
 
@@ -81,21 +82,29 @@ def test_named_selection_reward_runs(make_trainer, reward_functions):
     assert logged(trainer, "dataflex/kept_frac")
 
 
-def test_resumed_run_makes_the_same_decisions(make_trainer, tmp_path):
-    settings = dict(cls=DataFlexGRPOTrainer, max_steps=4, save_strategy="steps", save_steps=2,
+@pytest.mark.parametrize("host", ["grpo", "rloo"])
+def test_a_resumed_run_equals_the_uninterrupted_run(host, request, tmp_path):
+    make, trainer_class = {"grpo": ("make_trainer", DataFlexGRPOTrainer), "rloo": ("make_rloo", DataFlexRLOOTrainer)}[host]
+    make = request.getfixturevalue(make)
+    settings = dict(cls=trainer_class, max_steps=4, save_strategy="steps", save_steps=2,
                     output_dir=str(tmp_path / "full"),
                     trainer_kwargs={"strategy": MIXED_STRATEGY, "record_decisions": True})
-    full = make_trainer(**settings)
+    full = make(**settings)
     full.train()
     checkpoint = tmp_path / "full" / "checkpoint-2"
     assert (checkpoint / STATE_FILE).is_file()
+    assert full.dataflex.sampler is not None  # the mix part draws prompts through the DomainMixingSampler
     # The mix part's tracker has seen two steps of rewards: the state that must survive the restart.
     assert any(k.startswith("mix/target/") for k in full.dataflex.decisions[-1]["metrics"])
 
     settings["output_dir"] = str(tmp_path / "resumed")
-    resumed = make_trainer(**settings)
+    resumed = make(**settings)
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert_same_history(full.dataflex.decisions[2:], resumed.dataflex.decisions)
+    assert [h["prompt_keys"] for h in full.dataflex.decisions[2:]] == [h["prompt_keys"] for h in resumed.dataflex.decisions]
+    assert resumed.dataflex.sampler.state_dict() == full.dataflex.sampler.state_dict()
+    assert same_state(resumed.dataflex.strategy.state_dict(), full.dataflex.strategy.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(full.model.parameters(), resumed.model.parameters()))
 
 
 def test_peft_lora_with_reused_generations_and_kl(make_trainer, reward_functions):

@@ -28,7 +28,7 @@ else:
 
 from trl import GRPOTrainer  # noqa: E402
 
-from conftest import checksum_reward  # noqa: E402
+from toy_rewards import checksum_reward  # noqa: E402
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import save_tiny  # noqa: E402
 from dataflex_callbacks.recipes.vllm_colocate import CPU_ENGINE_SETTINGS, colocate_config, cpu_engine  # noqa: E402

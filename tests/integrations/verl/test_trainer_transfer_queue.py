@@ -137,7 +137,7 @@ def test_compute_advantage_writes_strategy_loss_fields(transfer_queue):
     transfer_queue.kv_clear(keys=meta.keys, partition_id=meta.partition_id)
 
 
-def test_legacy_dataflex_rl_block_and_alias(transfer_queue):
+def test_dataflex_rl_block_and_trainer_mode(transfer_queue):
     trainer = build_trainer("trainer.v1.trainer_mode=dataflex_mix_sync", "+dataflex.mechanism=select",
                             "+dataflex.scorer.name=group_solve_rate", "+dataflex.actuator.name=threshold_band",
                             "+dataflex.actuator.params.low=0.2", "+dataflex.actuator.params.high=0.8")

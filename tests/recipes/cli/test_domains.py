@@ -53,7 +53,7 @@ def test_domain_key_still_chooses_another_column(tmp_path):
     options = RunOptions(dataset=str(data), n_test=2, domain_key="topic")
     data_of_run = load_data(options)
     assert set(data_of_run.train["domain"]) | set(data_of_run.test["domain"]) == {"t0", "t1"}
-    assert data_of_run.domain_column == "topic"
+    assert data_of_run.domain_key == "topic"
     assert data_line(options, data_of_run).endswith("domains (column 'topic'): t0, t1")
 
 

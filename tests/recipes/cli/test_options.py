@@ -2,7 +2,6 @@
 
 import dataclasses
 import re
-import warnings
 
 import pytest
 
@@ -89,37 +88,9 @@ def test_flags_are_typed_by_their_field():
     assert type(options.steps) is int and type(options.learning_rate) is float
 
 
-def test_domain_column_is_the_earlier_name_of_domain_key(capsys):
+def test_domain_key_names_the_domain_column():
     args = build_parser().parse_args(["run", "--domain-key", "topic"])
     assert RunOptions(**options_from_args(args, run_option_names())).domain_key == "topic"
-    with pytest.warns(DeprecationWarning, match="--domain-key"):
-        args = build_parser().parse_args(["run", "--domain-column", "topic"])
-    assert RunOptions(**options_from_args(args, run_option_names())).domain_key == "topic"
-    assert "--domain-column is deprecated; use --domain-key" in capsys.readouterr().err
-    with pytest.warns(DeprecationWarning, match="domain_key"):
-        assert RunOptions(domain_column="topic") == RunOptions(domain_key="topic")
-    with pytest.raises(RunInputError, match="pass only domain_key"):
-        RunOptions(domain_key="a", domain_column="b")
-
-
-@pytest.mark.parametrize("command", ["run", "compare"])
-@pytest.mark.parametrize("argv", [["--domain-key", "dom", "--domain-column", "other"],
-                                  ["--domain-column", "other", "--domain-key", "dom"]])
-def test_both_spellings_of_domain_key_with_different_values_are_refused(capsys, command, argv):
-    with warnings.catch_warnings(), pytest.raises(SystemExit) as info:
-        warnings.simplefilter("ignore", DeprecationWarning)
-        build_parser().parse_args([command] + argv)
-    assert info.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert err.startswith("dataflex: error: ") and "set the same setting" in err
-    assert "--domain-key dom" in err and "--domain-column other" in err
-    assert "--domain-column is the deprecated spelling of --domain-key; give only --domain-key" in err
-
-
-def test_both_spellings_with_one_value_agree():
-    with pytest.warns(DeprecationWarning):
-        args = build_parser().parse_args(["run", "--domain-key", "topic", "--domain-column", "topic"])
-    assert args.domain_key == "topic"
 
 
 def test_token_lengths_have_one_rule():

@@ -51,12 +51,6 @@ def test_a_domain_column_is_read_without_domain_key_as_every_host_reads_it(tmp_p
     assert column is None and set(data["domain"]) == {NO_DOMAIN}
 
 
-def test_domain_column_is_the_earlier_name_of_domain_key(tmp_path):
-    with pytest.warns(DeprecationWarning, match="domain_key"):
-        data = load_prompt_dataset(_write(tmp_path, "jsonl"), "question", "solution", domain_column="topic")
-    assert data["domain"] == [r["topic"] for r in ROWS]
-
-
 @pytest.mark.parametrize("columns", [
     dict(prompt_column="prompt", answer_column="solution"),
     dict(prompt_column="question", answer_column="answer"),
