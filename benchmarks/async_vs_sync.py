@@ -54,7 +54,12 @@ from trl.experimental.async_grpo import AsyncGRPOConfig  # noqa: E402
 
 from dataflex_callbacks.integrations.trl import DataFlexAsyncGRPOTrainer, DataFlexGRPOTrainer  # noqa: E402
 from dataflex_callbacks.integrations.trl.async_rollout import (  # noqa: E402
-    EngineWeightTransfer, InProcessRolloutWorker, TransformersEngine, cpu_device_name, use_cpu_tree_attention)
+    EngineWeightTransfer,
+    InProcessRolloutWorker,
+    TransformersEngine,
+    cpu_device_name,
+    use_cpu_tree_attention,
+)
 from dataflex_callbacks.recipes import tasks  # noqa: E402
 from dataflex_callbacks.recipes.completion_accounting import dynamic_buffer, metrics_callback  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import build_tiny_tokenizer, save_tiny  # noqa: E402
@@ -85,18 +90,32 @@ def held_out_accuracy(model_path: str, trained, tokenizer, test, seed: int) -> f
     """
     model = AutoModelForCausalLM.from_pretrained(model_path)
     model.load_state_dict(trained.state_dict())
-    return tasks.evaluate(model, tokenizer, test, max_new_tokens=EVAL_TOKENS, seed=seed, verifier="exact",
-                          builtin_domains=True)["overall"]
+    return tasks.evaluate(
+        model, tokenizer, test, max_new_tokens=EVAL_TOKENS, seed=seed, verifier="exact", builtin_domains=True
+    )["overall"]
 
 
 def common_settings(options, seed: int, output_dir: str) -> dict:
     """The settings both trainers share: B groups of G per step, one optimizer step per batch, fp32, no KL."""
-    return dict(output_dir=output_dir, max_steps=options.steps, num_generations=options.num_generations,
-                per_device_train_batch_size=options.prompts_per_step * options.num_generations,
-                gradient_accumulation_steps=1, max_completion_length=options.max_completion_length,
-                temperature=1.0, learning_rate=options.learning_rate, lr_scheduler_type="constant", warmup_steps=0,
-                logging_steps=1, save_strategy="no", report_to=[], seed=seed, bf16=False, use_cpu=True,
-                disable_tqdm=True)
+    return dict(
+        output_dir=output_dir,
+        max_steps=options.steps,
+        num_generations=options.num_generations,
+        per_device_train_batch_size=options.prompts_per_step * options.num_generations,
+        gradient_accumulation_steps=1,
+        max_completion_length=options.max_completion_length,
+        temperature=1.0,
+        learning_rate=options.learning_rate,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=seed,
+        bf16=False,
+        use_cpu=True,
+        disable_tqdm=True,
+    )
 
 
 def run_sync(options, seed: int, model_path: str, suite, output_dir: str) -> dict:
@@ -106,36 +125,66 @@ def run_sync(options, seed: int, model_path: str, suite, output_dir: str) -> dic
     reward = tasks.make_reward_fn(seed=seed)
     records: list[dict] = []
     counter = metrics_callback(records, sorted(set(suite["train"]["domain"])), options.steps, progress=False)
-    trainer = TimedGRPOTrainer(model=AutoModelForCausalLM.from_pretrained(model_path), reward_funcs=reward, args=args,
-                               train_dataset=suite["train"], processing_class=tokenizer, callbacks=[counter],
-                               strategy=STRATEGY)
+    trainer = TimedGRPOTrainer(
+        model=AutoModelForCausalLM.from_pretrained(model_path),
+        reward_funcs=reward,
+        args=args,
+        train_dataset=suite["train"],
+        processing_class=tokenizer,
+        callbacks=[counter],
+        strategy=STRATEGY,
+    )
     counter.buffer = dynamic_buffer(trainer)
     start = time.perf_counter()
     trainer.train()
     wall = time.perf_counter() - start
-    return dict(trainer="sync", seed=seed, steps=trainer.state.global_step, signal_groups=counter.signal_groups,
-                generated=counter.completions,
-                zero_signal_groups=counter.zero_signal_completions // options.num_generations,
-                stale_groups=0, staleness=0.0, idle_s=trainer.generation_s, wall_s=wall,
-                accuracy=held_out_accuracy(model_path, trainer.model, tokenizer, suite["test"], seed))
+    return dict(
+        trainer="sync",
+        seed=seed,
+        steps=trainer.state.global_step,
+        signal_groups=counter.signal_groups,
+        generated=counter.completions,
+        zero_signal_groups=counter.zero_signal_completions // options.num_generations,
+        stale_groups=0,
+        staleness=0.0,
+        idle_s=trainer.generation_s,
+        wall_s=wall,
+        accuracy=held_out_accuracy(model_path, trainer.model, tokenizer, suite["test"], seed),
+    )
 
 
 def run_async(options, seed: int, model_path: str, suite, output_dir: str) -> dict:
     tokenizer = build_tiny_tokenizer()
     set_seed(seed)
     generations = options.num_generations
-    engine = TransformersEngine(AutoModelForCausalLM.from_pretrained(model_path), tokenizer.pad_token_id,
-                                [tokenizer.eos_token_id], seed=seed)
+    engine = TransformersEngine(
+        AutoModelForCausalLM.from_pretrained(model_path), tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=seed
+    )
     reward = tasks.make_reward_fn(seed=seed)
-    worker = InProcessRolloutWorker(engine, suite["train"], [reward], tokenizer, num_generations=generations,
-                                    max_tokens=options.max_completion_length, wave_groups=options.wave_groups)
-    args = AsyncGRPOConfig(**common_settings(options, seed, output_dir), token_budget=0,
-                           max_staleness=options.max_staleness)
+    worker = InProcessRolloutWorker(
+        engine,
+        suite["train"],
+        [reward],
+        tokenizer,
+        num_generations=generations,
+        max_tokens=options.max_completion_length,
+        wave_groups=options.wave_groups,
+    )
+    args = AsyncGRPOConfig(
+        **common_settings(options, seed, output_dir), token_budget=0, max_staleness=options.max_staleness
+    )
     with cpu_device_name():
-        trainer = DataFlexAsyncGRPOTrainer(model=model_path, reward_funcs=[reward], args=args,
-                                           train_dataset=suite["train"], processing_class=tokenizer,
-                                           rollout_worker=worker, weight_transfer=EngineWeightTransfer(engine),
-                                           strategy=STRATEGY, record_decisions=True)
+        trainer = DataFlexAsyncGRPOTrainer(
+            model=model_path,
+            reward_funcs=[reward],
+            args=args,
+            train_dataset=suite["train"],
+            processing_class=tokenizer,
+            rollout_worker=worker,
+            weight_transfer=EngineWeightTransfer(engine),
+            strategy=STRATEGY,
+            record_decisions=True,
+        )
     use_cpu_tree_attention()
     start = time.perf_counter()
     trainer.train()
@@ -145,11 +194,19 @@ def run_async(options, seed: int, model_path: str, suite, output_dir: str) -> di
     # Every step trains a full batch (the batcher fills dropped places from the queue) of signal-group samples only;
     # TRL's own batch/groups_per_step counts the groups collated, the batch fetched ahead of the last step included.
     trained = trainer.state.global_step * args.per_device_train_batch_size // generations
-    return dict(trainer="async", seed=seed, steps=trainer.state.global_step, signal_groups=trained,
-                generated=len(worker.fed_rows) * generations, zero_signal_groups=trainer.dataflex.groups_spent,
-                stale_groups=int(trainer.dataflex.staleness.dropped_stale.sum()) // generations,
-                staleness=statistics.fmean(trainer.dataflex.consumed_staleness), idle_s=waited,
-                wall_s=wall, accuracy=held_out_accuracy(model_path, trainer.model, tokenizer, suite["test"], seed))
+    return dict(
+        trainer="async",
+        seed=seed,
+        steps=trainer.state.global_step,
+        signal_groups=trained,
+        generated=len(worker.fed_rows) * generations,
+        zero_signal_groups=trainer.dataflex.groups_spent,
+        stale_groups=int(trainer.dataflex.staleness.dropped_stale.sum()) // generations,
+        staleness=statistics.fmean(trainer.dataflex.consumed_staleness),
+        idle_s=waited,
+        wall_s=wall,
+        accuracy=held_out_accuracy(model_path, trainer.model, tokenizer, suite["test"], seed),
+    )
 
 
 def figures(run: dict, generations: int) -> dict[str, float]:
@@ -173,8 +230,15 @@ def figures(run: dict, generations: int) -> dict[str, float]:
     }
 
 
-DECIMALS = {"per signal group": 2, "mean staleness": 2, "idle s": 1, "idle ms / completion": 2, "train wall s": 1,
-            "idle share": 2, "held-out acc": 3}
+DECIMALS = {
+    "per signal group": 2,
+    "mean staleness": 2,
+    "idle s": 1,
+    "idle ms / completion": 2,
+    "train wall s": 1,
+    "idle share": 2,
+    "held-out acc": 3,
+}
 """Decimals of each column; the others are counts (a whole number per run, one decimal in a mean)."""
 HEADLINE = ("per signal group", "idle s", "held-out acc")
 
@@ -202,11 +266,13 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="0,1,2", help="comma-separated seeds (suite, model init, sampling, reward)")
     parser.add_argument("--steps", type=int, default=150, help="optimizer steps per run")
-    parser.add_argument("--prompts-per-step", type=int, default=8,
-                        help="B: signal groups per step (dataflex run's default)")
+    parser.add_argument(
+        "--prompts-per-step", type=int, default=8, help="B: signal groups per step (dataflex run's default)"
+    )
     parser.add_argument("--num-generations", type=int, default=8, help="G: completions per prompt")
-    parser.add_argument("--max-completion-length", type=int, default=4,
-                        help="tokens per completion (the tiny model's default)")
+    parser.add_argument(
+        "--max-completion-length", type=int, default=4, help="tokens per completion (the tiny model's default)"
+    )
     parser.add_argument("--learning-rate", type=float, default=3e-3)
     parser.add_argument("--n-train", type=int, default=200, help="training prompts per built-in domain")
     parser.add_argument("--n-test", type=int, default=50, help="held-out prompts per built-in domain")
@@ -229,16 +295,23 @@ def main(argv=None) -> None:
             suite = tasks.load_task_suite(seed=seed, n_train=options.n_train, n_test=options.n_test)
             model_path = save_tiny(os.path.join(scratch, f"model-{seed}"), seed=seed)
             tokenizer = build_tiny_tokenizer()
-            before[seed] = tasks.evaluate(AutoModelForCausalLM.from_pretrained(model_path), tokenizer, suite["test"],
-                                          max_new_tokens=EVAL_TOKENS, seed=seed)["overall"]
+            before[seed] = tasks.evaluate(
+                AutoModelForCausalLM.from_pretrained(model_path),
+                tokenizer,
+                suite["test"],
+                max_new_tokens=EVAL_TOKENS,
+                seed=seed,
+            )["overall"]
             for run in (run_sync, run_async):
                 with contextlib.redirect_stdout(io.StringIO()):  # the adapters' strategy lines and TRL's step logs
                     result = run(options, seed, model_path, suite, os.path.join(scratch, f"{run.__name__}-{seed}"))
                 runs.append(result)
                 print(f"seed {seed} {result['trainer']}: {result['wall_s']:.1f} s", flush=True)
-    print(f"\n{len(seeds)} seed(s), {options.steps} steps, B={options.prompts_per_step}, G={options.num_generations}, "
-          f"{options.max_completion_length} tokens, async wave {options.wave_groups} groups, max_staleness "
-          f"{options.max_staleness}; {time.perf_counter() - started:.0f} s in all\n")
+    print(
+        f"\n{len(seeds)} seed(s), {options.steps} steps, B={options.prompts_per_step}, G={options.num_generations}, "
+        f"{options.max_completion_length} tokens, async wave {options.wave_groups} groups, max_staleness "
+        f"{options.max_staleness}; {time.perf_counter() - started:.0f} s in all\n"
+    )
     print(markdown_table(runs, before, options.num_generations))
 
 

@@ -38,8 +38,14 @@ def time_mixing(labels, batch_size: int, draws: int, update_every: int, schedule
     if mode == "pool":
         sampler = DomainMixingSampler(labels=labels, batch_size=batch_size, num_samples=draws, seed=0)
     else:
-        sampler = DomainMixingSampler(labels=labels, batch_size=batch_size, num_samples=draws, seed=0,
-                                      proportions={d: 1 / len(schedule[0]) for d in schedule[0]}, quota=mode)
+        sampler = DomainMixingSampler(
+            labels=labels,
+            batch_size=batch_size,
+            num_samples=draws,
+            seed=0,
+            proportions={d: 1 / len(schedule[0]) for d in schedule[0]},
+            quota=mode,
+        )
     start = time.perf_counter()
     iterator = iter(sampler)
     for block in range(draws // update_every):
@@ -65,11 +71,17 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=1_000_000)
     parser.add_argument("--domains", type=int, default=10)
     parser.add_argument("--update-every", type=int, default=1000)
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[8, 64, 1000],
-                        help="prompts per chunk (proportions are read once per chunk)")
+    parser.add_argument(
+        "--batch-sizes",
+        type=int,
+        nargs="+",
+        default=[8, 64, 1000],
+        help="prompts per chunk (proportions are read once per chunk)",
+    )
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--modes", nargs="+", default=["independent", "exact", "pool"],
-                        choices=["independent", "exact", "pool"])
+    parser.add_argument(
+        "--modes", nargs="+", default=["independent", "exact", "pool"], choices=["independent", "exact", "pool"]
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -83,10 +95,14 @@ def main() -> None:
         p = p / p.sum()
         schedule.append({d: float(v) for d, v in zip(names, p)})
 
-    print(f"{args.draws:,} indices, {args.domains} domains, set_proportions every {args.update_every:,} draws, "
-          f"median of {args.repeats} alternating repetitions, 1 thread")
-    print(f"{'mode':>11} {'batch_size':>10} {'DomainMixingSampler s':>22} {'RandomSampler s':>16} {'ratio':>7}  "
-          "target < 5x")
+    print(
+        f"{args.draws:,} indices, {args.domains} domains, set_proportions every {args.update_every:,} draws, "
+        f"median of {args.repeats} alternating repetitions, 1 thread"
+    )
+    print(
+        f"{'mode':>11} {'batch_size':>10} {'DomainMixingSampler s':>22} {'RandomSampler s':>16} {'ratio':>7}  "
+        "target < 5x"
+    )
     for mode in args.modes:
         for batch_size in args.batch_sizes:
             ours, theirs = [], []

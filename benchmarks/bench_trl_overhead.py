@@ -104,13 +104,29 @@ def run(variant: str, steps: int, seed: int, batch: int, generations: int, lengt
     timer = StepTimer()
     with tempfile.TemporaryDirectory() as out:
         args = GRPOConfig(
-            output_dir=out, per_device_train_batch_size=batch, num_generations=generations,
-            max_completion_length=length, generation_kwargs={"min_new_tokens": length}, max_steps=steps,
-            learning_rate=1e-3, logging_steps=10, report_to=[], save_strategy="no", use_cpu=True, seed=seed,
-            bf16=False, disable_tqdm=True,
+            output_dir=out,
+            per_device_train_batch_size=batch,
+            num_generations=generations,
+            max_completion_length=length,
+            generation_kwargs={"min_new_tokens": length},
+            max_steps=steps,
+            learning_rate=1e-3,
+            logging_steps=10,
+            report_to=[],
+            save_strategy="no",
+            use_cpu=True,
+            seed=seed,
+            bf16=False,
+            disable_tqdm=True,
         )
-        kwargs = dict(model=build_tiny_model(tokenizer, seed=seed), reward_funcs=checksum_parity_reward, args=args,
-                      train_dataset=dataset, processing_class=tokenizer, callbacks=[timer])
+        kwargs = dict(
+            model=build_tiny_model(tokenizer, seed=seed),
+            reward_funcs=checksum_parity_reward,
+            args=args,
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            callbacks=[timer],
+        )
         strategy = VARIANTS[variant]
         trainer = GRPOTrainer(**kwargs) if strategy is None else DataFlexGRPOTrainer(**kwargs, strategy=strategy)
         trainer.remove_callback(PrinterCallback)
@@ -149,9 +165,23 @@ def compare(options, passed: list[str]) -> None:
             for tree in order:
                 out = os.path.join(scratch, f"{tree}-{round_index}.json")
                 env = {**os.environ, "PYTHONPATH": os.pathsep.join([roots[tree], os.environ.get("PYTHONPATH", "")])}
-                done = subprocess.run([sys.executable, os.path.abspath(__file__), *passed, "--rounds", "1", "--seed",
-                                       str(options.seed + round_index), "--json", out], env=env, cwd=scratch,
-                                      capture_output=True, text=True)
+                done = subprocess.run(
+                    [
+                        sys.executable,
+                        os.path.abspath(__file__),
+                        *passed,
+                        "--rounds",
+                        "1",
+                        "--seed",
+                        str(options.seed + round_index),
+                        "--json",
+                        out,
+                    ],
+                    env=env,
+                    cwd=scratch,
+                    capture_output=True,
+                    text=True,
+                )
                 if done.returncode:
                     sys.exit(f"the {tree} checkout's run failed:\n{done.stderr[-4000:]}")
                 with open(out, encoding="utf-8") as handle:
@@ -159,13 +189,22 @@ def compare(options, passed: list[str]) -> None:
                 for module in result["imported"]:  # each process ran the checkout it was given
                     assert os.path.realpath(module).startswith(os.path.realpath(trees[tree])), (tree, module)
                 results[tree].append(result)
-                print(f"round {round_index + 1}: {tree:<6} " + ", ".join(
-                    f"{name} {1000 * statistics.median(result['wall'][name]):.1f} ms wall / "
-                    f"{1000 * result['adapter'][name]:.3f} ms adapter" for name in VARIANTS))
-    print(f"\n{options.steps} optimizer steps x {options.rounds} rounds per checkout, alternating; before = "
-          f"{trees['before']}, after = {trees['after']}")
-    print(f"{'variant':<12}{'wall before':>13}{'wall after':>12}{'diff':>9}{'cpu before':>12}{'cpu after':>11}"
-          f"{'diff':>9}{'adapter before':>16}{'adapter after':>15}{'diff':>9}   (ms/step)")
+                print(
+                    f"round {round_index + 1}: {tree:<6} "
+                    + ", ".join(
+                        f"{name} {1000 * statistics.median(result['wall'][name]):.1f} ms wall / "
+                        f"{1000 * result['adapter'][name]:.3f} ms adapter"
+                        for name in VARIANTS
+                    )
+                )
+    print(
+        f"\n{options.steps} optimizer steps x {options.rounds} rounds per checkout, alternating; before = "
+        f"{trees['before']}, after = {trees['after']}"
+    )
+    print(
+        f"{'variant':<12}{'wall before':>13}{'wall after':>12}{'diff':>9}{'cpu before':>12}{'cpu after':>11}"
+        f"{'diff':>9}{'adapter before':>16}{'adapter after':>15}{'diff':>9}   (ms/step)"
+    )
     for name in VARIANTS:
         row = []
         for key in ("wall", "cpu"):
@@ -173,10 +212,17 @@ def compare(options, passed: list[str]) -> None:
             row += [1000 * medians[0], 1000 * medians[1], 1000 * (medians[1] - medians[0])]
         adapter = [statistics.mean(r["adapter"][name] for r in results[tree]) for tree in trees]
         row += [1000 * adapter[0], 1000 * adapter[1], 1000 * (adapter[1] - adapter[0])]
-        print(f"{name:<12}" + "".join(f"{v:>{w}.2f}" if i % 3 != 2 else f"{v:>+{w}.2f}"
-                                      for i, (v, w) in enumerate(zip(row, (13, 12, 9, 12, 11, 9, 16, 15, 9)))))
-    print("wall and cpu: medians over all steps of all rounds; adapter: CPU time inside the adapter's hooks per step;\n"
-          "stock runs the same code in both checkouts, so its difference is the noise floor.")
+        print(
+            f"{name:<12}"
+            + "".join(
+                f"{v:>{w}.2f}" if i % 3 != 2 else f"{v:>+{w}.2f}"
+                for i, (v, w) in enumerate(zip(row, (13, 12, 9, 12, 11, 9, 16, 15, 9)))
+            )
+        )
+    print(
+        "wall and cpu: medians over all steps of all rounds; adapter: CPU time inside the adapter's hooks per step;\n"
+        "stock runs the same code in both checkouts, so its difference is the noise floor."
+    )
 
 
 def main() -> None:
@@ -188,10 +234,16 @@ def main() -> None:
     parser.add_argument("--generations", type=int, default=4)
     parser.add_argument("--max-completion-length", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--against", metavar="DIR", help="another checkout of this repository to compare with, "
-                                                         "alternating one process per checkout per round")
-    parser.add_argument("--variants", default=",".join(VARIANTS),
-                        help=f"comma-separated subset of {', '.join(VARIANTS)} (stock is always run: the ratios need it)")
+    parser.add_argument(
+        "--against",
+        metavar="DIR",
+        help="another checkout of this repository to compare with, alternating one process per checkout per round",
+    )
+    parser.add_argument(
+        "--variants",
+        default=",".join(VARIANTS),
+        help=f"comma-separated subset of {', '.join(VARIANTS)} (stock is always run: the ratios need it)",
+    )
     parser.add_argument("--json", metavar="PATH", help=argparse.SUPPRESS)  # one process's figures, for --against
     options = parser.parse_args()
     chosen = ["stock"] + [name for name in options.variants.split(",") if name and name != "stock"]
@@ -202,8 +254,14 @@ def main() -> None:
         if name not in chosen:
             del VARIANTS[name]
     if options.against:
-        compare(options, [f"--{k.replace('_', '-')}={v}" for k, v in vars(options).items()
-                          if k in ("steps", "batch", "generations", "max_completion_length", "threads", "variants")])
+        compare(
+            options,
+            [
+                f"--{k.replace('_', '-')}={v}"
+                for k, v in vars(options).items()
+                if k in ("steps", "batch", "generations", "max_completion_length", "threads", "variants")
+            ],
+        )
         return
     torch.set_num_threads(options.threads)
     hf_logging.set_verbosity_error()
@@ -214,36 +272,54 @@ def main() -> None:
     adapter: dict[str, float] = {name: 0.0 for name in VARIANTS}
     names = list(VARIANTS)
     for round_index in range(options.rounds):
-        order = names[round_index % len(names):] + names[: round_index % len(names)]  # rotate who goes first
+        order = names[round_index % len(names) :] + names[: round_index % len(names)]  # rotate who goes first
         for name in order:
             ADAPTER_CPU.clear()
-            step_wall, step_cpu = run(name, options.steps, options.seed, options.batch, options.generations,
-                                      options.max_completion_length)
+            step_wall, step_cpu = run(
+                name, options.steps, options.seed, options.batch, options.generations, options.max_completion_length
+            )
             adapter[name] += sum(ADAPTER_CPU) / options.steps / options.rounds
             wall[name].extend(step_wall)
             cpu[name].extend(step_cpu)
-            print(f"round {round_index + 1}: {name:<10} median step {1000 * statistics.median(step_wall):7.2f} ms wall, "
-                  f"{1000 * statistics.median(step_cpu):7.2f} ms cpu")
+            print(
+                f"round {round_index + 1}: {name:<10} median step {1000 * statistics.median(step_wall):7.2f} ms wall, "
+                f"{1000 * statistics.median(step_cpu):7.2f} ms cpu"
+            )
 
     if options.json:
         import dataflex_callbacks.integrations.trl as trl_adapter
         import dataflex_callbacks.strategy as strategy_module
 
         with open(options.json, "w", encoding="utf-8") as handle:
-            json.dump({"wall": wall, "cpu": cpu, "adapter": adapter,
-                       "imported": [strategy_module.__file__, trl_adapter.__file__]}, handle)
+            json.dump(
+                {
+                    "wall": wall,
+                    "cpu": cpu,
+                    "adapter": adapter,
+                    "imported": [strategy_module.__file__, trl_adapter.__file__],
+                },
+                handle,
+            )
     stock_wall, stock_cpu = statistics.median(wall["stock"]), statistics.median(cpu["stock"])
-    print(f"\n{options.steps} optimizer steps x {options.rounds} rounds, batch {options.batch}, "
-          f"{options.generations} generations, {options.max_completion_length} tokens, {options.threads} thread(s)")
-    print(f"{'variant':<12}{'wall ms/step':>14}{'wall ratio':>12}{'cpu ms/step':>14}{'cpu ratio':>12}"
-          f"{'adapter ms/step':>17}{'1 + adapter/stock':>19}")
+    print(
+        f"\n{options.steps} optimizer steps x {options.rounds} rounds, batch {options.batch}, "
+        f"{options.generations} generations, {options.max_completion_length} tokens, {options.threads} thread(s)"
+    )
+    print(
+        f"{'variant':<12}{'wall ms/step':>14}{'wall ratio':>12}{'cpu ms/step':>14}{'cpu ratio':>12}"
+        f"{'adapter ms/step':>17}{'1 + adapter/stock':>19}"
+    )
     for name in names:
         median_wall, median_cpu = statistics.median(wall[name]), statistics.median(cpu[name])
-        print(f"{name:<12}{1000 * median_wall:>14.2f}{median_wall / stock_wall:>12.3f}"
-              f"{1000 * median_cpu:>14.2f}{median_cpu / stock_cpu:>12.3f}"
-              f"{1000 * adapter[name]:>17.3f}{1 + adapter[name] / stock_cpu:>19.3f}")
-    print("adapter ms/step: CPU time inside the adapter's hooks (TRL's own code excluded), the overhead itself;\n"
-          "the wall/cpu ratios also carry run-to-run noise from other processes on the machine.")
+        print(
+            f"{name:<12}{1000 * median_wall:>14.2f}{median_wall / stock_wall:>12.3f}"
+            f"{1000 * median_cpu:>14.2f}{median_cpu / stock_cpu:>12.3f}"
+            f"{1000 * adapter[name]:>17.3f}{1 + adapter[name] / stock_cpu:>19.3f}"
+        )
+    print(
+        "adapter ms/step: CPU time inside the adapter's hooks (TRL's own code excluded), the overhead itself;\n"
+        "the wall/cpu ratios also carry run-to-run noise from other processes on the machine."
+    )
 
 
 if __name__ == "__main__":

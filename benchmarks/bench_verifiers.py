@@ -26,8 +26,10 @@ VERIFIERS = {  # name -> (completion, reference) -> score
 
 def completions(size: int) -> dict[str, str]:
     """Completions of about `size` characters, each a loop a small model falls into or a worst case of a parser."""
+
     def loop(unit: str) -> str:
         return unit * (size // len(unit))
+
     return {
         "'Bob, ' loop": loop("Bob, "),
         "'Bob is a knight, ' loop": loop("Bob is a knight, "),

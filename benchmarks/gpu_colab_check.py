@@ -48,23 +48,33 @@ QWEN25_05B_SHAPE = dict(
 )
 
 # Words for synthetic questions the character tokenizer can spell (lower case, no punctuation it lacks).
-_WORDS = ("a farmer has apples and sells some of them at the market each day then buys more from "
-          "a neighbour who grows pears how many does she have left at the end of the week").split()
+_WORDS = (
+    "a farmer has apples and sells some of them at the market each day then buys more from "
+    "a neighbour who grows pears how many does she have left at the end of the week"
+).split()
 
 
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", required=True, help="JSON file for the results table")
     parser.add_argument("--device", choices=("cuda", "cpu"), default="cuda")
-    parser.add_argument("--tiny", action="store_true", help="the built-in tiny model instead of the 0.5B shape (CPU smoke run)")
-    parser.add_argument("--strategy", default="difffilter", help="strategy compared with stock GRPO (default: %(default)s)")
+    parser.add_argument(
+        "--tiny", action="store_true", help="the built-in tiny model instead of the 0.5B shape (CPU smoke run)"
+    )
+    parser.add_argument(
+        "--strategy", default="difffilter", help="strategy compared with stock GRPO (default: %(default)s)"
+    )
     parser.add_argument("--steps", type=int, default=5, help="optimizer steps per variant (default: %(default)s)")
     parser.add_argument("--prompts-per-step", type=int, default=4)
     parser.add_argument("--num-generations", type=int, default=8)
     parser.add_argument("--micro-batch", type=int, default=8)
     parser.add_argument("--max-completion-length", type=int, default=256)
-    parser.add_argument("--question-chars", type=int, default=200,
-                        help="length of the synthetic questions; one token per character (default: %(default)s)")
+    parser.add_argument(
+        "--question-chars",
+        type=int,
+        default=200,
+        help="length of the synthetic questions; one token per character (default: %(default)s)",
+    )
     parser.add_argument("--no-fp16", action="store_true", help="skip the fp16 (T4 path) variant")
     parser.add_argument("--timeout", type=int, default=300, help="seconds per variant before it is stopped")
     return parser.parse_args(argv)
@@ -76,13 +86,20 @@ def repo_on_path(workdir: str) -> str | None:
     The adapters live in dataflex_callbacks/integrations/ and install as dataflex_callbacks.integrations (a
     package-dir mapping); without an install, a copy with that layout stands in.
     """
-    probe = subprocess.run([sys.executable, "-c", "import dataflex_callbacks.integrations.trl"],
-                           capture_output=True, text=True, cwd=workdir)
+    probe = subprocess.run(
+        [sys.executable, "-c", "import dataflex_callbacks.integrations.trl"],
+        capture_output=True,
+        text=True,
+        cwd=workdir,
+    )
     if probe.returncode == 0:
         return None
     source = os.path.join(workdir, "src")
-    shutil.copytree(os.path.join(ROOT, "dataflex_callbacks"), os.path.join(source, "dataflex_callbacks"),
-                    ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copytree(
+        os.path.join(ROOT, "dataflex_callbacks"),
+        os.path.join(source, "dataflex_callbacks"),
+        ignore=shutil.ignore_patterns("__pycache__"),
+    )
     return source
 
 
@@ -99,8 +116,12 @@ def save_model(path: str, tiny: bool, device: str) -> dict:
         return {"model": "built-in tiny Qwen2 (random)", "parameters": None}
     tokenizer = build_tiny_tokenizer()
     tokenizer.model_max_length = QWEN25_05B_SHAPE["max_position_embeddings"]
-    config = Qwen2Config(pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-                         bos_token_id=tokenizer.bos_token_id, **QWEN25_05B_SHAPE)
+    config = Qwen2Config(
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        **QWEN25_05B_SHAPE,
+    )
     torch.manual_seed(0)
     with torch.device(device):
         model = Qwen2ForCausalLM(config)  # random init, on the GPU so it takes seconds
@@ -128,19 +149,52 @@ def write_dataset(path: str, rows: int, question_chars: int) -> None:
             handle.write(json.dumps({"question": question, "answer": f"she has {i + 3} left\n#### {i + 3}"}) + "\n")
 
 
-def run_variant(name: str, strategy: str, precision: str, args, model_dir: str, data: str, workdir: str,
-                pythonpath: str | None) -> dict:
+def run_variant(
+    name: str, strategy: str, precision: str, args, model_dir: str, data: str, workdir: str, pythonpath: str | None
+) -> dict:
     """Run the example for one variant; return its row of the table (or the error)."""
     out_dir = os.path.join(workdir, name)
     command = [
-        sys.executable, EXAMPLE, "--model", model_dir, "--dataset", data, "--strategy", strategy,
-        "--steps", str(args.steps), "--prompts-per-step", str(args.prompts_per_step),
-        "--num-generations", str(args.num_generations), "--micro-batch", str(args.micro_batch),
-        "--max-completion-length", str(args.max_completion_length), "--n-eval", "4", "--n-train", "0",
-        "--eval-batch-size", "4", "--precision", precision, "--device", args.device, "--output-dir", out_dir,
+        sys.executable,
+        EXAMPLE,
+        "--model",
+        model_dir,
+        "--dataset",
+        data,
+        "--strategy",
+        strategy,
+        "--steps",
+        str(args.steps),
+        "--prompts-per-step",
+        str(args.prompts_per_step),
+        "--num-generations",
+        str(args.num_generations),
+        "--micro-batch",
+        str(args.micro_batch),
+        "--max-completion-length",
+        str(args.max_completion_length),
+        "--n-eval",
+        "4",
+        "--n-train",
+        "0",
+        "--eval-batch-size",
+        "4",
+        "--precision",
+        precision,
+        "--device",
+        args.device,
+        "--output-dir",
+        out_dir,
     ]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
-               HF_HOME=os.path.join(workdir, "hf_home"), TOKENIZERS_PARALLELISM="false", MPLBACKEND="Agg")
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        HF_HOME=os.path.join(workdir, "hf_home"),
+        TOKENIZERS_PARALLELISM="false",
+        MPLBACKEND="Agg",
+    )
     if pythonpath:
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [pythonpath, env.get("PYTHONPATH")]))
     started = time.perf_counter()
@@ -149,8 +203,13 @@ def run_variant(name: str, strategy: str, precision: str, args, model_dir: str, 
         returncode, output = result.returncode, result.stdout + result.stderr
     except subprocess.TimeoutExpired as error:
         returncode, output = "timeout", f"{error.stdout or ''}{error.stderr or ''}"
-    row = {"variant": name, "strategy": strategy, "precision": precision, "returncode": returncode,
-           "wall_seconds": round(time.perf_counter() - started, 1)}
+    row = {
+        "variant": name,
+        "strategy": strategy,
+        "precision": precision,
+        "returncode": returncode,
+        "wall_seconds": round(time.perf_counter() - started, 1),
+    }
     metrics_file = os.path.join(out_dir, "metrics.json")
     if returncode != 0 or not os.path.exists(metrics_file):
         row["error"] = (output if isinstance(output, str) else str(output))[-3000:]
@@ -178,12 +237,20 @@ def print_table(rows: list[dict]) -> None:
     print(" | ".join("---" for _ in header))
     for row in rows:
         ratio = row.get("ratio_vs_stock")
-        print(" | ".join(str(value) for value in (
-            row["variant"], row["precision"], row.get("median_step_s", "-"), "-" if ratio is None else f"{ratio:.3f}",
-            row.get("peak_memory_gib") if row.get("peak_memory_gib") is not None else "-",
-            row.get("kept_frac_mean") if row.get("kept_frac_mean") is not None else "-",
-            "ok" if "error" not in row else f"FAILED ({row['returncode']})",
-        )))
+        print(
+            " | ".join(
+                str(value)
+                for value in (
+                    row["variant"],
+                    row["precision"],
+                    row.get("median_step_s", "-"),
+                    "-" if ratio is None else f"{ratio:.3f}",
+                    row.get("peak_memory_gib") if row.get("peak_memory_gib") is not None else "-",
+                    row.get("kept_frac_mean") if row.get("kept_frac_mean") is not None else "-",
+                    "ok" if "error" not in row else f"FAILED ({row['returncode']})",
+                )
+            )
+        )
 
 
 def main(argv=None) -> int:
@@ -210,8 +277,11 @@ def main(argv=None) -> int:
         model_info = save_model(model_dir, args.tiny, args.device)
         data = os.path.join(workdir, "gsm8k_synthetic.jsonl")
         write_dataset(data, rows=max(64, args.steps * args.prompts_per_step * 2), question_chars=args.question_chars)
-        print(f"{device_name}: {model_info['model']}, {precision}; model and data ready in "
-              f"{time.perf_counter() - started:.0f} s", flush=True)
+        print(
+            f"{device_name}: {model_info['model']}, {precision}; model and data ready in "
+            f"{time.perf_counter() - started:.0f} s",
+            flush=True,
+        )
         rows = []
         for name, strategy, variant_precision in variants:
             rows.append(run_variant(name, strategy, variant_precision, args, model_dir, data, workdir, pythonpath))
@@ -233,10 +303,23 @@ def main(argv=None) -> int:
     report = {
         "device": device_name,
         **model_info,
-        "settings": {key: getattr(args, key) for key in ("steps", "prompts_per_step", "num_generations",
-                                                         "micro_batch", "max_completion_length", "question_chars")},
-        "versions": {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
-                     "peft": peft.__version__},
+        "settings": {
+            key: getattr(args, key)
+            for key in (
+                "steps",
+                "prompts_per_step",
+                "num_generations",
+                "micro_batch",
+                "max_completion_length",
+                "question_chars",
+            )
+        },
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": transformers.__version__,
+            "trl": trl.__version__,
+            "peft": peft.__version__,
+        },
         "total_seconds": round(time.perf_counter() - started, 1),
         "runs": rows,
     }

@@ -27,8 +27,10 @@ def trained_model(seed: int):
 
     keep = KeepModel()
     with tempfile.TemporaryDirectory() as folder:
-        result = run_training(RunOptions(strategy="none", seed=seed, progress=False,
-                                         output_dir=os.path.join(folder, "run")), callbacks=[keep])
+        result = run_training(
+            RunOptions(strategy="none", seed=seed, progress=False, output_dir=os.path.join(folder, "run")),
+            callbacks=[keep],
+        )
     return keep.model, keep.tokenizer, result
 
 
@@ -36,8 +38,11 @@ def shares(table: dict) -> dict[str, tuple[float, float, float]]:
     """Level (in the testbed's order, then `overall`) -> shares of prompts solved 8/8, mixed, solved 0/8."""
     from dataflex_callbacks.recipes.testbed import LEVELS
 
-    return {level: (table[level]["all"], table[level]["mixed"], table[level]["none"])
-            for level in [*LEVELS, "overall"] if level in table}
+    return {
+        level: (table[level]["all"], table[level]["mixed"], table[level]["none"])
+        for level in [*LEVELS, "overall"]
+        if level in table
+    }
 
 
 def plot(path: str, before: dict, after: dict) -> None:
@@ -50,10 +55,13 @@ def plot(path: str, before: dict, after: dict) -> None:
     levels = [level for level in before if level != "overall"]
     x = np.arange(len(levels))
     figure, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
-    for axis, (title, table) in zip(axes, (("start: the shipped model", before), ("after plain GRPO, 60 steps", after))):
+    for axis, (title, table) in zip(
+        axes, (("start: the shipped model", before), ("after plain GRPO, 60 steps", after))
+    ):
         bottom = np.zeros(len(levels))
-        for index, (name, color) in enumerate((("solved 8/8", "tab:green"), ("mixed", "tab:orange"),
-                                               ("solved 0/8", "tab:red"))):
+        for index, (name, color) in enumerate(
+            (("solved 8/8", "tab:green"), ("mixed", "tab:orange"), ("solved 0/8", "tab:red"))
+        ):
             values = np.array([table[level][index] for level in levels])
             axis.bar(x, values, bottom=bottom, color=color, label=name)
             bottom += values

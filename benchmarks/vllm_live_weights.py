@@ -1,4 +1,5 @@
-"""What the live-weight fix costs vLLM-CPU generation: vLLM's own CPU dispatch against `keep_live_weights`, side by side.
+"""What the live-weight fix costs vLLM-CPU generation: vLLM's own CPU dispatch against `keep_live_weights`,
+side by side.
 
     .venv-vllm/bin/python benchmarks/vllm_live_weights.py --prompts 64 --tokens 32 --repeats 3
 
@@ -44,8 +45,11 @@ def measure(mode: str, folder: str, prompts: int, tokens: int, repeats: int) -> 
 
     def counted(layer, remove_weight=False):
         chosen(layer, remove_weight=remove_weight)
-        kind = "live F.linear" if getattr(layer, "dataflex_live_weights", False) else (
-            "weight dropped (repacked)" if layer.weight.numel() == 0 else "weight kept")
+        kind = (
+            "live F.linear"
+            if getattr(layer, "dataflex_live_weights", False)
+            else ("weight dropped (repacked)" if layer.weight.numel() == 0 else "weight kept")
+        )
         kinds[kind] = kinds.get(kind, 0) + 1
 
     layer_utils.dispatch_cpu_unquantized_gemm = counted
@@ -63,7 +67,7 @@ def measure(mode: str, folder: str, prompts: int, tokens: int, repeats: int) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.split("\n\n")[0].split()))
     parser.add_argument("--prompts", type=int, default=64)
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=3)
@@ -80,15 +84,33 @@ def main() -> None:
         save_tiny(folder)
         rows = []
         for mode in ("vllm", "live"):
-            done = subprocess.run([sys.executable, __file__, "--measure", mode, "--model", folder,
-                                   "--prompts", str(flags.prompts), "--tokens", str(flags.tokens),
-                                   "--repeats", str(flags.repeats)], capture_output=True, text=True, check=True)
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--measure",
+                    mode,
+                    "--model",
+                    folder,
+                    "--prompts",
+                    str(flags.prompts),
+                    "--tokens",
+                    str(flags.tokens),
+                    "--repeats",
+                    str(flags.repeats),
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
     with open("/proc/cpuinfo") as cpuinfo:
         text = cpuinfo.read()
     flags_seen = [flag for flag in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if flag in text]
-    print(f"CPU flags: {' '.join(flags_seen)}; {flags.prompts} prompts x {flags.tokens} tokens, "
-          f"median of {flags.repeats} generate calls")
+    print(
+        f"CPU flags: {' '.join(flags_seen)}; {flags.prompts} prompts x {flags.tokens} tokens, "
+        f"median of {flags.repeats} generate calls"
+    )
     print(f"{'dispatch':<8} {'linear layers':<40} {'generate s':>10}")
     for row in rows:
         layers = ", ".join(f"{n} {kind}" for kind, n in row["layers"].items())

@@ -47,13 +47,25 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         for use_vllm in (False, True):
-            options = RunOptions(strategy=flags.strategy, steps=flags.steps, use_vllm=use_vllm, progress=False,
-                                 output_dir=os.path.join(folder, "vllm" if use_vllm else "hf"))
+            options = RunOptions(
+                strategy=flags.strategy,
+                steps=flags.steps,
+                use_vllm=use_vllm,
+                progress=False,
+                output_dir=os.path.join(folder, "vllm" if use_vllm else "hf"),
+            )
             timer = StepTimer()
             result = run_training(options, callbacks=[timer])
             times = timer.seconds[1:]
-            rows.append(("vLLM colocate" if use_vllm else "HF generate", statistics.median(times),
-                         statistics.mean(times), result.eval_after["overall"], result.wall_seconds))
+            rows.append(
+                (
+                    "vLLM colocate" if use_vllm else "HF generate",
+                    statistics.median(times),
+                    statistics.mean(times),
+                    result.eval_after["overall"],
+                    result.wall_seconds,
+                )
+            )
     print(f"{flags.steps} steps, strategy {flags.strategy}, torch threads 1")
     print("| generation | median s/step | mean s/step | held-out after | run wall s |")
     print("|---|---|---|---|---|")

@@ -10,10 +10,29 @@ its import path; ``dataflex_callbacks.testing`` checks it (docs/extending.md).
 from dataflex_callbacks.components.pre_select import PreSelectFilter  # importing it registers the built-in filters
 from dataflex_callbacks.rollout.batch import RolloutBatch
 from dataflex_callbacks.config import list_presets
-from dataflex_callbacks.config.fields import DynamicSamplingConfig, MixConfig, ReweightConfig, SelectConfig, StrategyConfig
+from dataflex_callbacks.config.fields import (
+    DynamicSamplingConfig,
+    MixConfig,
+    ReweightConfig,
+    SelectConfig,
+    StrategyConfig,
+)
 from dataflex_callbacks.sampling.dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
-from dataflex_callbacks.errors import (ArgumentError, BatchError, ComponentError, ConfigError, DataFlexError, DroppedAllWarning, HostError,
-                     InputError, ParamError, RepeatedRowWarning, RewardScaleWarning, StateError, WrongHostError)
+from dataflex_callbacks.errors import (
+    ArgumentError,
+    BatchError,
+    ComponentError,
+    ConfigError,
+    DataFlexError,
+    DroppedAllWarning,
+    HostError,
+    InputError,
+    ParamError,
+    RepeatedRowWarning,
+    RewardScaleWarning,
+    StateError,
+    WrongHostError,
+)
 from dataflex_callbacks.mixing.mixers import Mixer
 from dataflex_callbacks.registry import build_component, list_components, register
 from dataflex_callbacks.components.reweighters import Reweighter

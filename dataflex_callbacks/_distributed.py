@@ -28,7 +28,8 @@ def _collective_device() -> torch.device:
 
 
 def all_reduce_sum(values: torch.Tensor) -> torch.Tensor:
-    """The sum of ``values`` over ranks, a new tensor with ``values``' device and dtype; ``values`` itself with one rank."""
+    """The sum of ``values`` over ranks, a new tensor with ``values``' device and dtype;
+    ``values`` itself with one rank."""
     if world_size_and_rank()[0] == 1:
         return values
     buffer = values.to(_collective_device(), copy=True)  # all_reduce writes in place; the argument stays as it was
@@ -51,10 +52,10 @@ def all_gather_rows(rows: torch.Tensor) -> torch.Tensor:
     dist.all_gather(counts, count)
     longest = int(max(c.item() for c in counts))
     padded = torch.zeros(longest, *rows.shape[1:], dtype=rows.dtype, device=device)
-    padded[:rows.shape[0]] = rows.to(device)
+    padded[: rows.shape[0]] = rows.to(device)
     gathered = [torch.zeros_like(padded) for _ in counts]
     dist.all_gather(gathered, padded)
-    return torch.cat([g[:int(c.item())] for g, c in zip(gathered, counts)]).to(rows.device)
+    return torch.cat([g[: int(c.item())] for g, c in zip(gathered, counts)]).to(rows.device)
 
 
 def all_gather_objects(value: Any) -> list:

@@ -1,4 +1,5 @@
-"""Exceptions raised by dataflex-callbacks, each naming the bad value and the fix, and the warning of a step that keeps nothing."""
+"""Exceptions raised by dataflex-callbacks, each naming the bad value and the fix, and the warning of a step that
+keeps nothing."""
 
 from __future__ import annotations
 
@@ -40,11 +41,13 @@ class StateError(DataFlexError, ValueError):
 
 
 class HostError(DataFlexError, RuntimeError):
-    """The host trainer cannot run the strategy as set up: an unsupported version, or an adapter attached twice or not at all."""
+    """The host trainer cannot run the strategy as set up: an unsupported version,
+    or an adapter attached twice or not at all."""
 
 
 class WrongHostError(HostError, TypeError):
-    """An adapter was given a trainer it does not serve (a GRPO callback on an RLOO trainer, ...); names the right one."""
+    """An adapter was given a trainer it does not serve (a GRPO callback on an RLOO trainer, ...);
+    names the right one."""
 
 
 class InputError(DataFlexError, ValueError):
@@ -52,7 +55,8 @@ class InputError(DataFlexError, ValueError):
 
 
 class ArgumentError(DataFlexError, TypeError):
-    """A public function or method got an argument of the wrong type; names the argument, the value, the type it takes and the fix.
+    """A public function or method got an argument of the wrong type; names the argument, the value, the type it takes
+    and the fix.
 
     A `TypeError`, as the error it replaces: ``strategy.apply(batch, "3")``, ``DomainMixingSampler(5)``,
     ``strategy.apply_policy(decision, batch)`` (arguments swapped) fail here, at the call, and not
@@ -89,8 +93,15 @@ class DroppedAllWarning(UserWarning):
             adapter maps it to its own setting's name.
     """
 
-    def __init__(self, message: str, step: int | None = None, strategy: str | None = None, cause: str | None = None,
-                 fix: str | None = None, host_setting: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        step: int | None = None,
+        strategy: str | None = None,
+        cause: str | None = None,
+        fix: str | None = None,
+        host_setting: str | None = None,
+    ):
         super().__init__(message)
         self.step, self.strategy, self.cause, self.fix = step, strategy, cause, fix
         self.host_setting = host_setting
@@ -100,7 +111,8 @@ class DroppedAllWarning(UserWarning):
 
 
 class RepeatedRowWarning(UserWarning):
-    """A `DomainMixingSampler` batch holds a row more than once: a domain's share of the batch outgrew its rows; shown once per sampler.
+    """A `DomainMixingSampler` batch holds a row more than once: a domain's share of the batch outgrew its rows;
+    shown once per sampler.
 
     Attributes:
         domains: ``{domain: (rows drawn in the batch, rows the domain has)}`` for each domain that repeated.
@@ -134,8 +146,22 @@ DROPPED_ALL_CAUSES = ("nonfinite_signals", "equal_rewards", "reward_scale", "ban
 
 # Modules whose frames a warning skips to reach the user's line: this library (its adapters install as
 # dataflex_callbacks.integrations) and the trainers and libraries that call it during a run.
-LIBRARY_PACKAGES = frozenset({"dataflex_callbacks", "trl", "transformers", "accelerate", "peft", "datasets", "torch",
-                              "lightning", "pytorch_lightning", "lightning_fabric", "verl", "ray"})
+LIBRARY_PACKAGES = frozenset(
+    {
+        "dataflex_callbacks",
+        "trl",
+        "transformers",
+        "accelerate",
+        "peft",
+        "datasets",
+        "torch",
+        "lightning",
+        "pytorch_lightning",
+        "lightning_fabric",
+        "verl",
+        "ray",
+    }
+)
 
 
 def user_stacklevel() -> int:
@@ -155,7 +181,9 @@ def user_stacklevel() -> int:
     return level
 
 
-def check_argument(value: Any, types: type | tuple[type, ...], name: str, where: str, expected: str, fix: str = "") -> Any:
+def check_argument(
+    value: Any, types: type | tuple[type, ...], name: str, where: str, expected: str, fix: str = ""
+) -> Any:
     """``value`` if it is an instance of ``types``, else an `ArgumentError` naming ``where``'s argument ``name``.
 
     ``expected`` says in words what the argument takes (``"an int step counter"``); ``fix``, when
@@ -175,8 +203,10 @@ def check_step(step: Any, where: str) -> int:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     shown = repr(step) if isinstance(step, (bool, float, str, type(None))) else f"a {type(step).__name__}"
-    raise ArgumentError(f"{where}: argument 'step' must be an int, the host's step counter (warm-ups and mixing "
-                        f"updates count it); got {shown}. Pass the trainer's integer step, e.g. trainer.state.global_step")
+    raise ArgumentError(
+        f"{where}: argument 'step' must be an int, the host's step counter (warm-ups and mixing "
+        f"updates count it); got {shown}. Pass the trainer's integer step, e.g. trainer.state.global_step"
+    )
 
 
 def check_state(state: Any, keys: Iterable[str], what: str) -> Mapping:
@@ -187,10 +217,14 @@ def check_state(state: Any, keys: Iterable[str], what: str) -> Mapping:
     """
     keys = list(keys)
     if not isinstance(state, Mapping):
-        raise StateError(f"{what}.load_state_dict expects the dict returned by {what}.state_dict() "
-                         f"(keys: {', '.join(keys)}); got {type(state).__name__}")
+        raise StateError(
+            f"{what}.load_state_dict expects the dict returned by {what}.state_dict() "
+            f"(keys: {', '.join(keys)}); got {type(state).__name__}"
+        )
     missing = [k for k in keys if k not in state]
     if missing:
-        raise StateError(f"{what}.load_state_dict: the state lacks key(s) {missing}; it must come from "
-                         f"{what}.state_dict() of this library version")
+        raise StateError(
+            f"{what}.load_state_dict: the state lacks key(s) {missing}; it must come from "
+            f"{what}.state_dict() of this library version"
+        )
     return state

@@ -25,9 +25,14 @@ from dataflex_callbacks.config.proportions import check_domains
 SUMS = ("responses", "reward_sum", "solved", "kept", "nonfinite")
 
 
-def domain_reward_sums(rewards: torch.Tensor, domain_index: torch.Tensor, num_domains: int,
-                       keep: torch.Tensor | None = None, weights: torch.Tensor | None = None,
-                       threshold: float = 0.5) -> torch.Tensor:
+def domain_reward_sums(
+    rewards: torch.Tensor,
+    domain_index: torch.Tensor,
+    num_domains: int,
+    keep: torch.Tensor | None = None,
+    weights: torch.Tensor | None = None,
+    threshold: float = 0.5,
+) -> torch.Tensor:
     """Per-domain sums of one batch: ``(K, 5)`` float64 in the order of `SUMS`.
 
     Args:
@@ -41,17 +46,28 @@ def domain_reward_sums(rewards: torch.Tensor, domain_index: torch.Tensor, num_do
     rewards = rewards.detach().to(torch.float64).reshape(-1)
     index = domain_index.to(device=rewards.device, dtype=torch.long).reshape(-1)
     if index.shape != rewards.shape:
-        raise BatchError(f"got {rewards.shape[0]} rewards but {index.shape[0]} domain labels; pass one label per reward")
-    weight = torch.ones_like(rewards) if weights is None else weights.detach().to(rewards.device, torch.float64).reshape(-1)
+        raise BatchError(
+            f"got {rewards.shape[0]} rewards but {index.shape[0]} domain labels; pass one label per reward"
+        )
+    weight = (
+        torch.ones_like(rewards) if weights is None else weights.detach().to(rewards.device, torch.float64).reshape(-1)
+    )
     if weight.shape != rewards.shape:
-        raise BatchError(f"weights must have one value per reward ({rewards.shape[0]}); got shape {tuple(weights.shape)}")
+        raise BatchError(
+            f"weights must have one value per reward ({rewards.shape[0]}); got shape {tuple(weights.shape)}"
+        )
     if keep is not None and keep.numel() != rewards.numel():
         raise BatchError(f"keep must have one value per reward ({rewards.shape[0]}); got shape {tuple(keep.shape)}")
     finite = torch.isfinite(rewards)
     observed = weight.where(finite, 0.0)
     kept = observed if keep is None else observed * keep.detach().to(rewards.device).reshape(-1)
-    columns = (observed, observed * rewards.where(finite, 0.0), observed * (rewards > threshold), kept,
-               weight.where(~finite, 0.0))
+    columns = (
+        observed,
+        observed * rewards.where(finite, 0.0),
+        observed * (rewards > threshold),
+        kept,
+        weight.where(~finite, 0.0),
+    )
     sums = torch.zeros(num_domains, len(SUMS), dtype=torch.float64, device=rewards.device)
     return sums.index_add_(0, index, torch.stack(columns, dim=1))
 
@@ -76,14 +92,27 @@ class _DomainSums(Metric):
         try:
             return torch.tensor([self._label_index[str(d)] for d in domains], dtype=torch.long)
         except KeyError as missing:
-            raise BatchError(f"{type(self).__name__} got domain {missing.args[0]!r}, which it was not built with; "
-                             f"known domains: {self.domains}. Build it with every domain of the data") from None
+            raise BatchError(
+                f"{type(self).__name__} got domain {missing.args[0]!r}, which it was not built with; "
+                f"known domains: {self.domains}. Build it with every domain of the data"
+            ) from None
 
-    def _add(self, rewards: torch.Tensor, domains: Sequence[str] | torch.Tensor, keep: torch.Tensor | None = None,
-             weights: torch.Tensor | None = None) -> None:
+    def _add(
+        self,
+        rewards: torch.Tensor,
+        domains: Sequence[str] | torch.Tensor,
+        keep: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> None:
         rewards = torch.as_tensor(rewards)
-        sums = domain_reward_sums(rewards.to(self.device), self._domain_index(domains), len(self.domains),
-                                  keep=keep, weights=weights, threshold=self.threshold)
+        sums = domain_reward_sums(
+            rewards.to(self.device),
+            self._domain_index(domains),
+            len(self.domains),
+            keep=keep,
+            weights=weights,
+            threshold=self.threshold,
+        )
         for column, name in enumerate(SUMS):
             getattr(self, name).add_(sums[:, column])
 
@@ -103,8 +132,13 @@ class DomainRewardStats(_DomainSums):
 
     higher_is_better = None
 
-    def update(self, rewards: torch.Tensor, domains: Sequence[str] | torch.Tensor, keep: torch.Tensor | None = None,
-               weights: torch.Tensor | None = None) -> None:
+    def update(
+        self,
+        rewards: torch.Tensor,
+        domains: Sequence[str] | torch.Tensor,
+        keep: torch.Tensor | None = None,
+        weights: torch.Tensor | None = None,
+    ) -> None:
         """Add one batch: ``rewards`` ``(N,)``, ``domains`` (N labels, or ``(N,)`` indices into `domains`).
 
         ``keep`` ``(N,)`` bool marks the rows the strategy kept (None: all). ``weights`` ``(N,)``
@@ -147,8 +181,11 @@ class HeldOutAccuracy(_DomainSums):
         self._add(scores, domains)
 
     def compute(self) -> dict[str, float]:
-        values = {d: float(self.reward_sum[i]) / float(self.responses[i])
-                  for i, d in enumerate(self.domains) if float(self.responses[i])}
+        values = {
+            d: float(self.reward_sum[i]) / float(self.responses[i])
+            for i, d in enumerate(self.domains)
+            if float(self.responses[i])
+        }
         total = float(self.responses.sum())
         values["overall"] = float(self.reward_sum.sum()) / total if total else 0.0
         return values
@@ -205,8 +242,14 @@ class DomainStalenessStats(Metric):
     is_differentiable = False
     higher_is_better = None
 
-    def __init__(self, domains: Sequence[str], ratio: float = 3.0, min_share: float = 0.1,
-                 sees_stale_drops: bool = True, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        domains: Sequence[str],
+        ratio: float = 3.0,
+        min_share: float = 0.1,
+        sees_stale_drops: bool = True,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         self.domains = check_domains(domains, "DomainStalenessStats domains")
         self.sees_stale_drops = bool(sees_stale_drops)
@@ -217,8 +260,13 @@ class DomainStalenessStats(Metric):
         for name in STALENESS_SUMS:
             self.add_state(name, default=torch.zeros(len(self.domains), dtype=torch.float64), dist_reduce_fx="sum")
 
-    def update(self, domains: Sequence[str], staleness: torch.Tensor, dropped_stale: torch.Tensor | None = None,
-               dropped_strategy: torch.Tensor | None = None) -> None:
+    def update(
+        self,
+        domains: Sequence[str],
+        staleness: torch.Tensor,
+        dropped_stale: torch.Tensor | None = None,
+        dropped_strategy: torch.Tensor | None = None,
+    ) -> None:
         """Add arrived samples: ``domains`` (N labels), ``staleness`` ``(N,)``, ``dropped_stale`` ``(N,)`` bool
         (None: none dropped; required when the host sees stale drops).
 
@@ -226,27 +274,44 @@ class DomainStalenessStats(Metric):
         it is ignored on rows dropped as stale.
         """
         if dropped_stale is None and self.sees_stale_drops:
-            raise BatchError("DomainStalenessStats.update needs dropped_stale (N,) bool from a host that sees stale "
-                             "drops; build it with sees_stale_drops=False where the host never sees them")
+            raise BatchError(
+                "DomainStalenessStats.update needs dropped_stale (N,) bool from a host that sees stale "
+                "drops; build it with sees_stale_drops=False where the host never sees them"
+            )
         if dropped_stale is not None and not self.sees_stale_drops:
             raise BatchError("DomainStalenessStats was built with sees_stale_drops=False; pass no dropped_stale")
         try:
             index = torch.tensor([self._label_index[str(d)] for d in domains], dtype=torch.long, device=self.device)
         except KeyError as missing:
-            raise BatchError(f"DomainStalenessStats got domain {missing.args[0]!r}, which it was not built with; "
-                             f"known domains: {self.domains}. Build it with every domain of the data") from None
+            raise BatchError(
+                f"DomainStalenessStats got domain {missing.args[0]!r}, which it was not built with; "
+                f"known domains: {self.domains}. Build it with every domain of the data"
+            ) from None
         n = index.shape[0]
         staleness = torch.as_tensor(staleness).to(self.device, torch.float64).reshape(-1)
-        stale = (torch.zeros(n, dtype=torch.float64, device=self.device) if dropped_stale is None
-                 else torch.as_tensor(dropped_stale).to(self.device, torch.float64).reshape(-1))
-        strategy = (torch.zeros(n, dtype=torch.float64, device=self.device) if dropped_strategy is None
-                    else torch.as_tensor(dropped_strategy).to(self.device, torch.float64).reshape(-1))
+        stale = (
+            torch.zeros(n, dtype=torch.float64, device=self.device)
+            if dropped_stale is None
+            else torch.as_tensor(dropped_stale).to(self.device, torch.float64).reshape(-1)
+        )
+        strategy = (
+            torch.zeros(n, dtype=torch.float64, device=self.device)
+            if dropped_strategy is None
+            else torch.as_tensor(dropped_strategy).to(self.device, torch.float64).reshape(-1)
+        )
         if not staleness.shape[0] == stale.shape[0] == strategy.shape[0] == n:
-            raise BatchError(f"DomainStalenessStats.update got {n} domains, {staleness.shape[0]} staleness values, "
-                             f"{stale.shape[0]} stale flags and {strategy.shape[0]} strategy flags; pass one per sample")
+            raise BatchError(
+                f"DomainStalenessStats.update got {n} domains, {staleness.shape[0]} staleness values, "
+                f"{stale.shape[0]} stale flags and {strategy.shape[0]} strategy flags; pass one per sample"
+            )
         consumed = 1.0 - stale
-        columns = (torch.ones(n, dtype=torch.float64, device=self.device), stale, consumed, staleness * consumed,
-                   strategy * consumed)
+        columns = (
+            torch.ones(n, dtype=torch.float64, device=self.device),
+            stale,
+            consumed,
+            staleness * consumed,
+            strategy * consumed,
+        )
         for name, column in zip(STALENESS_SUMS, columns):
             getattr(self, name).index_add_(0, index, column)
 
@@ -263,20 +328,28 @@ class DomainStalenessStats(Metric):
 
     def stale_drop_shares(self) -> dict[str, float]:
         """Each domain's share of its arrived samples dropped as stale (domains with arrivals only)."""
-        return {d: float(self.dropped_stale[i]) / float(self.arrived[i])
-                for i, d in enumerate(self.domains) if float(self.arrived[i])}
+        return {
+            d: float(self.dropped_stale[i]) / float(self.arrived[i])
+            for i, d in enumerate(self.domains)
+            if float(self.arrived[i])
+        }
 
     def check_bias(self) -> str | None:
-        """Warn once (`StaleDropBiasWarning`) when one domain's stale-drop share is far above the others'; the domain or None."""
+        """Warn once (`StaleDropBiasWarning`) when one domain's stale-drop share is far above the others';
+        the domain or None."""
         shares = self.stale_drop_shares()
         domain = stale_drop_bias(shares, self.ratio, self.min_share)
         if domain is not None and not self.warned:
             self.warned = True
             seen = ", ".join(f"{d} {v:.2f}" for d, v in sorted(shares.items()))
-            warnings.warn(StaleDropBiasWarning(
-                f"dataflex: domain {domain!r} loses {shares[domain]:.0%} of its samples to the staleness limit, far "
-                f"more than the others (stale-drop shares: {seen}): its samples take longer to generate, so training "
-                "drifts toward the faster, easier domains. Raise max_staleness, lower max_inflight_tasks, or keep stale "
-                "samples at a discount (reweight: staleness_discount) instead of dropping them. Shown once."),
-                stacklevel=user_stacklevel())
+            warnings.warn(
+                StaleDropBiasWarning(
+                    f"dataflex: domain {domain!r} loses {shares[domain]:.0%} of its samples to the staleness limit, "
+                    f"far more than the others (stale-drop shares: {seen}): its samples take longer to generate, so "
+                    "training drifts toward the faster, easier domains. Raise max_staleness, lower max_inflight_tasks, "
+                    "or keep stale samples at a discount (reweight: staleness_discount) instead of dropping them. "
+                    "Shown once."
+                ),
+                stacklevel=user_stacklevel(),
+            )
         return domain

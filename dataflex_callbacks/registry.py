@@ -33,16 +33,18 @@ def register(kind: str, name: str, aliases: tuple[str, ...] = (), *, override: b
     ``cls`` must subclass the kind's base class (`Scorer`, `Selector`, `Reweighter`, `Mixer`,
     `PreSelectFilter`), as a class named by import path must. A name (or alias) already taken by
     another class of that kind is refused with a `ConfigError`: registering replaces the class for
-    the whole process, built-ins included. Pass ``override=True`` to replace it on purpose: the class it replaces is then
-    replaced under every name and alias it had (``reward`` and ``reward_difficulty`` are one
-    component). Registering the same class again (a reloaded module) is allowed.
+    the whole process, built-ins included. Pass ``override=True`` to replace it on purpose: the class
+    it replaces is then replaced under every name and alias it had (``reward`` and ``reward_difficulty``
+    are one component). Registering the same class again (a reloaded module) is allowed.
     """
     kind = _check_kind(kind)
     where = f"register({kind!r}, {name!r})"
     _check_name(name, "name", where)
     if isinstance(aliases, str) or not isinstance(aliases, (tuple, list)):
-        raise ArgumentError(f"{where}: argument 'aliases' must be a tuple of names; got {aliases!r}. "
-                            f"Write aliases=({aliases!r},) for one alias")
+        raise ArgumentError(
+            f"{where}: argument 'aliases' must be a tuple of names; got {aliases!r}. "
+            f"Write aliases=({aliases!r},) for one alias"
+        )
     for alias in aliases:
         _check_name(alias, "aliases", where)
 
@@ -69,8 +71,10 @@ def register(kind: str, name: str, aliases: tuple[str, ...] = (), *, override: b
 def _check_name(name: Any, argument: str, where: str) -> None:
     """Refuse a component name that is not a non-empty string (`list_components` sorts them; configs spell them)."""
     if not isinstance(name, str) or not name:
-        raise ArgumentError(f"{where}: argument {argument!r} must be a non-empty string, the name configs use; got "
-                            f"{name!r}. Write the name in quotes, e.g. register('scorer', 'my_scorer')")
+        raise ArgumentError(
+            f"{where}: argument {argument!r} must be a non-empty string, the name configs use; got "
+            f"{name!r}. Write the name in quotes, e.g. register('scorer', 'my_scorer')"
+        )
 
 
 def _check_component_class(kind: str, what: str, found: Any) -> None:
@@ -83,19 +87,24 @@ def _check_component_class(kind: str, what: str, found: Any) -> None:
     shown = f"class {found.__name__}" if inspect.isclass(found) else f"a {type(found).__name__}"
     other = next((k for k, b in _BASES.items() if inspect.isclass(found) and issubclass(found, b)), None)
     hint = f" (it is a {other}: name it under the {other} key)" if other else ""
-    raise ConfigError(f"{what} is {shown}, not a subclass of dataflex_callbacks.{base.__name__}{hint}; "
-                      f"a {kind} is written as 'class MyClass(dataflex_callbacks.{base.__name__})'")
+    raise ConfigError(
+        f"{what} is {shown}, not a subclass of dataflex_callbacks.{base.__name__}{hint}; "
+        f"a {kind} is written as 'class MyClass(dataflex_callbacks.{base.__name__})'"
+    )
 
 
 def _check_free(kind: str, name: str, cls: type) -> None:
-    """Refuse ``name`` when another class of ``kind`` holds it (as a name or an alias); the same class may register again."""
+    """Refuse ``name`` when another class of ``kind`` holds it (as a name or an alias);
+    the same class may register again."""
     holder = _REGISTRY[kind].get(_ALIASES[kind].get(name, name))
     if holder is None or import_path(holder) == import_path(cls):
         return
     as_alias = f" (an alias of {_ALIASES[kind][name]!r})" if name in _ALIASES[kind] else ""
-    raise ConfigError(f"{kind} name {name!r}{as_alias} is already registered to {import_path(holder)}; registering "
-                      f"{import_path(cls)} under it would replace it for the whole process. Choose another name, or "
-                      f"pass register({kind!r}, {name!r}, override=True) to replace it on purpose")
+    raise ConfigError(
+        f"{kind} name {name!r}{as_alias} is already registered to {import_path(holder)}; registering "
+        f"{import_path(cls)} under it would replace it for the whole process. Choose another name, or "
+        f"pass register({kind!r}, {name!r}, override=True) to replace it on purpose"
+    )
 
 
 def register_base(kind: str) -> Callable[[type], type]:
@@ -155,8 +164,10 @@ def component_class(kind: str, name: str) -> type:
     if isinstance(name, str) and (":" in name or "." in name):
         return _import_component(kind, name)
     valid = ", ".join(list_components(kind, include_aliases=True))
-    raise ConfigError(f"unknown {kind} {name!r}; valid {kind}s: {valid}, or the import path of your own class "
-                      f"('my_pkg.my_module:MyClass')")
+    raise ConfigError(
+        f"unknown {kind} {name!r}; valid {kind}s: {valid}, or the import path of your own class "
+        f"('my_pkg.my_module:MyClass')"
+    )
 
 
 def import_module_from_cwd(module_name: str):
@@ -190,29 +201,40 @@ def import_object(path: str, *, what: str, error: type, form: str, missing: str,
         module = import_module_from_cwd(module_name)
     except ModuleNotFoundError as failure:
         if failure.name is not None and (module_name + ".").startswith(failure.name + "."):
-            raise error(f"{what}: no module named {failure.name!r} (looked in the current directory and on "
-                        f"sys.path); {missing}") from None
+            raise error(
+                f"{what}: no module named {failure.name!r} (looked in the current directory and on sys.path); {missing}"
+            ) from None
         raise error(f"{what}: importing module {module_name!r} failed: {failure}") from failure
     except Exception as failure:
-        raise error(f"{what}: importing module {module_name!r} failed: {type(failure).__name__}: {failure}") \
-            from failure
+        raise error(
+            f"{what}: importing module {module_name!r} failed: {type(failure).__name__}: {failure}"
+        ) from failure
     found: Any = module
     for part in attribute.split("."):
         if not hasattr(found, part):
-            raise error(f"{what}: module {module_name!r} has no attribute {attribute!r}; check the name after the "
-                        f"module path ({form})")
+            raise error(
+                f"{what}: module {module_name!r} has no attribute {attribute!r}; check the name after the "
+                f"module path ({form})"
+            )
         found = getattr(found, part)
     return found
 
 
 def _import_component(kind: str, path: str) -> type:
     """The class at ``module:Class`` or ``module.Class``, checked to subclass the kind's base class."""
-    found = import_object(path, what=f"{kind} {path!r}", error=ConfigError, form="'my_pkg.my_module:MyClass'",
-                          missing="install the package that holds it, run from the folder that holds it, or put "
-                                  f"its folder on PYTHONPATH (registered {kind}s: {', '.join(list_components(kind))})")
+    found = import_object(
+        path,
+        what=f"{kind} {path!r}",
+        error=ConfigError,
+        form="'my_pkg.my_module:MyClass'",
+        missing="install the package that holds it, run from the folder that holds it, or put "
+        f"its folder on PYTHONPATH (registered {kind}s: {', '.join(list_components(kind))})",
+    )
     if kind not in _BASES:
-        raise ConfigError(f"{kind} {path!r}: a {kind} cannot be named by import path; register it with "
-                          f"@register({kind!r}, 'my_name') and name it 'my_name'")
+        raise ConfigError(
+            f"{kind} {path!r}: a {kind} cannot be named by import path; register it with "
+            f"@register({kind!r}, 'my_name') and name it 'my_name'"
+        )
     _check_component_class(kind, f"{kind} {path!r}", found)
     return found
 
@@ -220,7 +242,9 @@ def _import_component(kind: str, path: str) -> type:
 def accepted_params(cls: type) -> list[str]:
     """Keyword parameters a component's constructor accepts."""
     signature = inspect.signature(cls.__init__)
-    return [p.name for p in list(signature.parameters.values())[1:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [
+        p.name for p in list(signature.parameters.values())[1:] if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+    ]
 
 
 @dataclass(frozen=True)
@@ -254,7 +278,7 @@ def docstring_args(doc: str | None) -> dict[str, str]:
         return {}
     found: dict[str, str] = {}
     entry_indent, name = None, None
-    for line in lines[start + 1:]:
+    for line in lines[start + 1 :]:
         if not line.strip():
             continue
         indent = len(line) - len(line.lstrip())

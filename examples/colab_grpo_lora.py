@@ -40,10 +40,12 @@ def package_source() -> str:
         if os.path.dirname(folder) == folder:
             break
         folder = os.path.dirname(folder)
-    raise RuntimeError("dataflex-callbacks is not on PyPI, and no wheel or clone of it is here: set PACKAGE in this "
-                       "cell to 'dataflex-callbacks[trl] @ git+https://github.com/<owner>/dataflex-callbacks' (the "
-                       "repository this notebook comes from), or upload the wheel `python -m build` writes to dist/ "
-                       "(dataflex_callbacks-*.whl) next to the notebook, then run the cell again")
+    raise RuntimeError(
+        "dataflex-callbacks is not on PyPI, and no wheel or clone of it is here: set PACKAGE in this "
+        "cell to 'dataflex-callbacks[trl] @ git+https://github.com/<owner>/dataflex-callbacks' (the "
+        "repository this notebook comes from), or upload the wheel `python -m build` writes to dist/ "
+        "(dataflex_callbacks-*.whl) next to the notebook, then run the cell again"
+    )
 
 
 if importlib.util.find_spec("torch") is None:
@@ -90,11 +92,33 @@ OUTPUT_DIR = "grpo_lora_output"
 # The script reads the parameters above as command-line flags (same names, lower case with
 # dashes); in a notebook (or an interactive window) they stay as set or injected.
 PARAMETER_NAMES = (
-    "MODEL", "DATASET", "DATASET_CONFIG", "QUESTION_COLUMN", "ANSWER_COLUMN", "MIX_DATASET",
-    "MIX_DATASET_CONFIG", "MIX_QUESTION_COLUMN", "MIX_ANSWER_COLUMN", "MIXER", "STRATEGY", "STEPS",
-    "PROMPTS_PER_STEP", "NUM_GENERATIONS", "MICRO_BATCH", "MAX_COMPLETION_LENGTH", "LEARNING_RATE",
-    "LORA_R", "N_TRAIN", "N_EVAL", "EVAL_BATCH_SIZE", "PRECISION", "DEVICE", "USE_VLLM", "VLLM_MEMORY_SHARE",
-    "SEED", "OUTPUT_DIR",
+    "MODEL",
+    "DATASET",
+    "DATASET_CONFIG",
+    "QUESTION_COLUMN",
+    "ANSWER_COLUMN",
+    "MIX_DATASET",
+    "MIX_DATASET_CONFIG",
+    "MIX_QUESTION_COLUMN",
+    "MIX_ANSWER_COLUMN",
+    "MIXER",
+    "STRATEGY",
+    "STEPS",
+    "PROMPTS_PER_STEP",
+    "NUM_GENERATIONS",
+    "MICRO_BATCH",
+    "MAX_COMPLETION_LENGTH",
+    "LEARNING_RATE",
+    "LORA_R",
+    "N_TRAIN",
+    "N_EVAL",
+    "EVAL_BATCH_SIZE",
+    "PRECISION",
+    "DEVICE",
+    "USE_VLLM",
+    "VLLM_MEMORY_SHARE",
+    "SEED",
+    "OUTPUT_DIR",
 )
 
 
@@ -114,15 +138,15 @@ if not running_in_ipython():
     for name in PARAMETER_NAMES:
         default = globals()[name]
         kind = (lambda text: text.lower() in ("1", "true", "yes")) if isinstance(default, bool) else type(default)
-        parser.add_argument("--" + name.lower().replace("_", "-"), type=kind, default=default,
-                            help=f"default: {default!r}")
+        parser.add_argument(
+            "--" + name.lower().replace("_", "-"), type=kind, default=default, help=f"default: {default!r}"
+        )
     flags = vars(parser.parse_args())
     globals().update({name: flags[name.lower()] for name in PARAMETER_NAMES})
 
 # %%
 import json
 import math
-import os
 import time
 
 import torch
@@ -153,8 +177,10 @@ if NUM_GENERATIONS < 2 or completions_per_step % MICRO_BATCH:
         " and NUM_GENERATIONS at least 2 (GRPO compares the answers to one question)"
     )
 os.makedirs(OUTPUT_DIR, exist_ok=True)
-print(f"device {device}, precision {PRECISION}, {completions_per_step} completions per step "
-      f"({PROMPTS_PER_STEP} questions x {NUM_GENERATIONS}), micro-batch {MICRO_BATCH}")
+print(
+    f"device {device}, precision {PRECISION}, {completions_per_step} completions per step "
+    f"({PROMPTS_PER_STEP} questions x {NUM_GENERATIONS}), micro-batch {MICRO_BATCH}"
+)
 
 # %% [markdown]
 # ## Model, tokenizer and LoRA
@@ -272,8 +298,9 @@ def heldout_accuracy(model, dataset) -> dict:
         return {}
     texts = [tokenizer.apply_chat_template(p, tokenize=False, add_generation_prompt=True) for p in dataset["prompt"]]
     model.config.use_cache = True  # gradient checkpointing switches the KV cache off; generation wants it
-    completions = generate_greedy(model, tokenizer, texts, max_new_tokens=MAX_COMPLETION_LENGTH,
-                                  batch_size=EVAL_BATCH_SIZE)
+    completions = generate_greedy(
+        model, tokenizer, texts, max_new_tokens=MAX_COMPLETION_LENGTH, batch_size=EVAL_BATCH_SIZE
+    )
     scores = math_answer_reward(completions, list(dataset["answer"]))
     by_domain = {d: [s for s, dd in zip(scores, dataset["domain"]) if dd == d] for d in sorted(set(dataset["domain"]))}
     accuracy = {d: sum(v) / len(v) for d, v in by_domain.items()}
@@ -308,10 +335,9 @@ from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 
 def build_run_strategy():
     """The strategy of this run: STRATEGY, plus a MIXER part when a second domain is given; None for stock GRPO."""
-    config = {} if STRATEGY == "none" else dict(build_strategy(STRATEGY).config)
+    config = {} if STRATEGY == "none" else build_strategy(STRATEGY).config.to_dict()
     if MIX_DATASET and not config.get("mix"):
-        config["mix"] = {"mixer": {"name": MIXER, "params": {}}, "warmup_steps": max(1, STEPS // 10),
-                         "update_every": 1}
+        config["mix"] = {"mixer": {"name": MIXER, "params": {}}, "warmup_steps": max(1, STEPS // 10), "update_every": 1}
     return build_strategy(config) if config else None
 
 
@@ -350,8 +376,12 @@ if USE_VLLM:
     if importlib.util.find_spec("vllm") is None:
         subprocess.check_call([sys.executable, "-m", "pip", "install", "-q", "vllm"])
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # TRL's colocate weight push reaches into the engine
-    vllm_settings = dict(use_vllm=True, vllm_mode="colocate", vllm_gpu_memory_utilization=VLLM_MEMORY_SHARE,
-                         vllm_max_model_length=min(1024 + MAX_COMPLETION_LENGTH, model.config.max_position_embeddings))
+    vllm_settings = dict(
+        use_vllm=True,
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=VLLM_MEMORY_SHARE,
+        vllm_max_model_length=min(1024 + MAX_COMPLETION_LENGTH, model.config.max_position_embeddings),
+    )
 training_args = GRPOConfig(
     output_dir=os.path.join(OUTPUT_DIR, "trainer"),
     max_steps=STEPS,
@@ -374,7 +404,9 @@ training_args = GRPOConfig(
     **vllm_settings,
 )
 progress = RewardProgressBar()
-trainer_class, strategy_kwargs = (GRPOTrainer, {}) if strategy is None else (DataFlexGRPOTrainer, {"strategy": strategy})
+trainer_class, strategy_kwargs = (
+    (GRPOTrainer, {}) if strategy is None else (DataFlexGRPOTrainer, {"strategy": strategy})
+)
 if USE_VLLM and not use_cuda:  # vLLM's CPU build: float32, eager, weights the per-step push reaches
     from dataflex_callbacks.recipes.vllm_colocate import cpu_engine
 
@@ -405,8 +437,10 @@ started = time.perf_counter()
 trainer.train()
 train_seconds = time.perf_counter() - started
 peak_memory_gb = torch.cuda.max_memory_allocated(device) / 2**30 if use_cuda else None
-print(f"trained {STEPS} steps in {train_seconds:.0f} s"
-      + (f", peak GPU memory {peak_memory_gb:.2f} GiB" if peak_memory_gb is not None else ""))
+print(
+    f"trained {STEPS} steps in {train_seconds:.0f} s"
+    + (f", peak GPU memory {peak_memory_gb:.2f} GiB" if peak_memory_gb is not None else "")
+)
 
 # %% [markdown]
 # ## Held-out accuracy after training, and the LoRA adapter
@@ -421,7 +455,7 @@ tokenizer.save_pretrained(adapter_dir)
 history = [entry for entry in trainer.state.log_history if "reward" in entry]
 summary = {
     "model": MODEL,
-    "strategy": None if strategy is None else strategy.config,
+    "strategy": None if strategy is None else strategy.config.to_dict(),
     "domains": domains,
     "steps": STEPS,
     "device": str(device),

@@ -53,9 +53,18 @@ STRATEGY = {
 class GRPOModule(pl.LightningModule):
     """Group Relative Policy Optimization with one policy update per generated batch."""
 
-    def __init__(self, dataset, prompts_per_step: int = 8, group_size: int = 4, max_new_tokens: int = 6,
-                 clip: float = 0.2, lr: float = 1e-3, loss_type: str = "sequence_mean", dynamic_sampling: bool = False,
-                 seed: int = 0):
+    def __init__(
+        self,
+        dataset,
+        prompts_per_step: int = 8,
+        group_size: int = 4,
+        max_new_tokens: int = 6,
+        clip: float = 0.2,
+        lr: float = 1e-3,
+        loss_type: str = "sequence_mean",
+        dynamic_sampling: bool = False,
+        seed: int = 0,
+    ):
         super().__init__()
         self.dataset = dataset
         self.prompts_per_step, self.group_size = prompts_per_step, group_size
@@ -72,8 +81,11 @@ class GRPOModule(pl.LightningModule):
         self._round_rows = None  # iterator over the round sampler's current epoch
         self._saved: dict = {}  # dynamic-sampling state read from a checkpoint, applied when the parts are built
         self.round = 0  # generation round within the step (0: Lightning's batch)
-        self.prompt_width = max(len(ids) for ids in self.tokenizer([row["prompt"] for row in dataset])["input_ids"]) \
-            if dynamic_sampling else None
+        self.prompt_width = (
+            max(len(ids) for ids in self.tokenizer([row["prompt"] for row in dataset])["input_ids"])
+            if dynamic_sampling
+            else None
+        )
 
     def train_dataloader(self):
         # The strategy's prompt sampler: mixes domains, skips prompts, shards ranks; a plain shuffle otherwise.
@@ -92,9 +104,13 @@ class GRPOModule(pl.LightningModule):
         self.model.eval()
         with torch.random.fork_rng(devices=[self.device] if self.device.type == "cuda" else []):
             torch.manual_seed(self.seed * 1_000_003 + self.global_step * 101 + self.round)
-            sequences = self.model.generate(**encoded, do_sample=True, max_new_tokens=self.max_new_tokens,
-                                            num_return_sequences=self.group_size,
-                                            pad_token_id=self.tokenizer.pad_token_id)
+            sequences = self.model.generate(
+                **encoded,
+                do_sample=True,
+                max_new_tokens=self.max_new_tokens,
+                num_return_sequences=self.group_size,
+                pad_token_id=self.tokenizer.pad_token_id,
+            )
         self.model.train()
         if self.prompt_width:  # generation stops early when every answer has ended: pad to one width
             width = encoded["input_ids"].shape[1] + self.max_new_tokens
@@ -107,7 +123,7 @@ class GRPOModule(pl.LightningModule):
         positions = (attention.cumsum(dim=1) - 1).clamp(min=0)  # left padding: count real tokens only
         logits = self.model(sequences, attention_mask=attention, position_ids=positions).logits
         prompt_length = prompt_mask.shape[1]
-        logits = logits[:, prompt_length - 1:-1]
+        logits = logits[:, prompt_length - 1 : -1]
         completion = sequences[:, prompt_length:]
         return torch.gather(F.log_softmax(logits.float(), dim=-1), 2, completion.unsqueeze(-1)).squeeze(-1)
 
@@ -116,25 +132,44 @@ class GRPOModule(pl.LightningModule):
         group = self.group_size
         prompts = [row["prompt"] for row in rows]
         sequences, prompt_mask = self.generate(prompts)
-        completion = sequences[:, prompt_mask.shape[1]:]
+        completion = sequences[:, prompt_mask.shape[1] :]
         is_eos = completion == self.tokenizer.eos_token_id
         completion_mask = (is_eos.int().cumsum(dim=1) - is_eos.int()) == 0  # up to and including the first <eos>
 
         repeat = lambda values: [v for v in values for _ in range(group)]  # noqa: E731
         texts = self.tokenizer.batch_decode(completion, skip_special_tokens=True)
-        rewards = torch.tensor(self.reward_fn(repeat(prompts), texts, answer=repeat([r["answer"] for r in rows]),
-                                              domain=repeat([r["domain"] for r in rows])), device=self.device)
-        return {"sequences": sequences, "prompt_mask": prompt_mask, "completion": completion,
-                "completion_mask": completion_mask, "rewards": rewards, "domains": repeat([r["domain"] for r in rows]),
-                "prompt_keys": repeat([r["prompt_key"] for r in rows])}
+        rewards = torch.tensor(
+            self.reward_fn(
+                repeat(prompts),
+                texts,
+                answer=repeat([r["answer"] for r in rows]),
+                domain=repeat([r["domain"] for r in rows]),
+            ),
+            device=self.device,
+        )
+        return {
+            "sequences": sequences,
+            "prompt_mask": prompt_mask,
+            "completion": completion,
+            "completion_mask": completion_mask,
+            "rewards": rewards,
+            "domains": repeat([r["domain"] for r in rows]),
+            "prompt_keys": repeat([r["prompt_key"] for r in rows]),
+        }
 
     def grpo_loss(self, rollout: dict) -> torch.Tensor:
         """The strategy's loss of whole groups of ``group_size`` consecutive rows (a `rollout` or taken groups)."""
         group, rewards = self.group_size, rollout["rewards"]
         grouped = rewards.view(-1, group)
-        advantages = ((grouped - grouped.mean(dim=1, keepdim=True)) / (grouped.std(dim=1, keepdim=True) + 1e-4)).view(-1)
+        advantages = ((grouped - grouped.mean(dim=1, keepdim=True)) / (grouped.std(dim=1, keepdim=True) + 1e-4)).view(
+            -1
+        )
 
-        sequences, prompt_mask, completion_mask = rollout["sequences"], rollout["prompt_mask"], rollout["completion_mask"]
+        sequences, prompt_mask, completion_mask = (
+            rollout["sequences"],
+            rollout["prompt_mask"],
+            rollout["completion_mask"],
+        )
         logprobs = self.token_logprobs(sequences, prompt_mask, completion_mask)
         ratio = torch.exp(logprobs - logprobs.detach())  # one update per generation: old policy = current
         clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip)
@@ -143,10 +178,16 @@ class GRPOModule(pl.LightningModule):
         # prompt_keys follow the sampler's rule (the row's "prompt_key" field); completion_ids let the
         # pre-rollout filter spot reward noise (identical answers scored differently).
         groups = rewards.shape[0] // group
-        batch = RolloutBatch(rewards, group_ids=torch.arange(groups, device=self.device).repeat_interleave(group),
-                             completion_mask=completion_mask, advantages=advantages, logprobs=logprobs.detach(),
-                             domains=rollout["domains"], prompt_keys=rollout["prompt_keys"],
-                             completion_ids=rollout["completion"])
+        batch = RolloutBatch(
+            rewards,
+            group_ids=torch.arange(groups, device=self.device).repeat_interleave(group),
+            completion_mask=completion_mask,
+            advantages=advantages,
+            logprobs=logprobs.detach(),
+            domains=rollout["domains"],
+            prompt_keys=rollout["prompt_keys"],
+            completion_ids=rollout["completion"],
+        )
         loss = self.dataflex.loss(per_token_loss, batch, loss_type=self.loss_type)
         self.log("train/reward", rewards.mean(), prog_bar=True, batch_size=groups)
         self.log("train/loss", loss, batch_size=groups)
@@ -160,7 +201,9 @@ class GRPOModule(pl.LightningModule):
     # ------------------------------------------------------------ dynamic sampling
 
     def dynamic_training_step(self, rows):
-        """Generate rounds until B = ``len(rows)`` groups carry signal (at most ``max_rounds``); train on exactly those."""
+        """Generate rounds until B = ``len(rows)`` groups carry signal (at most ``max_rounds``);
+        train on exactly those.
+        """
         buffer = self.signal_buffer()
         buffer.start_step(num_groups=len(rows), step=self.global_step)
         self.round = 0
@@ -168,9 +211,17 @@ class GRPOModule(pl.LightningModule):
             rollout = self.rollout(rows)
             group_ids = torch.arange(len(rows), device=self.device).repeat_interleave(self.group_size)
             # Keys and domains as the sampler names them: a pre_select filter observes every round here.
-            buffer.add(RolloutBatch(rollout["rewards"], group_ids=group_ids, completion_mask=rollout["completion_mask"],
-                                    domains=rollout["domains"], prompt_keys=rollout["prompt_keys"],
-                                    completion_ids=rollout["completion"]), payload=rollout)
+            buffer.add(
+                RolloutBatch(
+                    rollout["rewards"],
+                    group_ids=group_ids,
+                    completion_mask=rollout["completion_mask"],
+                    domains=rollout["domains"],
+                    prompt_keys=rollout["prompt_keys"],
+                    completion_ids=rollout["completion"],
+                ),
+                payload=rollout,
+            )
             if buffer.should_generate_more():
                 self.round += 1
                 rows = self.more_prompts(len(rows))
@@ -197,9 +248,16 @@ class GRPOModule(pl.LightningModule):
         proportions) and their own seed, so the first sampler's stream stays as without dynamic sampling.
         """
         if self.round_sampler is None:
-            self.round_sampler = DomainMixingSampler(self.dataset, strategy=self.dataflex.strategy,
-                                                     batch_size=self.prompts_per_step, layout="shard", num_replicas=1,
-                                                     rank=0, seed=self.seed + 1, resume="continue")
+            self.round_sampler = DomainMixingSampler(
+                self.dataset,
+                strategy=self.dataflex.strategy,
+                batch_size=self.prompts_per_step,
+                layout="shard",
+                num_replicas=1,
+                rank=0,
+                seed=self.seed + 1,
+                resume="continue",
+            )
             if "round_sampler" in self._saved:
                 self.round_sampler.load_state_dict(self._saved["round_sampler"])
         rows = []
@@ -247,8 +305,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--log-dir", default="runs/lightning_grpo")
     parser.add_argument("--data-module", action="store_true", help="serve the prompts from a LightningDataModule")
-    parser.add_argument("--dynamic-sampling", action="store_true",
-                        help="add a dynamic_sampling part: over-generate until B groups carry signal, train on those")
+    parser.add_argument(
+        "--dynamic-sampling",
+        action="store_true",
+        help="add a dynamic_sampling part: over-generate until B groups carry signal, train on those",
+    )
     args = parser.parse_args()
 
     torch.set_num_threads(1)
@@ -259,17 +320,36 @@ def main() -> None:
     if args.dynamic_sampling:
         strategy = {**load_config(strategy), "dynamic_sampling": load_config(strategy)["dynamic_sampling"] or True}
     callback = DataFlexCallback(strategy)
-    trainer = pl.Trainer(accelerator="cpu", devices=1, max_steps=args.steps, callbacks=[callback],
-                         logger=CSVLogger(args.log_dir), log_every_n_steps=5, enable_checkpointing=False,
-                         enable_model_summary=False)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=args.steps,
+        callbacks=[callback],
+        logger=CSVLogger(args.log_dir),
+        log_every_n_steps=5,
+        enable_checkpointing=False,
+        enable_model_summary=False,
+    )
     before = evaluate(module.model, module.tokenizer, suite["test"])
     trainer.fit(module, datamodule=TaskData(suite["train"]) if args.data_module else None)
 
     metrics = {name: round(float(value), 3) for name, value in trainer.callback_metrics.items()}
-    shown = ("dataflex/kept", "dataflex/ess", "dataflex/mix/target", "dataflex/pre_select/skipped",
-             "dataflex/pre_select/completions", "dataflex/dynamic/")
-    print("last step:", {name: value for name, value in metrics.items()
-                         if name.startswith(shown) and not name.endswith(("_step", "_epoch"))})
+    shown = (
+        "dataflex/kept",
+        "dataflex/ess",
+        "dataflex/mix/target",
+        "dataflex/pre_select/skipped",
+        "dataflex/pre_select/completions",
+        "dataflex/dynamic/",
+    )
+    print(
+        "last step:",
+        {
+            name: value
+            for name, value in metrics.items()
+            if name.startswith(shown) and not name.endswith(("_step", "_epoch"))
+        },
+    )
     after = evaluate(module.model, module.tokenizer, suite["test"])
     print("held-out accuracy before -> after:", {name: f"{before[name]:.2f} -> {after[name]:.2f}" for name in after})
 

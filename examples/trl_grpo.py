@@ -93,10 +93,15 @@ def main(argv: list[str] | None = None) -> dict:
     trainer.train()
     logs = [entry for entry in trainer.state.log_history if "dataflex/kept_frac" in entry]
     last = logs[-1]
-    print(f"trained {trainer.state.global_step} steps with strategy {args.strategy!r}: kept fraction "
-          f"{last['dataflex/kept_frac']:.2f} at the last step; reward per domain "
-          + ", ".join(f"{key.split('/')[-1]}={value:.2f}" for key, value in sorted(last.items())
-                      if key.startswith("dataflex/reward/")))
+    print(
+        f"trained {trainer.state.global_step} steps with strategy {args.strategy!r}: kept fraction "
+        f"{last['dataflex/kept_frac']:.2f} at the last step; reward per domain "
+        + ", ".join(
+            f"{key.split('/')[-1]}={value:.2f}"
+            for key, value in sorted(last.items())
+            if key.startswith("dataflex/reward/")
+        )
+    )
     return {"steps": trainer.state.global_step, "logs": logs}
 
 

@@ -38,7 +38,10 @@ def measure_profile(folder: str, seed: int = 0, k: int = 8) -> dict:
     counts = testbed.pass_counts(model, tokenizer, train_rows, k=k, seed=seed)
     digest = hashlib.sha256("\n".join(completions).encode("utf-8")).hexdigest()
     return {
-        "seed": seed, "k": k, "threads": torch.get_num_threads(), "seconds": time.perf_counter() - started,
+        "seed": seed,
+        "k": k,
+        "threads": torch.get_num_threads(),
+        "seconds": time.perf_counter() - started,
         "eval_greedy": testbed.profile_table(eval_rows, greedy, None),
         "eval_greedy_digest": digest,
         "train_pass": testbed.profile_table(train_rows, None, counts, k=k),
@@ -63,8 +66,9 @@ def main(argv=None) -> int:
         settings = testbed.BuildSettings(seed=args.seed, steps=args.steps, threads=args.threads)
         model, tokenizer, record = testbed.pretrain(settings, log=lambda line: print(line, flush=True))
         testbed.save_model(model, tokenizer, args.output, record)
-        print(f"built in {record['wall_seconds']:.0f} s ({record['parameters']} parameters) -> {args.output}",
-              flush=True)
+        print(
+            f"built in {record['wall_seconds']:.0f} s ({record['parameters']} parameters) -> {args.output}", flush=True
+        )
     torch.set_num_threads(1)  # the tests measure on one thread: the documented greedy digest is that one's
     profile = measure_profile(args.output)
     with open(os.path.join(args.output, "profile.json"), "w") as handle:

@@ -85,7 +85,9 @@ fi
 
 # The vLLM, verl and end-to-end modules need their own environments: the chains run them.
 main_failed=0
+# ruff (pinned by the dev extra, configured in pyproject.toml): the linter, and the layout ruff format writes.
 stage "lint" "$PY" -m ruff check --no-cache . || main_failed=1
+stage "format" "$PY" -m ruff format --check --no-cache . || main_failed=1
 stage "main suite" "$PY" -m pytest -q -p no:cacheprovider tests \
     --ignore=tests/integrations/verl --ignore=tests/integrations/trl/test_vllm_colocate.py "$@" || main_failed=1
 

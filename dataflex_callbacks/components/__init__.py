@@ -9,5 +9,12 @@ from dataflex_callbacks.components.reweighters import Reweighter
 from dataflex_callbacks.components.scorers import Scorer
 from dataflex_callbacks.components.selectors import Selector
 
-__all__ = ["PreSelectFilter", "PromptHistory", "Reweighter", "Scorer", "Selector", "SkipPredictedFilter",
-           "SkipZeroVarianceFilter"]
+__all__ = [
+    "PreSelectFilter",
+    "PromptHistory",
+    "Reweighter",
+    "Scorer",
+    "Selector",
+    "SkipPredictedFilter",
+    "SkipZeroVarianceFilter",
+]

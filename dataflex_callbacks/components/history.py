@@ -78,14 +78,18 @@ class PromptHistory:
     @staticmethod
     def group_outcomes(batch: RolloutBatch, threshold: float = 0.5, count_pairs: bool = True) -> "GroupOutcomes":
         """Per group: its prompt key, domain (`NO_DOMAIN` without ``domains``), solve rate, reward variance, and
-        its identical-answer pairs (`identical_pairs`; zero when ``count_pairs`` is False or without ``completion_ids``)."""
+        its identical-answer pairs (`identical_pairs`; zero when ``count_pairs`` is False or without
+        ``completion_ids``)."""
         if batch.group_ids is None or batch.prompt_keys is None:
             missing = "group_ids" if batch.group_ids is None else "prompt_keys"
-            raise BatchError(f"PromptHistory needs RolloutBatch.{missing} (pre-rollout selection tracks prompts by group)")
+            raise BatchError(
+                f"PromptHistory needs RolloutBatch.{missing} (pre-rollout selection tracks prompts by group)"
+            )
         rewards = torch.nan_to_num(batch.rewards.detach().to("cpu", torch.float64), nan=0.0, posinf=0.0, neginf=0.0)
         index, groups = dense_groups(batch.group_ids.detach().cpu())
         first_row = torch.full((groups,), batch.n, dtype=torch.long).scatter_reduce_(
-            0, index, torch.arange(batch.n), reduce="amin")
+            0, index, torch.arange(batch.n), reduce="amin"
+        )
         rows = first_row.tolist()
         keys = [batch.prompt_keys[i] for i in rows]
         labels = [NO_DOMAIN] * groups if batch.domains is None else [batch.domains[i] for i in rows]
@@ -107,13 +111,30 @@ class PromptHistory:
 
         ``noise_check=False`` ignores ``completion_ids``: only zero-variance groups count as no-signal.
         """
-        outcomes = self.gathered_outcomes(batch, sync=sync, noise_check=noise_check)
-        return self.record(outcomes.keys, outcomes.solve_rate, outcomes.variance, step, labels=outcomes.labels,
-                           pairs=outcomes.pairs, disagreeing=outcomes.disagreeing)
+        return self.record_outcomes(self.gathered_outcomes(batch, sync=sync, noise_check=noise_check), step)
 
-    def record(self, keys: Sequence[Hashable], solve_rate: np.ndarray, variance: np.ndarray, step: int,
-               labels: Sequence[str] | None = None, pairs: np.ndarray | None = None,
-               disagreeing: np.ndarray | None = None) -> dict[str, float]:
+    def record_outcomes(self, outcomes: "GroupOutcomes", step: int) -> dict[str, float]:
+        """`record` the groups of ``outcomes`` (`group_outcomes` or `gathered_outcomes`) seen at ``step``."""
+        return self.record(
+            outcomes.keys,
+            outcomes.solve_rate,
+            outcomes.variance,
+            step,
+            labels=outcomes.labels,
+            pairs=outcomes.pairs,
+            disagreeing=outcomes.disagreeing,
+        )
+
+    def record(
+        self,
+        keys: Sequence[Hashable],
+        solve_rate: np.ndarray,
+        variance: np.ndarray,
+        step: int,
+        labels: Sequence[str] | None = None,
+        pairs: np.ndarray | None = None,
+        disagreeing: np.ndarray | None = None,
+    ) -> dict[str, float]:
         """Record outcomes given directly (one entry per group).
 
         A group gives no learning signal when its rewards all agree (zero variance) or when two
@@ -141,11 +162,16 @@ class PromptHistory:
             self.last_step[slot] = step
         if labels is not None and n:
             self._update_prior(labels, zero, pairs, disagreeing)
-        return {"groups": float(n), "zero_variance_share": float(zero.mean()) if n else 0.0,
-                "noisy_share": float(noisy.mean()) if n else 0.0,
-                "no_signal_share": float(no_signal.mean()) if n else 0.0}
+        return {
+            "groups": float(n),
+            "zero_variance_share": float(zero.mean()) if n else 0.0,
+            "noisy_share": float(noisy.mean()) if n else 0.0,
+            "no_signal_share": float(no_signal.mean()) if n else 0.0,
+        }
 
-    def _update_prior(self, labels: Sequence[str], zero: np.ndarray, pairs: np.ndarray, disagreeing: np.ndarray) -> None:
+    def _update_prior(
+        self, labels: Sequence[str], zero: np.ndarray, pairs: np.ndarray, disagreeing: np.ndarray
+    ) -> None:
         names, codes = np.unique(np.asarray([str(label) for label in labels]), return_inverse=True)
         groups = np.bincount(codes, minlength=len(names))
         zero_share = np.bincount(codes, weights=zero.astype(np.float64), minlength=len(names)) / groups
@@ -155,8 +181,9 @@ class PromptHistory:
             if pair_total[k] > 0:
                 noise = min(1.0, 2.0 * pair_disagree[k] / pair_total[k])
                 old_noise = self.domain_noise.get(name)
-                self.domain_noise[name] = noise if old_noise is None else (
-                    (1 - self.prior_rate) * old_noise + self.prior_rate * noise)
+                self.domain_noise[name] = (
+                    noise if old_noise is None else ((1 - self.prior_rate) * old_noise + self.prior_rate * noise)
+                )
             noise = self.domain_noise.get(name, 0.0)
             share = zero_share[k] + (1.0 - zero_share[k]) * noise
             old = self.domain_prior.get(name)
@@ -164,8 +191,9 @@ class PromptHistory:
 
     def prior(self, labels: Sequence[str]) -> np.ndarray:
         """Predicted no-signal probability of an unseen prompt of each domain (NaN for a domain not seen yet)."""
-        return np.fromiter((self.domain_prior.get(str(label), np.nan) for label in labels), dtype=np.float64,
-                           count=len(labels))
+        return np.fromiter(
+            (self.domain_prior.get(str(label), np.nan) for label in labels), dtype=np.float64, count=len(labels)
+        )
 
     def state_dict(self) -> dict:
         """Keys (str / int), per-prompt arrays as CPU tensors, domain estimates as floats.
@@ -174,12 +202,15 @@ class PromptHistory:
         ``torch.load(..., weights_only=True)`` (Lightning's and recent HF Trainer's default).
         """
         n = self.size
-        return {"keys": [hashable_key(k) for k in self.keys],
-                "streak": torch.from_numpy(self.streak[:n].copy()), "seen": torch.from_numpy(self.seen[:n].copy()),
-                "solve_rate": torch.from_numpy(self.solve_rate[:n].copy()),
-                "last_step": torch.from_numpy(self.last_step[:n].copy()),
-                "domain_prior": {str(k): float(v) for k, v in self.domain_prior.items()},
-                "domain_noise": {str(k): float(v) for k, v in self.domain_noise.items()}}
+        return {
+            "keys": [hashable_key(k) for k in self.keys],
+            "streak": torch.from_numpy(self.streak[:n].copy()),
+            "seen": torch.from_numpy(self.seen[:n].copy()),
+            "solve_rate": torch.from_numpy(self.solve_rate[:n].copy()),
+            "last_step": torch.from_numpy(self.last_step[:n].copy()),
+            "domain_prior": {str(k): float(v) for k, v in self.domain_prior.items()},
+            "domain_noise": {str(k): float(v) for k, v in self.domain_noise.items()},
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restore a `state_dict` (its arrays are tensors, on any device)."""
@@ -211,8 +242,10 @@ def _numpy(state: dict, name: str, dtype) -> np.ndarray:
     """A writable numpy copy of the saved tensor ``state[name]`` (on any device), or a `StateError`."""
     value = state[name]
     if not isinstance(value, torch.Tensor):
-        raise StateError(f"PromptHistory state: {name!r} must be the tensor PromptHistory.state_dict() saves; "
-                         f"got {type(value).__name__}")
+        raise StateError(
+            f"PromptHistory state: {name!r} must be the tensor PromptHistory.state_dict() saves; "
+            f"got {type(value).__name__}"
+        )
     return value.detach().cpu().numpy().astype(dtype)
 
 
@@ -229,7 +262,7 @@ def completion_hashes(completion_ids: torch.Tensor, mask: torch.Tensor | None) -
     CUDA has no int64 matmul, so it multiplies and sums.
     """
     generator = torch.Generator().manual_seed(_HASH_SEED)
-    weights = torch.randint(-2**63, 2**63 - 1, (completion_ids.shape[1],), generator=generator, dtype=torch.int64)
+    weights = torch.randint(-(2**63), 2**63 - 1, (completion_ids.shape[1],), generator=generator, dtype=torch.int64)
     tokens = completion_ids.long()
     if mask is not None:
         tokens = torch.where(mask.to(tokens.device), tokens, -1)
@@ -239,7 +272,9 @@ def completion_hashes(completion_ids: torch.Tensor, mask: torch.Tensor | None) -
     return (tokens * weights).sum(dim=1)
 
 
-def identical_pairs(batch: RolloutBatch, rewards: np.ndarray, index: np.ndarray, groups: int) -> tuple[np.ndarray, np.ndarray]:
+def identical_pairs(
+    batch: RolloutBatch, rewards: np.ndarray, index: np.ndarray, groups: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per group: pairs of identical completions, and how many of them got different rewards.
 
     A verifiable reward is a function of the completion; a pair of identical answers scored
@@ -278,11 +313,22 @@ def _all_gather_outcomes(outcomes: GroupOutcomes) -> GroupOutcomes:
     """Every rank's group outcomes, in rank order (``outcomes`` itself with one rank)."""
     if world_size_and_rank()[0] == 1:
         return outcomes
-    gathered = all_gather_objects((list(outcomes.keys), outcomes.labels, outcomes.solve_rate.tolist(),
-                                   outcomes.variance.tolist(), outcomes.pairs.tolist(), outcomes.disagreeing.tolist()))
+    gathered = all_gather_objects(
+        (
+            list(outcomes.keys),
+            outcomes.labels,
+            outcomes.solve_rate.tolist(),
+            outcomes.variance.tolist(),
+            outcomes.pairs.tolist(),
+            outcomes.disagreeing.tolist(),
+        )
+    )
     labels = None if any(part[1] is None for part in gathered) else [v for part in gathered for v in part[1]]
-    return GroupOutcomes([k for part in gathered for k in part[0]], labels,
-                         np.array([v for part in gathered for v in part[2]], dtype=np.float64),
-                         np.array([v for part in gathered for v in part[3]], dtype=np.float64),
-                         np.array([v for part in gathered for v in part[4]], dtype=np.float64),
-                         np.array([v for part in gathered for v in part[5]], dtype=np.float64))
+    return GroupOutcomes(
+        [k for part in gathered for k in part[0]],
+        labels,
+        np.array([v for part in gathered for v in part[2]], dtype=np.float64),
+        np.array([v for part in gathered for v in part[3]], dtype=np.float64),
+        np.array([v for part in gathered for v in part[4]], dtype=np.float64),
+        np.array([v for part in gathered for v in part[5]], dtype=np.float64),
+    )

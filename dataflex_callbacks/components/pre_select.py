@@ -44,13 +44,16 @@ from dataflex_callbacks.config.params import check_bool, check_number
 from dataflex_callbacks.registry import Component, register, register_base
 
 SILENT_OBSERVATIONS = 8
-"""Batches observed in a row with prompts or states to skip and no prompt skipped before the filter looks for a cause."""
+"""Batches observed in a row with prompts or states to skip and no prompt skipped
+before the filter looks for a cause."""
 
 DRAWN_KEYS_KEPT = 4096  # prompt keys the sampler drew that the filter remembers while it looks for a cause
 
-SAMPLER_FIX = ("the filter acts only through the prompt sampler built with this strategy: TRL installs it, Lightning "
-               "needs self.dataflex.sampler(...) in train_dataloader(), a loop of your own "
-               "DomainMixingSampler(dataset, strategy=strategy)")
+SAMPLER_FIX = (
+    "the filter acts only through the prompt sampler built with this strategy: TRL installs it, Lightning "
+    "needs self.dataflex.sampler(...) in train_dataloader(), a loop of your own "
+    "DomainMixingSampler(dataset, strategy=strategy)"
+)
 
 
 @register_base("pre_select")
@@ -79,7 +82,8 @@ class PreSelectFilter(Component):
         self.num_generations = 1  # set by the sampler: completions a skipped prompt would have cost
 
     def keep_probability(self, keys: Sequence[Hashable], labels: Sequence[str] | None = None) -> np.ndarray:
-        """``(K,)`` float: the probability that each candidate prompt (``keys``, domains ``labels`` or None) is generated now."""
+        """``(K,)`` float: the probability that each candidate prompt (``keys``, domains ``labels`` or None) is
+        generated now."""
         raise NotImplementedError(f"{type(self).__name__} must implement keep_probability(keys, labels)")
 
     def observe(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
@@ -93,8 +97,10 @@ class PreSelectFilter(Component):
 
     def metrics(self) -> dict[str, float]:
         """The filter's ``pre_select/*`` metrics as they stand."""
-        return {"pre_select/skipped_prompts": float(self.skipped),
-                "pre_select/completions_saved": float(self.skipped * self.num_generations)}
+        return {
+            "pre_select/skipped_prompts": float(self.skipped),
+            "pre_select/completions_saved": float(self.skipped * self.num_generations),
+        }
 
     def state_dict(self) -> dict:
         """The filter's state across steps; ``{}`` for a filter without state."""
@@ -165,9 +171,12 @@ class _PreSelectRule(PreSelectFilter):
         cause = self._silence_cause() if self._silent >= SILENT_OBSERVATIONS else None
         if cause is not None:
             self._warned = True
-            warnings.warn(f"dataflex: pre_select {self.name!r} has {skippable} "
-                          f"prompt states it would skip, yet skipped no prompt over {self._silent} observed batches "
-                          f"(pre_select/skipped_prompts stays 0): {cause}", stacklevel=user_stacklevel())
+            warnings.warn(
+                f"dataflex: pre_select {self.name!r} has {skippable} "
+                f"prompt states it would skip, yet skipped no prompt over {self._silent} observed batches "
+                f"(pre_select/skipped_prompts stays 0): {cause}",
+                stacklevel=user_stacklevel(),
+            )
 
     def _silence_cause(self) -> str | None:
         """Why the filter skips nothing, when that is clear; None otherwise (e.g. the first pass over new data)."""
@@ -175,21 +184,25 @@ class _PreSelectRule(PreSelectFilter):
             return f"no prompt sampler asks it about any prompt; {SAMPLER_FIX}"
         observed = self._observed_domains()
         if self._asked_labels and observed and not (self._asked_labels & observed):
-            return (f"the sampler asks about prompts of domain(s) {sorted(self._asked_labels)[:5]}, but the rollouts "
-                    f"it learnt from are recorded under {sorted(observed)[:5]}. The sampler's labels (its domain "
-                    f"column, or {NO_DOMAIN!r} without one) and RolloutBatch.domains (None means {NO_DOMAIN!r}) "
-                    "must name the same domains: give the batch each prompt's value of the sampler's domain column, "
-                    "or leave both out")
+            return (
+                f"the sampler asks about prompts of domain(s) {sorted(self._asked_labels)[:5]}, but the rollouts "
+                f"it learnt from are recorded under {sorted(observed)[:5]}. The sampler's labels (its domain "
+                f"column, or {NO_DOMAIN!r} without one) and RolloutBatch.domains (None means {NO_DOMAIN!r}) "
+                "must name the same domains: give the batch each prompt's value of the sampler's domain column, "
+                "or leave both out"
+            )
         if self._drawn_keys and not self._drawn_observed:
-            return (f"no observed group has the prompt key of a prompt the sampler drew (e.g. "
-                    f"{sorted(map(repr, self._drawn_keys))[:3]}): RolloutBatch.prompt_keys must name prompts as the "
-                    "sampler does (its prompt_key_column, else the 'prompt_key' field, else 'prompt', else the row index)")
+            return (
+                f"no observed group has the prompt key of a prompt the sampler drew (e.g. "
+                f"{sorted(map(repr, self._drawn_keys))[:3]}): RolloutBatch.prompt_keys must name prompts as the "
+                "sampler does (its prompt_key_column, else the 'prompt_key' field, else 'prompt', else the row index)"
+            )
         return None
 
     def record_draws(self, accepted: Sequence[Hashable], skipped: int) -> None:
         """Sampler bookkeeping: prompts it generated and how many candidates it skipped."""
         if self._watching() and len(self._drawn_keys) < DRAWN_KEYS_KEPT:
-            self._drawn_keys.update(hashable_key(key) for key in accepted[:DRAWN_KEYS_KEPT - len(self._drawn_keys)])
+            self._drawn_keys.update(hashable_key(key) for key in accepted[: DRAWN_KEYS_KEPT - len(self._drawn_keys)])
         super().record_draws(accepted, skipped)
         self.rechecked += int((self.history.streaks(accepted) > 0).sum())
 
@@ -203,9 +216,14 @@ class _PreSelectRule(PreSelectFilter):
 
     def state_dict(self) -> dict:
         """History (tensors) and counters (Python scalars): loads with ``torch.load(weights_only=True)``."""
-        return {"history": self.history.state_dict(), "skipped": int(self.skipped), "drawn": int(self.drawn),
-                "rechecked": int(self.rechecked), "last_zero_share": float(self.last_zero_share),
-                "last_noisy_share": float(self.last_noisy_share)}
+        return {
+            "history": self.history.state_dict(),
+            "skipped": int(self.skipped),
+            "drawn": int(self.drawn),
+            "rechecked": int(self.rechecked),
+            "last_zero_share": float(self.last_zero_share),
+            "last_noisy_share": float(self.last_noisy_share),
+        }
 
     def load_state_dict(self, state: dict) -> None:
         self.history.load_state_dict(state["history"])
@@ -237,17 +255,25 @@ class SkipZeroVarianceFilter(_PreSelectRule):
             signal (needs ``RolloutBatch.completion_ids``).
     """
 
-    def __init__(self, target_share: float = 0.25, explore: float = 0.5, min_keep: float = 0.05,
-                 adapt_rate: float = 0.02, domain_prior: bool = True, prior_rate: float = 0.2,
-                 noise_check: bool = True):
+    def __init__(
+        self,
+        target_share: float = 0.25,
+        explore: float = 0.5,
+        min_keep: float = 0.05,
+        adapt_rate: float = 0.02,
+        domain_prior: bool = True,
+        prior_rate: float = 0.2,
+        noise_check: bool = True,
+    ):
         self.target_share = check_number("target_share", target_share, low=0.0, high=1.0)
         self.explore = check_number("explore", explore, low=0.0, high=1.0)
         self.min_keep = check_number("min_keep", min_keep, low=0.0, high=1.0, low_open=True)
         self.adapt_rate = check_number("adapt_rate", adapt_rate, low=0.0, high=1.0)
         self.domain_prior = check_bool("domain_prior", domain_prior)
         self.noise_check = check_bool("noise_check", noise_check)
-        super().__init__(PromptHistory(prior_rate=check_number("prior_rate", prior_rate, low=0.0, high=1.0,
-                                                               low_open=True)))
+        super().__init__(
+            PromptHistory(prior_rate=check_number("prior_rate", prior_rate, low=0.0, high=1.0, low_open=True))
+        )
 
     def keep_probability(self, keys: Sequence[Hashable], labels: Sequence[str] | None = None) -> np.ndarray:
         """Probability that each candidate prompt is generated now.
@@ -260,7 +286,7 @@ class SkipZeroVarianceFilter(_PreSelectRule):
         self._note_asked(len(slots), labels)
         seen = slots >= 0
         streak = self.history.streaks_at(slots).astype(np.float64)
-        keep = np.where(streak > 0, np.maximum(self.min_keep, self.explore ** streak), 1.0)
+        keep = np.where(streak > 0, np.maximum(self.min_keep, self.explore**streak), 1.0)
         if self.domain_prior and labels is not None and not seen.all():
             unseen = ~seen
             share = self.history.prior([labels[i] for i in np.flatnonzero(unseen)])
@@ -271,12 +297,12 @@ class SkipZeroVarianceFilter(_PreSelectRule):
     def observe(self, batch: RolloutBatch, step: int, sync: bool = False) -> dict[str, float]:
         """Record the batch's group outcomes and adapt ``explore`` towards the target share."""
         outcomes = self.history.gathered_outcomes(batch, sync=sync, noise_check=self.noise_check)
-        stats = self.history.record(outcomes.keys, outcomes.solve_rate, outcomes.variance, step,
-                                    labels=outcomes.labels, pairs=outcomes.pairs, disagreeing=outcomes.disagreeing)
+        stats = self.history.record_outcomes(outcomes, step)
         if stats["groups"]:
             self.last_zero_share = stats["zero_variance_share"]
             self.last_noisy_share = stats["noisy_share"]
-            # Proportional: the step is adapt_rate at the largest possible miss, so the mean share settles on the target.
+            # Proportional: the step is adapt_rate at the largest possible miss, so the mean share settles on
+            # the target.
             miss = (self.target_share - stats["no_signal_share"]) / max(self.target_share, 1.0 - self.target_share)
             self.explore = float(min(1.0, max(self.min_keep, self.explore + self.adapt_rate * miss)))
         self._check_acting(outcomes.keys)
@@ -287,7 +313,7 @@ class SkipZeroVarianceFilter(_PreSelectRule):
         if self.min_keep >= 1.0 or self.explore >= 1.0:
             return 0
         prior = sum(share > 0 for share in self.history.domain_prior.values()) if self.domain_prior else 0
-        return int((self.history.streak[:self.history.size] > 0).sum()) + int(prior)
+        return int((self.history.streak[: self.history.size] > 0).sum()) + int(prior)
 
     def _observed_domains(self) -> set:
         return set(self.history.domain_prior)
@@ -352,11 +378,17 @@ class SkipPredictedFilter(_PreSelectRule):
             "rewards not all equal", as for the ``diffband`` selection.
     """
 
-    def __init__(self, skip_above: float = 0.9, skip_solved_above: float = 0.5, min_keep: float = 0.2,
-                 decay: float = 0.01, prior_groups: float = 10.0, noise_check: bool = False):
+    def __init__(
+        self,
+        skip_above: float = 0.9,
+        skip_solved_above: float = 0.5,
+        min_keep: float = 0.2,
+        decay: float = 0.01,
+        prior_groups: float = 10.0,
+        noise_check: bool = False,
+    ):
         self.skip_above = check_number("skip_above", skip_above, low=0.0, high=1.0, high_open=True)
-        self.skip_solved_above = check_number("skip_solved_above", skip_solved_above, low=0.0, high=1.0,
-                                              high_open=True)
+        self.skip_solved_above = check_number("skip_solved_above", skip_solved_above, low=0.0, high=1.0, high_open=True)
         self.min_keep = check_number("min_keep", min_keep, low=0.0, high=1.0, low_open=True)
         self.decay = check_number("decay", decay, low=0.0, high=1.0, high_open=True)
         self.prior_groups = check_number("prior_groups", prior_groups, low=0.0)
@@ -446,11 +478,11 @@ class SkipPredictedFilter(_PreSelectRule):
             np.add.at(self.no_signal, (rows, states), (zero | noisy).astype(np.float64))
             np.add.at(self.solved, (rows, states), solved.astype(np.float64))
             self.last_zero_share, self.last_noisy_share = float(zero.mean()), float(noisy.mean())
-            self.history.record(outcomes.keys, outcomes.solve_rate, outcomes.variance, step, labels=outcomes.labels,
-                                pairs=outcomes.pairs, disagreeing=outcomes.disagreeing)
+            self.history.record_outcomes(outcomes, step)
             if self.slot_domain.shape[0] < self.history.size:
-                self.slot_domain = np.concatenate([self.slot_domain,
-                                                   np.zeros(self.history.size - self.slot_domain.shape[0], np.int64)])
+                self.slot_domain = np.concatenate(
+                    [self.slot_domain, np.zeros(self.history.size - self.slot_domain.shape[0], np.int64)]
+                )
             self.slot_domain[self.history.lookup(outcomes.keys)] = rows
         self._check_acting(outcomes.keys)
         return self.metrics()
@@ -467,9 +499,14 @@ class SkipPredictedFilter(_PreSelectRule):
 
     def state_dict(self) -> dict:
         """History, counters, domains and the per-state count tables (tensors)."""
-        return {**super().state_dict(), "domains": list(self.domains),
-                **{name: torch.from_numpy(getattr(self, name).copy())
-                   for name in ("groups", "no_signal", "solved", "slot_domain")}}
+        return {
+            **super().state_dict(),
+            "domains": list(self.domains),
+            **{
+                name: torch.from_numpy(getattr(self, name).copy())
+                for name in ("groups", "no_signal", "solved", "slot_domain")
+            },
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

@@ -22,8 +22,9 @@ from dataflex_callbacks.components._score_shape import check_score_shape
 NORMALIZE_MODES = ("mean_one", "per_group_mean_one", "none")
 
 
-def normalize_weights(raw: torch.Tensor, mask: torch.Tensor, mode: str = "mean_one",
-                      group_ids: torch.Tensor | None = None) -> torch.Tensor:
+def normalize_weights(
+    raw: torch.Tensor, mask: torch.Tensor, mode: str = "mean_one", group_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """Zero ``raw`` outside ``mask`` and rescale it to mean 1 over ``mask`` (globally or per group).
 
     Args:
@@ -42,8 +43,9 @@ def normalize_weights(raw: torch.Tensor, mask: torch.Tensor, mode: str = "mean_o
 FLOAT32_MAX = float(torch.finfo(torch.float32).max)
 
 
-def normalize_weights_(weights: torch.Tensor, mask: torch.Tensor | None, mode: str = "mean_one",
-                       group_ids: torch.Tensor | None = None) -> torch.Tensor:
+def normalize_weights_(
+    weights: torch.Tensor, mask: torch.Tensor | None, mode: str = "mean_one", group_ids: torch.Tensor | None = None
+) -> torch.Tensor:
     """`normalize_weights` in place on a float32 tensor the caller owns (no ``(N, L)`` temporaries).
 
     ``mask=None`` means every entry (no masking work at all).
@@ -169,8 +171,7 @@ class SoftmaxReweighter(Reweighter):
 
     def weights(self, scores, batch, mask=None):
         """As `Reweighter.weights`; all responses at mean 1: softmax times N (a softmax already sums to 1)."""
-        if (scores.dim() == 1 and self.normalize == "mean_one" and scores.numel()
-                and (mask is None or bool(mask.all()))):
+        if scores.dim() == 1 and self.normalize == "mean_one" and scores.numel() and (mask is None or bool(mask.all())):
             check_score_shape("reweighter", self.name, self.granularity, scores)
             return torch.softmax(scores.to(torch.float32) / self.temperature, dim=0).mul_(scores.shape[0])
         return super().weights(scores, batch, mask)
@@ -200,7 +201,9 @@ class DifficultyBandReweighter(Reweighter):
 
     scope = "batch"
 
-    def __init__(self, low_q: float = 0.25, high_q: float = 0.75, focus_weight: float = 2.0, normalize: str = "mean_one"):
+    def __init__(
+        self, low_q: float = 0.25, high_q: float = 0.75, focus_weight: float = 2.0, normalize: str = "mean_one"
+    ):
         super().__init__(normalize)
         self.low_q = check_number("low_q", low_q, low=0.0, high=1.0)
         self.high_q = check_number("high_q", high_q, low=0.0, high=1.0)
@@ -218,7 +221,8 @@ class DifficultyBandReweighter(Reweighter):
 
 
 def linear_quantiles(values: torch.Tensor, qs: tuple[float, ...]) -> list[torch.Tensor]:
-    """``torch.quantile(values, qs)`` (linear interpolation) for float32 ``values (n,)``, bit for bit, without a full sort.
+    """``torch.quantile(values, qs)`` (linear interpolation) for float32 ``values (n,)``, bit for bit,
+    without a full sort.
 
     Each quantile is a lerp between two order statistics found with ``kthvalue`` (linear time);
     the rank and the lerp weight are computed in float32 as torch.quantile computes them.
@@ -253,8 +257,14 @@ class RewardRangeReweighter(Reweighter):
 
     scope = "row"
 
-    def __init__(self, low: float = 0.2, high: float = 0.8, inside: float = 2.0, outside: float = 1.0,
-                 normalize: str = "mean_one"):
+    def __init__(
+        self,
+        low: float = 0.2,
+        high: float = 0.8,
+        inside: float = 2.0,
+        outside: float = 1.0,
+        normalize: str = "mean_one",
+    ):
         super().__init__(normalize)
         self.low = check_number("low", low)
         self.high = check_number("high", high)
@@ -292,8 +302,14 @@ class AdvantageReweighter(Reweighter):
         """As `Reweighter.weights`; on CPU one blocked pass makes, masks and sums the raw weights."""
         check_score_shape("reweighter", self.name, self.granularity, scores)
         mask = self._entries(scores, batch, mask)
-        blocked = (not scores.is_cuda and scores.numel() > 0 and mask is not None and mask.dtype == torch.bool
-                   and mask.shape == scores.shape and not mask.is_cuda)
+        blocked = (
+            not scores.is_cuda
+            and scores.numel() > 0
+            and mask is not None
+            and mask.dtype == torch.bool
+            and mask.shape == scores.shape
+            and not mask.is_cuda
+        )
         if not blocked:
             return super().weights(scores, batch, mask)
         raw, total = self._masked_raw_blocked(scores.to(torch.float32), mask)

@@ -11,7 +11,14 @@ import warnings
 import torch
 
 from dataflex_callbacks.rollout.batch import RolloutBatch, masked_abs_row_reduce, row_counts
-from dataflex_callbacks.errors import SELECTION_REWARD_TEXT, BatchError, ComponentError, ParamError, RewardScaleWarning, user_stacklevel
+from dataflex_callbacks.errors import (
+    SELECTION_REWARD_TEXT,
+    BatchError,
+    ComponentError,
+    ParamError,
+    RewardScaleWarning,
+    user_stacklevel,
+)
 from dataflex_callbacks.rollout.groups import dense_groups, segment_mean, segment_variance
 from dataflex_callbacks.config.params import check_choice, check_number
 from dataflex_callbacks.registry import Component, register, register_base
@@ -34,7 +41,9 @@ def group_reward_variance(rewards: torch.Tensor, group_ids: torch.Tensor) -> tor
     return segment_variance(rewards.to(torch.float32), index, count)[index]
 
 
-def advantage_magnitude(advantages: torch.Tensor, valid_mask: torch.Tensor | None, reduce: str = "mean") -> torch.Tensor:
+def advantage_magnitude(
+    advantages: torch.Tensor, valid_mask: torch.Tensor | None, reduce: str = "mean"
+) -> torch.Tensor:
     """Mean, sum or max over valid tokens of ``|A_it|``: ``(N,)``; ``(N,)`` advantages count per token.
 
     Args:
@@ -88,10 +97,12 @@ def check_finite_scores(scores: torch.Tensor, valid_mask: torch.Tensor | None, s
     at = first if token_level else first[0]
     raise ComponentError(
         f"{scorer} returned {n_nan} NaN and {n_bad - n_nan} infinite of {counted} "
-        f"{'token' if token_level else 'response'} scores (first: {float(scores[first]):g} at {at}); a selector or reweighter cannot rank or weigh "
+        f"{'token' if token_level else 'response'} scores (first: {float(scores[first]):g} at {at}); a selector or "
+        "reweighter cannot rank or weigh "
         "them, so the step stops here. nan_policy cleans the batch's signals before any scorer runs, so these come "
         "from the scorer's own computation (a division by 0, the log of 0, ...): make it return finite scores; "
-        "dataflex_callbacks.testing.check_component shows the failing input")
+        "dataflex_callbacks.testing.check_component shows the failing input"
+    )
 
 
 # ---------------------------------------------------------------- registered scorers
@@ -203,8 +214,10 @@ class GroupSolveRateScorer(Scorer):
     def _score(self, batch):
         if not self.explicit_threshold and not self._warned and not rewards_are_binary(batch.rewards):
             self._warned = True
-            warnings.warn(RewardScaleWarning(non_binary_solve_rate_message(batch.rewards, self.threshold)),
-                          stacklevel=user_stacklevel())
+            warnings.warn(
+                RewardScaleWarning(non_binary_solve_rate_message(batch.rewards, self.threshold)),
+                stacklevel=user_stacklevel(),
+            )
         return group_solve_rate(batch.rewards, batch.group_ids, self.threshold)
 
 
@@ -212,12 +225,15 @@ def non_binary_solve_rate_message(rewards: torch.Tensor, threshold: float) -> st
     """The one-time warning of `GroupSolveRateScorer` on rewards that are not all 0 or 1."""
     finite = rewards[torch.isfinite(rewards)].float()
     seen = f"{finite.min().item():.4g} to {finite.max().item():.4g}" if finite.numel() else "no finite value"
-    return (f"dataflex: scorer 'group_solve_rate' got rewards that are not all 0 or 1 ({seen}); it counts a response as "
-            f"solved when its reward is above {threshold:g}, so a solve-rate band (difffilter, DataFlex-RL's diffband) can drop "
-            "every group and train nothing. Fix: set the scorer's success_threshold= (alias threshold=) to this "
-            f"reward's 'solved' level, choose a 0/1 reward as {SELECTION_REWARD_TEXT}, or judge 'all "
-            "rewards equal' on the spread: scorer group_reward_variance with selector threshold_band(low=0, "
-            "high=inf). This warning is shown once.")
+    return (
+        f"dataflex: scorer 'group_solve_rate' got rewards that are not all 0 or 1 ({seen}); it counts a response as "
+        f"solved when its reward is above {threshold:g}, so a solve-rate band (difffilter, DataFlex-RL's diffband) "
+        "can drop "
+        "every group and train nothing. Fix: set the scorer's success_threshold= (alias threshold=) to this "
+        f"reward's 'solved' level, choose a 0/1 reward as {SELECTION_REWARD_TEXT}, or judge 'all "
+        "rewards equal' on the spread: scorer group_reward_variance with selector threshold_band(low=0, "
+        "high=inf). This warning is shown once."
+    )
 
 
 @register("scorer", "group_reward_variance")

@@ -23,6 +23,7 @@ def round_count(fraction: float, size: int) -> int:
     """``round(fraction * size)`` half to even, clamped to ``[1, size]`` (``size`` >= 1)."""
     return max(1, min(size, round(fraction * size)))
 
+
 # ---------------------------------------------------------------- pure functions
 
 
@@ -147,9 +148,9 @@ def _max_variance_equal_groups(values: torch.Tensor, size: int, keep_fraction: f
     prefix = values.new_zeros(2, groups, size + 1)
     prefix[:, :, 1:] = torch.cumsum(torch.stack((ordered, ordered * ordered)), 2)
     # Candidate a (0 .. n_keep) keeps sorted positions [0, a) and [size - n_keep + a, size): plain slices.
-    high = prefix[:, :, size:] - prefix[:, :, size - n_keep:]
+    high = prefix[:, :, size:] - prefix[:, :, size - n_keep :]
     high[:, :, n_keep] = 0.0  # a = n_keep takes no high scores
-    total, total_sq = prefix[:, :, :n_keep + 1] + high
+    total, total_sq = prefix[:, :, : n_keep + 1] + high
     variance = total_sq / n_keep - (total / n_keep) ** 2
     best_a = torch.argmax(variance, dim=1)  # first maximum: the smallest a wins ties
     position = torch.arange(size, device=values.device)
@@ -206,7 +207,7 @@ def _top_tokens_blocked(scores: torch.Tensor, valid_mask: torch.Tensor, k: int, 
     if size < 256:
         return None
     expected = k * size / n_valid
-    margin = 8.0 * expected ** 0.5 + 64.0
+    margin = 8.0 * expected**0.5 + 64.0
     high_rank, low_rank = int(expected - margin), min(size, int(expected + margin) + 1)
     high = float("inf") if high_rank < 1 else float(torch.kthvalue(sample, size - high_rank + 1).values)
     low = float(torch.kthvalue(sample, size - low_rank + 1).values)
@@ -215,8 +216,12 @@ def _top_tokens_blocked(scores: torch.Tensor, valid_mask: torch.Tensor, k: int, 
     flags = torch.empty(min(rows, n_rows), length, dtype=torch.bool)
     above, positions, values = 0, [], []
     for start in range(0, n_rows, rows):
-        block, part, inside = scores[start:start + rows], keep[start:start + rows], flags[: min(rows, n_rows - start)]
-        block_mask = valid_mask[start:start + rows]
+        block, part, inside = (
+            scores[start : start + rows],
+            keep[start : start + rows],
+            flags[: min(rows, n_rows - start)],
+        )
+        block_mask = valid_mask[start : start + rows]
         torch.gt(block, high, out=part)
         part &= block_mask
         above += int(part.view(torch.uint8).sum(dtype=torch.int64))
@@ -259,7 +264,7 @@ def kth_largest(values: torch.Tensor, k: int) -> torch.Tensor:
     m = n // 32
     sample = flat[torch.randint(n, (m,), generator=torch.Generator().manual_seed(0))]
     expected = k * m / n
-    margin = 6.0 * expected ** 0.5 + 32.0
+    margin = 6.0 * expected**0.5 + 32.0
     high_rank, low_rank = max(1, int(expected - margin)), min(m, int(expected + margin) + 1)
     high = torch.kthvalue(sample, m - high_rank + 1).values  # about high_rank sample entries are >= it
     low = torch.kthvalue(sample, m - low_rank + 1).values
@@ -308,7 +313,9 @@ class Selector(Component):
         check_score_shape("selector", self.name, self.granularity, scores)
         for field_name in self.requires:
             if not batch.has(field_name):
-                raise BatchError(f"selector {self.name!r} needs RolloutBatch.{field_name}, which this batch does not have")
+                raise BatchError(
+                    f"selector {self.name!r} needs RolloutBatch.{field_name}, which this batch does not have"
+                )
         return self._select(scores, batch)
 
     def _select(self, scores, batch):  # pragma: no cover - abstract

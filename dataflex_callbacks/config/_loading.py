@@ -32,14 +32,30 @@ import dataclasses
 import os
 from typing import Any, Mapping
 
-from dataflex_callbacks.config.fields import (NAN_POLICIES, QUOTAS, WINDOW_UNITS, DynamicSamplingConfig,  # noqa: F401 (re-exported)
-                            MixConfig, ReweightConfig, SelectConfig, StrategyConfig, required_fields)
+from dataflex_callbacks.config.fields import (
+    DynamicSamplingConfig,  # noqa: F401 (re-exported)
+    MixConfig,
+    ReweightConfig,
+    SelectConfig,
+    StrategyConfig,
+    required_fields,
+)
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks._plain_values import plain  # noqa: F401 (re-exported)
 
 TOP_LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(StrategyConfig))
 # The keys of DataFlex-RL's single-mechanism block (the reference form), read by `from_dataflex_rl`.
-REFERENCE_KEYS = ("mechanism", "scorer", "actuator", "warmup_step", "update_step", "domains", "domain_key", "window", "name")
+REFERENCE_KEYS = (
+    "mechanism",
+    "scorer",
+    "actuator",
+    "warmup_step",
+    "update_step",
+    "domains",
+    "domain_key",
+    "window",
+    "name",
+)
 
 # Defaults of the DataFlex-RL plugin that differ from this library's, filled into reference-form
 # blocks that omit them (keyed by canonical component name). Everything else already agrees.
@@ -61,7 +77,10 @@ REFERENCE_MIX = {"warmup_steps": 0, "update_every": 1, "window": 50, "window_uni
 
 
 def _part(scorer, actuator_key, actuator):
-    return {"scorer": {"name": scorer[0], "params": scorer[1]}, actuator_key: {"name": actuator[0], "params": actuator[1]}}
+    return {
+        "scorer": {"name": scorer[0], "params": scorer[1]},
+        actuator_key: {"name": actuator[0], "params": actuator[1]},
+    }
 
 
 def _mix(mixer: str, **params) -> dict:
@@ -70,36 +89,65 @@ def _mix(mixer: str, **params) -> dict:
 
 PRESETS: dict[str, tuple[str, dict]] = {
     "baseline": ("no data strategy: every rollout trains with weight 1", {}),
-    "difffilter": ("keep groups with solve rate in (0.2, 0.8): 2-3 of 5 correct (online difficulty filtering)",
-                   {"select": _part(("group_solve_rate", {}), "selector", ("threshold_band", {"low": 0.2, "high": 0.8}))}),
-    "diffband": ("drop groups whose rewards are all equal, i.e. zero reward variance (DAPO dynamic sampling; "
-                 "any reward scale)",
-                 {"select": _part(("group_reward_variance", {}), "selector",
-                                  ("threshold_band", {"low": 0.0, "high": float("inf")}))}),
-    "topk": ("keep the half of responses with the largest |advantage|",
-             {"select": _part(("advantage_magnitude", {}), "selector", ("topk_fraction", {"fraction": 0.5}))}),
-    "maxvar": ("keep the half of each group with maximal reward variance (PODS)",
-               {"select": _part(("reward", {}), "selector", ("max_variance", {"keep_fraction": 0.5}))}),
-    "gfpo": ("keep the 3 most reward-per-token responses per group (GFPO)",
-             {"select": _part(("reward", {}), "selector", ("gfpo", {"k": 3, "metric": "efficiency"}))}),
-    "softmax": ("weight responses by softmax of |advantage|",
-                {"reweight": _part(("advantage_magnitude", {}), "reweighter", ("softmax", {"temperature": 1.0}))}),
-    "ar": ("token weights alpha*p + (1-alpha) from the current policy (advantage reweighting)",
-           {"reweight": _part(("token_prob", {}), "reweighter", ("advantage_reweight", {"alpha": 0.3}))}),
-    "per": ("weight responses by |advantage|^0.6 (prioritized replay)",
-            {"reweight": _part(("advantage_magnitude", {}), "reweighter", ("per_advantage", {"alpha": 0.6}))}),
-    "entropy_top": ("train only on the 20% highest-entropy tokens (80/20 rule)",
-                    {"select": _part(("token_entropy", {}), "selector", ("entropy_top_tokens", {"fraction": 0.2}))}),
-    "dapo": ("drop zero-variance groups and generate further rounds until the step holds a full batch of groups "
-             "that carry signal (DAPO dynamic sampling, arXiv 2503.14476)",
-             {"select": _part(("group_reward_variance", {}), "selector",
-                              ("threshold_band", {"low": 0.0, "high": float("inf")})),
-              "dynamic_sampling": {"max_rounds": 4, "carry_over": True}}),
-    "skip": ("skip prompts predicted, from their domain and streak, to be solved or to give no signal, before "
-             "generation (GRESO-style, with the skip rule learnt from the run)",
-             {"pre_select": {"name": "skip_predicted", "params": {}}}),
-    "greso": ("skip prompts whose groups keep having zero reward variance, before generation (GRESO's streak rule)",
-              {"pre_select": {"name": "skip_zero_variance", "params": {}}}),
+    "difffilter": (
+        "keep groups with solve rate in (0.2, 0.8): 2-3 of 5 correct (online difficulty filtering)",
+        {"select": _part(("group_solve_rate", {}), "selector", ("threshold_band", {"low": 0.2, "high": 0.8}))},
+    ),
+    "diffband": (
+        "drop groups whose rewards are all equal, i.e. zero reward variance (DAPO dynamic sampling; any reward scale)",
+        {
+            "select": _part(
+                ("group_reward_variance", {}), "selector", ("threshold_band", {"low": 0.0, "high": float("inf")})
+            )
+        },
+    ),
+    "topk": (
+        "keep the half of responses with the largest |advantage|",
+        {"select": _part(("advantage_magnitude", {}), "selector", ("topk_fraction", {"fraction": 0.5}))},
+    ),
+    "maxvar": (
+        "keep the half of each group with maximal reward variance (PODS)",
+        {"select": _part(("reward", {}), "selector", ("max_variance", {"keep_fraction": 0.5}))},
+    ),
+    "gfpo": (
+        "keep the 3 most reward-per-token responses per group (GFPO)",
+        {"select": _part(("reward", {}), "selector", ("gfpo", {"k": 3, "metric": "efficiency"}))},
+    ),
+    "softmax": (
+        "weight responses by softmax of |advantage|",
+        {"reweight": _part(("advantage_magnitude", {}), "reweighter", ("softmax", {"temperature": 1.0}))},
+    ),
+    "ar": (
+        "token weights alpha*p + (1-alpha) from the current policy (advantage reweighting)",
+        {"reweight": _part(("token_prob", {}), "reweighter", ("advantage_reweight", {"alpha": 0.3}))},
+    ),
+    "per": (
+        "weight responses by |advantage|^0.6 (prioritized replay)",
+        {"reweight": _part(("advantage_magnitude", {}), "reweighter", ("per_advantage", {"alpha": 0.6}))},
+    ),
+    "entropy_top": (
+        "train only on the 20% highest-entropy tokens (80/20 rule)",
+        {"select": _part(("token_entropy", {}), "selector", ("entropy_top_tokens", {"fraction": 0.2}))},
+    ),
+    "dapo": (
+        "drop zero-variance groups and generate further rounds until the step holds a full batch of groups "
+        "that carry signal (DAPO dynamic sampling, arXiv 2503.14476)",
+        {
+            "select": _part(
+                ("group_reward_variance", {}), "selector", ("threshold_band", {"low": 0.0, "high": float("inf")})
+            ),
+            "dynamic_sampling": {"max_rounds": 4, "carry_over": True},
+        },
+    ),
+    "skip": (
+        "skip prompts predicted, from their domain and streak, to be solved or to give no signal, before "
+        "generation (GRESO-style, with the skip rule learnt from the run)",
+        {"pre_select": {"name": "skip_predicted", "params": {}}},
+    ),
+    "greso": (
+        "skip prompts whose groups keep having zero reward variance, before generation (GRESO's streak rule)",
+        {"pre_select": {"name": "skip_zero_variance", "params": {}}},
+    ),
     "static": ("fixed uniform domain proportions", _mix("static")),
     "reward_gap": ("more data for domains whose reward lags", _mix("reward_gap")),
     "dump_ucb": ("UCB on per-domain |advantage| (DUMP)", _mix("dump_ucb")),
@@ -135,7 +183,9 @@ def read_config(config: Any) -> StrategyConfig:
     """
     if isinstance(config, StrategyConfig):
         config = {key: value for key, value in config.to_dict().items() if value is not None}
-    if isinstance(config, os.PathLike) or (isinstance(config, str) and (config.endswith((".yaml", ".yml", ".json")) or os.path.isfile(config))):
+    if isinstance(config, os.PathLike) or (
+        isinstance(config, str) and (config.endswith((".yaml", ".yml", ".json")) or os.path.isfile(config))
+    ):
         path = os.fspath(config)
         typed = read_config(_read_file(path))
         if typed.name == UNNAMED:  # a file that names no strategy goes by its own name in logs and warnings
@@ -146,12 +196,16 @@ def read_config(config: Any) -> StrategyConfig:
         return _typed(combine_presets(config))
     if isinstance(config, str):
         if config not in PRESETS:
-            raise ConfigError(f"unknown strategy preset {config!r}; presets: {', '.join(PRESETS)}; or pass a dict or a YAML path")
+            raise ConfigError(
+                f"unknown strategy preset {config!r}; presets: {', '.join(PRESETS)}; or pass a dict or a YAML path"
+            )
         resolved = copy.deepcopy(PRESETS[config][1])
         resolved["name"] = config
         return _typed(resolved)
     if not isinstance(config, Mapping):
-        raise ConfigError(f"a strategy config must be a preset name, a dict or a YAML path; got {type(config).__name__}")
+        raise ConfigError(
+            f"a strategy config must be a preset name, a dict or a YAML path; got {type(config).__name__}"
+        )
     if "dataflex" in config:
         return read_config(_dataflex_block(dict(config)))
     config = dict(config)
@@ -181,11 +235,14 @@ def _dataflex_block(config: dict) -> Any:
     if "strategy" in block:
         extra = sorted(set(block) - {"strategy"})
         if extra:
-            raise ConfigError(f"dataflex: key 'strategy' names a whole strategy; it cannot be combined with key(s) "
-                              f"{extra}. Put them in the strategy's YAML file, or drop 'strategy'")
+            raise ConfigError(
+                f"dataflex: key 'strategy' names a whole strategy; it cannot be combined with key(s) "
+                f"{extra}. Put them in the strategy's YAML file, or drop 'strategy'"
+            )
         if block["strategy"] is None or isinstance(block["strategy"], Mapping) and "dataflex" in block["strategy"]:
-            raise ConfigError(f"dataflex.strategy must be a preset name, a YAML path or a strategy mapping; "
-                              f"got {block['strategy']!r}")
+            raise ConfigError(
+                f"dataflex.strategy must be a preset name, a YAML path or a strategy mapping; got {block['strategy']!r}"
+            )
         return block["strategy"]
     return block
 
@@ -198,8 +255,10 @@ def check_block_alone(config: Mapping) -> None:
     """
     clash = sorted(set(config.keys()) & (set(TOP_LEVEL_KEYS) | set(REFERENCE_KEYS)))
     if clash:
-        raise ConfigError(f"the config has a 'dataflex:' block and strategy key(s) {clash} beside it, which would be "
-                          "ignored (only the block is read); put the whole strategy inside 'dataflex:'")
+        raise ConfigError(
+            f"the config has a 'dataflex:' block and strategy key(s) {clash} beside it, which would be "
+            "ignored (only the block is read); put the whole strategy inside 'dataflex:'"
+        )
 
 
 def host_options(block: dict) -> dict:
@@ -208,7 +267,9 @@ def host_options(block: dict) -> dict:
     for key, value in options.items():
         kind = HOST_KEYS[key]
         if isinstance(value, bool) != (kind is bool) or not isinstance(value, kind):
-            raise ConfigError(f"dataflex.{key} must be {'true or false' if kind is bool else 'an integer'}; got {value!r}")
+            raise ConfigError(
+                f"dataflex.{key} must be {'true or false' if kind is bool else 'an integer'}; got {value!r}"
+            )
     return options
 
 
@@ -309,8 +370,9 @@ def component_spec(spec: Any, where: str) -> dict:
         return {"name": name, "params": {}}
     raw = spec.get("params")
     if raw is not None and not isinstance(raw, Mapping):
-        raise ConfigError(f"{where}.params must be a mapping of parameter names to values (e.g. {{alpha: 0.5}}); "
-                          f"got {raw!r}")
+        raise ConfigError(
+            f"{where}.params must be a mapping of parameter names to values (e.g. {{alpha: 0.5}}); got {raw!r}"
+        )
     params = plain(dict(raw or {}))
     bad_names = [k for k in params if not isinstance(k, str)]
     if bad_names:
@@ -356,9 +418,11 @@ def _typed(config: Mapping) -> StrategyConfig:
     """A composable-form mapping as a checked `StrategyConfig` (every part's keys checked, defaults filled)."""
     unknown = sorted(set(config) - set(TOP_LEVEL_KEYS))
     if unknown:
-        raise ConfigError(f"strategy config: unknown key(s) {unknown}; valid keys: {', '.join(TOP_LEVEL_KEYS)} "
-                          "(or the DataFlex-RL block with 'mechanism'); a verl or trainer config must hold the "
-                          "strategy under a 'dataflex:' key")
+        raise ConfigError(
+            f"strategy config: unknown key(s) {unknown}; valid keys: {', '.join(TOP_LEVEL_KEYS)} "
+            "(or the DataFlex-RL block with 'mechanism'); a verl or trainer config must hold the "
+            "strategy under a 'dataflex:' key"
+        )
     typed = StrategyConfig(**{k: config[k] for k in ("nan_policy", "name", "domain_key") if k in config})
     pre_select = config.get("pre_select")
     typed.pre_select = None if pre_select is None else component_spec(pre_select, "pre_select")
@@ -378,11 +442,12 @@ def _dynamic_sampling(section: Any) -> DynamicSamplingConfig | None:
     if isinstance(section, DynamicSamplingConfig):
         section = dataclasses.asdict(section)
     if not isinstance(section, Mapping):
-        raise ConfigError(f"'dynamic_sampling' must be true (every default) or a mapping of "
-                          f"{', '.join(f.name for f in dataclasses.fields(DynamicSamplingConfig))}; got {section!r}")
+        raise ConfigError(
+            f"'dynamic_sampling' must be true (every default) or a mapping of "
+            f"{', '.join(f.name for f in dataclasses.fields(DynamicSamplingConfig))}; got {section!r}"
+        )
     valid = tuple(f.name for f in dataclasses.fields(DynamicSamplingConfig))
     unknown = sorted(set(section) - set(valid))
     if unknown:
         raise ConfigError(f"'dynamic_sampling': unknown key(s) {unknown}; valid keys: {', '.join(valid)}")
     return DynamicSamplingConfig(**{key: plain(value) for key, value in section.items()})
-

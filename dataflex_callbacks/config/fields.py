@@ -23,8 +23,9 @@ DAPO = "DAPO arXiv 2503.14476, section 3.2 (dynamic sampling)"
 DATAFLEX_RL = "DataFlex-RL verl plugin (the reference implementation this library reproduces)"
 
 
-def config_field(default: Any = MISSING, *, help: str, paper: str | None = None,
-                 choices: tuple[str, ...] | None = None) -> Any:
+def config_field(
+    default: Any = MISSING, *, help: str, paper: str | None = None, choices: tuple[str, ...] | None = None
+) -> Any:
     """A dataclass field that carries its help text (and source paper, accepted choices) in ``metadata``.
 
     Leave ``default`` out for a required field.
@@ -75,10 +76,12 @@ class SelectConfig:
 
     scorer: ComponentSpec = config_field(
         help="what each response, group or token is judged by (e.g. group_solve_rate, token_entropy); "
-             "`dataflex list` names every scorer with its paper")
+        "`dataflex list` names every scorer with its paper"
+    )
     selector: ComponentSpec = config_field(
         help="which scored rows to keep (e.g. threshold_band: DAPO arXiv 2503.14476; max_variance: PODS arXiv "
-             "2504.13818; gfpo: GFPO arXiv 2508.09726)")
+        "2504.13818; gfpo: GFPO arXiv 2508.09726)"
+    )
     warmup_steps: int = config_field(0, help="optimizer steps before the selector acts; until then every row trains")
 
     def __post_init__(self):
@@ -90,10 +93,12 @@ class ReweightConfig:
     """``reweight``: score each rollout and scale its loss weight (tokens or responses)."""
 
     scorer: ComponentSpec = config_field(
-        help="what each response or token is weighted by (e.g. advantage_magnitude, token_prob)")
+        help="what each response or token is weighted by (e.g. advantage_magnitude, token_prob)"
+    )
     reweighter: ComponentSpec = config_field(
         help="how scores become weights (e.g. softmax; advantage_reweight: arXiv 2505.12929; per_advantage: "
-             "prioritized replay arXiv 1511.05952)")
+        "prioritized replay arXiv 1511.05952)"
+    )
     warmup_steps: int = config_field(0, help="optimizer steps before the reweighter acts; until then every weight is 1")
 
     def __post_init__(self):
@@ -106,23 +111,34 @@ class MixConfig:
 
     mixer: ComponentSpec = config_field(
         help="the rule turning per-domain statistics into sampling proportions (e.g. reward_gap; dump_ucb: DUMP "
-             "arXiv 2504.09710; tscl: TSCL arXiv 1707.00183; learnability; static)")
+        "arXiv 2504.09710; tscl: TSCL arXiv 1707.00183; learnability; static)"
+    )
     domains: list[str] | None = config_field(
-        None, help="the domains to mix, in order; None takes them from the dataset's domain column")
+        None, help="the domains to mix, in order; None takes them from the dataset's domain column"
+    )
     window: int = config_field(50, help="observations kept per domain by the tracker (see window_unit)")
     window_unit: str = config_field(
-        "steps", choices=WINDOW_UNITS, paper=DATAFLEX_RL,
-        help="what one window slot holds: one step's observation, or one response row")
+        "steps",
+        choices=WINDOW_UNITS,
+        paper=DATAFLEX_RL,
+        help="what one window slot holds: one step's observation, or one response row",
+    )
     quota: str = config_field(
-        "independent", choices=QUOTAS, paper=DATAFLEX_RL,
-        help="how a batch is split among domains: independent draws, or exact largest-remainder counts")
+        "independent",
+        choices=QUOTAS,
+        paper=DATAFLEX_RL,
+        help="how a batch is split among domains: independent draws, or exact largest-remainder counts",
+    )
     warmup_steps: int = config_field(10, help="steps on the prior before the mixer first recomputes proportions")
     update_every: int = config_field(5, help="steps between two recomputations of the proportions")
     smoothing: float = config_field(
-        0.0, help="in [0, 1): p <- smoothing * p_old + (1 - smoothing) * p_new at each update (0: no smoothing)")
+        0.0, help="in [0, 1): p <- smoothing * p_old + (1 - smoothing) * p_new at each update (0: no smoothing)"
+    )
     prior: Any = config_field(
-        None, help="starting proportions, a mapping {domain: proportion} or a list in domain order; "
-                   "None: the mixer's own start, else uniform")
+        None,
+        help="starting proportions, a mapping {domain: proportion} or a list in domain order; "
+        "None: the mixer's own start, else uniform",
+    )
 
     def __post_init__(self):
         if self.domains is not None:
@@ -144,25 +160,35 @@ class DynamicSamplingConfig:
     """
 
     max_rounds: int = config_field(
-        4, paper=DAPO,
+        4,
+        paper=DAPO,
         help="generation rounds per step at most (>= 1); when they are spent short of B signal groups, the "
-             "step trains on what there is and logs dynamic/short=1")
+        "step trains on what there is and logs dynamic/short=1",
+    )
     carry_over: bool = config_field(
-        True, help="keep signal groups beyond B for the next steps, which take them first (False: drop them)")
+        True, help="keep signal groups beyond B for the next steps, which take them first (False: drop them)"
+    )
     max_age: int | None = config_field(
-        None, help="drop a carried group once it has waited more than this many steps (>= 0; 0 drops every "
-                   "carried group at the next step); None: never drop carried groups for staleness")
+        None,
+        help="drop a carried group once it has waited more than this many steps (>= 0; 0 drops every "
+        "carried group at the next step); None: never drop carried groups for staleness",
+    )
 
     def __post_init__(self):
         if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
-            raise ConfigError(f"dynamic_sampling.max_rounds must be an integer >= 1 (generation rounds per step at "
-                              f"most); got {self.max_rounds!r}")
+            raise ConfigError(
+                f"dynamic_sampling.max_rounds must be an integer >= 1 (generation rounds per step at "
+                f"most); got {self.max_rounds!r}"
+            )
         if not isinstance(self.carry_over, bool):
             raise ConfigError(f"dynamic_sampling.carry_over must be true or false; got {self.carry_over!r}")
-        if self.max_age is not None and (isinstance(self.max_age, bool) or not isinstance(self.max_age, int)
-                                         or self.max_age < 0):
-            raise ConfigError(f"dynamic_sampling.max_age must be an integer >= 0 or null (never drop carried groups "
-                              f"for staleness); got {self.max_age!r}")
+        if self.max_age is not None and (
+            isinstance(self.max_age, bool) or not isinstance(self.max_age, int) or self.max_age < 0
+        ):
+            raise ConfigError(
+                f"dynamic_sampling.max_age must be an integer >= 0 or null (never drop carried groups "
+                f"for staleness); got {self.max_age!r}"
+            )
 
 
 @dataclass
@@ -171,30 +197,39 @@ class StrategyConfig:
 
     name: str = config_field("custom", help="a label for logs and checkpoints (a preset's name when built from one)")
     pre_select: ComponentSpec | None = config_field(
-        None, paper="GRESO arXiv 2506.02177",
-        help="pre-rollout prompt skipping, before generation (skip_predicted or skip_zero_variance); None: every drawn prompt "
-             "is generated")
+        None,
+        paper="GRESO arXiv 2506.02177",
+        help="pre-rollout prompt skipping, before generation (skip_predicted or skip_zero_variance); None: every drawn "
+        "prompt is generated",
+    )
     select: SelectConfig | None = config_field(None, help="the select part (SelectConfig); None: keep every row")
     reweight: ReweightConfig | None = config_field(None, help="the reweight part (ReweightConfig); None: weight 1")
     mix: MixConfig | None = config_field(None, help="the mix part (MixConfig); None: the host's own sampling")
     dynamic_sampling: DynamicSamplingConfig | None = config_field(
-        None, paper=DAPO,
+        None,
+        paper=DAPO,
         help="the dynamic_sampling part (DynamicSamplingConfig; true: its defaults); None: each step trains the "
-             "groups it generated")
+        "groups it generated",
+    )
     nan_policy: str = config_field(
-        "zero", choices=NAN_POLICIES,
-        help="a non-finite reward or score: zero (treated as 0), drop (its row leaves the loss) or raise (an error)")
+        "zero",
+        choices=NAN_POLICIES,
+        help="a non-finite reward or score: zero (treated as 0), drop (its row leaves the loss) or raise (an error)",
+    )
     domain_key: str | None = config_field(
-        None, help="the dataset column holding the domain label; None: the host's default column "
-                   "(verl: data_source, else domain)")
+        None,
+        help="the dataset column holding the domain label; None: the host's default column "
+        "(verl: data_source, else domain)",
+    )
 
     def __post_init__(self):
         _check_choice(StrategyConfig, "nan_policy", self.nan_policy, "nan_policy")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"'name' must be a non-empty string; got {self.name!r}")
         if self.domain_key is not None and (not isinstance(self.domain_key, str) or not self.domain_key):
-            raise ConfigError(f"domain_key must be the name of the dataset column holding the domain label; "
-                              f"got {self.domain_key!r}")
+            raise ConfigError(
+                f"domain_key must be the name of the dataset column holding the domain label; got {self.domain_key!r}"
+            )
 
     def to_dict(self) -> dict:
         """The canonical plain-dict form (what `load_config` returns and checkpoints store)."""

@@ -9,8 +9,15 @@ from dataflex_callbacks.errors import ParamError
 from dataflex_callbacks._plain_values import plain_scalar  # also re-exported: its home before plain_values
 
 
-def check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-                 low_open: bool = False, high_open: bool = False) -> float:
+def check_number(
+    name: str,
+    value: Any,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    high_open: bool = False,
+) -> float:
     """``value`` as a float inside the given bounds, else a `ParamError` naming ``name``.
 
     Accepts Python, numpy and 0-d torch numbers; infinities pass unless a bound excludes them.

@@ -30,7 +30,9 @@ def check_domains(domains: Any, what: str = "domains") -> list[str]:
             raise ConfigError(f"{what}: domain names must be non-empty; got {label!r} in {list(domains)!r}")
         labels.append(label)
     if not labels:
-        raise ConfigError(f"{what} is empty; list at least one domain, or leave it unset to take the domains from the data")
+        raise ConfigError(
+            f"{what} is empty; list at least one domain, or leave it unset to take the domains from the data"
+        )
     duplicates = sorted({d for d in labels if labels.count(d) > 1})
     if duplicates:
         raise ConfigError(f"{what} must be unique; {duplicates} appear more than once in {labels}")
@@ -45,7 +47,9 @@ def check_proportions_form(proportions: Any, what: str = "proportions") -> dict 
     if isinstance(proportions, Mapping):
         return dict(proportions)
     if isinstance(proportions, str) or not hasattr(proportions, "__len__"):
-        raise ConfigError(f"{what} must be a mapping {{domain: proportion}} or a list in domain order; got {proportions!r}")
+        raise ConfigError(
+            f"{what} must be a mapping {{domain: proportion}} or a list in domain order; got {proportions!r}"
+        )
     return list(proportions)
 
 
@@ -60,13 +64,16 @@ def check_proportions(proportions: Any, domains: Sequence[str], what: str = "pro
     if isinstance(proportions, Mapping):
         given = {str(k): v for k, v in proportions.items()}
     elif isinstance(proportions, str) or not hasattr(proportions, "__len__"):
-        raise ConfigError(f"{what} must be a mapping {{domain: proportion}} or a list in domain order {domains}; "
-                          f"got {proportions!r}")
+        raise ConfigError(
+            f"{what} must be a mapping {{domain: proportion}} or a list in domain order {domains}; got {proportions!r}"
+        )
     else:
         values = list(proportions)
         if len(values) != len(domains):
-            raise ConfigError(f"{what}: the list has {len(values)} value(s) but there are {len(domains)} domain(s) "
-                              f"{domains}; give one proportion per domain in that order, or a mapping {{domain: p}}")
+            raise ConfigError(
+                f"{what}: the list has {len(values)} value(s) but there are {len(domains)} domain(s) "
+                f"{domains}; give one proportion per domain in that order, or a mapping {{domain: p}}"
+            )
         given = dict(zip(domains, values))
     unknown = sorted(set(given) - set(domains))
     if unknown:

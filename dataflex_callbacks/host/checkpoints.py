@@ -28,15 +28,23 @@ from dataflex_callbacks.errors import ConfigError, StateError, user_stacklevel
 
 
 def checkpoint_state(strategy: Any, **parts: Any) -> dict:
-    """The dict an adapter saves: the strategy's state and config (``StrategyConfig.to_dict()``), and the host's own ``parts``.
+    """The dict an adapter saves: the strategy's state and config (``StrategyConfig.to_dict()``),
+    and the host's own ``parts``.
 
     Plain values only, so the file loads with ``torch.load(weights_only=True)``.
     """
     return {"strategy": strategy.state_dict(), "config": strategy.config.to_dict(), **parts}
 
 
-def restore_strategy(strategy: Any, state: Any, *, source: str, strict: bool = True,
-                     strict_setting: str | None = None, writer: str = "the DataFlex adapter") -> Mapping:
+def restore_strategy(
+    strategy: Any,
+    state: Any,
+    *,
+    source: str,
+    strict: bool = True,
+    strict_setting: str | None = None,
+    writer: str = "the DataFlex adapter",
+) -> Mapping:
     """Load a saved `checkpoint_state` into ``strategy``; returns ``state`` for the host's own parts.
 
     Args:
@@ -53,21 +61,29 @@ def restore_strategy(strategy: Any, state: Any, *, source: str, strict: bool = T
         ConfigError: the strategy config changed and ``strict`` is set.
     """
     if not isinstance(state, Mapping) or not isinstance(state.get("strategy"), Mapping):
-        raise StateError(f"dataflex: {source} is not a DataFlex strategy state (no 'strategy' dict in it); "
-                         f"resume from a checkpoint written by {writer}")
+        raise StateError(
+            f"dataflex: {source} is not a DataFlex strategy state (no 'strategy' dict in it); "
+            f"resume from a checkpoint written by {writer}"
+        )
     try:
         strategy.load_state_dict(state["strategy"], strict=strict)
     except (ConfigError, StateError) as error:
         where = ""
         if "strict=False" in str(error):
-            where = f" (here: {strict_setting})" if strict_setting else " (this host has no such setting: resume " \
-                                                                       "with the same strategy config)"
+            where = (
+                f" (here: {strict_setting})"
+                if strict_setting
+                else " (this host has no such setting: resume with the same strategy config)"
+            )
         raise type(error)(f"dataflex: cannot resume from {source}: {error}{where}") from error
     return state
 
 
-def read_state_file(folder: str, name: str, *, weights_only: bool = True, saved_by: str = "the DataFlex adapter") -> Any:
-    """The state file ``name`` of a checkpoint folder, read with torch's safe loading; None (with a warning) without one.
+def read_state_file(
+    folder: str, name: str, *, weights_only: bool = True, saved_by: str = "the DataFlex adapter"
+) -> Any:
+    """The state file ``name`` of a checkpoint folder, read with torch's safe loading;
+    None (with a warning) without one.
 
     Args:
         folder: the checkpoint folder.
@@ -81,8 +97,11 @@ def read_state_file(folder: str, name: str, *, weights_only: bool = True, saved_
     """
     path = os.path.join(folder, name)
     if not os.path.isfile(path):
-        warnings.warn(f"dataflex: checkpoint {folder} has no {name} (saved without {saved_by}?); the strategy "
-                      "starts from a fresh state.", stacklevel=user_stacklevel())
+        warnings.warn(
+            f"dataflex: checkpoint {folder} has no {name} (saved without {saved_by}?); the strategy "
+            "starts from a fresh state.",
+            stacklevel=user_stacklevel(),
+        )
         return None
     return load_state_file(path, weights_only)
 

@@ -32,20 +32,9 @@ from typing import Any, Mapping
 
 import torch
 
-from dataflex_callbacks.rollout.batch import RolloutBatch
-from dataflex_callbacks.host.checkpoints import checkpoint_state, load_state_file, read_state_file, restore_strategy
+from dataflex_callbacks.rollout.batch import ROLLOUT_FIELDS, RolloutBatch
 from dataflex_callbacks.errors import BatchError, ConfigError
-from dataflex_callbacks.sampling.prompt_acceptance import (AcceptedPrompts, BatchFeed, Candidates, PromptAcceptance, PromptSource, accept_from,
-                                accept_prompts, set_group_size)
 from dataflex_callbacks.strategy.strategy import Decision, Strategy, build_strategy
-
-__all__ = ["AGGREGATIONS", "AcceptedPrompts", "BatchFeed", "Candidates", "DEFAULT_DOMAIN_KEY", "HOST_LOSSES",
-           "HostLosses", "PromptAcceptance", "PromptSource", "ROLLOUT_FIELDS", "ROW_NORMALISED", "TENSOR_FIELDS",
-           "accept_from", "accept_prompts", "acts_before_rollout", "aggregate", "as_strategy", "batch_fields",
-           "check_aggregation", "checkpoint_state", "decide", "finish_loss", "grpo_fields", "kept_token_mask",
-           "load_state_file", "local_decision", "loss_aggregation", "micro_batch_decision", "prompt_choosing_parts",
-           "read_state_file", "removal_scale", "resolve_domain_key", "restore_strategy", "restrict_rows",
-           "set_group_size"]
 
 # ------------------------------------------------------------ building the strategy
 
@@ -59,8 +48,9 @@ DEFAULT_DOMAIN_KEY = "domain"
 """The domain column read when neither the adapter's argument nor the config's ``domain_key`` names one."""
 
 
-def resolve_domain_key(strategy: Strategy, given: str | None = None, *, argument: str = "domain_key",
-                       default: str = DEFAULT_DOMAIN_KEY) -> tuple[str, str]:
+def resolve_domain_key(
+    strategy: Strategy, given: str | None = None, *, argument: str = "domain_key", default: str = DEFAULT_DOMAIN_KEY
+) -> tuple[str, str]:
     """The dataset column holding each prompt's domain, and where that name came from (for error messages).
 
     The adapter's argument (``given``) and the strategy config's ``domain_key`` name the same
@@ -94,15 +84,13 @@ def resolve_domain_key(strategy: Strategy, given: str | None = None, *, argument
 
 # ------------------------------------------------------------ batch fields
 
-ROLLOUT_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains",
-                  "prompt_keys", "completion_ids", "policy_versions", "trainer_version")
-"""Every `RolloutBatch` field, in its order."""
 
 TENSOR_FIELDS = tuple(name for name in ROLLOUT_FIELDS if name not in ("domains", "prompt_keys", "trainer_version"))
 """The `RolloutBatch` fields that are tensors."""
 
-GRPO_FIELDS = frozenset({"rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies",
-                         "prompt_keys"})
+GRPO_FIELDS = frozenset(
+    {"rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "prompt_keys"}
+)
 """What a GRPO-style trainer provides for every batch (TRL, verl); ``domains`` only when the data has them."""
 
 
@@ -139,9 +127,14 @@ def local_decision(decision: Decision, rows: slice, num_tokens: int | None = Non
         value = value[rows]
         return value[:, :num_tokens] if value.dim() == 2 and num_tokens is not None else value
 
-    return replace(decision, keep=cut(decision.keep), weights=cut(decision.weights),
-                   token_keep=cut(decision.token_keep), metrics=dict(decision.metrics),
-                   response_weights=cut(getattr(decision, "response_weights", None)))
+    return replace(
+        decision,
+        keep=cut(decision.keep),
+        weights=cut(decision.weights),
+        token_keep=cut(decision.token_keep),
+        metrics=dict(decision.metrics),
+        response_weights=cut(getattr(decision, "response_weights", None)),
+    )
 
 
 def kept_token_mask(decision: Decision, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -177,8 +170,9 @@ def restrict_rows(decision: Decision, rows: torch.Tensor) -> Decision:
     return _with_changes(decision, {"keep": decision.keep & rows, "weights": weights})
 
 
-def micro_batch_decision(decision: Decision, keep: torch.Tensor, weights: torch.Tensor,
-                         response_weights: torch.Tensor | None) -> Decision:
+def micro_batch_decision(
+    decision: Decision, keep: torch.Tensor, weights: torch.Tensor, response_weights: torch.Tensor | None
+) -> Decision:
     """The decision over one micro-batch's rows, from the per-row tensors the host carried there.
 
     A host that shuffles and splits its batch after the decision (TRL) carries ``keep (B,)``,
@@ -194,7 +188,8 @@ def micro_batch_decision(decision: Decision, keep: torch.Tensor, weights: torch.
 
 
 def _with_changes(decision: Any, changes: Mapping[str, Any]) -> Any:
-    """A copy of ``decision`` with the fields in ``changes`` replaced (a `Decision`, or any object with a ``__dict__``)."""
+    """A copy of ``decision`` with the fields in ``changes`` replaced
+    (a `Decision`, or any object with a ``__dict__``)."""
     if dataclasses.is_dataclass(decision):
         return dataclasses.replace(decision, **changes)
     changed = type(decision).__new__(type(decision))
@@ -209,8 +204,16 @@ STEP_SEED_STRIDE = 1_000_003
 """``seed * STEP_SEED_STRIDE + step`` seeds the torch CPU generator of a step's decision (see `decide`)."""
 
 
-def decide(strategy: Strategy, batch: RolloutBatch, step: int, *, seed: int | None = None, warn: bool = True,
-           defer_policy: bool = False, host_step: int | None = None) -> Decision:
+def decide(
+    strategy: Strategy,
+    batch: RolloutBatch,
+    step: int,
+    *,
+    seed: int | None = None,
+    warn: bool = True,
+    defer_policy: bool = False,
+    host_step: int | None = None,
+) -> Decision:
     """The strategy's decision on the batch of all ranks: the one call every adapter makes to ``Strategy.apply``.
 
     ``batch`` is the global batch, identical on every rank, so the mixing and pre-rollout
@@ -233,6 +236,7 @@ def decide(strategy: Strategy, batch: RolloutBatch, step: int, *, seed: int | No
         host_step: this step as the host numbers it in its logs, which warnings name (TRL:
             ``global_step + 1``); None: ``step``.
     """
+
     def apply() -> Decision:
         return strategy.apply(batch, step, sync=False, defer_policy=defer_policy, host_step=host_step, warn=warn)
 
@@ -248,7 +252,8 @@ def decide(strategy: Strategy, batch: RolloutBatch, step: int, *, seed: int | No
 
 
 def prompt_choosing_parts(strategy: Strategy) -> tuple[str, ...]:
-    """The strategy's parts that choose prompts before rollout: ``"mix"`` (which domain) and ``"pre_select"`` (which to skip).
+    """The strategy's parts that choose prompts before rollout:
+    ``"mix"`` (which domain) and ``"pre_select"`` (which to skip).
 
     They act through the host's prompt sampler, so a host must draw its prompts through one.
     """
@@ -294,9 +299,15 @@ def check_aggregation(kind: str) -> str:
     return kind
 
 
-def aggregate(per_token_loss: torch.Tensor, mask: torch.Tensor, kind: str, *, weights: torch.Tensor | None = None,
-              max_length: int | None = None,
-              num_items: torch.Tensor | float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def aggregate(
+    per_token_loss: torch.Tensor,
+    mask: torch.Tensor,
+    kind: str,
+    *,
+    weights: torch.Tensor | None = None,
+    max_length: int | None = None,
+    num_items: torch.Tensor | float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Numerator and normaliser of ``kind`` over the tokens in ``mask``: ``loss = total / count``.
 
     A row with no token in ``mask`` is no row (it is not counted by the row normalisers), so
@@ -316,8 +327,10 @@ def aggregate(per_token_loss: torch.Tensor, mask: torch.Tensor, kind: str, *, we
     """
     check_aggregation(kind)
     if per_token_loss.dim() != 2 or per_token_loss.shape != mask.shape:
-        raise BatchError(f"per_token_loss must have shape (N, L) = {tuple(mask.shape)} like the completion mask; "
-                         f"got {tuple(per_token_loss.shape)}")
+        raise BatchError(
+            f"per_token_loss must have shape (N, L) = {tuple(mask.shape)} like the completion mask; "
+            f"got {tuple(per_token_loss.shape)}"
+        )
     dtype = per_token_loss.dtype
     if weights is not None:
         weights = weights.to(device=per_token_loss.device, dtype=dtype)
@@ -394,30 +407,56 @@ class HostLosses:
     def aggregation(self, name: str) -> str:
         """The aggregation kind of the host's loss ``name``; a `ConfigError` naming the known ones when it is new."""
         if name not in self.kinds:
-            raise ConfigError(f"dataflex: unknown {self.host} {self.setting} {name!r}; choose one of "
-                              f"{list(self.kinds)} in {self.where}, or open an issue so the adapter learns how this "
-                              "loss normalises")
+            raise ConfigError(
+                f"dataflex: unknown {self.host} {self.setting} {name!r}; choose one of "
+                f"{list(self.kinds)} in {self.where}, or open an issue so the adapter learns how this "
+                "loss normalises"
+            )
         return self.kinds[name]
 
 
 HOST_LOSSES = {
-    "trl": HostLosses("TRL GRPOTrainer", "loss_type", {
-        "grpo": "sequence_mean", "sapo": "sequence_mean", "luspo": "sequence_sum", "dr_grpo": "fixed_length",
-        "bnpo": "token_mean", "dapo": "token_mean_global", "cispo": "token_mean_global", "vespo": "token_mean_global",
-    }, "GRPOConfig(loss_type=...)"),
+    "trl": HostLosses(
+        "TRL GRPOTrainer",
+        "loss_type",
+        {
+            "grpo": "sequence_mean",
+            "sapo": "sequence_mean",
+            "luspo": "sequence_sum",
+            "dr_grpo": "fixed_length",
+            "bnpo": "token_mean",
+            "dapo": "token_mean_global",
+            "cispo": "token_mean_global",
+            "vespo": "token_mean_global",
+        },
+        "GRPOConfig(loss_type=...)",
+    ),
     # TRL's RLOOTrainer has one loss and no setting naming it: the mean over the micro-batch's rows.
     "trl-rloo": HostLosses("TRL RLOOTrainer", "loss", {"rloo": "sequence_mean"}, "RLOOConfig"),
-    "lightning": HostLosses("Lightning", "loss_type", {name: name for name in (
-        "token_mean", "sequence_mean", "sequence_sum", "fixed_length")}, "self.dataflex.loss(..., loss_type=...)"),
+    "lightning": HostLosses(
+        "Lightning",
+        "loss_type",
+        {name: name for name in ("token_mean", "sequence_mean", "sequence_sum", "fixed_length")},
+        "self.dataflex.loss(..., loss_type=...)",
+    ),
     # verl's token-mean recounts its tokens from loss_mask, i.e. the kept ones.
-    "verl": HostLosses("verl", "loss_agg_mode", {
-        "token-mean": "token_mean_global", "token-sum": "token_sum", "seq-mean-token-sum": "sequence_sum",
-        "seq-mean-token-mean": "sequence_mean", "seq-mean-token-sum-norm": "fixed_length",
-    }, "actor_rollout_ref.actor.loss_agg_mode"),
+    "verl": HostLosses(
+        "verl",
+        "loss_agg_mode",
+        {
+            "token-mean": "token_mean_global",
+            "token-sum": "token_sum",
+            "seq-mean-token-sum": "sequence_sum",
+            "seq-mean-token-mean": "sequence_mean",
+            "seq-mean-token-sum-norm": "fixed_length",
+        },
+        "actor_rollout_ref.actor.loss_agg_mode",
+    ),
 }
 """Every host's loss names -> the core's loss aggregation: the one registry adapters look their losses up in."""
 
 
 def loss_aggregation(host: str, name: str) -> str:
-    """The aggregation kind of ``host``'s loss ``name`` (`HOST_LOSSES`); a `ConfigError` naming the choices when unknown."""
+    """The aggregation kind of ``host``'s loss ``name`` (`HOST_LOSSES`);
+    a `ConfigError` naming the choices when unknown."""
     return HOST_LOSSES[host].aggregation(name)

@@ -30,13 +30,21 @@ class DomainMixing:
     The arguments are the fields of `MixConfig` (their help and defaults live there).
     """
 
-    def __init__(self, mixer: Mixer, domains: Sequence[str] | None = _DEFAULTS["domains"],
-                 window: int = _DEFAULTS["window"], warmup_steps: int = _DEFAULTS["warmup_steps"],
-                 update_every: int = _DEFAULTS["update_every"], smoothing: float = _DEFAULTS["smoothing"],
-                 prior: Mapping[str, float] | Sequence[float] | None = _DEFAULTS["prior"],
-                 window_unit: str = _DEFAULTS["window_unit"]):
+    def __init__(
+        self,
+        mixer: Mixer,
+        domains: Sequence[str] | None = _DEFAULTS["domains"],
+        window: int = _DEFAULTS["window"],
+        warmup_steps: int = _DEFAULTS["warmup_steps"],
+        update_every: int = _DEFAULTS["update_every"],
+        smoothing: float = _DEFAULTS["smoothing"],
+        prior: Mapping[str, float] | Sequence[float] | None = _DEFAULTS["prior"],
+        window_unit: str = _DEFAULTS["window_unit"],
+    ):
         if not isinstance(mixer, Mixer):
-            raise ConfigError(f"DomainMixing needs a Mixer (e.g. build_component('mixer', 'reward_gap')); got {mixer!r}")
+            raise ConfigError(
+                f"DomainMixing needs a Mixer (e.g. build_component('mixer', 'reward_gap')); got {mixer!r}"
+            )
         self.mixer = mixer
         self.window = check_int("window", window, low=1)
         self.window_unit = check_choice("window_unit", window_unit, WINDOW_UNITS)
@@ -144,7 +152,9 @@ class DomainMixing:
 
     def load_state_dict(self, state: dict) -> None:
         """Restore `state_dict` output; the domains must match those already bound (if any)."""
-        check_state(state, ("domains", "target", "last_update_step", "tracker", "drawn_total", "drawn_recent"), "DomainMixing")
+        check_state(
+            state, ("domains", "target", "last_update_step", "tracker", "drawn_total", "drawn_recent"), "DomainMixing"
+        )
         if state["domains"] is None:
             return
         domains = check_domains(state["domains"], "saved mix domains")
@@ -152,14 +162,21 @@ class DomainMixing:
         if not isinstance(target, Mapping) or sorted(target) != sorted(domains):
             raise StateError(f"DomainMixing state: 'target' must map each of {domains} to a proportion; got {target!r}")
         if not isinstance(drawn_total, Mapping) or sorted(drawn_total) != sorted(domains):
-            raise StateError(f"DomainMixing state: 'drawn_total' must map each of {domains} to a count; got {drawn_total!r}")
-        if not isinstance(state["drawn_recent"], (list, tuple)) or not all(isinstance(d, Mapping) for d in state["drawn_recent"]):
-            raise StateError(f"DomainMixing state: 'drawn_recent' must be a list of {{domain: count}} dicts; got {state['drawn_recent']!r}")
+            raise StateError(
+                f"DomainMixing state: 'drawn_total' must map each of {domains} to a count; got {drawn_total!r}"
+            )
+        if not isinstance(state["drawn_recent"], (list, tuple)) or not all(
+            isinstance(d, Mapping) for d in state["drawn_recent"]
+        ):
+            raise StateError(
+                f"DomainMixing state: 'drawn_recent' must be a list of {{domain: count}} dicts; "
+                f"got {state['drawn_recent']!r}"
+            )
         self.bind(domains)
         self.tracker.load_state_dict(state["tracker"])
         self.target = {d: float(target[d]) for d in domains}
         self.last_update_step = None if state["last_update_step"] is None else int(state["last_update_step"])
         self.drawn_total = {d: int(drawn_total[d]) for d in domains}
-        self.drawn_recent = deque(({d: int(c) for d, c in draw.items()} for draw in state["drawn_recent"]),
-                                  maxlen=RECENT_DRAWS)
-
+        self.drawn_recent = deque(
+            ({d: int(c) for d, c in draw.items()} for draw in state["drawn_recent"]), maxlen=RECENT_DRAWS
+        )

@@ -47,15 +47,19 @@ def check_raw_proportions(raw, mixer: str, domains: Sequence[str]) -> torch.Tens
     """
     q = torch.as_tensor(raw, dtype=torch.float64)
     if q.shape != (len(domains),):
-        raise ComponentError(f"mixer {mixer!r}: raw_proportions returned shape {tuple(q.shape)}; it must return one "
-                             f"value per domain, ({len(domains)},) in the order {list(domains)}")
+        raise ComponentError(
+            f"mixer {mixer!r}: raw_proportions returned shape {tuple(q.shape)}; it must return one "
+            f"value per domain, ({len(domains)},) in the order {list(domains)}"
+        )
     bad = ~torch.isfinite(q) | (q < 0)
     if bool(bad.any()) or not float(q.sum()) > 0:
         values = {d: float(v) for d, v in zip(domains, q.tolist())}
         what = "negative or not finite" if bool(bad.any()) else "all 0"
-        raise ComponentError(f"mixer {mixer!r}: raw_proportions returned {values}, {what}; a mixer's raw proportions "
-                             "must be finite, >= 0 and not all 0 (fill_unobserved gives never-observed domains a "
-                             "value; a softmax makes any finite value positive)")
+        raise ComponentError(
+            f"mixer {mixer!r}: raw_proportions returned {values}, {what}; a mixer's raw proportions "
+            "must be finite, >= 0 and not all 0 (fill_unobserved gives never-observed domains a "
+            "value; a softmax makes any finite value positive)"
+        )
     return q
 
 
@@ -68,11 +72,11 @@ class Mixer(Component):
 
     ``raw_proportions(self, tracker: DomainTracker) -> torch.Tensor``: ``(K,)`` finite values
     >= 0, not all 0, one per domain in ``self.domains`` order (which is ``tracker.domains``);
-    they are normalised to sum 1 and floored (other values are refused with a `ComponentError`). The tracker's per-domain statistics
-    (``mean_reward()``, ``mean_abs_advantage()``, ``mean_group_variance()``, ``reward_slope()``,
-    ``total_count``) are ``(K,)`` tensors, NaN for a domain not observed yet (see
-    `fill_unobserved`); the tracker already leaves non-finite rewards out. A domain's proportion
-    must depend on its statistics, not on its position in the domain list.
+    they are normalised to sum 1 and floored (other values are refused with a `ComponentError`). The
+    tracker's per-domain statistics (``mean_reward()``, ``mean_abs_advantage()``,
+    ``mean_group_variance()``, ``reward_slope()``, ``total_count``) are ``(K,)`` tensors, NaN for a
+    domain not observed yet (see `fill_unobserved`); the tracker already leaves non-finite rewards
+    out. A domain's proportion must depend on its statistics, not on its position in the domain list.
 
     ``__init__`` takes ``domains: Sequence[str] | None = None`` and ``floor: float`` (plus the
     rule's own parameters, set before calling ``super().__init__(domains, floor)``, since that may
@@ -142,14 +146,26 @@ class StaticMixer(Mixer):
             keeps the given proportions as they are.
     """
 
-    def __init__(self, domains: Sequence[str] | None = None,
-                 proportions: dict[str, float] | Sequence[float] | None = None, floor: float = 0.0):
-        if proportions is not None and not isinstance(proportions, Mapping) and (
-                isinstance(proportions, str) or not hasattr(proportions, "__len__")):
-            raise ConfigError(f"static mixer 'proportions' must be a mapping {{domain: p}} or a list in domain order; "
-                              f"got {proportions!r}")
-        self.fixed = None if proportions is None else (
-            dict(proportions) if isinstance(proportions, Mapping) else list(proportions))
+    def __init__(
+        self,
+        domains: Sequence[str] | None = None,
+        proportions: dict[str, float] | Sequence[float] | None = None,
+        floor: float = 0.0,
+    ):
+        if (
+            proportions is not None
+            and not isinstance(proportions, Mapping)
+            and (isinstance(proportions, str) or not hasattr(proportions, "__len__"))
+        ):
+            raise ConfigError(
+                f"static mixer 'proportions' must be a mapping {{domain: p}} or a list in domain order; "
+                f"got {proportions!r}"
+            )
+        self.fixed = (
+            None
+            if proportions is None
+            else (dict(proportions) if isinstance(proportions, Mapping) else list(proportions))
+        )
         super().__init__(domains, floor)
 
     def bind(self, domains):
@@ -222,7 +238,9 @@ class DumpUCBMixer(SoftmaxMixer):
         c: weight >= 0 of the UCB exploration bonus; 0 ranks domains by U_d alone.
     """
 
-    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, c: float = 0.1, floor: float = 0.05):
+    def __init__(
+        self, domains: Sequence[str] | None = None, temperature: float = 0.1, c: float = 0.1, floor: float = 0.05
+    ):
         self.c = check_number("c", c, low=0.0)
         super().__init__(domains, temperature, floor)
 
@@ -245,7 +263,9 @@ class TSCLMixer(SoftmaxMixer):
             max(slope_d, 0) (only improving domains).
     """
 
-    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.01, floor: float = 0.05, signed: bool = False):
+    def __init__(
+        self, domains: Sequence[str] | None = None, temperature: float = 0.01, floor: float = 0.05, signed: bool = False
+    ):
         self.signed = check_bool("signed", signed)
         super().__init__(domains, temperature, floor)
 

@@ -68,11 +68,15 @@ class DomainTracker:
         labels, codes = batch.domain_codes()  # without domains: every row in NO_DOMAIN
         unknown = [label for label in labels if label not in self._index]
         if unknown and batch.domains is None:
-            raise BatchError(f"DomainTracker.update needs RolloutBatch.domains (one label per response): a batch "
-                             f"without them is domain {NO_DOMAIN!r}, which is not one of the tracker's domains "
-                             f"{self.domains}")
+            raise BatchError(
+                f"DomainTracker.update needs RolloutBatch.domains (one label per response): a batch "
+                f"without them is domain {NO_DOMAIN!r}, which is not one of the tracker's domains "
+                f"{self.domains}"
+            )
         if unknown:
-            raise BatchError(f"batch has domain(s) {unknown} that the tracker does not know; known domains: {self.domains}")
+            raise BatchError(
+                f"batch has domain(s) {unknown} that the tracker does not know; known domains: {self.domains}"
+            )
         to_tracker = np.array([self._index[label] for label in labels], dtype=np.int64)
         k = len(self.domains)
         identity = to_tracker.shape[0] == k and bool(np.all(to_tracker == np.arange(k)))
@@ -92,7 +96,9 @@ class DomainTracker:
                 # NaN in padding must not void a row: recompute only the affected rows with padding zeroed.
                 rows = bad.nonzero().squeeze(1)
                 sub_mask = mask[rows].bool()
-                clean = torch.where(sub_mask, advantages[rows], torch.zeros((), dtype=advantages.dtype, device=advantages.device))
+                clean = torch.where(
+                    sub_mask, advantages[rows], torch.zeros((), dtype=advantages.dtype, device=advantages.device)
+                )
                 magnitude = magnitude.index_put((rows,), advantage_magnitude(clean, sub_mask).to(magnitude.dtype))
             magnitude = magnitude.to("cpu", torch.float64).numpy()
             finite &= np.isfinite(magnitude)
@@ -114,8 +120,9 @@ class DomainTracker:
         if magnitude is not None:
             sums[:, 2] = np.bincount(domain_index, weights=np.where(finite, magnitude, 0.0), minlength=k)
         if batch.group_ids is not None:
-            variance, group_domain, members, _ = _group_variance(batch.group_ids.detach().cpu().numpy(), clean,
-                                                                 domain_index, weight)
+            variance, group_domain, members, _ = _group_variance(
+                batch.group_ids.detach().cpu().numpy(), clean, domain_index, weight
+            )
             observed = members > 0  # a group with no finite reward is no observation
             sums[:, 3] = np.bincount(group_domain[observed], weights=variance[observed], minlength=k)
             sums[:, 4] = np.bincount(group_domain[observed], minlength=k)
@@ -151,8 +158,12 @@ class DomainTracker:
         if batch.group_ids is not None and n:
             all_finite = bool(finite.all())
             clean = rewards if all_finite else np.where(finite, rewards, 0.0)
-            variance, _, _, row_group = _group_variance(batch.group_ids.detach().cpu().numpy(), clean, domain_index,
-                                                        None if all_finite else finite.astype(np.float64))
+            variance, _, _, row_group = _group_variance(
+                batch.group_ids.detach().cpu().numpy(),
+                clean,
+                domain_index,
+                None if all_finite else finite.astype(np.float64),
+            )
             values[:, 2] = variance[row_group]
         values[:, 3] = step_value
         return domain_index[finite], values[finite]
@@ -179,7 +190,9 @@ class DomainTracker:
     def update_from_sums(self, sums: torch.Tensor, step: int | None = None, sync: bool = True) -> None:
         """Add per-domain sums ``(K, 6)`` (see `batch_sums`), e.g. computed by a host from its own data."""
         if self.window_unit != "steps":
-            raise ConfigError("update_from_sums needs window_unit='steps'; a window of rows needs the rows: call update(batch)")
+            raise ConfigError(
+                "update_from_sums needs window_unit='steps'; a window of rows needs the rows: call update(batch)"
+            )
         sums = sums.to(torch.float64)
         if sync:
             sums = all_reduce_sum(sums)
@@ -245,8 +258,10 @@ class DomainTracker:
     def as_dict(self) -> dict[str, dict[str, float]]:
         """Every statistic per domain, as plain floats (for logs)."""
         stats = {
-            "reward": self.mean_reward(), "abs_advantage": self.mean_abs_advantage(),
-            "group_variance": self.mean_group_variance(), "slope": self.reward_slope(),
+            "reward": self.mean_reward(),
+            "abs_advantage": self.mean_abs_advantage(),
+            "group_variance": self.mean_group_variance(),
+            "slope": self.reward_slope(),
             "samples": self.total_count,
         }
         return {name: {d: float(v[i]) for i, d in enumerate(self.domains)} for name, v in stats.items()}
@@ -256,9 +271,14 @@ class DomainTracker:
     def state_dict(self) -> dict:
         """A copy of the statistics: tensors, ints and strings only (loads with ``torch.load(weights_only=True)``)."""
         return {
-            "domains": list(self.domains), "window": int(self.window), "window_unit": self.window_unit,
-            "updates": int(self.updates), "windows": {k: v.clone() for k, v in self.windows.items()},
-            "filled": self.filled.clone(), "cursor": self.cursor.clone(), "total_count": self.total_count.clone(),
+            "domains": list(self.domains),
+            "window": int(self.window),
+            "window_unit": self.window_unit,
+            "updates": int(self.updates),
+            "windows": {k: v.clone() for k, v in self.windows.items()},
+            "filled": self.filled.clone(),
+            "cursor": self.cursor.clone(),
+            "total_count": self.total_count.clone(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -273,9 +293,14 @@ class DomainTracker:
             )
         k, shape = len(self.domains), (len(self.domains), self.window)
         windows = state["windows"]
-        if not isinstance(windows, dict) or set(windows) != set(_WINDOW_STATS) or any(
-                not isinstance(v, torch.Tensor) or tuple(v.shape) != shape for v in windows.values()):
-            raise StateError(f"DomainTracker state: 'windows' must map {list(_WINDOW_STATS)} to tensors of shape {shape}")
+        if (
+            not isinstance(windows, dict)
+            or set(windows) != set(_WINDOW_STATS)
+            or any(not isinstance(v, torch.Tensor) or tuple(v.shape) != shape for v in windows.values())
+        ):
+            raise StateError(
+                f"DomainTracker state: 'windows' must map {list(_WINDOW_STATS)} to tensors of shape {shape}"
+            )
         for name in ("filled", "cursor", "total_count"):
             if not isinstance(state[name], torch.Tensor) or tuple(state[name].shape) != (k,):
                 raise StateError(f"DomainTracker state: {name!r} must be a tensor of shape ({k},); got {state[name]!r}")
@@ -286,8 +311,9 @@ class DomainTracker:
         self.updates = int(state["updates"])
 
 
-def _group_variance(group_ids: np.ndarray, rewards: np.ndarray, domain_index: np.ndarray,
-                    weight: np.ndarray | None = None):
+def _group_variance(
+    group_ids: np.ndarray, rewards: np.ndarray, domain_index: np.ndarray, weight: np.ndarray | None = None
+):
     """Population reward variance per group over its finite rows.
 
     Returns variance ``(G,)``, each group's domain ``(G,)``, its finite-row count ``(G,)`` and
@@ -298,8 +324,12 @@ def _group_variance(group_ids: np.ndarray, rewards: np.ndarray, domain_index: np
     n = group_ids.shape[0]
     changes = np.flatnonzero(group_ids[1:] != group_ids[:-1])
     size = int(changes[0]) + 1 if changes.size else n
-    if n % size == 0 and changes.size == n // size - 1 and np.all(np.diff(changes) == size) \
-            and np.all(group_ids[changes + 1] > group_ids[changes]):
+    if (
+        n % size == 0
+        and changes.size == n // size - 1
+        and np.all(np.diff(changes) == size)
+        and np.all(group_ids[changes + 1] > group_ids[changes])
+    ):
         blocks = rewards.reshape(-1, size)
         row_group = np.arange(n) // size
         group_domain = domain_index.reshape(-1, size)[:, 0]

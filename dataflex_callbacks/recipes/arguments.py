@@ -1,4 +1,5 @@
-"""Command-line pieces shared by `dataflex run` and `dataflex compare`: one-line errors, and flags generated from `RunOptions`.
+"""Command-line pieces shared by `dataflex run` and `dataflex compare`:
+one-line errors, and flags generated from `RunOptions`.
 
 Each `RunOptions` field becomes one flag (`learning_rate` -> `--learning-rate`) whose type,
 default, choices and help come from the field, so the flags never repeat a default. A bool field
@@ -40,10 +41,13 @@ def _shown(option) -> str:
 
 
 def option_help(option) -> str:
-    """The ``--help`` text of a `RunOptions` field: its help, its default and its paper (argparse-escaped).
+    (
+        """The ``--help`` text of a `RunOptions` field: its help, its default and its paper (argparse-escaped).
 
     An option that is on by default has a ``--no-<name>`` flag, whose help is the field's ``off_help``.
-    """""
+    """
+        ""
+    )
     text = option.metadata["help"]
     if option.default is True:
         text = option.metadata["off_help"]  # the flag is --no-<name>: its help says what turning it off does
@@ -73,8 +77,9 @@ def add_option_arguments(parser, names: Iterable[str]) -> None:
             kind = int if meta["rule"].integer else float
         else:
             kind = str
-        parser.add_argument(flag, dest=name, type=kind, default=option.default, choices=meta.get("choices"),
-                            help=option_help(option))
+        parser.add_argument(
+            flag, dest=name, type=kind, default=option.default, choices=meta.get("choices"), help=option_help(option)
+        )
 
 
 def run_option_names() -> list[str]:

@@ -34,24 +34,36 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="dataflex", description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
 
-    run = commands.add_parser("run", help="GRPO-train a model with a data strategy and write a run folder",
-                              description="GRPO-train a model with a data strategy and write a run folder "
-                                          "(config.json, metrics.jsonl, eval.json, plot.png). Every flag is a "
-                                          "RunOptions field (dataflex_callbacks/recipes/options.py).")
+    run = commands.add_parser(
+        "run",
+        help="GRPO-train a model with a data strategy and write a run folder",
+        description="GRPO-train a model with a data strategy and write a run folder "
+        "(config.json, metrics.jsonl, eval.json, plot.png). Every flag is a "
+        "RunOptions field (dataflex_callbacks/recipes/options.py).",
+    )
     add_option_arguments(run, run_option_names())
 
     listing = commands.add_parser("list", help="print every strategy component and preset with a one-line description")
-    listing.add_argument("--params", action="store_true",
-                         help="also print, under each component, the parameters a config's params: may set, "
-                              "with their defaults and meaning")
+    listing.add_argument(
+        "--params",
+        action="store_true",
+        help="also print, under each component, the parameters a config's params: may set, "
+        "with their defaults and meaning",
+    )
 
-    validate = commands.add_parser("validate", help="check a strategy config file (or a verl config) for the host "
-                                                    "that runs it and print the resolved config")
+    validate = commands.add_parser(
+        "validate",
+        help="check a strategy config file (or a verl config) for the host that runs it and print the resolved config",
+    )
     validate.add_argument("file")
-    validate.add_argument("--host", choices=HOSTS, default=None,
-                          help="check with this host's adapter too, as it builds the strategy (default: verl for a "
-                               "verl config, i.e. a file with trainer:/actor_rollout_ref:/... sections; else the "
-                               "core rules every host applies)")
+    validate.add_argument(
+        "--host",
+        choices=HOSTS,
+        default=None,
+        help="check with this host's adapter too, as it builds the strategy (default: verl for a "
+        "verl config, i.e. a file with trainer:/actor_rollout_ref:/... sections; else the "
+        "core rules every host applies)",
+    )
 
     add_compare_parser(commands)
     return parser
@@ -97,8 +109,14 @@ def _command_list(args) -> int:
             if args.params:
                 for param in component_params(kind, name):
                     default = "(required)" if param.required else f"= {param.default!r}"
-                    print(textwrap.fill(f"{param.name} {default}: {param.help or '(undocumented)'}", width=100,
-                                        initial_indent=" " * 6, subsequent_indent=" " * 10))
+                    print(
+                        textwrap.fill(
+                            f"{param.name} {default}: {param.help or '(undocumented)'}",
+                            width=100,
+                            initial_indent=" " * 6,
+                            subsequent_indent=" " * 10,
+                        )
+                    )
     print("presets:")
     for name, description in list_presets().items():
         print(f"  {name:<24} {description}")

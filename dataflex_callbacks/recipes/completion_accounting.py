@@ -58,8 +58,9 @@ def dynamic_buffer(trainer):
     return None if dynamic is None else dynamic.buffer
 
 
-def signal_accounting(logs: dict, generated: int, num_generations: int, zero_signal_total: int | None,
-                      zero_signal_before: int) -> tuple[int | None, int | None]:
+def signal_accounting(
+    logs: dict, generated: int, num_generations: int, zero_signal_total: int | None, zero_signal_before: int
+) -> tuple[int | None, int | None]:
     """``(trained signal groups, completions in zero-signal groups)`` of one step, from its logs.
 
     Dynamic sampling (`SIGNAL_GROUPS_KEY` logged): the signal groups it trained, and the step's
@@ -122,8 +123,9 @@ def metrics_callback(records: list[dict], domains: list[str], steps: int, progre
                 self.completions += generated - self._scheduled
             self._scheduled = 0
             zero_total = None if self.buffer is None else int(self.buffer.totals["zero_signal_completions"])
-            signal_groups, zero_signal = signal_accounting(logs, generated, int(args.num_generations), zero_total,
-                                                           self._zero_signal_seen)
+            signal_groups, zero_signal = signal_accounting(
+                logs, generated, int(args.num_generations), zero_total, self._zero_signal_seen
+            )
             if zero_total is not None:
                 self._zero_signal_seen = zero_total
             if signal_groups is None or zero_signal is None:
@@ -132,8 +134,12 @@ def metrics_callback(records: list[dict], domains: list[str], steps: int, progre
                 self.signal_groups += signal_groups
                 self.zero_signal_completions += zero_signal
             record = step_record(state.global_step, logs, domains)
-            record.update(completions=self.completions, generated=generated, signal_groups=signal_groups,
-                          zero_signal_completions=zero_signal)
+            record.update(
+                completions=self.completions,
+                generated=generated,
+                signal_groups=signal_groups,
+                zero_signal_completions=zero_signal,
+            )
             records.append(record)
             if self.bar is not None:
                 self.bar.update(record["step"] - self.bar.n)

@@ -61,9 +61,18 @@ def split_numbers(text: str) -> list[float]:
     return [float(part) for part in split_commas(text)]
 
 
-def run_option(default: Any, *, help: str, rule: NumberRule | None = None, choices: tuple[str, ...] | None = None,
-               shown_default: str | None = None, paper: str | None = None, per_run: bool = False,
-               from_text: Callable[[str], Any] | None = None, off_help: str | None = None) -> Any:
+def run_option(
+    default: Any,
+    *,
+    help: str,
+    rule: NumberRule | None = None,
+    choices: tuple[str, ...] | None = None,
+    shown_default: str | None = None,
+    paper: str | None = None,
+    per_run: bool = False,
+    from_text: Callable[[str], Any] | None = None,
+    off_help: str | None = None,
+) -> Any:
     """A `RunOptions` field with everything about it in ``metadata``.
 
     Args:
@@ -80,8 +89,14 @@ def run_option(default: Any, *, help: str, rule: NumberRule | None = None, choic
             shows it, since the flag turns the option off).
     """
     metadata: dict[str, Any] = {"help": help, "per_run": per_run}
-    for key, value in (("rule", rule), ("choices", choices), ("shown_default", shown_default), ("paper", paper),
-                       ("from_text", from_text), ("off_help", off_help)):
+    for key, value in (
+        ("rule", rule),
+        ("choices", choices),
+        ("shown_default", shown_default),
+        ("paper", paper),
+        ("from_text", from_text),
+        ("off_help", off_help),
+    ):
         if value is not None:
             metadata[key] = value
     return field(default=default, metadata=metadata)
@@ -101,91 +116,150 @@ class RunOptions:
     """
 
     strategy: str = run_option(
-        "diffband", per_run=True,
+        "diffband",
+        per_run=True,
         help="the data strategy: a preset name (`dataflex list` shows them), a YAML/JSON strategy file, or 'none' "
-             "for plain GRPO")
-    steps: int | None = run_option(None, rule=_positive_int(optional=True), per_run=True,
-                                   shown_default=f"{SUITE_DEFAULTS['testbed']['steps']} on the testbed, "
-                                                 f"{SUITE_DEFAULTS['toy']['steps']} with --suite toy, --model or "
-                                                 "--dataset",
-                                   help="optimizer steps, one generation batch each")
+        "for plain GRPO",
+    )
+    steps: int | None = run_option(
+        None,
+        rule=_positive_int(optional=True),
+        per_run=True,
+        shown_default=f"{SUITE_DEFAULTS['testbed']['steps']} on the testbed, "
+        f"{SUITE_DEFAULTS['toy']['steps']} with --suite toy, --model or "
+        "--dataset",
+        help="optimizer steps, one generation batch each",
+    )
     seed: int = run_option(
-        0, rule=NumberRule(integer=True, low=0, high=MAX_SEED), per_run=True,
-        help="seeds the task suite, model init, sampling and the noisy reward; same seed, same metrics")
-    output_dir: str | None = run_option(None, per_run=True, shown_default="runs/<strategy>-<timestamp>",
-                                        help="run folder")
+        0,
+        rule=NumberRule(integer=True, low=0, high=MAX_SEED),
+        per_run=True,
+        help="seeds the task suite, model init, sampling and the noisy reward; same seed, same metrics",
+    )
+    output_dir: str | None = run_option(
+        None, per_run=True, shown_default="runs/<strategy>-<timestamp>", help="run folder"
+    )
     overwrite: bool = run_option(False, per_run=True, help="replace the run files of an existing run folder")
     suite: str = run_option(
-        "testbed", choices=SUITES,
+        "testbed",
+        choices=SUITES,
         help="the built-in task suite and model used without --dataset / --model: testbed (a pretrained 1M-parameter "
-             "Qwen2 on graded arithmetic and sorting levels, docs/testbed.md) or toy (a random-initialised 86k-parameter "
-             "model on four toy domains, docs/main_job.md)")
-    model: str | None = run_option(None, shown_default="the suite's built-in model",
-                                   help="hub id or local path of the model, loaded with from_pretrained")
-    dataset: str | None = run_option(None, shown_default="the built-in task suite",
-                                     help="datasets hub name or local jsonl/json/parquet/csv file of prompts")
+        "Qwen2 on graded arithmetic and sorting levels, docs/testbed.md) or toy (a random-initialised 86k-parameter "
+        "model on four toy domains, docs/main_job.md)",
+    )
+    model: str | None = run_option(
+        None,
+        shown_default="the suite's built-in model",
+        help="hub id or local path of the model, loaded with from_pretrained",
+    )
+    dataset: str | None = run_option(
+        None,
+        shown_default="the built-in task suite",
+        help="datasets hub name or local jsonl/json/parquet/csv file of prompts",
+    )
     eval_dataset: str | None = run_option(
-        None, shown_default="--n-test rows held out of --dataset",
-        help="file or hub name of the held-out prompts (same columns as --dataset); then every --dataset row trains")
+        None,
+        shown_default="--n-test rows held out of --dataset",
+        help="file or hub name of the held-out prompts (same columns as --dataset); then every --dataset row trains",
+    )
     prompt_column: str = run_option("prompt", help="column of the dataset holding the prompt")
     answer_column: str = run_option("answer", help="column of the dataset holding the reference answer")
-    domain_key: str | None = run_option(None, shown_default="the 'domain' column if the data has one, else all "
-                                                      "rows in one domain",
-                                        help="column of the dataset holding each row's domain label")
+    domain_key: str | None = run_option(
+        None,
+        shown_default="the 'domain' column if the data has one, else all rows in one domain",
+        help="column of the dataset holding each row's domain label",
+    )
     split: str = run_option("train", help="split of a hub dataset to read")
     verifier: str = run_option(
-        "auto", choices=("auto", "numeric", "exact"),
-        help="how an answer is checked: auto (numeric when every answer is a number, else exact), numeric, exact")
+        "auto",
+        choices=("auto", "numeric", "exact"),
+        help="how an answer is checked: auto (numeric when every answer is a number, else exact), numeric, exact",
+    )
     reward: list | None = run_option(
-        None, from_text=split_commas, shown_default="the built-in verifier (--verifier)",
+        None,
+        from_text=split_commas,
+        shown_default="the built-in verifier (--verifier)",
         help="your TRL reward functions as import paths module:function (comma-separated), each called as "
-             "f(prompts, completions, **columns) -> list[float | None] like GRPOTrainer's reward_funcs; they train "
-             "the model and score the held-out rows (see --reward-threshold). A module is found on sys.path or in "
-             "the current directory")
+        "f(prompts, completions, **columns) -> list[float | None] like GRPOTrainer's reward_funcs; they train "
+        "the model and score the held-out rows (see --reward-threshold). A module is found on sys.path or in "
+        "the current directory",
+    )
     reward_weights: list[float] | None = run_option(
-        None, from_text=split_numbers, shown_default="1 each",
-        help="one weight per --reward function (comma-separated), as GRPOConfig.reward_weights")
+        None,
+        from_text=split_numbers,
+        shown_default="1 each",
+        help="one weight per --reward function (comma-separated), as GRPOConfig.reward_weights",
+    )
     reward_threshold: float = run_option(
-        1.0, rule=NumberRule(integer=False),
+        1.0,
+        rule=NumberRule(integer=False),
         help="with --reward: a held-out completion counts as correct when the first reward function gives it at "
-             "least this value (None counts as wrong)")
+        "least this value (None counts as wrong)",
+    )
     domains: list[str] | None = run_option(
-        None, from_text=split_commas, shown_default="all built-in domains",
-        help="built-in task domains to train on, comma-separated on the command line")
-    n_train: int | None = run_option(None, rule=_positive_int(optional=True),
-                                     shown_default="the testbed's calibrated mix per level (docs/testbed.md); "
-                                                   f"{SUITE_DEFAULTS['toy']['n_train']} per domain with --suite toy",
-                                     help="training prompts per built-in domain")
+        None,
+        from_text=split_commas,
+        shown_default="all built-in domains",
+        help="built-in task domains to train on, comma-separated on the command line",
+    )
+    n_train: int | None = run_option(
+        None,
+        rule=_positive_int(optional=True),
+        shown_default="the testbed's calibrated mix per level (docs/testbed.md); "
+        f"{SUITE_DEFAULTS['toy']['n_train']} per domain with --suite toy",
+        help="training prompts per built-in domain",
+    )
     n_test: int = run_option(
-        50, rule=_positive_int(),
-        help="held-out prompts per built-in domain; with a dataset, rows held out for evaluation")
+        50,
+        rule=_positive_int(),
+        help="held-out prompts per built-in domain; with a dataset, rows held out for evaluation",
+    )
     prompts_per_step: int = run_option(8, rule=_positive_int(), help="distinct prompts per optimizer step")
     num_generations: int = run_option(
-        8, rule=NumberRule(integer=True, low=2), paper="GRPO, DeepSeekMath arXiv 2402.03300",
-        help="completions per prompt, the GRPO group size (at least 2: GRPO compares the responses of one prompt)")
+        8,
+        rule=NumberRule(integer=True, low=2),
+        paper="GRPO, DeepSeekMath arXiv 2402.03300",
+        help="completions per prompt, the GRPO group size (at least 2: GRPO compares the responses of one prompt)",
+    )
     max_completion_length: int | None = run_option(
-        None, rule=_positive_int(optional=True),
+        None,
+        rule=_positive_int(optional=True),
         shown_default=f"{TINY_COMPLETION_TOKENS} for the built-in tiny model, {MODEL_COMPLETION_TOKENS} otherwise",
-        help="tokens generated per completion")
+        help="tokens generated per completion",
+    )
     learning_rate: float | None = run_option(
-        None, rule=NumberRule(integer=False, low=0, open_low=True, optional=True),
+        None,
+        rule=NumberRule(integer=False, low=0, open_low=True, optional=True),
         shown_default=f"{SUITE_DEFAULTS['testbed']['learning_rate']:g} on the testbed (a pretrained model), "
-                      f"{SUITE_DEFAULTS['toy']['learning_rate']:g} with --suite toy, --model or --dataset",
-        help="AdamW learning rate (constant schedule)")
-    temperature: float = run_option(1.0, rule=NumberRule(integer=False, low=0, open_low=True),
-                                    help="sampling temperature during training")
+        f"{SUITE_DEFAULTS['toy']['learning_rate']:g} with --suite toy, --model or --dataset",
+        help="AdamW learning rate (constant schedule)",
+    )
+    temperature: float = run_option(
+        1.0, rule=NumberRule(integer=False, low=0, open_low=True), help="sampling temperature during training"
+    )
     beta: float = run_option(
-        0.0, rule=NumberRule(integer=False, low=0), paper="DAPO arXiv 2503.14476 (no KL term)",
-        help="KL coefficient; 0 drops the reference model, as recent GRPO recipes do")
+        0.0,
+        rule=NumberRule(integer=False, low=0),
+        paper="DAPO arXiv 2503.14476 (no KL term)",
+        help="KL coefficient; 0 drops the reference model, as recent GRPO recipes do",
+    )
     eval_max_new_tokens: int | None = run_option(
-        None, rule=_positive_int(optional=True), shown_default=f"max_completion_length, at least {MIN_EVAL_TOKENS}",
-        help="greedy tokens generated per held-out prompt")
+        None,
+        rule=_positive_int(optional=True),
+        shown_default=f"max_completion_length, at least {MIN_EVAL_TOKENS}",
+        help="greedy tokens generated per held-out prompt",
+    )
     use_vllm: bool = run_option(
         False,
         help="generate with vLLM inside the training process (TRL's use_vllm=True, vllm_mode='colocate'); "
-             "needs vLLM installed (scripts/setup_vllm_env.sh builds a CPU environment)")
-    progress: bool = run_option(True, per_run=True, help="show a progress bar",
-                                off_help="hide the progress bar (shown when this flag is not given)")
+        "needs vLLM installed (scripts/setup_vllm_env.sh builds a CPU environment)",
+    )
+    progress: bool = run_option(
+        True,
+        per_run=True,
+        help="show a progress bar",
+        off_help="hide the progress bar (shown when this flag is not given)",
+    )
 
 
 OPTION_RULES: dict[str, NumberRule] = {f.name: f.metadata["rule"] for f in fields(RunOptions) if "rule" in f.metadata}
@@ -235,7 +309,9 @@ def check_run_options(options: RunOptions, error: type = None) -> None:
         choices = option.metadata.get("choices")
         value = getattr(options, option.name)
         if choices is not None and value not in choices:
-            raise error(f"unknown {option_flag(option.name)} {value!r}; choose {', '.join(choices[:-1])} or {choices[-1]}")
+            raise error(
+                f"unknown {option_flag(option.name)} {value!r}; choose {', '.join(choices[:-1])} or {choices[-1]}"
+            )
     for name in ("prompt_column", "answer_column", "split"):
         value = getattr(options, name)
         if not isinstance(value, str) or not value.strip():
@@ -244,15 +320,19 @@ def check_run_options(options: RunOptions, error: type = None) -> None:
         raise error(f"--domain-key must be a non-empty column name, got {options.domain_key!r}")
     if options.domains is not None:
         if options.dataset is not None:
-            raise error("--domains picks built-in task domains and does nothing with --dataset; leave it out "
-                        "(the data's --domain-key gives the domains)")
+            raise error(
+                "--domains picks built-in task domains and does nothing with --dataset; leave it out "
+                "(the data's --domain-key gives the domains)"
+            )
         bad = [d for d in options.domains if not isinstance(d, str) or not d.strip()]
         if bad or not options.domains:
             raise error(f"--domains must list domain names separated by commas, got {options.domains!r}")
     check_reward_specs(options, error)
     if options.eval_dataset is not None and options.dataset is None:
-        raise error("--eval-dataset holds the held-out prompts of --dataset, and no --dataset is given; pass "
-                    "--dataset too, or leave --eval-dataset out for the built-in suite's held-out prompts")
+        raise error(
+            "--eval-dataset holds the held-out prompts of --dataset, and no --dataset is given; pass "
+            "--dataset too, or leave --eval-dataset out for the built-in suite's held-out prompts"
+        )
     if options.output_dir is not None and not str(options.output_dir).strip():
         raise error("--output-dir must be a folder path, got an empty string")
     if options.use_vllm:
@@ -294,7 +374,6 @@ def eval_tokens(options: RunOptions) -> int:
     return options.eval_max_new_tokens or max(MIN_EVAL_TOKENS, completion_tokens(options))
 
 
-
 REWARD_FORM = "module:function (e.g. my_rewards:correctness, my_rewards.py next to where you run)"
 
 
@@ -314,12 +393,19 @@ def import_reward(spec: str, error: type = None) -> Callable:
     from dataflex_callbacks.registry import import_object
 
     error = error or RunInputError
-    found = import_object(str(spec).strip(), what=f"--reward {spec!r}", error=error, form=REWARD_FORM,
-                          missing="run from the folder that holds it or put that folder on PYTHONPATH",
-                          allow_dot=False)
+    found = import_object(
+        str(spec).strip(),
+        what=f"--reward {spec!r}",
+        error=error,
+        form=REWARD_FORM,
+        missing="run from the folder that holds it or put that folder on PYTHONPATH",
+        allow_dot=False,
+    )
     if not callable(found):
-        raise error(f"--reward {spec!r} is {type(found).__name__!r}, not a function; name a reward function "
-                    f"f(prompts, completions, **columns) -> list[float | None] as {REWARD_FORM}")
+        raise error(
+            f"--reward {spec!r} is {type(found).__name__!r}, not a function; name a reward function "
+            f"f(prompts, completions, **columns) -> list[float | None] as {REWARD_FORM}"
+        )
     return found
 
 
@@ -335,8 +421,10 @@ def resolve_rewards(options: RunOptions, error: type = None) -> list[Callable] |
         elif callable(reward):
             rewards.append(reward)
         else:
-            raise error(f"--reward entry {reward!r} is neither an import path nor a callable; give {REWARD_FORM} "
-                        "or, from Python, the function itself")
+            raise error(
+                f"--reward entry {reward!r} is neither an import path nor a callable; give {REWARD_FORM} "
+                "or, from Python, the function itself"
+            )
     return rewards
 
 
@@ -351,10 +439,13 @@ def check_reward_specs(options: RunOptions, error: type = None) -> None:
     if options.reward_weights is None:
         return
     if rewards is None:
-        raise error("--reward-weights weighs --reward functions, and none is given; pass --reward or leave the "
-                    "weights out")
+        raise error(
+            "--reward-weights weighs --reward functions, and none is given; pass --reward or leave the weights out"
+        )
     if len(options.reward_weights) != len(rewards):
-        raise error(f"--reward-weights has {len(options.reward_weights)} weight(s) for {len(rewards)} --reward "
-                    f"function(s) ({', '.join(reward_name(r) for r in options.reward)}); give one weight per function")
+        raise error(
+            f"--reward-weights has {len(options.reward_weights)} weight(s) for {len(rewards)} --reward "
+            f"function(s) ({', '.join(reward_name(r) for r in options.reward)}); give one weight per function"
+        )
     for weight in options.reward_weights:
         check_option_number("--reward-weights", weight, NumberRule(integer=False), error)

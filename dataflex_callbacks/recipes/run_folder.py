@@ -12,7 +12,6 @@ RUN_FILES = ("config.json", "metrics.jsonl", "eval.json", "plot.png")
 TRAINER_FOLDER = "trainer"  # the trainer's scratch folder inside the run folder, removed after training
 
 
-
 def resolve_output_dir(options: RunOptions) -> str:
     """Return the run folder, refusing a path that cannot be a folder, or one that holds a run unless `overwrite`."""
     if options.output_dir:
@@ -24,7 +23,9 @@ def resolve_output_dir(options: RunOptions) -> str:
     check_folder_path(path)
     existing = [name for name in RUN_FILES if os.path.exists(os.path.join(path, name))]
     if existing and not options.overwrite:
-        raise RunInputError(f"{path!r} already holds a run ({', '.join(existing)}); pass --overwrite or another --output-dir")
+        raise RunInputError(
+            f"{path!r} already holds a run ({', '.join(existing)}); pass --overwrite or another --output-dir"
+        )
     return path
 
 
@@ -37,7 +38,9 @@ def check_folder_path(path: str, flag: str = "--output-dir", error: type = None)
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
     if not os.path.isdir(parent):
-        raise error(f"{flag} {path!r} cannot be created: {parent!r} is a file; choose a path under a folder with {flag}")
+        raise error(
+            f"{flag} {path!r} cannot be created: {parent!r} is a file; choose a path under a folder with {flag}"
+        )
 
 
 class OutputFolder:
@@ -75,8 +78,10 @@ class OutputFolder:
             self.created = top if top is not None and os.path.isdir(top) else None
             self.discard()
             reason = failure.strerror or type(failure).__name__
-            raise self.error(f"cannot write to {self.flag} {self.path!r} ({reason}); choose a folder you can write to "
-                             f"with {self.flag}") from None
+            raise self.error(
+                f"cannot write to {self.flag} {self.path!r} ({reason}); choose a folder you can write to "
+                f"with {self.flag}"
+            ) from None
         return self
 
     def discard(self) -> None:
@@ -91,7 +96,6 @@ class OutputFolder:
                 shutil.rmtree(target, ignore_errors=True)
             elif os.path.exists(target):
                 os.remove(target)
-
 
 
 def write_plot(path: str, metrics: list[dict], domains: list[str]) -> None:
@@ -120,9 +124,16 @@ def write_plot(path: str, metrics: list[dict], domains: list[str]) -> None:
             color = f"C{index}"
             target = [m.get(f"dataflex/mix/target/{domain}") for m in metrics]
             actual = [m.get(f"dataflex/mix/actual/{domain}", m.get(f"mix/actual/{domain}")) for m in metrics]
-            axes[2].plot(steps, [float("nan") if v is None else v for v in actual], color=color, label=f"{domain} actual")
-            axes[2].plot(steps, [float("nan") if v is None else v for v in target], color=color, linestyle="--",
-                         label=f"{domain} target")
+            axes[2].plot(
+                steps, [float("nan") if v is None else v for v in actual], color=color, label=f"{domain} actual"
+            )
+            axes[2].plot(
+                steps,
+                [float("nan") if v is None else v for v in target],
+                color=color,
+                linestyle="--",
+                label=f"{domain} target",
+            )
         axes[2].set(title="domain proportions: target (--) and actual", xlabel="step", ylim=(0, 1))
     else:
         shares = [[m.get(f"mix/actual/{d}") or 0.0 for m in metrics] for d in domains]

@@ -25,12 +25,28 @@ from typing import Any, NamedTuple
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
 
-from .completion_accounting import (GENERATED_KEY, SIGNAL_GROUPS_KEY, ZERO_STD_KEY, dynamic_buffer,  # noqa: F401
-                                    metrics_callback, scheduled_completions, signal_accounting)
-from .options import (RunInputError, RunOptions, check_run_options, completion_tokens, eval_tokens,  # noqa: F401
-                      resolve_rewards, reward_name, with_suite_defaults)
-from .run_folder import (RUN_FILES, TRAINER_FOLDER, OutputFolder, check_folder_path,  # noqa: F401
-                         resolve_output_dir, write_plot)
+from .completion_accounting import (
+    dynamic_buffer,  # noqa: F401
+    metrics_callback,
+)
+from .options import (
+    RunInputError,
+    RunOptions,
+    check_run_options,
+    completion_tokens,
+    eval_tokens,  # noqa: F401
+    resolve_rewards,
+    reward_name,
+    with_suite_defaults,
+)
+from .run_folder import (
+    RUN_FILES,
+    TRAINER_FOLDER,
+    OutputFolder,
+    check_folder_path,  # noqa: F401
+    resolve_output_dir,
+    write_plot,
+)
 
 NO_STRATEGY = ("none",)
 
@@ -69,7 +85,6 @@ def resolve_strategy(spec: str):
         raise RunInputError(f"invalid strategy {spec!r}: {message}") from error
 
 
-
 def first_line(error: BaseException) -> str:
     """One line for the user: the message of the innermost cause (libraries often wrap the real reason)."""
     seen = set()
@@ -102,8 +117,9 @@ def load_data(options: RunOptions) -> RunData:
         return testbed_data(options)
     if options.dataset is None:
         try:
-            suite = tasks.load_task_suite(seed=options.seed, n_train=options.n_train, n_test=options.n_test,
-                                          domains=options.domains)
+            suite = tasks.load_task_suite(
+                seed=options.seed, n_train=options.n_train, n_test=options.n_test, domains=options.domains
+            )
         except ValueError as error:
             raise RunInputError(str(error)) from error
         return RunData(suite["train"], suite["test"], {"verifier": "exact", "builtin_domains": True}, None)
@@ -111,8 +127,11 @@ def load_data(options: RunOptions) -> RunData:
     def load(name):
         try:
             dataset, column = load_prompt_table(
-                name, prompt_column=options.prompt_column, answer_column=options.answer_column,
-                domain_key=options.domain_key, split=options.split,
+                name,
+                prompt_column=options.prompt_column,
+                answer_column=options.answer_column,
+                domain_key=options.domain_key,
+                split=options.split,
             )
             columns_used[name] = column
             return dataset
@@ -143,8 +162,9 @@ def load_data(options: RunOptions) -> RunData:
         sources.append((options.eval_dataset, list(held_out["answer"])))
     verifier = options.verifier
     if verifier == "auto":
-        verifier = "numeric" if all(tasks.answer_is_readable(a, "numeric") for _, rows in sources for a in rows) \
-            else "exact"
+        verifier = (
+            "numeric" if all(tasks.answer_is_readable(a, "numeric") for _, rows in sources for a in rows) else "exact"
+        )
     for name, answers in sources:
         unreadable = [i for i, a in enumerate(answers) if not tasks.answer_is_readable(a, verifier)]
         if unreadable:
@@ -167,14 +187,21 @@ def testbed_data(options: RunOptions) -> RunData:
     levels = list(testbed.LEVELS) if options.domains is None else list(options.domains)
     unknown = [name for name in levels if name not in testbed.LEVELS]
     if unknown:
-        raise RunInputError(f"unknown testbed level(s) {unknown} in --domains; the levels are "
-                            f"{', '.join(testbed.LEVELS)} (--suite toy has the domains echo, digit, code, coin)")
+        raise RunInputError(
+            f"unknown testbed level(s) {unknown} in --domains; the levels are "
+            f"{', '.join(testbed.LEVELS)} (--suite toy has the domains echo, digit, code, coin)"
+        )
     per_level = {name: testbed.TRAIN_ROWS[name] for name in levels} if options.n_train is None else options.n_train
 
     def table(rows):
-        return Dataset.from_dict({"prompt": [r["prompt"] for r in rows], "answer": [r["answer"] for r in rows],
-                                  "domain": [r["domain"] for r in rows],
-                                  "prompt_key": [prompt_key(r["domain"], r["prompt"]) for r in rows]})
+        return Dataset.from_dict(
+            {
+                "prompt": [r["prompt"] for r in rows],
+                "answer": [r["answer"] for r in rows],
+                "domain": [r["domain"] for r in rows],
+                "prompt_key": [prompt_key(r["domain"], r["prompt"]) for r in rows],
+            }
+        )
 
     train = testbed.testbed_dataset(options.seed, "train", per_level, levels=levels)
     test = testbed.testbed_dataset(options.seed, "eval", options.n_test, levels=levels)
@@ -193,8 +220,10 @@ def data_line(options: RunOptions, data: RunData, command: str = "dataflex run")
         return f"{command}: data: the built-in {options.suite} suite ({sizes}); domains: {domains}"
     column = data.domain_key
     if column is None:
-        where = (f"domains: one ({NO_DOMAIN!r}): {options.dataset} has no {DEFAULT_DOMAIN_KEY!r} column "
-                 "(--domain-key names the column holding each row's domain)")
+        where = (
+            f"domains: one ({NO_DOMAIN!r}): {options.dataset} has no {DEFAULT_DOMAIN_KEY!r} column "
+            "(--domain-key names the column holding each row's domain)"
+        )
     else:
         where = f"domains (column {column!r}): {domains}"
     return f"{command}: data: {options.dataset} ({sizes}); {where}"
@@ -221,8 +250,11 @@ def check_trainable(options: RunOptions, strategy, train, error: type = None) ->
             )
         usable = sum(1 for d in row_domains if d in set(mixed))
     if usable < options.prompts_per_step:
-        more = ("raise --n-train (prompts per built-in domain)" if options.dataset is None
-                else f"add rows to the dataset ({options.dataset!r}; some rows are held out for evaluation: --n-test)")
+        more = (
+            "raise --n-train (prompts per built-in domain)"
+            if options.dataset is None
+            else f"add rows to the dataset ({options.dataset!r}; some rows are held out for evaluation: --n-test)"
+        )
         raise error(
             f"the training data has {usable} usable row(s) but one optimizer step needs {options.prompts_per_step} "
             f"distinct prompts (--prompts-per-step), so the run would train nothing; {more}, "
@@ -310,17 +342,23 @@ def reward_accuracy(model, tokenizer, dataset, reward, threshold: float, max_new
 
     prompts = list(dataset["prompt"])
     texts = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens)
-    completions = [text if isinstance(prompt, str) else [{"role": "assistant", "content": text}]
-                   for prompt, text in zip(prompts, texts)]
+    completions = [
+        text if isinstance(prompt, str) else [{"role": "assistant", "content": text}]
+        for prompt, text in zip(prompts, texts)
+    ]
     columns = {name: list(dataset[name]) for name in dataset.column_names if name != "prompt"}
     values = list(reward(prompts=prompts, completions=completions, **columns))
     if len(values) != len(prompts):
-        raise RunInputError(f"reward {reward_name(reward)!r} returned {len(values)} value(s) for {len(prompts)} "
-                            "completions; return one float (or None) per completion")
+        raise RunInputError(
+            f"reward {reward_name(reward)!r} returned {len(values)} value(s) for {len(prompts)} "
+            "completions; return one float (or None) per completion"
+        )
     correct = [value is not None and float(value) >= threshold for value in values]
     domains = [str(d) for d in columns.get("domain", [NO_DOMAIN] * len(prompts))]
-    result = {name: sum(c for c, d in zip(correct, domains) if d == name) / domains.count(name)
-              for name in sorted(set(domains))}
+    result = {
+        name: sum(c for c, d in zip(correct, domains) if d == name) / domains.count(name)
+        for name in sorted(set(domains))
+    }
     result["overall"] = sum(correct) / len(correct) if correct else 0.0
     return result
 
@@ -335,14 +373,16 @@ def held_out_scorer(options: RunOptions, test, reward_settings: dict):
 
     rewards = resolve_rewards(options)
     if rewards is not None:
+
         def score(model, tokenizer):
-            return reward_accuracy(model, tokenizer, test, rewards[0], options.reward_threshold,
-                                   eval_tokens(options))
+            return reward_accuracy(model, tokenizer, test, rewards[0], options.reward_threshold, eval_tokens(options))
+
         return score
     eval_settings = dict(max_new_tokens=eval_tokens(options), seed=options.seed, **reward_settings)
 
     def score(model, tokenizer):
         return tasks.evaluate(model, tokenizer, test, **eval_settings)
+
     return score
 
 
@@ -354,8 +394,14 @@ def make_trainer(model, tokenizer, reward_fn, train_dataset, args, strategy, cal
     if strategy is None:
         from trl import GRPOTrainer
 
-        return GRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=train_dataset,
-                           processing_class=tokenizer, callbacks=callbacks)
+        return GRPOTrainer(
+            model=model,
+            reward_funcs=reward_fn,
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+        )
     try:
         from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
     except ImportError:
@@ -366,11 +412,17 @@ def make_trainer(model, tokenizer, reward_fn, train_dataset, args, strategy, cal
     from dataflex_callbacks.errors import DataFlexError
 
     try:
-        return DataFlexGRPOTrainer(model=model, reward_funcs=reward_fn, args=args, train_dataset=train_dataset,
-                                   processing_class=tokenizer, callbacks=callbacks, strategy=strategy)
+        return DataFlexGRPOTrainer(
+            model=model,
+            reward_funcs=reward_fn,
+            args=args,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
+            callbacks=callbacks,
+            strategy=strategy,
+        )
     except DataFlexError as error:  # the strategy does not fit this data (a domain column, a mix domain, ...)
         raise RunInputError(str(error).strip().splitlines()[0]) from error
-
 
 
 def _versions() -> dict:
@@ -512,8 +564,10 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     shutil.rmtree(trainer_dir, ignore_errors=True)
 
     config = {
-        "options": {**dataclasses.asdict(options),
-                    "reward": None if options.reward is None else [reward_name(r) for r in options.reward]},
+        "options": {
+            **dataclasses.asdict(options),
+            "reward": None if options.reward is None else [reward_name(r) for r in options.reward],
+        },
         "output_dir": output_dir,
         "strategy": None if strategy is None else strategy.config.to_dict(),
         "model": model_description,
@@ -526,9 +580,13 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         "signal_groups_trained": callback.signal_groups if callback.signal_counted else None,
         "zero_signal_completions": callback.zero_signal_completions if callback.signal_counted else None,
         "verifier": reward_settings["verifier"],
-        "reward": None if user_rewards is None else {
-            "functions": [reward_name(r) for r in options.reward], "weights": options.reward_weights,
-            "held_out_rule": f"first reward >= {options.reward_threshold}"},
+        "reward": None
+        if user_rewards is None
+        else {
+            "functions": [reward_name(r) for r in options.reward],
+            "weights": options.reward_weights,
+            "held_out_rule": f"first reward >= {options.reward_threshold}",
+        },
         "trainer": {
             "class": type(trainer).__name__,
             "per_device_train_batch_size": args.per_device_train_batch_size,
@@ -553,5 +611,12 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     with open(files["eval.json"], "w") as handle:
         json.dump({"before": eval_before, "after": eval_after}, handle, indent=2, sort_keys=True)
     write_plot(files["plot.png"], records, domains)
-    return RunResult(output_dir=output_dir, config=config, metrics=records, eval_before=eval_before,
-                     eval_after=eval_after, wall_seconds=time.perf_counter() - started, files=files)
+    return RunResult(
+        output_dir=output_dir,
+        config=config,
+        metrics=records,
+        eval_before=eval_before,
+        eval_after=eval_after,
+        wall_seconds=time.perf_counter() - started,
+        files=files,
+    )

@@ -42,9 +42,14 @@ DEFAULT_MODEL_CONFIG = dict(
 )
 
 
-def build_tiny_tokenizer(characters=CHARACTERS, special_tokens=SPECIAL_TOKENS, chat_template=CHAT_TEMPLATE,
-                         model_max_length=DEFAULT_MODEL_CONFIG["max_position_embeddings"], unknown: str = "?",
-                         **token_roles):
+def build_tiny_tokenizer(
+    characters=CHARACTERS,
+    special_tokens=SPECIAL_TOKENS,
+    chat_template=CHAT_TEMPLATE,
+    model_max_length=DEFAULT_MODEL_CONFIG["max_position_embeddings"],
+    unknown: str = "?",
+    **token_roles,
+):
     """Build the character-level tokenizer: one token per character, ids stable across calls.
 
     Returns a `transformers.PreTrainedTokenizerFast` with pad/eos/bos special tokens, left
@@ -68,8 +73,11 @@ def build_tiny_tokenizer(characters=CHARACTERS, special_tokens=SPECIAL_TOKENS, c
     from dataflex_callbacks.errors import ParamError
 
     if unknown not in characters:
-        raise ParamError(f"build_tiny_tokenizer: unknown={unknown!r} is not in the alphabet {''.join(characters)!r}; "
-                         "it stands for every character outside it, so choose one of those characters", "unknown")
+        raise ParamError(
+            f"build_tiny_tokenizer: unknown={unknown!r} is not in the alphabet {''.join(characters)!r}; "
+            "it stands for every character outside it, so choose one of those characters",
+            "unknown",
+        )
 
     # Byte-level symbols (space is "Ġ") and a merge-free BPE: this is exactly the form
     # `AutoTokenizer` rebuilds for a saved qwen2 model (Qwen2Tokenizer), so a saved and
@@ -93,10 +101,14 @@ def build_tiny_tokenizer(characters=CHARACTERS, special_tokens=SPECIAL_TOKENS, c
 
 
 def _alphabet_mapping(characters, unknown: str, normalizers, Regex):
-    """A `tokenizers` normalizer: uppercase letters to their lowercase where only that is in ``characters``, anything else outside them to ``unknown``."""
+    """A `tokenizers` normalizer: uppercase letters to their lowercase where only that is in ``characters``,
+    anything else outside them to ``unknown``."""
     alphabet = set(characters)
-    steps = [normalizers.Replace(upper, upper.lower()) for upper in sorted({c.upper() for c in alphabet})
-             if upper not in alphabet and upper.lower() in alphabet and len(upper) == 1]
+    steps = [
+        normalizers.Replace(upper, upper.lower())
+        for upper in sorted({c.upper() for c in alphabet})
+        if upper not in alphabet and upper.lower() in alphabet and len(upper) == 1
+    ]
     outside = "[^" + "".join("\\" + c if c in "\\]^-[" else c for c in sorted(alphabet)) + "]"
     steps.append(normalizers.Replace(Regex(outside), unknown))
     return normalizers.Sequence(steps)

@@ -84,15 +84,22 @@ def _verl(path: str, config: Any):
 
     if not isinstance(config, dict) or "dataflex" not in config:
         if host_of(config) == "verl":
-            raise ConfigError("the verl config has no 'dataflex:' block, so DataFlexPPOTrainer would train without a "
-                              "strategy; add one, e.g. 'dataflex: {strategy: difffilter}'")
+            raise ConfigError(
+                "the verl config has no 'dataflex:' block, so DataFlexPPOTrainer would train without a "
+                "strategy; add one, e.g. 'dataflex: {strategy: difffilter}'"
+            )
         config = {"dataflex": {"strategy": os.path.abspath(path)}}  # a strategy file, as dataflex.strategy names it
     strategy, _ = check_verl_config(config)
     return strategy
 
 
 _BUILDERS: dict[str | None, Callable[[str, Any], Any]] = {
-    None: _core, "trl": _trl, "trl-rloo": _trl_rloo, "lightning": _lightning, "verl": _verl}
+    None: _core,
+    "trl": _trl,
+    "trl-rloo": _trl_rloo,
+    "lightning": _lightning,
+    "verl": _verl,
+}
 
 
 def read_for_host(path: str, host: str | None = None) -> tuple[Any, str | None]:
@@ -113,5 +120,7 @@ def build_for_host(path: str, config: Any, host: str | None):
     except ImportError as error:
         if host is None:
             raise
-        raise ConfigError(f"checking for {host} needs its adapter's libraries ({error}); install "
-                          f"'dataflex-callbacks[{_EXTRA[host]}]' or validate with another --host") from error
+        raise ConfigError(
+            f"checking for {host} needs its adapter's libraries ({error}); install "
+            f"'dataflex-callbacks[{_EXTRA[host]}]' or validate with another --host"
+        ) from error

@@ -24,8 +24,20 @@ pre-rollout filter, the tracker and the metrics record a batch without ``domains
 what a filter learns from that data is what the sampler asks it about.
 """
 
-_FIELDS = ("rewards", "group_ids", "completion_mask", "advantages", "logprobs", "entropies", "domains", "prompt_keys",
-           "completion_ids", "policy_versions", "trainer_version")
+ROLLOUT_FIELDS = (
+    "rewards",
+    "group_ids",
+    "completion_mask",
+    "advantages",
+    "logprobs",
+    "entropies",
+    "domains",
+    "prompt_keys",
+    "completion_ids",
+    "policy_versions",
+    "trainer_version",
+)
+"""Every `RolloutBatch` field, in its order."""
 
 
 @dataclass(eq=False)
@@ -72,11 +84,15 @@ class RolloutBatch:
 
     def __post_init__(self) -> None:
         if not isinstance(self.rewards, torch.Tensor):
-            raise BatchError(f"RolloutBatch.rewards must be a torch.Tensor of shape (N,); got {type(self.rewards).__name__}")
+            raise BatchError(
+                f"RolloutBatch.rewards must be a torch.Tensor of shape (N,); got {type(self.rewards).__name__}"
+            )
         if self.rewards.dim() != 1:
             raise BatchError(f"RolloutBatch.rewards must have shape (N,); got {tuple(self.rewards.shape)}")
         if not self.rewards.is_floating_point():
-            raise BatchError(f"RolloutBatch.rewards must be a float tensor; got dtype {self.rewards.dtype}. Use rewards.float().")
+            raise BatchError(
+                f"RolloutBatch.rewards must be a float tensor; got dtype {self.rewards.dtype}. Use rewards.float()."
+            )
         n = self.rewards.shape[0]
         device = self.rewards.device
         length = None
@@ -85,7 +101,10 @@ class RolloutBatch:
             if not isinstance(value, torch.Tensor):
                 raise BatchError(f"RolloutBatch.{name} must be a torch.Tensor; got {type(value).__name__}")
             if value.device != device:
-                raise BatchError(f"RolloutBatch.{name} is on {value.device} but rewards are on {device}; move every field to one device")
+                raise BatchError(
+                    f"RolloutBatch.{name} is on {value.device} but rewards are on {device}; "
+                    "move every field to one device"
+                )
             if value.dim() not in allowed_dims or value.shape[0] != n:
                 want = " or ".join("(N,)" if d == 1 else "(N, L)" for d in allowed_dims)
                 raise BatchError(f"RolloutBatch.{name} must have shape {want} with N={n}; got {tuple(value.shape)}")
@@ -114,10 +133,14 @@ class RolloutBatch:
         if self.completion_ids is not None:
             check_tensor("completion_ids", self.completion_ids, (2,))
             if self.completion_ids.is_floating_point() or self.completion_ids.dtype == torch.bool:
-                raise BatchError(f"RolloutBatch.completion_ids must be an integer tensor; got dtype {self.completion_ids.dtype}")
+                raise BatchError(
+                    f"RolloutBatch.completion_ids must be an integer tensor; got dtype {self.completion_ids.dtype}"
+                )
             if length is not None and self.completion_ids.shape[1] != length:
-                raise BatchError(f"RolloutBatch.completion_ids has L={self.completion_ids.shape[1]} tokens but other "
-                                 f"token fields have L={length}")
+                raise BatchError(
+                    f"RolloutBatch.completion_ids has L={self.completion_ids.shape[1]} tokens but other "
+                    f"token fields have L={length}"
+                )
         self._check_versions(check_tensor)
         for name in ("domains", "prompt_keys"):
             value = getattr(self, name)
@@ -136,21 +159,28 @@ class RolloutBatch:
         version = self.trainer_version
         if version is not None:
             if isinstance(version, bool) or not isinstance(version, (int, np.integer)) or version < 0:
-                raise BatchError(f"RolloutBatch.trainer_version must be an int >= 0 (the trainer's policy version); "
-                                 f"got {version!r}")
+                raise BatchError(
+                    f"RolloutBatch.trainer_version must be an int >= 0 (the trainer's policy version); got {version!r}"
+                )
             self.trainer_version = int(version)
         if self.policy_versions is None:
             return
         check_tensor("policy_versions", self.policy_versions, (1,))
         if self.policy_versions.is_floating_point() or self.policy_versions.dtype == torch.bool:
-            raise BatchError(f"RolloutBatch.policy_versions must be an integer tensor; got dtype {self.policy_versions.dtype}")
+            raise BatchError(
+                f"RolloutBatch.policy_versions must be an integer tensor; got dtype {self.policy_versions.dtype}"
+            )
         if version is None:
-            raise BatchError("RolloutBatch.policy_versions needs trainer_version= (the trainer's policy version now), "
-                             "so that staleness = trainer_version - policy_versions is defined")
+            raise BatchError(
+                "RolloutBatch.policy_versions needs trainer_version= (the trainer's policy version now), "
+                "so that staleness = trainer_version - policy_versions is defined"
+            )
         if self.policy_versions.numel() and int(self.policy_versions.max()) > version:
-            raise BatchError(f"RolloutBatch.policy_versions holds {int(self.policy_versions.max())}, newer than "
-                             f"trainer_version={version}; a response cannot come from a policy the trainer has not "
-                             "reached: pass the trainer's version at consumption")
+            raise BatchError(
+                f"RolloutBatch.policy_versions holds {int(self.policy_versions.max())}, newer than "
+                f"trainer_version={version}; a response cannot come from a policy the trainer has not "
+                "reached: pass the trainer's version at consumption"
+            )
 
     @property
     def staleness(self) -> Optional[torch.Tensor]:
@@ -218,11 +248,12 @@ class RolloutBatch:
         return [NO_DOMAIN] * self.n if self.domains is None else list(self.domains)
 
     def replace(self, **changes) -> "RolloutBatch":
-        """A copy with some fields replaced (validated again); cached derived values whose sources did not change carry over."""
-        values = {name: getattr(self, name) for name in _FIELDS}
-        unknown = set(changes) - set(_FIELDS)
+        """A copy with some fields replaced (validated again);
+        cached derived values whose sources did not change carry over."""
+        values = {name: getattr(self, name) for name in ROLLOUT_FIELDS}
+        unknown = set(changes) - set(ROLLOUT_FIELDS)
         if unknown:
-            raise BatchError(f"RolloutBatch has no field(s) {sorted(unknown)}; fields are {list(_FIELDS)}")
+            raise BatchError(f"RolloutBatch has no field(s) {sorted(unknown)}; fields are {list(ROLLOUT_FIELDS)}")
         values.update(changes)
         copy = RolloutBatch(**values)
         token_fields = {"completion_mask", "logprobs", "entropies", "advantages"} & set(changes)
@@ -245,7 +276,8 @@ class RolloutBatch:
 
 
 def row_block_bounds(n_rows: int, n_cols: int) -> list[tuple[int, int]]:
-    """``(start, end)`` of consecutive blocks of rows of an ``(n_rows, n_cols)`` array, each about ``_BLOCK_ENTRIES`` entries."""
+    """``(start, end)`` of consecutive blocks of rows of an ``(n_rows, n_cols)`` array,
+    each about ``_BLOCK_ENTRIES`` entries."""
     step = max(1, _BLOCK_ENTRIES // max(n_cols, 1))
     return [(start, min(n_rows, start + step)) for start in range(0, n_rows, step)]
 
@@ -280,7 +312,7 @@ def _row_counts_packed(mask: torch.Tensor) -> torch.Tensor:
     words = mask.view(torch.int64)  # (N, L / 8)
     counts = torch.zeros(n, dtype=torch.int64)
     for start in range(0, words.shape[1], 255):
-        lanes = words[:, start:start + 255].sum(dim=1)
+        lanes = words[:, start : start + 255].sum(dim=1)
         counts += lanes.view(torch.uint8).view(n, 8).sum(dim=1)
     return counts.to(torch.float32)
 
@@ -290,7 +322,9 @@ def true_count(mask: torch.Tensor) -> float:
     return float(row_counts(mask).sum()) if mask.dim() == 2 else float(mask.sum())
 
 
-def masked_abs_row_reduce(values: torch.Tensor, mask: torch.Tensor | None, reduce: str) -> tuple[torch.Tensor, torch.Tensor]:
+def masked_abs_row_reduce(
+    values: torch.Tensor, mask: torch.Tensor | None, reduce: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per row of ``values (N, L)``: sum (or max) of ``|values| * mask``, and the mask's count -> two ``(N,)`` float32.
 
     Computed as ``(|v| * float(mask)).sum(-1)`` row by row, so the result is bit-for-bit the plain
@@ -321,8 +355,9 @@ def masked_abs_row_reduce(values: torch.Tensor, mask: torch.Tensor | None, reduc
     return total, counts
 
 
-def nonfinite_rows(values: torch.Tensor, mask: torch.Tensor | None = None, *,
-                   allow_negative_inf: bool = False) -> tuple[torch.Tensor | None, torch.Tensor]:
+def nonfinite_rows(
+    values: torch.Tensor, mask: torch.Tensor | None = None, *, allow_negative_inf: bool = False
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     """Rows with a NaN or infinite entry among their valid entries, and ``values`` with every non-finite entry set to 0.
 
     Args:
@@ -353,7 +388,8 @@ def nonfinite_rows(values: torch.Tensor, mask: torch.Tensor | None = None, *,
 
 
 def masked_centered_square_sum(values: torch.Tensor, mask: torch.Tensor, center: float) -> float:
-    """``sum over mask of (values - center)^2`` for ``(N, L)`` tensors, centred so a small spread keeps its precision."""
+    """``sum over mask of (values - center)^2`` for ``(N, L)`` tensors,
+    centred so a small spread keeps its precision."""
     if values.is_cuda or values.shape[1] == 0:
         centred = (values.to(torch.float64) - center) * mask
         return float((centred * centred).sum())
@@ -381,7 +417,9 @@ def _label_codes(values, labels: list) -> np.ndarray:
     return np.fromiter(map(lookup.__getitem__, values), dtype=np.int64, count=len(values))
 
 
-def clean_signals(batch: "RolloutBatch", names: Sequence[str], nan_policy: str) -> tuple["RolloutBatch", torch.Tensor | None, dict]:
+def clean_signals(
+    batch: "RolloutBatch", names: Sequence[str], nan_policy: str
+) -> tuple["RolloutBatch", torch.Tensor | None, dict]:
     """Apply ``nan_policy`` (``"zero"``, ``"drop"`` or ``"raise"``) to the signals ``names`` of ``batch``.
 
     Returns the batch with every non-finite entry set to 0, the ``(N,)`` bool rows that held one

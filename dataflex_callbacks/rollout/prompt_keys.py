@@ -36,4 +36,3 @@ def row_prompt_key(row, index: int) -> Hashable:
         if hasattr(row, "keys") and column in row:
             return hashable_key(row[column])
     return index
-

@@ -23,7 +23,6 @@ PREFETCH_CHUNKS = 64  # small chunks drawn in one vectorised step while the prop
 TIE_TOLERANCE = 1e-9  # quota remainders this close count as equal (float noise, e.g. 0.1 * 30)
 
 
-
 def largest_remainder_quotas(proportions: Sequence[float], n: int) -> np.ndarray:
     """Per-domain counts that sum to ``n`` and follow ``proportions`` as closely as whole numbers can.
 
@@ -88,7 +87,7 @@ class BlockDrawer:
     def _shuffle_domain(self, k: int) -> None:
         """Start a new pass over block ``k``: shuffle it in place."""
         start = self._offsets_list[k]
-        self._rng.shuffle(self._perm[start:start + self._sizes_list[k]])  # in place on the view
+        self._rng.shuffle(self._perm[start : start + self._sizes_list[k]])  # in place on the view
         self._pointers[k] = 0
 
     def _new_pass(self, k: int, avoid: list[np.ndarray] | list[int]) -> None:
@@ -99,7 +98,7 @@ class BlockDrawer:
         """
         self._shuffle_domain(k)
         if len(avoid):
-            block = self._perm[self._offsets_list[k]:self._offsets_list[k] + self._sizes_list[k]]
+            block = self._perm[self._offsets_list[k] : self._offsets_list[k] + self._sizes_list[k]]
             used = np.isin(block, np.concatenate(avoid) if isinstance(avoid[0], np.ndarray) else avoid)
             if used.any():
                 block[:] = np.concatenate([block[~used], block[used]])
@@ -112,7 +111,7 @@ class BlockDrawer:
                 self._new_pass(k, taken)
             start = self._offsets_list[k] + self._pointers[k]
             size = min(count, self._sizes_list[k] - self._pointers[k])
-            taken.append(self._perm[start:start + size].copy())
+            taken.append(self._perm[start : start + size].copy())
             self._pointers[k] += size
             count -= size
         return np.concatenate(taken)
@@ -135,7 +134,7 @@ class BlockDrawer:
             self._uniform_buffer = np.concatenate([self._uniform_buffer[pos:], fresh])
             pos = 0
         self._uniform_pos = pos + n
-        return self._uniform_buffer[pos:pos + n]
+        return self._uniform_buffer[pos : pos + n]
 
     def _cumulative(self, proportions: np.ndarray) -> np.ndarray:
         """Cumulative proportions, cached while ``proportions`` is the same object."""
@@ -209,15 +208,24 @@ class BlockDrawer:
             fix = "add rows, lower batch_size, or lower num_samples"
         else:
             repeated = {self.domains[k]: (int(counts[k]), int(self._sizes[k])) for k in over}
-            why = "; ".join(f"domain {self.domains[k]!r} has {int(self._sizes[k])} row(s) and proportion "
-                            f"{float(proportions[k]):.3g} drew {int(counts[k])}" for k in over)
-            fix = (f"add rows to {', '.join(repr(self.domains[k]) for k in over)}, lower batch_size, or lower "
-                   + ("that domain's proportion" if len(over) == 1 else "their proportions"))
+            why = "; ".join(
+                f"domain {self.domains[k]!r} has {int(self._sizes[k])} row(s) and proportion "
+                f"{float(proportions[k]):.3g} drew {int(counts[k])}"
+                for k in over
+            )
+            fix = f"add rows to {', '.join(repr(self.domains[k]) for k in over)}, lower batch_size, or lower " + (
+                "that domain's proportion" if len(over) == 1 else "their proportions"
+            )
         where = " (all ranks' prompts of one step)" if self.layout == "shard" else ""
-        warnings.warn(RepeatedRowWarning(
-            f"dataflex: DomainMixingSampler: one batch of {n} prompts{where} holds some rows more than once: {why}. "
-            "A row repeats only when its domain's draws in a batch outnumber its rows; each repeat is one more group "
-            f"of the same prompt. Fix: {fix}. This warning is shown once.", repeated), stacklevel=user_stacklevel())
+        warnings.warn(
+            RepeatedRowWarning(
+                f"dataflex: DomainMixingSampler: one batch of {n} prompts{where} holds some rows more than once: "
+                f"{why}. A row repeats only when its domain's draws in a batch outnumber its rows; each repeat is one "
+                f"more group of the same prompt. Fix: {fix}. This warning is shown once.",
+                repeated,
+            ),
+            stacklevel=user_stacklevel(),
+        )
 
     def _next_ahead(self, proportions: np.ndarray, n: int) -> list[int] | None:
         """The next small chunk from the drawn-ahead block, drawing a block when needed.
@@ -238,7 +246,7 @@ class BlockDrawer:
         ahead["pos"] = pos + 1
         if self._mixing:  # the strategy hears of every chunk as it is drawn; otherwise book lazily
             self._book_served()
-        return ahead["rows"][pos * n:(pos + 1) * n]
+        return ahead["rows"][pos * n : (pos + 1) * n]
 
     def _draw_ahead(self, proportions: np.ndarray, n: int) -> dict | None:
         chunks = PREFETCH_CHUNKS
@@ -254,8 +262,16 @@ class BlockDrawer:
         rows[order] = self._perm[np.arange(chunks * n) + np.repeat(base, counts)]
         self._pointers = (pointers + counts).tolist()
         domains = self._domain_of_row[rows] if self._pooled else chosen  # what the bookkeeping counts
-        self._ahead = {"proportions": proportions, "rows": rows.tolist(), "chosen": chosen, "domains": domains,
-                       "chunks": chunks, "pos": 0, "booked": 0, "n": n}
+        self._ahead = {
+            "proportions": proportions,
+            "rows": rows.tolist(),
+            "chosen": chosen,
+            "domains": domains,
+            "chunks": chunks,
+            "pos": 0,
+            "booked": 0,
+            "n": n,
+        }
         return self._ahead
 
     def _unbooked(self) -> tuple[list[int], list[list[int]]]:
@@ -266,9 +282,9 @@ class BlockDrawer:
             return [0] * k, []
         n = ahead["n"]
         served = ahead["pos"] - ahead["booked"]
-        chosen = ahead["domains"][ahead["booked"] * n:ahead["pos"] * n]
+        chosen = ahead["domains"][ahead["booked"] * n : ahead["pos"] * n]
         recent = min(served, RECENT_CHUNKS)
-        tail = chosen[(served - recent) * n:].reshape(recent, n) + k * np.arange(recent)[:, None]
+        tail = chosen[(served - recent) * n :].reshape(recent, n) + k * np.arange(recent)[:, None]
         per_chunk = np.bincount(tail.ravel(), minlength=recent * k).reshape(recent, k).tolist()
         return np.bincount(chosen, minlength=k).tolist(), per_chunk
 
@@ -285,9 +301,9 @@ class BlockDrawer:
             return
         if self._mixing:  # the strategy is told chunk by chunk (every chunk is booked as it is served)
             n, k = ahead["n"], len(self.domains)
-            chosen = ahead["domains"][ahead["booked"] * n:ahead["pos"] * n]
+            chosen = ahead["domains"][ahead["booked"] * n : ahead["pos"] * n]
             for c in range(ahead["pos"] - ahead["booked"]):
-                self._book(np.bincount(chosen[c * n:(c + 1) * n], minlength=k).tolist())
+                self._book(np.bincount(chosen[c * n : (c + 1) * n], minlength=k).tolist())
         else:  # totals in one count; per-chunk counts only for the recent window
             total, chunks = self._unbooked()
             for d, c in enumerate(total):
@@ -300,7 +316,7 @@ class BlockDrawer:
         pointers, position = list(self._pointers), self._uniform_pos
         ahead = self._ahead
         if ahead is not None and ahead["pos"] < ahead["chunks"]:
-            unserved = ahead["chosen"][ahead["pos"] * ahead["n"]:]
+            unserved = ahead["chosen"][ahead["pos"] * ahead["n"] :]
             for d, c in enumerate(np.bincount(unserved, minlength=len(pointers)).tolist()):
                 pointers[d] -= c
             position -= unserved.shape[0]
@@ -338,7 +354,7 @@ class _BlockCandidates:
             drawer._new_pass(k, self.taken)
         begin = drawer._offsets_list[k] + drawer._pointers[k]
         window = min(drawer._sizes_list[k] - drawer._pointers[k], max(2 * need, 8))
-        self._rows = drawer._perm[begin:begin + window]
+        self._rows = drawer._perm[begin : begin + window]
         rows = self._rows.tolist()
         labels = None if drawer._prompt_labels is None else [drawer._prompt_labels[r] for r in rows]
         # After a wrap-around the chunk's own rows come back at the end of the new pass: while the

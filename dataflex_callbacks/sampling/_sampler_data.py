@@ -28,9 +28,11 @@ def _null_rows(values: Sequence) -> list[int]:
 def _refuse_nulls(rows: list[int], column: str, what: str) -> None:
     if rows:
         shown = ", ".join(map(str, rows[:5])) + (", ..." if len(rows) > 5 else "")
-        raise ConfigError(f"{len(rows)} row(s) have a null {what} in column {column!r} (row {shown}); give every "
-                          f"row a value, or drop those rows first (e.g. dataset.filter(lambda row: row[{column!r}] "
-                          "is not None))")
+        raise ConfigError(
+            f"{len(rows)} row(s) have a null {what} in column {column!r} (row {shown}); give every "
+            f"row a value, or drop those rows first (e.g. dataset.filter(lambda row: row[{column!r}] "
+            "is not None))"
+        )
 
 
 def _column(dataset: Any, column: str) -> list:
@@ -90,7 +92,8 @@ def domain_labels(dataset: Any, domain_key: str, *, required: bool = True) -> li
     failing when the dataset has no ``domain_key`` column at all (a one-pool sampler needs no domains).
     """
     iterable = isinstance(dataset, TorchIterableDataset) or any(
-        cls.__name__ == "IterableDataset" for cls in type(dataset).__mro__)
+        cls.__name__ == "IterableDataset" for cls in type(dataset).__mro__
+    )
     if iterable or (hasattr(dataset, "__iter__") and not hasattr(dataset, "__getitem__")):
         raise ConfigError(
             f"DomainMixingSampler needs a map-style dataset with random access; got a {type(dataset).__name__} "
@@ -99,16 +102,20 @@ def domain_labels(dataset: Any, domain_key: str, *, required: bool = True) -> li
         )
     if not (hasattr(dataset, "__len__") and hasattr(dataset, "__getitem__")):
         shown = repr(dataset) if isinstance(dataset, (int, float, bool)) else f"a {type(dataset).__name__}"
-        raise ArgumentError(f"DomainMixingSampler: argument 'dataset' must be a map-style dataset (len(dataset) and "
-                            f"dataset[i]: a datasets.Dataset, a list of dicts); got {shown}. Pass the dataset whose "
-                            "rows carry the domain, or the rows' domain labels as labels=[...]")
+        raise ArgumentError(
+            f"DomainMixingSampler: argument 'dataset' must be a map-style dataset (len(dataset) and "
+            f"dataset[i]: a datasets.Dataset, a list of dicts); got {shown}. Pass the dataset whose "
+            "rows carry the domain, or the rows' domain labels as labels=[...]"
+        )
     columns = getattr(dataset, "column_names", None)
     if columns is not None:
         if domain_key not in columns:
             if not required:
                 return None
-            raise ConfigError(f"dataset has no domain column {domain_key!r}; its columns are {list(columns)}; "
-                              "pass domain_key=<the column holding the domain label>")
+            raise ConfigError(
+                f"dataset has no domain column {domain_key!r}; its columns are {list(columns)}; "
+                "pass domain_key=<the column holding the domain label>"
+            )
         return labels_from(_column(dataset, domain_key), domain_key)
     values = []
     for i in range(len(dataset)):
@@ -117,8 +124,10 @@ def domain_labels(dataset: Any, domain_key: str, *, required: bool = True) -> li
             if i == 0 and not required:
                 return None
             have = list(row) if isinstance(row, Mapping) else type(row).__name__
-            raise ConfigError(f"dataset row {i} has no domain field {domain_key!r}; it has {have}; "
-                              "pass domain_key=<the field holding the domain label>")
+            raise ConfigError(
+                f"dataset row {i} has no domain field {domain_key!r}; it has {have}; "
+                "pass domain_key=<the field holding the domain label>"
+            )
         values.append(row[domain_key])
     return labels_from(values, domain_key)
 
@@ -134,8 +143,9 @@ def row_keys(dataset: Any, n: int, prompt_key_column: str | None = None) -> list
     column = prompt_key_column
     if column is not None:
         if columns is not None and column not in columns:
-            raise ConfigError(f"prompt_key_column {column!r} is not a column of the dataset; "
-                              f"its columns are {list(columns)}")
+            raise ConfigError(
+                f"prompt_key_column {column!r} is not a column of the dataset; its columns are {list(columns)}"
+            )
         values = _column(dataset, column) if columns is not None else [dataset[i][column] for i in range(n)]
         _refuse_nulls(_null_rows(values), column, "prompt key")
         return [hashable_key(v) for v in values]
@@ -156,8 +166,9 @@ def row_keys(dataset: Any, n: int, prompt_key_column: str | None = None) -> list
     return keys
 
 
-def data_fingerprint(dataset: Any, present: list[str], codes: np.ndarray, prompt_key_column: str | None,
-                     keys_read: list | None) -> dict:
+def data_fingerprint(
+    dataset: Any, present: list[str], codes: np.ndarray, prompt_key_column: str | None, keys_read: list | None
+) -> dict:
     """Row count, rows per label, a digest of every row's label and (when readable cheaply) of its prompt key."""
     counts = np.bincount(codes, minlength=len(present)).tolist()
     labels = _digest("\x1f".join(present).encode(), codes.astype("<i8").tobytes())
@@ -168,8 +179,9 @@ def data_fingerprint(dataset: Any, present: list[str], codes: np.ndarray, prompt
         source = next((c for c in KEY_COLUMNS if c in (columns or ())), None)
     if columns is not None and source is not None:
         if source not in columns:
-            raise ConfigError(f"prompt_key_column {source!r} is not a column of the dataset; "
-                              f"its columns are {list(columns)}")
+            raise ConfigError(
+                f"prompt_key_column {source!r} is not a column of the dataset; its columns are {list(columns)}"
+            )
         keys = _arrow_key_digest(dataset, source)
     if keys is None and keys_read is not None:  # read for the pre-rollout filter anyway
         keys = _digest(repr(keys_read).encode())

@@ -41,8 +41,15 @@ from dataflex_callbacks.rollout.groups import dense_groups, segment_max
 from dataflex_callbacks.components.scorers import group_reward_variance
 from dataflex_callbacks.strategy.strategy import Strategy, build_strategy
 
-DYNAMIC_METRICS = ("dynamic/rounds", "dynamic/generated", "dynamic/signal_groups", "dynamic/carried", "dynamic/short",
-                   "dynamic/carried_age_mean", "dynamic/dropped_stale")
+DYNAMIC_METRICS = (
+    "dynamic/rounds",
+    "dynamic/generated",
+    "dynamic/signal_groups",
+    "dynamic/carried",
+    "dynamic/short",
+    "dynamic/carried_age_mean",
+    "dynamic/dropped_stale",
+)
 """The metric names of `SignalGroups.metrics` (hosts log them under their own prefix, e.g. ``dataflex/``)."""
 
 _FROM_CONFIG = object()  # `SignalGroupBuffer(max_age=...)` left out: the config's (None is a value: never drop)
@@ -53,8 +60,9 @@ _JUDGED_SIGNALS = ("rewards", "advantages")
 # ---------------------------------------------------------------- the pure decision
 
 
-def signal_rows(batch: RolloutBatch, strategy: Strategy | None = None, *, step: int | None = None,
-                nan_policy: str | None = None) -> torch.Tensor:
+def signal_rows(
+    batch: RolloutBatch, strategy: Strategy | None = None, *, step: int | None = None, nan_policy: str | None = None
+) -> torch.Tensor:
     """Which rows belong to a group that carries signal: ``(N,)`` bool, the same for every row of a group.
 
     Args:
@@ -82,8 +90,9 @@ def signal_rows(batch: RolloutBatch, strategy: Strategy | None = None, *, step: 
         return torch.zeros(0, dtype=torch.bool, device=batch.device)
     part = _judging_part(strategy)
     read = set(part.requires) if part is not None else set()
-    judged = [name for name in _JUDGED_SIGNALS
-              if getattr(batch, name) is not None and (name == "rewards" or name in read)]
+    judged = [
+        name for name in _JUDGED_SIGNALS if getattr(batch, name) is not None and (name == "rewards" or name in read)
+    ]
     batch, bad, _ = clean_signals(batch, judged, policy)
     index, count = dense_groups(batch.group_ids)
     if part is None:
@@ -109,9 +118,11 @@ def _judging_part(strategy: Strategy | None):
         return None
     if part.token_level or part.needs_policy:
         what = "scores tokens" if part.token_level else "reads the current policy's log-probs or entropies"
-        raise ConfigError(f"dynamic_sampling judges whole groups on their rollouts, but the select part "
-                          f"({part.scorer.name} -> {part.actuator.name}) {what}; use a response- or group-level "
-                          "select part (e.g. diffband, difffilter) or none (groups whose rewards differ carry signal)")
+        raise ConfigError(
+            f"dynamic_sampling judges whole groups on their rollouts, but the select part "
+            f"({part.scorer.name} -> {part.actuator.name}) {what}; use a response- or group-level "
+            "select part (e.g. diffband, difffilter) or none (groups whose rewards differ carry signal)"
+        )
     return part
 
 
@@ -131,8 +142,9 @@ def _payload_rows(payload: Any) -> int | None:
         if len(set(counts.values())) > 1:
             raise BatchError(f"the payload's entries must hold one row per rollout; got rows {counts}")
         return next(iter(counts.values()), None)
-    raise BatchError(f"a payload must be a tensor (N, ...), a list of N items or a dict of those; "
-                     f"got {type(payload).__name__}")
+    raise BatchError(
+        f"a payload must be a tensor (N, ...), a list of N items or a dict of those; got {type(payload).__name__}"
+    )
 
 
 def _index_payload(payload: Any, rows: torch.Tensor) -> Any:
@@ -167,15 +179,18 @@ def _concat_payloads(parts: Sequence[Any]) -> Any:
             raise BatchError("the payload changed kind between rounds (a tensor, then something else)")
         shapes = {tuple(part.shape[1:]) for part in parts}
         if len(shapes) > 1:
-            raise BatchError(f"payload tensors of different rounds have different trailing shapes {sorted(shapes)}; "
-                             "pad them to one width before add() (e.g. completions to max_new_tokens), or pass a list")
+            raise BatchError(
+                f"payload tensors of different rounds have different trailing shapes {sorted(shapes)}; "
+                "pad them to one width before add() (e.g. completions to max_new_tokens), or pass a list"
+            )
         return torch.cat(list(parts))
     if isinstance(first, Mapping):
         keys = [sorted(part) if isinstance(part, Mapping) else None for part in parts]
         changed = next((k for k in keys if k != keys[0]), keys[0])
         if changed != keys[0]:
-            raise BatchError(f"the payload's keys changed between rounds: {keys[0]} then {changed}; give the same keys "
-                             "every round")
+            raise BatchError(
+                f"the payload's keys changed between rounds: {keys[0]} then {changed}; give the same keys every round"
+            )
         return {key: _concat_payloads([part[key] for part in parts]) for key in first}
     return [item for part in parts for item in part]
 
@@ -205,8 +220,17 @@ class _Round:
         """The first ``groups`` groups and the rest."""
         cut = int(self.sizes[:groups].sum())
         head, tail = slice(0, cut), slice(cut, None)
-        make = lambda sizes, rows: _Round(self.rewards[rows], sizes, self.source_rows[rows],  # noqa: E731
-                                          _slice_payload(self.payload, rows), self.round_index, self.born)
+
+        def make(sizes, rows):
+            return _Round(
+                self.rewards[rows],
+                sizes,
+                self.source_rows[rows],
+                _slice_payload(self.payload, rows),
+                self.round_index,
+                self.born,
+            )
+
         return make(self.sizes[:groups], head), make(self.sizes[groups:], tail)
 
 
@@ -269,8 +293,14 @@ class SignalGroupBuffer:
     when the prompt sampler has a domain column).
     """
 
-    def __init__(self, strategy: Any = None, *, max_rounds: int | None = None, carry_over: bool | None = None,
-                 max_age: Any = _FROM_CONFIG):
+    def __init__(
+        self,
+        strategy: Any = None,
+        *,
+        max_rounds: int | None = None,
+        carry_over: bool | None = None,
+        max_age: Any = _FROM_CONFIG,
+    ):
         if strategy is not None and not isinstance(strategy, Strategy):
             strategy = build_strategy(strategy)
         self.strategy = strategy
@@ -293,8 +323,16 @@ class SignalGroupBuffer:
         self._wanted = 0
         self._step: int | None = None
         self._step_counts = {"rounds": 0, "generated": 0, "dropped_stale": 0}
-        self.totals = {"generated": 0, "zero_signal_completions": 0, "trained_groups": 0, "carried": 0,
-                       "dropped_stale": 0, "dropped_extra": 0, "short_steps": 0, "steps": 0}
+        self.totals = {
+            "generated": 0,
+            "zero_signal_completions": 0,
+            "trained_groups": 0,
+            "carried": 0,
+            "dropped_stale": 0,
+            "dropped_extra": 0,
+            "short_steps": 0,
+            "steps": 0,
+        }
         self.metrics: dict[str, float] = {}
         self._empty_payload: Any = None
 
@@ -320,8 +358,9 @@ class SignalGroupBuffer:
         ``step`` is the host's step counter, for the select part's warm-up (see `signal_rows`).
         """
         if isinstance(num_groups, bool) or not isinstance(num_groups, int) or num_groups < 1:
-            raise ConfigError(f"start_step(num_groups=...) is the number of groups a step trains (B >= 1); "
-                              f"got {num_groups!r}")
+            raise ConfigError(
+                f"start_step(num_groups=...) is the number of groups a step trains (B >= 1); got {num_groups!r}"
+            )
         if self._step_open:
             raise BatchError("start_step() was called twice without take() between; call take() to end a step")
         self._step_open, self._wanted, self._step = True, num_groups, step
@@ -349,8 +388,9 @@ class SignalGroupBuffer:
             ``(N,)`` bool, the rows of the round's signal groups.
         """
         if not self._step_open:
-            raise BatchError("add() outside a step: call start_step(num_groups) first, then add() per generation "
-                             "round, then take()")
+            raise BatchError(
+                "add() outside a step: call start_step(num_groups) first, then add() per generation round, then take()"
+            )
         if not isinstance(batch, RolloutBatch):
             raise BatchError(f"add() expects a RolloutBatch; got {type(batch).__name__}")
         rows_in_payload = _payload_rows(payload)
@@ -358,9 +398,11 @@ class SignalGroupBuffer:
             raise BatchError(f"the payload holds {rows_in_payload} rows but the batch {batch.n}; give one per rollout")
         pre_select = None if self.strategy is None else self.strategy.pre_select
         if pre_select is not None and batch.prompt_keys is None:
-            raise BatchError("the strategy's pre_select part learns from every generated round: give add() the "
-                             "RolloutBatch with prompt_keys=[...] (one per rollout, the keys the prompt sampler "
-                             "draws by) and domains=[...] when the data has a domain column")
+            raise BatchError(
+                "the strategy's pre_select part learns from every generated round: give add() the "
+                "RolloutBatch with prompt_keys=[...] (one per rollout, the keys the prompt sampler "
+                "draws by) and domains=[...] when the data has a domain column"
+            )
         signal = signal_rows(batch, self.strategy, step=self._step)
         if pre_select is not None:  # every generated group, trained or not: the filter sees what it paid for
             pre_select.observe(batch, self._takes if self._step is None else self._step)
@@ -387,8 +429,14 @@ class SignalGroupBuffer:
         rows = rows[torch.sort(arrival[index[rows]], stable=True).indices]
         sizes = torch.bincount(arrival[index[rows]], minlength=count)
         sizes = sizes[sizes > 0]
-        return _Round(batch.rewards.index_select(0, rows.to(batch.device)), sizes, rows,
-                      _index_payload(payload, rows), self._step_counts["rounds"] - 1, self._takes)
+        return _Round(
+            batch.rewards.index_select(0, rows.to(batch.device)),
+            sizes,
+            rows,
+            _index_payload(payload, rows),
+            self._step_counts["rounds"] - 1,
+            self._takes,
+        )
 
     @property
     def available(self) -> int:
@@ -456,13 +504,21 @@ class SignalGroupBuffer:
             sizes = torch.cat([c.sizes.to(device) for c in taken])
             ages = torch.cat([torch.full((c.num_groups,), self._takes - c.born, **long) for c in taken])
             rows = [c.rewards.shape[0] for c in taken]
-            source_round = torch.cat([torch.full((r,), -1 if flag else c.round_index, **long)
-                                      for c, r, flag in zip(taken, rows, carried_flags)])
+            source_round = torch.cat(
+                [
+                    torch.full((r,), -1 if flag else c.round_index, **long)
+                    for c, r, flag in zip(taken, rows, carried_flags)
+                ]
+            )
             rewards = torch.cat([c.rewards for c in taken])
             source_rows = torch.cat([c.source_rows.to(device) for c in taken])
             payload = _concat_payloads([c.payload for c in taken])
-            carried = torch.cat([torch.full((c.num_groups,), flag, dtype=torch.bool, device=device)
-                                 for c, flag in zip(taken, carried_flags)])
+            carried = torch.cat(
+                [
+                    torch.full((c.num_groups,), flag, dtype=torch.bool, device=device)
+                    for c, flag in zip(taken, carried_flags)
+                ]
+            )
         else:
             sizes = ages = source_round = source_rows = torch.zeros(0, **long)
             rewards, carried = torch.zeros(0, device=device), torch.zeros(0, dtype=torch.bool)
@@ -482,8 +538,17 @@ class SignalGroupBuffer:
         self.totals["carried"] += n_carried
         self.totals["short_steps"] += int(short)
         self.totals["steps"] += 1
-        return SignalGroups(payload=payload, rewards=rewards, group_index=group_index, group_sizes=sizes, ages=ages,
-                            source_round=source_round, source_rows=source_rows, short=short, metrics=metrics)
+        return SignalGroups(
+            payload=payload,
+            rewards=rewards,
+            group_index=group_index,
+            group_sizes=sizes,
+            ages=ages,
+            source_round=source_round,
+            source_rows=source_rows,
+            short=short,
+            metrics=metrics,
+        )
 
     # ------------------------------------------------------------ state
 
@@ -494,34 +559,54 @@ class SignalGroupBuffer:
         reads it back when the payloads hold tensors and plain values. Every tensor is copied on its
         own, so a carried row that is a view of a whole round's tensor saves only its own entries.
         """
-        saved = lambda c: {"rewards": c.rewards, "sizes": c.sizes, "source_rows": c.source_rows,  # noqa: E731
-                           "payload": c.payload, "round": c.round_index, "born": c.born}
-        return _compact_copy({
-            "config": asdict(self.config),
-            "carried": [saved(c) for c in self._carried],
-            "fresh": [saved(c) for c in self._fresh],
-            "takes": self._takes,
-            "step_open": self._step_open,
-            "wanted": self._wanted,
-            "step": self._step,
-            "step_counts": dict(self._step_counts),
-            "totals": dict(self.totals),
-            "empty_payload": self._empty_payload,
-        })
+
+        def saved(c):
+            return {
+                "rewards": c.rewards,
+                "sizes": c.sizes,
+                "source_rows": c.source_rows,
+                "payload": c.payload,
+                "round": c.round_index,
+                "born": c.born,
+            }
+
+        return _compact_copy(
+            {
+                "config": asdict(self.config),
+                "carried": [saved(c) for c in self._carried],
+                "fresh": [saved(c) for c in self._fresh],
+                "takes": self._takes,
+                "step_open": self._step_open,
+                "wanted": self._wanted,
+                "step": self._step,
+                "step_counts": dict(self._step_counts),
+                "totals": dict(self.totals),
+                "empty_payload": self._empty_payload,
+            }
+        )
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore `state_dict` (the given state is copied, never changed); the options stay this buffer's own."""
-        check_state(state, ("carried", "fresh", "takes", "step_open", "wanted", "step", "step_counts", "totals",
-                            "empty_payload"), "SignalGroupBuffer")
+        check_state(
+            state,
+            ("carried", "fresh", "takes", "step_open", "wanted", "step", "step_counts", "totals", "empty_payload"),
+            "SignalGroupBuffer",
+        )
         state = copy.deepcopy(dict(state))
         try:
-            rounds = lambda saved: [_Round(c["rewards"], c["sizes"], c["source_rows"], c["payload"],  # noqa: E731
-                                           int(c["round"]), int(c["born"])) for c in saved]
+
+            def rounds(saved):
+                return [
+                    _Round(c["rewards"], c["sizes"], c["source_rows"], c["payload"], int(c["round"]), int(c["born"]))
+                    for c in saved
+                ]
+
             self._carried, self._fresh = rounds(state["carried"]), rounds(state["fresh"])
         except (KeyError, TypeError) as error:
             raise StateError(
                 f"SignalGroupBuffer.load_state_dict: a saved round of groups is malformed ({error!r}); the state must "
-                "come from SignalGroupBuffer.state_dict()") from error
+                "come from SignalGroupBuffer.state_dict()"
+            ) from error
         self._takes = int(state["takes"])
         self._step_open = bool(state["step_open"])
         self._wanted = int(state["wanted"])
@@ -531,8 +616,10 @@ class SignalGroupBuffer:
         self._empty_payload = state["empty_payload"]
 
     def __repr__(self) -> str:
-        return (f"SignalGroupBuffer(max_rounds={self.max_rounds}, carry_over={self.carry_over}, "
-                f"max_age={self.max_age}, carried_groups={sum(c.num_groups for c in self._carried)})")
+        return (
+            f"SignalGroupBuffer(max_rounds={self.max_rounds}, carry_over={self.carry_over}, "
+            f"max_age={self.max_age}, carried_groups={sum(c.num_groups for c in self._carried)})"
+        )
 
 
 def _compact_copy(value: Any) -> Any:

@@ -32,8 +32,15 @@ class PromptAcceptance:
     skipped: int
 
 
-def accept_prompts(pre_select: Any, keys: Sequence[Hashable], need: int, rng: np.random.Generator, *,
-                   labels: Sequence[str] | None = None, exclude: np.ndarray | None = None) -> PromptAcceptance:
+def accept_prompts(
+    pre_select: Any,
+    keys: Sequence[Hashable],
+    need: int,
+    rng: np.random.Generator,
+    *,
+    labels: Sequence[str] | None = None,
+    exclude: np.ndarray | None = None,
+) -> PromptAcceptance:
     """Take up to ``need`` of the candidate prompts, in order, each with the filter's keep probability.
 
     Each candidate draws one uniform from ``rng``; it is accepted when the uniform is below
@@ -91,8 +98,9 @@ class AcceptedPrompts:
     skipped: int
 
 
-def accept_from(source: PromptSource, pre_select: Any, need: int, rng: np.random.Generator, *,
-                record: bool = True) -> AcceptedPrompts:
+def accept_from(
+    source: PromptSource, pre_select: Any, need: int, rng: np.random.Generator, *, record: bool = True
+) -> AcceptedPrompts:
     """Draw ``need`` prompts the filter accepts from ``source``: the one acceptance loop of every host.
 
     Each round offers the source's next candidates to `accept_prompts` for the prompts still
@@ -111,8 +119,9 @@ def accept_from(source: PromptSource, pre_select: Any, need: int, rng: np.random
     skipped = 0
     while len(keys) < need:
         offered = source.offer(need - len(keys))
-        passed = accept_prompts(pre_select, offered.keys, need - len(keys), rng, labels=offered.labels,
-                                exclude=offered.exclude)
+        passed = accept_prompts(
+            pre_select, offered.keys, need - len(keys), rng, labels=offered.labels, exclude=offered.exclude
+        )
         keys.extend(offered.keys[i] for i in passed.accepted.tolist())
         skipped += passed.skipped
         source.take(passed.accepted, passed.considered)
@@ -133,8 +142,9 @@ class BatchFeed:
     came from, in draw order; `carry` holds the rows waiting for the next draw (None when none).
     """
 
-    def __init__(self, fetch: Callable[[], Any], describe: Callable[[Any], Candidates],
-                 select: Callable[[Any, list], Any]):
+    def __init__(
+        self, fetch: Callable[[], Any], describe: Callable[[Any], Candidates], select: Callable[[Any, list], Any]
+    ):
         self.fetch, self.describe, self.select = fetch, describe, select
         self.carry: Any = None
         self.accepted: list = []

@@ -55,16 +55,41 @@ from dataflex_callbacks.errors import ArgumentError, ConfigError, StateError, ch
 from dataflex_callbacks.config.params import check_bool, check_choice, check_int
 from dataflex_callbacks.config.proportions import check_domains, check_proportions
 from dataflex_callbacks.sampling.prompt_acceptance import set_group_size
-from dataflex_callbacks.sampling._sampler_data import labels_from, data_change, data_fingerprint, domain_labels, row_keys
+from dataflex_callbacks.sampling._sampler_data import (
+    labels_from,
+    data_change,
+    data_fingerprint,
+    domain_labels,
+    row_keys,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
     from dataflex_callbacks.strategy.strategy import Strategy
 
 __all__ = ["DomainMixingSampler", "domain_labels", "largest_remainder_quotas"]
 
-STATE_KEYS = ("domains", "seed", "draw_size", "layout", "num_generations", "repeat_count", "chunks_per_epoch",
-              "quota", "data", "pooled", "epoch", "rng", "perm", "pointers", "drawn_total", "drawn_recent",
-              "epoch_rows", "uniforms", "position", "proportions")
+STATE_KEYS = (
+    "domains",
+    "seed",
+    "draw_size",
+    "layout",
+    "num_generations",
+    "repeat_count",
+    "chunks_per_epoch",
+    "quota",
+    "data",
+    "pooled",
+    "epoch",
+    "rng",
+    "perm",
+    "pointers",
+    "drawn_total",
+    "drawn_recent",
+    "epoch_rows",
+    "uniforms",
+    "position",
+    "proportions",
+)
 
 
 class DomainMixingSampler(BlockDrawer, Sampler[int]):
@@ -114,32 +139,60 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             as DataFlex-RL's replay buffer fills its batches. Needs mixing.
     """
 
-    def __init__(self, dataset: Any = None, *, labels: Sequence[str] | None = None, domain_key: str = "domain",
-                 domains: Sequence[str] | None = None, proportions: Mapping[str, float] | None = None,
-                 batch_size: int = 8, num_generations: int = 1, repeat_count: int = 1, num_samples: int | None = None,
-                 layout: str = "grpo", num_replicas: int | None = None, rank: int | None = None,
-                 strategy: "Strategy | None" = None, seed: int = 0, resume: str = "replay",
-                 prompt_key_column: str | None = None, prompt_labels: Sequence[str] | None = None,
-                 mixing: bool | None = None, quota: str | None = None):
+    def __init__(
+        self,
+        dataset: Any = None,
+        *,
+        labels: Sequence[str] | None = None,
+        domain_key: str = "domain",
+        domains: Sequence[str] | None = None,
+        proportions: Mapping[str, float] | None = None,
+        batch_size: int = 8,
+        num_generations: int = 1,
+        repeat_count: int = 1,
+        num_samples: int | None = None,
+        layout: str = "grpo",
+        num_replicas: int | None = None,
+        rank: int | None = None,
+        strategy: "Strategy | None" = None,
+        seed: int = 0,
+        resume: str = "replay",
+        prompt_key_column: str | None = None,
+        prompt_labels: Sequence[str] | None = None,
+        mixing: bool | None = None,
+        quota: str | None = None,
+    ):
         if strategy is not None:
-            from dataflex_callbacks.strategy.strategy import Strategy  # the strategy module builds components; the sampler is imported beside it
+            from dataflex_callbacks.strategy.strategy import (
+                Strategy,
+            )  # the strategy module builds components; the sampler is imported beside it
 
-            check_argument(strategy, Strategy, "strategy", "DomainMixingSampler", "a Strategy or None",
-                           "Build one with build_strategy(preset | dict | YAML path)")
+            check_argument(
+                strategy,
+                Strategy,
+                "strategy",
+                "DomainMixingSampler",
+                "a Strategy or None",
+                "Build one with build_strategy(preset | dict | YAML path)",
+            )
         self.strategy = strategy
         self._mixing = strategy is not None and strategy.mix_enabled  # the strategy's mixer sets the targets
         self._mixing_option = mixing = None if mixing is None else check_bool("mixing", mixing)
         if mixing is False and self._mixing:
-            raise ConfigError(f"mixing=False asks for one pool, but strategy {strategy.name!r} has a mix part that "
-                              "chooses domains; drop mixing=False, or use a strategy without a mix part")
+            raise ConfigError(
+                f"mixing=False asks for one pool, but strategy {strategy.name!r} has a mix part that "
+                "chooses domains; drop mixing=False, or use a strategy without a mix part"
+            )
         pooled = (not self._mixing and proportions is None) if mixing is None else not mixing
         if quota is None:  # the strategy's mix.quota, else independent draws
             quota = strategy.config.mix.quota if self._mixing else "independent"
         self.quota = check_choice("quota", quota, QUOTAS)
         if pooled and self.quota == "exact":
-            raise ConfigError("quota='exact' splits each batch among domains by proportions, but this sampler draws "
-                              "from one pool (no proportions, no mix part, or mixing=False); pass proportions={...} "
-                              "or mixing=True, or a strategy with a mix part")
+            raise ConfigError(
+                "quota='exact' splits each batch among domains by proportions, but this sampler draws "
+                "from one pool (no proportions, no mix part, or mixing=False); pass proportions={...} "
+                "or mixing=True, or a strategy with a mix part"
+            )
         self.seed = check_int("seed", seed, low=0)
         self.domain_key = None  # the column the labels were read from (None: labels=[...] given)
         if labels is None:
@@ -154,8 +207,10 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
                 self.domain_key = domain_key
         else:
             if isinstance(labels, (str, Mapping)) or not (hasattr(labels, "__len__") and hasattr(labels, "__iter__")):
-                raise ArgumentError(f"DomainMixingSampler: argument 'labels' must be a list of per-row domain labels; "
-                                    f"got {labels!r:.80}. Pass one label per row, or the dataset whose rows carry them")
+                raise ArgumentError(
+                    f"DomainMixingSampler: argument 'labels' must be a list of per-row domain labels; "
+                    f"got {labels!r:.80}. Pass one label per row, or the dataset whose rows carry them"
+                )
             labels = labels_from(list(labels), "labels")
         if not labels:
             raise ConfigError("DomainMixingSampler got an empty dataset")
@@ -168,8 +223,10 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         check_domains(self.domains, "DomainMixingSampler domains")
         empty = [d for d in self.domains if d not in present]
         if empty:
-            raise ConfigError(f"domain(s) {empty} have no rows in the dataset; domains with rows: {present}; "
-                              "remove them from the domain list or add data for them")
+            raise ConfigError(
+                f"domain(s) {empty} have no rows in the dataset; domains with rows: {present}; "
+                "remove them from the domain list or add data for them"
+            )
         self.batch_size = check_int("batch_size", batch_size, low=1)
         self.num_generations = check_int("num_generations", num_generations, low=1)
         self.repeat_count = check_int("repeat_count", repeat_count, low=1)
@@ -186,18 +243,21 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         codes = np.fromiter(map(codes_of.__getitem__, labels), dtype=np.int64, count=len(labels))
         domain_of_code = np.array([self.domains.index(p) if p in self.domains else -1 for p in present], dtype=np.int64)
         self._domain_of_row = domain_of_code[codes]  # (N,) index into self.domains, -1: never drawn
-        self._domain_sizes = np.bincount(self._domain_of_row[self._domain_of_row >= 0],
-                                         minlength=len(self.domains)).astype(np.int64)
+        self._domain_sizes = np.bincount(
+            self._domain_of_row[self._domain_of_row >= 0], minlength=len(self.domains)
+        ).astype(np.int64)
         total = int(self._domain_sizes.sum())
         self.num_samples = check_int("num_samples", num_samples, low=1) if num_samples is not None else total
         self.draw_size = self.batch_size * (self.num_replicas if self.layout == "shard" else 1)
         self.chunks_per_epoch = self.num_samples // self.draw_size
         if self.chunks_per_epoch == 0:
             # The core names the concept; a host adapter re-raises it in its own settings (prompts_* attributes).
-            error = ConfigError(f"the sampler has {self.num_samples} prompt(s) to draw from (num_samples) but one batch "
-                                f"needs {self.draw_size} distinct prompts (batch_size"
-                                f"{' x num_replicas' if self.layout == 'shard' else ''}); lower batch_size or add "
-                                "rows (raise num_samples)")
+            error = ConfigError(
+                f"the sampler has {self.num_samples} prompt(s) to draw from (num_samples) but one batch "
+                f"needs {self.draw_size} distinct prompts (batch_size"
+                f"{' x num_replicas' if self.layout == 'shard' else ''}); lower batch_size or add "
+                "rows (raise num_samples)"
+            )
             error.prompts_available, error.prompts_needed = self.num_samples, self.draw_size
             raise error
 
@@ -236,7 +296,6 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         # Indices yielded in this epoch = _position_base + _chunk_length - (items left in _chunk_iter).
         self._position_base, self._chunk_length, self._chunk_iter = 0, 0, iter(())
 
-
     @staticmethod
     def _replicas(num_replicas, rank):
         if num_replicas is None or rank is None:
@@ -247,7 +306,6 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         if not 0 <= rank < num_replicas:
             raise ConfigError(f"rank must be in [0, num_replicas={num_replicas}); got {rank}")
         return int(num_replicas), int(rank)
-
 
     def _uniform(self) -> dict[str, float]:
         return {d: 1.0 / len(self.domains) for d in self.domains}
@@ -301,8 +359,10 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         checked = check_proportions(proportions, self.domains, "set_proportions")
         if self._pooled:
             if self._mixing_option is False:
-                raise ConfigError("this sampler draws from one pool (mixing=False), so it has no proportions to set; "
-                                  "build it with mixing=True (or proportions={...}) to mix by domain")
+                raise ConfigError(
+                    "this sampler draws from one pool (mixing=False), so it has no proportions to set; "
+                    "build it with mixing=True (or proportions={...}) to mix by domain"
+                )
             self._rollback_ahead()
             self._build_blocks(pooled=False)
             if self._prompt_labels_default:  # the draw now fixes the domain: no domain prior (see prompt_labels)
@@ -334,7 +394,7 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
     def _layout(self, rows) -> list[int]:
         """The indices one chunk of drawn rows (array or list) yields, in the configured layout."""
         if self.layout == "shard":
-            rows = rows[self.rank::self.num_replicas]
+            rows = rows[self.rank :: self.num_replicas]
             return rows.tolist() if isinstance(rows, np.ndarray) else rows
         if self.num_generations == 1 and self.repeat_count == 1:
             return rows.tolist() if isinstance(rows, np.ndarray) else rows
@@ -353,7 +413,7 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             plain = self.layout == "grpo" and self.num_generations == 1 and self.repeat_count == 1
             for c in range(self.chunks_per_epoch):
                 if c < replayed:
-                    rows = replay[c * size:(c + 1) * size].tolist()
+                    rows = replay[c * size : (c + 1) * size].tolist()
                 else:
                     rows = draw(target(), size)
                 if isinstance(rows, list):
@@ -381,7 +441,9 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             # The restored epoch had been fully consumed: go on with the next one in this iterator.
 
     def __len__(self) -> int:
-        per_chunk = self.batch_size if self.layout == "shard" else self.batch_size * self.num_generations * self.repeat_count
+        per_chunk = (
+            self.batch_size if self.layout == "shard" else self.batch_size * self.num_generations * self.repeat_count
+        )
         return self.chunks_per_epoch * per_chunk
 
     @property
@@ -392,9 +454,16 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
     # ------------------------------------------------------------ state
 
     def _draw_config(self) -> dict:
-        return {"domains": list(self.domains), "seed": self.seed, "draw_size": self.draw_size, "layout": self.layout,
-                "num_generations": self.num_generations, "repeat_count": self.repeat_count,
-                "chunks_per_epoch": self.chunks_per_epoch, "quota": self.quota}
+        return {
+            "domains": list(self.domains),
+            "seed": self.seed,
+            "draw_size": self.draw_size,
+            "layout": self.layout,
+            "num_generations": self.num_generations,
+            "repeat_count": self.repeat_count,
+            "chunks_per_epoch": self.chunks_per_epoch,
+            "quota": self.quota,
+        }
 
     def state_dict(self) -> dict:
         """Random state, per-domain passes, counts, the rows of every chunk drawn in this epoch, a data fingerprint.
@@ -406,13 +475,24 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         drawn_total, drawn_recent = self._booked_counts()
         pointers, uniform_pos = self._unserved()
         fingerprint = {**self._fingerprint, "domain_rows": dict(self._fingerprint["domain_rows"])}
-        return {**self._draw_config(), "data": fingerprint, "pooled": self._pooled, "epoch": self.epoch,
-                "rng": self._rng.bit_generator.state, "perm": self._perm.tolist(), "pointers": pointers,
-                "drawn_total": drawn_total, "drawn_recent": drawn_recent,
-                "epoch_rows": [self._epoch_rows[i:i + self.draw_size].tolist()
-                               for i in range(0, len(self._epoch_rows), self.draw_size)],
-                "uniforms": self._uniform_buffer[uniform_pos:].tolist(), "position": self.position,
-                "proportions": dict(self._proportions)}
+        return {
+            **self._draw_config(),
+            "data": fingerprint,
+            "pooled": self._pooled,
+            "epoch": self.epoch,
+            "rng": self._rng.bit_generator.state,
+            "perm": self._perm.tolist(),
+            "pointers": pointers,
+            "drawn_total": drawn_total,
+            "drawn_recent": drawn_recent,
+            "epoch_rows": [
+                self._epoch_rows[i : i + self.draw_size].tolist()
+                for i in range(0, len(self._epoch_rows), self.draw_size)
+            ],
+            "uniforms": self._uniform_buffer[uniform_pos:].tolist(),
+            "position": self.position,
+            "proportions": dict(self._proportions),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore; the next ``__iter__`` continues the interrupted epoch exactly (see ``resume``).
@@ -425,16 +505,20 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         # The data first: a changed row count also changes the epoch length, and that is the news.
         change = data_change(state["data"], self._fingerprint)
         if change is not None:
-            raise StateError(f"DomainMixingSampler.load_state_dict: the state was saved for different data: "
-                             f"{change}. Resume on the same dataset (same rows, same order, same domain labels), "
-                             "or start this sampler fresh instead of loading the state")
+            raise StateError(
+                f"DomainMixingSampler.load_state_dict: the state was saved for different data: "
+                f"{change}. Resume on the same dataset (same rows, same order, same domain labels), "
+                "or start this sampler fresh instead of loading the state"
+            )
         for key, mine in self._draw_config().items():
             saved = state[key]
             if key == "domains" and isinstance(saved, (list, tuple)):
                 saved = [str(d) for d in saved]
             if saved != mine:
-                error = ConfigError(f"sampler state was saved with {key}={saved!r}, this sampler has {mine!r}; "
-                                    "resume with the same sampler configuration")
+                error = ConfigError(
+                    f"sampler state was saved with {key}={saved!r}, this sampler has {mine!r}; "
+                    "resume with the same sampler configuration"
+                )
                 # A host adapter re-raises it naming its own settings for `key`.
                 error.sampler_setting, error.saved, error.current = key, saved, mine
                 raise error
@@ -443,9 +527,11 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             # Built without proportions (one pool until set_proportions): adopt a state saved after the switch.
             adopt = self._pooled and pooled is False and self._mixing_option is None and not self._mixing
             if not adopt:
-                raise ConfigError(f"sampler state was saved {'from one pool' if pooled else 'mixing by domain'}, "
-                                  f"this sampler {'draws from one pool' if self._pooled else 'mixes by domain'}; "
-                                  "resume with the same proportions / mixing setting")
+                raise ConfigError(
+                    f"sampler state was saved {'from one pool' if pooled else 'mixing by domain'}, "
+                    f"this sampler {'draws from one pool' if self._pooled else 'mixes by domain'}; "
+                    "resume with the same proportions / mixing setting"
+                )
         try:
             rng = np.random.Generator(np.random.PCG64())
             rng.bit_generator.state = state["rng"]
@@ -459,12 +545,15 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             if not isinstance(state["proportions"], Mapping):
                 raise TypeError(f"proportions is a {type(state['proportions']).__name__}")
         except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:
-            raise StateError(f"DomainMixingSampler.load_state_dict: the state is malformed ({type(error).__name__}: "
-                             f"{error}); load a dict returned by DomainMixingSampler.state_dict()") from error
+            raise StateError(
+                f"DomainMixingSampler.load_state_dict: the state is malformed ({type(error).__name__}: "
+                f"{error}); load a dict returned by DomainMixingSampler.state_dict()"
+            ) from error
         proportions = check_proportions(state["proportions"], self.domains, "saved sampler proportions")
         block_of_row, sizes, _ = self._blocks_for(pooled)
-        self._check_layout(perm, pointers, drawn_total, drawn_recent, epoch_rows, position, uniforms,
-                           block_of_row, sizes)
+        self._check_layout(
+            perm, pointers, drawn_total, drawn_recent, epoch_rows, position, uniforms, block_of_row, sizes
+        )
         # Everything checked: restore.
         self._set_blocks(pooled, perm)
         if not pooled and self._prompt_labels_default:  # switched to mixing: no domain prior (see prompt_labels)
@@ -485,8 +574,9 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         self._resumed = True
         self._position_base, self._chunk_length, self._chunk_iter = position, 0, iter(())
 
-    def _check_layout(self, perm, pointers, drawn_total, drawn_recent, epoch_rows, position, uniforms,
-                      block_of_row, sizes) -> None:
+    def _check_layout(
+        self, perm, pointers, drawn_total, drawn_recent, epoch_rows, position, uniforms, block_of_row, sizes
+    ) -> None:
         """Refuse a state whose rows do not fit this dataset."""
         n_rows = block_of_row.shape[0]
         blocks = np.repeat(np.arange(sizes.shape[0]), sizes)
@@ -501,13 +591,16 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             problem = f"its draw counts are not over the {len(self.domains)} domains {self.domains}"
         elif epoch_rows.shape[0] % self.draw_size or epoch_rows.shape[0] > self.chunks_per_epoch * self.draw_size:
             problem = f"it logs {epoch_rows.shape[0]} rows this epoch, not whole chunks of {self.draw_size}"
-        elif epoch_rows.size and (epoch_rows.min() < 0 or epoch_rows.max() >= n_rows
-                                  or (block_of_row[epoch_rows] < 0).any()):
+        elif epoch_rows.size and (
+            epoch_rows.min() < 0 or epoch_rows.max() >= n_rows or (block_of_row[epoch_rows] < 0).any()
+        ):
             problem = "its rows drawn this epoch are not rows this sampler draws"
         elif not 0 <= position <= len(self):
             problem = f"its position {position} is outside the epoch of {len(self)} indices"
         elif uniforms.ndim != 1 or not ((uniforms >= 0) & (uniforms < 1)).all():
             problem = "its buffered random numbers are malformed"
         if problem is not None:
-            raise StateError(f"DomainMixingSampler.load_state_dict: the state does not fit this sampler's data: "
-                             f"{problem}. Resume on the same dataset, or start this sampler fresh")
+            raise StateError(
+                f"DomainMixingSampler.load_state_dict: the state does not fit this sampler's data: "
+                f"{problem}. Resume on the same dataset, or start this sampler fresh"
+            )

@@ -45,7 +45,8 @@ class Part:
             )
 
     def score(self, batch: RolloutBatch) -> torch.Tensor:
-        """The scorer's scores of ``batch``, ``(N,)`` or ``(N, L)``; a `ComponentError` naming the scorer if one is not finite.
+        """The scorer's scores of ``batch``, ``(N,)`` or ``(N, L)``;
+        a `ComponentError` naming the scorer if one is not finite.
 
         Every score an actuator reads passes here, so the check covers built-in and user scorers alike.
         """
@@ -82,9 +83,16 @@ def build_mixing(mix: MixConfig) -> DomainMixing:
     mixer = build_component("mixer", mix.mixer["name"], **mix.mixer["params"])
     assert isinstance(mixer, Mixer)
     try:
-        return DomainMixing(mixer, domains=mix.domains, window=mix.window, warmup_steps=mix.warmup_steps,
-                            update_every=mix.update_every, smoothing=mix.smoothing, prior=mix.prior,
-                            window_unit=mix.window_unit)
+        return DomainMixing(
+            mixer,
+            domains=mix.domains,
+            window=mix.window,
+            warmup_steps=mix.warmup_steps,
+            update_every=mix.update_every,
+            smoothing=mix.smoothing,
+            prior=mix.prior,
+            window_unit=mix.window_unit,
+        )
     except ParamError as error:
         raise ParamError(f"mix: {error}", error.param) from error
     except ValueError as error:

@@ -23,9 +23,19 @@ from dataflex_callbacks.rollout.batch import RolloutBatch, clean_signals, masked
 from dataflex_callbacks.config import StrategyConfig, load_config, read_config
 from dataflex_callbacks.rollout.decision import Decision
 from dataflex_callbacks.strategy._dropped_all import dropped_all_reason
-from dataflex_callbacks.errors import (SELECTION_REWARD, SELECTION_REWARD_TEXT, ArgumentError, BatchError, ComponentError,
-                                      ConfigError, DroppedAllWarning, check_argument, check_state, check_step,
-                                      user_stacklevel)
+from dataflex_callbacks.errors import (
+    SELECTION_REWARD,
+    SELECTION_REWARD_TEXT,
+    ArgumentError,
+    BatchError,
+    ComponentError,
+    ConfigError,
+    DroppedAllWarning,
+    check_argument,
+    check_state,
+    check_step,
+    user_stacklevel,
+)
 from dataflex_callbacks.mixing.domain_mixing import DomainMixing
 from dataflex_callbacks.strategy.parts import POLICY_SIGNALS, Part, build_mixing
 from dataflex_callbacks.registry import build_component
@@ -48,8 +58,14 @@ class Strategy:
     """
 
     def __init__(self, config: StrategyConfig | Mapping[str, Any]):
-        check_argument(config, (StrategyConfig, Mapping), "config", "Strategy", "a StrategyConfig or a config dict",
-                       "Build a strategy from a preset name, a dict or a YAML path with build_strategy(...)")
+        check_argument(
+            config,
+            (StrategyConfig, Mapping),
+            "config",
+            "Strategy",
+            "a StrategyConfig or a config dict",
+            "Build a strategy from a preset name, a dict or a YAML path with build_strategy(...)",
+        )
         self.config: StrategyConfig = read_config(config)
         self.name = self.config.name
         self.nan_policy = self.config.nan_policy
@@ -119,12 +135,19 @@ class Strategy:
                 this host sets it, e.g. ``{SELECTION_REWARD: "DataFlexGRPOTrainer(..., selection_reward=...)"}``.
                 A setting left out is named in the core's words (``errors.SELECTION_REWARD_TEXT``).
         """
-        check_argument(settings, Mapping, "settings", "Strategy.bind_host_settings",
-                       "a mapping {errors.SELECTION_REWARD: 'how the host sets it'}")
+        check_argument(
+            settings,
+            Mapping,
+            "settings",
+            "Strategy.bind_host_settings",
+            "a mapping {errors.SELECTION_REWARD: 'how the host sets it'}",
+        )
         unknown = sorted(set(settings) - set(SETTING_WORDS))
         if unknown:
-            raise ConfigError(f"Strategy.bind_host_settings: unknown setting(s) {unknown}; the settings warnings "
-                              f"name are {sorted(SETTING_WORDS)}")
+            raise ConfigError(
+                f"Strategy.bind_host_settings: unknown setting(s) {unknown}; the settings warnings "
+                f"name are {sorted(SETTING_WORDS)}"
+            )
         self._host_settings = {concept: str(spelled) for concept, spelled in settings.items()}
 
     def _setting_text(self, concept: str) -> str:
@@ -149,8 +172,13 @@ class Strategy:
 
     def check_host(self, available: set[str] | Sequence[str], host: str = "this host") -> None:
         """Fail at build time if the host cannot provide a field some part needs (e.g. groups in PPO)."""
-        check_argument(available, (set, frozenset, list, tuple), "available", "Strategy.check_host",
-                       "the set of RolloutBatch field names the host provides, e.g. {'rewards', 'group_ids'}")
+        check_argument(
+            available,
+            (set, frozenset, list, tuple),
+            "available",
+            "Strategy.check_host",
+            "the set of RolloutBatch field names the host provides, e.g. {'rewards', 'group_ids'}",
+        )
         available = set(available)
         for part in self.parts:
             for component in (part.scorer, part.actuator):
@@ -159,20 +187,27 @@ class Strategy:
                     kind = "scorer" if component is part.scorer else part.actuator_kind
                     raise ConfigError(
                         f"{kind} {component.name!r} needs {', '.join(sorted(needed))}, which {host} does not provide"
-                        + ("; group scorers need responses grouped by prompt (GRPO-style)" if "group_ids" in needed else "")
+                        + (
+                            "; group scorers need responses grouped by prompt (GRPO-style)"
+                            if "group_ids" in needed
+                            else ""
+                        )
                     )
         if self.mixing is not None and "domains" not in available:
             raise ConfigError(f"the mix part needs domain labels, which {host} does not provide")
         if self.pre_select is not None:
             needed = set(self.pre_select.requires) - available
             if needed:
-                raise ConfigError(f"pre_select {self.pre_select.name!r} needs {', '.join(sorted(needed))}, "
-                                  f"which {host} does not provide")
+                raise ConfigError(
+                    f"pre_select {self.pre_select.name!r} needs {', '.join(sorted(needed))}, "
+                    f"which {host} does not provide"
+                )
 
     def observe_sampled(self, domain_counts: Mapping[str, int]) -> None:
         """Record what the sampler actually drew (for the actual-proportion metrics)."""
-        check_argument(domain_counts, Mapping, "domain_counts", "Strategy.observe_sampled",
-                       "a mapping {domain: prompts drawn}")
+        check_argument(
+            domain_counts, Mapping, "domain_counts", "Strategy.observe_sampled", "a mapping {domain: prompts drawn}"
+        )
         if self.mixing is not None:
             self.mixing.observe_sampled(domain_counts)
 
@@ -186,8 +221,15 @@ class Strategy:
         names = POLICY_SIGNALS if policy_only else CHECKED_SIGNALS
         return [name for name in names if name in read and getattr(batch, name) is not None]
 
-    def _warn_dropped_all(self, step: int | None, batch: RolloutBatch, bad_rows: torch.Tensor | None, counts: dict,
-                          token_level: bool, warn: bool) -> None:
+    def _warn_dropped_all(
+        self,
+        step: int | None,
+        batch: RolloutBatch,
+        bad_rows: torch.Tensor | None,
+        counts: dict,
+        token_level: bool,
+        warn: bool,
+    ) -> None:
         """Warn once per strategy, with a `DroppedAllWarning` naming its cause and fix, that a step kept nothing.
 
         ``bad_rows``: ``(N,)`` rows holding a non-finite signal (None: none), left out under
@@ -197,18 +239,41 @@ class Strategy:
             return
         self._warned_dropped_all = True
         n_bad = 0 if bad_rows is None or self.nan_policy != "drop" else int(bad_rows.sum())
-        cause, what, fix = dropped_all_reason(self.select, self.config.dynamic_sampling, n_bad, batch, counts,
-                                              token_level, self._setting_text(SELECTION_REWARD))
+        cause, what, fix = dropped_all_reason(
+            self.select,
+            self.config.dynamic_sampling,
+            n_bad,
+            batch,
+            counts,
+            token_level,
+            self._setting_text(SELECTION_REWARD),
+        )
         text = f"dataflex: step {step}: strategy {self.name!r} {what}."
         if fix:
             text += f" This step trains nothing (metric dropped_all=1); if it repeats, nothing trains. Fix: {fix}."
         host_setting = SELECTION_REWARD if fix and cause in ("selector", "reward_scale") else None
-        warnings.warn(DroppedAllWarning(text + " This warning is shown once.", step=step, strategy=self.name,
-                                        cause=cause, fix=fix, host_setting=host_setting),
-                      stacklevel=user_stacklevel())
+        warnings.warn(
+            DroppedAllWarning(
+                text + " This warning is shown once.",
+                step=step,
+                strategy=self.name,
+                cause=cause,
+                fix=fix,
+                host_setting=host_setting,
+            ),
+            stacklevel=user_stacklevel(),
+        )
 
-    def apply(self, batch: RolloutBatch, step: int, *, defer_policy: bool = False, sync: bool = True,
-              host_step: int | None = None, warn: bool = True) -> Decision:
+    def apply(
+        self,
+        batch: RolloutBatch,
+        step: int,
+        *,
+        defer_policy: bool = False,
+        sync: bool = True,
+        host_step: int | None = None,
+        warn: bool = True,
+    ) -> Decision:
         """Decide keep mask and weights for one batch, and feed the mixing statistics.
 
         Args:
@@ -252,7 +317,9 @@ class Strategy:
             else:
                 scores = reweight_scores = self.reweight.score(batch)
                 if self.reweight.token_level:
-                    token_w = self.reweight.actuator.weights(scores, batch, mask=self._token_mask(batch, keep, token_keep))
+                    token_w = self.reweight.actuator.weights(
+                        scores, batch, mask=self._token_mask(batch, keep, token_keep)
+                    )
                 else:
                     response_w = self.reweight.actuator.weights(scores, batch, mask=keep)
         weights = self._combine(batch, keep, token_keep, response_w, token_w)
@@ -268,8 +335,15 @@ class Strategy:
             # A SignalGroupBuffer showed the filter every generated round already; this batch is a pick of them.
             observed = self._signal_buffer is not None
             metrics.update(self.pre_select.metrics() if observed else self.pre_select.observe(batch, step, sync=sync))
-        return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics,
-                        deferred=tuple(deferred), response_weights=response_w, step=shown_step)
+        return Decision(
+            keep=keep,
+            weights=weights,
+            token_keep=token_keep,
+            metrics=metrics,
+            deferred=tuple(deferred),
+            response_weights=response_w,
+            step=shown_step,
+        )
 
     def apply_policy(self, batch: RolloutBatch, decision: Decision, *, warn: bool = True) -> Decision:
         """Complete a decision's deferred parts from current-policy signals (``logprobs``/``entropies``).
@@ -279,12 +353,19 @@ class Strategy:
         as in `apply`.
         """
         if isinstance(batch, Decision) and isinstance(decision, RolloutBatch):
-            raise ArgumentError("Strategy.apply_policy takes (batch, decision); got (decision, batch): swap the "
-                                "arguments, strategy.apply_policy(batch, decision)")
+            raise ArgumentError(
+                "Strategy.apply_policy takes (batch, decision); got (decision, batch): swap the "
+                "arguments, strategy.apply_policy(batch, decision)"
+            )
         if not isinstance(batch, RolloutBatch):
             raise BatchError(f"Strategy.apply_policy expects a RolloutBatch as 'batch'; got {type(batch).__name__}")
-        check_argument(decision, Decision, "decision", "Strategy.apply_policy",
-                       "the Decision that Strategy.apply(batch, step, defer_policy=True) returned")
+        check_argument(
+            decision,
+            Decision,
+            "decision",
+            "Strategy.apply_policy",
+            "the Decision that Strategy.apply(batch, step, defer_policy=True) returned",
+        )
         if not decision.deferred:
             return decision
         keep, token_keep, token_w = decision.keep, decision.token_keep, None
@@ -300,8 +381,9 @@ class Strategy:
             token_keep = self.select.actuator.select(select_scores, batch) & batch.valid_mask & keep.unsqueeze(1)
         if "reweight" in decision.deferred:
             reweight_scores = self.reweight.score(batch)
-            token_w = self.reweight.actuator.weights(reweight_scores, batch,
-                                                     mask=self._token_mask(batch, keep, token_keep))
+            token_w = self.reweight.actuator.weights(
+                reweight_scores, batch, mask=self._token_mask(batch, keep, token_keep)
+            )
         weights = self._combine(batch, keep, token_keep, decision.response_weights, token_w)
         metrics = dict(decision.metrics)
         metrics.update(counts)
@@ -316,8 +398,15 @@ class Strategy:
             metrics.update(kept)
         if metrics.get("dropped_all") and not was_dropped:
             self._warn_dropped_all(decision.step, batch, bad_rows, counts, token_keep is not None, warn)
-        return Decision(keep=keep, weights=weights, token_keep=token_keep, metrics=metrics, deferred=(),
-                        response_weights=decision.response_weights, step=decision.step)
+        return Decision(
+            keep=keep,
+            weights=weights,
+            token_keep=token_keep,
+            metrics=metrics,
+            deferred=(),
+            response_weights=decision.response_weights,
+            step=decision.step,
+        )
 
     @staticmethod
     def _token_mask(batch: RolloutBatch, keep: torch.Tensor, token_keep: torch.Tensor | None) -> torch.Tensor:
@@ -355,22 +444,30 @@ class Strategy:
     # ------------------------------------------------------------ component output checks
 
     def _refuse_weights(self, weights: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor | None) -> None:
-        """Raise the `ComponentError` for weights ``(N,)`` or ``(N, L)`` holding a negative or non-finite value (failure path only)."""
+        """Raise the `ComponentError` for weights ``(N,)`` or ``(N, L)`` holding a negative or non-finite value
+        (failure path only)."""
         flat = weights.detach().reshape(-1)
         bad = ~torch.isfinite(flat) | (flat < 0)
         first = int(torch.nonzero(bad)[0])
         at = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), tuple(weights.shape)))
-        found = f"weight {float(flat[first]):.6g} at {at[0] if len(at) == 1 else at} ({int(bad.sum())} of {flat.numel()} negative or not finite)"
+        found = (
+            f"weight {float(flat[first]):.6g} at {at[0] if len(at) == 1 else at} "
+            f"({int(bad.sum())} of {flat.numel()} negative or not finite)"
+        )
         if self.reweight is None:
             raise ComponentError(f"strategy {self.name!r} produced {found}; weights must be finite and >= 0")
         reweighter, scorer = self.reweight.actuator.name, self.reweight.scorer.name
         if scores is not None and not bool(torch.isfinite(scores).all()):
-            raise ComponentError(f"scorer {scorer!r} returned NaN or infinite scores, which reweighter {reweighter!r} "
-                                 f"turned into {found}; a scorer must return finite scores (nan_policy cleans the "
-                                 "batch's signals before scoring, so these come from the scorer itself)")
-        raise ComponentError(f"reweighter {reweighter!r} (on scorer {scorer!r}) returned {found}; loss weights must be "
-                             "finite and >= 0: make its raw weights >= 0 (e.g. exp(score), or score - score.min()); "
-                             "dataflex_callbacks.testing.check_component shows the failing input")
+            raise ComponentError(
+                f"scorer {scorer!r} returned NaN or infinite scores, which reweighter {reweighter!r} "
+                f"turned into {found}; a scorer must return finite scores (nan_policy cleans the "
+                "batch's signals before scoring, so these come from the scorer itself)"
+            )
+        raise ComponentError(
+            f"reweighter {reweighter!r} (on scorer {scorer!r}) returned {found}; loss weights must be "
+            "finite and >= 0: make its raw weights >= 0 (e.g. exp(score), or score - score.min()); "
+            "dataflex_callbacks.testing.check_component shows the failing input"
+        )
 
     def _check_proportions(self, step: int) -> None:
         """Refuse (`ComponentError`) target proportions that are negative or not finite, naming the mixer.
@@ -382,9 +479,11 @@ class Strategy:
         values = torch.tensor(list(target.values()), dtype=torch.float64)
         if bool((torch.isfinite(values) & (values >= 0)).all()):
             return
-        raise ComponentError(f"step {step}: mixer {self.mixing.mixer.name!r} gave the proportions {target}; proportions "
-                             "must be finite and >= 0: implement raw_proportions (the base class normalises and floors "
-                             "it) rather than proportions")
+        raise ComponentError(
+            f"step {step}: mixer {self.mixing.mixer.name!r} gave the proportions {target}; proportions "
+            "must be finite and >= 0: implement raw_proportions (the base class normalises and floors "
+            "it) rather than proportions"
+        )
 
     # ------------------------------------------------------------ metrics
 
@@ -418,7 +517,8 @@ class Strategy:
 
     @staticmethod
     def _kept_metrics(batch: RolloutBatch, keep: torch.Tensor, token_keep: torch.Tensor | None) -> dict[str, float]:
-        """``kept_frac`` and ``dropped_all`` of ``keep`` ``(N,)``, with ``kept_token_frac`` of ``token_keep`` ``(N, L)``.
+        """``kept_frac`` and ``dropped_all`` of ``keep`` ``(N,)``,
+        with ``kept_token_frac`` of ``token_keep`` ``(N, L)``.
 
         A step keeps nothing (``dropped_all`` 1) when no response stays, or no token of the kept ones.
         """
@@ -432,7 +532,9 @@ class Strategy:
             metrics["dropped_all"] = float(metrics["dropped_all"] or (n > 0 and n_tok == 0))
         return metrics
 
-    def _metrics(self, batch, keep, token_keep, weights, counts, observed_rewards, reweight_scores=None) -> dict[str, float]:
+    def _metrics(
+        self, batch, keep, token_keep, weights, counts, observed_rewards, reweight_scores=None
+    ) -> dict[str, float]:
         n = batch.n
         metrics = {**self._kept_metrics(batch, keep, token_keep), "nonfinite_rewards": 0.0}
         metrics.update(counts)
@@ -453,12 +555,16 @@ class Strategy:
 
     def state_dict(self) -> dict:
         """Everything needed to continue exactly: the resolved config, the mixing and pre-rollout state."""
-        return {"config": self.config.to_dict(), "mixing": None if self.mixing is None else self.mixing.state_dict(),
-                "pre_select": None if self.pre_select is None else self.pre_select.state_dict(),
-                "components": {place: component.state_dict() for place, component in self._stateful_components()}}
+        return {
+            "config": self.config.to_dict(),
+            "mixing": None if self.mixing is None else self.mixing.state_dict(),
+            "pre_select": None if self.pre_select is None else self.pre_select.state_dict(),
+            "components": {place: component.state_dict() for place, component in self._stateful_components()},
+        }
 
     def _stateful_components(self) -> list[tuple[str, Any]]:
-        """``("select.scorer", component)`` for each scorer or actuator that keeps state of its own (a ``state_dict``)."""
+        """``("select.scorer", component)`` for each scorer or actuator that keeps state of its own
+        (a ``state_dict``)."""
         found = []
         for part in self.parts:
             for role, component in (("scorer", part.scorer), (part.actuator_kind, part.actuator)):
@@ -500,14 +606,19 @@ class Strategy:
         parts = []
         for part in self.parts:
             config = getattr(self.config, part.kind)
-            text = f"{part.kind} {_component_text(config.scorer)} -> {_component_text(getattr(config, part.actuator_kind))}"
+            text = (
+                f"{part.kind} {_component_text(config.scorer)} -> "
+                f"{_component_text(getattr(config, part.actuator_kind))}"
+            )
             if part.warmup_steps:
                 text += f" from step {part.warmup_steps}"
             parts.append(text)
         if self.mixing is not None:
             mix = self.config.mix
-            parts.append(f"mix {_component_text(mix.mixer)} (target proportions fixed for the first "
-                         f"{mix.warmup_steps} steps, then updated every {mix.update_every})")
+            parts.append(
+                f"mix {_component_text(mix.mixer)} (target proportions fixed for the first "
+                f"{mix.warmup_steps} steps, then updated every {mix.update_every})"
+            )
         if self.config.dynamic_sampling is not None:
             parts.append(f"dynamic_sampling(max_rounds={self.config.dynamic_sampling.max_rounds})")
         if self.pre_select is not None:
@@ -515,8 +626,10 @@ class Strategy:
             if self.pre_select.skipped:
                 text += f" (acting: {self.pre_select.skipped} prompts skipped so far)"
             else:
-                text += (" (warming up: it skips a prompt only once the run's groups predict it gives no signal, "
-                         "so its pre_select/* metrics read 0 until it first skips)")
+                text += (
+                    " (warming up: it skips a prompt only once the run's groups predict it gives no signal, "
+                    "so its pre_select/* metrics read 0 until it first skips)"
+                )
             parts.append(text)
         column = "" if domain_key is None else f" (column {domain_key!r})"
         if domains is None:
@@ -539,8 +652,9 @@ class Strategy:
 
 def _component_text(spec: Mapping[str, Any]) -> str:
     """``name(param=value, ...)`` of a resolved component spec, ``name`` alone without parameters."""
-    params = ", ".join(f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}"
-                       for key, value in spec["params"].items())
+    params = ", ".join(
+        f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}" for key, value in spec["params"].items()
+    )
     return f"{spec['name']}({params})" if params else spec["name"]
 
 

@@ -16,9 +16,14 @@ from dataflex_callbacks.strategy.strategy import CHECKED_SIGNALS
 BATCH_FIELDS = tuple(f.name for f in dataclasses.fields(RolloutBatch) if not f.name.startswith("_"))
 
 
-
-def random_batch(seed: int, *, domains: Sequence[str] = ("math", "code"), binary: bool = True,
-                 token_advantages: bool = False, nonfinite: bool = False) -> RolloutBatch:
+def random_batch(
+    seed: int,
+    *,
+    domains: Sequence[str] = ("math", "code"),
+    binary: bool = True,
+    token_advantages: bool = False,
+    nonfinite: bool = False,
+) -> RolloutBatch:
     """A random `RolloutBatch` with every field: 7 groups of 1 to 6 responses, rows interleaved, lengths 0 to 8.
 
     Group ids are sparse integers; one group's rewards are all equal, one row has no valid
@@ -47,12 +52,19 @@ def random_batch(seed: int, *, domains: Sequence[str] = ("math", "code"), binary
         advantages[3] = float("-inf")
         logprobs[4, 0], logprobs[6, 0] = float("nan"), float("inf")
         entropies[7, 0] = float("nan")
-    return RolloutBatch(rewards, group_ids=group_ids, completion_mask=mask, advantages=advantages, logprobs=logprobs,
-                        entropies=entropies, domains=[labels[int(g)] for g in group_ids],
-                        prompt_keys=[f"prompt-{int(g)}" for g in group_ids],
-                        completion_ids=torch.randint(0, 5, (n, length), generator=gen),
-                        policy_versions=torch.randint(0, 4, (n,), generator=gen), trainer_version=4)
-
+    return RolloutBatch(
+        rewards,
+        group_ids=group_ids,
+        completion_mask=mask,
+        advantages=advantages,
+        logprobs=logprobs,
+        entropies=entropies,
+        domains=[labels[int(g)] for g in group_ids],
+        prompt_keys=[f"prompt-{int(g)}" for g in group_ids],
+        completion_ids=torch.randint(0, 5, (n, length), generator=gen),
+        policy_versions=torch.randint(0, 4, (n,), generator=gen),
+        trainer_version=4,
+    )
 
 
 def cleaned_signals(batch: RolloutBatch) -> tuple[RolloutBatch, torch.Tensor]:
@@ -90,5 +102,6 @@ def batch_rows(batch: RolloutBatch, rows: torch.Tensor) -> RolloutBatch:
 def batch_to(batch: RolloutBatch, device: str | torch.device) -> RolloutBatch:
     """``batch`` with every tensor moved to ``device``."""
     values = {name: getattr(batch, name) for name in BATCH_FIELDS}
-    return RolloutBatch(**{name: value.to(device) if isinstance(value, torch.Tensor) else value
-                           for name, value in values.items()})
+    return RolloutBatch(
+        **{name: value.to(device) if isinstance(value, torch.Tensor) else value for name, value in values.items()}
+    )

@@ -40,15 +40,31 @@ import torch
 from dataflex_callbacks.rollout.batch import RolloutBatch
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.mixing.mixers import Mixer
-from dataflex_callbacks.testing._random_batches import BATCH_FIELDS, batch_rows, batch_to, cleaned_signals, drop_policy_batch, random_batch
+from dataflex_callbacks.testing._random_batches import (
+    BATCH_FIELDS,
+    batch_rows,
+    batch_to,
+    cleaned_signals,
+    drop_policy_batch,
+    random_batch,
+)
 from dataflex_callbacks.registry import KINDS, component_class
 from dataflex_callbacks.components.reweighters import Reweighter
 from dataflex_callbacks.components.scorers import Scorer
 from dataflex_callbacks.components.selectors import Selector
 from dataflex_callbacks.mixing.tracker import DomainTracker
 
-__all__ = ["ConformanceError", "ConformanceReport", "check_component", "cuda_device", "random_batch", "batch_rows",
-           "batch_to", "cleaned_signals", "drop_policy_batch"]
+__all__ = [
+    "ConformanceError",
+    "ConformanceReport",
+    "check_component",
+    "cuda_device",
+    "random_batch",
+    "batch_rows",
+    "batch_to",
+    "cleaned_signals",
+    "drop_policy_batch",
+]
 
 BASES = {"scorer": Scorer, "selector": Selector, "reweighter": Reweighter, "mixer": Mixer}
 SCOPES = ("row", "group", "batch")
@@ -81,9 +97,15 @@ class ConformanceReport:
         return "\n".join(lines)
 
 
-def check_component(component: Any, kind: str | None = None, params: Mapping[str, Any] | None = None,
-                    reference: Callable | None = None, *, seed: int = 0,
-                    domains: Sequence[str] = ("math", "code", "chat")) -> ConformanceReport:
+def check_component(
+    component: Any,
+    kind: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    reference: Callable | None = None,
+    *,
+    seed: int = 0,
+    domains: Sequence[str] = ("math", "code", "chat"),
+) -> ConformanceReport:
     """Run a component through every conformance check of its kind; raise `ConformanceError` on the first failure.
 
     Args:
@@ -120,25 +142,40 @@ def _build(component: Any, kind: str | None, params: dict) -> tuple[str, Any]:
     if kind is None:
         kind = next((k for k, base in BASES.items() if issubclass(cls, base)), None)
         if kind is None:
-            raise ConformanceError(f"{cls.__name__} failed the 'declarations' check: it subclasses none of "
-                                   f"{', '.join(b.__name__ for b in BASES.values())}; subclass the base of its kind")
+            raise ConformanceError(
+                f"{cls.__name__} failed the 'declarations' check: it subclasses none of "
+                f"{', '.join(b.__name__ for b in BASES.values())}; subclass the base of its kind"
+            )
     if kind not in BASES:
-        raise ConfigError(f"check_component checks kinds {', '.join(BASES)}; got {kind!r} (known kinds: {', '.join(KINDS)})")
+        raise ConfigError(
+            f"check_component checks kinds {', '.join(BASES)}; got {kind!r} (known kinds: {', '.join(KINDS)})"
+        )
     if not issubclass(cls, BASES[kind]):
-        raise ConformanceError(f"{kind} {cls.__name__} failed the 'declarations' check: it does not subclass "
-                               f"{BASES[kind].__name__}; write 'class {cls.__name__}(dataflex_callbacks.{BASES[kind].__name__})'")
+        raise ConformanceError(
+            f"{kind} {cls.__name__} failed the 'declarations' check: it does not subclass "
+            f"{BASES[kind].__name__}; write 'class {cls.__name__}(dataflex_callbacks.{BASES[kind].__name__})'"
+        )
     if isinstance(component, type):
         return kind, component(**params)
     if params:
-        raise ConfigError("check_component got an instance and params=; pass the class with params, or the instance alone")
+        raise ConfigError(
+            "check_component got an instance and params=; pass the class with params, or the instance alone"
+        )
     return kind, copy.deepcopy(component)
 
 
 class _Checker:
     """Shared parts of the checks: failure messages, fresh copies of the component, the report."""
 
-    def __init__(self, kind: str, initial: Any, report: ConformanceReport, reference: Callable | None, seed: int,
-                 domains: list[str]):
+    def __init__(
+        self,
+        kind: str,
+        initial: Any,
+        report: ConformanceReport,
+        reference: Callable | None,
+        seed: int,
+        domains: list[str],
+    ):
         self.kind, self.initial, self.report, self.reference = kind, initial, report, reference
         self.seed, self.domains = seed, domains
 
@@ -166,14 +203,16 @@ class _Checker:
             differ = ~((got - want).abs() <= limit) & ~(got == want)  # equal infinities agree
         if bool(differ.any()):
             at = tuple(int(i) for i in torch.nonzero(differ)[0])
-            self.fail(check, f"{what}: differs at {at} ({_item(got, at)} vs {_item(want, at)}; "
-                             f"{int(differ.sum())} of {differ.numel()} entries differ)")
+            self.fail(
+                check,
+                f"{what}: differs at {at} ({_item(got, at)} vs {_item(want, at)}; "
+                f"{int(differ.sum())} of {differ.numel()} entries differ)",
+            )
 
 
 def _item(values: torch.Tensor, at: tuple[int, ...]) -> str:
     value = values[at]
     return str(bool(value)) if value.dtype == torch.bool else f"{float(value):.6g}"
-
 
 
 @dataclass
@@ -186,12 +225,20 @@ class _Trial:
     mask: torch.Tensor | None = None
 
     def rows(self, rows: torch.Tensor) -> "_Trial":
-        return _Trial(self.label, batch_rows(self.batch, rows), None if self.scores is None else self.scores[rows],
-                      None if self.mask is None else self.mask[rows])
+        return _Trial(
+            self.label,
+            batch_rows(self.batch, rows),
+            None if self.scores is None else self.scores[rows],
+            None if self.mask is None else self.mask[rows],
+        )
 
     def to(self, device: str) -> "_Trial":
-        return _Trial(self.label, batch_to(self.batch, device), None if self.scores is None else self.scores.to(device),
-                      None if self.mask is None else self.mask.to(device))
+        return _Trial(
+            self.label,
+            batch_to(self.batch, device),
+            None if self.scores is None else self.scores.to(device),
+            None if self.mask is None else self.mask.to(device),
+        )
 
 
 class _BatchChecker(_Checker):
@@ -218,8 +265,13 @@ class _BatchChecker(_Checker):
         if device is not None:
             for trial, output in zip(trials, outputs):
                 got = self.call(self.fresh(), trial.to(device))
-                self.expect_close("cuda", self.comparable(got.cpu(), trial), self.comparable(output, trial),
-                                  f"{trial.label}: the CUDA result against the CPU one", CUDA_TOLERANCE)
+                self.expect_close(
+                    "cuda",
+                    self.comparable(got.cpu(), trial),
+                    self.comparable(output, trial),
+                    f"{trial.label}: the CUDA result against the CPU one",
+                    CUDA_TOLERANCE,
+                )
             self.passed("cuda")
         else:
             self.skip("cuda", "CUDA is not available on this machine")
@@ -234,8 +286,9 @@ class _BatchChecker(_Checker):
     def trials(self) -> list[_Trial]:
         """Three calls: 0/1 rewards with every entry weighted; other rewards with some rows dropped; NaN/inf signals."""
         trials = []
-        for index, (binary, token_advantages, nonfinite) in enumerate(((True, False, False), (False, True, False),
-                                                                        (True, True, True))):
+        for index, (binary, token_advantages, nonfinite) in enumerate(
+            ((True, False, False), (False, True, False), (True, True, True))
+        ):
             seed = self.seed * 3 + index
             batch = random_batch(seed, binary=binary, token_advantages=token_advantages, nonfinite=nonfinite)
             label = "0/1 rewards" if binary and not nonfinite else "real-valued rewards"
@@ -279,7 +332,10 @@ class _BatchChecker(_Checker):
         requires = getattr(component, "requires", ())
         unknown = sorted(set(requires) - set(BATCH_FIELDS))
         if unknown:
-            self.fail("declarations", f"requires names {unknown}, which are not RolloutBatch fields ({', '.join(BATCH_FIELDS)})")
+            self.fail(
+                "declarations",
+                f"requires names {unknown}, which are not RolloutBatch fields ({', '.join(BATCH_FIELDS)})",
+            )
         if not isinstance(getattr(component, "needs_groups", False), bool):
             self.fail("declarations", "needs_groups must be True or False")
         self.passed("declarations")
@@ -287,8 +343,10 @@ class _BatchChecker(_Checker):
     def check_raw_weights(self, trials: list[_Trial]) -> None:
         """A reweighter's ``_raw`` values inside the mask are finite and >= 0 (before normalisation can hide them)."""
         if getattr(type(self.initial), "_raw", None) is Reweighter._raw:
-            self.skip("raw values", "the reweighter replaces weights() and has no _raw (the output contract checks "
-                                    "its weights)")
+            self.skip(
+                "raw values",
+                "the reweighter replaces weights() and has no _raw (the output contract checks its weights)",
+            )
             return
         for trial in trials:
             component = self.fresh()
@@ -299,19 +357,25 @@ class _BatchChecker(_Checker):
                 raw = torch.as_tensor(component._raw(scores, mask))
             where = f"{trial.label}, N={trial.batch.n}, L={trial.batch.num_tokens}"
             if raw.shape != scores.shape:
-                self.fail("raw values", f"{where}: _raw returned shape {tuple(raw.shape)}; raw weights are shaped like "
-                                        f"the scores, {tuple(scores.shape)}")
+                self.fail(
+                    "raw values",
+                    f"{where}: _raw returned shape {tuple(raw.shape)}; raw weights are shaped like "
+                    f"the scores, {tuple(scores.shape)}",
+                )
             inside = torch.ones_like(raw, dtype=torch.bool) if mask is None else mask.to(raw.device)
             bad = inside & (~torch.isfinite(raw) | (raw < 0))
             if bool(bad.any()):
                 at = tuple(int(i) for i in torch.nonzero(bad)[0])
                 count, total = int(bad.sum()), int(inside.sum())
                 share = "all" if count == total else f"{count}"
-                self.fail("raw values", f"{where}: _raw returned {_item(raw, at)} at {at} ({share} of the {total} "
-                                        "entries inside the mask are negative or not finite); raw weights must be "
-                                        "finite and >= 0: normalize= only rescales them and cannot repair a sign, and "
-                                        "a strategy refuses negative loss weights at run time. Make the rule "
-                                        "non-negative, e.g. exp(score) or score - score.min()")
+                self.fail(
+                    "raw values",
+                    f"{where}: _raw returned {_item(raw, at)} at {at} ({share} of the {total} "
+                    "entries inside the mask are negative or not finite); raw weights must be "
+                    "finite and >= 0: normalize= only rescales them and cannot repair a sign, and "
+                    "a strategy refuses negative loss weights at run time. Make the rule "
+                    "non-negative, e.g. exp(score) or score - score.min()",
+                )
         self.passed("raw values")
 
     def check_outputs(self, trial: _Trial) -> torch.Tensor:
@@ -321,8 +385,11 @@ class _BatchChecker(_Checker):
         output = self.call(self.fresh(), trial)
         changed = [name for name, value in before.items() if not torch.equal(value, inputs[name])]
         if changed:
-            self.fail("output contract", f"{trial.label}: the call changed its input(s) {', '.join(changed)} in "
-                                         "place; other parts of the strategy read them afterwards, so work on a copy")
+            self.fail(
+                "output contract",
+                f"{trial.label}: the call changed its input(s) {', '.join(changed)} in "
+                "place; other parts of the strategy read them afterwards, so work on a copy",
+            )
         check = "non-finite inputs" if "NaN" in trial.label else "output contract"
         batch = trial.batch
         n, length = batch.n, batch.num_tokens
@@ -332,8 +399,11 @@ class _BatchChecker(_Checker):
         if not isinstance(output, torch.Tensor):
             self.fail("output contract", f"{where}: returned {type(output).__name__}, not a torch.Tensor")
         if tuple(output.shape) != want:
-            self.fail("output contract", f"{where}: returned shape {tuple(output.shape)}; a {self.granularity}-level "
-                                         f"{self.kind} returns {shape_name} = {want}")
+            self.fail(
+                "output contract",
+                f"{where}: returned shape {tuple(output.shape)}; a {self.granularity}-level "
+                f"{self.kind} returns {shape_name} = {want}",
+            )
         if output.device != batch.device:
             self.fail("output contract", f"{where}: returned a tensor on {output.device} for a batch on {batch.device}")
         if self.kind == "selector":
@@ -345,8 +415,11 @@ class _BatchChecker(_Checker):
         covered = self.comparable(output, trial)
         if not bool(torch.isfinite(covered).all()):
             at = tuple(int(i) for i in torch.nonzero(~torch.isfinite(covered))[0])
-            self.fail(check, f"{where}: returned {_item(covered, at)} at {at}; outputs must be finite once nan_policy "
-                             "has cleaned the signals (non-finite entries set to 0, -inf log-probs kept)")
+            self.fail(
+                check,
+                f"{where}: returned {_item(covered, at)} at {at}; outputs must be finite once nan_policy "
+                "has cleaned the signals (non-finite entries set to 0, -inf log-probs kept)",
+            )
         if self.kind == "reweighter":
             self.check_weights(check, where, output, trial)
         return output
@@ -368,8 +441,11 @@ class _BatchChecker(_Checker):
         for cell in cells:
             count = int(cell.sum())
             if count and not math.isclose(float(weights[cell].sum()) / count, 1.0, rel_tol=1e-4):
-                self.fail(check, f"{where}: normalize={normalize!r} but the weights average "
-                                 f"{float(weights[cell].sum()) / count:.6g} over {count} masked entries instead of 1")
+                self.fail(
+                    check,
+                    f"{where}: normalize={normalize!r} but the weights average "
+                    f"{float(weights[cell].sum()) / count:.6g} over {count} masked entries instead of 1",
+                )
 
     @property
     def unit(self) -> str:
@@ -392,25 +468,32 @@ class _BatchChecker(_Checker):
         if scope == "batch":
             perm = torch.randperm(trial.batch.n, generator=torch.Generator().manual_seed(self.seed + 7))
             shuffled = self.call(self.fresh(), trial.rows(perm))
-            self.expect_close("group loop", self.comparable(shuffled, trial.rows(perm)),
-                              self.comparable(output, trial)[perm],
-                              f"{trial.label}: scope='batch', so shuffling the rows must shuffle the result", FLOAT_TOLERANCE)
+            self.expect_close(
+                "group loop",
+                self.comparable(shuffled, trial.rows(perm)),
+                self.comparable(output, trial)[perm],
+                f"{trial.label}: scope='batch', so shuffling the rows must shuffle the result",
+                FLOAT_TOLERANCE,
+            )
             return
         unit = self.unit
         full = self.comparable(output, trial)
         for rows in self.parts(trial.batch):
             part = trial.rows(rows)
             alone = self.comparable(self.call(self.fresh(), part), part)
-            what = (f"{trial.label}: scope={scope!r}, so {_describe_rows(trial.batch, rows, unit)} run alone must "
-                    f"give what it gets in the whole batch (alone vs in the batch); declare scope='batch' if the rule "
-                    f"reads other {unit}s")
+            what = (
+                f"{trial.label}: scope={scope!r}, so {_describe_rows(trial.batch, rows, unit)} run alone must "
+                f"give what it gets in the whole batch (alone vs in the batch); declare scope='batch' if the rule "
+                f"reads other {unit}s"
+            )
             if self.kind == "reweighter":
                 self.expect_proportional(alone, full[rows], part, what)
             else:
                 self.expect_close("group loop", alone, full[rows], what, FLOAT_TOLERANCE)
 
     def expect_proportional(self, alone: torch.Tensor, full: torch.Tensor, part: _Trial, what: str) -> None:
-        """Weights of one group run alone equal its weights in the batch up to one positive scale (the normalisation)."""
+        """Weights of one group run alone equal its weights in the batch up to one positive scale
+        (the normalisation)."""
         total_alone, total_full = float(alone.sum()), float(full.sum())
         if total_full == 0 or total_alone == 0:
             # All zero raw weights fall back to uniform weights over the mask, in either call.
@@ -418,21 +501,33 @@ class _BatchChecker(_Checker):
             if not all(bool((w == 0).all()) or torch.equal(w, uniform) for w in (alone, full)):
                 self.fail("group loop", f"{what}: one call gave zero weights, the other non-uniform ones")
             return
-        self.expect_close("group loop", alone / total_alone, full / total_full, what + " (weights as shares of the group)",
-                          FLOAT_TOLERANCE)
+        self.expect_close(
+            "group loop",
+            alone / total_alone,
+            full / total_full,
+            what + " (weights as shares of the group)",
+            FLOAT_TOLERANCE,
+        )
 
     def check_reference(self, trial: _Trial) -> None:
         for rows in self.parts(trial.batch):
             part = trial.rows(rows)
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
-                args = {"scorer": (part.batch,), "selector": (part.scores, part.batch),
-                        "reweighter": (part.scores, part.batch, part.mask)}[self.kind]
+                args = {
+                    "scorer": (part.batch,),
+                    "selector": (part.scores, part.batch),
+                    "reweighter": (part.scores, part.batch, part.mask),
+                }[self.kind]
                 want = torch.as_tensor(self.reference(*args))
             got = self.comparable(self.call(self.fresh(), part), part)
-            self.expect_close("reference", got, self.comparable(want.to(got.device), part),
-                              f"{trial.label}: {_describe_rows(trial.batch, rows, self.unit)} "
-                              "against reference=", FLOAT_TOLERANCE)
+            self.expect_close(
+                "reference",
+                got,
+                self.comparable(want.to(got.device), part),
+                f"{trial.label}: {_describe_rows(trial.batch, rows, self.unit)} against reference=",
+                FLOAT_TOLERANCE,
+            )
 
     def check_state(self, trials: list[_Trial]) -> None:
         if not callable(getattr(self.initial, "state_dict", None)):
@@ -447,12 +542,20 @@ class _BatchChecker(_Checker):
         second.load_state_dict(copy.deepcopy(state))
         for trial in trials[2:]:
             want = self.comparable(self.call(untouched, trial), trial)
-            self.expect_close("state_dict", self.comparable(self.call(first, trial), trial), want,
-                              f"{trial.label}: the component after state_dict() against before (state_dict must "
-                              "not change it)", FLOAT_TOLERANCE)
-            self.expect_close("state_dict", self.comparable(self.call(second, trial), trial), want,
-                              f"{trial.label}: a fresh instance after load_state_dict against the saved one",
-                              FLOAT_TOLERANCE)
+            self.expect_close(
+                "state_dict",
+                self.comparable(self.call(first, trial), trial),
+                want,
+                f"{trial.label}: the component after state_dict() against before (state_dict must not change it)",
+                FLOAT_TOLERANCE,
+            )
+            self.expect_close(
+                "state_dict",
+                self.comparable(self.call(second, trial), trial),
+                want,
+                f"{trial.label}: a fresh instance after load_state_dict against the saved one",
+                FLOAT_TOLERANCE,
+            )
         self.passed("state_dict")
 
 
@@ -471,33 +574,49 @@ class _MixerChecker(_Checker):
         self.check_declarations()
         domains = self.initial.domains or self.domains
         observed = domains[:-1] if len(domains) > 1 else domains  # the last domain stays unobserved: NaN statistics
-        batches = [random_batch(self.seed * 3 + i, domains=observed, binary=i != 1, token_advantages=i == 1,
-                                nonfinite=i == 2) for i in range(3)]
+        batches = [
+            random_batch(self.seed * 3 + i, domains=observed, binary=i != 1, token_advantages=i == 1, nonfinite=i == 2)
+            for i in range(3)
+        ]
         batches = [drop_policy_batch(batch) for batch in batches]
 
         mixer = self.bound(domains)
         tracker = self.tracker(domains, batches, "cpu")
-        self.check_raw_proportions(domains, [(DomainTracker(domains), "a tracker with no observation"),
-                                             (tracker, f"a tracker fed NaN/inf rewards, with {domains[-1]!r} never "
-                                                       "observed")])
+        self.check_raw_proportions(
+            domains,
+            [
+                (DomainTracker(domains), "a tracker with no observation"),
+                (tracker, f"a tracker fed NaN/inf rewards, with {domains[-1]!r} never observed"),
+            ],
+        )
         empty = self.proportions(mixer, DomainTracker(domains))
         self.check_proportions("output contract", empty, domains, mixer, "a tracker with no observation")
         result = self.proportions(mixer, tracker)
-        self.check_proportions("non-finite inputs", result, domains, mixer,
-                               f"a tracker fed NaN/inf rewards, with {domains[-1]!r} never observed")
+        self.check_proportions(
+            "non-finite inputs",
+            result,
+            domains,
+            mixer,
+            f"a tracker fed NaN/inf rewards, with {domains[-1]!r} never observed",
+        )
         self.passed("output contract")
         self.passed("non-finite inputs")
 
         relabelled = list(reversed(domains))
         other = self.proportions(self.bound(relabelled), self.tracker(relabelled, batches, "cpu"))
-        self.expect_dict("group loop", other, result, "the domains bound in reverse order (a domain's proportion "
-                                                      "must follow its statistics, not its position)")
+        self.expect_dict(
+            "group loop",
+            other,
+            result,
+            "the domains bound in reverse order (a domain's proportion must follow its statistics, not its position)",
+        )
         self.passed("group loop")
         if self.reference is None:
             self.skip("reference", "no reference= function given")
         else:
-            self.expect_dict("reference", {d: float(p) for d, p in dict(self.reference(tracker)).items()}, result,
-                             "reference=")
+            self.expect_dict(
+                "reference", {d: float(p) for d, p in dict(self.reference(tracker)).items()}, result, "reference="
+            )
             self.passed("reference")
         device = cuda_device()
         if device is not None:
@@ -514,8 +633,12 @@ class _MixerChecker(_Checker):
             self.proportions(first, tracker)
         second = self.bound(domains)
         second.load_state_dict(copy.deepcopy(first.state_dict()))
-        self.expect_dict("state_dict", self.proportions(second, tracker), self.proportions(first, tracker),
-                         "a fresh mixer after load_state_dict against the saved one")
+        self.expect_dict(
+            "state_dict",
+            self.proportions(second, tracker),
+            self.proportions(first, tracker),
+            "a fresh mixer after load_state_dict against the saved one",
+        )
         self.passed("state_dict")
 
     def check_declarations(self) -> None:
@@ -527,23 +650,32 @@ class _MixerChecker(_Checker):
     def check_raw_proportions(self, domains: list[str], trackers: list[tuple[DomainTracker, str]]) -> None:
         """``raw_proportions`` is ``(K,)``, finite, >= 0 and not all 0 (normalising would hide a sign)."""
         if getattr(type(self.initial), "raw_proportions", None) is Mixer.raw_proportions:
-            self.skip("raw values", "the mixer replaces proportions() and has no raw_proportions (the output contract "
-                                    "checks its proportions)")
+            self.skip(
+                "raw values",
+                "the mixer replaces proportions() and has no raw_proportions (the output contract "
+                "checks its proportions)",
+            )
             return
         for tracker, where in trackers:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 raw = torch.as_tensor(self.bound(domains).raw_proportions(tracker), dtype=torch.float64)
             if raw.shape != (len(domains),):
-                self.fail("raw values", f"{where}: raw_proportions returned shape {tuple(raw.shape)}; expected one value "
-                                        f"per domain, ({len(domains)},)")
+                self.fail(
+                    "raw values",
+                    f"{where}: raw_proportions returned shape {tuple(raw.shape)}; expected one value "
+                    f"per domain, ({len(domains)},)",
+                )
             values = dict(zip(domains, raw.tolist()))
             bad = {d: v for d, v in values.items() if not (math.isfinite(v) and v >= 0)}
             if bad or not sum(values.values()) > 0:
                 what = f"{bad} are negative or not finite" if bad else "are all 0"
-                self.fail("raw values", f"{where}: raw_proportions returned {values}: {what}; raw proportions must be "
-                                        "finite, >= 0 and not all 0, since they are only normalised and floored "
-                                        "(all -1 would silently become 1/K each, mixed signs negative proportions)")
+                self.fail(
+                    "raw values",
+                    f"{where}: raw_proportions returned {values}: {what}; raw proportions must be "
+                    "finite, >= 0 and not all 0, since they are only normalised and floored "
+                    "(all -1 would silently become 1/K each, mixed signs negative proportions)",
+                )
         self.passed("raw values")
 
     def bound(self, domains: list[str]) -> Mixer:
@@ -568,12 +700,17 @@ class _MixerChecker(_Checker):
 
     def check_proportions(self, check: str, result: dict, domains: list[str], mixer: Mixer, where: str) -> None:
         if sorted(result) != sorted(domains):
-            self.fail("output contract", f"{where}: proportions name {sorted(result)}, expected exactly {sorted(domains)}")
+            self.fail(
+                "output contract", f"{where}: proportions name {sorted(result)}, expected exactly {sorted(domains)}"
+            )
         values = {d: float(p) for d, p in result.items()}
         bad = {d: p for d, p in values.items() if not math.isfinite(p)}
         if bad:
-            self.fail(check, f"{where}: proportions {bad} are not finite; raw_proportions must be finite, >= 0, not all "
-                             "0 (fill_unobserved handles domains never observed)")
+            self.fail(
+                check,
+                f"{where}: proportions {bad} are not finite; raw_proportions must be finite, >= 0, not all "
+                "0 (fill_unobserved handles domains never observed)",
+            )
         low = {d: p for d, p in values.items() if p < mixer.floor - 1e-9}
         if low:
             self.fail("output contract", f"{where}: proportions {low} are below the floor {mixer.floor}")
@@ -583,5 +720,8 @@ class _MixerChecker(_Checker):
     def expect_dict(self, check: str, got: dict, want: dict, what: str) -> None:
         for domain in want:
             if domain not in got or not math.isclose(float(got[domain]), want[domain], rel_tol=1e-6, abs_tol=1e-9):
-                self.fail(check, f"{what}: domain {domain!r} gets {got.get(domain)!r}, expected {want[domain]:.9g} "
-                                 f"(all: {got} vs {want})")
+                self.fail(
+                    check,
+                    f"{what}: domain {domain!r} gets {got.get(domain)!r}, expected {want[domain]:.9g} "
+                    f"(all: {got} vs {want})",
+                )

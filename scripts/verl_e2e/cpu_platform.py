@@ -135,7 +135,9 @@ class CpuDevice(ModuleType):
 
 
 def _dedupe_backend(init_process_group):
-    """Wrap ``init_process_group`` so that verl's ``cpu:gloo,cpu:gloo`` (cpu named twice) reaches torch as ``cpu:gloo``."""
+    """Wrap ``init_process_group`` so that verl's ``cpu:gloo,cpu:gloo`` (cpu named twice) reaches torch as
+    ``cpu:gloo``.
+    """
 
     @functools.wraps(init_process_group)
     def _init_process_group(*args, **kwargs):

@@ -28,20 +28,31 @@ PROBE_ENV = "DATAFLEX_E2E_PROBE"
 
 
 @register_policy_loss("probe_vanilla")
-def probe_vanilla(old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None,
-                  rollout_is_weights=None):
-    """verl's ``vanilla`` policy loss, plus one JSON line on which responses (rows of ``log_prob [B, T]``) get a gradient."""
+def probe_vanilla(
+    old_log_prob, log_prob, advantages, response_mask, loss_agg_mode="token-mean", config=None, rollout_is_weights=None
+):
+    """verl's ``vanilla`` policy loss, plus one JSON line on which responses (rows of ``log_prob [B, T]``) get
+    a gradient.
+    """
     pg_loss, metrics = get_policy_loss_fn("vanilla")(
-        old_log_prob=old_log_prob, log_prob=log_prob, advantages=advantages, response_mask=response_mask,
-        loss_agg_mode=loss_agg_mode, config=config, rollout_is_weights=rollout_is_weights)
+        old_log_prob=old_log_prob,
+        log_prob=log_prob,
+        advantages=advantages,
+        response_mask=response_mask,
+        loss_agg_mode=loss_agg_mode,
+        config=config,
+        rollout_is_weights=rollout_is_weights,
+    )
     path = os.environ.get(PROBE_ENV)
     if path and log_prob.requires_grad:
         (grad,) = torch.autograd.grad(pg_loss, log_prob, retain_graph=True, allow_unused=True)
         grad_rows = 0 if grad is None else int((grad.abs().sum(dim=-1) > 0).sum())
-        record = {"rows": int(log_prob.shape[0]), "masked_in": int((response_mask.sum(dim=-1) > 0).sum()),
-                  "grad_rows": grad_rows,
-                  "weight_sum": None if rollout_is_weights is None
-                  else float((rollout_is_weights * response_mask).sum())}
+        record = {
+            "rows": int(log_prob.shape[0]),
+            "masked_in": int((response_mask.sum(dim=-1) > 0).sum()),
+            "grad_rows": grad_rows,
+            "weight_sum": None if rollout_is_weights is None else float((rollout_is_weights * response_mask).sum()),
+        }
         with open(path, "a") as f:
             f.write(json.dumps(record) + "\n")
     return pg_loss, metrics

@@ -32,8 +32,14 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 # hidden 64 / 2 heads = head size 32, the smallest vLLM's CPU attention takes.
-MODEL_CONFIG = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
-                    num_key_value_heads=2, max_position_embeddings=256)
+MODEL_CONFIG = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 DOMAINS = ("easy", "hard")
 TRAIN_ROWS_PER_DOMAIN = 32
 VAL_ROWS_PER_DOMAIN = 4
@@ -44,9 +50,14 @@ def build_tokenizer():
     from dataflex_callbacks.recipes.tiny_model import build_tiny_tokenizer
 
     return build_tiny_tokenizer(
-        characters=CHARACTERS, special_tokens=SPECIALS, chat_template=CHAT_TEMPLATE,
+        characters=CHARACTERS,
+        special_tokens=SPECIALS,
+        chat_template=CHAT_TEMPLATE,
         model_max_length=MODEL_CONFIG["max_position_embeddings"],
-        pad_token="<|endoftext|>", eos_token="<|im_end|>", additional_special_tokens=["<|im_start|>"])
+        pad_token="<|endoftext|>",
+        eos_token="<|im_end|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
 
 
 def build_model(tokenizer, seed: int = 0):
@@ -66,9 +77,15 @@ def rows(domain: str, count: int, split: str, start: int) -> list[dict]:
         a, b = (7 * i + 3) % 10, (3 * i + 1) % 10
         question = f"{a} + {b} = ?" if domain == "easy" else f"{a} * {b} + {a} = ?"
         answer = a + b if domain == "easy" else a * b + a
-        out.append({"data_source": domain, "prompt": [{"role": "user", "content": question}], "ability": "math",
-                    "reward_model": {"style": "rule", "ground_truth": str(answer)},
-                    "extra_info": {"index": start + i, "split": split}})
+        out.append(
+            {
+                "data_source": domain,
+                "prompt": [{"role": "user", "content": question}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": str(answer)},
+                "extra_info": {"index": start + i, "split": split},
+            }
+        )
     return out
 
 

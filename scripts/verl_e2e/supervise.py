@@ -82,12 +82,16 @@ def _error_lines(watch: EngineWatch, limit: int = 40) -> list[str]:
     """The engine's first error lines, or else the run's last traceback, or its last lines naming an error."""
     if watch.errors:
         exceptions = [line for line in watch.errors if re.search(r"\b\w+(?:Error|Exception): ", line)]
-        return (["exceptions raised:"] + list(dict.fromkeys(exceptions))[:10]
-                + ["its first error lines:"] + watch.errors[:limit])
+        return (
+            ["exceptions raised:"]
+            + list(dict.fromkeys(exceptions))[:10]
+            + ["its first error lines:"]
+            + watch.errors[:limit]
+        )
     lines = list(watch.tail)
     starts = [i for i, line in enumerate(lines) if "Traceback" in line]
     if starts:
-        return lines[starts[-1]:][-limit:]
+        return lines[starts[-1] :][-limit:]
     return [line for line in lines if any(word in line for word in ERROR_WORDS)][-limit:]
 
 
@@ -137,8 +141,11 @@ def supervise(command: list[str], grace: float) -> int:
             _kill_tree(root)
             child.wait()
             reader.join(timeout=5)
-            _report(f"stopped the run: {_what(death)} {death[2] - started:.0f} s into the run and the run was still "
-                    f"waiting {grace:.0f} s later (verl's driver never hears of a failed vLLM engine)", watch)
+            _report(
+                f"stopped the run: {_what(death)} {death[2] - started:.0f} s into the run and the run was still "
+                f"waiting {grace:.0f} s later (verl's driver never hears of a failed vLLM engine)",
+                watch,
+            )
             return 1
         time.sleep(POLL_S)
     code = child.wait()
@@ -157,14 +164,20 @@ def _what(death: tuple[int, str, float]) -> str:
 
 def _report(headline: str, watch: EngineWatch) -> None:
     print(f"[supervise] {headline}. The engine's error:", flush=True)
-    for line in _error_lines(watch) or ["(none in the run's output; see Ray's logs under /tmp/ray/session_latest/logs)"]:
+    for line in _error_lines(watch) or [
+        "(none in the run's output; see Ray's logs under /tmp/ray/session_latest/logs)"
+    ]:
         print(f"[supervise]   {line[:300]}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--grace", type=float, default=20.0,
-                        help="seconds a run may go on after a vLLM process died before it is stopped (default 20)")
+    parser.add_argument(
+        "--grace",
+        type=float,
+        default=20.0,
+        help="seconds a run may go on after a vLLM process died before it is stopped (default 20)",
+    )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="-- then the command to run")
     args = parser.parse_args(argv)
     command = args.command[1:] if args.command[:1] == ["--"] else args.command

@@ -151,7 +151,7 @@ def max_variance_loop(scores: torch.Tensor, group_ids: torch.Tensor, keep_fracti
             var = total_sq / n - (total / n) ** 2
             if var > best_var:
                 best_var, best_a = var, a
-        chosen = ordered[:best_a] + (ordered[size - (n - best_a):] if n - best_a > 0 else [])
+        chosen = ordered[:best_a] + (ordered[size - (n - best_a) :] if n - best_a > 0 else [])
         keep[chosen] = True
     return keep
 
@@ -273,7 +273,9 @@ class ReferenceTracker:
             if groups is not None:
                 for members in groups.values():
                     if domains[members[0]] == d:
-                        gvars.append(population_variance([rewards[i] if math.isfinite(rewards[i]) else 0.0 for i in members]))
+                        gvars.append(
+                            population_variance([rewards[i] if math.isfinite(rewards[i]) else 0.0 for i in members])
+                        )
             if not finite and not gvars:
                 continue
             count = len(finite)
@@ -283,7 +285,7 @@ class ReferenceTracker:
                 adv = sum(abs(float(advantages[i])) for i in finite) / max(count, 1)
             gvar = sum(gvars) / max(len(gvars), 1)
             self.obs[d].append((float(step), reward, adv, gvar, float(count)))
-            self.obs[d] = self.obs[d][-self.window:]
+            self.obs[d] = self.obs[d][-self.window :]
             self.total[d] += count
 
     def mean(self, field):
@@ -318,7 +320,9 @@ def dfrl_advantage_magnitude(advantages: torch.Tensor, mask: torch.Tensor, agg: 
     return weighted.sum(dim=-1) / maskf.sum(dim=-1).clamp(min=1.0)
 
 
-def dfrl_group_solve_rate(rewards: torch.Tensor, group_ids: torch.Tensor, success_threshold: float = 0.5) -> torch.Tensor:
+def dfrl_group_solve_rate(
+    rewards: torch.Tensor, group_ids: torch.Tensor, success_threshold: float = 0.5
+) -> torch.Tensor:
     success = (rewards.float() > success_threshold).float()
     uid = np.asarray(group_ids.cpu())
     out = torch.zeros_like(success)

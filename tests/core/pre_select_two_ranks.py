@@ -1,4 +1,6 @@
-"""Run by test_pre_select.py: two gloo processes update a PromptHistory with ``sync=True``, each from its half of a batch."""
+"""Run by test_pre_select.py: two gloo processes update a PromptHistory with ``sync=True``,
+each from its half of a batch.
+"""
 
 import json
 import os
@@ -22,22 +24,28 @@ def global_batches():
         ids = torch.randint(0, 2, (24, 3), generator=generator)
         keys = [f"p{g + 2 * step}" for g in range(6) for _ in range(4)]
         domains = [("a", "b")[g % 2] for g in range(6) for _ in range(4)]
-        yield RolloutBatch(rewards=rewards, group_ids=torch.arange(24) // 4, prompt_keys=keys, domains=domains,
-                           completion_ids=ids)
+        yield RolloutBatch(
+            rewards=rewards, group_ids=torch.arange(24) // 4, prompt_keys=keys, domains=domains, completion_ids=ids
+        )
 
 
 def rows_of(batch: RolloutBatch, rows: slice) -> RolloutBatch:
-    return RolloutBatch(rewards=batch.rewards[rows], group_ids=batch.group_ids[rows],
-                        prompt_keys=batch.prompt_keys[rows], domains=batch.domains[rows],
-                        completion_ids=batch.completion_ids[rows])
+    return RolloutBatch(
+        rewards=batch.rewards[rows],
+        group_ids=batch.group_ids[rows],
+        prompt_keys=batch.prompt_keys[rows],
+        domains=batch.domains[rows],
+        completion_ids=batch.completion_ids[rows],
+    )
 
 
 def run_two_ranks(out, name: str = "skip_zero_variance") -> list[dict]:
     """Run this script as two gloo processes writing into the folder ``out``; each rank's record, rank order."""
     from processes import run_ranks
 
-    run_ranks([[os.path.abspath(__file__), str(rank), "2", os.path.join(out, "init"), str(out), name]
-               for rank in range(2)])
+    run_ranks(
+        [[os.path.abspath(__file__), str(rank), "2", os.path.join(out, "init"), str(out), name] for rank in range(2)]
+    )
     ranks = []
     for rank in range(2):
         with open(os.path.join(out, f"rank{rank}.json")) as f:
@@ -54,8 +62,13 @@ def main(rank: int, world: int, init_file: str, out: str, name: str = "skip_zero
         pre_select.observe(rows_of(batch, slice(12 * rank, 12 * (rank + 1))), step, sync=True)
     state = pre_select.state_dict()
     history = state["history"]
-    record = {"keys": history["keys"], "streak": history["streak"].tolist(), "seen": history["seen"].tolist(),
-              "domain_prior": history["domain_prior"], "domain_noise": history["domain_noise"]}
+    record = {
+        "keys": history["keys"],
+        "streak": history["streak"].tolist(),
+        "seen": history["seen"].tolist(),
+        "domain_prior": history["domain_prior"],
+        "domain_noise": history["domain_noise"],
+    }
     if name == "skip_predicted":
         record.update(domains=state["domains"], **{k: state[k].tolist() for k in ("groups", "no_signal", "solved")})
     else:

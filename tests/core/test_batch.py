@@ -36,8 +36,11 @@ def test_empty_batch():
 
 
 def test_bf16_fields_accepted():
-    batch = RolloutBatch(torch.ones(2, dtype=torch.bfloat16), advantages=torch.ones(2, 3, dtype=torch.bfloat16),
-                         completion_mask=torch.ones(2, 3, dtype=torch.bfloat16))
+    batch = RolloutBatch(
+        torch.ones(2, dtype=torch.bfloat16),
+        advantages=torch.ones(2, 3, dtype=torch.bfloat16),
+        completion_mask=torch.ones(2, 3, dtype=torch.bfloat16),
+    )
     assert batch.lengths.tolist() == [3.0, 3.0]
 
 

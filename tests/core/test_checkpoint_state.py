@@ -16,8 +16,13 @@ def trained(config):
     strategy = build_strategy(config)
     for step in range(3):
         rewards = torch.tensor([1.0, 0.0, 1.0, 1.0, 0.0, 0.0, 0.0, 1.0]).roll(step)
-        strategy.apply(RolloutBatch(rewards=rewards, group_ids=torch.arange(8) // 2,
-                                    domains=["a", "a", "a", "a", "b", "b", "b", "b"]), step, sync=False)
+        strategy.apply(
+            RolloutBatch(
+                rewards=rewards, group_ids=torch.arange(8) // 2, domains=["a", "a", "a", "a", "b", "b", "b", "b"]
+            ),
+            step,
+            sync=False,
+        )
     return strategy
 
 
@@ -34,7 +39,9 @@ def test_the_schema_round_trips_through_safe_loading_with_the_hosts_parts(tmp_pa
 
 def test_a_changed_config_is_refused_naming_the_hosts_setting_unless_strict_is_off():
     state = checkpoint_state(trained(MIX))
-    with pytest.raises(ConfigError, match=r"cannot resume from ckpt-2: .*changed: mix.*\(here: Trainer\(strict=False\)\)"):
+    with pytest.raises(
+        ConfigError, match=r"cannot resume from ckpt-2: .*changed: mix.*\(here: Trainer\(strict=False\)\)"
+    ):
         restore_strategy(build_strategy(CHANGED_MIX), state, source="ckpt-2", strict_setting="Trainer(strict=False)")
     with pytest.raises(ConfigError, match=r"this host has no such setting"):
         restore_strategy(build_strategy(CHANGED_MIX), state, source="ckpt-2")

@@ -1,4 +1,5 @@
-"""A safety net for components at run time: bad scores, weights and proportions refused, a step that keeps nothing explained.
+"""A safety net for components at run time: bad scores, weights and proportions refused, a step that keeps
+nothing explained.
 
 Any scorer (built-in or a user's) whose scores are not finite, any reweighter whose weights are
 negative or not finite, and any mixer whose proportions are, stops the step with a
@@ -13,8 +14,16 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from dataflex_callbacks import ComponentError, DataFlexError, DroppedAllWarning, Mixer, Reweighter, RolloutBatch, \
-    Scorer, build_strategy
+from dataflex_callbacks import (
+    ComponentError,
+    DataFlexError,
+    DroppedAllWarning,
+    Mixer,
+    Reweighter,
+    RolloutBatch,
+    Scorer,
+    build_strategy,
+)
 from dataflex_callbacks.errors import DROPPED_ALL_CAUSES
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -26,12 +35,15 @@ def grouped_batch(rewards, group=4, length=5, device="cpu"):
     rewards = torch.as_tensor(rewards, dtype=torch.float32)
     n = rewards.shape[0]
     gen = torch.Generator().manual_seed(n)
-    return RolloutBatch(rewards.to(device), group_ids=(torch.arange(n) // group).to(device),
-                        completion_mask=torch.ones(n, length, dtype=torch.bool, device=device),
-                        advantages=torch.randn(n, generator=gen).to(device),
-                        logprobs=(-torch.rand(n, length, generator=gen) * 3).to(device),
-                        entropies=torch.rand(n, length, generator=gen).to(device),
-                        domains=[DOMAINS[(i // group) % 3] for i in range(n)])
+    return RolloutBatch(
+        rewards.to(device),
+        group_ids=(torch.arange(n) // group).to(device),
+        completion_mask=torch.ones(n, length, dtype=torch.bool, device=device),
+        advantages=torch.randn(n, generator=gen).to(device),
+        logprobs=(-torch.rand(n, length, generator=gen) * 3).to(device),
+        entropies=torch.rand(n, length, generator=gen).to(device),
+        domains=[DOMAINS[(i // group) % 3] for i in range(n)],
+    )
 
 
 # ---------------------------------------------------------------- user components, as a user writes them
@@ -127,8 +139,14 @@ def path(cls):
 
 
 def reweighting(scorer, reweighter, **params):
-    return build_strategy({"reweight": {"scorer": path(scorer) if isinstance(scorer, type) else scorer,
-                                        "reweighter": {"name": path(reweighter), **params}}})
+    return build_strategy(
+        {
+            "reweight": {
+                "scorer": path(scorer) if isinstance(scorer, type) else scorer,
+                "reweighter": {"name": path(reweighter), **params},
+            }
+        }
+    )
 
 
 # ---------------------------------------------------------------- weights
@@ -140,7 +158,8 @@ def reweighting(scorer, reweighter, **params):
 def test_negative_weights_are_refused_naming_the_reweighter(device, normalize, reweighter):
     # The issue's example: raw values [2, -2, 2, 2] (both signs) in one group.
     batch = grouped_batch([1.0, 0.0, 1.0, 1.0], device=device).replace(
-        advantages=torch.tensor([2.0, -2.0, 2.0, 2.0], device=device))
+        advantages=torch.tensor([2.0, -2.0, 2.0, 2.0], device=device)
+    )
     scorer = SignedAdvantage
     if reweighter is TokenIdentityWeights:  # the same values per token, through a token-level scorer
         scorer = LogProbScore
@@ -177,7 +196,10 @@ def test_deferred_token_weights_are_checked_in_apply_policy():
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.lists(st.floats(-3, 3, allow_nan=False, width=32), min_size=4, max_size=16), st.sampled_from(["mean_one", "none"]))
+@given(
+    st.lists(st.floats(-3, 3, allow_nan=False, width=32), min_size=4, max_size=16),
+    st.sampled_from(["mean_one", "none"]),
+)
 def test_weights_are_refused_exactly_when_a_kept_raw_weight_is_negative(raw, normalize):
     n = len(raw) - len(raw) % 4
     batch = grouped_batch([1.0] * n).replace(advantages=torch.tensor(raw[:n]))
@@ -224,16 +246,22 @@ class GivenScores(Scorer):
 
 
 SCORE_PARTS = {
-    "select topk_fraction": lambda scorer: {"select": {"scorer": path(scorer), "selector": {
-        "name": "topk_fraction", "params": {"fraction": 0.5}}}},
+    "select topk_fraction": lambda scorer: {
+        "select": {"scorer": path(scorer), "selector": {"name": "topk_fraction", "params": {"fraction": 0.5}}}
+    },
     "select threshold_band": lambda scorer: {"select": {"scorer": path(scorer), "selector": "threshold_band"}},
     "reweight per_advantage": lambda scorer: {"reweight": {"scorer": path(scorer), "reweighter": "per_advantage"}},
 }
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("scorer, found", [(AllNan, "returned 8 NaN and 0 infinite of 8 response scores"),
-                                           (LogOfZero, "returned 0 NaN and 4 infinite of 8 response scores")])
+@pytest.mark.parametrize(
+    "scorer, found",
+    [
+        (AllNan, "returned 8 NaN and 0 infinite of 8 response scores"),
+        (LogOfZero, "returned 0 NaN and 4 infinite of 8 response scores"),
+    ],
+)
 @pytest.mark.parametrize("part", list(SCORE_PARTS))
 def test_nonfinite_scores_are_refused_naming_the_scorer(device, scorer, found, part):
     strategy = build_strategy(SCORE_PARTS[part](scorer))
@@ -253,8 +281,11 @@ def test_nonfinite_token_scores_of_a_deferred_selection_are_refused_in_apply_pol
     batch = grouped_batch([1.0, 0.0, 1.0, 0.0] * 2)
     decision = strategy.apply(batch, 5, defer_policy=True)
     assert decision.deferred == ("select",)
-    with pytest.raises(ComponentError, match=r"select: scorer .*NanTokenScore.* returned 40 NaN and 0 infinite of 40 "
-                                             r"token scores \(first: nan at \(0, 0\)\)"):
+    with pytest.raises(
+        ComponentError,
+        match=r"select: scorer .*NanTokenScore.* returned 40 NaN and 0 infinite of 40 "
+        r"token scores \(first: nan at \(0, 0\)\)",
+    ):
         strategy.apply_policy(batch, decision)
 
 
@@ -271,16 +302,24 @@ def test_nonfinite_token_scores_at_padding_are_not_read():
     mask = batch.completion_mask.clone()
     mask[:, 3:] = False  # two padding tokens per response
     batch = batch.replace(completion_mask=mask)
-    strategy = build_strategy({"select": {"scorer": path(NanAtPadding),
-                                          "selector": {"name": "entropy_top_tokens", "params": {"fraction": 0.5}}}})
+    strategy = build_strategy(
+        {
+            "select": {
+                "scorer": path(NanAtPadding),
+                "selector": {"name": "entropy_top_tokens", "params": {"fraction": 0.5}},
+            }
+        }
+    )
     decision = strategy.apply(batch, 0)
     assert not bool((decision.token_keep & ~mask).any()) and bool(decision.token_keep.any())
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.sampled_from([0.0, 1.5, -2.0, 3e38]), min_size=8, max_size=8),
-       st.lists(st.tuples(st.integers(0, 7), st.sampled_from([float("nan"), float("inf"), -float("inf")])), max_size=2),
-       st.sampled_from(list(SCORE_PARTS)))
+@given(
+    st.lists(st.sampled_from([0.0, 1.5, -2.0, 3e38]), min_size=8, max_size=8),
+    st.lists(st.tuples(st.integers(0, 7), st.sampled_from([float("nan"), float("inf"), -float("inf")])), max_size=2),
+    st.sampled_from(list(SCORE_PARTS)),
+)
 def test_scores_are_refused_exactly_when_one_is_not_finite(finite, bad, part):
     # Part.score is where every score passes; called on the raw batch (Strategy.apply would clean the
     # advantages first). 3e38 values make the one-sum fast path overflow: that alone is no refusal.
@@ -300,14 +339,16 @@ def test_scores_are_refused_exactly_when_one_is_not_finite(finite, bad, part):
 # ---------------------------------------------------------------- proportions
 
 
-@pytest.mark.parametrize("mixer, words", [
-    (MinusOne, ["'math': -1.0", "negative or not finite"]),
-    (NanRaw, ["nan", "negative or not finite", "fill_unobserved"]),
-    (OwnProportions, ["-0.5", "implement raw_proportions"]),
-])
+@pytest.mark.parametrize(
+    "mixer, words",
+    [
+        (MinusOne, ["'math': -1.0", "negative or not finite"]),
+        (NanRaw, ["nan", "negative or not finite", "fill_unobserved"]),
+        (OwnProportions, ["-0.5", "implement raw_proportions"]),
+    ],
+)
 def test_bad_proportions_are_refused_naming_the_mixer(mixer, words):
-    strategy = build_strategy({"mix": {"mixer": path(mixer), "domains": DOMAINS, "warmup_steps": 0,
-                                       "update_every": 1}})
+    strategy = build_strategy({"mix": {"mixer": path(mixer), "domains": DOMAINS, "warmup_steps": 0, "update_every": 1}})
     batch = grouped_batch([1.0, 0.0, 1.0, 1.0] * 2)  # math and code observed; logic never: a NaN statistic
     with pytest.raises(ComponentError) as info:
         strategy.apply(batch, 0)

@@ -7,8 +7,16 @@ import pytest
 
 from dataflex_callbacks import ConfigError, build_component
 from dataflex_callbacks.config import REFERENCE_KEYS, TOP_LEVEL_KEYS, load_config
-from dataflex_callbacks.config.fields import (CONFIG_CLASSES, PART_CLASSES, MixConfig, SelectConfig, StrategyConfig,
-                                              field_defaults, field_help, required_fields)
+from dataflex_callbacks.config.fields import (
+    CONFIG_CLASSES,
+    PART_CLASSES,
+    MixConfig,
+    SelectConfig,
+    StrategyConfig,
+    field_defaults,
+    field_help,
+    required_fields,
+)
 from dataflex_callbacks.mixing import DomainMixing
 
 
@@ -29,8 +37,11 @@ def test_the_loader_fills_exactly_the_dataclass_defaults():
     resolved = load_config({"mix": {"mixer": "static"}, "select": {"scorer": "reward", "selector": "topk_fraction"}})
     assert set(resolved) == set(TOP_LEVEL_KEYS) == {f.name for f in dataclasses.fields(StrategyConfig)}
     assert resolved["mix"] == {**field_defaults(MixConfig), "mixer": {"name": "static", "params": {}}}
-    assert resolved["select"] == {**field_defaults(SelectConfig), "scorer": {"name": "reward", "params": {}},
-                                  "selector": {"name": "topk_fraction", "params": {}}}
+    assert resolved["select"] == {
+        **field_defaults(SelectConfig),
+        "scorer": {"name": "reward", "params": {}},
+        "selector": {"name": "topk_fraction", "params": {}},
+    }
     top_defaults = {k: v for k, v in field_defaults(StrategyConfig).items() if k not in PART_CLASSES}
     assert {k: resolved[k] for k in top_defaults} == top_defaults
 
@@ -44,8 +55,12 @@ def test_domain_mixing_takes_its_defaults_from_mix_config():
         assert parameters[name].default == defaults[name], name
     mixing = DomainMixing(build_component("mixer", "static"))
     assert (mixing.window, mixing.warmup_steps, mixing.update_every, mixing.smoothing, mixing.window_unit) == (
-        defaults["window"], defaults["warmup_steps"], defaults["update_every"], defaults["smoothing"],
-        defaults["window_unit"])
+        defaults["window"],
+        defaults["warmup_steps"],
+        defaults["update_every"],
+        defaults["smoothing"],
+        defaults["window_unit"],
+    )
 
 
 def test_section_keys_and_required_keys_come_from_the_dataclasses():
@@ -58,7 +73,9 @@ def test_section_keys_and_required_keys_come_from_the_dataclasses():
             load_config({key: {}})
 
 
-@pytest.mark.parametrize("key, value, where", [("window_unit", "tokens", "mix.window_unit"), ("quota", "fair", "mix.quota")])
+@pytest.mark.parametrize(
+    "key, value, where", [("window_unit", "tokens", "mix.window_unit"), ("quota", "fair", "mix.quota")]
+)
 def test_choice_errors_name_the_choices_and_the_help(key, value, where):
     with pytest.raises(ConfigError) as info:
         load_config({"mix": {"mixer": "static", key: value}})
@@ -90,12 +107,19 @@ def test_reference_blocks_still_read_through_the_typed_configs():
 def test_a_typed_config_builds_the_same_strategy_as_its_dict():
     from dataflex_callbacks import MixConfig, SelectConfig, StrategyConfig, build_strategy
 
-    typed = StrategyConfig(select=SelectConfig(scorer="group_solve_rate",
-                                               selector={"name": "threshold_band", "params": {"low": 0.2, "high": 0.8}}),
-                           mix=MixConfig(mixer="reward_gap", domains=["a", "b"]))
-    as_dict = {"select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band",
-                                                                    "params": {"low": 0.2, "high": 0.8}}},
-               "mix": {"mixer": "reward_gap", "domains": ["a", "b"]}}
+    typed = StrategyConfig(
+        select=SelectConfig(
+            scorer="group_solve_rate", selector={"name": "threshold_band", "params": {"low": 0.2, "high": 0.8}}
+        ),
+        mix=MixConfig(mixer="reward_gap", domains=["a", "b"]),
+    )
+    as_dict = {
+        "select": {
+            "scorer": "group_solve_rate",
+            "selector": {"name": "threshold_band", "params": {"low": 0.2, "high": 0.8}},
+        },
+        "mix": {"mixer": "reward_gap", "domains": ["a", "b"]},
+    }
     assert build_strategy(typed).config == build_strategy(as_dict).config
 
 
@@ -105,8 +129,11 @@ from dataflex_callbacks.config.fields import DynamicSamplingConfig  # noqa: E402
 
 @pytest.mark.parametrize("given", [True, {}, DynamicSamplingConfig()])
 def test_dynamic_sampling_true_takes_every_default(given):
-    assert load_config({"dynamic_sampling": given})["dynamic_sampling"] == field_defaults(DynamicSamplingConfig) == {
-        "max_rounds": 4, "carry_over": True, "max_age": None}
+    assert (
+        load_config({"dynamic_sampling": given})["dynamic_sampling"]
+        == field_defaults(DynamicSamplingConfig)
+        == {"max_rounds": 4, "carry_over": True, "max_age": None}
+    )
 
 
 @pytest.mark.parametrize("given", [None, False])
@@ -118,20 +145,26 @@ def test_dynamic_sampling_absent_or_off_is_none(given):
 def test_dynamic_sampling_reads_its_keys_and_names_bad_ones():
     resolved = load_config({"dynamic_sampling": {"max_rounds": 2, "carry_over": False, "max_age": 0}})
     assert resolved["dynamic_sampling"] == {"max_rounds": 2, "carry_over": False, "max_age": 0}
-    with pytest.raises(ConfigError, match=r"'dynamic_sampling': unknown key\(s\) \['rounds'\]; valid keys: "
-                                          r"max_rounds, carry_over, max_age"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'dynamic_sampling': unknown key\(s\) \['rounds'\]; valid keys: "
+        r"max_rounds, carry_over, max_age",
+    ):
         load_config({"dynamic_sampling": {"rounds": 2}})
     with pytest.raises(ConfigError, match="'dynamic_sampling' must be true"):
         load_config({"dynamic_sampling": "yes"})
 
 
-@pytest.mark.parametrize("key, value, message", [
-    ("max_rounds", 0, "dynamic_sampling.max_rounds must be an integer >= 1"),
-    ("max_rounds", True, "dynamic_sampling.max_rounds must be an integer >= 1"),
-    ("max_rounds", 2.0, "dynamic_sampling.max_rounds must be an integer >= 1"),
-    ("carry_over", "true", "dynamic_sampling.carry_over must be true or false"),
-    ("max_age", -1, "dynamic_sampling.max_age must be an integer >= 0 or null"),
-])
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("max_rounds", 0, "dynamic_sampling.max_rounds must be an integer >= 1"),
+        ("max_rounds", True, "dynamic_sampling.max_rounds must be an integer >= 1"),
+        ("max_rounds", 2.0, "dynamic_sampling.max_rounds must be an integer >= 1"),
+        ("carry_over", "true", "dynamic_sampling.carry_over must be true or false"),
+        ("max_age", -1, "dynamic_sampling.max_age must be an integer >= 0 or null"),
+    ],
+)
 def test_dynamic_sampling_bad_values_name_the_key(key, value, message):
     with pytest.raises(ConfigError, match=message):
         load_config({"dynamic_sampling": {key: value}})

@@ -15,7 +15,7 @@ def test_without_a_process_group_every_collective_returns_its_argument():
     assert all_gather_objects({"a": 1}) == [{"a": 1}]
 
 
-TWO_RANK_WORKER = r'''
+TWO_RANK_WORKER = r"""
 import json, sys
 import torch
 import torch.distributed as dist
@@ -32,11 +32,12 @@ empty_everywhere = all_gather_rows(torch.zeros(0, 2))
 sampler = DomainMixingSampler(labels=["a"] * 8, batch_size=2, layout="shard")
 json.dump({"world": list(world_size_and_rank()), "sums": sums.tolist(), "summed": summed.tolist(),
            "summed_dtype": str(summed.dtype), "rows": all_gather_rows(rows).tolist(),
-           "empty_shape": list(empty_everywhere.shape), "objects": all_gather_objects({"rank": rank, "key": ("p", rank)}),
+           "empty_shape": list(empty_everywhere.shape),
+           "objects": all_gather_objects({"rank": rank, "key": ("p", rank)}),
            "sampler": [sampler.num_replicas, sampler.rank]}, open(f"{out}/rank{rank}.json", "w"))
 dist.barrier()
 dist.destroy_process_group()
-'''
+"""
 
 
 def test_two_ranks_get_the_same_sums_rows_and_objects_in_rank_order(tmp_path):

@@ -64,8 +64,16 @@ def rows_to_groups(mask: torch.Tensor, group_ids: list[int]) -> set[int]:
     return groups
 
 
-STRATEGIES = [None, "diffband", "difffilter", {"select": {"scorer": "group_solve_rate", "selector": {
-    "name": "threshold_band", "low": 0.2, "high": 0.8}}, "nan_policy": "drop"}, {"nan_policy": "zero"}]
+STRATEGIES = [
+    None,
+    "diffband",
+    "difffilter",
+    {
+        "select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.2, "high": 0.8}},
+        "nan_policy": "drop",
+    },
+    {"nan_policy": "zero"},
+]
 
 
 @pytest.mark.parametrize("config", STRATEGIES, ids=lambda c: str(c)[:40])
@@ -86,7 +94,9 @@ def test_the_buffer_keeps_exactly_the_signal_groups_in_arrival_order(data):
     rewards, group_ids = data
     buffer = SignalGroupBuffer(carry_over=False)
     buffer.start_step(num_groups=100)
-    buffer.add(RolloutBatch(torch.tensor(rewards), group_ids=torch.tensor(group_ids)), payload=list(range(len(rewards))))
+    buffer.add(
+        RolloutBatch(torch.tensor(rewards), group_ids=torch.tensor(group_ids)), payload=list(range(len(rewards)))
+    )
     taken = buffer.take()
     expected = reference_signal_groups(rewards, group_ids)
     arrival = list(dict.fromkeys(group_ids))  # each group at its first row
@@ -105,7 +115,10 @@ def round_batch(signal: list[bool], offset: int, size: int = 2):
     """One round: a group per flag, rewards (1, 0) for a signal group, (1, 1) otherwise; payload = global row ids."""
     rewards = torch.tensor([[1.0, 0.0] if s else [1.0, 1.0] for s in signal]).repeat_interleave(size // 2, 1).flatten()
     group_ids = torch.arange(len(signal)).repeat_interleave(size)
-    payload = {"row": torch.arange(offset, offset + rewards.numel()), "group": [offset // size + g for g in group_ids.tolist()]}
+    payload = {
+        "row": torch.arange(offset, offset + rewards.numel()),
+        "group": [offset // size + g for g in group_ids.tolist()],
+    }
     return RolloutBatch(rewards, group_ids=group_ids), payload
 
 
@@ -127,9 +140,15 @@ def test_exactly_b_groups_with_the_rest_carried_oldest_first():
     assert taken.num_groups == 3 and not taken.short
     assert taken.payload["group"][::2] == [0, 2, 3]  # round 0's signal groups, then round 1's first
     assert taken.source_round.tolist() == [0, 0, 0, 0, 1, 1]
-    assert taken.metrics == {"dynamic/rounds": 2.0, "dynamic/generated": 12.0, "dynamic/signal_groups": 3.0,
-                             "dynamic/carried": 0.0, "dynamic/short": 0.0, "dynamic/carried_age_mean": 0.0,
-                             "dynamic/dropped_stale": 0.0}
+    assert taken.metrics == {
+        "dynamic/rounds": 2.0,
+        "dynamic/generated": 12.0,
+        "dynamic/signal_groups": 3.0,
+        "dynamic/carried": 0.0,
+        "dynamic/short": 0.0,
+        "dynamic/carried_age_mean": 0.0,
+        "dynamic/dropped_stale": 0.0,
+    }
     assert set(taken.metrics) == set(DYNAMIC_METRICS)
     # Groups 4 and 5 wait; the next step takes them first (age 1), then one new group.
     taken, _ = run_step(buffer, [[False, True, True]], want=3, start=offset)
@@ -199,7 +218,9 @@ def test_an_empty_round_counts_as_a_round():
 def test_non_finite_rewards_follow_the_nan_policy():
     rewards = torch.tensor([float("nan"), 1.0, float("nan"), float("nan"), 1.0, 0.0])
     batch = RolloutBatch(rewards, group_ids=torch.tensor([0, 0, 1, 1, 2, 2]))
-    assert signal_rows(batch).tolist() == [False, False, False, False, True, True], "no strategy: such a group carries none"
+    assert signal_rows(batch).tolist() == [False, False, False, False, True, True], (
+        "no strategy: such a group carries none"
+    )
     assert signal_rows(batch, build_strategy({"nan_policy": "drop"})).tolist() == [False] * 4 + [True] * 2
     assert signal_rows(batch, build_strategy({"nan_policy": "zero"})).tolist() == [True, True, False, False, True, True]
     with pytest.raises(BatchError, match="nan_policy='raise'"):
@@ -207,8 +228,15 @@ def test_non_finite_rewards_follow_the_nan_policy():
 
 
 def test_the_select_part_judges_with_its_warm_up():
-    strategy = build_strategy({"select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.2,
-                                                                                      "high": 0.8}, "warmup_steps": 2}})
+    strategy = build_strategy(
+        {
+            "select": {
+                "scorer": "group_solve_rate",
+                "selector": {"name": "threshold_band", "low": 0.2, "high": 0.8},
+                "warmup_steps": 2,
+            }
+        }
+    )
     batch = RolloutBatch(torch.tensor([1.0, 1.0, 1.0, 0.0]), group_ids=torch.tensor([0, 0, 1, 1]))
     assert signal_rows(batch, strategy, step=0).all(), "during warm-up the select part keeps every row"
     assert signal_rows(batch, strategy, step=2).tolist() == [False, False, True, True]
@@ -222,9 +250,15 @@ def test_select_parts_that_cannot_judge_rollouts_are_refused():
 
 
 def test_options_come_from_the_strategy_and_can_be_overridden():
-    strategy = build_strategy({"select": {"scorer": "group_reward_variance",
-                                          "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")}},
-                               "dynamic_sampling": {"max_rounds": 2, "max_age": 3}})
+    strategy = build_strategy(
+        {
+            "select": {
+                "scorer": "group_reward_variance",
+                "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")},
+            },
+            "dynamic_sampling": {"max_rounds": 2, "max_age": 3},
+        }
+    )
     buffer = SignalGroupBuffer(strategy)
     assert (buffer.max_rounds, buffer.carry_over, buffer.max_age) == (2, True, 3)
     assert SignalGroupBuffer(strategy, max_age=None, carry_over=False).max_age is None
@@ -265,7 +299,9 @@ def test_state_dict_round_trip_reproduces_the_next_take():
     got, _ = run_step(restored, [[True, True]], want=3, start=offset)
     for name in ("rewards", "group_index", "group_sizes", "ages", "source_round", "source_rows"):
         assert torch.equal(getattr(got, name), getattr(expected, name)), name
-    assert torch.equal(got.payload["row"], expected.payload["row"]) and got.payload["group"] == expected.payload["group"]
+    assert (
+        torch.equal(got.payload["row"], expected.payload["row"]) and got.payload["group"] == expected.payload["group"]
+    )
     assert got.metrics == expected.metrics and restored.totals == buffer.totals
     # Reading the state and loading it changed neither.
     assert torch.equal(state["carried"][0]["rewards"], saved["carried"][0]["rewards"])
@@ -286,7 +322,9 @@ def test_a_carried_row_that_views_its_round_saves_only_its_own_entries():
     assert stream.tell() < 2 * carried_bytes  # the whole round would be 16x that
     stream.seek(0)
     saved_rows = [row for part in torch.load(stream, weights_only=True)["carried"] for row in part["payload"]]
-    assert len(saved_rows) == 4 and all(torch.equal(row, round_tensor[i]) for row, i in zip(saved_rows, (60, 61, 62, 63)))
+    assert len(saved_rows) == 4 and all(
+        torch.equal(row, round_tensor[i]) for row, i in zip(saved_rows, (60, 61, 62, 63))
+    )
 
 
 def test_load_state_dict_refuses_something_else():

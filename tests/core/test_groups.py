@@ -4,8 +4,15 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import core_reference as ref
-from dataflex_callbacks.rollout.groups import (dense_groups, group_sizes, rank_within_groups, segment_mean, segment_sum,
-                                       segment_variance, sort_within_groups)
+from dataflex_callbacks.rollout.groups import (
+    dense_groups,
+    group_sizes,
+    rank_within_groups,
+    segment_mean,
+    segment_sum,
+    segment_variance,
+    sort_within_groups,
+)
 
 group_batches = st.lists(st.tuples(st.integers(-5, 40), st.floats(-3, 3, allow_nan=False, width=32)), max_size=40)
 
@@ -18,7 +25,11 @@ def test_segment_reductions_match_loops(rows):
     index, count = dense_groups(gids)
     assert count == len(set(gids.tolist()))
     groups = ref.groups_of(gids)
-    sums, means, variances = segment_sum(values, index, count), segment_mean(values, index, count), segment_variance(values, index, count)
+    sums, means, variances = (
+        segment_sum(values, index, count),
+        segment_mean(values, index, count),
+        segment_variance(values, index, count),
+    )
     sizes = group_sizes(index, count)
     for members in groups.values():
         g = int(index[members[0]])

@@ -12,19 +12,41 @@ import torch
 
 from dataflex_callbacks import ConfigError, DomainMixingSampler, RolloutBatch, Scorer, Strategy, build_strategy
 from dataflex_callbacks.components.history import PromptHistory
-from dataflex_callbacks.host.contract import (AGGREGATIONS, GRPO_FIELDS, HOST_LOSSES, ROLLOUT_FIELDS, ROW_NORMALISED,
-                                     accept_prompts, acts_before_rollout, aggregate, as_strategy, batch_fields, decide,
-                                     finish_loss, grpo_fields, kept_token_mask, local_decision, loss_aggregation,
-                                     micro_batch_decision, prompt_choosing_parts, removal_scale, resolve_domain_key,
-                                     restrict_rows)
+from dataflex_callbacks.host.contract import (
+    AGGREGATIONS,
+    GRPO_FIELDS,
+    HOST_LOSSES,
+    ROLLOUT_FIELDS,
+    ROW_NORMALISED,
+    acts_before_rollout,
+    aggregate,
+    as_strategy,
+    batch_fields,
+    decide,
+    finish_loss,
+    grpo_fields,
+    kept_token_mask,
+    local_decision,
+    loss_aggregation,
+    micro_batch_decision,
+    prompt_choosing_parts,
+    removal_scale,
+    resolve_domain_key,
+    restrict_rows,
+)
 from dataflex_callbacks.mixing import DomainMixing
 from dataflex_callbacks.mixing.mixers import Mixer
 from dataflex_callbacks.registry import build_component
+from dataflex_callbacks.sampling.prompt_acceptance import accept_prompts
 from dataflex_callbacks.mixing.tracker import DomainTracker
 
 N, L, GROUP = 12, 7, 4
-TOKEN_SELECT = {"select": {"scorer": {"name": "token_entropy"},
-                           "selector": {"name": "entropy_top_tokens", "params": {"fraction": 0.5}}}}
+TOKEN_SELECT = {
+    "select": {
+        "scorer": {"name": "token_entropy"},
+        "selector": {"name": "entropy_top_tokens", "params": {"fraction": 0.5}},
+    }
+}
 
 
 def make_batch(seed=0, n=N, length=L, domains=True, keys=True):
@@ -173,19 +195,18 @@ def test_masked_and_rescaled_loss_equals_the_loss_of_physically_removed_rows(kin
     kept_mask = mask & keep.unsqueeze(1)
 
     physical = physical_reduction(loss_of()[keep], mask[keep], kind)
-    physical_grad, = torch.autograd.grad(physical, theta)
+    (physical_grad,) = torch.autograd.grad(physical, theta)
 
     # Masking + B/K: the host's own normaliser (with a recounted token count for token_mean_global).
-    masked = host_reduction(loss_of(), kept_mask, kind, num_items=kept_mask.sum()) * removal_scale(
-        kind, N, keep.sum())
-    masked_grad, = torch.autograd.grad(masked, theta)
+    masked = host_reduction(loss_of(), kept_mask, kind, num_items=kept_mask.sum()) * removal_scale(kind, N, keep.sum())
+    (masked_grad,) = torch.autograd.grad(masked, theta)
     torch.testing.assert_close(masked, physical)
     torch.testing.assert_close(masked_grad, physical_grad)
 
     # `aggregate` over the kept tokens: the reduction a host that owns its loss does (Lightning).
     total, count = aggregate(loss_of(), kept_mask, kind, max_length=L)
     reduced = finish_loss(total, count)
-    reduced_grad, = torch.autograd.grad(reduced, theta)
+    (reduced_grad,) = torch.autograd.grad(reduced, theta)
     torch.testing.assert_close(reduced, physical)
     torch.testing.assert_close(reduced_grad, physical_grad)
     assert (kind in ROW_NORMALISED) == (float(removal_scale(kind, N, keep.sum())) != 1.0 or bool(keep.all()))
@@ -250,8 +271,9 @@ def test_acceptance_takes_candidates_in_order_until_the_need_is_met(seed, with_e
     need = int(rng.integers(1, 12))
     uniforms = np.random.default_rng(seed + 100).random(20)
     passed = accept_prompts(pre_select, keys, need, np.random.default_rng(seed + 100), exclude=exclude)
-    accepted, considered, skipped = reference_acceptance([pre_select.probability[k] for k in keys], need, uniforms,
-                                                         exclude)
+    accepted, considered, skipped = reference_acceptance(
+        [pre_select.probability[k] for k in keys], need, uniforms, exclude
+    )
     assert passed.accepted.tolist() == accepted
     assert (passed.considered, passed.skipped) == (considered, skipped)
 
@@ -269,8 +291,13 @@ def pooled_sampler_mid_block():
 
 def sampler_internals(sampler):
     ahead = sampler._ahead
-    return (list(sampler._drawn_total), [list(c) for c in sampler._drawn_recent],
-            None if ahead is None else (ahead["booked"], ahead["pos"]), list(sampler._pointers), sampler._uniform_pos)
+    return (
+        list(sampler._drawn_total),
+        [list(c) for c in sampler._drawn_recent],
+        None if ahead is None else (ahead["booked"], ahead["pos"]),
+        list(sampler._pointers),
+        sampler._uniform_pos,
+    )
 
 
 def test_sampler_state_dict_books_nothing():
@@ -291,8 +318,12 @@ def observed_batch(step):
 
 
 def strategy_with_state():
-    strategy = build_strategy({"mix": {"mixer": "reward_gap", "warmup_steps": 0, "update_every": 1},
-                               "pre_select": {"name": "skip_zero_variance", "params": {}}})
+    strategy = build_strategy(
+        {
+            "mix": {"mixer": "reward_gap", "warmup_steps": 0, "update_every": 1},
+            "pre_select": {"name": "skip_zero_variance", "params": {}},
+        }
+    )
     strategy.bind_domains(["easy", "hard", "mid"])
     for step in range(3):
         strategy.apply(observed_batch(step), step)
@@ -384,8 +415,12 @@ class RandomScore(Scorer):
 
 
 def test_decide_with_a_seed_gives_every_rank_the_same_random_decision_and_leaves_the_hosts_stream_alone():
-    config = {"select": {"scorer": "test_host:RandomScore", "selector": {"name": "topk_fraction",
-                                                                        "params": {"fraction": 0.5}}}}
+    config = {
+        "select": {
+            "scorer": "test_host:RandomScore",
+            "selector": {"name": "topk_fraction", "params": {"fraction": 0.5}},
+        }
+    }
     batch = make_batch(seed=3)
     torch.manual_seed(11)
     host_stream = torch.get_rng_state()
@@ -426,17 +461,24 @@ def test_every_hosts_loss_names_map_onto_the_cores_aggregations():
         for name, kind in losses.kinds.items():
             assert loss_aggregation(next(h for h, v in HOST_LOSSES.items() if v is losses), name) == kind
     assert HOST_LOSSES["trl"].names_of(*ROW_NORMALISED) == ("grpo", "sapo", "luspo", "dr_grpo")
-    assert HOST_LOSSES["verl"].names_of(*ROW_NORMALISED) == ("seq-mean-token-sum", "seq-mean-token-mean",
-                                                             "seq-mean-token-sum-norm")
+    assert HOST_LOSSES["verl"].names_of(*ROW_NORMALISED) == (
+        "seq-mean-token-sum",
+        "seq-mean-token-mean",
+        "seq-mean-token-sum-norm",
+    )
     assert all(name == kind for name, kind in HOST_LOSSES["lightning"].kinds.items())
     with pytest.raises(ConfigError, match=r"unknown verl loss_agg_mode 'mean-of-means'.*'token-mean'.*loss_agg_mode"):
         loss_aggregation("verl", "mean-of-means")
 
 
 def test_acts_before_rollout_names_the_prompt_choosing_parts():
-    assert prompt_choosing_parts(build_strategy("difffilter")) == () and not acts_before_rollout(build_strategy("baseline"))
+    assert prompt_choosing_parts(build_strategy("difffilter")) == () and not acts_before_rollout(
+        build_strategy("baseline")
+    )
     assert prompt_choosing_parts(build_strategy("skip")) == ("pre_select",)
-    assert prompt_choosing_parts(build_strategy("reward_gap")) == ("mix",) and acts_before_rollout(build_strategy("static"))
+    assert prompt_choosing_parts(build_strategy("reward_gap")) == ("mix",) and acts_before_rollout(
+        build_strategy("static")
+    )
 
 
 def test_restrict_rows_drops_the_rows_outside_and_a_micro_batch_decision_drops_the_token_mask():

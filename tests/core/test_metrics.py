@@ -56,7 +56,9 @@ def reference_stats(batches, domains=DOMAINS, threshold=0.5, use_keep=True, use_
 
 
 def reference_accuracy(scores, labels, domains=DOMAINS):
-    """Held-out accuracy per domain (in the metric's domain order) and overall, with plain loops over the finite scores."""
+    """Held-out accuracy per domain (in the metric's domain order) and overall, with plain loops over the
+    finite scores.
+    """
     result = {}
     for domain in domains:
         values = [s for s, d in zip(scores, labels) if d == domain and math.isfinite(s)]
@@ -165,7 +167,7 @@ def test_errors_name_the_fix():
         HeldOutAccuracy(["a", "a"])
 
 
-TWO_RANK_WORKER = r'''
+TWO_RANK_WORKER = r"""
 import json, sys
 import torch
 import torch.distributed as dist
@@ -187,7 +189,7 @@ json.dump({"stats": stats.compute(), "accuracy": accuracy.compute(),
            "local": float(stats.responses.sum())}, open(f"{out}/rank{rank}.json", "w"))
 dist.barrier()
 dist.destroy_process_group()
-'''
+"""
 
 
 def test_two_processes_reduce_to_the_result_of_one_process_over_all_rows(tmp_path):

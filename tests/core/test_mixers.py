@@ -31,14 +31,18 @@ def as_array(props):
 
 def test_static_uniform_and_given():
     tracker = DomainTracker(DOMAINS)
-    assert build_component("mixer", "static", domains=DOMAINS).proportions(tracker) == pytest.approx({d: 1 / 3 for d in DOMAINS})
+    assert build_component("mixer", "static", domains=DOMAINS).proportions(tracker) == pytest.approx(
+        {d: 1 / 3 for d in DOMAINS}
+    )
     mixer = build_component("mixer", "static", domains=DOMAINS, proportions={"a": 0.5, "b": 0.3, "c": 0.2})
     assert mixer.proportions(tracker) == pytest.approx({"a": 0.5, "b": 0.3, "c": 0.2})
 
 
 def test_reward_gap_hand_computation():
     tracker = tracker_with([{"a": [1.0, 1.0], "b": [0.0, 1.0], "c": [0.0, 0.0]}])
-    p = as_array(build_component("mixer", "reward_gap", domains=DOMAINS, temperature=0.5, floor=0.05).proportions(tracker))
+    p = as_array(
+        build_component("mixer", "reward_gap", domains=DOMAINS, temperature=0.5, floor=0.05).proportions(tracker)
+    )
     gap = np.array([0.0, 0.5, 1.0])
     q = np.exp(gap / 0.5) / np.exp(gap / 0.5).sum()
     np.testing.assert_allclose(p, 0.05 + (1 - 3 * 0.05) * q, rtol=1e-12)
@@ -46,7 +50,9 @@ def test_reward_gap_hand_computation():
 
 def test_dump_ucb_hand_computation():
     tracker = tracker_with([{"a": [1.0, 0.0], "b": [1.0, 1.0, 0.0, 0.0]}], advantages={"a": 0.8, "b": 0.2, "c": 0.0})
-    p = as_array(build_component("mixer", "dump_ucb", domains=DOMAINS, temperature=0.2, c=0.5, floor=0.1).proportions(tracker))
+    p = as_array(
+        build_component("mixer", "dump_ucb", domains=DOMAINS, temperature=0.2, c=0.5, floor=0.1).proportions(tracker)
+    )
     u = np.array([0.8, 0.2, 0.8])  # c unobserved -> filled with the max observed value
     n = np.array([2.0, 4.0, 0.0])
     score = u + 0.5 * np.sqrt(2 * math.log(n.sum() + 1) / (n + 1))
@@ -57,7 +63,11 @@ def test_dump_ucb_hand_computation():
 def test_tscl_hand_computation(signed):
     steps = [{"a": [0.1 * s], "b": [1.0 - 0.2 * s], "c": [0.5]} for s in range(4)]
     tracker = tracker_with(steps)
-    p = as_array(build_component("mixer", "tscl", domains=DOMAINS, temperature=0.1, floor=0.05, signed=signed).proportions(tracker))
+    p = as_array(
+        build_component("mixer", "tscl", domains=DOMAINS, temperature=0.1, floor=0.05, signed=signed).proportions(
+            tracker
+        )
+    )
     slope = np.array([0.1, -0.2, 0.0])
     progress = np.maximum(slope, 0) if signed else np.abs(slope)
     np.testing.assert_allclose(p, ref.floor_mix(ref.softmax_np(progress, 0.1), 0.05), rtol=1e-6)
@@ -66,7 +76,9 @@ def test_tscl_hand_computation(signed):
 def test_learnability_hand_computation():
     # groups of two: a -> (1,0),(1,1): variances .25, 0 ; b -> (0,0): 0 ; c -> (1,0): .25
     tracker = tracker_with([{"a": [1.0, 0.0, 1.0, 1.0], "b": [0.0, 0.0], "c": [1.0, 0.0]}])
-    p = as_array(build_component("mixer", "learnability", domains=DOMAINS, temperature=0.05, floor=0.05).proportions(tracker))
+    p = as_array(
+        build_component("mixer", "learnability", domains=DOMAINS, temperature=0.05, floor=0.05).proportions(tracker)
+    )
     np.testing.assert_allclose(p, ref.floor_mix(ref.softmax_np([0.125, 0.0, 0.25], 0.05), 0.05), rtol=1e-9)
 
 
@@ -77,16 +89,31 @@ def tracker_states(draw):
     tracker = DomainTracker(domains, window=draw(st.integers(1, 6)))
     for step in range(draw(st.integers(0, 8))):
         present = draw(st.lists(st.sampled_from(domains), min_size=1, max_size=6))
-        rewards = draw(st.lists(st.sampled_from([0.0, 1.0, 0.5, 1e4, -1e4]), min_size=len(present), max_size=len(present)))
-        adv = draw(st.lists(st.floats(-50, 50, allow_nan=False, width=32), min_size=len(present), max_size=len(present)))
-        tracker.update(RolloutBatch(torch.tensor(rewards), advantages=torch.tensor(adv), group_ids=torch.arange(len(present)) // 2,
-                                    domains=present), step=step)
+        rewards = draw(
+            st.lists(st.sampled_from([0.0, 1.0, 0.5, 1e4, -1e4]), min_size=len(present), max_size=len(present))
+        )
+        adv = draw(
+            st.lists(st.floats(-50, 50, allow_nan=False, width=32), min_size=len(present), max_size=len(present))
+        )
+        tracker.update(
+            RolloutBatch(
+                torch.tensor(rewards),
+                advantages=torch.tensor(adv),
+                group_ids=torch.arange(len(present)) // 2,
+                domains=present,
+            ),
+            step=step,
+        )
     return tracker
 
 
 @settings(max_examples=60, deadline=None)
-@given(tracker_states(), st.sampled_from(["static", "reward_gap", "dump_ucb", "tscl", "learnability"]),
-       st.floats(0.0, 1.0), st.sampled_from([1e-3, 0.1, 5.0]))
+@given(
+    tracker_states(),
+    st.sampled_from(["static", "reward_gap", "dump_ucb", "tscl", "learnability"]),
+    st.floats(0.0, 1.0),
+    st.sampled_from([1e-3, 0.1, 5.0]),
+)
 def test_floor_is_exact_and_proportions_sum_to_one(tracker, name, floor_share, temperature):
     k = len(tracker.domains)
     floor = floor_share / k
@@ -120,14 +147,17 @@ def test_static_proportions_as_a_list_in_domain_order():
     assert late.proportions(tracker) == pytest.approx({"a": 0.2, "b": 0.3, "c": 0.5})
 
 
-@pytest.mark.parametrize("proportions, fragment", [
-    ([0.5, 0.5], "2 value(s) but there are 3 domain(s)"),
-    ([0.5, 0.3, 0.2, 0.0], "4 value(s)"),
-    ([0.5, 0.5, 0.5], "normalise"),
-    ("uniform", "mapping"),
-    (0.5, "mapping"),
-    ([0.5, None, 0.5], "finite number"),
-])
+@pytest.mark.parametrize(
+    "proportions, fragment",
+    [
+        ([0.5, 0.5], "2 value(s) but there are 3 domain(s)"),
+        ([0.5, 0.3, 0.2, 0.0], "4 value(s)"),
+        ([0.5, 0.5, 0.5], "normalise"),
+        ("uniform", "mapping"),
+        (0.5, "mapping"),
+        ([0.5, None, 0.5], "finite number"),
+    ],
+)
 def test_static_bad_proportions_explain(proportions, fragment):
     with pytest.raises(ConfigError) as info:
         build_component("mixer", "static", domains=DOMAINS, proportions=proportions)
@@ -143,15 +173,18 @@ def test_numpy_and_torch_scalars_are_numbers(convert):
     assert gap.temperature == 0.5 and type(gap.floor) is float
 
 
-@pytest.mark.parametrize("domains, fragment", [
-    ("abc", None),  # a single string is one domain, never a, b, c
-    (["a", None], "non-empty string"),
-    (["a", ""], "non-empty"),
-    (["a", "a"], "unique"),
-    ([], "empty"),
-    ([1.5], "non-empty string"),
-    ({"a": 1}, "list of domain names"),
-])
+@pytest.mark.parametrize(
+    "domains, fragment",
+    [
+        ("abc", None),  # a single string is one domain, never a, b, c
+        (["a", None], "non-empty string"),
+        (["a", ""], "non-empty"),
+        (["a", "a"], "unique"),
+        ([], "empty"),
+        ([1.5], "non-empty string"),
+        ({"a": 1}, "list of domain names"),
+    ],
+)
 def test_mixer_domains_are_checked(domains, fragment):
     if fragment is None:
         assert build_component("mixer", "reward_gap", domains=domains).domains == ["abc"]

@@ -167,15 +167,27 @@ def test_state_loads_with_weights_only_for_every_mixer(mixer, unit, tmp_path):
     import numpy as np
 
     params = {"proportions": [np.float64(0.2), np.float64(0.3), np.float64(0.5)]} if mixer == "static" else {}
-    mix = DomainMixing(build_component("mixer", mixer, **params), domains=DOMAINS, warmup_steps=1, update_every=2,
-                       window=7, window_unit=unit)
+    mix = DomainMixing(
+        build_component("mixer", mixer, **params),
+        domains=DOMAINS,
+        warmup_steps=1,
+        update_every=2,
+        window=7,
+        window_unit=unit,
+    )
     for step in range(6):
         mix.observe(batch_for(step), np.int64(step))  # hosts pass numpy / tensor step counters
         mix.observe_sampled({"easy": np.int64(2), "hard": 1, "mid": 1})
     torch.save(mix.state_dict(), tmp_path / "mix.pt")
     loaded = torch.load(tmp_path / "mix.pt", weights_only=True)
-    restored = DomainMixing(build_component("mixer", mixer, **params), domains=DOMAINS, warmup_steps=1, update_every=2,
-                            window=7, window_unit=unit)
+    restored = DomainMixing(
+        build_component("mixer", mixer, **params),
+        domains=DOMAINS,
+        warmup_steps=1,
+        update_every=2,
+        window=7,
+        window_unit=unit,
+    )
     restored.load_state_dict(loaded)
     for step in range(6, 10):
         assert mix.observe(batch_for(step), step) == restored.observe(batch_for(step), step)
@@ -187,9 +199,17 @@ def test_state_loads_with_weights_only_for_every_mixer(mixer, unit, tmp_path):
 def test_strategy_state_loads_with_weights_only(mixer, tmp_path):
     import numpy as np
 
-    params = {"proportions": {"easy": np.float32(0.5), "hard": torch.tensor(0.25), "mid": 0.25}} if mixer == "static" else {}
-    config = {"mix": {"mixer": {"name": mixer, "params": params}, "domains": DOMAINS, "warmup_steps": 1,
-                      "prior": [np.float64(0.5), 0.25, 0.25]}}
+    params = (
+        {"proportions": {"easy": np.float32(0.5), "hard": torch.tensor(0.25), "mid": 0.25}} if mixer == "static" else {}
+    )
+    config = {
+        "mix": {
+            "mixer": {"name": mixer, "params": params},
+            "domains": DOMAINS,
+            "warmup_steps": 1,
+            "prior": [np.float64(0.5), 0.25, 0.25],
+        }
+    }
     strategy = build_strategy(config)
     for step in range(4):
         strategy.apply(batch_for(step), step)
@@ -216,13 +236,25 @@ def test_state_dict_does_not_alias_the_mixing():
     assert torch.equal(after["tracker"]["windows"]["reward"], before["tracker"]["windows"]["reward"])
 
 
-@pytest.mark.parametrize("garbage, fragment", [
-    (None, "expects the dict"),
-    ([1, 2], "expects the dict"),
-    ({"domains": DOMAINS}, "lacks key"),
-    ({"domains": DOMAINS, "target": None, "last_update_step": None, "tracker": None, "drawn_total": {},
-      "drawn_recent": []}, "'target'"),
-])
+@pytest.mark.parametrize(
+    "garbage, fragment",
+    [
+        (None, "expects the dict"),
+        ([1, 2], "expects the dict"),
+        ({"domains": DOMAINS}, "lacks key"),
+        (
+            {
+                "domains": DOMAINS,
+                "target": None,
+                "last_update_step": None,
+                "tracker": None,
+                "drawn_total": {},
+                "drawn_recent": [],
+            },
+            "'target'",
+        ),
+    ],
+)
 def test_load_garbage_state_is_a_clear_error(garbage, fragment):
     from dataflex_callbacks.errors import StateError
 
@@ -258,12 +290,15 @@ def test_row_window_mixing_uses_rows():
 
 def test_all_nan_domain_does_not_win_reward_gap():
     """nan_policy=drop: a domain whose rewards are all NaN keeps its prior statistics, never 'reward 0'."""
-    strategy = build_strategy({"nan_policy": "drop", "mix": {"mixer": "reward_gap", "domains": DOMAINS, "warmup_steps": 0,
-                                                              "update_every": 1}})
+    strategy = build_strategy(
+        {"nan_policy": "drop", "mix": {"mixer": "reward_gap", "domains": DOMAINS, "warmup_steps": 0, "update_every": 1}}
+    )
     nan = float("nan")
     for step in range(3):
         rewards = torch.tensor([1.0, 0.0] * 2 + [nan] * 4 + [1.0, 1.0] * 2)  # easy: 0.5, hard: all NaN, mid: 1.0
-        batch = RolloutBatch(rewards, group_ids=torch.arange(12) // 4, domains=["easy"] * 4 + ["hard"] * 4 + ["mid"] * 4)
+        batch = RolloutBatch(
+            rewards, group_ids=torch.arange(12) // 4, domains=["easy"] * 4 + ["hard"] * 4 + ["mid"] * 4
+        )
         strategy.apply(batch, step)
     target = strategy.target_proportions
     assert target["hard"] < 0.9  # before: 'hard' recorded as reward 0 and got 95% of the data
@@ -274,6 +309,9 @@ def test_static_proportions_hold_before_the_first_update():
     mix = mixing("static", warmup_steps=5, mixer_params={"proportions": [0.6, 0.3, 0.1], "floor": 0.0})
     assert mix.target == pytest.approx({"easy": 0.6, "hard": 0.3, "mid": 0.1})
     # An explicit prior still wins over the mixer's starting proportions.
-    mix = mixing("static", prior={"easy": 0.2, "hard": 0.2, "mid": 0.6},
-                 mixer_params={"proportions": [0.6, 0.3, 0.1], "floor": 0.0})
+    mix = mixing(
+        "static",
+        prior={"easy": 0.2, "hard": 0.2, "mid": 0.6},
+        mixer_params={"proportions": [0.6, 0.3, 0.1], "floor": 0.0},
+    )
     assert mix.target == pytest.approx({"easy": 0.2, "hard": 0.2, "mid": 0.6})

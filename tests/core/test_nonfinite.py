@@ -21,10 +21,16 @@ def batch_with(token_advantages=False, seed=0, **changes):
     advantages = torch.randn(N, generator=gen)
     if token_advantages:
         advantages = advantages.unsqueeze(1) * mask  # verl's form: (N, L), zero on padding
-    batch = RolloutBatch((torch.rand(N, generator=gen) > 0.5).float(), group_ids=torch.arange(N) // G,
-                         completion_mask=mask, advantages=advantages,
-                         logprobs=-torch.rand(N, L, generator=gen) * 3, entropies=torch.rand(N, L, generator=gen),
-                         domains=[DOMAINS[i % 3] for i in range(N)], prompt_keys=[f"p{i // G}" for i in range(N)])
+    batch = RolloutBatch(
+        (torch.rand(N, generator=gen) > 0.5).float(),
+        group_ids=torch.arange(N) // G,
+        completion_mask=mask,
+        advantages=advantages,
+        logprobs=-torch.rand(N, L, generator=gen) * 3,
+        entropies=torch.rand(N, L, generator=gen),
+        domains=[DOMAINS[i % 3] for i in range(N)],
+        prompt_keys=[f"p{i // G}" for i in range(N)],
+    )
     return batch.replace(**changes) if changes else batch
 
 
@@ -44,8 +50,16 @@ def finite_decision(decision):
 
 
 # preset -> the signal its scorer reads
-READERS = [("softmax", "advantages"), ("per", "advantages"), ("topk", "advantages"), ("ar", "logprobs"),
-           ("entropy_top", "entropies"), ("difffilter", "rewards"), ("maxvar", "rewards"), ("gfpo", "rewards")]
+READERS = [
+    ("softmax", "advantages"),
+    ("per", "advantages"),
+    ("topk", "advantages"),
+    ("ar", "logprobs"),
+    ("entropy_top", "entropies"),
+    ("difffilter", "rewards"),
+    ("maxvar", "rewards"),
+    ("gfpo", "rewards"),
+]
 
 
 @pytest.mark.parametrize("preset, signal", READERS)
@@ -144,7 +158,6 @@ def test_selection_that_keeps_nothing_warns_once_naming_the_fix():
         strategy.apply(batch, 1)
 
 
-
 def test_binary_rewards_that_fill_no_band_get_the_band_advice_not_the_threshold_advice():
     rewards = (torch.arange(N) % G == 0).float()  # one of 5 right in every group: solve rate 0.2, outside (0.2, 0.8)
     with pytest.warns(UserWarning) as record:
@@ -196,8 +209,9 @@ def test_deferred_policy_signals_are_cleaned_in_apply_policy(policy):
 
 def test_mixing_sees_dropped_rows_as_no_observation():
     batch = poisoned(batch_with(), "advantages", rows=tuple(range(N)))
-    strategy = build_strategy({"mix": {"mixer": "dump_ucb", "domains": DOMAINS, "warmup_steps": 0, "update_every": 1},
-                               "nan_policy": "drop"})
+    strategy = build_strategy(
+        {"mix": {"mixer": "dump_ucb", "domains": DOMAINS, "warmup_steps": 0, "update_every": 1}, "nan_policy": "drop"}
+    )
     decision = strategy.apply(batch, 0)
     finite_decision(decision)
     assert decision.metrics["nonfinite_advantages"] == N
@@ -210,9 +224,12 @@ bad_values = st.sampled_from([float("nan"), float("inf"), float("-inf")])
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.sampled_from(sorted(list_presets())), st.sampled_from(["zero", "drop"]),
-       st.lists(st.tuples(signal_names, st.integers(0, N - 1), st.integers(0, L - 1), bad_values), max_size=6),
-       st.booleans())
+@given(
+    st.sampled_from(sorted(list_presets())),
+    st.sampled_from(["zero", "drop"]),
+    st.lists(st.tuples(signal_names, st.integers(0, N - 1), st.integers(0, L - 1), bad_values), max_size=6),
+    st.booleans(),
+)
 def test_any_nonfinite_signal_never_gives_nan(preset, policy, poison, token_advantages):
     batch = batch_with(token_advantages)
     fields = {name: getattr(batch, name).clone() for name in ("rewards", "advantages", "logprobs", "entropies")}

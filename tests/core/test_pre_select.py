@@ -22,8 +22,9 @@ def group_batch(keys, rewards_per_group, domains=None, ids=None):
     group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
     prompt_keys = [k for k, n in zip(keys, sizes) for _ in range(n)]
     labels = None if domains is None else [d for d, n in zip(domains, sizes) for _ in range(n)]
-    return RolloutBatch(rewards=rewards, group_ids=group_ids, prompt_keys=prompt_keys, domains=labels,
-                        completion_ids=ids)
+    return RolloutBatch(
+        rewards=rewards, group_ids=group_ids, prompt_keys=prompt_keys, domains=labels, completion_ids=ids
+    )
 
 
 # ------------------------------------------------------------------ identical-completion pairs
@@ -50,8 +51,12 @@ def test_identical_pairs_match_a_brute_force_count(data):
     ids = data.draw(st.lists(st.lists(st.integers(0, 2), min_size=length, max_size=length), min_size=n, max_size=n))
     mask = data.draw(st.lists(st.lists(st.booleans(), min_size=length, max_size=length), min_size=n, max_size=n))
     rewards = data.draw(st.lists(st.sampled_from([0.0, 0.5, 1.0]), min_size=n, max_size=n))
-    batch = RolloutBatch(rewards=torch.tensor(rewards), group_ids=torch.tensor(groups), completion_ids=torch.tensor(ids),
-                         completion_mask=torch.tensor(mask))
+    batch = RolloutBatch(
+        rewards=torch.tensor(rewards),
+        group_ids=torch.tensor(groups),
+        completion_ids=torch.tensor(ids),
+        completion_mask=torch.tensor(mask),
+    )
     index, count = dense_groups(batch.group_ids)
     pairs, disagreeing = identical_pairs(batch, np.array(rewards), index.numpy(), count)
     ref_pairs, ref_disagreeing = brute_force_pairs(ids, mask, rewards, index.tolist())
@@ -63,7 +68,7 @@ def test_completion_hash_cpu_product_equals_the_multiply_and_sum_cuda_uses():
     ids = torch.randint(0, 50_000, (64, 33), generator=torch.Generator().manual_seed(1))
     mask = torch.rand(64, 33, generator=torch.Generator().manual_seed(2)) < 0.8
     hashes = completion_hashes(ids, mask)
-    weights = torch.randint(-2**63, 2**63 - 1, (33,), generator=torch.Generator().manual_seed(20_506_021_770))
+    weights = torch.randint(-(2**63), 2**63 - 1, (33,), generator=torch.Generator().manual_seed(20_506_021_770))
     assert torch.equal(hashes, (torch.where(mask, ids, -1) * weights).sum(dim=1))
     # Masked positions count as -1, not as token 0; the same answer hashes alike whatever its padding.
     zero = torch.zeros(1, 3, dtype=torch.long)
@@ -84,7 +89,9 @@ def test_completion_ids_are_validated():
     with pytest.raises(Exception, match="completion_ids must be an integer tensor"):
         RolloutBatch(rewards=torch.zeros(2), completion_ids=torch.zeros(2, 3))
     with pytest.raises(Exception, match="completion_ids has L=3 tokens but other token fields have L=4"):
-        RolloutBatch(rewards=torch.zeros(2), completion_mask=torch.ones(2, 4), completion_ids=torch.zeros(2, 3, dtype=torch.long))
+        RolloutBatch(
+            rewards=torch.zeros(2), completion_mask=torch.ones(2, 4), completion_ids=torch.zeros(2, 3, dtype=torch.long)
+        )
     with pytest.raises(Exception, match=r"completion_ids must have shape \(N, L\) with N=2"):
         RolloutBatch(rewards=torch.zeros(2), completion_ids=torch.zeros(3, 1, dtype=torch.long))
 
@@ -115,7 +122,7 @@ def test_an_always_solved_prompt_is_skipped_more_and_more_down_to_the_floor():
     assert keep[0] == 1.0
     assert all(a > b for a, b in zip(keep, keep[1:6]))  # strictly more likely to be skipped with every streak
     assert keep[-1] == pytest.approx(0.05)  # never below the floor
-    assert keep[1:6] == pytest.approx([0.6 ** k for k in range(1, 6)])
+    assert keep[1:6] == pytest.approx([0.6**k for k in range(1, 6)])
 
 
 def skip_strategy(**params):
@@ -129,8 +136,16 @@ def simulate(params, solve_rate, steps, batch_size=4, generations=4, seed=0, lab
     """
     strategy = skip_strategy(**params)
     n = len(labels) if labels is not None else 40
-    sampler = DomainMixingSampler(labels=labels or ["all"] * n, batch_size=batch_size, layout="shard", num_replicas=1,
-                                  rank=0, strategy=strategy, seed=seed, resume="continue")
+    sampler = DomainMixingSampler(
+        labels=labels or ["all"] * n,
+        batch_size=batch_size,
+        layout="shard",
+        num_replicas=1,
+        rank=0,
+        strategy=strategy,
+        seed=seed,
+        resume="continue",
+    )
     rng = np.random.default_rng(seed)
     stream = iter(itertools.chain.from_iterable(iter(sampler) for _ in itertools.count()))
     drawn, shares = [], []
@@ -172,7 +187,7 @@ def test_a_prompt_that_turns_learnable_is_rechecked_within_the_expected_number_o
         first_step, first_passes = next((step, n) for p, step, n in passes_at if p == 0 and step >= 100)
         waits.append(first_passes - before)
         # Once re-checked and learnable, its streak is reset and it is kept again.
-        assert pre_select.history.streaks([0])[0] == 0 or any(0 in d for d in drawn[first_step + 1:])
+        assert pre_select.history.streaks([0])[0] == 0 or any(0 in d for d in drawn[first_step + 1 :])
     assert np.mean(waits) <= 1.5 / min_keep
     assert max(waits) <= 5 / min_keep
 
@@ -183,8 +198,9 @@ def test_zero_variance_share_tracks_its_target():
         return 0.5 if p % 10 < 3 else (1.0 if p % 2 else 0.0)
 
     for target in (0.2, 0.5):
-        _, _, shares = simulate(dict(target_share=target, adapt_rate=0.02, min_keep=0.01), solve_rate, 600,
-                                batch_size=10, generations=8)
+        _, _, shares = simulate(
+            dict(target_share=target, adapt_rate=0.02, min_keep=0.01), solve_rate, 600, batch_size=10, generations=8
+        )
         assert abs(np.mean(shares[300:]) - target) < 0.06, (target, np.mean(shares[300:]))
     baseline = np.mean([solve_rate(p, 0) in (0.0, 1.0) for p in range(40)])
     assert baseline == pytest.approx(0.7)
@@ -197,8 +213,12 @@ def test_domain_prior_predicts_unseen_prompts_from_their_domain():
     pre_select = build_component("pre_select", "skip_zero_variance", explore=0.5, min_keep=0.05, adapt_rate=0.0)
     distinct = torch.arange(16).reshape(16, 1)
     # domain a: both groups zero variance; domain b: one of two groups.
-    pre_select.observe(group_batch(["a1", "a2", "b1", "b2"], [[1] * 4, [0] * 4, [1] * 4, [1, 0, 0, 1]],
-                                      ["a", "a", "b", "b"], ids=distinct), step=0)
+    pre_select.observe(
+        group_batch(
+            ["a1", "a2", "b1", "b2"], [[1] * 4, [0] * 4, [1] * 4, [1, 0, 0, 1]], ["a", "a", "b", "b"], ids=distinct
+        ),
+        step=0,
+    )
     assert pre_select.history.domain_prior == {"a": 1.0, "b": 0.5}
     keep = pre_select.keep_probability(["a9", "b9", "c9", "b2", "a1"], ["a", "b", "c", "b", "a"])
     # unseen: 1 - q (1 - explore); unknown domain: 1; seen prompts: their own streak.
@@ -224,7 +244,9 @@ def test_noise_estimate_is_twice_the_disagreement_rate_of_identical_answers():
     assert history.domain_noise["e"] == pytest.approx(min(1.0, 2 * 3 / 6))
     assert history.domain_prior["e"] == pytest.approx(0.0 + 1.0 * 1.0)
     # Identical answers scored alike: no noise, and the prior is the zero-variance share alone.
-    history.update(group_batch(["r", "s"], [[1, 1, 0], [1, 1, 1]], ["f", "f"], ids=torch.tensor([[1], [1], [2], [1], [1], [1]])), 0)
+    history.update(
+        group_batch(["r", "s"], [[1, 1, 0], [1, 1, 1]], ["f", "f"], ids=torch.tensor([[1], [1], [2], [1], [1], [1]])), 0
+    )
     assert history.domain_noise["f"] == 0.0 and history.domain_prior["f"] == pytest.approx(0.5)
 
 
@@ -238,9 +260,16 @@ def test_noise_check_off_ignores_disagreeing_answers():
     assert off.history.streaks(["p"]).tolist() == [0] and off.metrics()["pre_select/noisy_share"] == 0.0
 
 
-@pytest.mark.parametrize("params, message", [({"explore": 1.5}, "explore"), ({"min_keep": 0.0}, "min_keep"),
-                                             ({"prior_rate": 0.0}, "prior_rate"), ({"domain_prior": 1}, "domain_prior"),
-                                             ({"noise_check": "yes"}, "noise_check")])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"explore": 1.5}, "explore"),
+        ({"min_keep": 0.0}, "min_keep"),
+        ({"prior_rate": 0.0}, "prior_rate"),
+        ({"domain_prior": 1}, "domain_prior"),
+        ({"noise_check": "yes"}, "noise_check"),
+    ],
+)
 def test_bad_parameters_name_themselves(params, message):
     with pytest.raises(ValueError, match=message):
         build_component("pre_select", "skip_zero_variance", **params)
@@ -254,8 +283,17 @@ def test_resumed_filter_and_sampler_continue_exactly():
 
     def run(steps, state=None):
         strategy = skip_strategy(target_share=0.1)
-        sampler = DomainMixingSampler(labels=["all"] * 40, prompt_labels=labels, batch_size=4, layout="shard",
-                                      num_replicas=1, rank=0, strategy=strategy, seed=5, resume="continue")
+        sampler = DomainMixingSampler(
+            labels=["all"] * 40,
+            prompt_labels=labels,
+            batch_size=4,
+            layout="shard",
+            num_replicas=1,
+            rank=0,
+            strategy=strategy,
+            seed=5,
+            resume="continue",
+        )
         if state is not None:
             strategy.load_state_dict(state["strategy"])
             sampler.load_state_dict(state["sampler"])
@@ -288,7 +326,10 @@ def test_state_loads_with_weights_only_loading_and_restores_the_filter(tmp_path)
     restored.load_state_dict(state)
     assert restored.history.streaks([3, 4, "q"]).tolist() == [2, 0, 2]
     candidates, labels = [3, 4, "q", "new"], ["a", "b", "a", "a"]
-    assert restored.keep_probability(candidates, labels).tolist() == pre_select.keep_probability(candidates, labels).tolist()
+    assert (
+        restored.keep_probability(candidates, labels).tolist()
+        == pre_select.keep_probability(candidates, labels).tolist()
+    )
     assert restored.metrics() == pytest.approx(pre_select.metrics(), nan_ok=True)
     # Grows after a restore like a fresh history.
     restored.observe(group_batch([f"k{i}" for i in range(5)], [[1, 0]] * 5), step=2)
@@ -305,8 +346,8 @@ def test_two_ranks_build_the_history_one_process_builds_from_the_whole_batch(tmp
         pre_select.observe(batch, step)
     history = pre_select.history
     assert ranks[0]["keys"] == history.keys
-    assert ranks[0]["streak"] == history.streak[:history.size].tolist()
-    assert ranks[0]["seen"] == history.seen[:history.size].tolist()
+    assert ranks[0]["streak"] == history.streak[: history.size].tolist()
+    assert ranks[0]["seen"] == history.seen[: history.size].tolist()
     assert ranks[0]["domain_prior"] == pytest.approx(history.domain_prior)
     assert ranks[0]["domain_noise"] == pytest.approx(history.domain_noise)
     assert ranks[0]["explore"] == pre_select.explore

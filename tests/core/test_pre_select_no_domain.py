@@ -27,8 +27,9 @@ def zero_reward_run(preset, data, steps=24, batch_domains="column", prompts=4, g
     a string gives every row that domain instead. ``key`` maps a row index to the batch's prompt key.
     """
     strategy = build_strategy(preset)
-    sampler = DomainMixingSampler(data, strategy=strategy, batch_size=prompts, layout="shard", num_replicas=1, rank=0,
-                                  seed=0, resume="continue")
+    sampler = DomainMixingSampler(
+        data, strategy=strategy, batch_size=prompts, layout="shard", num_replicas=1, rank=0, seed=0, resume="continue"
+    )
     stream = itertools.chain.from_iterable(iter(sampler) for _ in itertools.count())
     for step in range(steps):
         drawn = [next(stream) for _ in range(prompts)]
@@ -37,10 +38,12 @@ def zero_reward_run(preset, data, steps=24, batch_domains="column", prompts=4, g
         else:
             domains = [batch_domains] * prompts
         keys = [data[r]["prompt"] if key is None else key(r) for r in drawn]
-        batch = RolloutBatch(rewards=torch.zeros(prompts * generations),
-                             group_ids=torch.arange(prompts).repeat_interleave(generations),
-                             prompt_keys=[k for k in keys for _ in range(generations)],
-                             domains=None if domains is None else [d for d in domains for _ in range(generations)])
+        batch = RolloutBatch(
+            rewards=torch.zeros(prompts * generations),
+            group_ids=torch.arange(prompts).repeat_interleave(generations),
+            prompt_keys=[k for k in keys for _ in range(generations)],
+            domains=None if domains is None else [d for d in domains for _ in range(generations)],
+        )
         strategy.apply(batch, step, sync=False)
     return strategy
 
@@ -92,16 +95,31 @@ def test_a_filter_asked_about_other_domains_than_it_learnt_warns_once_naming_the
 def mixing_run(key, steps, rewards=1.0):
     """skip_predicted under a static mix (the sampler asks without labels), rewards all ``rewards``."""
     labels = ["echo"] * 40 + ["digit"] * 40
-    strategy = build_strategy({"pre_select": {"name": "skip_predicted", "params": {"min_keep": 0.05}},
-                               "mix": {"mixer": "static", "warmup_steps": 0, "update_every": 1}})
-    sampler = DomainMixingSampler(labels=labels, batch_size=8, layout="shard", num_replicas=1, rank=0,
-                                  strategy=strategy, seed=0, resume="continue")
+    strategy = build_strategy(
+        {
+            "pre_select": {"name": "skip_predicted", "params": {"min_keep": 0.05}},
+            "mix": {"mixer": "static", "warmup_steps": 0, "update_every": 1},
+        }
+    )
+    sampler = DomainMixingSampler(
+        labels=labels,
+        batch_size=8,
+        layout="shard",
+        num_replicas=1,
+        rank=0,
+        strategy=strategy,
+        seed=0,
+        resume="continue",
+    )
     stream = itertools.chain.from_iterable(iter(sampler) for _ in itertools.count())
     for step in range(steps):
         drawn = [next(stream) for _ in range(8)]
-        batch = RolloutBatch(rewards=torch.full((16,), rewards), group_ids=torch.arange(8).repeat_interleave(2),
-                             prompt_keys=[key(r) for r in drawn for _ in range(2)],
-                             domains=[labels[r] for r in drawn for _ in range(2)])
+        batch = RolloutBatch(
+            rewards=torch.full((16,), rewards),
+            group_ids=torch.arange(8).repeat_interleave(2),
+            prompt_keys=[key(r) for r in drawn for _ in range(2)],
+            domains=[labels[r] for r in drawn for _ in range(2)],
+        )
         strategy.apply(batch, step, sync=False)
     return strategy
 
@@ -117,8 +135,11 @@ def test_a_filter_whose_rollout_keys_are_not_the_samplers_warns_naming_the_keys(
 
 def test_a_filter_no_sampler_asks_warns_naming_the_sampler():
     strategy = build_strategy("skip")
-    batch = RolloutBatch(rewards=torch.zeros(8), group_ids=torch.arange(4).repeat_interleave(2),
-                         prompt_keys=[k for k in PROMPTS[:4] for _ in range(2)])
+    batch = RolloutBatch(
+        rewards=torch.zeros(8),
+        group_ids=torch.arange(4).repeat_interleave(2),
+        prompt_keys=[k for k in PROMPTS[:4] for _ in range(2)],
+    )
     with pytest.warns(UserWarning, match="no prompt sampler asks it"):
         for step in range(12):
             strategy.apply(batch, step, sync=False)
@@ -148,14 +169,20 @@ def test_the_signal_buffer_shows_the_filter_every_round_and_apply_does_not_again
     while buffer.should_generate_more():
         rewards = torch.tensor([0.0, 0.0, 1.0, 1.0, 0.0, 1.0])  # one signal group of three per round
         round_keys = [next(keys) for _ in range(3)]
-        buffer.add(RolloutBatch(rewards=rewards, group_ids=torch.arange(3).repeat_interleave(2),
-                                prompt_keys=[k for k in round_keys for _ in range(2)]))
+        buffer.add(
+            RolloutBatch(
+                rewards=rewards,
+                group_ids=torch.arange(3).repeat_interleave(2),
+                prompt_keys=[k for k in round_keys for _ in range(2)],
+            )
+        )
         added += 3
     taken = buffer.take()
     history = strategy.pre_select.history
     assert added == 6 and history.size == 6 and history.seen[:6].tolist() == [1] * 6
-    trained = RolloutBatch(rewards=taken.rewards, group_ids=taken.group_index,
-                           prompt_keys=[PROMPTS[2], PROMPTS[2], PROMPTS[5], PROMPTS[5]])
+    trained = RolloutBatch(
+        rewards=taken.rewards, group_ids=taken.group_index, prompt_keys=[PROMPTS[2], PROMPTS[2], PROMPTS[5], PROMPTS[5]]
+    )
     decision = strategy.apply(trained, 0, sync=False)
     assert history.seen[:6].tolist() == [1] * 6, "the trained groups are not observed twice"
     assert decision.metrics["pre_select/skipped_states"] == strategy.pre_select.metrics()["pre_select/skipped_states"]

@@ -19,9 +19,12 @@ def group_batch(keys, rewards_per_group, domains):
     sizes = [len(r) for r in rewards_per_group]
     rewards = torch.tensor([v for r in rewards_per_group for v in r], dtype=torch.float32)
     group_ids = torch.repeat_interleave(torch.arange(len(sizes)), torch.tensor(sizes))
-    return RolloutBatch(rewards=rewards, group_ids=group_ids,
-                        prompt_keys=[k for k, n in zip(keys, sizes) for _ in range(n)],
-                        domains=[d for d, n in zip(domains, sizes) for _ in range(n)])
+    return RolloutBatch(
+        rewards=rewards,
+        group_ids=group_ids,
+        prompt_keys=[k for k, n in zip(keys, sizes) for _ in range(n)],
+        domains=[d for d, n in zip(domains, sizes) for _ in range(n)],
+    )
 
 
 class LoopReference:
@@ -138,8 +141,16 @@ def test_a_rarely_seen_state_borrows_its_domain_evidence():
 def test_the_sampler_stops_drawing_an_unlearnable_domain():
     labels = ["code"] * 40 + ["digit"] * 40
     strategy = build_strategy({"pre_select": {"name": "skip_predicted", "params": {"min_keep": 0.05}}})
-    sampler = DomainMixingSampler(labels=labels, batch_size=8, layout="shard", num_replicas=1, rank=0,
-                                  strategy=strategy, seed=0, resume="continue")
+    sampler = DomainMixingSampler(
+        labels=labels,
+        batch_size=8,
+        layout="shard",
+        num_replicas=1,
+        rank=0,
+        strategy=strategy,
+        seed=0,
+        resume="continue",
+    )
     stream = iter(itertools.chain.from_iterable(iter(sampler) for _ in itertools.count()))
     rng = np.random.default_rng(0)
     code_share = []
@@ -154,11 +165,17 @@ def test_the_sampler_stops_drawing_an_unlearnable_domain():
     assert strategy.pre_select.metrics()["pre_select/skipped_prompts"] > 0
 
 
-@pytest.mark.parametrize("params, message", [({"skip_above": 1.0}, "skip_above"),
-                                             ({"skip_solved_above": 1.5}, "skip_solved_above"),
-                                             ({"min_keep": 0.0}, "min_keep"), ({"decay": 1.0}, "decay"),
-                                             ({"prior_groups": -1}, "prior_groups"),
-                                             ({"noise_check": "yes"}, "noise_check")])
+@pytest.mark.parametrize(
+    "params, message",
+    [
+        ({"skip_above": 1.0}, "skip_above"),
+        ({"skip_solved_above": 1.5}, "skip_solved_above"),
+        ({"min_keep": 0.0}, "min_keep"),
+        ({"decay": 1.0}, "decay"),
+        ({"prior_groups": -1}, "prior_groups"),
+        ({"noise_check": "yes"}, "noise_check"),
+    ],
+)
 def test_bad_parameters_name_themselves(params, message):
     with pytest.raises((ValueError, TypeError), match=message):
         build_component("pre_select", "skip_predicted", **params)
@@ -205,10 +222,22 @@ def test_without_labels_a_seen_prompt_is_judged_in_its_own_domain_and_an_unseen_
 
 def test_a_mixing_sampler_still_skips_solved_prompts():
     labels = ["echo"] * 40 + ["digit"] * 40
-    strategy = build_strategy({"pre_select": {"name": "skip_predicted", "params": {"min_keep": 0.05}},
-                               "mix": {"mixer": "static", "warmup_steps": 0, "update_every": 1, "quota": "exact"}})
-    sampler = DomainMixingSampler(labels=labels, batch_size=8, layout="shard", num_replicas=1, rank=0,
-                                  strategy=strategy, seed=0, resume="continue")
+    strategy = build_strategy(
+        {
+            "pre_select": {"name": "skip_predicted", "params": {"min_keep": 0.05}},
+            "mix": {"mixer": "static", "warmup_steps": 0, "update_every": 1, "quota": "exact"},
+        }
+    )
+    sampler = DomainMixingSampler(
+        labels=labels,
+        batch_size=8,
+        layout="shard",
+        num_replicas=1,
+        rank=0,
+        strategy=strategy,
+        seed=0,
+        resume="continue",
+    )
     strategy.bind_domains(sampler.domains)
     stream = iter(itertools.chain.from_iterable(iter(sampler) for _ in itertools.count()))
     rng = np.random.default_rng(0)

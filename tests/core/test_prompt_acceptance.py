@@ -40,7 +40,7 @@ def reference_batches(pre_select, fetch, size, rng, carry):
         passed = accept_prompts(pre_select, candidates, size - count, rng)
         skipped += passed.skipped
         if passed.considered < len(candidates):
-            carry = candidates[passed.considered:]
+            carry = candidates[passed.considered :]
         if len(passed.accepted):
             accepted.append([candidates[i] for i in passed.accepted.tolist()])
             keys_used.extend(candidates[i] for i in passed.accepted.tolist())
@@ -75,8 +75,12 @@ def batches_of(keys, size):
     return fetch
 
 
-@given(probabilities=st.lists(st.floats(0.05, 1.0), min_size=4, max_size=30), batch=st.integers(1, 9),
-       needs=st.lists(st.integers(1, 12), min_size=1, max_size=4), seed=st.integers(0, 2**16))
+@given(
+    probabilities=st.lists(st.floats(0.05, 1.0), min_size=4, max_size=30),
+    batch=st.integers(1, 9),
+    needs=st.lists(st.integers(1, 12), min_size=1, max_size=4),
+    seed=st.integers(0, 2**16),
+)
 def test_the_batch_feed_takes_and_carries_exactly_as_a_hand_written_loop(probabilities, batch, needs, seed):
     keys = [f"k{i}" for i in range(len(probabilities))]
     ours, theirs = FixedFilter(dict(zip(keys, probabilities))), FixedFilter(dict(zip(keys, probabilities)))
@@ -111,8 +115,12 @@ class Stream:
         self.position += considered
 
 
-@given(probabilities=st.lists(st.floats(0.05, 1.0), min_size=3, max_size=25), count=st.integers(1, 15),
-       position=st.integers(0, 30), seed=st.integers(0, 2**16))
+@given(
+    probabilities=st.lists(st.floats(0.05, 1.0), min_size=3, max_size=25),
+    count=st.integers(1, 15),
+    position=st.integers(0, 30),
+    seed=st.integers(0, 2**16),
+)
 def test_a_source_that_consumes_by_position_draws_as_the_streams_own_loop(probabilities, count, position, seed):
     keys = [f"k{i}" for i in range(len(probabilities))]
     ours, theirs = FixedFilter(dict(zip(keys, probabilities))), FixedFilter(dict(zip(keys, probabilities)))

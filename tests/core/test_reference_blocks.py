@@ -28,8 +28,9 @@ def verl_config(entry: dict) -> dict:
     config = copy.deepcopy(VERL_BASE)
     config["trainer"]["v1"] = {"trainer_mode": entry["trainer_mode"]}
     if entry["trainer_mode"] == "dataflex_mix_sync":
-        config["trainer"]["v1"]["sampler"] = {"custom_sampler": {"path": "pkg://dataflex_verl.replay_buffer",
-                                                                 "name": "DataFlexMixReplayBuffer"}}
+        config["trainer"]["v1"]["sampler"] = {
+            "custom_sampler": {"path": "pkg://dataflex_verl.replay_buffer", "name": "DataFlexMixReplayBuffer"}
+        }
     config["dataflex"] = copy.deepcopy(entry["block"])
     return config
 
@@ -104,12 +105,15 @@ def resolved(block: dict) -> dict:
     return load_config(block)
 
 
-@pytest.mark.parametrize("actuator, part, key, expected", [
-    ({"name": "gfpo", "params": {"metric": "efficiency"}}, "select", "selector", {"k": 8, "metric": "efficiency"}),
-    ({"name": "advantage_reweight"}, "reweight", "reweighter", {"alpha": 0.5}),
-    ({"name": "per_advantage"}, "reweight", "reweighter", {"alpha": 0.5}),
-    ({"name": "gfpo", "params": {"k": 2}}, "select", "selector", {"k": 2}),  # given values win
-])
+@pytest.mark.parametrize(
+    "actuator, part, key, expected",
+    [
+        ({"name": "gfpo", "params": {"metric": "efficiency"}}, "select", "selector", {"k": 8, "metric": "efficiency"}),
+        ({"name": "advantage_reweight"}, "reweight", "reweighter", {"alpha": 0.5}),
+        ({"name": "per_advantage"}, "reweight", "reweighter", {"alpha": 0.5}),
+        ({"name": "gfpo", "params": {"k": 2}}, "select", "selector", {"k": 2}),  # given values win
+    ],
+)
 def test_reference_form_takes_the_reference_defaults(actuator, part, key, expected):
     mechanism = part
     scorer = "token_prob" if actuator["name"] == "advantage_reweight" else "reward_difficulty"
@@ -117,17 +121,22 @@ def test_reference_form_takes_the_reference_defaults(actuator, part, key, expect
     assert config[part][key]["params"] == expected
 
 
-@pytest.mark.parametrize("mixer, expected", [
-    ("reward_gap", {"temperature": 1.0}),
-    ("dump_ucb", {"temperature": 1.0, "c": 1.0}),
-    ("tscl", {"temperature": 1.0}),
-    ("static", {}),
-])
+@pytest.mark.parametrize(
+    "mixer, expected",
+    [
+        ("reward_gap", {"temperature": 1.0}),
+        ("dump_ucb", {"temperature": 1.0, "c": 1.0}),
+        ("tscl", {"temperature": 1.0}),
+        ("static", {}),
+    ],
+)
 def test_reference_form_mix_takes_the_reference_schedule_and_row_window(mixer, expected):
     mix = resolved({"mechanism": "mix", "scorer": "reward_difficulty", "actuator": mixer, "domains": ["a", "b"]})["mix"]
     assert mix["mixer"]["params"] == expected
     assert (mix["warmup_steps"], mix["update_every"], mix["window"], mix["window_unit"]) == (0, 1, 50, "rows")
-    strategy = build_strategy({"mechanism": "mix", "scorer": "reward_difficulty", "actuator": mixer, "domains": ["a", "b"]})
+    strategy = build_strategy(
+        {"mechanism": "mix", "scorer": "reward_difficulty", "actuator": mixer, "domains": ["a", "b"]}
+    )
     for name, value in expected.items():
         assert getattr(strategy.mixing.mixer, name) == value
 

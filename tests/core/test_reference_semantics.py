@@ -35,14 +35,23 @@ def make_batch(sizes, seed, continuous, shuffle):
     logprobs = -torch.rand(n, L, generator=gen) * 2
     if shuffle:
         perm = torch.randperm(n, generator=gen)
-        rewards, gids, mask, advantages, logprobs = rewards[perm], gids[perm], mask[perm], advantages[perm], logprobs[perm]
+        rewards, gids, mask, advantages, logprobs = (
+            rewards[perm],
+            gids[perm],
+            mask[perm],
+            advantages[perm],
+            logprobs[perm],
+        )
     return RolloutBatch(rewards, group_ids=gids, completion_mask=mask, advantages=advantages, logprobs=logprobs)
 
 
 def block(mechanism, scorer, actuator, **actuator_params):
     scorer_name, scorer_params = scorer if isinstance(scorer, tuple) else (scorer, {})
-    return {"mechanism": mechanism, "scorer": {"name": scorer_name, "params": scorer_params},
-            "actuator": {"name": actuator, "params": actuator_params}}
+    return {
+        "mechanism": mechanism,
+        "scorer": {"name": scorer_name, "params": scorer_params},
+        "actuator": {"name": actuator, "params": actuator_params},
+    }
 
 
 def reference_keep(config, batch):
@@ -76,8 +85,14 @@ SELECT_BLOCKS = [
     block("select", "reward_difficulty", "max_variance", keep_fraction=0.5),
     block("select", "reward_difficulty", "max_variance", keep_fraction=0.75),
 ]
-BATCHES = [([5] * 6, False, False), ([8] * 4, False, True), ([5] * 6, True, True), ([8] * 4, True, False),
-           ([1, 3, 5, 8, 2, 7, 4], False, True), ([1, 3, 5, 8, 2, 7, 4], True, True)]
+BATCHES = [
+    ([5] * 6, False, False),
+    ([8] * 4, False, True),
+    ([5] * 6, True, True),
+    ([8] * 4, True, False),
+    ([1, 3, 5, 8, 2, 7, 4], False, True),
+    ([1, 3, 5, 8, 2, 7, 4], True, True),
+]
 
 
 @pytest.mark.parametrize("config", SELECT_BLOCKS, ids=lambda c: f"{c['scorer']['name']}-{c['actuator']['name']}")
@@ -90,22 +105,35 @@ def test_select_blocks_keep_the_references_rows(config, sizes, continuous, shuff
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.sampled_from(SELECT_BLOCKS), st.lists(st.sampled_from([1, 2, 3, 5, 8, 9]), min_size=1, max_size=10),
-       st.integers(0, 2**16), st.booleans(), st.booleans())
+@given(
+    st.sampled_from(SELECT_BLOCKS),
+    st.lists(st.sampled_from([1, 2, 3, 5, 8, 9]), min_size=1, max_size=10),
+    st.integers(0, 2**16),
+    st.booleans(),
+    st.booleans(),
+)
 def test_select_blocks_on_random_group_layouts(config, sizes, seed, continuous, shuffle):
     batch = make_batch(sizes, seed, continuous, shuffle)
     assert torch.equal(build_strategy(config).apply(batch, 0).keep, reference_keep(config, batch))
 
 
 REWEIGHT_BLOCKS = [
-    (block("reweight", ("advantage_magnitude", {"agg": "mean"}), "softmax", temperature=1.0),
-     lambda b: ref.dfrl_softmax(ref.dfrl_advantage_magnitude(b.advantages, b.completion_mask), 1.0)),
-    (block("reweight", ("advantage_magnitude", {"agg": "mean"}), "softmax", temperature=0.1),
-     lambda b: ref.dfrl_softmax(ref.dfrl_advantage_magnitude(b.advantages, b.completion_mask), 0.1)),
-    (block("reweight", ("advantage_magnitude", {"agg": "mean"}), "per_advantage", alpha=0.5),
-     lambda b: ref.dfrl_per_advantage(ref.dfrl_advantage_magnitude(b.advantages, b.completion_mask), 0.5)),
-    (block("reweight", "reward_difficulty", "difficulty_band", low_q=0.25, high_q=0.75, focus_weight=2.0),
-     lambda b: ref.dfrl_difficulty_band(b.rewards, 0.25, 0.75, 2.0)),
+    (
+        block("reweight", ("advantage_magnitude", {"agg": "mean"}), "softmax", temperature=1.0),
+        lambda b: ref.dfrl_softmax(ref.dfrl_advantage_magnitude(b.advantages, b.completion_mask), 1.0),
+    ),
+    (
+        block("reweight", ("advantage_magnitude", {"agg": "mean"}), "softmax", temperature=0.1),
+        lambda b: ref.dfrl_softmax(ref.dfrl_advantage_magnitude(b.advantages, b.completion_mask), 0.1),
+    ),
+    (
+        block("reweight", ("advantage_magnitude", {"agg": "mean"}), "per_advantage", alpha=0.5),
+        lambda b: ref.dfrl_per_advantage(ref.dfrl_advantage_magnitude(b.advantages, b.completion_mask), 0.5),
+    ),
+    (
+        block("reweight", "reward_difficulty", "difficulty_band", low_q=0.25, high_q=0.75, focus_weight=2.0),
+        lambda b: ref.dfrl_difficulty_band(b.rewards, 0.25, 0.75, 2.0),
+    ),
 ]
 
 
@@ -137,12 +165,19 @@ def test_reference_semantics_by_hand():
     keep = build_strategy(block("select", "reward_difficulty", "max_variance", keep_fraction=0.5)).apply(batch, 0).keep
     assert keep.tolist() == [False, True, False, True, False]  # a=1: the first 0 and the last 1 in sorted order
     # per_advantage: |A| = 0 keeps a small weight, (1e-8)^0.5 against 1^0.5 before normalising
-    w = build_strategy(block("reweight", "advantage_magnitude", "per_advantage", alpha=0.5)).apply(
-        RolloutBatch(torch.zeros(2), advantages=torch.tensor([0.0, 1.0])), 0).weights
+    w = (
+        build_strategy(block("reweight", "advantage_magnitude", "per_advantage", alpha=0.5))
+        .apply(RolloutBatch(torch.zeros(2), advantages=torch.tensor([0.0, 1.0])), 0)
+        .weights
+    )
     assert w[0] > 0 and float(w[0] / w[1]) == pytest.approx(1e-4, rel=1e-3)
     # gfpo efficiency reads the configured scorer: ranking by the solve rate per token, not the reward
     mask = torch.arange(4) < torch.tensor([[1], [4], [2], [3]])
-    batch = RolloutBatch(torch.tensor([0.0, 1.0, 1.0, 0.0]), group_ids=torch.zeros(4, dtype=torch.long),
-                         completion_mask=mask, advantages=torch.tensor([3.0, 0.1, 0.2, 2.0]))
+    batch = RolloutBatch(
+        torch.tensor([0.0, 1.0, 1.0, 0.0]),
+        group_ids=torch.zeros(4, dtype=torch.long),
+        completion_mask=mask,
+        advantages=torch.tensor([3.0, 0.1, 0.2, 2.0]),
+    )
     keep = build_strategy(block("select", "advantage_magnitude", "gfpo", k=2, metric="efficiency")).apply(batch, 0).keep
     assert keep.tolist() == [True, False, False, True]  # 3/1 and 2/3 beat 0.2/2 and 0.1/4

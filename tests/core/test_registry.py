@@ -11,16 +11,39 @@ import pytest
 import torch
 
 import custom_components
-from dataflex_callbacks import (ArgumentError, ConfigError, RolloutBatch, Scorer, build_component, build_strategy,
-                                list_components, register)
+from dataflex_callbacks import (
+    ArgumentError,
+    ConfigError,
+    RolloutBatch,
+    Scorer,
+    build_component,
+    build_strategy,
+    list_components,
+    register,
+)
 from dataflex_callbacks import registry
 
 EXPECTED = {
-    "scorer": ["advantage_magnitude", "group_reward_variance", "group_solve_rate", "response_length", "reward",
-               "reward_efficiency", "staleness", "token_entropy", "token_prob"],
+    "scorer": [
+        "advantage_magnitude",
+        "group_reward_variance",
+        "group_solve_rate",
+        "response_length",
+        "reward",
+        "reward_efficiency",
+        "staleness",
+        "token_entropy",
+        "token_prob",
+    ],
     "selector": ["entropy_top_tokens", "gfpo", "max_variance", "threshold_band", "topk_fraction"],
-    "reweighter": ["advantage_reweight", "difficulty_band", "per_advantage", "reward_range", "softmax",
-                   "staleness_discount"],
+    "reweighter": [
+        "advantage_reweight",
+        "difficulty_band",
+        "per_advantage",
+        "reward_range",
+        "softmax",
+        "staleness_discount",
+    ],
     "mixer": ["dump_ucb", "learnability", "reward_gap", "static", "tscl"],
 }
 
@@ -133,16 +156,26 @@ def test_import_path_components_take_params_and_are_named_by_their_path():
     assert strategy.mixing.mixer.name == "custom_components:LowestRewardFirst"
 
 
-@pytest.mark.parametrize("kind, path, words", [
-    ("scorer", "no_such_package.mod:Cls", ["no module named 'no_such_package'", "PYTHONPATH"]),
-    ("scorer", "custom_components:NoSuchClass", ["has no attribute 'NoSuchClass'"]),
-    ("scorer", "custom_components:BestOfGroup", ["not a subclass of dataflex_callbacks.Scorer", "it is a selector"]),
-    ("mixer", "custom_components:group_means", ["a function", "not a subclass of dataflex_callbacks.Mixer"]),
-    ("selector", "custom_components.torch", ["a module", "Selector"]),
-    ("scorer", ":GroupCenteredReward", ["not an import path"]),
-    ("pre_select", "custom_components:GroupCenteredReward", ["not a subclass of dataflex_callbacks.PreSelectFilter",
-                                                             "it is a scorer"]),
-])
+@pytest.mark.parametrize(
+    "kind, path, words",
+    [
+        ("scorer", "no_such_package.mod:Cls", ["no module named 'no_such_package'", "PYTHONPATH"]),
+        ("scorer", "custom_components:NoSuchClass", ["has no attribute 'NoSuchClass'"]),
+        (
+            "scorer",
+            "custom_components:BestOfGroup",
+            ["not a subclass of dataflex_callbacks.Scorer", "it is a selector"],
+        ),
+        ("mixer", "custom_components:group_means", ["a function", "not a subclass of dataflex_callbacks.Mixer"]),
+        ("selector", "custom_components.torch", ["a module", "Selector"]),
+        ("scorer", ":GroupCenteredReward", ["not an import path"]),
+        (
+            "pre_select",
+            "custom_components:GroupCenteredReward",
+            ["not a subclass of dataflex_callbacks.PreSelectFilter", "it is a scorer"],
+        ),
+    ],
+)
 def test_bad_import_paths_say_what_is_wrong(kind, path, words):
     with pytest.raises(ConfigError) as info:
         registry.build_component(kind, path)
@@ -153,7 +186,9 @@ def test_bad_import_paths_say_what_is_wrong(kind, path, words):
 
 
 def test_a_bad_import_path_fails_when_the_strategy_is_built():
-    with pytest.raises(ConfigError, match="'custom_components:LinearWeights' is class LinearWeights.*it is a reweighter"):
+    with pytest.raises(
+        ConfigError, match="'custom_components:LinearWeights' is class LinearWeights.*it is a reweighter"
+    ):
         build_strategy({"select": {"scorer": "custom_components:LinearWeights", "selector": "threshold_band"}})
 
 
@@ -172,9 +207,17 @@ def restore_registry():
         cls.name = name
 
 
-@pytest.mark.parametrize("kind, taken", [("scorer", "reward"), ("scorer", "reward_difficulty"),  # a name, an alias
-                                         ("reweighter", "softmax"), ("mixer", "static"), ("selector", "gfpo"),
-                                         ("pre_select", "skip_zero_variance")])
+@pytest.mark.parametrize(
+    "kind, taken",
+    [
+        ("scorer", "reward"),
+        ("scorer", "reward_difficulty"),  # a name, an alias
+        ("reweighter", "softmax"),
+        ("mixer", "static"),
+        ("selector", "gfpo"),
+        ("pre_select", "skip_zero_variance"),
+    ],
+)
 def test_registering_a_taken_name_is_refused(restore_registry, kind, taken):
     before = registry.component_class(kind, taken)
 
@@ -225,17 +268,22 @@ def test_override_through_any_name_replaces_the_class_under_all_its_names(restor
     class Mine(builtin):
         """A user's replacement of the built-in reward scorer."""
 
-    assert {name: registry.component_class("scorer", name) for name in ("reward", "reward_difficulty")} == \
-        {"reward": Mine, "reward_difficulty": Mine}
+    assert {name: registry.component_class("scorer", name) for name in ("reward", "reward_difficulty")} == {
+        "reward": Mine,
+        "reward_difficulty": Mine,
+    }
     assert builtin not in {registry.component_class("scorer", name) for name in list_components("scorer", True)}
 
 
-@pytest.mark.parametrize("name, aliases, words", [
-    (123, (), "argument 'name' must be a non-empty string"),
-    ("", (), "argument 'name' must be a non-empty string"),
-    ("test_mine", "test_alias", "argument 'aliases' must be a tuple of names"),
-    ("test_mine", (7,), "argument 'aliases' must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    "name, aliases, words",
+    [
+        (123, (), "argument 'name' must be a non-empty string"),
+        ("", (), "argument 'name' must be a non-empty string"),
+        ("test_mine", "test_alias", "argument 'aliases' must be a tuple of names"),
+        ("test_mine", (7,), "argument 'aliases' must be a non-empty string"),
+    ],
+)
 def test_a_name_that_is_not_a_string_is_refused_and_the_registry_keeps_working(restore_registry, name, aliases, words):
     with pytest.raises(ArgumentError, match=words) as info:
         register("scorer", name, aliases)(custom_components.GroupCenteredReward)
@@ -252,13 +300,17 @@ def not_a_class():
     """A function, decorated as a scorer by mistake."""
 
 
-@pytest.mark.parametrize("kind, found, words", [
-    ("scorer", NotAScorer, "scorer 'test_mine' is class NotAScorer, not a subclass of dataflex_callbacks.Scorer"),
-    ("scorer", custom_components.LinearWeights, "(it is a reweighter: name it under the reweighter key)"),
-    ("selector", not_a_class, "selector 'test_mine' is a function, not a subclass of dataflex_callbacks.Selector"),
-])
+@pytest.mark.parametrize(
+    "kind, found, words",
+    [
+        ("scorer", NotAScorer, "scorer 'test_mine' is class NotAScorer, not a subclass of dataflex_callbacks.Scorer"),
+        ("scorer", custom_components.LinearWeights, "(it is a reweighter: name it under the reweighter key)"),
+        ("selector", not_a_class, "selector 'test_mine' is a function, not a subclass of dataflex_callbacks.Selector"),
+    ],
+)
 def test_registering_what_is_not_a_component_of_the_kind_is_refused_as_the_import_path_route_refuses_it(
-        restore_registry, kind, found, words):
+    restore_registry, kind, found, words
+):
     with pytest.raises(ConfigError) as info:
         register(kind, "test_mine")(found)
     assert words in str(info.value)
@@ -280,34 +332,47 @@ def test_an_unregistered_subclass_of_a_builtin_is_named_by_its_path():
     class Shifted(registry.component_class("scorer", "reward")):
         pass
 
-    assert Shifted.name == f"{__name__}:test_an_unregistered_subclass_of_a_builtin_is_named_by_its_path.<locals>.Shifted"
+    assert (
+        Shifted.name == f"{__name__}:test_an_unregistered_subclass_of_a_builtin_is_named_by_its_path.<locals>.Shifted"
+    )
     assert registry.component_class("scorer", "reward").name == "reward"
     assert issubclass(Shifted, Scorer)
 
 
 def test_registry_imports_no_component_module():
     source = open(registry.__file__, encoding="utf-8").read()
-    imported = {node.module for node in ast.walk(ast.parse(source))
-                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dataflex_callbacks")}
+    imported = {
+        node.module
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dataflex_callbacks")
+    }
     assert imported == {"dataflex_callbacks.errors"}
 
 
-@pytest.mark.parametrize("statement", ["import dataflex_callbacks as d; r = d",
-                                       "from dataflex_callbacks import registry as r",
-                                       "from dataflex_callbacks.registry import build_component as b; "
-                                       "import dataflex_callbacks.registry as r"])
+@pytest.mark.parametrize(
+    "statement",
+    [
+        "import dataflex_callbacks as d; r = d",
+        "from dataflex_callbacks import registry as r",
+        "from dataflex_callbacks.registry import build_component as b; import dataflex_callbacks.registry as r",
+    ],
+)
 def test_builtins_are_registered_however_the_registry_is_imported(statement):
     script = f"{statement}\nprint({{k: r.list_components(k) for k in {sorted(EXPECTED) + ['pre_select']}}})"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert ast.literal_eval(result.stdout.strip()) == {**EXPECTED, "pre_select": ["skip_predicted", "skip_zero_variance"]}
+    assert ast.literal_eval(result.stdout.strip()) == {
+        **EXPECTED,
+        "pre_select": ["skip_predicted", "skip_zero_variance"],
+    }
 
 
 def test_a_stateful_user_component_resumes_through_the_strategy_state():
     config = {"reweight": {"scorer": "custom_components:RunningBaselineReward", "reweighter": "softmax"}}
-    batch = RolloutBatch(torch.tensor([1.0, 0.0, 1.0, 1.0]), group_ids=torch.tensor([0, 0, 1, 1]),
-                         completion_mask=torch.ones(4, 3))
+    batch = RolloutBatch(
+        torch.tensor([1.0, 0.0, 1.0, 1.0]), group_ids=torch.tensor([0, 0, 1, 1]), completion_mask=torch.ones(4, 3)
+    )
     trained = build_strategy(config)
     for step in range(3):
         trained.apply(batch, step)
@@ -321,8 +386,12 @@ def test_a_stateful_user_component_resumes_through_the_strategy_state():
 
 def builtin_components():
     """(kind, name) of every registered component that the library itself defines."""
-    return [(kind, name) for kind in registry.KINDS for name in list_components(kind)
-            if registry.component_class(kind, name).__module__.startswith("dataflex_callbacks.")]
+    return [
+        (kind, name)
+        for kind in registry.KINDS
+        for name in list_components(kind)
+        if registry.component_class(kind, name).__module__.startswith("dataflex_callbacks.")
+    ]
 
 
 # A built-in class is named by one rule (docs/architecture.md, "One name per concept"): its registered
@@ -346,17 +415,27 @@ def class_name_of(kind: str, name: str) -> str:
 
 
 def test_the_naming_rule_reads_as_written():
-    assert [class_name_of(*pair) for pair in [("scorer", "reward"), ("selector", "gfpo"), ("mixer", "dump_ucb"),
-                                              ("reweighter", "advantage_reweight"), ("pre_select", "skip_predicted")]] \
-        == ["RewardScorer", "GFPOSelector", "DumpUCBMixer", "AdvantageReweighter", "SkipPredictedFilter"]
+    assert [
+        class_name_of(*pair)
+        for pair in [
+            ("scorer", "reward"),
+            ("selector", "gfpo"),
+            ("mixer", "dump_ucb"),
+            ("reweighter", "advantage_reweight"),
+            ("pre_select", "skip_predicted"),
+        ]
+    ] == ["RewardScorer", "GFPOSelector", "DumpUCBMixer", "AdvantageReweighter", "SkipPredictedFilter"]
 
 
 @pytest.mark.parametrize("kind", registry.KINDS)
 def test_every_builtin_class_is_named_by_the_rule(kind):
     names = {name: registry.component_class(kind, name) for kind_, name in builtin_components() if kind_ == kind}
     assert names, f"no built-in {kind}"
-    wrong = {cls.__name__: class_name_of(kind, name) for name, cls in names.items()
-             if cls.__name__ != class_name_of(kind, name)}
+    wrong = {
+        cls.__name__: class_name_of(kind, name)
+        for name, cls in names.items()
+        if cls.__name__ != class_name_of(kind, name)
+    }
     assert not wrong, f"built-in {kind} classes named against the rule (found: expected): {wrong}"
 
 
@@ -410,12 +489,15 @@ def test_docstring_args_stops_at_the_next_section():
     assert registry.docstring_args("No sections.") == {} and registry.docstring_args(None) == {}
 
 
-@pytest.mark.parametrize("kind, name, params, param", [
-    ("selector", "topk_fraction", {"fraction": "half"}, "fraction"),
-    ("selector", "gfpo", {"k": 0}, "k"),
-    ("selector", "threshold_band", {"low": 0.8, "high": 0.2}, "low"),
-    ("scorer", "group_solve_rate", {"threshold": 0.5, "success_threshold": 0.5}, "threshold"),
-])
+@pytest.mark.parametrize(
+    "kind, name, params, param",
+    [
+        ("selector", "topk_fraction", {"fraction": "half"}, "fraction"),
+        ("selector", "gfpo", {"k": 0}, "k"),
+        ("selector", "threshold_band", {"low": 0.8, "high": 0.2}, "low"),
+        ("scorer", "group_solve_rate", {"threshold": 0.5, "success_threshold": 0.5}, "threshold"),
+    ],
+)
 def test_a_bad_parameter_is_a_param_error_naming_the_parameter(kind, name, params, param):
     from dataflex_callbacks.errors import ParamError
 

@@ -10,8 +10,14 @@ from dataflex_callbacks.components.reweighters import normalize_weights
 
 RESPONSE_LEVEL = {
     "softmax": ({"temperature": 0.7}, lambda s, m: ref.softmax_raw(s, m, 0.7)),
-    "difficulty_band": ({"low_q": 0.25, "high_q": 0.75, "focus_weight": 3.0}, lambda s, m: ref.difficulty_band_raw(s, m, 0.25, 0.75, 3.0)),
-    "reward_range": ({"low": 0.2, "high": 0.8, "inside": 2.0, "outside": 0.5}, lambda s, m: ref.reward_range_raw(s, 0.2, 0.8, 2.0, 0.5)),
+    "difficulty_band": (
+        {"low_q": 0.25, "high_q": 0.75, "focus_weight": 3.0},
+        lambda s, m: ref.difficulty_band_raw(s, m, 0.25, 0.75, 3.0),
+    ),
+    "reward_range": (
+        {"low": 0.2, "high": 0.8, "inside": 2.0, "outside": 0.5},
+        lambda s, m: ref.reward_range_raw(s, 0.2, 0.8, 2.0, 0.5),
+    ),
     "per_advantage": ({"alpha": 0.6}, lambda s, m: ref.per_advantage_raw(s, 0.6)),
 }
 
@@ -22,11 +28,19 @@ def response_case(draw):
     scores = draw(st.lists(st.floats(-3, 3, allow_nan=False, width=32), min_size=n, max_size=n))
     mask = draw(st.lists(st.booleans(), min_size=n, max_size=n))
     gids = draw(st.lists(st.integers(0, 5), min_size=n, max_size=n))
-    return torch.tensor(scores, dtype=torch.float32), torch.tensor(mask, dtype=torch.bool), torch.tensor(gids, dtype=torch.long)
+    return (
+        torch.tensor(scores, dtype=torch.float32),
+        torch.tensor(mask, dtype=torch.bool),
+        torch.tensor(gids, dtype=torch.long),
+    )
 
 
 @settings(max_examples=40, deadline=None)
-@given(response_case(), st.sampled_from(sorted(RESPONSE_LEVEL)), st.sampled_from(["mean_one", "per_group_mean_one", "none"]))
+@given(
+    response_case(),
+    st.sampled_from(sorted(RESPONSE_LEVEL)),
+    st.sampled_from(["mean_one", "per_group_mean_one", "none"]),
+)
 def test_response_weights_match_reference_and_promises(case, name, normalize):
     scores, mask, gids = case
     params, raw_fn = RESPONSE_LEVEL[name]
@@ -46,13 +60,19 @@ def test_response_weights_match_reference_and_promises(case, name, normalize):
     # permuting rows permutes the weights
     perm = torch.randperm(scores.shape[0])
     permuted = build_component("reweighter", name, normalize=normalize, **params).weights(
-        scores[perm], RolloutBatch(scores[perm], group_ids=gids[perm]), mask=mask[perm])
+        scores[perm], RolloutBatch(scores[perm], group_ids=gids[perm]), mask=mask[perm]
+    )
     torch.testing.assert_close(permuted, weights[perm], rtol=1e-4, atol=1e-5)
 
 
 @settings(max_examples=30, deadline=None)
-@given(st.integers(0, 6), st.integers(1, 6), st.sampled_from([0.0, 0.3, 1.0]), st.integers(0, 2**16),
-       st.sampled_from(["mean_one", "per_group_mean_one"]))
+@given(
+    st.integers(0, 6),
+    st.integers(1, 6),
+    st.sampled_from([0.0, 0.3, 1.0]),
+    st.integers(0, 2**16),
+    st.sampled_from(["mean_one", "per_group_mean_one"]),
+)
 def test_advantage_reweight_token_weights(n, length, alpha, seed, normalize):
     gen = torch.Generator().manual_seed(seed)
     mask = torch.rand(n, length, generator=gen) > 0.3
@@ -60,7 +80,9 @@ def test_advantage_reweight_token_weights(n, length, alpha, seed, normalize):
     gids = torch.randint(0, 3, (n,), generator=gen)
     batch = RolloutBatch(torch.zeros(n), group_ids=gids, logprobs=logprobs, completion_mask=mask)
     probs = build_component("scorer", "token_prob").score(batch)
-    weights = build_component("reweighter", "advantage_reweight", alpha=alpha, normalize=normalize).weights(probs, batch)
+    weights = build_component("reweighter", "advantage_reweight", alpha=alpha, normalize=normalize).weights(
+        probs, batch
+    )
     assert weights.shape == (n, length)
     assert (weights[~mask] == 0).all() and (weights >= 0).all()
     raw = ref.advantage_reweight_raw(logprobs.exp(), alpha)
@@ -78,7 +100,9 @@ def test_advantage_reweight_token_weights(n, length, alpha, seed, normalize):
 def test_response_mask_on_token_reweighter_combines_with_valid_tokens():
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
     batch = RolloutBatch(torch.zeros(2), logprobs=torch.zeros(2, 3), completion_mask=mask)
-    weights = build_component("reweighter", "advantage_reweight").weights(torch.ones(2, 3), batch, mask=torch.tensor([True, False]))
+    weights = build_component("reweighter", "advantage_reweight").weights(
+        torch.ones(2, 3), batch, mask=torch.tensor([True, False])
+    )
     assert weights.tolist() == [[1.0, 1.0, 0.0], [0.0, 0.0, 0.0]]
 
 
@@ -112,13 +136,21 @@ def test_bf16_scores():
         assert w.dtype == torch.float32 and float(w.mean()) == pytest.approx(1.0, rel=1e-5)
 
 
-@pytest.mark.parametrize("name, params, fragment", [
-    ("softmax", {"temperature": "1"}, "'temperature'"), ("softmax", {"temperature": 0.0}, "'temperature'"),
-    ("softmax", {"normalize": ["mean_one"]}, "'normalize'"), ("difficulty_band", {"focus_weight": "2"}, "'focus_weight'"),
-    ("difficulty_band", {"low_q": 0.9, "high_q": 0.1}, "'low_q'"), ("reward_range", {"inside": None}, "'inside'"),
-    ("reward_range", {"outside": -1.0}, "'outside'"), ("advantage_reweight", {"alpha": True}, "'alpha'"),
-    ("advantage_reweight", {"alpha": 1.5}, "'alpha'"), ("per_advantage", {"alpha": [0.5]}, "'alpha'"),
-])
+@pytest.mark.parametrize(
+    "name, params, fragment",
+    [
+        ("softmax", {"temperature": "1"}, "'temperature'"),
+        ("softmax", {"temperature": 0.0}, "'temperature'"),
+        ("softmax", {"normalize": ["mean_one"]}, "'normalize'"),
+        ("difficulty_band", {"focus_weight": "2"}, "'focus_weight'"),
+        ("difficulty_band", {"low_q": 0.9, "high_q": 0.1}, "'low_q'"),
+        ("reward_range", {"inside": None}, "'inside'"),
+        ("reward_range", {"outside": -1.0}, "'outside'"),
+        ("advantage_reweight", {"alpha": True}, "'alpha'"),
+        ("advantage_reweight", {"alpha": 1.5}, "'alpha'"),
+        ("per_advantage", {"alpha": [0.5]}, "'alpha'"),
+    ],
+)
 def test_wrong_parameters_name_the_parameter(name, params, fragment):
     from dataflex_callbacks import ConfigError
 

@@ -35,8 +35,9 @@ def endless(sampler):
 # ------------------------------------------------------------------ proportions
 
 
-@pytest.mark.parametrize("target", [{"a": 0.5, "b": 0.3, "c": 0.2}, {"a": 0.1, "b": 0.1, "c": 0.8},
-                                    {"a": 0.0, "b": 0.5, "c": 0.5}])
+@pytest.mark.parametrize(
+    "target", [{"a": 0.5, "b": 0.3, "c": 0.2}, {"a": 0.1, "b": 0.1, "c": 0.8}, {"a": 0.0, "b": 0.5, "c": 0.5}]
+)
 def test_fixed_proportions_within_two_points_over_5000_draws(target):
     labels = make_labels({"a": 300, "b": 200, "c": 100})
     sampler = DomainMixingSampler(labels=labels, proportions=target, batch_size=50, num_samples=5000, seed=1)
@@ -51,8 +52,9 @@ def test_fixed_proportions_within_two_points_over_5000_draws(target):
 
 def test_recent_window_follows_a_proportion_change():
     labels = make_labels({"a": 500, "b": 500, "c": 500})
-    sampler = DomainMixingSampler(labels=labels, proportions={"a": 0.8, "b": 0.1, "c": 0.1}, batch_size=100,
-                                  num_samples=100_000, seed=2)
+    sampler = DomainMixingSampler(
+        labels=labels, proportions={"a": 0.8, "b": 0.1, "c": 0.1}, batch_size=100, num_samples=100_000, seed=2
+    )
     stream = iter(sampler)
     before = take(stream, 2000)
     assert sampler.actual_proportions(recent=True)["a"] == pytest.approx(0.8, abs=0.03)
@@ -76,7 +78,7 @@ def test_rows_drawn_without_replacement_within_a_domain_then_reshuffled():
     for d, n in sizes.items():
         rows = sorted(i for i, label in enumerate(labels) if label == d)
         of_domain = [i for i in stream if labels[i] == d]
-        passes = [of_domain[k:k + n] for k in range(0, len(of_domain) - n + 1, n)]
+        passes = [of_domain[k : k + n] for k in range(0, len(of_domain) - n + 1, n)]
         assert len(passes) >= 5
         for one_pass in passes:  # every row exactly once per pass
             assert sorted(one_pass) == rows
@@ -111,7 +113,7 @@ def block_pattern(stream, batch_size, num_generations, repeat_count):
     pattern = []
     for start in range(0, len(stream), block):
         first = {}
-        pattern.extend(first.setdefault(i, len(first)) for i in stream[start:start + block])
+        pattern.extend(first.setdefault(i, len(first)) for i in stream[start : start + block])
     return pattern
 
 
@@ -120,23 +122,33 @@ GRPO_CASES = [(2, 3, 2, 4, 1), (4, 4, 1, 1, 1), (8, 2, 4, 2, 2), (3, 6, 1, 2, 3)
 
 
 @pytest.mark.parametrize("num_generations, per_device, world, steps_per_generation, num_iterations", GRPO_CASES)
-def test_grpo_layout_matches_trl_repeat_sampler(num_generations, per_device, world, steps_per_generation, num_iterations):
+def test_grpo_layout_matches_trl_repeat_sampler(
+    num_generations, per_device, world, steps_per_generation, num_iterations
+):
     RepeatSampler = trl_repeat_sampler()
     # TRL's GRPOTrainer._get_train_sampler arithmetic.
     generation_batch_size = per_device * world * steps_per_generation
     batch_size = generation_batch_size // num_generations
     repeat_count = num_iterations * steps_per_generation
     num_samples = 5 * batch_size + 1  # an incomplete last chunk, dropped by both
-    reference = RepeatSampler(range(num_samples), mini_repeat_count=num_generations, batch_size=batch_size,
-                              repeat_count=repeat_count, seed=0)
+    reference = RepeatSampler(
+        range(num_samples), mini_repeat_count=num_generations, batch_size=batch_size, repeat_count=repeat_count, seed=0
+    )
     # Large domains: no domain wraps inside an epoch, so rows within a chunk are distinct as in TRL.
     labels = make_labels({"x": 200, "y": 200, "z": 200})
-    sampler = DomainMixingSampler(labels=labels, batch_size=batch_size, num_generations=num_generations,
-                                  repeat_count=repeat_count, num_samples=num_samples, seed=0)
+    sampler = DomainMixingSampler(
+        labels=labels,
+        batch_size=batch_size,
+        num_generations=num_generations,
+        repeat_count=repeat_count,
+        num_samples=num_samples,
+        seed=0,
+    )
     ours, theirs = list(sampler), list(reference)
     assert len(ours) == len(theirs) == len(sampler) == len(reference)
-    assert block_pattern(ours, batch_size, num_generations, repeat_count) == \
-        block_pattern(theirs, batch_size, num_generations, repeat_count)
+    assert block_pattern(ours, batch_size, num_generations, repeat_count) == block_pattern(
+        theirs, batch_size, num_generations, repeat_count
+    )
     # And spelled out: each prompt num_generations times in a row, each chunk repeat_count times.
     shaped = np.array(ours).reshape(-1, repeat_count, batch_size, num_generations)
     assert (shaped == shaped[..., :1]).all()
@@ -145,8 +157,14 @@ def test_grpo_layout_matches_trl_repeat_sampler(num_generations, per_device, wor
 
 def test_grpo_layout_gives_every_rank_the_same_stream():
     labels = make_labels({"a": 40, "b": 30, "c": 20})
-    streams = [list(DomainMixingSampler(labels=labels, batch_size=6, num_generations=4, repeat_count=2,
-                                        num_replicas=4, rank=r, seed=7)) for r in range(4)]
+    streams = [
+        list(
+            DomainMixingSampler(
+                labels=labels, batch_size=6, num_generations=4, repeat_count=2, num_replicas=4, rank=r, seed=7
+            )
+        )
+        for r in range(4)
+    ]
     assert all(s == streams[0] for s in streams)
 
 
@@ -154,9 +172,13 @@ def test_grpo_layout_gives_every_rank_the_same_stream():
 def test_shard_layout_ranks_are_disjoint_and_together_the_global_draw(num_replicas):
     labels = make_labels({"a": 300, "b": 200, "c": 150})
     batch_size, num_samples = 5, 120
-    kwargs = dict(labels=labels, proportions={"a": 0.2, "b": 0.3, "c": 0.5}, num_samples=num_samples, seed=9, layout="shard")
-    ranks = [list(DomainMixingSampler(batch_size=batch_size, num_replicas=num_replicas, rank=r, **kwargs))
-             for r in range(num_replicas)]
+    kwargs = dict(
+        labels=labels, proportions={"a": 0.2, "b": 0.3, "c": 0.5}, num_samples=num_samples, seed=9, layout="shard"
+    )
+    ranks = [
+        list(DomainMixingSampler(batch_size=batch_size, num_replicas=num_replicas, rank=r, **kwargs))
+        for r in range(num_replicas)
+    ]
     whole = list(DomainMixingSampler(batch_size=batch_size * num_replicas, num_replicas=1, rank=0, **kwargs))
     assert all(len(s) == len(whole) // num_replicas for s in ranks)
     for i, j in itertools.combinations(range(num_replicas), 2):
@@ -164,9 +186,9 @@ def test_shard_layout_ranks_are_disjoint_and_together_the_global_draw(num_replic
     # Global chunk c, position p belongs to rank p % R.
     chunk = batch_size * num_replicas
     for c in range(len(whole) // chunk):
-        global_chunk = whole[c * chunk:(c + 1) * chunk]
+        global_chunk = whole[c * chunk : (c + 1) * chunk]
         for r in range(num_replicas):
-            assert ranks[r][c * batch_size:(c + 1) * batch_size] == global_chunk[r::num_replicas]
+            assert ranks[r][c * batch_size : (c + 1) * batch_size] == global_chunk[r::num_replicas]
 
 
 # ------------------------------------------------------------------ resume
@@ -186,8 +208,13 @@ def rollout_batch(indices, num_generations):
     rewards = torch.tensor([reward_of(i, k % num_generations) for k, i in enumerate(indices)])
     group_ids = torch.arange(len(indices)) // num_generations
     means = rewards.view(-1, num_generations).mean(dim=1).repeat_interleave(num_generations)
-    return RolloutBatch(rewards, group_ids=group_ids, advantages=rewards - means,
-                        domains=[LABELS[i] for i in indices], prompt_keys=list(indices))
+    return RolloutBatch(
+        rewards,
+        group_ids=group_ids,
+        advantages=rewards - means,
+        domains=[LABELS[i] for i in indices],
+        prompt_keys=list(indices),
+    )
 
 
 SCHEDULE = [{"a": 0.6, "b": 0.3, "c": 0.1}, {"a": 0.1, "b": 0.1, "c": 0.8}, {"a": 1 / 3, "b": 1 / 3, "c": 1 / 3}]
@@ -205,8 +232,15 @@ class Run:
                 config["pre_select"] = {"name": "skip_zero_variance", "explore": 0.3}
             self.strategy = build_strategy(config)
         # 4 prompts x 2 generations per chunk; 3 chunks per epoch of 12 prompts.
-        self.sampler = DomainMixingSampler(labels=LABELS, batch_size=4, num_generations=2, num_samples=12,
-                                           strategy=self.strategy, seed=11, resume=resume)
+        self.sampler = DomainMixingSampler(
+            labels=LABELS,
+            batch_size=4,
+            num_generations=2,
+            num_samples=12,
+            strategy=self.strategy,
+            seed=11,
+            resume=resume,
+        )
 
     def step(self, stream, step):
         indices = take(stream, self.step_size)
@@ -217,8 +251,10 @@ class Run:
         return indices
 
     def state(self):
-        state = {"sampler": self.sampler.state_dict(),
-                 "strategy": None if self.strategy is None else self.strategy.state_dict()}
+        state = {
+            "sampler": self.sampler.state_dict(),
+            "strategy": None if self.strategy is None else self.strategy.state_dict(),
+        }
         buffer = io.BytesIO()  # as a checkpoint would: through torch.save
         torch.save(state, buffer)
         buffer.seek(0)
@@ -297,9 +333,14 @@ def test_domain_without_rows():
         DomainMixingSampler(labels=LABELS, strategy=strategy)
 
 
-@pytest.mark.parametrize("bad, message", [({"a": 0.5, "b": 0.4, "c": 0.0}, "sum to 0.9"),
-                                          ({"a": 1.2, "b": -0.2, "c": 0.0}, "negative"),
-                                          ({"a": 0.5, "b": 0.5}, "no proportion for domain")])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        ({"a": 0.5, "b": 0.4, "c": 0.0}, "sum to 0.9"),
+        ({"a": 1.2, "b": -0.2, "c": 0.0}, "negative"),
+        ({"a": 0.5, "b": 0.5}, "no proportion for domain"),
+    ],
+)
 def test_invalid_proportions(bad, message):
     with pytest.raises(ConfigError, match=message):
         DomainMixingSampler(labels=LABELS, proportions=bad)
@@ -333,7 +374,9 @@ def test_iterable_dataset_points_to_interleave_datasets():
 def test_bad_sizes_and_choices():
     with pytest.raises(ValueError, match="batch_size"):
         DomainMixingSampler(labels=LABELS, batch_size=0)
-    with pytest.raises(ConfigError, match=r"prompt\(s\) to draw from \(num_samples\) but one batch needs 100 distinct") as caught:
+    with pytest.raises(
+        ConfigError, match=r"prompt\(s\) to draw from \(num_samples\) but one batch needs 100 distinct"
+    ) as caught:
         DomainMixingSampler(labels=LABELS, batch_size=100)
     assert (caught.value.prompts_available, caught.value.prompts_needed) == (len(LABELS), 100)
     with pytest.raises(ValueError, match="layout"):
@@ -383,8 +426,14 @@ def test_mixer_moves_data_away_from_an_unlearnable_domain(mixer):
     solve_rate = {"easy": 0.5, "medium": 0.35, "never": 0.0}
     strategy = build_strategy({"mix": {"mixer": mixer, "warmup_steps": 4, "update_every": 2}})
     num_generations, batch_size = 4, 12
-    sampler = DomainMixingSampler(labels=labels, strategy=strategy, batch_size=batch_size,
-                                  num_generations=num_generations, num_samples=10_000, seed=0)
+    sampler = DomainMixingSampler(
+        labels=labels,
+        strategy=strategy,
+        batch_size=batch_size,
+        num_generations=num_generations,
+        num_samples=10_000,
+        seed=0,
+    )
     generator = torch.Generator().manual_seed(0)
     stream = iter(sampler)
     steps = 40
@@ -394,8 +443,12 @@ def test_mixer_moves_data_away_from_an_unlearnable_domain(mixer):
         rewards = torch.bernoulli(p, generator=generator)
         group_ids = torch.arange(len(indices)) // num_generations
         means = rewards.view(-1, num_generations).mean(dim=1).repeat_interleave(num_generations)
-        decision = strategy.apply(RolloutBatch(rewards, group_ids=group_ids, advantages=rewards - means,
-                                               domains=[labels[i] for i in indices]), step)
+        decision = strategy.apply(
+            RolloutBatch(
+                rewards, group_ids=group_ids, advantages=rewards - means, domains=[labels[i] for i in indices]
+            ),
+            step,
+        )
     uniform = 1 / 3
     assert strategy.target_proportions["never"] < uniform / 2
     assert sampler.actual_proportions(recent=True)["never"] < uniform / 2
@@ -411,8 +464,10 @@ def test_small_chunk_shortcut_draws_the_same_stream(monkeypatch, batch_size):
     import dataflex_callbacks.sampling._block_drawer as drawer_module
 
     labels = make_labels({"a": 9, "b": 5, "c": 30})
-    kwargs = dict(labels=labels, proportions={"a": 0.5, "b": 0.3, "c": 0.2}, batch_size=batch_size,
-                  num_samples=480, seed=8)
+    kwargs = dict(
+        labels=labels, proportions={"a": 0.5, "b": 0.3, "c": 0.2}, batch_size=batch_size, num_samples=480, seed=8
+    )
+
     def two_epochs():
         sampler = DomainMixingSampler(**kwargs)
         return list(sampler) + list(sampler)
@@ -427,8 +482,9 @@ def test_prompt_key_column_names_the_prompts_the_filter_sees_and_a_missing_one_i
 
     from dataflex_callbacks import build_strategy
 
-    data = datasets.Dataset.from_dict({"domain": ["a"] * 4, "prompt": ["p0", "p1", "p2", "p3"],
-                                       "qid": ["q0", "q1", "q2", "q3"]})
+    data = datasets.Dataset.from_dict(
+        {"domain": ["a"] * 4, "prompt": ["p0", "p1", "p2", "p3"], "qid": ["q0", "q1", "q2", "q3"]}
+    )
     by_qid = DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"), prompt_key_column="qid")
     default = DomainMixingSampler(data, batch_size=2, strategy=build_strategy("skip"))
     assert by_qid._keys == ["q0", "q1", "q2", "q3"]

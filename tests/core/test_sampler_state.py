@@ -53,12 +53,15 @@ def reordered(labels):
     return labels[1:] + labels[:1]  # same counts, rows moved
 
 
-@pytest.mark.parametrize("change, message", [
-    (removed, r"1 row\(s\) removed \(36 rows then, 35 now\)"),
-    (added, r"1 row\(s\) added .*domain 'b' had 12 rows, has 13"),
-    (relabelled, r"domain 'a' had 18 rows, has 17; domain 'c' had 6 rows, has 7"),
-    (reordered, r"the rows carry different domain labels \(rows reordered or relabelled\)"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (removed, r"1 row\(s\) removed \(36 rows then, 35 now\)"),
+        (added, r"1 row\(s\) added .*domain 'b' had 12 rows, has 13"),
+        (relabelled, r"domain 'a' had 18 rows, has 17; domain 'c' had 6 rows, has 7"),
+        (reordered, r"the rows carry different domain labels \(rows reordered or relabelled\)"),
+    ],
+)
 def test_a_state_loaded_over_changed_labels_is_refused_with_what_changed(change, message):
     state = through_checkpoint(saved_state())
     sampler = DomainMixingSampler(labels=change(LABELS), batch_size=4, seed=3, proportions=PROPORTIONS)
@@ -133,32 +136,38 @@ def test_numpy_and_huge_seeds_are_seeds():
     assert len(stream(2**70)) == 36
 
 
-@pytest.mark.parametrize("state, error", [
-    (None, "expects the dict returned by DomainMixingSampler.state_dict"),
-    ([1, 2], "expects the dict returned by DomainMixingSampler.state_dict"),
-    ("state", "expects the dict returned by DomainMixingSampler.state_dict"),
-    ({"epoch": 0}, r"lacks key\(s\)"),
-])
+@pytest.mark.parametrize(
+    "state, error",
+    [
+        (None, "expects the dict returned by DomainMixingSampler.state_dict"),
+        ([1, 2], "expects the dict returned by DomainMixingSampler.state_dict"),
+        ("state", "expects the dict returned by DomainMixingSampler.state_dict"),
+        ({"epoch": 0}, r"lacks key\(s\)"),
+    ],
+)
 def test_a_state_that_is_not_a_sampler_state_is_one_clear_error(state, error):
     with pytest.raises(StateError, match=error):
         DomainMixingSampler(labels=LABELS, batch_size=4).load_state_dict(state)
 
 
-@pytest.mark.parametrize("key, value, error", [
-    ("rng", "PCG64", "malformed"),
-    ("rng", {"bit_generator": "MT19937"}, "malformed"),
-    ("perm", [0, 1, 2], "does not fit"),
-    ("perm", list(range(100, 136)), "does not fit"),
-    ("pointers", [0, 99, 0], "does not fit"),
-    ("epoch_rows", [[0, 1, 2]], "does not fit"),
-    ("epoch_rows", "rows", "malformed"),
-    ("position", 10_000, "does not fit"),
-    ("drawn_total", [1, 2], "does not fit"),
-    ("proportions", [0.5], "malformed"),
-    ("uniforms", [0.5, 7.0], "does not fit"),
-    ("data", "fingerprint", "fingerprint is malformed"),
-    ("proportions", {"a": 2.0, "b": -1.0, "c": 0.0}, "negative"),
-])
+@pytest.mark.parametrize(
+    "key, value, error",
+    [
+        ("rng", "PCG64", "malformed"),
+        ("rng", {"bit_generator": "MT19937"}, "malformed"),
+        ("perm", [0, 1, 2], "does not fit"),
+        ("perm", list(range(100, 136)), "does not fit"),
+        ("pointers", [0, 99, 0], "does not fit"),
+        ("epoch_rows", [[0, 1, 2]], "does not fit"),
+        ("epoch_rows", "rows", "malformed"),
+        ("position", 10_000, "does not fit"),
+        ("drawn_total", [1, 2], "does not fit"),
+        ("proportions", [0.5], "malformed"),
+        ("uniforms", [0.5, 7.0], "does not fit"),
+        ("data", "fingerprint", "fingerprint is malformed"),
+        ("proportions", {"a": 2.0, "b": -1.0, "c": 0.0}, "negative"),
+    ],
+)
 def test_a_corrupted_state_is_refused_and_leaves_the_sampler_untouched(key, value, error):
     state = saved_state()
     state[key] = value
@@ -190,14 +199,20 @@ def sampler_cases():
     data = datasets.Dataset.from_dict({"prompt": [f"p{i}" for i in range(len(LABELS))], "domain": LABELS})
     np_props = {d: np.float64(p) for d, p in PROPORTIONS.items()}
     return {
-        "proportions": lambda: DomainMixingSampler(labels=LABELS, batch_size=4, proportions=np_props,
-                                                   seed=np.int64(4)),
+        "proportions": lambda: DomainMixingSampler(labels=LABELS, batch_size=4, proportions=np_props, seed=np.int64(4)),
         "pool": lambda: DomainMixingSampler(labels=LABELS, batch_size=3),
         "mixer": lambda: DomainMixingSampler(data, batch_size=4, strategy=build_strategy("dump_ucb")),
         "skip": lambda: DomainMixingSampler(data, batch_size=4, strategy=build_strategy("skip")),
         "exact": lambda: DomainMixingSampler(labels=LABELS, batch_size=5, proportions=PROPORTIONS, quota="exact"),
-        "shard": lambda: DomainMixingSampler(labels=LABELS, batch_size=2, layout="shard", num_replicas=3, rank=1,
-                                             proportions=PROPORTIONS, num_generations=2),
+        "shard": lambda: DomainMixingSampler(
+            labels=LABELS,
+            batch_size=2,
+            layout="shard",
+            num_replicas=3,
+            rank=1,
+            proportions=PROPORTIONS,
+            num_generations=2,
+        ),
     }
 
 
@@ -226,8 +241,9 @@ def test_reading_the_state_changes_nothing(batch_size):
     labels = ["a"] * 40 + ["b"] * 7 + ["c"] * 300
 
     def make():
-        return DomainMixingSampler(labels=labels, batch_size=batch_size, proportions=PROPORTIONS, seed=9,
-                                   num_samples=6000)
+        return DomainMixingSampler(
+            labels=labels, batch_size=batch_size, proportions=PROPORTIONS, seed=9, num_samples=6000
+        )
 
     expected = list(make())
     sampler = make()

@@ -38,7 +38,11 @@ def test_threshold_band_open_interval():
 
 
 @settings(max_examples=60, deadline=None)
-@given(grouped(), st.sampled_from([(0.0, 1.0), (0.2, 0.8), (0.1, 0.5)]), st.sampled_from(["group_solve_rate", "group_reward_variance"]))
+@given(
+    grouped(),
+    st.sampled_from([(0.0, 1.0), (0.2, 0.8), (0.1, 0.5)]),
+    st.sampled_from(["group_solve_rate", "group_reward_variance"]),
+)
 def test_threshold_band_on_group_scores_keeps_or_drops_whole_groups(data, band, scorer):
     gids, rewards = data
     batch = RolloutBatch(rewards, group_ids=gids)
@@ -51,7 +55,11 @@ def test_threshold_band_on_group_scores_keeps_or_drops_whole_groups(data, band, 
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.lists(st.sampled_from([0.0, 1.0, 2.0, 0.5, -3.0]), max_size=30), st.sampled_from([0.01, 0.25, 0.5, 0.7, 1.0]), st.booleans())
+@given(
+    st.lists(st.sampled_from([0.0, 1.0, 2.0, 0.5, -3.0]), max_size=30),
+    st.sampled_from([0.01, 0.25, 0.5, 0.7, 1.0]),
+    st.booleans(),
+)
 def test_topk_keeps_rounded_count_and_matches_reference(values, fraction, largest):
     scores = torch.tensor(values, dtype=torch.float32)
     keep = select("topk_fraction", scores, RolloutBatch(scores), fraction=fraction, largest=largest)
@@ -65,7 +73,13 @@ def test_topk_keeps_rounded_count_and_matches_reference(values, fraction, larges
 
 def test_topk_rounds_half_to_even():
     scores = torch.arange(5, dtype=torch.float32)  # 0.5 * 5 = 2.5 -> 2 kept (DataFlex-RL), not 3
-    assert select("topk_fraction", scores, RolloutBatch(scores), fraction=0.5).tolist() == [False, False, False, True, True]
+    assert select("topk_fraction", scores, RolloutBatch(scores), fraction=0.5).tolist() == [
+        False,
+        False,
+        False,
+        True,
+        True,
+    ]
 
 
 def test_topk_permutation_equivariant_without_ties():
@@ -109,7 +123,10 @@ def test_gfpo_efficiency_prefers_short_correct_answers():
 
 
 @settings(max_examples=80, deadline=None)
-@given(grouped(max_size=8, values=st.floats(-2, 2, allow_nan=False, width=32)), st.sampled_from([0.25, 0.5, 0.6, 0.75, 1.0]))
+@given(
+    grouped(max_size=8, values=st.floats(-2, 2, allow_nan=False, width=32)),
+    st.sampled_from([0.25, 0.5, 0.6, 0.75, 1.0]),
+)
 def test_max_variance_subset_is_optimal_by_brute_force(data, fraction):
     gids, scores = data
     keep = select("max_variance", scores, RolloutBatch(scores, group_ids=gids), keep_fraction=fraction)
@@ -167,7 +184,9 @@ def test_max_variance_ties_are_deterministic():
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.integers(0, 6), st.integers(1, 7), st.sampled_from([0.05, 0.2, 0.5, 1.0]), st.integers(0, 2**16), st.booleans())
+@given(
+    st.integers(0, 6), st.integers(1, 7), st.sampled_from([0.05, 0.2, 0.5, 1.0]), st.integers(0, 2**16), st.booleans()
+)
 def test_top_tokens_count_validity_and_reference(n, length, fraction, seed, ties):
     gen = torch.Generator().manual_seed(seed)
     mask = torch.rand(n, length, generator=gen) > 0.3
@@ -185,8 +204,9 @@ def test_top_tokens_count_validity_and_reference(n, length, fraction, seed, ties
 # ---------------------------------------------------------------- shared edge cases
 
 
-@pytest.mark.parametrize("name, params", [("threshold_band", {}), ("topk_fraction", {}), ("gfpo", {"metric": "score"}),
-                                          ("max_variance", {})])
+@pytest.mark.parametrize(
+    "name, params", [("threshold_band", {}), ("topk_fraction", {}), ("gfpo", {"metric": "score"}), ("max_variance", {})]
+)
 def test_empty_batch_selects_nothing(name, params):
     batch = RolloutBatch(torch.zeros(0), group_ids=torch.zeros(0, dtype=torch.long))
     keep = select(name, torch.zeros(0), batch, **params)
@@ -220,14 +240,24 @@ def test_bf16_scores():
     assert int(select("topk_fraction", scores, batch).sum()) == 3
 
 
-@pytest.mark.parametrize("name, params, fragment", [
-    ("threshold_band", {"low": "a"}, "'low'"), ("threshold_band", {"high": [1]}, "'high'"),
-    ("threshold_band", {"low": 1.0, "high": 0.5}, "'low'"), ("topk_fraction", {"fraction": "half"}, "'fraction'"),
-    ("topk_fraction", {"fraction": 0.0}, "'fraction'"), ("topk_fraction", {"largest": "yes"}, "'largest'"),
-    ("gfpo", {"k": 2.5}, "'k'"), ("gfpo", {"k": "3"}, "'k'"), ("gfpo", {"k": 0}, "'k'"),
-    ("gfpo", {"metric": ["short"]}, "'metric'"), ("max_variance", {"keep_fraction": None}, "'keep_fraction'"),
-    ("max_variance", {"keep_fraction": 1.5}, "'keep_fraction'"), ("entropy_top_tokens", {"fraction": {}}, "'fraction'"),
-])
+@pytest.mark.parametrize(
+    "name, params, fragment",
+    [
+        ("threshold_band", {"low": "a"}, "'low'"),
+        ("threshold_band", {"high": [1]}, "'high'"),
+        ("threshold_band", {"low": 1.0, "high": 0.5}, "'low'"),
+        ("topk_fraction", {"fraction": "half"}, "'fraction'"),
+        ("topk_fraction", {"fraction": 0.0}, "'fraction'"),
+        ("topk_fraction", {"largest": "yes"}, "'largest'"),
+        ("gfpo", {"k": 2.5}, "'k'"),
+        ("gfpo", {"k": "3"}, "'k'"),
+        ("gfpo", {"k": 0}, "'k'"),
+        ("gfpo", {"metric": ["short"]}, "'metric'"),
+        ("max_variance", {"keep_fraction": None}, "'keep_fraction'"),
+        ("max_variance", {"keep_fraction": 1.5}, "'keep_fraction'"),
+        ("entropy_top_tokens", {"fraction": {}}, "'fraction'"),
+    ],
+)
 def test_wrong_parameters_name_the_parameter(name, params, fragment):
     from dataflex_callbacks import ConfigError
 
@@ -238,7 +268,9 @@ def test_wrong_parameters_name_the_parameter(name, params, fragment):
 def test_numpy_scalars_are_accepted_as_parameters():
     import numpy as np
 
-    assert build_component("selector", "topk_fraction", fraction=np.float32(0.5), largest=np.bool_(False)).largest is False
+    assert (
+        build_component("selector", "topk_fraction", fraction=np.float32(0.5), largest=np.bool_(False)).largest is False
+    )
     assert build_component("selector", "gfpo", k=np.int64(2)).k == 2
 
 
@@ -250,7 +282,9 @@ def test_threshold_band_accepts_an_infinite_bound():
 
 def test_gfpo_efficiency_divides_the_scorers_value_not_the_reward():
     mask = torch.arange(6) < torch.tensor([[6], [1], [3]])
-    batch = RolloutBatch(torch.tensor([1.0, 0.0, 0.0]), group_ids=torch.zeros(3, dtype=torch.long), completion_mask=mask)
+    batch = RolloutBatch(
+        torch.tensor([1.0, 0.0, 0.0]), group_ids=torch.zeros(3, dtype=torch.long), completion_mask=mask
+    )
     scores = torch.tensor([0.0, 2.0, 3.0])  # e.g. a length-penalised reward model score
     assert select("gfpo", scores, batch, k=1).tolist() == [False, True, False]  # 2/1 beats 3/3 and 0/6
 
@@ -266,8 +300,9 @@ def test_topk_and_gfpo_ties_follow_torch_topk_on_cpu_on_every_device():
         assert torch.equal(select("topk_fraction", cuda, RolloutBatch(cuda), fraction=0.5).cpu(), expected)
 
 
-@pytest.mark.parametrize("seed, ties, fraction", [(0, False, 0.2), (1, True, 0.2), (2, False, 0.01), (3, True, 0.9),
-                                                  (4, False, 1.0)])
+@pytest.mark.parametrize(
+    "seed, ties, fraction", [(0, False, 0.2), (1, True, 0.2), (2, False, 0.01), (3, True, 0.9), (4, False, 1.0)]
+)
 def test_top_tokens_on_large_inputs_take_the_sampled_bracket_and_stay_exact(seed, ties, fraction):
     from dataflex_callbacks.components.selectors import kth_largest
 

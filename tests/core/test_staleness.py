@@ -1,4 +1,6 @@
-"""The policy version as a signal: `RolloutBatch.policy_versions`, the ``staleness`` scorer, ``staleness_discount``, per-domain staleness metrics."""
+"""The policy version as a signal: `RolloutBatch.policy_versions`, the ``staleness`` scorer, ``staleness_discount``,
+per-domain staleness metrics.
+"""
 
 import warnings
 
@@ -12,15 +14,21 @@ from dataflex_callbacks.metrics import DomainStalenessStats, StaleDropBiasWarnin
 from dataflex_callbacks.registry import build_component
 from dataflex_callbacks.testing import check_component
 
-DISCOUNT = {"name": "discount", "reweight": {"scorer": {"name": "staleness", "params": {}},
-                                             "reweighter": {"name": "staleness_discount", "params": {"gamma": 0.5}}}}
+DISCOUNT = {
+    "name": "discount",
+    "reweight": {
+        "scorer": {"name": "staleness", "params": {}},
+        "reweighter": {"name": "staleness_discount", "params": {"gamma": 0.5}},
+    },
+}
 
 
 def versioned(versions, trainer_version, rewards=None):
     versions = torch.tensor(versions)
     rewards = torch.ones(len(versions)) if rewards is None else torch.tensor(rewards, dtype=torch.float32)
-    return RolloutBatch(rewards, group_ids=torch.arange(len(versions)) // 2, policy_versions=versions,
-                        trainer_version=trainer_version)
+    return RolloutBatch(
+        rewards, group_ids=torch.arange(len(versions)) // 2, policy_versions=versions, trainer_version=trainer_version
+    )
 
 
 def test_staleness_is_trainer_version_minus_policy_versions():
@@ -32,15 +40,18 @@ def test_staleness_is_trainer_version_minus_policy_versions():
     assert RolloutBatch(torch.ones(2)).staleness is None
 
 
-@pytest.mark.parametrize("versions, trainer_version, message", [
-    (torch.tensor([0.0, 1.0]), 2, "integer tensor"),
-    (torch.tensor([0, 1]), None, "needs trainer_version"),
-    (torch.tensor([0, 3]), 2, "newer than trainer_version=2"),
-    (torch.tensor([0, 1, 2]), 2, "shape"),
-    (None, -1, "int >= 0"),
-    (None, True, "int >= 0"),
-    (None, 1.5, "int >= 0"),
-])
+@pytest.mark.parametrize(
+    "versions, trainer_version, message",
+    [
+        (torch.tensor([0.0, 1.0]), 2, "integer tensor"),
+        (torch.tensor([0, 1]), None, "needs trainer_version"),
+        (torch.tensor([0, 3]), 2, "newer than trainer_version=2"),
+        (torch.tensor([0, 1, 2]), 2, "shape"),
+        (None, -1, "int >= 0"),
+        (None, True, "int >= 0"),
+        (None, 1.5, "int >= 0"),
+    ],
+)
 def test_bad_versions_are_refused(versions, trainer_version, message):
     with pytest.raises(BatchError, match=message):
         RolloutBatch(torch.ones(2), policy_versions=versions, trainer_version=trainer_version)
@@ -61,10 +72,12 @@ def test_staleness_scorer_reads_the_batch_and_is_refused_where_the_host_lacks_ve
 @pytest.mark.parametrize("gamma", [1.0, 0.5, 0.1])
 def test_staleness_discount_is_gamma_to_the_staleness_at_mean_one(gamma):
     batch = versioned([4, 3, 2, 0, 4, 4], 4)
-    config = {**DISCOUNT, "reweight": {**DISCOUNT["reweight"],
-                                       "reweighter": {"name": "staleness_discount", "params": {"gamma": gamma}}}}
+    config = {
+        **DISCOUNT,
+        "reweight": {**DISCOUNT["reweight"], "reweighter": {"name": "staleness_discount", "params": {"gamma": gamma}}},
+    }
     decision = build_strategy(config).apply(batch, step=0)
-    raw = torch.tensor([gamma ** s for s in (0, 1, 2, 4, 0, 0)], dtype=torch.float64)
+    raw = torch.tensor([gamma**s for s in (0, 1, 2, 4, 0, 0)], dtype=torch.float64)
     expected = raw / raw.mean()
     assert torch.allclose(decision.weights.double(), expected, atol=1e-6)
     assert bool(decision.keep.all())
@@ -80,16 +93,25 @@ def test_staleness_discount_parameters_and_conformance():
 
 
 def test_a_staleness_limit_is_a_threshold_selector():  # threshold_band keeps scores strictly inside (low, high)
-    limit = {"name": "limit", "select": {"scorer": {"name": "staleness", "params": {}},
-                                         "selector": {"name": "threshold_band", "params": {"low": -1.0, "high": 1.5}}}}
+    limit = {
+        "name": "limit",
+        "select": {
+            "scorer": {"name": "staleness", "params": {}},
+            "selector": {"name": "threshold_band", "params": {"low": -1.0, "high": 1.5}},
+        },
+    }
     decision = build_strategy(limit).apply(versioned([5, 4, 3, 5], 5), step=0)
     assert decision.keep.tolist() == [True, True, False, True]
 
 
 def test_domain_staleness_stats_against_hand_counts():
     stats = DomainStalenessStats(["easy", "hard"])
-    stats.update(["easy", "easy", "hard", "hard", "hard"], torch.tensor([0, 1, 2, 3, 1]),
-                 torch.tensor([False, False, True, False, False]), torch.tensor([True, False, False, False, True]))
+    stats.update(
+        ["easy", "easy", "hard", "hard", "hard"],
+        torch.tensor([0, 1, 2, 3, 1]),
+        torch.tensor([False, False, True, False, False]),
+        torch.tensor([True, False, False, False, True]),
+    )
     stats.update(["hard"], torch.tensor([4]), torch.tensor([True]))
     values = stats.compute()
     assert values["staleness/mean/easy"] == pytest.approx(0.5)
@@ -105,8 +127,12 @@ def test_domain_staleness_stats_against_hand_counts():
 def test_a_host_that_never_sees_stale_drops_reports_no_stale_drop_share_rather_than_zero():
     stats = DomainStalenessStats(["easy", "hard"], sees_stale_drops=False)  # verl: evicted before the trainer sees them
     stats.update(["easy", "hard"], torch.tensor([1, 2]), dropped_strategy=torch.tensor([False, True]))
-    assert stats.compute() == {"staleness/mean/easy": 1.0, "staleness/dropped_strategy_frac/easy": 0.0,
-                               "staleness/mean/hard": 2.0, "staleness/dropped_strategy_frac/hard": 1.0}
+    assert stats.compute() == {
+        "staleness/mean/easy": 1.0,
+        "staleness/dropped_strategy_frac/easy": 0.0,
+        "staleness/mean/hard": 2.0,
+        "staleness/dropped_strategy_frac/hard": 1.0,
+    }
     with pytest.raises(BatchError, match="sees_stale_drops=False"):
         stats.update(["easy"], torch.tensor([0]), torch.tensor([False]))
     with pytest.raises(BatchError, match="needs dropped_stale"):

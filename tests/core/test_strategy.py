@@ -21,11 +21,16 @@ def full_batch(n_groups=6, group=5, length=8, seed=0, dtype=torch.float32):
     gids = (torch.arange(n) // group) * 3 + 11
     perm = torch.randperm(n, generator=gen)  # non-contiguous groups
     domains = [DOMAINS[(int(g) // 3) % 3] for g in gids[perm]]
-    return RolloutBatch(rewards[perm], group_ids=gids[perm], completion_mask=mask,
-                        advantages=torch.randn(n, generator=gen).to(dtype),
-                        logprobs=(-torch.rand(n, length, generator=gen) * 3).to(dtype),
-                        entropies=torch.rand(n, length, generator=gen).to(dtype), domains=domains,
-                        prompt_keys=[f"p{int(g)}" for g in gids[perm]])
+    return RolloutBatch(
+        rewards[perm],
+        group_ids=gids[perm],
+        completion_mask=mask,
+        advantages=torch.randn(n, generator=gen).to(dtype),
+        logprobs=(-torch.rand(n, length, generator=gen) * 3).to(dtype),
+        entropies=torch.rand(n, length, generator=gen).to(dtype),
+        domains=domains,
+        prompt_keys=[f"p{int(g)}" for g in gids[perm]],
+    )
 
 
 def assert_decision_invariants(decision, batch):
@@ -78,8 +83,10 @@ def test_difffilter_with_groups_of_five_keeps_exactly_two_or_three_correct():
     assert torch.equal(keep, torch.tensor([g in (1, 2, 3, 4) for g in gids])[perm])
 
 
-COMPOSITE = {"select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.2, "high": 0.8}},
-             "reweight": {"scorer": "advantage_magnitude", "reweighter": {"name": "softmax", "temperature": 1.0}}}
+COMPOSITE = {
+    "select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.2, "high": 0.8}},
+    "reweight": {"scorer": "advantage_magnitude", "reweighter": {"name": "softmax", "temperature": 1.0}},
+}
 
 
 @settings(max_examples=25, deadline=None)
@@ -95,16 +102,22 @@ def test_composite_matches_reference(seed, n_groups, group):
     torch.testing.assert_close(decision.weights, expected, rtol=1e-4, atol=1e-5)
     assert_decision_invariants(decision, batch)
     perm = torch.randperm(batch.n)
-    permuted = RolloutBatch(batch.rewards[perm], group_ids=batch.group_ids[perm], advantages=batch.advantages[perm],
-                            completion_mask=batch.completion_mask[perm])
+    permuted = RolloutBatch(
+        batch.rewards[perm],
+        group_ids=batch.group_ids[perm],
+        advantages=batch.advantages[perm],
+        completion_mask=batch.completion_mask[perm],
+    )
     again = build_strategy(COMPOSITE).apply(permuted, 0)
     assert torch.equal(again.keep, decision.keep[perm])
     torch.testing.assert_close(again.weights, decision.weights[perm], rtol=1e-4, atol=1e-5)
 
 
 def test_select_and_token_reweight_compose():
-    config = {"select": {"scorer": "reward", "selector": {"name": "max_variance", "keep_fraction": 0.5}},
-              "reweight": {"scorer": "token_prob", "reweighter": {"name": "advantage_reweight", "alpha": 0.5}}}
+    config = {
+        "select": {"scorer": "reward", "selector": {"name": "max_variance", "keep_fraction": 0.5}},
+        "reweight": {"scorer": "token_prob", "reweighter": {"name": "advantage_reweight", "alpha": 0.5}},
+    }
     batch = full_batch()
     decision = build_strategy(config).apply(batch, 0)
     assert decision.weights.shape == batch.completion_mask.shape
@@ -114,8 +127,12 @@ def test_select_and_token_reweight_compose():
 @pytest.mark.parametrize("preset", ["ar", "entropy_top"])
 def test_deferred_policy_parts(preset):
     if preset == "ar":  # response-level selection now, token reweighting at loss time
-        strategy = build_strategy({"select": {"scorer": "group_solve_rate", "selector": "threshold_band"},
-                                   "reweight": build_strategy("ar").config.to_dict()["reweight"]})
+        strategy = build_strategy(
+            {
+                "select": {"scorer": "group_solve_rate", "selector": "threshold_band"},
+                "reweight": build_strategy("ar").config.to_dict()["reweight"],
+            }
+        )
     else:
         strategy = build_strategy(preset)
     assert strategy.needs_policy_signals
@@ -128,7 +145,9 @@ def test_deferred_policy_parts(preset):
     torch.testing.assert_close(done.weights, direct.weights)
     assert_decision_invariants(done, batch)
     with pytest.raises(BatchError, match="rows"):
-        strategy.apply_policy(RolloutBatch(torch.zeros(2), logprobs=torch.zeros(2, 8), entropies=torch.zeros(2, 8)), first)
+        strategy.apply_policy(
+            RolloutBatch(torch.zeros(2), logprobs=torch.zeros(2, 8), entropies=torch.zeros(2, 8)), first
+        )
 
 
 @pytest.mark.parametrize("policy", ["zero", "drop", "raise"])
@@ -138,8 +157,13 @@ def test_nonfinite_rewards_policy(policy):
     rewards[[0, 3]] = float("nan")
     rewards[5] = float("inf")
     batch = batch.replace(rewards=rewards)
-    strategy = build_strategy({"reweight": COMPOSITE["reweight"], "nan_policy": policy,
-                               "mix": {"mixer": "reward_gap", "domains": DOMAINS, "warmup_steps": 0, "update_every": 1}})
+    strategy = build_strategy(
+        {
+            "reweight": COMPOSITE["reweight"],
+            "nan_policy": policy,
+            "mix": {"mixer": "reward_gap", "domains": DOMAINS, "warmup_steps": 0, "update_every": 1},
+        }
+    )
     if policy == "raise":
         with pytest.raises(BatchError, match="3 of 30 rewards are NaN or infinite"):
             strategy.apply(batch, 0)
@@ -168,15 +192,27 @@ def test_empty_batch_every_preset():
     for preset in list_presets():
         strategy = build_strategy(preset)
         strategy.bind_domains(DOMAINS)
-        batch = RolloutBatch(torch.zeros(0), group_ids=torch.zeros(0, dtype=torch.long), completion_mask=torch.zeros(0, 4),
-                             advantages=torch.zeros(0), logprobs=torch.zeros(0, 4), entropies=torch.zeros(0, 4), domains=[], prompt_keys=[])
+        batch = RolloutBatch(
+            torch.zeros(0),
+            group_ids=torch.zeros(0, dtype=torch.long),
+            completion_mask=torch.zeros(0, 4),
+            advantages=torch.zeros(0),
+            logprobs=torch.zeros(0, 4),
+            entropies=torch.zeros(0, 4),
+            domains=[],
+            prompt_keys=[],
+        )
         decision = strategy.apply(batch, 0)
         assert decision.keep.shape == (0,) and decision.metrics["dropped_all"] == 0.0, preset
 
 
 def test_singleton_and_unequal_groups():
-    batch = RolloutBatch(torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0]), group_ids=torch.tensor([7, 2, 7, 2, 9, 2]),
-                         advantages=torch.ones(6), completion_mask=torch.ones(6, 3))
+    batch = RolloutBatch(
+        torch.tensor([1.0, 0.0, 1.0, 0.0, 1.0, 1.0]),
+        group_ids=torch.tensor([7, 2, 7, 2, 9, 2]),
+        advantages=torch.ones(6),
+        completion_mask=torch.ones(6, 3),
+    )
     keep = build_strategy("diffband").apply(batch, 0).keep
     assert keep.tolist() == [False, True, False, True, False, True]  # 7: 2/2 correct, 9: singleton
     assert_decision_invariants(build_strategy("maxvar").apply(batch, 0), batch)
@@ -184,7 +220,9 @@ def test_singleton_and_unequal_groups():
 
 
 def test_ties_are_deterministic():
-    batch = RolloutBatch(torch.ones(16), group_ids=torch.arange(16) // 4, advantages=torch.ones(16), completion_mask=torch.ones(16, 4))
+    batch = RolloutBatch(
+        torch.ones(16), group_ids=torch.arange(16) // 4, advantages=torch.ones(16), completion_mask=torch.ones(16, 4)
+    )
     for preset in ("topk", "maxvar", "gfpo"):
         first = build_strategy(preset).apply(batch, 0).keep
         for _ in range(3):
@@ -211,11 +249,21 @@ def test_warmup_delays_parts():
 
 
 def test_mixing_schedule_and_actual_proportions():
-    strategy = build_strategy({"mix": {"mixer": {"name": "reward_gap", "temperature": 0.1}, "domains": DOMAINS,
-                                       "warmup_steps": 2, "update_every": 2}})
+    strategy = build_strategy(
+        {
+            "mix": {
+                "mixer": {"name": "reward_gap", "temperature": 0.1},
+                "domains": DOMAINS,
+                "warmup_steps": 2,
+                "update_every": 2,
+            }
+        }
+    )
     prior = strategy.target_proportions
     assert prior == pytest.approx({d: 1 / 3 for d in DOMAINS})
-    batch = RolloutBatch(torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0]), domains=["math", "math", "code", "code", "logic", "logic"])
+    batch = RolloutBatch(
+        torch.tensor([1.0, 1.0, 0.0, 0.0, 1.0, 0.0]), domains=["math", "math", "code", "code", "logic", "logic"]
+    )
     strategy.apply(batch, 0)
     strategy.apply(batch, 1)
     assert strategy.target_proportions == prior
@@ -247,7 +295,9 @@ def test_state_dict_round_trip_and_changed_config():
         build_strategy(changed).load_state_dict(state)
 
 
-@pytest.mark.parametrize("preset", ["difffilter", "maxvar", "gfpo", "topk", "softmax", "per", "ar", "entropy_top", "learnability"])
+@pytest.mark.parametrize(
+    "preset", ["difffilter", "maxvar", "gfpo", "topk", "softmax", "per", "ar", "entropy_top", "learnability"]
+)
 def test_bf16_batches(preset):
     batch = full_batch(dtype=torch.bfloat16)
     strategy = build_strategy(preset)
@@ -257,9 +307,15 @@ def test_bf16_batches(preset):
     assert_decision_invariants(decision, batch)
     reference = build_strategy(preset)
     reference.bind_domains(DOMAINS)
-    float_batch = RolloutBatch(batch.rewards.float(), group_ids=batch.group_ids, completion_mask=batch.completion_mask,
-                               advantages=batch.advantages.float(), logprobs=batch.logprobs.float(),
-                               entropies=batch.entropies.float(), domains=batch.domains)
+    float_batch = RolloutBatch(
+        batch.rewards.float(),
+        group_ids=batch.group_ids,
+        completion_mask=batch.completion_mask,
+        advantages=batch.advantages.float(),
+        logprobs=batch.logprobs.float(),
+        entropies=batch.entropies.float(),
+        domains=batch.domains,
+    )
     assert torch.equal(reference.apply(float_batch, 20).keep, decision.keep)
 
 
@@ -271,6 +327,7 @@ def test_apply_rejects_non_batch():
 @pytest.mark.parametrize("garbage", [None, [1, 2], "state", {"mixing": {}}])
 def test_strategy_load_garbage_state_is_a_clear_error(garbage):
     from dataflex_callbacks import StateError
+
     with pytest.raises(StateError, match="Strategy.load_state_dict"):
         build_strategy("reward_gap").load_state_dict(garbage)
 
@@ -279,7 +336,7 @@ def test_a_saved_config_with_defaults_left_out_resumes_strictly():
     strategy = build_strategy("reward_gap")
     old = strategy.state_dict()
     old["config"]["mix"] = {k: v for k, v in old["config"]["mix"].items() if k != "window_unit"}
-    build_strategy("reward_gap").load_state_dict(old)           # the default fills it: no "changed" error
+    build_strategy("reward_gap").load_state_dict(old)  # the default fills it: no "changed" error
     with pytest.raises(ConfigError, match="changed: domain_key"):  # a set column is a change, also "domain"
         build_strategy("reward_gap").load_state_dict(dict(old, config=dict(old["config"], domain_key="domain")))
     changed = dict(old, config=dict(old["config"], nan_policy="drop"))

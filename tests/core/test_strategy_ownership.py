@@ -23,8 +23,9 @@ def _annotated_strategy(annotation: ast.AST | None) -> bool:
     if annotation is None:
         return False
     text = ast.unparse(annotation).strip("'\"")
-    return any(part.strip() == "Strategy" for part in text.replace("|", ",").replace("[", ",").replace("]", ",")
-               .split(","))
+    return any(
+        part.strip() == "Strategy" for part in text.replace("|", ",").replace("[", ",").replace("]", ",").split(",")
+    )
 
 
 class _StrategyWrites(ast.NodeVisitor):
@@ -80,8 +81,9 @@ class _StrategyWrites(ast.NodeVisitor):
     def visit_AnnAssign(self, node: ast.AnnAssign):
         if self.writes_into_strategy(node.target):
             self._record(node)
-        elif isinstance(node.target, ast.Name) and (_annotated_strategy(node.annotation)
-                                                    or (node.value is not None and self.is_strategy(node.value))):
+        elif isinstance(node.target, ast.Name) and (
+            _annotated_strategy(node.annotation) or (node.value is not None and self.is_strategy(node.value))
+        ):
             self.aliases[-1].add(node.target.id)
         self.generic_visit(node)
 
@@ -97,8 +99,12 @@ class _StrategyWrites(ast.NodeVisitor):
 
     def visit_Call(self, node: ast.Call):
         func = node.func
-        if isinstance(func, ast.Name) and func.id in ("setattr", "delattr") and node.args and (
-                self.is_strategy(node.args[0]) or self.writes_into_strategy(node.args[0])):
+        if (
+            isinstance(func, ast.Name)
+            and func.id in ("setattr", "delattr")
+            and node.args
+            and (self.is_strategy(node.args[0]) or self.writes_into_strategy(node.args[0]))
+        ):
             self._record(node)
         self.generic_visit(node)
 
@@ -117,12 +123,14 @@ def test_no_module_but_the_strategys_own_writes_its_attributes():
             continue
         for line, code in strategy_writes(path.read_text()):
             found.append(f"{path.relative_to(PACKAGE.parent)}:{line}: {code}")
-    assert not found, ("these modules write a Strategy's attributes; give Strategy a method (or pass the value "
-                       "as an argument) instead:\n" + "\n".join(found))
+    assert not found, (
+        "these modules write a Strategy's attributes; give Strategy a method (or pass the value "
+        "as an argument) instead:\n" + "\n".join(found)
+    )
 
 
 def test_the_check_sees_every_way_of_writing():
-    source = '''
+    source = """
 def plain(strategy, other):
     strategy.warn = False
     other.strategy.buffer = 1
@@ -144,12 +152,12 @@ class Host:
         built = build_strategy(given)
         built.name = "x"
         first, self.strategy.name = 1, 2
-'''
+"""
     assert [line for line, _ in strategy_writes(source)] == [3, 4, 5, 6, 7, 8, 9, 12, 13, 17, 19, 21, 22]
 
 
 def test_reading_a_strategy_or_writing_something_else_is_no_write():
-    source = '''
+    source = """
 def fine(strategy, callback, trainer):
     callback.strategy = strategy
     trainer.dataflex = callback
@@ -159,5 +167,5 @@ def fine(strategy, callback, trainer):
     strategy_config.name = "x"
     config = StrategyConfig()
     config.select = None
-'''
+"""
     assert strategy_writes(source) == []

@@ -1,4 +1,6 @@
-"""`dataflex_callbacks.testing.check_component`: every built-in passes it, a user's component passes, broken ones fail clearly."""
+"""`dataflex_callbacks.testing.check_component`: every built-in passes it, a user's component passes,
+broken ones fail clearly.
+"""
 
 import ast
 import inspect
@@ -28,9 +30,11 @@ VARIANTS = [
     ("reweighter", "reward_range", {"inside": 0.0, "outside": 0.0}),  # all-zero raw weights: the uniform fallback
     ("mixer", "static", {"proportions": {"math": 0.5, "code": 0.3, "chat": 0.2}}),
     ("mixer", "tscl", {"signed": True}),
-] + [("reweighter", name, {"normalize": mode}) for name in ("softmax", "difficulty_band", "reward_range",
-                                                            "advantage_reweight", "per_advantage")
-     for mode in ("per_group_mean_one", "none")]
+] + [
+    ("reweighter", name, {"normalize": mode})
+    for name in ("softmax", "difficulty_band", "reward_range", "advantage_reweight", "per_advantage")
+    for mode in ("per_group_mean_one", "none")
+]
 
 
 @pytest.mark.parametrize("kind, name", [(kind, name) for kind in KINDS for name in list_components(kind)])
@@ -69,9 +73,13 @@ def test_the_device_comparison_runs(monkeypatch):
 
 def test_custom_components_use_only_the_public_api():
     tree = ast.parse(inspect.getsource(custom_components))
-    imported = [(node.module, [a.name for a in node.names]) if isinstance(node, ast.ImportFrom)
-                else (None, [a.name for a in node.names]) for node in ast.walk(tree)
-                if isinstance(node, (ast.Import, ast.ImportFrom))]
+    imported = [
+        (node.module, [a.name for a in node.names])
+        if isinstance(node, ast.ImportFrom)
+        else (None, [a.name for a in node.names])
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
     assert imported == [(None, ["torch"]), ("dataflex_callbacks", ["Mixer", "Reweighter", "Scorer", "Selector"])]
 
 
@@ -82,13 +90,16 @@ def reference_group_centered(batch):
     return torch.tensor([r - mean for r in rewards])
 
 
-@pytest.mark.parametrize("component, params, reference", [
-    (GroupCenteredReward, {}, reference_group_centered),
-    (RunningBaselineReward, {"momentum": 0.5}, lambda batch: batch.rewards),  # a fresh baseline is 0
-    (BestOfGroup, {}, lambda scores, batch: scores == scores.max()),
-    (LinearWeights, {"offset": 0.25, "normalize": "none"}, lambda scores, batch, mask: (scores + 0.25) * mask),
-    (LowestRewardFirst, {"floor": 0.1}, None),
-])
+@pytest.mark.parametrize(
+    "component, params, reference",
+    [
+        (GroupCenteredReward, {}, reference_group_centered),
+        (RunningBaselineReward, {"momentum": 0.5}, lambda batch: batch.rewards),  # a fresh baseline is 0
+        (BestOfGroup, {}, lambda scores, batch: scores == scores.max()),
+        (LinearWeights, {"offset": 0.25, "normalize": "none"}, lambda scores, batch, mask: (scores + 0.25) * mask),
+        (LowestRewardFirst, {"floor": 0.1}, None),
+    ],
+)
 def test_a_custom_component_conforms(component, params, reference):
     report = check_component(component, params=params, reference=reference)
     assert "group loop" in report.passed
@@ -200,19 +211,22 @@ class NotAScorer:
     granularity = "response"
 
 
-@pytest.mark.parametrize("component, check, words", [
-    (ColumnScores, "output contract", ["returned shape (", "(N,)"]),
-    (BatchCenteredReward, "group loop", ["scope='group'", "run alone", "declare scope='batch'"]),
-    (InverseEntropy, "non-finite inputs", ["inf", "nan_policy"]),
-    (FloatMask, "output contract", ["torch.bool"]),
-    (SignedWeights, "raw values", ["_raw returned -", "negative or not finite", "finite and >= 0"]),
-    (AllNegativeWeights, "raw values", ["(all of the", "must be finite and >= 0", "cannot repair a sign"]),
-    (CenteredGroupWeights, "raw values", ["_raw returned -", "must be finite and >= 0"]),
-    (MinusOneMixer, "raw values", ["'math': -1.0", "must be finite, >= 0 and not all 0"]),
-    (InPlaceWeights, "output contract", ["changed its input(s) scores in place"]),
-    (PositionMixer, "group loop", ["reverse order", "not its position"]),
-    (ForgetfulBaseline, "state_dict", ["load_state_dict"]),
-])
+@pytest.mark.parametrize(
+    "component, check, words",
+    [
+        (ColumnScores, "output contract", ["returned shape (", "(N,)"]),
+        (BatchCenteredReward, "group loop", ["scope='group'", "run alone", "declare scope='batch'"]),
+        (InverseEntropy, "non-finite inputs", ["inf", "nan_policy"]),
+        (FloatMask, "output contract", ["torch.bool"]),
+        (SignedWeights, "raw values", ["_raw returned -", "negative or not finite", "finite and >= 0"]),
+        (AllNegativeWeights, "raw values", ["(all of the", "must be finite and >= 0", "cannot repair a sign"]),
+        (CenteredGroupWeights, "raw values", ["_raw returned -", "must be finite and >= 0"]),
+        (MinusOneMixer, "raw values", ["'math': -1.0", "must be finite, >= 0 and not all 0"]),
+        (InPlaceWeights, "output contract", ["changed its input(s) scores in place"]),
+        (PositionMixer, "group loop", ["reverse order", "not its position"]),
+        (ForgetfulBaseline, "state_dict", ["load_state_dict"]),
+    ],
+)
 def test_a_broken_component_fails_naming_the_check(component, check, words):
     with pytest.raises(ConformanceError) as info:
         check_component(component)

@@ -30,8 +30,10 @@ class PlainTracker(ref.ReferenceTracker):
     def update(self, rewards, domains, step, advantages=None, group_ids=None):
         rewards = [float(r) for r in rewards]
         # a row is an observation only when every signal the tracker reads is finite
-        finite = [math.isfinite(r) and (advantages is None or math.isfinite(float(advantages[i])))
-                  for i, r in enumerate(rewards)]
+        finite = [
+            math.isfinite(r) and (advantages is None or math.isfinite(float(advantages[i])))
+            for i, r in enumerate(rewards)
+        ]
         group_var = {}
         if group_ids is not None:
             for members in ref.groups_of(group_ids).values():
@@ -53,10 +55,16 @@ class PlainTracker(ref.ReferenceTracker):
                     for members in ref.groups_of(group_ids).values():
                         if domains[members[0]] == d and any(finite[i] for i in members):
                             groups.append(group_var[members[0]])
-                self.obs[d].append((float(step), sum(rewards[i] for i in rows) / len(rows), sum(adv) / len(rows),
-                                    sum(groups) / max(len(groups), 1), float(len(rows))))
-            self.obs[d] = self.obs[d][-self.window:]
-
+                self.obs[d].append(
+                    (
+                        float(step),
+                        sum(rewards[i] for i in rows) / len(rows),
+                        sum(adv) / len(rows),
+                        sum(groups) / max(len(groups), 1),
+                        float(len(rows)),
+                    )
+                )
+            self.obs[d] = self.obs[d][-self.window :]
 
 
 def random_batch(gen, n=24, group=4, with_nan=False):
@@ -65,7 +73,10 @@ def random_batch(gen, n=24, group=4, with_nan=False):
         rewards[torch.rand(n, generator=gen) < 0.1] = float("nan")
     gids = torch.arange(n) // group
     # one domain per group (a group is one prompt); some domains may be absent in a step
-    group_domain = [DOMAINS[int(i)] for i in torch.randint(0, 2 + int(torch.rand(1, generator=gen) > 0.5), (n // group,), generator=gen)]
+    group_domain = [
+        DOMAINS[int(i)]
+        for i in torch.randint(0, 2 + int(torch.rand(1, generator=gen) > 0.5), (n // group,), generator=gen)
+    ]
     domains = [group_domain[i // group] for i in range(n)]
     advantages = torch.randn(n, generator=gen)
     return RolloutBatch(rewards, group_ids=gids, advantages=advantages, domains=domains)
@@ -88,7 +99,9 @@ def test_window_means_and_slope_match_reference(window, with_nan, unit):
     for step in range(12):
         batch = random_batch(gen, with_nan=with_nan)
         tracker.update(batch, step=step * 2)
-        reference.update(batch.rewards.tolist(), list(batch.domains), step * 2, batch.advantages.tolist(), batch.group_ids)
+        reference.update(
+            batch.rewards.tolist(), list(batch.domains), step * 2, batch.advantages.tolist(), batch.group_ids
+        )
         assert_matches(tracker, reference)
 
 
@@ -96,7 +109,10 @@ def test_window_means_and_slope_match_reference(window, with_nan, unit):
 @given(data=st.data())
 def test_row_window_matches_reference_on_unequal_shuffled_groups(data):
     window = data.draw(st.integers(1, 9))
-    tracker, reference = DomainTracker(DOMAINS, window=window, window_unit="rows"), PlainTracker(DOMAINS, window, "rows")
+    tracker, reference = (
+        DomainTracker(DOMAINS, window=window, window_unit="rows"),
+        PlainTracker(DOMAINS, window, "rows"),
+    )
     for step in range(data.draw(st.integers(1, 5))):
         sizes = data.draw(st.lists(st.integers(1, 6), min_size=1, max_size=6))
         gids = torch.tensor([g for g, s in enumerate(sizes) for _ in range(s)])
@@ -104,10 +120,14 @@ def test_row_window_matches_reference_on_unequal_shuffled_groups(data):
         gids = gids[perm]
         group_domain = data.draw(st.lists(st.sampled_from(DOMAINS), min_size=len(sizes), max_size=len(sizes)))
         domains = [group_domain[int(g)] for g in gids]
-        values = data.draw(st.lists(st.sampled_from([0.0, 1.0, 0.25, float("nan"), float("inf")]),
-                                    min_size=len(gids), max_size=len(gids)))
-        batch = RolloutBatch(torch.tensor(values), group_ids=gids, advantages=torch.tensor(values[::-1]) - 0.5,
-                             domains=domains)
+        values = data.draw(
+            st.lists(
+                st.sampled_from([0.0, 1.0, 0.25, float("nan"), float("inf")]), min_size=len(gids), max_size=len(gids)
+            )
+        )
+        batch = RolloutBatch(
+            torch.tensor(values), group_ids=gids, advantages=torch.tensor(values[::-1]) - 0.5, domains=domains
+        )
         tracker.update(batch, step=step)
         reference.update(values, domains, step, (torch.tensor(values[::-1]) - 0.5).tolist(), gids)
         np.testing.assert_allclose(tracker.mean_reward().numpy(), reference.mean("reward"), atol=1e-12)
@@ -127,12 +147,26 @@ def test_row_window_keeps_the_last_rows_of_a_large_step():
 @pytest.mark.parametrize("unit", ["steps", "rows"])
 def test_all_nan_domain_keeps_previous_statistics(unit):
     tracker = DomainTracker(["a", "b"], window=4, window_unit=unit)
-    tracker.update(RolloutBatch(torch.tensor([1.0, 0.0, 1.0, 1.0]), group_ids=torch.tensor([0, 0, 1, 1]),
-                                advantages=torch.tensor([0.5, -0.5, 0.0, 0.0]), domains=["a", "a", "b", "b"]), step=0)
+    tracker.update(
+        RolloutBatch(
+            torch.tensor([1.0, 0.0, 1.0, 1.0]),
+            group_ids=torch.tensor([0, 0, 1, 1]),
+            advantages=torch.tensor([0.5, -0.5, 0.0, 0.0]),
+            domains=["a", "a", "b", "b"],
+        ),
+        step=0,
+    )
     before = tracker.as_dict()
     nan = float("nan")
-    tracker.update(RolloutBatch(torch.tensor([nan, nan, 1.0, 1.0]), group_ids=torch.tensor([0, 0, 1, 1]),
-                                advantages=torch.tensor([nan, nan, 0.0, 0.0]), domains=["a", "a", "b", "b"]), step=1)
+    tracker.update(
+        RolloutBatch(
+            torch.tensor([nan, nan, 1.0, 1.0]),
+            group_ids=torch.tensor([0, 0, 1, 1]),
+            advantages=torch.tensor([nan, nan, 0.0, 0.0]),
+            domains=["a", "a", "b", "b"],
+        ),
+        step=1,
+    )
     after = tracker.as_dict()
     assert after["reward"]["a"] == before["reward"]["a"] == 0.5  # not pulled towards 0
     assert after["group_variance"]["a"] == before["group_variance"]["a"] == 0.25
@@ -142,8 +176,12 @@ def test_all_nan_domain_keeps_previous_statistics(unit):
 @pytest.mark.parametrize("unit", ["steps", "rows"])
 def test_never_finite_domain_stays_unobserved(unit):
     tracker = DomainTracker(["a", "b"], window_unit=unit)
-    tracker.update(RolloutBatch(torch.tensor([float("nan"), float("inf"), 1.0]), group_ids=torch.tensor([0, 0, 1]),
-                                domains=["a", "a", "b"]), step=0)
+    tracker.update(
+        RolloutBatch(
+            torch.tensor([float("nan"), float("inf"), 1.0]), group_ids=torch.tensor([0, 0, 1]), domains=["a", "a", "b"]
+        ),
+        step=0,
+    )
     assert math.isnan(float(tracker.mean_reward()[0])) and math.isnan(float(tracker.mean_group_variance()[0]))
     assert tracker.filled.tolist()[0] == 0
 
@@ -152,7 +190,9 @@ def test_nan_advantage_is_no_observation_and_nan_padding_is_ignored():
     tracker = DomainTracker(["a"])
     mask = torch.tensor([[True, False], [True, True]])
     advantages = torch.tensor([[0.5, float("nan")], [float("nan"), 1.0]])  # row 0: NaN only in padding
-    tracker.update(RolloutBatch(torch.tensor([1.0, 0.0]), completion_mask=mask, advantages=advantages, domains=["a", "a"]))
+    tracker.update(
+        RolloutBatch(torch.tensor([1.0, 0.0]), completion_mask=mask, advantages=advantages, domains=["a", "a"])
+    )
     assert float(tracker.mean_reward()[0]) == 1.0 and float(tracker.mean_abs_advantage()[0]) == 0.5
 
 
@@ -263,11 +303,17 @@ def test_empty_batch_changes_nothing_but_the_update_count(unit):
 
 def test_bf16_rewards():
     tracker = DomainTracker(["a"])
-    tracker.update(RolloutBatch(torch.tensor([1.0, 0.0], dtype=torch.bfloat16), advantages=torch.tensor([0.5, -0.5], dtype=torch.bfloat16), domains=["a", "a"]))
+    tracker.update(
+        RolloutBatch(
+            torch.tensor([1.0, 0.0], dtype=torch.bfloat16),
+            advantages=torch.tensor([0.5, -0.5], dtype=torch.bfloat16),
+            domains=["a", "a"],
+        )
+    )
     assert float(tracker.mean_reward()[0]) == 0.5 and float(tracker.mean_abs_advantage()[0]) == 0.5
 
 
-TWO_RANK_WORKER = r'''
+TWO_RANK_WORKER = r"""
 import json, sys
 import torch
 import torch.distributed as dist
@@ -290,7 +336,7 @@ json.dump(tracker.as_dict(), open(f"{out}/rank{rank}.json", "w"))
 # Exiting with a live gloo group can abort in its destructor ("terminate called without an active exception").
 dist.barrier()
 dist.destroy_process_group()
-'''
+"""
 
 
 @pytest.mark.parametrize("unit", ["steps", "rows"])
@@ -308,7 +354,9 @@ def test_two_ranks_hold_the_statistics_of_the_whole_batch(unit, tmp_path):
         rewards[torch.rand(24, generator=generator) < 0.1] = float("nan")
         advantages = torch.randn(24, generator=generator)
         domains = [("a", "b")[g % 2] for g in range(6) for _ in range(4)]
-        whole.update(RolloutBatch(rewards, group_ids=torch.arange(24) // 4, advantages=advantages, domains=domains), step=step)
+        whole.update(
+            RolloutBatch(rewards, group_ids=torch.arange(24) // 4, advantages=advantages, domains=domains), step=step
+        )
     for rank in range(2):
         got = json.loads((tmp_path / f"rank{rank}.json").read_text())
         for name, per_domain in whole.as_dict().items():

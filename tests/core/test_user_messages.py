@@ -1,4 +1,6 @@
-"""What a user reads: the train-start line, and warnings that name the host's step, the user's line and the strategy's file."""
+"""What a user reads: the train-start line, and warnings that name the host's step, the user's line and
+the strategy's file.
+"""
 
 import warnings
 
@@ -13,8 +15,12 @@ torch.set_num_threads(1)
 
 def equal_reward_batch() -> RolloutBatch:
     """Two groups whose responses all score alike: diffband keeps nothing."""
-    return RolloutBatch(torch.tensor([1.0, 1.0, 0.0, 0.0]), group_ids=torch.tensor([0, 0, 1, 1]),
-                        completion_mask=torch.ones(4, 3), advantages=torch.zeros(4))
+    return RolloutBatch(
+        torch.tensor([1.0, 1.0, 0.0, 0.0]),
+        group_ids=torch.tensor([0, 0, 1, 1]),
+        completion_mask=torch.ones(4, 3),
+        advantages=torch.zeros(4),
+    )
 
 
 def dropped_all_warnings(call) -> list[warnings.WarningMessage]:
@@ -29,13 +35,19 @@ def dropped_all_warnings(call) -> list[warnings.WarningMessage]:
 
 def test_summary_line_names_the_strategy_its_parts_and_the_domains():
     line = build_strategy("diffband").summary_line(["math", "code", "math"])
-    assert line == ("dataflex: strategy 'diffband': select group_reward_variance -> threshold_band(low=0, high=inf); "
-                    "domains: code, math")
+    assert line == (
+        "dataflex: strategy 'diffband': select group_reward_variance -> threshold_band(low=0, high=inf); "
+        "domains: code, math"
+    )
     assert "reweight token_prob -> advantage_reweight(alpha=0.3)" in build_strategy("ar").summary_line([])
     mixing = build_strategy("dump_ucb").summary_line(["a", "b"])
     assert "mix dump_ucb" in mixing and "first 10 steps" in mixing
     assert "dynamic_sampling(max_rounds=4)" in build_strategy("dapo").summary_line([])
-    assert build_strategy("baseline").summary_line([]).endswith("no parts (plain training); domains: none (one pool of prompts)")
+    assert (
+        build_strategy("baseline")
+        .summary_line([])
+        .endswith("no parts (plain training); domains: none (one pool of prompts)")
+    )
     assert build_strategy("baseline").summary_line(None).endswith("domains: not known before the first batch")
 
 

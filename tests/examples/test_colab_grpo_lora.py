@@ -1,4 +1,6 @@
-"""examples/colab_grpo_lora.py and .ipynb: in sync, and both run end to end on a local tiny model and GSM8K-format file."""
+"""examples/colab_grpo_lora.py and .ipynb: in sync, and both run end to end on a local tiny model and
+GSM8K-format file.
+"""
 
 import json
 import os
@@ -14,18 +16,33 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "examples", "colab_grpo_lora.py")
 NOTEBOOK = os.path.join(ROOT, "examples", "colab_grpo_lora.ipynb")
 BUILDER = os.path.join(ROOT, "scripts", "build_notebook.py")
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1",
-               "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "HF_HUB_DISABLE_TELEMETRY": "1",
+    "OMP_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 # The smallest run that still has groups, gradient accumulation and an evaluation.
-SMALL_RUN = {"STEPS": 2, "PROMPTS_PER_STEP": 2, "NUM_GENERATIONS": 4, "MICRO_BATCH": 4,
-             "MAX_COMPLETION_LENGTH": 8, "N_TRAIN": 0, "N_EVAL": 4, "EVAL_BATCH_SIZE": 4}
+SMALL_RUN = {
+    "STEPS": 2,
+    "PROMPTS_PER_STEP": 2,
+    "NUM_GENERATIONS": 4,
+    "MICRO_BATCH": 4,
+    "MAX_COMPLETION_LENGTH": 8,
+    "N_TRAIN": 0,
+    "N_EVAL": 4,
+    "EVAL_BATCH_SIZE": 4,
+}
 
 
 def gsm8k_row(i: int) -> dict:
     """A GSM8K-format row: the solution ends in '#### <answer>'."""
     a, b = i + 2, i % 5 + 1
-    return {"question": f"tom has {a} pens and buys {b} more. how many pens?",
-            "answer": f"he has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} pens.\n#### {a + b}"}
+    return {
+        "question": f"tom has {a} pens and buys {b} more. how many pens?",
+        "answer": f"he has {a} + {b} = <<{a}+{b}={a + b}>>{a + b} pens.\n#### {a + b}",
+    }
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +55,9 @@ def local_inputs(tmp_path_factory):
     gsm8k = folder / "gsm8k_small.jsonl"
     gsm8k.write_text("\n".join(json.dumps(gsm8k_row(i)) for i in range(16)) + "\n")
     second = folder / "arith.jsonl"
-    second.write_text("\n".join(json.dumps({"problem": f"what is {i} times 2?", "answer": str(2 * i)})
-                                for i in range(12)) + "\n")
+    second.write_text(
+        "\n".join(json.dumps({"problem": f"what is {i} times 2?", "answer": str(2 * i)}) for i in range(12)) + "\n"
+    )
     return {"model": model, "gsm8k": str(gsm8k), "second": str(second)}
 
 
@@ -74,8 +92,9 @@ def test_parameters_cell_and_flags_name_the_same_parameters():
     exec(tagged[0].source, namespace)  # noqa: S102 - our own notebook's parameters cell
     assert namespace["MODEL"] == "Qwen/Qwen2.5-0.5B-Instruct" and namespace["DATASET"] == "openai/gsm8k"
     assert namespace["DATASET_CONFIG"] == "main" and namespace["STRATEGY"] == "difffilter"
-    result = subprocess.run([sys.executable, SCRIPT, "--help"], capture_output=True, text=True, cwd=ROOT,
-                            env={**os.environ, **OFFLINE_ENV})
+    result = subprocess.run(
+        [sys.executable, SCRIPT, "--help"], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **OFFLINE_ENV}
+    )
     assert result.returncode == 0, result.stderr
     flags = {name for name in assigned if "--" + name.lower().replace("_", "-") in result.stdout}
     assert flags == assigned
@@ -84,10 +103,20 @@ def test_parameters_cell_and_flags_name_the_same_parameters():
 def test_script_runs_end_to_end_with_local_model_and_dataset(local_inputs, tmp_path):
     output_dir = tmp_path / "run"
     flags = [f"--{name.lower().replace('_', '-')}={value}" for name, value in SMALL_RUN.items()]
-    command = [sys.executable, SCRIPT, "--model", local_inputs["model"], "--dataset", local_inputs["gsm8k"],
-               "--output-dir", str(output_dir), *flags]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=tmp_path,
-                            env={**os.environ, **OFFLINE_ENV})
+    command = [
+        sys.executable,
+        SCRIPT,
+        "--model",
+        local_inputs["model"],
+        "--dataset",
+        local_inputs["gsm8k"],
+        "--output-dir",
+        str(output_dir),
+        *flags,
+    ]
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=300, cwd=tmp_path, env={**os.environ, **OFFLINE_ENV}
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
     assert "reference solutions scored correct: 12/12" in result.stdout  # 16 rows, 4 held out
     metrics = check_run_outputs(output_dir, steps=2, domains=["gsm8k_small"])
@@ -103,20 +132,30 @@ def test_notebook_executes_headless_with_injected_parameters(local_inputs, tmp_p
         monkeypatch.setenv(name, value)  # the kernel inherits the environment
     monkeypatch.delenv("MPLBACKEND", raising=False)  # keep the kernel's inline backend: the figure is an output
     output_dir = tmp_path / "notebook_run"
-    overrides = {**SMALL_RUN, "MODEL": local_inputs["model"], "DATASET": local_inputs["gsm8k"],
-                 "MIX_DATASET": local_inputs["second"], "STEPS": 3, "OUTPUT_DIR": str(output_dir)}
+    overrides = {
+        **SMALL_RUN,
+        "MODEL": local_inputs["model"],
+        "DATASET": local_inputs["gsm8k"],
+        "MIX_DATASET": local_inputs["second"],
+        "STEPS": 3,
+        "OUTPUT_DIR": str(output_dir),
+    }
     notebook = nbformat.read(NOTEBOOK, as_version=4)
     position = next(i for i, cell in enumerate(notebook.cells) if "parameters" in cell.metadata.get("tags", []))
-    injected = nbformat.v4.new_code_cell("\n".join(f"{name} = {value!r}" for name, value in overrides.items()),
-                                         metadata={"tags": ["injected-parameters"]})
+    injected = nbformat.v4.new_code_cell(
+        "\n".join(f"{name} = {value!r}" for name, value in overrides.items()),
+        metadata={"tags": ["injected-parameters"]},
+    )
     notebook.cells.insert(position + 1, injected)
-    NotebookClient(notebook, kernel_name="python3", timeout=300,
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    NotebookClient(
+        notebook, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}
+    ).execute()
 
     metrics = check_run_outputs(output_dir, steps=3, domains=["arith", "gsm8k_small"])
     assert metrics["strategy"]["mix"]["mixer"]["name"] == "dump_ucb"
     assert metrics["strategy"]["select"]["selector"]["name"] == "threshold_band"
     assert all("dataflex/mix/target/arith" in entry for entry in metrics["log_history"])
-    plotted = [output for cell in notebook.cells for output in cell.get("outputs", [])
-               if "image/png" in output.get("data", {})]
+    plotted = [
+        output for cell in notebook.cells for output in cell.get("outputs", []) if "image/png" in output.get("data", {})
+    ]
     assert plotted, "the plot cell showed no figure"

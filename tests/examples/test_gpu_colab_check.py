@@ -16,9 +16,27 @@ CHECK = os.path.join(ROOT, "benchmarks", "gpu_colab_check.py")
 
 def test_gpu_check_cpu_fallback_writes_the_table(tmp_path):
     out = tmp_path / "check.json"
-    command = [sys.executable, CHECK, "--device", "cpu", "--tiny", "--steps", "2", "--prompts-per-step", "2",
-               "--num-generations", "4", "--micro-batch", "4", "--max-completion-length", "6",
-               "--question-chars", "30", "--out", str(out)]
+    command = [
+        sys.executable,
+        CHECK,
+        "--device",
+        "cpu",
+        "--tiny",
+        "--steps",
+        "2",
+        "--prompts-per-step",
+        "2",
+        "--num-generations",
+        "4",
+        "--micro-batch",
+        "4",
+        "--max-completion-length",
+        "6",
+        "--question-chars",
+        "30",
+        "--out",
+        str(out),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]

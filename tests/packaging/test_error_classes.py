@@ -15,12 +15,21 @@ import dataflex_callbacks.errors as errors
 
 REPO = Path(__file__).resolve().parents[2]
 FOLDERS = (REPO / "dataflex_callbacks",)
-BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
-                  if isinstance(value, type) and issubclass(value, BaseException)}
+BUILTIN_ERRORS = {
+    name for name, value in vars(builtins).items() if isinstance(value, type) and issubclass(value, BaseException)
+}
 # (file, line text) of raises that never reach a user: converted on the spot by the enclosing handler.
-INTERNAL = {("dataflex_callbacks/sampling/sampler.py", "raise TypeError(f\"proportions is a {type(state['proportions']).__name__}\")"),
-            # A module __getattr__ must raise AttributeError: that is how `hasattr` and `from ... import` ask.
-            ("dataflex_callbacks/integrations/trl/__init__.py", "raise AttributeError(f\"module {__name__!r} has no attribute {name!r}\")")}
+INTERNAL = {
+    (
+        "dataflex_callbacks/sampling/sampler.py",
+        "raise TypeError(f\"proportions is a {type(state['proportions']).__name__}\")",
+    ),
+    # A module __getattr__ must raise AttributeError: that is how `hasattr` and `from ... import` ask.
+    (
+        "dataflex_callbacks/integrations/trl/__init__.py",
+        'raise AttributeError(f"module {__name__!r} has no attribute {name!r}")',
+    ),
+}
 
 
 def builtin_raises(folders=FOLDERS, repo=REPO) -> list[str]:
@@ -32,8 +41,12 @@ def builtin_raises(folders=FOLDERS, repo=REPO) -> list[str]:
                 if not isinstance(node, ast.Raise) or node.exc is None:
                     continue
                 target = node.exc.func if isinstance(node.exc, ast.Call) else node.exc
-                if isinstance(target, ast.Name) and target.id in BUILTIN_ERRORS - {"NotImplementedError", "StopIteration",
-                                                                                   "KeyboardInterrupt", "SystemExit"}:
+                if isinstance(target, ast.Name) and target.id in BUILTIN_ERRORS - {
+                    "NotImplementedError",
+                    "StopIteration",
+                    "KeyboardInterrupt",
+                    "SystemExit",
+                }:
                     where = str(path.relative_to(repo))
                     text = ast.get_source_segment(source, node).splitlines()[0].strip()
                     if (where, text) not in INTERNAL:
@@ -53,8 +66,15 @@ def test_the_walk_finds_a_builtin_raise(tmp_path):
 
 def test_every_error_class_is_a_dataflex_error_and_keeps_its_builtin_base():
     """Code that caught the built-in class before keeps working: each class keeps the base it replaced."""
-    expected = {errors.ConfigError: ValueError, errors.ParamError: ValueError, errors.BatchError: ValueError,
-                errors.StateError: ValueError, errors.ComponentError: ValueError, errors.InputError: ValueError,
-                errors.HostError: RuntimeError, errors.WrongHostError: TypeError}
+    expected = {
+        errors.ConfigError: ValueError,
+        errors.ParamError: ValueError,
+        errors.BatchError: ValueError,
+        errors.StateError: ValueError,
+        errors.ComponentError: ValueError,
+        errors.InputError: ValueError,
+        errors.HostError: RuntimeError,
+        errors.WrongHostError: TypeError,
+    }
     for cls, base in expected.items():
         assert issubclass(cls, errors.DataFlexError) and issubclass(cls, base), cls

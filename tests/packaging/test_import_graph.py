@@ -34,7 +34,8 @@ def _type_checking_block(node: ast.AST) -> bool:
     test = getattr(node, "test", None)
     return isinstance(node, ast.If) and (
         (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING")
-        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"))
+        or (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+    )
 
 
 def _imports(tree: ast.AST, type_checking: bool = False):
@@ -162,16 +163,19 @@ def _write(root: Path, files: dict[str, str]) -> None:
 
 
 def test_the_checks_find_a_lazy_recipe_import_and_a_cycle(tmp_path):
-    _write(tmp_path / "pkg", {
-        "__init__.py": "from .core import run\n",
-        "core.py": "def run():\n    from .recipes.job import main\n    import trl\n    return main\n",
-        "registry.py": "def load():\n    from . import parts\n",
-        "parts.py": "from .registry import load\n",
-        "typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .hinted import Hint\n",
-        "hinted.py": "from .typed import x\n",
-        "recipes/__init__.py": "",
-        "recipes/job.py": "from pkg import core\n",
-    })
+    _write(
+        tmp_path / "pkg",
+        {
+            "__init__.py": "from .core import run\n",
+            "core.py": "def run():\n    from .recipes.job import main\n    import trl\n    return main\n",
+            "registry.py": "def load():\n    from . import parts\n",
+            "parts.py": "from .registry import load\n",
+            "typed.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .hinted import Hint\n",
+            "hinted.py": "from .typed import x\n",
+            "recipes/__init__.py": "",
+            "recipes/job.py": "from pkg import core\n",
+        },
+    )
     global NOT_CORE
     saved = NOT_CORE
     NOT_CORE = ("pkg.recipes",)
@@ -230,6 +234,8 @@ def test_every_module_has_a_layer_and_imports_no_later_one():
 
 
 def test_an_import_up_the_layers_is_found():
-    edges = {"dataflex_callbacks.config._loading": {"dataflex_callbacks.components.scorers"},
-             "dataflex_callbacks.host.contract": {"dataflex_callbacks.strategy.strategy"}}
+    edges = {
+        "dataflex_callbacks.config._loading": {"dataflex_callbacks.components.scorers"},
+        "dataflex_callbacks.host.contract": {"dataflex_callbacks.strategy.strategy"},
+    }
     assert upward_imports(edges) == ["dataflex_callbacks.config._loading -> dataflex_callbacks.components.scorers"]

@@ -10,23 +10,34 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-DOCUMENTS = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
-             REPO / "examples" / "colab_grpo_lora.ipynb", *sorted((REPO / "examples").rglob("*.py")),
-             *sorted((REPO / "examples").rglob("*.sh"))]
+DOCUMENTS = [
+    REPO / "README.md",
+    *sorted((REPO / "docs").glob("*.md")),
+    REPO / "examples" / "colab_grpo_lora.ipynb",
+    *sorted((REPO / "examples").rglob("*.py")),
+    *sorted((REPO / "examples").rglob("*.sh")),
+]
 # `pip install dataflex-callbacks`, quoted or not, with or without extras, not followed by ` @ <url or file>`.
-FROM_AN_INDEX = re.compile(r"""pip install (?:-q )?["']?dataflex-callbacks(?:\[[a-z,]+\])?["']?(?!\s*@)(?=[\s"'`),]|$)""")
+FROM_AN_INDEX = re.compile(
+    r"""pip install (?:-q )?["']?dataflex-callbacks(?:\[[a-z,]+\])?["']?(?!\s*@)(?=[\s"'`),]|$)"""
+)
 
 
 def test_no_install_line_asks_an_index_for_the_package():
-    found = [f"{path.relative_to(REPO)}: {match.group(0)}" for path in DOCUMENTS
-             for match in FROM_AN_INDEX.finditer(path.read_text(encoding="utf-8"))]
+    found = [
+        f"{path.relative_to(REPO)}: {match.group(0)}"
+        for path in DOCUMENTS
+        for match in FROM_AN_INDEX.finditer(path.read_text(encoding="utf-8"))
+    ]
     assert not found, "the package is on no index; install from a clone, a wheel or a git URL:\n" + "\n".join(found)
 
 
 def test_the_pattern_catches_an_index_install_and_lets_a_git_url_through():
     assert FROM_AN_INDEX.search('pip install "dataflex-callbacks[trl]"')
     assert FROM_AN_INDEX.search("pip install dataflex-callbacks\n")
-    assert not FROM_AN_INDEX.search('pip install "dataflex-callbacks[trl] @ git+https://github.com/o/dataflex-callbacks"')
+    assert not FROM_AN_INDEX.search(
+        'pip install "dataflex-callbacks[trl] @ git+https://github.com/o/dataflex-callbacks"'
+    )
 
 
 def test_the_readme_names_the_default_strategy_of_dataflex_run():
@@ -49,8 +60,11 @@ def run_install_cell(monkeypatch, folder, installed: bool = False) -> list[list[
     calls: list[list[str]] = []
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(subprocess, "check_call", lambda command: calls.append(command))
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: (
-        real_find_spec(name, *args) if installed or name != "dataflex_callbacks" else None))
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: real_find_spec(name, *args) if installed or name != "dataflex_callbacks" else None,
+    )
     monkeypatch.chdir(folder)
     exec(install_cell(), {"__name__": "colab_cell"})  # noqa: S102 - our own notebook's cell
     return calls

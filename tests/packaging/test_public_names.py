@@ -16,41 +16,137 @@ from dataflex_callbacks.config import REFERENCE_KEYS, from_dataflex_rl, load_con
 
 PUBLIC = {
     "dataflex_callbacks": [
-        "ArgumentError", "BatchError", "ComponentError", "ConfigError", "DataFlexError", "Decision",
-        "DomainMixingSampler", "DomainTracker", "DroppedAllWarning", "DynamicSamplingConfig", "HostError",
-        "InputError", "MixConfig", "Mixer", "ParamError", "PreSelectFilter", "RepeatedRowWarning", "RewardScaleWarning",
-        "ReweightConfig", "Reweighter", "RolloutBatch", "Scorer", "SelectConfig", "Selector", "SignalGroupBuffer",
-        "SignalGroups", "StateError", "Strategy", "StrategyConfig", "WrongHostError", "build_component",
-        "build_strategy", "list_components", "list_presets", "register", "signal_rows"],
+        "ArgumentError",
+        "BatchError",
+        "ComponentError",
+        "ConfigError",
+        "DataFlexError",
+        "Decision",
+        "DomainMixingSampler",
+        "DomainTracker",
+        "DroppedAllWarning",
+        "DynamicSamplingConfig",
+        "HostError",
+        "InputError",
+        "MixConfig",
+        "Mixer",
+        "ParamError",
+        "PreSelectFilter",
+        "RepeatedRowWarning",
+        "RewardScaleWarning",
+        "ReweightConfig",
+        "Reweighter",
+        "RolloutBatch",
+        "Scorer",
+        "SelectConfig",
+        "Selector",
+        "SignalGroupBuffer",
+        "SignalGroups",
+        "StateError",
+        "Strategy",
+        "StrategyConfig",
+        "WrongHostError",
+        "build_component",
+        "build_strategy",
+        "list_components",
+        "list_presets",
+        "register",
+        "signal_rows",
+    ],
     "dataflex_callbacks.config": [
-        "DynamicSamplingConfig", "MixConfig", "REFERENCE_KEYS", "ReweightConfig", "SelectConfig", "StrategyConfig",
-        "TOP_LEVEL_KEYS", "check_block_alone", "from_dataflex_rl", "host_options", "list_presets", "load_config",
-        "read_config"],
+        "DynamicSamplingConfig",
+        "MixConfig",
+        "REFERENCE_KEYS",
+        "ReweightConfig",
+        "SelectConfig",
+        "StrategyConfig",
+        "TOP_LEVEL_KEYS",
+        "check_block_alone",
+        "from_dataflex_rl",
+        "host_options",
+        "list_presets",
+        "load_config",
+        "read_config",
+    ],
     "dataflex_callbacks.rollout": ["Decision", "NO_DOMAIN", "RolloutBatch"],
     "dataflex_callbacks.components": [
-        "PreSelectFilter", "PromptHistory", "Reweighter", "Scorer", "Selector", "SkipPredictedFilter",
-        "SkipZeroVarianceFilter"],
+        "PreSelectFilter",
+        "PromptHistory",
+        "Reweighter",
+        "Scorer",
+        "Selector",
+        "SkipPredictedFilter",
+        "SkipZeroVarianceFilter",
+    ],
     "dataflex_callbacks.mixing": ["DomainMixing", "DomainTracker", "Mixer"],
     "dataflex_callbacks.strategy": ["Decision", "Strategy", "build_strategy"],
     "dataflex_callbacks.sampling": ["DomainMixingSampler", "SignalGroupBuffer", "SignalGroups", "signal_rows"],
     "dataflex_callbacks.host": [
-        "AGGREGATIONS", "AcceptedPrompts", "BatchFeed", "Candidates", "DEFAULT_DOMAIN_KEY", "HOST_LOSSES",
-        "HostLosses", "PromptAcceptance", "PromptSource", "ROLLOUT_FIELDS", "ROW_NORMALISED", "TENSOR_FIELDS",
-        "accept_from", "accept_prompts", "acts_before_rollout", "aggregate", "as_strategy", "batch_fields",
-        "check_aggregation", "checkpoint_state", "decide", "finish_loss", "grpo_fields", "kept_token_mask",
-        "load_state_file", "local_decision", "loss_aggregation", "micro_batch_decision", "prompt_choosing_parts",
-        "read_state_file", "removal_scale", "resolve_domain_key", "restore_strategy", "restrict_rows",
-        "set_group_size"],
+        "AGGREGATIONS",
+        "AcceptedPrompts",
+        "BatchFeed",
+        "Candidates",
+        "DEFAULT_DOMAIN_KEY",
+        "HOST_LOSSES",
+        "HostLosses",
+        "PromptAcceptance",
+        "PromptSource",
+        "ROLLOUT_FIELDS",
+        "ROW_NORMALISED",
+        "TENSOR_FIELDS",
+        "accept_from",
+        "accept_prompts",
+        "acts_before_rollout",
+        "aggregate",
+        "as_strategy",
+        "batch_fields",
+        "check_aggregation",
+        "checkpoint_state",
+        "decide",
+        "finish_loss",
+        "grpo_fields",
+        "kept_token_mask",
+        "load_state_file",
+        "local_decision",
+        "loss_aggregation",
+        "micro_batch_decision",
+        "prompt_choosing_parts",
+        "read_state_file",
+        "removal_scale",
+        "resolve_domain_key",
+        "restore_strategy",
+        "restrict_rows",
+        "set_group_size",
+    ],
     "dataflex_callbacks.testing": ["ConformanceError", "ConformanceReport", "check_component"],
     "dataflex_callbacks.integrations.trl": [
-        "DataFlexAsyncCallback", "DataFlexAsyncGRPOTrainer", "DataFlexCallback", "DataFlexGRPOTrainer",
-        "DataFlexRLOOCallback", "DataFlexRLOOTrainer", "DataFlexTrainerMixin", "SUPPORTED_LOSS_TYPES", "attach"],
+        "DataFlexAsyncCallback",
+        "DataFlexAsyncGRPOTrainer",
+        "DataFlexCallback",
+        "DataFlexGRPOTrainer",
+        "DataFlexRLOOCallback",
+        "DataFlexRLOOTrainer",
+        "DataFlexTrainerMixin",
+        "SUPPORTED_LOSS_TYPES",
+        "attach",
+    ],
     "dataflex_callbacks.integrations.lightning": [
-        "BoundStrategy", "DataFlexCallback", "LOSS_TYPES", "ShardedSampler", "build_sampler"],
+        "BoundStrategy",
+        "DataFlexCallback",
+        "LOSS_TYPES",
+        "ShardedSampler",
+        "build_sampler",
+    ],
     "dataflex_callbacks.integrations.verl": [
-        "loss_fields_from_decision", "rollout_batch_from_fields", "strategy_from_verl_config"],
+        "loss_fields_from_decision",
+        "rollout_batch_from_fields",
+        "strategy_from_verl_config",
+    ],
 }
-HOST_FRAMEWORKS = {"dataflex_callbacks.integrations.trl": "trl", "dataflex_callbacks.integrations.lightning": "lightning"}
+HOST_FRAMEWORKS = {
+    "dataflex_callbacks.integrations.trl": "trl",
+    "dataflex_callbacks.integrations.lightning": "lightning",
+}
 
 
 def _module(name: str):
@@ -75,13 +171,27 @@ DATAFLEX_RL_KEYS = {"mechanism", "scorer", "actuator", "warmup_step", "update_st
 
 # README.md's three examples (reweight, select, mix), each a `dataflex:` block of a verl config.
 DATAFLEX_RL_BLOCKS = [
-    {"mechanism": "reweight", "scorer": {"name": "advantage_magnitude", "params": {"agg": "mean"}},
-     "actuator": {"name": "softmax", "params": {"temperature": 1.0}}, "warmup_step": 0},
-    {"mechanism": "select", "scorer": {"name": "group_solve_rate", "params": {"success_threshold": 0.5}},
-     "actuator": {"name": "threshold_band", "params": {"low": 0.0, "high": 1.0}}},
-    {"mechanism": "mix", "domains": ["gsm8k_short", "gsm8k_long"], "domain_key": "domain",
-     "scorer": {"name": "reward_difficulty"}, "actuator": {"name": "reward_gap", "params": {"temperature": 1.0, "floor": 0.05}},
-     "warmup_step": 5, "update_step": 5, "window": 50},
+    {
+        "mechanism": "reweight",
+        "scorer": {"name": "advantage_magnitude", "params": {"agg": "mean"}},
+        "actuator": {"name": "softmax", "params": {"temperature": 1.0}},
+        "warmup_step": 0,
+    },
+    {
+        "mechanism": "select",
+        "scorer": {"name": "group_solve_rate", "params": {"success_threshold": 0.5}},
+        "actuator": {"name": "threshold_band", "params": {"low": 0.0, "high": 1.0}},
+    },
+    {
+        "mechanism": "mix",
+        "domains": ["gsm8k_short", "gsm8k_long"],
+        "domain_key": "domain",
+        "scorer": {"name": "reward_difficulty"},
+        "actuator": {"name": "reward_gap", "params": {"temperature": 1.0, "floor": 0.05}},
+        "warmup_step": 5,
+        "update_step": 5,
+        "window": 50,
+    },
 ]
 
 # Registered names with DataFlex-RL's parameters: src/dataflex_verl/configs/components.yaml, scorers.py,
@@ -119,8 +229,9 @@ def test_a_dataflex_rl_block_builds_under_its_dataflex_key(block):
     assert getattr(strategy, {"select": "select", "reweight": "reweight", "mix": "mixing"}[block["mechanism"]])
 
 
-@pytest.mark.parametrize("kind, name, params", DATAFLEX_RL_COMPONENTS,
-                         ids=[f"{kind}-{name}" for kind, name, _ in DATAFLEX_RL_COMPONENTS])
+@pytest.mark.parametrize(
+    "kind, name, params", DATAFLEX_RL_COMPONENTS, ids=[f"{kind}-{name}" for kind, name, _ in DATAFLEX_RL_COMPONENTS]
+)
 def test_a_dataflex_rl_component_builds_with_its_parameters(kind, name, params):
     assert name in list_components(kind, include_aliases=True)
     build_component(kind, name, **params)
@@ -142,11 +253,23 @@ def test_the_dataflex_rl_mix_trainer_mode_is_registered():
 # ------------------------------------------------------------ no pre-release name left
 
 OLD_CLASS_NAMES = {  # module -> class names it had before the naming rule (docs/architecture.md)
-    "dataflex_callbacks.components.selectors": ["ThresholdBand", "TopkFraction", "GFPOFilter", "GroupFilter",
-                                                "MaxVariance", "EntropyTopTokens"],
-    "dataflex_callbacks.components.reweighters": ["SoftmaxWeights", "DifficultyBand", "RewardRange",
-                                                  "AdvantageReweight", "StalenessDiscount", "PERAdvantage",
-                                                  "PrioritizedAdvantage"],
+    "dataflex_callbacks.components.selectors": [
+        "ThresholdBand",
+        "TopkFraction",
+        "GFPOFilter",
+        "GroupFilter",
+        "MaxVariance",
+        "EntropyTopTokens",
+    ],
+    "dataflex_callbacks.components.reweighters": [
+        "SoftmaxWeights",
+        "DifficultyBand",
+        "RewardRange",
+        "AdvantageReweight",
+        "StalenessDiscount",
+        "PERAdvantage",
+        "PrioritizedAdvantage",
+    ],
     "dataflex_callbacks.mixing.mixers": ["DumpUcbMixer", "TsclMixer"],
     "dataflex_callbacks.components.pre_select": ["SkipZeroVariance", "SkipPredictedNoSignal"],
     "dataflex_callbacks.components": ["SkipZeroVariance", "SkipPredictedNoSignal"],
@@ -211,4 +334,3 @@ def test_the_trl_adapter_takes_no_domain_column():
         assert "domain_column" not in inspect.signature(function).parameters, function.__qualname__
     assert not hasattr(callback, "renamed_option")
     assert not hasattr(DataFlexCallback, "history") and not hasattr(DataFlexCallback, "domain_column")
-

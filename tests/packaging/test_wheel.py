@@ -53,12 +53,30 @@ def test_wheel_installs_and_imports_outside_the_repo(tmp_path):
     dist = tmp_path / "dist"
     # setuptools writes build/ and *.egg-info next to the sources: build from a copy, not the repo.
     source = tmp_path / "source"
-    shutil.copytree(REPO, source, ignore=shutil.ignore_patterns(
-        ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "runs", ".hypothesis", "tests", "examples", "benchmarks"))
+    shutil.copytree(
+        REPO,
+        source,
+        ignore=shutil.ignore_patterns(
+            ".git",
+            ".venv*",
+            "build",
+            "dist",
+            "*.egg-info",
+            "__pycache__",
+            "runs",
+            ".hypothesis",
+            "tests",
+            "examples",
+            "benchmarks",
+        ),
+    )
     env = dict(os.environ, PIP_NO_INPUT="1", PIP_DISABLE_PIP_VERSION_CHECK="1")
     isolation = ["--no-build-isolation"] if can_build_without_isolation() else []
-    run([sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", str(dist), str(source)],
-        env=env, cwd=tmp_path)
+    run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", *isolation, "-w", str(dist), str(source)],
+        env=env,
+        cwd=tmp_path,
+    )
     wheels = list(dist.glob("dataflex_callbacks-*.whl"))
     assert len(wheels) == 1, list(dist.iterdir())
 
@@ -69,7 +87,10 @@ def test_wheel_installs_and_imports_outside_the_repo(tmp_path):
     # Appended after the venv's own site-packages: the installed wheel wins over anything outside.
     Path(inner_site, "outer_environment.pth").write_text("\n".join(outer_site_packages()) + "\n")
     # The venv has no pip of its own: the outer pip installs into it with --python.
-    run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheels[0])], env=env)
+    run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "--no-index", str(wheels[0])],
+        env=env,
+    )
 
     outside = tmp_path / "elsewhere"
     outside.mkdir()

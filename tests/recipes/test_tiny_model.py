@@ -16,8 +16,9 @@ def test_tokenizer_round_trips_characters():
     assert tokenizer.decode(ids) == text
     assert tokenizer.pad_token_id != tokenizer.eos_token_id
     assert tokenizer.padding_side == "left"
-    rendered = tokenizer.apply_chat_template([{"role": "user", "content": "echo 1"}], tokenize=False,
-                                             add_generation_prompt=True)
+    rendered = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "echo 1"}], tokenize=False, add_generation_prompt=True
+    )
     assert rendered == "echo 1"
 
 

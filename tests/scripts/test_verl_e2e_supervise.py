@@ -27,8 +27,12 @@ ENGINE_ERROR_LINES = (
 
 def supervise(script: str, grace: float = GRACE_S, timeout: float = 60):
     started = time.monotonic()
-    done = subprocess.run([sys.executable, str(SUPERVISE), "--grace", str(grace), "--", "bash", "-c", script],
-                          capture_output=True, text=True, timeout=timeout)
+    done = subprocess.run(
+        [sys.executable, str(SUPERVISE), "--grace", str(grace), "--", "bash", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
     return done, time.monotonic() - started
 
 

@@ -43,8 +43,9 @@ def check_loss_type(loss_type: str) -> str:
     return HOST_LOSSES["lightning"].aggregation(loss_type)
 
 
-def loss_sum_and_count(per_token_loss: torch.Tensor, decision: Decision, mask: torch.Tensor, loss_type: str,
-                       max_length: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+def loss_sum_and_count(
+    per_token_loss: torch.Tensor, decision: Decision, mask: torch.Tensor, loss_type: str, max_length: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Numerator and normaliser of the selected, reweighted loss: ``loss = total / count``.
 
     They are returned separately so that a distributed run can sum ``count`` over ranks first.
@@ -61,5 +62,6 @@ def loss_sum_and_count(per_token_loss: torch.Tensor, decision: Decision, mask: t
         without gradient (kept tokens, kept responses, or kept responses times ``max_length``).
     """
     kind = check_loss_type(loss_type)
-    return aggregate(per_token_loss, kept_token_mask(decision, mask), kind, weights=decision.weights,
-                     max_length=max_length)
+    return aggregate(
+        per_token_loss, kept_token_mask(decision, mask), kind, weights=decision.weights, max_length=max_length
+    )

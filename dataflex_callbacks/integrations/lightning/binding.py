@@ -61,8 +61,10 @@ class BoundStrategy:
             )
         trainer = self._callback.trainer
         if not trainer.training:
-            raise DataFlexError("dataflex.loss / dataflex.decide feed the strategy's statistics and belong in "
-                                "training_step; compute validation losses without them")
+            raise DataFlexError(
+                "dataflex.loss / dataflex.decide feed the strategy's statistics and belong in "
+                "training_step; compute validation losses without them"
+            )
         return trainer
 
     @property
@@ -95,18 +97,21 @@ class BoundStrategy:
         strategy.check_host(batch_fields(batch), host="the RolloutBatch given to dataflex")
         if strategy.config.dynamic_sampling is not None and strategy.signal_buffer is None and not self._warned_dynamic:
             self._warned_dynamic = True
-            warnings.warn("dataflex: the strategy has a dynamic_sampling part, but no SignalGroupBuffer drives it, so "
-                          "every generated group trains as usual (only select/reweight/mix apply); build "
-                          "SignalGroupBuffer(self.dataflex.strategy) in training_step and train on its take() "
-                          "(docs/dynamic_sampling.md), or remove the part", stacklevel=user_stacklevel())
-        detached = batch.replace(**{name: getattr(batch, name).detach() for name in TENSOR_FIELDS
-                                    if getattr(batch, name) is not None})
+            warnings.warn(
+                "dataflex: the strategy has a dynamic_sampling part, but no SignalGroupBuffer drives it, so "
+                "every generated group trains as usual (only select/reweight/mix apply); build "
+                "SignalGroupBuffer(self.dataflex.strategy) in training_step and train on its take() "
+                "(docs/dynamic_sampling.md), or remove the part",
+                stacklevel=user_stacklevel(),
+            )
+        detached = batch.replace(
+            **{name: getattr(batch, name).detach() for name in TENSOR_FIELDS if getattr(batch, name) is not None}
+        )
         everyone, rows = gather_rollouts(detached)
         if strategy.pre_select is not None:
             self._prepare_pre_select(strategy.pre_select, everyone)
         # The gathered batch is the same on every rank; only rank 0 says when a step keeps nothing.
-        decision = local_decision(decide(strategy, everyone, step, warn=trainer.is_global_zero), rows,
-                                  batch.num_tokens)
+        decision = local_decision(decide(strategy, everyone, step, warn=trainer.is_global_zero), rows, batch.num_tokens)
         self._callback._record(decision, everyone, detached)
         self._last = (step, batch, decision)
         return decision
@@ -124,9 +129,16 @@ class BoundStrategy:
             groups = int(torch.unique(everyone.group_ids).numel())
             set_group_size(pre_select, max(1, round(everyone.n / groups)))
 
-    def loss(self, per_token_loss: torch.Tensor, batch: RolloutBatch, *, loss_type: str = "token_mean",
-             decision: Decision | None = None, mask: torch.Tensor | None = None,
-             max_length: int | None = None) -> torch.Tensor:
+    def loss(
+        self,
+        per_token_loss: torch.Tensor,
+        batch: RolloutBatch,
+        *,
+        loss_type: str = "token_mean",
+        decision: Decision | None = None,
+        mask: torch.Tensor | None = None,
+        max_length: int | None = None,
+    ) -> torch.Tensor:
         """The selected, reweighted scalar loss of this step: dropped responses leave it and its normaliser.
 
         Args:
@@ -150,8 +162,9 @@ class BoundStrategy:
             mask = batch.valid_mask
         if mask is None:
             mask = torch.ones(per_token_loss.shape, dtype=torch.bool, device=per_token_loss.device)
-        total, count = loss_sum_and_count(per_token_loss, decision, mask.to(per_token_loss.device).bool(), loss_type,
-                                          max_length=max_length)
+        total, count = loss_sum_and_count(
+            per_token_loss, decision, mask.to(per_token_loss.device).bool(), loss_type, max_length=max_length
+        )
         world, _ = distributed_world()
         if world > 1:
             count = count.detach().clone()
@@ -174,4 +187,3 @@ class BoundStrategy:
         if self._callback is None or self._callback.trainer is None:
             self._trainer()
         return self._callback.build_sampler(dataset, batch_size=batch_size, seed=seed, **options)
-

@@ -50,8 +50,15 @@ class DataFlexCallback(pl.Callback):
             (default). ``strict=False`` restores only the mixing and pre-rollout state.
     """
 
-    def __init__(self, strategy: Any = "baseline", *, sampler: DomainMixingSampler | None = None,
-                 attribute: str = "dataflex", log_prefix: str = "dataflex/", strict: bool = True):
+    def __init__(
+        self,
+        strategy: Any = "baseline",
+        *,
+        sampler: DomainMixingSampler | None = None,
+        attribute: str = "dataflex",
+        log_prefix: str = "dataflex/",
+        strict: bool = True,
+    ):
         self.strategy: Strategy = as_strategy(strategy)
         self.strict = strict
         self.attribute = attribute
@@ -77,8 +84,10 @@ class DataFlexCallback(pl.Callback):
             handle = BoundStrategy()
             setattr(pl_module, self.attribute, handle)
         elif not isinstance(handle, BoundStrategy):
-            raise ConfigError(f"{type(pl_module).__name__}.{self.attribute} is already a {type(handle).__name__}; "
-                              f"rename it, or pass DataFlexCallback(attribute='...') to attach the strategy elsewhere")
+            raise ConfigError(
+                f"{type(pl_module).__name__}.{self.attribute} is already a {type(handle).__name__}; "
+                f"rename it, or pass DataFlexCallback(attribute='...') to attach the strategy elsewhere"
+            )
         self.trainer = trainer
         handle._bind(self)
 
@@ -101,18 +110,29 @@ class DataFlexCallback(pl.Callback):
     def build_sampler(self, dataset: Any, *, batch_size: int, seed: int = 0, **options: Any) -> DomainMixingSampler:
         """The prompt sampler of this run (see the module-level `build_sampler`); call it during ``fit``."""
         if self.trainer is None:
-            raise ConfigError("the prompt sampler is built during fit, in train_dataloader(); call "
-                              "self.dataflex.sampler(...) there (or build_sampler(self.trainer, ...) in a LightningDataModule)")
-        sampler = make_sampler(self.strategy, dataset, batch_size=batch_size, seed=seed,
-                               world_size=self.trainer.world_size, rank=self.trainer.global_rank, options=options)
+            raise ConfigError(
+                "the prompt sampler is built during fit, in train_dataloader(); call "
+                "self.dataflex.sampler(...) there (or build_sampler(self.trainer, ...) in a LightningDataModule)"
+            )
+        sampler = make_sampler(
+            self.strategy,
+            dataset,
+            batch_size=batch_size,
+            seed=seed,
+            world_size=self.trainer.world_size,
+            rank=self.trainer.global_rank,
+            options=options,
+        )
         self.register_sampler(sampler)
         return sampler
 
     def register_sampler(self, sampler: DomainMixingSampler) -> None:
         """Make ``sampler`` the one this callback checks, saves and restores (`build_sampler` calls this)."""
         if self.strategy.mix_enabled and sampler.strategy is not self.strategy:
-            raise ConfigError("DataFlexCallback(sampler=...) must follow the callback's strategy: build it with "
-                              "DomainMixingSampler(..., strategy=callback.strategy), or use self.dataflex.sampler(...)")
+            raise ConfigError(
+                "DataFlexCallback(sampler=...) must follow the callback's strategy: build it with "
+                "DomainMixingSampler(..., strategy=callback.strategy), or use self.dataflex.sampler(...)"
+            )
         if self._pending_sampler_state is not None:
             sampler.load_state_dict(self._pending_sampler_state)
             self._pending_sampler_state = None
@@ -128,8 +148,10 @@ class DataFlexCallback(pl.Callback):
             words = {"mix": "mixes domains", "pre_select": "skips prompts before generation"}
             acts = [words[part] for part in prompt_choosing_parts(self.strategy)]
             if acts:
-                raise ConfigError(f"dataflex: strategy {self.strategy.name!r} {' and '.join(acts)}, which acts through "
-                                  f"the prompt sampler, but the train dataloader has none; {FIX}")
+                raise ConfigError(
+                    f"dataflex: strategy {self.strategy.name!r} {' and '.join(acts)}, which acts through "
+                    f"the prompt sampler, but the train dataloader has none; {FIX}"
+                )
             if trainer.is_global_zero:
                 print(self.strategy.summary_line(None), flush=True)  # domains arrive with the module's batches
             return
@@ -137,9 +159,11 @@ class DataFlexCallback(pl.Callback):
         check_mixing_sampler(sampler, loader.batch_size, self.strategy, trainer.world_size)
         if sampler is not self.sampler:
             if self._pending_sampler_state is not None:
-                raise ConfigError("the checkpoint holds DomainMixingSampler state, but the sampler in the dataloader was "
-                                  "built outside the callback, after it could be restored; build it with "
-                                  "self.dataflex.sampler(...) in train_dataloader() or pass it to DataFlexCallback(sampler=...)")
+                raise ConfigError(
+                    "the checkpoint holds DomainMixingSampler state, but the sampler in the dataloader was "
+                    "built outside the callback, after it could be restored; build it with "
+                    "self.dataflex.sampler(...) in train_dataloader() or pass it to DataFlexCallback(sampler=...)"
+                )
             self.sampler = sampler
         if trainer.is_global_zero:
             print(self.strategy.summary_line(sampler.domains, sampler.domain_key), flush=True)
@@ -152,12 +176,15 @@ class DataFlexCallback(pl.Callback):
             # round trip at a full position closes the epoch: the next iterator starts a fresh one.
             self.sampler.load_state_dict(self.sampler.state_dict())
 
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         self.batches_this_epoch += 1
         self._step_at_batch_start = trainer.global_step
 
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any,
-                           batch_idx: int) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         # Log once per optimizer step: with gradient accumulation (automatic, or manual optimisation
         # stepping every k batches) the micro-batches in between are aggregated, not overwritten.
         if trainer.global_step == self._step_at_batch_start:
@@ -166,16 +193,29 @@ class DataFlexCallback(pl.Callback):
             values, responses = self._step_metrics.flush()
             for name, value in values.items():
                 # Decisions are made on the gathered batch, so every rank logs the same values: no sync needed.
-                pl_module.log(self.log_prefix + name, value, on_step=True, on_epoch=True, batch_size=max(responses, 1),
-                              sync_dist=False, reduce_fx="max" if name in COUNTERS else "mean")
+                pl_module.log(
+                    self.log_prefix + name,
+                    value,
+                    on_step=True,
+                    on_epoch=True,
+                    batch_size=max(responses, 1),
+                    sync_dist=False,
+                    reduce_fx="max" if name in COUNTERS else "mean",
+                )
         stats = self.domain_stats
         if stats is not None and stats.update_called:
             # A collective under DDP: every rank fed the same micro-batches, so every rank gets here at this step.
             values = stats.compute()
             stats.reset()
             for group, batch_size, reduce_fx in domain_log_groups(values, stats.domains):
-                pl_module.log_dict({self.log_prefix + name: value for name, value in group.items()}, on_step=True,
-                                   on_epoch=True, batch_size=batch_size, sync_dist=False, reduce_fx=reduce_fx)
+                pl_module.log_dict(
+                    {self.log_prefix + name: value for name, value in group.items()},
+                    on_step=True,
+                    on_epoch=True,
+                    batch_size=batch_size,
+                    sync_dist=False,
+                    reduce_fx=reduce_fx,
+                )
 
     def _record(self, decision: Decision, everyone: RolloutBatch, local: RolloutBatch) -> None:
         """Feed one micro-batch: the strategy's metrics of the gathered batch, and this rank's rows by domain.
@@ -211,13 +251,20 @@ class DataFlexCallback(pl.Callback):
             sampler_state = self.sampler.state_dict()
             # A prefetching fetcher (unsized loaders) has drawn one batch more than was trained on;
             # the resumed run must see that batch again.
-            sampler_state["position"] = min(sampler_state["position"], self.batches_this_epoch * self.sampler.batch_size)
+            sampler_state["position"] = min(
+                sampler_state["position"], self.batches_this_epoch * self.sampler.batch_size
+            )
         return checkpoint_state(self.strategy, sampler=sampler_state, batches_this_epoch=self.batches_this_epoch)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        restore_strategy(self.strategy, state_dict, source="the Lightning checkpoint's DataFlexCallback state",
-                         strict=self.strict, strict_setting="DataFlexCallback(..., strict=False)",
-                         writer="DataFlexCallback")
+        restore_strategy(
+            self.strategy,
+            state_dict,
+            source="the Lightning checkpoint's DataFlexCallback state",
+            strict=self.strict,
+            strict_setting="DataFlexCallback(..., strict=False)",
+            writer="DataFlexCallback",
+        )
         self.batches_this_epoch = int(state_dict.get("batches_this_epoch", 0))
         sampler_state = state_dict.get("sampler")
         if sampler_state is None:
@@ -230,15 +277,18 @@ class DataFlexCallback(pl.Callback):
 
 def dataflex_callback(trainer: pl.Trainer) -> DataFlexCallback:
     """The one `DataFlexCallback` of ``trainer`` (raises naming the fix when there is none, or several)."""
-    found = [callback for callback in getattr(trainer, "callbacks", None) or [] if isinstance(callback, DataFlexCallback)]
+    found = [
+        callback for callback in getattr(trainer, "callbacks", None) or [] if isinstance(callback, DataFlexCallback)
+    ]
     if len(found) != 1:
         problem = "has no DataFlexCallback" if not found else f"has {len(found)} DataFlexCallbacks"
         raise ConfigError(f"the Trainer {problem}; pass exactly one: Trainer(callbacks=[DataFlexCallback('skip')])")
     return found[0]
 
 
-def build_sampler(trainer: pl.Trainer, dataset: Any, *, batch_size: int, seed: int = 0,
-                  **options: Any) -> DomainMixingSampler:
+def build_sampler(
+    trainer: pl.Trainer, dataset: Any, *, batch_size: int, seed: int = 0, **options: Any
+) -> DomainMixingSampler:
     """The run's prompt sampler, for a ``LightningDataModule.train_dataloader`` (see `sampling`).
 
     ``sampler = build_sampler(self.trainer, dataset, batch_size=B)``, then

@@ -44,7 +44,9 @@ def _layout(batch: RolloutBatch) -> list[int]:
     """What this rank holds, as integers every rank can compare: N, L, and one flag per field."""
     advantage_dims = 0 if batch.advantages is None else batch.advantages.dim()
     # One flag per field after rewards, in ROLLOUT_FIELDS order (advantages: its number of dims).
-    flags = [advantage_dims if name == "advantages" else getattr(batch, name) is not None for name in ROLLOUT_FIELDS[1:]]
+    flags = [
+        advantage_dims if name == "advantages" else getattr(batch, name) is not None for name in ROLLOUT_FIELDS[1:]
+    ]
     return [batch.n, batch.num_tokens or 0] + [int(f) for f in flags]
 
 
@@ -82,7 +84,9 @@ def gather_rollouts(batch: RolloutBatch) -> tuple[RolloutBatch, slice]:
         fields["completion_mask"] = gather(batch.valid_mask)
     if batch.group_ids is not None:
         ids = gather(batch.group_ids)
-        origin = torch.cat([torch.full((n,), r, dtype=torch.int64, device=ids.device) for r, (n, _) in enumerate(sizes)])
+        origin = torch.cat(
+            [torch.full((n,), r, dtype=torch.int64, device=ids.device) for r, (n, _) in enumerate(sizes)]
+        )
         fields["group_ids"] = torch.unique(torch.stack([origin, ids.to(torch.int64)]), dim=1, return_inverse=True)[1]
     for name in ("domains", "prompt_keys"):
         value = getattr(batch, name)

@@ -10,8 +10,10 @@ from torch.utils.data.distributed import DistributedSampler
 
 from dataflex_callbacks import ConfigError, DomainMixingSampler, Strategy
 
-FIX = ("build it in train_dataloader() with self.dataflex.sampler(dataset, batch_size=B) (in a LightningDataModule: "
-       "build_sampler(self.trainer, dataset, batch_size=B)) and pass it to DataLoader(dataset, batch_size=B, sampler=...)")
+FIX = (
+    "build it in train_dataloader() with self.dataflex.sampler(dataset, batch_size=B) (in a LightningDataModule: "
+    "build_sampler(self.trainer, dataset, batch_size=B)) and pass it to DataLoader(dataset, batch_size=B, sampler=...)"
+)
 
 
 def _dataloaders(loaders: Any) -> Iterator[DataLoader]:
@@ -54,8 +56,10 @@ def check_distributed_data(loaders: Any, world_size: int) -> None:
                 "Remove use_distributed_sampler=False (Lightning then shards it), or " + FIX
             )
         if not (hasattr(sampler, "num_replicas") and hasattr(sampler, "rank")):
-            rank_zero_warn(f"dataflex: the train sampler {type(sampler).__name__} has no num_replicas / rank; if it "
-                           f"does not shard by rank, all {world_size} ranks train on the same prompts")
+            rank_zero_warn(
+                f"dataflex: the train sampler {type(sampler).__name__} has no num_replicas / rank; if it "
+                f"does not shard by rank, all {world_size} ranks train on the same prompts"
+            )
 
 
 def find_mixing_sampler(loaders: Any) -> tuple[DomainMixingSampler, DataLoader] | None:
@@ -80,8 +84,9 @@ def find_mixing_sampler(loaders: Any) -> tuple[DomainMixingSampler, DataLoader] 
     return None
 
 
-def check_mixing_sampler(sampler: DomainMixingSampler, loader_batch_size: int | None, strategy: Strategy,
-                         world_size: int) -> None:
+def check_mixing_sampler(
+    sampler: DomainMixingSampler, loader_batch_size: int | None, strategy: Strategy, world_size: int
+) -> None:
     """Raise `ConfigError` naming the fix when ``sampler`` cannot serve a Lightning run of ``world_size`` ranks."""
     if world_size > 1 and sampler.layout != "shard":
         raise ConfigError(
@@ -89,14 +94,22 @@ def check_mixing_sampler(sampler: DomainMixingSampler, loader_batch_size: int | 
             f"under DDP use layout='shard': {FIX}"
         )
     if sampler.layout == "shard" and sampler.num_replicas != world_size:
-        raise ConfigError(f"DomainMixingSampler shards for num_replicas={sampler.num_replicas} but the Trainer runs "
-                          f"{world_size} rank(s); {FIX}")
+        raise ConfigError(
+            f"DomainMixingSampler shards for num_replicas={sampler.num_replicas} but the Trainer runs "
+            f"{world_size} rank(s); {FIX}"
+        )
     if sampler.resume != "continue":
-        raise ConfigError(f"DomainMixingSampler(resume={sampler.resume!r}): a resumed Lightning run expects the stream "
-                          f"to continue where it stopped, use resume='continue'; {FIX}")
+        raise ConfigError(
+            f"DomainMixingSampler(resume={sampler.resume!r}): a resumed Lightning run expects the stream "
+            f"to continue where it stopped, use resume='continue'; {FIX}"
+        )
     if loader_batch_size != sampler.batch_size:
-        raise ConfigError(f"the DataLoader's batch_size={loader_batch_size} differs from the sampler's "
-                          f"batch_size={sampler.batch_size}; one sampler chunk must be one training batch ({FIX})")
+        raise ConfigError(
+            f"the DataLoader's batch_size={loader_batch_size} differs from the sampler's "
+            f"batch_size={sampler.batch_size}; one sampler chunk must be one training batch ({FIX})"
+        )
     if strategy.mix_enabled and sampler.strategy is not strategy:
-        raise ConfigError("the DomainMixingSampler follows a different strategy (or none) than the DataFlexCallback, "
-                          f"so the callback's mixer would not steer it; {FIX}")
+        raise ConfigError(
+            "the DomainMixingSampler follows a different strategy (or none) than the DataFlexCallback, "
+            f"so the callback's mixer would not steer it; {FIX}"
+        )

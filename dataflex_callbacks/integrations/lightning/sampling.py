@@ -1,4 +1,5 @@
-"""The prompt sampler of a Lightning run, built from a LightningModule, a LightningDataModule or any code holding the trainer.
+"""The prompt sampler of a Lightning run, built from a LightningModule, a LightningDataModule
+or any code holding the trainer.
 
 ``self.dataflex.sampler(dataset, batch_size=B)`` in a module and ``build_sampler(self.trainer,
 dataset, batch_size=B)`` in a data module build the same thing: a `DomainMixingSampler` that
@@ -38,8 +39,16 @@ class ShardedSampler(DomainMixingSampler, DistributedSampler):
     drop_last = True  # an epoch is whole global chunks
 
 
-def make_sampler(strategy: Strategy, dataset: Any, *, batch_size: int, seed: int, world_size: int, rank: int,
-                 options: Mapping[str, Any]) -> ShardedSampler:
+def make_sampler(
+    strategy: Strategy,
+    dataset: Any,
+    *,
+    batch_size: int,
+    seed: int,
+    world_size: int,
+    rank: int,
+    options: Mapping[str, Any],
+) -> ShardedSampler:
     """A `ShardedSampler` for ``strategy`` on rank ``rank`` of ``world_size`` (the body of `callback.build_sampler`).
 
     Without a mix part (and without ``proportions``) `DomainMixingSampler` draws all rows as one
@@ -48,28 +57,42 @@ def make_sampler(strategy: Strategy, dataset: Any, *, batch_size: int, seed: int
     options = dict(options)
     fixed = sorted(set(options) & set(SAMPLER_FIXED))
     if fixed:
-        raise ConfigError(f"the Lightning sampler sets {', '.join(fixed)} itself; remove them, or build a "
-                          "DomainMixingSampler(layout='shard', resume='continue', ...) and pass it to "
-                          "DataFlexCallback(sampler=...)")
+        raise ConfigError(
+            f"the Lightning sampler sets {', '.join(fixed)} itself; remove them, or build a "
+            "DomainMixingSampler(layout='shard', resume='continue', ...) and pass it to "
+            "DataFlexCallback(sampler=...)"
+        )
     options["domain_key"], _ = resolve_domain_key(strategy, options.get("domain_key"), argument="domain_key")
     try:
-        return ShardedSampler(dataset, batch_size=batch_size, seed=seed, layout="shard", num_replicas=world_size,
-                              rank=rank, strategy=strategy, resume="continue", **options)
+        return ShardedSampler(
+            dataset,
+            batch_size=batch_size,
+            seed=seed,
+            layout="shard",
+            num_replicas=world_size,
+            rank=rank,
+            strategy=strategy,
+            resume="continue",
+            **options,
+        )
     except ConfigError as error:
         if getattr(error, "prompts_needed", None) is None:
             raise
-        raise ConfigError(too_few_prompts_message(error.prompts_available, batch_size, world_size,
-                                                  options.get("num_samples"))) from error
+        raise ConfigError(
+            too_few_prompts_message(error.prompts_available, batch_size, world_size, options.get("num_samples"))
+        ) from error
 
 
 def too_few_prompts_message(available: int, batch_size: int, world_size: int, num_samples: int | None = None) -> str:
     """One line in the Lightning user's settings: the prompts to draw from against the prompts one step needs."""
     source = f"num_samples={num_samples}" if num_samples is not None else "the dataset"
-    return (f"dataflex: {source} gives {available} prompt(s) to draw from, but one training step draws "
-            f"batch_size={batch_size} distinct prompts on each of the Trainer's {world_size} process(es) (its "
-            f"world_size: devices x num_nodes), {batch_size * world_size} in all, so the run would train nothing; add "
-            "prompts, or lower the batch_size given to self.dataflex.sampler(...) / build_sampler(...) (and the "
-            "DataLoader's)")
+    return (
+        f"dataflex: {source} gives {available} prompt(s) to draw from, but one training step draws "
+        f"batch_size={batch_size} distinct prompts on each of the Trainer's {world_size} process(es) (its "
+        f"world_size: devices x num_nodes), {batch_size * world_size} in all, so the run would train nothing; add "
+        "prompts, or lower the batch_size given to self.dataflex.sampler(...) / build_sampler(...) (and the "
+        "DataLoader's)"
+    )
 
 
 # ------------------------------------------------------------ prompt keys

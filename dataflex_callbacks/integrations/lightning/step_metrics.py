@@ -91,8 +91,9 @@ class StepMetrics:
         return values, responses
 
 
-def cover_domains(stats: DomainRewardStats | None, labels: Sequence[str],
-                  device: torch.device | str = "cpu") -> DomainRewardStats:
+def cover_domains(
+    stats: DomainRewardStats | None, labels: Sequence[str], device: torch.device | str = "cpu"
+) -> DomainRewardStats:
     """``stats`` extended by the labels it lacks (in first-seen order), with the sums it holds carried over.
 
     Under DDP every rank passes the same labels (those of the gathered batch), so every rank's
@@ -119,8 +120,9 @@ def domain_log_groups(values: Mapping[str, float], domains: Sequence[str]) -> li
     groups = []
     for domain in domains:
         responses = int(round(values.get(f"responses/{domain}", 0.0)))
-        shares = {f"{name}/{domain}": values[f"{name}/{domain}"] for name in DOMAIN_SHARES
-                  if f"{name}/{domain}" in values}
+        shares = {
+            f"{name}/{domain}": values[f"{name}/{domain}"] for name in DOMAIN_SHARES if f"{name}/{domain}" in values
+        }
         if shares:
             groups.append((shares, max(responses, 1), "mean"))
         groups.append(({f"{name}/{domain}": values[f"{name}/{domain}"] for name in DOMAIN_COUNTS}, 1, "sum"))

@@ -20,8 +20,17 @@ from .loss_scaling import SUPPORTED_LOSS_TYPES
 from .rloo import DataFlexRLOOCallback, DataFlexRLOOTrainer
 from .trainer import DataFlexGRPOTrainer, DataFlexTrainerMixin
 
-__all__ = ["DataFlexAsyncCallback", "DataFlexAsyncGRPOTrainer", "DataFlexCallback", "DataFlexGRPOTrainer", "DataFlexRLOOCallback", "DataFlexRLOOTrainer",
-           "DataFlexTrainerMixin", "SUPPORTED_LOSS_TYPES", "attach"]
+__all__ = [
+    "DataFlexAsyncCallback",
+    "DataFlexAsyncGRPOTrainer",
+    "DataFlexCallback",
+    "DataFlexGRPOTrainer",
+    "DataFlexRLOOCallback",
+    "DataFlexRLOOTrainer",
+    "DataFlexTrainerMixin",
+    "SUPPORTED_LOSS_TYPES",
+    "attach",
+]
 
 
 def __getattr__(name: str):

@@ -78,11 +78,14 @@ def check_async_strategy(strategy) -> None:
         if part.token_level:
             raise ConfigError(
                 f"dataflex: {part.kind}: {kind} {part.actuator.name!r} works on tokens, but {host} packs one "
-                f"advantage per sample into its loss; use a response-level {part.kind} part under the async trainer")
+                f"advantage per sample into its loss; use a response-level {part.kind} part under the async trainer"
+            )
         if part.needs_policy:
             raise ConfigError(
                 f"dataflex: {part.kind}: scorer {part.scorer.name!r} reads the current policy's log-probs or entropies "
-                f"inside the loss, which {host} does not expose; use a scorer of rollout signals under the async trainer")
+                f"inside the loss, which {host} does not expose; "
+                "use a scorer of rollout signals under the async trainer"
+            )
 
 
 class _QueueArrivals:
@@ -105,7 +108,8 @@ class _QueueArrivals:
 
 
 class ConsumedSamples(torch.utils.data.IterableDataset):
-    """The stage between TRL's ``RolloutQueueDataset`` and its batcher: decide on whole groups, pass the kept samples on."""
+    """The stage between TRL's ``RolloutQueueDataset`` and its batcher:
+    decide on whole groups, pass the kept samples on."""
 
     def __init__(self, source, callback: "DataFlexAsyncCallback"):
         self.source = source
@@ -160,10 +164,14 @@ class DataFlexAsyncCallback(TrainerCallback):
     def bind(self, trainer) -> None:
         """Check the trainer against the strategy, install the queue view and (for mix / pre_select) the prompt feed."""
         if not is_async_trainer(trainer):
-            raise WrongHostError(f"dataflex: {type(self).__name__} works with TRL's AsyncGRPOTrainer; got "
-                                 f"{type(trainer).__name__}. attach(trainer, strategy) picks the callback for each TRL trainer.")
+            raise WrongHostError(
+                f"dataflex: {type(self).__name__} works with TRL's AsyncGRPOTrainer; got "
+                f"{type(trainer).__name__}. attach(trainer, strategy) picks the callback for each TRL trainer."
+            )
         if self.trainer is not None and self.trainer is not trainer:
-            raise HostError(f"dataflex: this {type(self).__name__} is already attached to another trainer; create a new one.")
+            raise HostError(
+                f"dataflex: this {type(self).__name__} is already attached to another trainer; create a new one."
+            )
         dataset = trainer.train_dataset
         columns = list(getattr(dataset, "column_names", None) or [])
         self.domain_key, _ = resolve_domain_key(self.strategy, self.domain_key)
@@ -172,20 +180,25 @@ class DataFlexAsyncCallback(TrainerCallback):
         names = [getattr(f, "__name__", type(f).__name__) for f in getattr(trainer.rollout_worker, "reward_funcs", [])]
         selection_reward = self.options.selection_reward
         if selection_reward is not None and names and selection_reward not in names:
-            raise ConfigError(f"dataflex: selection_reward={selection_reward!r} is not one of the trainer's reward "
-                              f"functions {names}")
+            raise ConfigError(
+                f"dataflex: selection_reward={selection_reward!r} is not one of the trainer's reward functions {names}"
+            )
         worker = trainer.rollout_worker
-        self._labels = [str(d) for d in domain_labels(dataset, self.domain_key, required=False)] if has_domains else None
+        self._labels = (
+            [str(d) for d in domain_labels(dataset, self.domain_key, required=False)] if has_domains else None
+        )
         domains = sorted(set(self._labels)) if self._labels is not None else [NO_DOMAIN]
         if self.strategy.mix_enabled and self.strategy.domains is None:
             self.strategy.bind_domains(domains)
         if acts_before_rollout(self.strategy):
             if not hasattr(worker, "set_prompt_feed"):
                 raise ConfigError(
-                    f"dataflex: {' and '.join(prompt_choosing_parts(self.strategy))} chooses prompts before generation, but the trainer's "
+                    f"dataflex: {' and '.join(prompt_choosing_parts(self.strategy))} chooses prompts "
+                    "before generation, but the trainer's "
                     f"{type(worker).__name__} reads the dataset itself (in order, in its own process); pass "
                     "rollout_worker=InProcessRolloutWorker(...) (dataflex_callbacks.integrations.trl), which takes its "
-                    "prompts from the strategy's feed, or drop the part")
+                    "prompts from the strategy's feed, or drop the part"
+                )
             self.sampler = self._prompt_sampler(trainer, dataset)
             worker.set_prompt_feed(self._feed())
         self.staleness = DomainStalenessStats(domains)
@@ -194,10 +207,20 @@ class DataFlexAsyncCallback(TrainerCallback):
 
     def _prompt_sampler(self, trainer, dataset) -> DomainMixingSampler:
         labels = self._labels if self.strategy.mix_enabled else [NO_DOMAIN] * len(dataset)
-        return DomainMixingSampler(dataset, labels=labels, prompt_key_column=self.options.prompt_key_column,
-                                   prompt_labels=self._labels, batch_size=self.groups_per_step(trainer),
-                                   num_generations=trainer.args.num_generations, layout="grpo", num_replicas=1, rank=0,
-                                   strategy=self.strategy, seed=int(trainer.args.seed), resume="continue")
+        return DomainMixingSampler(
+            dataset,
+            labels=labels,
+            prompt_key_column=self.options.prompt_key_column,
+            prompt_labels=self._labels,
+            batch_size=self.groups_per_step(trainer),
+            num_generations=trainer.args.num_generations,
+            layout="grpo",
+            num_replicas=1,
+            rank=0,
+            strategy=self.strategy,
+            seed=int(trainer.args.seed),
+            resume="continue",
+        )
 
     def _feed(self) -> Iterator[int]:
         """Dataset rows for the worker, one per prompt: the sampler's stream, each prompt's repeats taken together."""
@@ -213,17 +236,23 @@ class DataFlexAsyncCallback(TrainerCallback):
     def groups_per_step(trainer) -> int:
         """B: the groups one optimizer step trains on (samples per step / ``num_generations``)."""
         args = trainer.args
-        samples = args.per_device_train_batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes
+        samples = (
+            args.per_device_train_batch_size * args.gradient_accumulation_steps * trainer.accelerator.num_processes
+        )
         if samples % args.num_generations:
-            raise ConfigError(f"dataflex: a step of {samples} samples (per_device_train_batch_size x "
-                              f"gradient_accumulation_steps x processes) is not a whole number of groups of "
-                              f"num_generations={args.num_generations}; make it a multiple")
+            raise ConfigError(
+                f"dataflex: a step of {samples} samples (per_device_train_batch_size x "
+                f"gradient_accumulation_steps x processes) is not a whole number of groups of "
+                f"num_generations={args.num_generations}; make it a multiple"
+            )
         return samples // args.num_generations
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not self.attached:
-            raise HostError(f"{type(self).__name__} was passed in callbacks=[...] but never attached: use "
-                            "attach(trainer, strategy) or DataFlexAsyncGRPOTrainer(..., strategy=...)")
+            raise HostError(
+                f"{type(self).__name__} was passed in callbacks=[...] but never attached: use "
+                "attach(trainer, strategy) or DataFlexAsyncGRPOTrainer(..., strategy=...)"
+            )
         if state.is_world_process_zero:
             domains = sorted(set(self._labels)) if self._labels is not None else None
             print(self.strategy.summary_line(domains, self.domain_key), flush=True)
@@ -242,7 +271,8 @@ class DataFlexAsyncCallback(TrainerCallback):
         return NO_DOMAIN if self._labels is None else self._labels[self.row_of(group_id)]
 
     def arrived(self, sample) -> None:
-        """A sample was taken from the queue: record its version; one TRL drops as stale is counted (and kept for the filter)."""
+        """A sample was taken from the queue: record its version;
+        one TRL drops as stale is counted (and kept for the filter)."""
         trainer = self.trainer
         staleness = trainer.model_version - sample.model_version
         self._versions[sample.group_id] = sample.model_version
@@ -261,9 +291,11 @@ class DataFlexAsyncCallback(TrainerCallback):
             batcher = loader.dataset
             source = getattr(batcher, "dataset", None)
             if type(source).__name__ != "RolloutQueueDataset":
-                raise HostError(f"dataflex: this TRL's AsyncGRPOTrainer dataloader is not RolloutQueueDataset -> batcher "
-                                f"(found {type(batcher).__name__} over {type(source).__name__}); the adapter supports "
-                                "TRL 1.16's layout")
+                raise HostError(
+                    f"dataflex: this TRL's AsyncGRPOTrainer dataloader is not RolloutQueueDataset -> batcher "
+                    f"(found {type(batcher).__name__} over {type(source).__name__}); the adapter supports "
+                    "TRL 1.16's layout"
+                )
             batcher.dataset = ConsumedSamples(source, self)
         return loader
 
@@ -294,7 +326,8 @@ class DataFlexAsyncCallback(TrainerCallback):
             domains=None if self._labels is None else [self._labels[r] for r in group_rows],
             prompt_keys=[row_key(dataset[r], self.options.prompt_key_column) for r in group_rows],
             policy_versions=torch.tensor([self._versions[s["group_id"]] for s in rows]),
-            trainer_version=int(self.trainer.model_version))
+            trainer_version=int(self.trainer.model_version),
+        )
 
     def _observe_stale(self, step: int) -> None:
         """Show the pre-rollout filter the outcomes TRL dropped as stale: late, but real outcomes of their prompts."""
@@ -302,8 +335,18 @@ class DataFlexAsyncCallback(TrainerCallback):
         done = [g for g, s in self._stale_groups.items() if len(s) == size]
         if not done:
             return
-        groups = [[{"group_id": s.group_id, "metrics": s.metrics, "advantage": s.advantage,
-                    "completion_mask": s.completion_mask} for s in self._stale_groups.pop(g)] for g in done]
+        groups = [
+            [
+                {
+                    "group_id": s.group_id,
+                    "metrics": s.metrics,
+                    "advantage": s.advantage,
+                    "completion_mask": s.completion_mask,
+                }
+                for s in self._stale_groups.pop(g)
+            ]
+            for g in done
+        ]
         self.strategy.pre_select.observe(self._batch(groups), step)
 
     def next_decision(self, samples: Iterator[dict]) -> list[dict]:
@@ -325,8 +368,10 @@ class DataFlexAsyncCallback(TrainerCallback):
                     else:
                         spent += 1
             self.groups_spent += spent
-            extra = {"dynamic/zero_signal_groups_total": float(spent),
-                     "dynamic/groups_taken_total": float(spent + len(groups))}
+            extra = {
+                "dynamic/zero_signal_groups_total": float(spent),
+                "dynamic/groups_taken_total": float(spent + len(groups)),
+            }
         else:
             groups = [self._next_group(samples) for _ in range(wanted)]
         if not groups:
@@ -343,9 +388,18 @@ class DataFlexAsyncCallback(TrainerCallback):
         for name, value in {**decision.metrics, **extra, **self.staleness.compute()}.items():
             metrics[f"dataflex/{name}"].append(float(value))
         if self.options.record_decisions:
-            self.decisions.append({"step": step, "keep": keep.clone(), "weights": weights.clone(),
-                                   "group_ids": batch.group_ids.clone(), "staleness": batch.staleness.clone(),
-                                   "prompt_keys": list(batch.prompt_keys), "metrics": dict(decision.metrics), **extra})
+            self.decisions.append(
+                {
+                    "step": step,
+                    "keep": keep.clone(),
+                    "weights": weights.clone(),
+                    "group_ids": batch.group_ids.clone(),
+                    "staleness": batch.staleness.clone(),
+                    "prompt_keys": list(batch.prompt_keys),
+                    "metrics": dict(decision.metrics),
+                    **extra,
+                }
+            )
         weighted = bool((weights != keep.to(weights.dtype)).any())
         kept = []
         for row, sample in enumerate(rows):
@@ -376,14 +430,21 @@ class DataFlexAsyncCallback(TrainerCallback):
         saved = read_state_file(folder, STATE_FILE, saved_by="the DataFlex adapter")
         if saved is None:
             return False
-        restore_strategy(self.strategy, saved, source=folder, strict=self.options.strict,
-                         writer=f"{self.trainer_name} or attach()",
-                         strict_setting=f"{self.trainer_name}(..., strict=False) or attach(trainer, strategy, strict=False)")
+        restore_strategy(
+            self.strategy,
+            saved,
+            source=folder,
+            strict=self.options.strict,
+            writer=f"{self.trainer_name} or attach()",
+            strict_setting=f"{self.trainer_name}(..., strict=False) or attach(trainer, strategy, strict=False)",
+        )
         self.groups_spent = int(saved.get("groups_spent", 0))
         if self.sampler is not None:
             if saved.get("sampler") is None:
-                warnings.warn(f"dataflex: checkpoint {folder} has no prompt feed state; prompts restart from a fresh stream",
-                              stacklevel=user_stacklevel())
+                warnings.warn(
+                    f"dataflex: checkpoint {folder} has no prompt feed state; prompts restart from a fresh stream",
+                    stacklevel=user_stacklevel(),
+                )
             else:
                 self.sampler.load_state_dict(saved["sampler"])
                 worker = self.trainer.rollout_worker
@@ -408,8 +469,10 @@ class DataFlexAsyncGRPOTrainer(async_trainer_class()):
 
     def __init__(self, *args, strategy: Any = None, **kwargs):
         if strategy is None:
-            raise ConfigError("dataflex: DataFlexAsyncGRPOTrainer needs strategy=... (preset name, config dict, YAML path "
-                              "or Strategy), e.g. DataFlexAsyncGRPOTrainer(..., strategy='diffband').")
+            raise ConfigError(
+                "dataflex: DataFlexAsyncGRPOTrainer needs strategy=... (preset name, config dict, YAML path "
+                "or Strategy), e.g. DataFlexAsyncGRPOTrainer(..., strategy='diffband')."
+            )
         self.dataflex = DataFlexAsyncCallback(strategy, **AdapterOptions.take(kwargs))
         kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), self.dataflex]
         super().__init__(*args, **kwargs)

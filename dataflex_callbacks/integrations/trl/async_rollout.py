@@ -35,15 +35,22 @@ import contextlib
 import math
 import queue
 import time
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 import torch
 
 from dataflex_callbacks.errors import ConfigError, HostError
 
-__all__ = ["EngineWeightTransfer", "InProcessRolloutWorker", "TransformersEngine", "VLLMEngine", "cpu_device_name",
-           "dataset_order_feed", "use_cpu_tree_attention"]
+__all__ = [
+    "EngineWeightTransfer",
+    "InProcessRolloutWorker",
+    "TransformersEngine",
+    "VLLMEngine",
+    "cpu_device_name",
+    "dataset_order_feed",
+    "use_cpu_tree_attention",
+]
 
 
 # ---------------------------------------------------------------- engines
@@ -67,8 +74,9 @@ class TransformersEngine:
         self.prompts_seen: list[list[int]] = []  # every prompt sent to the engine, as token ids
 
     @torch.no_grad()
-    def generate(self, prompts: Sequence[Sequence[int]], n: int, max_tokens: int,
-                 temperature: float = 1.0) -> list[list[tuple[list[int], list[float]]]]:
+    def generate(
+        self, prompts: Sequence[Sequence[int]], n: int, max_tokens: int, temperature: float = 1.0
+    ) -> list[list[tuple[list[int], list[float]]]]:
         """``n`` completions of each prompt: per prompt, ``n`` pairs (completion token ids, their log-probs)."""
         self.prompts_seen.extend(list(p) for p in prompts)
         generator_state = torch.random.get_rng_state()
@@ -78,11 +86,20 @@ class TransformersEngine:
             out = []
             for prompt in prompts:
                 ids = torch.tensor([list(prompt)] * n)
-                result = self.model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True,
-                                             temperature=temperature, top_k=0, top_p=1.0, max_new_tokens=max_tokens,
-                                             pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_ids,
-                                             output_scores=True, return_dict_in_generate=True)
-                tokens = result.sequences[:, ids.shape[1]:]
+                result = self.model.generate(
+                    ids,
+                    attention_mask=torch.ones_like(ids),
+                    do_sample=True,
+                    temperature=temperature,
+                    top_k=0,
+                    top_p=1.0,
+                    max_new_tokens=max_tokens,
+                    pad_token_id=self.pad_token_id,
+                    eos_token_id=self.eos_token_ids,
+                    output_scores=True,
+                    return_dict_in_generate=True,
+                )
+                tokens = result.sequences[:, ids.shape[1] :]
                 logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in result.scores], dim=1)
                 picked = logps.gather(2, tokens.unsqueeze(2)).squeeze(2)
                 group = []
@@ -102,7 +119,8 @@ class TransformersEngine:
 
 
 class VLLMEngine:
-    """Generation with an in-process ``vllm.LLM`` (vLLM's CPU build in CI: see `dataflex_callbacks.recipes.vllm_colocate`).
+    """Generation with an in-process ``vllm.LLM``
+    (vLLM's CPU build in CI: see `dataflex_callbacks.recipes.vllm_colocate`).
 
     Build the ``LLM`` with ``VLLM_ENABLE_V1_MULTIPROCESSING=0`` (the engine must live in this
     process for `load_weights` to reach it) and inside ``cpu_engine()`` on a CPU (live weights).
@@ -118,8 +136,15 @@ class VLLMEngine:
         from vllm import SamplingParams
 
         self.prompts_seen.extend(list(p) for p in prompts)
-        params = SamplingParams(n=n, max_tokens=max_tokens, temperature=temperature, top_k=-1, top_p=1.0, logprobs=0,
-                                seed=self.seed * 1_000_003 + self.calls)
+        params = SamplingParams(
+            n=n,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_k=-1,
+            top_p=1.0,
+            logprobs=0,
+            seed=self.seed * 1_000_003 + self.calls,
+        )
         self.calls += 1
         outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts], params, use_tqdm=False)
         groups = []
@@ -202,8 +227,17 @@ class InProcessRolloutWorker:
         temperature: sampling temperature (TRL's ``temperature``).
     """
 
-    def __init__(self, engine, dataset, reward_funcs: Sequence[Callable], processing_class, num_generations: int,
-                 max_tokens: int, wave_groups: int, temperature: float = 1.0):
+    def __init__(
+        self,
+        engine,
+        dataset,
+        reward_funcs: Sequence[Callable],
+        processing_class,
+        num_generations: int,
+        max_tokens: int,
+        wave_groups: int,
+        temperature: float = 1.0,
+    ):
         if wave_groups < 1:
             raise ConfigError(f"InProcessRolloutWorker: wave_groups must be >= 1; got {wave_groups}")
         self.engine = engine
@@ -280,9 +314,13 @@ class InProcessRolloutWorker:
         completions = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         prompts = [example["prompt"]] * len(group)
         columns = {k: [v] * len(group) for k, v in example.items() if k != "prompt"}
-        per_func = [[r if r is not None else math.nan for r in f(prompts=prompts, completions=completions,
-                                                               completion_ids=completion_ids, **columns)]
-                    for f in self.reward_funcs]
+        per_func = [
+            [
+                r if r is not None else math.nan
+                for r in f(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
+            ]
+            for f in self.reward_funcs
+        ]
         arr = np.array(per_func, dtype=float)
         all_nan = np.all(np.isnan(arr), axis=0)
         rewards = np.nansum(arr, axis=0)
@@ -294,31 +332,58 @@ class InProcessRolloutWorker:
             advantages[scored] = (rewards[scored] - rewards[scored].mean()) / (rewards[scored].std() + 1e-8)
         samples = []
         for i, (ids, logps) in enumerate(group):
-            metrics = {"reward": float(rewards[i]), "reward_std": reward_std,
-                       **{f"rewards/{name}": float(arr[j, i]) for j, name in enumerate(self.reward_func_names)}}
-            samples.append(sample_class(
-                prompt=example["prompt"], completion=completions[i],
-                input_ids=np.asarray(prompt_ids + ids, dtype=np.int64),
-                completion_mask=np.asarray([0] * len(prompt_ids) + [1] * len(ids), dtype=np.int64),
-                old_log_probs=np.asarray([0.0] * len(prompt_ids) + logps, dtype=np.float32),
-                advantage=float(advantages[i]), model_version=version, group_id=group_id, metrics=metrics))
+            metrics = {
+                "reward": float(rewards[i]),
+                "reward_std": reward_std,
+                **{f"rewards/{name}": float(arr[j, i]) for j, name in enumerate(self.reward_func_names)},
+            }
+            samples.append(
+                sample_class(
+                    prompt=example["prompt"],
+                    completion=completions[i],
+                    input_ids=np.asarray(prompt_ids + ids, dtype=np.int64),
+                    completion_mask=np.asarray([0] * len(prompt_ids) + [1] * len(ids), dtype=np.int64),
+                    old_log_probs=np.asarray([0.0] * len(prompt_ids) + logps, dtype=np.float32),
+                    advantage=float(advantages[i]),
+                    model_version=version,
+                    group_id=group_id,
+                    metrics=metrics,
+                )
+            )
         return samples
 
 
 # ---------------------------------------------------------------- TRL's packed attention on a CPU
 
 
-def cpu_tree_attention(module, query, key, value, attention_mask, *, tree_kv_index, tree_cu_seqlens_q,
-                       tree_cu_seqlens_k, tree_max_seqlen_q, tree_max_seqlen_k, scaling=None, sliding_window=None,
-                       softcap=None, **kwargs):
-    """TRL's ``tree_attention`` (packing.py) computed with plain torch: each segment attends to its root-to-segment path.
+def cpu_tree_attention(
+    module,
+    query,
+    key,
+    value,
+    attention_mask,
+    *,
+    tree_kv_index,
+    tree_cu_seqlens_q,
+    tree_cu_seqlens_k,
+    tree_max_seqlen_q,
+    tree_max_seqlen_k,
+    scaling=None,
+    sliding_window=None,
+    softcap=None,
+    **kwargs,
+):
+    """TRL's ``tree_attention`` (packing.py) computed with plain torch:
+    each segment attends to its root-to-segment path.
 
     Same inputs and output as TRL's FlashAttention-3 call (``causal=True`` aligns a segment's
     queries with the *end* of its path, as FlashAttention does when queries are fewer than keys).
     """
     if sliding_window or softcap:
-        raise HostError("cpu_tree_attention supports neither sliding windows nor logit soft-capping; use a model "
-                        "without them on a CPU")
+        raise HostError(
+            "cpu_tree_attention supports neither sliding windows nor logit soft-capping; use a model "
+            "without them on a CPU"
+        )
     q = query.transpose(1, 2)[0]  # (T, Hq, D)
     k = key.transpose(1, 2)[0].index_select(0, tree_kv_index)
     v = value.transpose(1, 2)[0].index_select(0, tree_kv_index)
@@ -330,18 +395,19 @@ def cpu_tree_attention(module, query, key, value, attention_mask, *, tree_kv_ind
     out = torch.empty_like(q)
     cu_q, cu_k = tree_cu_seqlens_q.tolist(), tree_cu_seqlens_k.tolist()
     for s in range(len(cu_q) - 1):
-        qs, ks = q[cu_q[s]:cu_q[s + 1]], k[cu_k[s]:cu_k[s + 1]]
-        vs = v[cu_k[s]:cu_k[s + 1]]
+        qs, ks = q[cu_q[s] : cu_q[s + 1]], k[cu_k[s] : cu_k[s + 1]]
+        vs = v[cu_k[s] : cu_k[s + 1]]
         lq, lk = qs.shape[0], ks.shape[0]
         scores = torch.einsum("qhd,khd->hqk", qs.float(), ks.float()) * scale
         allowed = torch.arange(lk).unsqueeze(0) <= (torch.arange(lq).unsqueeze(1) + (lk - lq))
         scores = scores.masked_fill(~allowed, float("-inf"))
-        out[cu_q[s]:cu_q[s + 1]] = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), vs.float()).to(q.dtype)
+        out[cu_q[s] : cu_q[s + 1]] = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), vs.float()).to(q.dtype)
     return out.unsqueeze(0), None
 
 
 def use_cpu_tree_attention() -> None:
-    """Register `cpu_tree_attention` under TRL's tree-attention name (call after building the trainer, which registers its own)."""
+    """Register `cpu_tree_attention` under TRL's tree-attention name
+    (call after building the trainer, which registers its own)."""
     from transformers import AttentionInterface
     from trl.experimental.async_grpo.packing import TREE_ATTENTION
 

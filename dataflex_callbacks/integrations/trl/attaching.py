@@ -1,4 +1,5 @@
-"""`attach`: plug a data strategy into a stock TRL trainer (``GRPOTrainer``, ``RLOOTrainer`` or ``AsyncGRPOTrainer``) in one line."""
+"""`attach`: plug a data strategy into a stock TRL trainer (``GRPOTrainer``, ``RLOOTrainer`` or ``AsyncGRPOTrainer``)
+in one line."""
 
 from __future__ import annotations
 
@@ -22,15 +23,20 @@ def is_async_trainer(trainer) -> bool:
 
 
 def attach_async(trainer, strategy: Any, **options):
-    """`attach` for TRL's ``AsyncGRPOTrainer``: a `async_grpo.DataFlexAsyncCallback` bound to it; returns the callback."""
+    """`attach` for TRL's ``AsyncGRPOTrainer``: a `async_grpo.DataFlexAsyncCallback` bound to it;
+    returns the callback."""
     from .async_grpo import DataFlexAsyncCallback
 
     own = getattr(trainer, "dataflex", None)
     if isinstance(own, DataFlexAsyncCallback) and own.attached:
-        raise HostError(f"dataflex: this {type(trainer).__name__} already applies strategy {own.strategy.name!r}; "
-                        "attach() is for a stock AsyncGRPOTrainer. Give the strategy once.")
+        raise HostError(
+            f"dataflex: this {type(trainer).__name__} already applies strategy {own.strategy.name!r}; "
+            "attach() is for a stock AsyncGRPOTrainer. Give the strategy once."
+        )
     if strategy is None:
-        raise ConfigError("dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy).")
+        raise ConfigError(
+            "dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy)."
+        )
     callback = DataFlexAsyncCallback(strategy, **options)
     callback.bind(trainer)
     trainer.add_callback(callback)
@@ -51,9 +57,11 @@ def callback_for(trainer) -> type[DataFlexCallback]:
     return next((cls for cls in HOST_CALLBACKS if isinstance(trainer, cls.host_class)), DataFlexCallback)
 
 
-def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataFlexCallback]] = None,
-           **options) -> DataFlexCallback:
-    """Plug a data strategy into an existing TRL ``GRPOTrainer``, ``RLOOTrainer`` or ``AsyncGRPOTrainer``; returns the callback.
+def attach(
+    trainer, strategy: Any = None, *, callback_class: Optional[type[DataFlexCallback]] = None, **options
+) -> DataFlexCallback:
+    """Plug a data strategy into an existing TRL ``GRPOTrainer``, ``RLOOTrainer`` or ``AsyncGRPOTrainer``;
+    returns the callback.
 
     On an ``AsyncGRPOTrainer`` it binds a `async_grpo.DataFlexAsyncCallback` (``options``: its arguments).
 
@@ -87,14 +95,18 @@ def attach(trainer, strategy: Any = None, *, callback_class: Optional[type[DataF
         callback.reconfigure(strategy, **options)
     else:
         if strategy is None:
-            raise ConfigError("dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy).")
+            raise ConfigError(
+                "dataflex: attach(trainer, strategy) needs a strategy (preset name, dict, YAML path or Strategy)."
+            )
         callback = callback_class(strategy, **options)
         trainer.add_callback(callback)
     callback.bind(trainer)
     for name, hook in HOOKS.items():
         _wrap_method(trainer, name, getattr(callback, hook))
     # Over a streaming dataset a pre_select part filters TRL's stream (streaming.py).
-    _wrap_method(trainer, "get_train_dataloader", lambda host, original: stream_train_dataloader(host, original, callback))
+    _wrap_method(
+        trainer, "get_train_dataloader", lambda host, original: stream_train_dataloader(host, original, callback)
+    )
     return callback
 
 

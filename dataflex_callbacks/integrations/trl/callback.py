@@ -42,11 +42,30 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from dataflex_callbacks.config.fields import config_field
-from dataflex_callbacks.errors import SELECTION_REWARD, ConfigError, HostError, ParamError, WrongHostError, user_stacklevel
-from dataflex_callbacks.host import (ROW_NORMALISED, acts_before_rollout, as_strategy, checkpoint_state, decide,
-                                     grpo_fields, kept_token_mask, local_decision, micro_batch_decision,
-                                     read_state_file, removal_scale, resolve_domain_key, restore_strategy,
-                                     restrict_rows)
+from dataflex_callbacks.errors import (
+    SELECTION_REWARD,
+    ConfigError,
+    HostError,
+    ParamError,
+    WrongHostError,
+    user_stacklevel,
+)
+from dataflex_callbacks.host import (
+    ROW_NORMALISED,
+    acts_before_rollout,
+    as_strategy,
+    checkpoint_state,
+    decide,
+    grpo_fields,
+    kept_token_mask,
+    local_decision,
+    micro_batch_decision,
+    read_state_file,
+    removal_scale,
+    resolve_domain_key,
+    restore_strategy,
+    restrict_rows,
+)
 
 from .dynamic import DynamicSampling, check_dynamic_sampling
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
@@ -95,23 +114,33 @@ class AdapterOptions:
     """
 
     selection_reward: Optional[str] = config_field(
-        None, help='reward function the strategy scores on, by name (`"accuracy"`); '
-                   "`None` = TRL's weighted sum of all reward functions. An unknown name is an error listing the "
-                   "trainer's reward functions.")
+        None,
+        help='reward function the strategy scores on, by name (`"accuracy"`); '
+        "`None` = TRL's weighted sum of all reward functions. An unknown name is an error listing the "
+        "trainer's reward functions.",
+    )
     domain_key: Optional[str] = config_field(
-        None, help="dataset column with each prompt's domain (per-domain reward metrics, mixing). `None`: the strategy "
-                   "config's `domain_key` when it sets one (so a DataFlex-RL YAML means the same column as in verl and "
-                   'Lightning), else `"domain"`. Giving both with different names is an error.')
+        None,
+        help="dataset column with each prompt's domain (per-domain reward metrics, mixing). `None`: the strategy "
+        "config's `domain_key` when it sets one (so a DataFlex-RL YAML means the same column as in verl and "
+        'Lightning), else `"domain"`. Giving both with different names is an error.',
+    )
     prompt_key_column: Optional[str] = config_field(
-        None, help="dataset column with a stable prompt id (default: the `prompt_key` column if present, else the "
-                   "prompt); the mixing sampler and the rollout batch use the same key")
+        None,
+        help="dataset column with a stable prompt id (default: the `prompt_key` column if present, else the "
+        "prompt); the mixing sampler and the rollout batch use the same key",
+    )
     record_decisions: bool = config_field(
-        False, help="keep every decision in `callback.decisions` (on CPU), for tests and analysis; the asynchronous "
-                    "callback also keeps each consumed sample's staleness in `callback.consumed_staleness`")
+        False,
+        help="keep every decision in `callback.decisions` (on CPU), for tests and analysis; the asynchronous "
+        "callback also keeps each consumed sample's staleness in `callback.consumed_staleness`",
+    )
     strict: bool = config_field(
-        True, help="on `resume_from_checkpoint`, refuse a checkpoint saved with a different strategy config; "
-                   "`strict=False` restores only the mixing and pre-rollout state (and starts a fresh prompt stream "
-                   "if the saved one does not fit)")
+        True,
+        help="on `resume_from_checkpoint`, refuse a checkpoint saved with a different strategy config; "
+        "`strict=False` restores only the mixing and pre-rollout state (and starts a fresh prompt stream "
+        "if the saved one does not fit)",
+    )
 
     @classmethod
     def names(cls) -> tuple[str, ...]:
@@ -123,8 +152,11 @@ class AdapterOptions:
         """Refuse, naming the valid options, a name in ``given`` that is no option; ``where`` names the call."""
         unknown = [name for name in given if name not in cls.names()]
         if unknown:
-            raise ParamError(f"dataflex: {where} got an unknown option {unknown[0]!r}; the options are "
-                             f"{', '.join(cls.names())} (AdapterOptions)", param=unknown[0])
+            raise ParamError(
+                f"dataflex: {where} got an unknown option {unknown[0]!r}; the options are "
+                f"{', '.join(cls.names())} (AdapterOptions)",
+                param=unknown[0],
+            )
 
     @classmethod
     def take(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
@@ -177,8 +209,10 @@ class DataFlexCallback(TrainerCallback):
     @property
     def host_settings(self) -> dict[str, str]:
         """How this adapter spells the settings the core's warnings name (`dataflex_callbacks.host.decide`)."""
-        return {SELECTION_REWARD: f"{self.trainer_name}(..., selection_reward=<one of the trainer's reward_func_names>)"
-                                  " or attach(trainer, strategy, selection_reward=...)"}
+        return {
+            SELECTION_REWARD: f"{self.trainer_name}(..., selection_reward=<one of the trainer's reward_func_names>)"
+            " or attach(trainer, strategy, selection_reward=...)"
+        }
 
     def __init__(self, strategy: Any, **options: Any):
         self.options = AdapterOptions().updated(options, f"{type(self).__name__}(...)")
@@ -205,9 +239,11 @@ class DataFlexCallback(TrainerCallback):
         strategy = as_strategy(strategy)
         if strategy.config.dynamic_sampling is not None:
             if not cls.supports_dynamic_sampling:
-                raise ConfigError(f"dynamic_sampling is not supported by the TRL adapter's {cls.trainer_name} yet; "
-                                  "remove the dynamic_sampling part or use the core SignalGroupBuffer in your own "
-                                  "loop (docs/dynamic_sampling.md)")
+                raise ConfigError(
+                    f"dynamic_sampling is not supported by the TRL adapter's {cls.trainer_name} yet; "
+                    "remove the dynamic_sampling part or use the core SignalGroupBuffer in your own "
+                    "loop (docs/dynamic_sampling.md)"
+                )
             check_dynamic_sampling(None, strategy)  # no trainer: the rules on the strategy alone
         strategy.check_host(grpo_fields(domains=True), host=f"the TRL {cls.host_class.__name__}")
 
@@ -274,13 +310,16 @@ class DataFlexCallback(TrainerCallback):
                 "RLOOTrainer; for other trainers use the Lightning or verl adapters, or the core API directly."
             )
         if self.trainer is not None and self.trainer is not trainer:
-            raise HostError(f"dataflex: this {type(self).__name__} is already attached to another trainer; "
-                               "create a new one.")
+            raise HostError(
+                f"dataflex: this {type(self).__name__} is already attached to another trainer; create a new one."
+            )
         aggregation = self.loss_aggregation(trainer)
         self._reward_index = resolve_reward_index(self.options.selection_reward, trainer.reward_func_names)
         self.domain_key, domain_source = resolve_domain_key(self.strategy, self.domain_key)
-        if aggregation in ROW_NORMALISED and can_drop_rows(self.strategy) and (
-            getattr(trainer, "_entropy_bonus_enabled", False) or getattr(trainer, "aux_loss_enabled", False)
+        if (
+            aggregation in ROW_NORMALISED
+            and can_drop_rows(self.strategy)
+            and (getattr(trainer, "_entropy_bonus_enabled", False) or getattr(trainer, "aux_loss_enabled", False))
         ):
             warnings.warn(
                 f"dataflex: with {self.loss_name(trainer)} the loss of a micro-batch with K of B rows kept is "
@@ -295,7 +334,9 @@ class DataFlexCallback(TrainerCallback):
         # Before check_host: its generic "needs domain labels" would not name the option that fixes it.
         check_stream(dataset, self.strategy)
         if not is_stream(dataset):  # a stream's pre-rollout filter runs over the stream (streaming.py)
-            check_sampling_dataset(dataset, self.strategy, self.domain_key, self.options.prompt_key_column, domain_source)
+            check_sampling_dataset(
+                dataset, self.strategy, self.domain_key, self.options.prompt_key_column, domain_source
+            )
         check_enough_prompts(trainer, dataset, self.strategy, self.domain_key)
         check_shuffle(trainer, self.strategy)
         host = f"the TRL {self.host_class.__name__} (dataset columns {list(column_names)})"
@@ -322,8 +363,11 @@ class DataFlexCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         if not self.attached:
-            raise HostError(NOT_ATTACHED_MESSAGE.format(callback=type(self).__name__, trainer=self.trainer_name,
-                                                           host=self.host_class.__name__))
+            raise HostError(
+                NOT_ATTACHED_MESSAGE.format(
+                    callback=type(self).__name__, trainer=self.trainer_name, host=self.host_class.__name__
+                )
+            )
         if state.is_world_process_zero:
             print(self.strategy.summary_line(self._domains_seen, self.domain_key), flush=True)
         return control
@@ -345,7 +389,8 @@ class DataFlexCallback(TrainerCallback):
             score_round = lambda round_inputs: self._scored_round(original, round_inputs)  # noqa: E731
             judge = lambda *round: self._rollout_batch(trainer, *round)[0]  # noqa: E731
             inputs, output, rewards_per_func, signal, taken = self.dynamic.generate(
-                trainer, score_round, inputs, output, rewards_per_func, judge)
+                trainer, score_round, inputs, output, rewards_per_func, judge
+            )
             signal = signal.to(rewards_per_func.device) if taken.short else None
             dynamic_metrics = taken.metrics
         self._gathered_rewards = rewards_per_func
@@ -377,13 +422,25 @@ class DataFlexCallback(TrainerCallback):
         pre_select = self.strategy.pre_select
         wants_ids = pre_select is not None and getattr(pre_select, "noise_check", False)
         batch = global_rollout_batch(
-            accelerator, rewards, trainer.num_generations, loss_mask, output["advantages"], domains, prompt_keys,
+            accelerator,
+            rewards,
+            trainer.num_generations,
+            loss_mask,
+            output["advantages"],
+            domains,
+            prompt_keys,
             completion_ids=output["completion_ids"] if wants_ids else None,
         )
         return batch, rewards
 
-    def _apply_strategy(self, trainer, inputs: list, output: dict, signal: Optional[torch.Tensor] = None,
-                        extra_metrics: Optional[dict] = None) -> None:
+    def _apply_strategy(
+        self,
+        trainer,
+        inputs: list,
+        output: dict,
+        signal: Optional[torch.Tensor] = None,
+        extra_metrics: Optional[dict] = None,
+    ) -> None:
         """Decide on the global batch and write the decision into this rank's rows of ``output``.
 
         ``signal`` ``(N,)`` bool, when given, drops the rows outside it too (zero-signal groups
@@ -400,8 +457,15 @@ class DataFlexCallback(TrainerCallback):
         # Seeded from (seed, step): any CPU randomness in the strategy is identical on every rank, and
         # TRL's own CPU random stream (shuffling) is left exactly as in a run without the adapter.
         # TRL logs this step as global_step + 1 (the counter moves after the optimizer step): messages say so too.
-        decision = decide(strategy, batch, step, seed=int(trainer.args.seed), warn=accelerator.is_main_process,
-                          defer_policy=strategy.needs_policy_signals, host_step=step + 1)
+        decision = decide(
+            strategy,
+            batch,
+            step,
+            seed=int(trainer.args.seed),
+            warn=accelerator.is_main_process,
+            defer_policy=strategy.needs_policy_signals,
+            host_step=step + 1,
+        )
         if signal is not None:
             decision = restrict_rows(decision, signal.to(decision.keep.device))
 
@@ -495,8 +559,9 @@ class DataFlexCallback(TrainerCallback):
             policy_batch = local_policy_batch(
                 inputs[REWARDS_KEY], inputs[GROUP_IDS_KEY], mask, inputs["advantages"], logps, entropies
             )
-            local = micro_batch_decision(decision, inputs[KEEP_KEY], inputs[WEIGHTS_KEY],
-                                         inputs.get(RESPONSE_WEIGHTS_KEY))
+            local = micro_batch_decision(
+                decision, inputs[KEEP_KEY], inputs[WEIGHTS_KEY], inputs.get(RESPONSE_WEIGHTS_KEY)
+            )
             policy_decision = self.strategy.apply_policy(policy_batch, local, warn=trainer.accelerator.is_main_process)
             weights = policy_decision.weights
             metrics = trainer._metrics["train" if trainer.model.training else "eval"]
@@ -536,8 +601,14 @@ class DataFlexCallback(TrainerCallback):
         if saved is None:
             return False
         writer = f"{self.trainer_name} or attach()"
-        restore_strategy(self.strategy, saved, source=folder, strict=self.options.strict, writer=writer,
-                         strict_setting=f"{self.trainer_name}(..., strict=False) or attach(trainer, strategy, strict=False)")
+        restore_strategy(
+            self.strategy,
+            saved,
+            source=folder,
+            strict=self.options.strict,
+            writer=writer,
+            strict_setting=f"{self.trainer_name}(..., strict=False) or attach(trainer, strategy, strict=False)",
+        )
         if self.dynamic is not None and saved.get("dynamic") is not None:
             self.dynamic.load_state_dict(saved["dynamic"])
         sampler_state = saved.get("sampler")
@@ -567,8 +638,11 @@ class DataFlexCallback(TrainerCallback):
             try:
                 self.sampler.load_state_dict(state)
             except (ValueError, KeyError, TypeError) as error:  # strict=False: a changed mix may not fit the old stream
-                warnings.warn(f"dataflex: strict=False: the saved sampler state does not fit this run ({error}); "
-                              "prompt sampling restarts from a fresh stream.", stacklevel=user_stacklevel())
+                warnings.warn(
+                    f"dataflex: strict=False: the saved sampler state does not fit this run ({error}); "
+                    "prompt sampling restarts from a fresh stream.",
+                    stacklevel=user_stacklevel(),
+                )
 
     def load_optimizer_and_scheduler(self, trainer, original: Callable, checkpoint: Optional[str]) -> None:
         """Wraps ``_load_optimizer_and_scheduler``: the one trainer hook that receives the resume checkpoint."""
@@ -587,8 +661,9 @@ class DataFlexCallback(TrainerCallback):
         if not acts_before_rollout(self.strategy):
             return original(dataset)
         dataset = trainer.train_dataset if dataset is None else dataset
-        self.sampler = grpo_mixing_sampler(trainer, dataset, self.strategy, self.domain_key,
-                                           self.options.prompt_key_column)
+        self.sampler = grpo_mixing_sampler(
+            trainer, dataset, self.strategy, self.domain_key, self.options.prompt_key_column
+        )
         self._restore_sampler()
         return self.sampler
 
@@ -598,8 +673,8 @@ def check_callback_host(callback: DataFlexCallback, trainer, wanted: type) -> No
     if not isinstance(trainer, callback.host_class):
         raise WrongHostError(
             f"dataflex: callbacks=[...] holds a {type(callback).__name__}, which is for "
-            f"trl.{callback.host_class.__name__}; this {type(trainer).__name__} needs {wanted.__name__}(strategy, ...), "
+            f"trl.{callback.host_class.__name__}; this {type(trainer).__name__} needs "
+            f"{wanted.__name__}(strategy, ...), "
             "or no callback and the strategy given once (strategy=... on a DataFlex trainer, or "
             "attach(trainer, strategy))."
         )
-

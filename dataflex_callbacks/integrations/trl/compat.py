@@ -35,8 +35,15 @@ WRAPPED_PARAMETERS: dict[str, tuple[str, ...]] = {
     "_calculate_rewards": ("inputs", "prompts", "completions", "completion_ids_list"),
     "_generate_and_score_completions": ("inputs",),
     # compute_aux_loss marks the TRL that returns (logps, entropies, aux_loss), which the adapter unpacks.
-    "_get_per_token_logps_and_entropies": ("model", "input_ids", "attention_mask", "logits_to_keep", "batch_size",
-                                           "compute_entropy", "compute_aux_loss"),
+    "_get_per_token_logps_and_entropies": (
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "compute_entropy",
+        "compute_aux_loss",
+    ),
     "_compute_loss": ("model", "inputs"),
     "_load_optimizer_and_scheduler": ("checkpoint",),
     "_get_train_sampler": ("dataset",),
@@ -68,7 +75,7 @@ def check_trl_trainer(trainer_class: type, host_class: type, after: Optional[typ
         return
     mro = trainer_class.__mro__
     if after is not None and after in mro:
-        mro = mro[mro.index(after) + 1:]
+        mro = mro[mro.index(after) + 1 :]
     found = installed_trl_version()
     if _older_than_floor(found):
         raise HostError(
@@ -80,7 +87,8 @@ def check_trl_trainer(trainer_class: type, host_class: type, after: Optional[typ
         problem = _mismatch(method, wanted)
         if problem is not None:
             raise HostError(
-                f"dataflex: TRL {found} is not supported by the TRL adapter: {owner or host_class.__name__}.{name} {problem}; "
+                f"dataflex: TRL {found} is not supported by the TRL adapter: "
+                f"{owner or host_class.__name__}.{name} {problem}; "
                 f"supported: "
                 f"{SUPPORTED_TRL}. Install a supported TRL, e.g. pip install 'trl>={TRL_FLOOR}'."
             )
@@ -106,10 +114,10 @@ def _mismatch(method: Any, wanted: tuple[str, ...]) -> Optional[str]:
         if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
             return None  # (*args, **kwargs) accepts the adapter's calls as they are
         names.append(parameter.name)
-    lead = tuple(names[:len(wanted)])
+    lead = tuple(names[: len(wanted)])
     if lead != wanted:
         return f"takes ({', '.join(names)}), the adapter calls it with ({', '.join(wanted)})"
-    required = [p.name for p in parameters[len(wanted):] if p.default is inspect.Parameter.empty]
+    required = [p.name for p in parameters[len(wanted) :] if p.default is inspect.Parameter.empty]
     if required:
         return f"requires ({', '.join(required)}) beyond the ({', '.join(wanted)}) the adapter passes"
     return None

@@ -54,8 +54,16 @@ from .train_data import is_stream
 LEFT_PADDED = ("prompt_ids", "prompt_mask")
 """Per-row keys of TRL's batch dict that are left-padded (prompts)."""
 
-RIGHT_PADDED = ("completion_ids", "completion_mask", "tool_mask", "old_per_token_logps", "ref_per_token_logps",
-                "sampling_per_token_logps", "importance_sampling_ratio", "advantages")
+RIGHT_PADDED = (
+    "completion_ids",
+    "completion_mask",
+    "tool_mask",
+    "old_per_token_logps",
+    "ref_per_token_logps",
+    "sampling_per_token_logps",
+    "importance_sampling_ratio",
+    "advantages",
+)
 """Per-row keys that are right-padded when they are per token (completions), or stacked when per row."""
 
 RECOMPUTED = ("num_items_in_batch",)
@@ -69,12 +77,14 @@ NOT_SUPPORTED = "dynamic_sampling in the TRL adapter does not support {what} yet
 def check_dynamic_sampling(trainer, strategy) -> None:
     """Refuse, with one line naming the setting, what the TRL dynamic-sampling loop does not support yet."""
     if strategy.mix_enabled:
-        raise ConfigError(NOT_SUPPORTED.format(
-            what="a strategy with a mix part",
-            fix="drop the mix part (pre_select works), or the dynamic_sampling part"))
+        raise ConfigError(
+            NOT_SUPPORTED.format(
+                what="a strategy with a mix part",
+                fix="drop the mix part (pre_select works), or the dynamic_sampling part",
+            )
+        )
     if getattr(trainer, "environment_factories", None) is not None:
-        raise ConfigError(NOT_SUPPORTED.format(what="environment_factories",
-                                               fix="drop the dynamic_sampling part"))
+        raise ConfigError(NOT_SUPPORTED.format(what="environment_factories", fix="drop the dynamic_sampling part"))
 
 
 class PromptStream:
@@ -102,8 +112,14 @@ class PromptStream:
     STREAM_SHUFFLE_BUFFER = 1000
     """Rows a streamed pass shuffles among (``datasets.IterableDataset.shuffle``'s default buffer)."""
 
-    def __init__(self, dataset: Any, seed: int, pre_select: Any = None, prompt_key_column: Optional[str] = None,
-                 domain_key: Optional[str] = None):
+    def __init__(
+        self,
+        dataset: Any,
+        seed: int,
+        pre_select: Any = None,
+        prompt_key_column: Optional[str] = None,
+        domain_key: Optional[str] = None,
+    ):
         self.dataset, self.seed = dataset, int(seed)
         self.streaming = is_stream(dataset)
         self.size = None if self.streaming else len(dataset)
@@ -128,7 +144,7 @@ class PromptStream:
     def _candidates(self, count: int) -> list:
         """Up to ``count`` next rows of the current pass, not consumed (fewer where the pass ends)."""
         if not self.streaming:
-            indices = self._permutation()[self.position:self.position + min(self.size - self.position, count)]
+            indices = self._permutation()[self.position : self.position + min(self.size - self.position, count)]
             return [self.dataset[i] for i in indices.tolist()]
         if self._rows is None:
             self._open_pass()
@@ -139,8 +155,9 @@ class PromptStream:
             self._ahead.append(row)
         if not self._ahead:  # the pass has ended: the next one starts
             if self.position == 0:
-                raise ConfigError("dynamic_sampling draws further prompts from the train dataset, a stream that "
-                                  "yields no rows")
+                raise ConfigError(
+                    "dynamic_sampling draws further prompts from the train dataset, a stream that yields no rows"
+                )
             self.epoch, self.position = self.epoch + 1, 0
             self._open_pass()
             return self._candidates(count)
@@ -177,8 +194,10 @@ class PromptStream:
     def offer(self, need: int) -> Candidates:
         """`dataflex_callbacks.host.PromptSource`: the next rows of the pass, a window of ``max(2 * need, 8)``."""
         self._offered = self._candidates(max(2 * need, 8))
-        return Candidates(keys=[row_key(r, self.prompt_key_column) for r in self._offered],
-                          labels=[self._label(r) for r in self._offered])
+        return Candidates(
+            keys=[row_key(r, self.prompt_key_column) for r in self._offered],
+            labels=[self._label(r) for r in self._offered],
+        )
 
     def take(self, accepted: np.ndarray, considered: int) -> None:
         """`dataflex_callbacks.host.PromptSource`: keep the accepted rows, consume the ``considered`` ones."""
@@ -186,16 +205,23 @@ class PromptStream:
         self._consume(considered)
 
     def state_dict(self) -> dict:
-        return {"size": self.size, "seed": self.seed, "epoch": self.epoch, "position": self.position,
-                "rng": self._rng.bit_generator.state}
+        return {
+            "size": self.size,
+            "seed": self.seed,
+            "epoch": self.epoch,
+            "position": self.position,
+            "rng": self._rng.bit_generator.state,
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         saved = None if state["size"] is None else int(state["size"])
         if saved != self.size:
             described = "a stream" if saved is None else f"{saved} rows"
             here = "a stream" if self.size is None else f"{self.size} rows"
-            raise ConfigError(f"dynamic_sampling: the checkpoint's prompt stream is over {described}, this train "
-                              f"dataset is {here}; resume with the same dataset")
+            raise ConfigError(
+                f"dynamic_sampling: the checkpoint's prompt stream is over {described}, this train "
+                f"dataset is {here}; resume with the same dataset"
+            )
         self.epoch, self.position = int(state["epoch"]), int(state["position"])
         self._rows, self._ahead = None, []  # a streamed pass is re-read from its start and skipped to `position`
         if state.get("rng") is not None:
@@ -226,8 +252,13 @@ class DynamicSampling:
         ``domain_key`` and ``prompt_key_column`` name each prompt's domain and key for a ``pre_select`` filter.
         """
         check_dynamic_sampling(trainer, self.strategy)
-        self.stream = PromptStream(trainer.train_dataset, trainer.args.seed, pre_select=self.strategy.pre_select,
-                                   prompt_key_column=prompt_key_column, domain_key=domain_key)
+        self.stream = PromptStream(
+            trainer.train_dataset,
+            trainer.args.seed,
+            pre_select=self.strategy.pre_select,
+            prompt_key_column=prompt_key_column,
+            domain_key=domain_key,
+        )
         if self._pending_stream is not None:
             self.stream.load_state_dict(self._pending_stream)
             self._pending_stream = None
@@ -237,8 +268,15 @@ class DynamicSampling:
         """B: the groups of TRL's generation batch, all processes together."""
         return trainer.args.generation_batch_size // trainer.num_generations
 
-    def generate(self, trainer, score_round: Callable, inputs: list, output: dict, rewards_per_func: torch.Tensor,
-                 judge_batch: Callable) -> tuple[list, dict, torch.Tensor, torch.Tensor, SignalGroups]:
+    def generate(
+        self,
+        trainer,
+        score_round: Callable,
+        inputs: list,
+        output: dict,
+        rewards_per_func: torch.Tensor,
+        judge_batch: Callable,
+    ) -> tuple[list, dict, torch.Tensor, torch.Tensor, SignalGroups]:
         """Run the rounds of one step, starting from TRL's scored batch; return what the step trains on.
 
         Args:
@@ -268,8 +306,8 @@ class DynamicSampling:
             judged = judge_batch(inputs, output, rewards_per_func)
             signal = buffer.add(judged, payload=rows)  # a pre_select filter observes every round here
             # A short step fills up with the earliest zero-signal groups: at most `wanted` of them are ever used.
-            zero = (~signal.cpu()).view(-1, generations)[:, 0].nonzero().flatten().tolist()[:wanted - len(fillers)]
-            fillers += [(round_index, g * generations, rows[g * generations:(g + 1) * generations]) for g in zero]
+            zero = (~signal.cpu()).view(-1, generations)[:, 0].nonzero().flatten().tolist()[: wanted - len(fillers)]
+            fillers += [(round_index, g * generations, rows[g * generations : (g + 1) * generations]) for g in zero]
             generated += len(rows)
             if not buffer.should_generate_more():
                 break
@@ -292,8 +330,7 @@ class DynamicSampling:
 
     def state_dict(self) -> dict:
         """The buffer (carried groups with their rows) and the prompt stream's position."""
-        return {"buffer": self.buffer.state_dict(),
-                "stream": None if self.stream is None else self.stream.state_dict()}
+        return {"buffer": self.buffer.state_dict(), "stream": None if self.stream is None else self.stream.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.buffer.load_state_dict(state["buffer"])
@@ -310,9 +347,12 @@ class DynamicSampling:
 def _check_keys(output: Mapping[str, Any]) -> None:
     unknown = sorted(set(output) - set(LEFT_PADDED) - set(RIGHT_PADDED) - set(RECOMPUTED))
     if unknown:
-        raise ConfigError(NOT_SUPPORTED.format(
-            what=f"TRL batches with the keys {unknown} (multimodal or tool inputs)",
-            fix="drop the dynamic_sampling part for this model or dataset"))
+        raise ConfigError(
+            NOT_SUPPORTED.format(
+                what=f"TRL batches with the keys {unknown} (multimodal or tool inputs)",
+                fix="drop the dynamic_sampling part for this model or dataset",
+            )
+        )
 
 
 def _all_ranks(accelerator, inputs: list, output: Mapping[str, Any], pad_id: int) -> tuple[list, dict]:
@@ -326,8 +366,9 @@ def _all_ranks(accelerator, inputs: list, output: Mapping[str, Any], pad_id: int
         if key in RECOMPUTED:
             continue
         if value.dim() == 2:
-            value = accelerator.pad_across_processes(value, dim=1, pad_index=pad_id if key in PAD_ID_KEYS else 0,
-                                                     pad_first=key in LEFT_PADDED)
+            value = accelerator.pad_across_processes(
+                value, dim=1, pad_index=pad_id if key in PAD_ID_KEYS else 0, pad_first=key in LEFT_PADDED
+            )
         gathered[key] = accelerator.gather(value)
     return gather_object(list(inputs)), gathered
 
@@ -337,8 +378,10 @@ def _row_payload(inputs: list, output: Mapping[str, Any], rewards_per_func: torc
     # One copy per key, split into row views (not one copy per row): TRL may reuse its tensors after this.
     rows = {key: value.clone().unbind(0) for key, value in output.items() if key not in RECOMPUTED}
     rewards = rewards_per_func.clone().unbind(0)
-    return [{"input": row, "rewards": rewards[i], "tensors": {key: value[i] for key, value in rows.items()}}
-            for i, row in enumerate(inputs)]
+    return [
+        {"input": row, "rewards": rewards[i], "tensors": {key: value[i] for key, value in rows.items()}}
+        for i, row in enumerate(inputs)
+    ]
 
 
 def _ordered_groups(taken: SignalGroups, fillers: list, wanted: int, generations: int) -> list[tuple[bool, list]]:
@@ -352,7 +395,7 @@ def _ordered_groups(taken: SignalGroups, fillers: list, wanted: int, generations
         starts.append(starts[-1] + size)
     carried, fresh = [], []
     for start, size in zip(starts, sizes):
-        rows = taken.payload[start:start + size]
+        rows = taken.payload[start : start + size]
         round_index = int(taken.source_round[start])
         if round_index < 0:
             carried.append((True, rows))
@@ -377,8 +420,9 @@ def _stack(values: list[torch.Tensor], left: bool, pad: float) -> torch.Tensor:
     if values[0].dim() == 0:
         return torch.stack(values)
     if left:  # pad_sequence pads on the right (its padding_side needs torch >= 2.6)
-        return torch.nn.utils.rnn.pad_sequence([value.flip(0) for value in values], batch_first=True,
-                                               padding_value=pad).flip(1)
+        return torch.nn.utils.rnn.pad_sequence(
+            [value.flip(0) for value in values], batch_first=True, padding_value=pad
+        ).flip(1)
     return torch.nn.utils.rnn.pad_sequence(values, batch_first=True, padding_value=pad)
 
 

@@ -36,7 +36,8 @@ import torch
 from dataflex_callbacks.host import HOST_LOSSES, ROW_NORMALISED
 
 GRPO_LOSSES = HOST_LOSSES["trl"]
-"""TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation, from the core's registry (`dataflex_callbacks.host.HOST_LOSSES`)."""
+"""TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation, from the core's registry
+(`dataflex_callbacks.host.HOST_LOSSES`)."""
 
 LOSS_AGGREGATION = GRPO_LOSSES.kinds
 """TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation (`dataflex_callbacks.host.AGGREGATIONS`)."""
@@ -54,7 +55,8 @@ SUPPORTED_LOSS_TYPES = ROW_COUNT_LOSSES + TOKEN_COUNT_LOSSES + SELF_NORMALISED_L
 
 
 def check_loss_type(loss_type: str) -> str:
-    """The core aggregation of ``loss_type``; a `ConfigError` naming the supported ones when the adapter does not know it."""
+    """The core aggregation of ``loss_type``;
+    a `ConfigError` naming the supported ones when the adapter does not know it."""
     return GRPO_LOSSES.aggregation(loss_type)
 
 

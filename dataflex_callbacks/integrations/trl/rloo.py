@@ -41,8 +41,10 @@ class DataFlexRLOOCallback(DataFlexCallback):
 
     host_class = RLOOTrainer
     trainer_name = "DataFlexRLOOTrainer"
-    exact_removal_advice = ("RLOOTrainer's one loss always averages over rows; for exact equivalence turn the MoE aux "
-                            "loss off with RLOOConfig(router_aux_loss_coef=0.0).")
+    exact_removal_advice = (
+        "RLOOTrainer's one loss always averages over rows; for exact equivalence turn the MoE aux "
+        "loss off with RLOOConfig(router_aux_loss_coef=0.0)."
+    )
     supports_dynamic_sampling = False
 
     def loss_aggregation(self, trainer) -> str:

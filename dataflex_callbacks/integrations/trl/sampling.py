@@ -35,8 +35,14 @@ from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY, acts_before_rollout
 DEFAULT_DOMAIN_SOURCE = f"the default domain column {DEFAULT_DOMAIN_KEY!r}"
 """What `dataflex_callbacks.host.resolve_domain_key` says when no setting names the domain column."""
 
-__all__ = ["DEFAULT_DOMAIN_SOURCE", "acts_before_rollout", "check_sampling_dataset", "check_shuffle",
-           "grpo_mixing_sampler", "row_key"]
+__all__ = [
+    "DEFAULT_DOMAIN_SOURCE",
+    "acts_before_rollout",
+    "check_sampling_dataset",
+    "check_shuffle",
+    "grpo_mixing_sampler",
+    "row_key",
+]
 
 
 def row_key(row: Mapping[str, Any], prompt_key_column: Optional[str]) -> Hashable:
@@ -61,8 +67,13 @@ def check_shuffle(trainer, strategy: Strategy) -> None:
         )
 
 
-def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_key: str, prompt_key_column: Optional[str],
-                           domain_source: Optional[str] = None) -> None:
+def check_sampling_dataset(
+    dataset: Any,
+    strategy: Strategy,
+    domain_key: str,
+    prompt_key_column: Optional[str],
+    domain_source: Optional[str] = None,
+) -> None:
     """Fail at build time when the train dataset cannot feed a mixing / pre-rollout sampler.
 
     ``domain_source`` says where ``domain_key`` came from (`dataflex_callbacks.host.resolve_domain_key`), so the
@@ -84,15 +95,19 @@ def check_sampling_dataset(dataset: Any, strategy: Strategy, domain_key: str, pr
             fix = "set domain_key in the strategy config to the column holding each prompt's domain"
         else:
             fix = "pass domain_key=<the column holding each prompt's domain> (or set domain_key in the strategy config)"
-        raise ConfigError(f"dataflex: the strategy's mix part needs the domain column {domain_key!r} "
-                          f"({domain_source or 'domain_key'}); the train dataset has {columns}; {fix}")
+        raise ConfigError(
+            f"dataflex: the strategy's mix part needs the domain column {domain_key!r} "
+            f"({domain_source or 'domain_key'}); the train dataset has {columns}; {fix}"
+        )
     if prompt_key_column is not None and prompt_key_column not in columns:
-        raise ConfigError(f"dataflex: prompt_key_column={prompt_key_column!r} is not a column of the train dataset "
-                          f"{columns}")
+        raise ConfigError(
+            f"dataflex: prompt_key_column={prompt_key_column!r} is not a column of the train dataset {columns}"
+        )
 
 
-def grpo_mixing_sampler(trainer, dataset: Any, strategy: Strategy, domain_key: str,
-                        prompt_key_column: Optional[str]) -> DomainMixingSampler:
+def grpo_mixing_sampler(
+    trainer, dataset: Any, strategy: Strategy, domain_key: str, prompt_key_column: Optional[str]
+) -> DomainMixingSampler:
     """A `DomainMixingSampler` with TRL's ``RepeatSampler`` layout for ``trainer`` (see module docstring)."""
     args = trainer.args
     columns = list(getattr(dataset, "column_names", None) or [])

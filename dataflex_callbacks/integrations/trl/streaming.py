@@ -49,8 +49,9 @@ class StreamFilter:
         domain_key: the column holding each prompt's domain (rows without it are in `NO_DOMAIN`).
     """
 
-    def __init__(self, pre_select: Any, seed: int, prompt_key_column: Optional[str] = None,
-                 domain_key: Optional[str] = None):
+    def __init__(
+        self, pre_select: Any, seed: int, prompt_key_column: Optional[str] = None, domain_key: Optional[str] = None
+    ):
         self.pre_select, self.prompt_key_column, self.domain_key = pre_select, prompt_key_column, domain_key
         self._rng = np.random.Generator(np.random.PCG64(int(seed) * 1_000_003 + 271_828))
 
@@ -122,9 +123,16 @@ def stream_train_dataloader(trainer, original: Callable, callback) -> Any:
     filtered = FilteredStream(dataset, args.seed, getattr(trainer, "shuffle_dataset", True), accept)
     callback.stream_filter = filtered
     stream = IterableDataset.from_generator(filtered.rows, features=dataset.features)
-    stream = repeat_iterable_dataset(stream, mini_repeat_count=trainer.num_generations,
-                                     batch_size=args.generation_batch_size // trainer.num_generations,
-                                     repeat_count=trainer.num_iterations * args.steps_per_generation)
-    return trainer._get_dataloader(dataset=stream, description="Training",
-                                   batch_size=trainer._train_batch_size * args.steps_per_generation,
-                                   sampler_fn=trainer._get_train_sampler, is_training=True)
+    stream = repeat_iterable_dataset(
+        stream,
+        mini_repeat_count=trainer.num_generations,
+        batch_size=args.generation_batch_size // trainer.num_generations,
+        repeat_count=trainer.num_iterations * args.steps_per_generation,
+    )
+    return trainer._get_dataloader(
+        dataset=stream,
+        description="Training",
+        batch_size=trainer._train_batch_size * args.steps_per_generation,
+        sampler_fn=trainer._get_train_sampler,
+        is_training=True,
+    )

@@ -29,9 +29,11 @@ def prompts_per_generation(trainer) -> int:
 def batch_settings(trainer) -> str:
     """The config fields that size one generation batch, as the user wrote them (``GRPOConfig(...)``)."""
     args = trainer.args
-    fields = [f"per_device_train_batch_size={args.per_device_train_batch_size}",
-              f"num_generations={trainer.num_generations}",
-              f"gradient_accumulation_steps={args.gradient_accumulation_steps}"]
+    fields = [
+        f"per_device_train_batch_size={args.per_device_train_batch_size}",
+        f"num_generations={trainer.num_generations}",
+        f"gradient_accumulation_steps={args.gradient_accumulation_steps}",
+    ]
     if int(args.steps_per_generation) != int(args.gradient_accumulation_steps):
         fields.append(f"steps_per_generation={args.steps_per_generation}")
     processes = int(trainer.accelerator.num_processes)
@@ -42,13 +44,17 @@ def batch_settings(trainer) -> str:
 def too_few_prompts_message(trainer, available: int, rows: str = "") -> str:
     """One line: the dataset's prompts against the prompts one generation batch needs, and the settings to change."""
     args, need = trainer.args, prompts_per_generation(trainer)
-    batch_fields = ("per_device_train_batch_size or steps_per_generation"
-                    if int(args.steps_per_generation) != int(args.gradient_accumulation_steps)
-                    else "per_device_train_batch_size or gradient_accumulation_steps")
-    return (f"dataflex: the train dataset has {available} prompt(s){rows}, but one generation batch needs {need} "
-            f"distinct prompts: {batch_settings(trainer)} generates {args.generation_batch_size} completions per "
-            f"batch (generation_batch_size), {trainer.num_generations} per prompt, so the run would train nothing; "
-            f"add prompts to the dataset (at least {need}), or lower {batch_fields}, or raise num_generations")
+    batch_fields = (
+        "per_device_train_batch_size or steps_per_generation"
+        if int(args.steps_per_generation) != int(args.gradient_accumulation_steps)
+        else "per_device_train_batch_size or gradient_accumulation_steps"
+    )
+    return (
+        f"dataflex: the train dataset has {available} prompt(s){rows}, but one generation batch needs {need} "
+        f"distinct prompts: {batch_settings(trainer)} generates {args.generation_batch_size} completions per "
+        f"batch (generation_batch_size), {trainer.num_generations} per prompt, so the run would train nothing; "
+        f"add prompts to the dataset (at least {need}), or lower {batch_fields}, or raise num_generations"
+    )
 
 
 def check_enough_prompts(trainer, dataset: Any, strategy, domain_key: Optional[str]) -> None:
@@ -83,7 +89,7 @@ def check_stream(dataset: Any, strategy) -> None:
 
 SAMPLER_SETTINGS = {
     "draw_size": "prompts per generation batch (generation_batch_size / num_generations: "
-                 "per_device_train_batch_size x processes x steps_per_generation / num_generations)",
+    "per_device_train_batch_size x processes x steps_per_generation / num_generations)",
     "num_generations": "num_generations",
     "repeat_count": "reuses of a generation batch (num_iterations x steps_per_generation)",
     "seed": "seed",
@@ -99,6 +105,8 @@ def sampler_resume_message(trainer, error: Exception) -> str:
     """One line for a checkpoint whose prompt sampler was drawn with other TRL settings than this run's."""
     setting = getattr(error, "sampler_setting", None)
     what = SAMPLER_SETTINGS.get(setting, setting)
-    return (f"dataflex: cannot resume the prompt sampler: the checkpoint was saved with {what} = {error.saved!r}, this "
-            f"run has {error.current!r} ({batch_settings(trainer)}, {len(trainer.train_dataset)} prompts); resume "
-            f"with the {type(trainer.args).__name__} settings and dataset of the checkpoint's run")
+    return (
+        f"dataflex: cannot resume the prompt sampler: the checkpoint was saved with {what} = {error.saved!r}, this "
+        f"run has {error.current!r} ({batch_settings(trainer)}, {len(trainer.train_dataset)} prompts); resume "
+        f"with the {type(trainer.args).__name__} settings and dataset of the checkpoint's run"
+    )

@@ -53,7 +53,8 @@ class DataFlexTrainerMixin:
     def add_callback(self, callback):
         """Add a TrainerCallback; a second `DataFlexCallback` is refused (one strategy per trainer)."""
         is_dataflex = isinstance(callback, DataFlexCallback) or (
-            isinstance(callback, type) and issubclass(callback, DataFlexCallback))
+            isinstance(callback, type) and issubclass(callback, DataFlexCallback)
+        )
         if is_dataflex and callback is not getattr(self, "dataflex", None):
             name = type(self).__name__
             raise ConfigError(
@@ -110,21 +111,28 @@ def _the_callback(trainer: DataFlexTrainerMixin, strategy: Any, callbacks: list,
     name, callback_class = type(trainer).__name__, trainer.callback_class
     given = [cb for cb in callbacks if isinstance(cb, DataFlexCallback)]
     if any(isinstance(cb, type) and issubclass(cb, DataFlexCallback) for cb in callbacks):
-        raise ConfigError(f"dataflex: callbacks=[{callback_class.__name__}] passes the class; pass strategy=... to "
-                         f"{name} instead (it builds the callback).")
+        raise ConfigError(
+            f"dataflex: callbacks=[{callback_class.__name__}] passes the class; pass strategy=... to "
+            f"{name} instead (it builds the callback)."
+        )
     if len(given) > 1:
-        raise ConfigError(f"dataflex: callbacks=[...] holds {len(given)} DataFlexCallbacks; a trainer applies one "
-                         f"strategy: keep one, or pass strategy=... to {name} and none in callbacks.")
+        raise ConfigError(
+            f"dataflex: callbacks=[...] holds {len(given)} DataFlexCallbacks; a trainer applies one "
+            f"strategy: keep one, or pass strategy=... to {name} and none in callbacks."
+        )
     if not given:
         if strategy is None:
-            raise ConfigError(f"dataflex: {name} needs strategy=... (preset name, config dict, YAML path or Strategy), "
-                             f"e.g. {name}(..., strategy='difffilter').")
+            raise ConfigError(
+                f"dataflex: {name} needs strategy=... (preset name, config dict, YAML path or Strategy), "
+                f"e.g. {name}(..., strategy='difffilter')."
+            )
         return callback_class(strategy, **options)
     callback = given[0]
     check_callback_host(callback, trainer, callback_class)
     if callback.attached:
-        raise HostError(f"dataflex: this {type(callback).__name__} is already attached to another trainer; "
-                           "create a new one.")
+        raise HostError(
+            f"dataflex: this {type(callback).__name__} is already attached to another trainer; create a new one."
+        )
     if strategy is not None:
         wanted = as_strategy(strategy)
         if wanted is not callback.strategy and wanted.config != callback.strategy.config:
@@ -155,6 +163,9 @@ def _check_host_arguments(trainer_class: type, host_class: type, kwargs: dict[st
         return
     unknown = [name for name in kwargs if name not in parameters]
     if unknown:
-        raise ParamError(f"dataflex: {trainer_class.__name__}(...) got an unknown option {unknown[0]!r}; the options "
-                         f"are {', '.join(AdapterOptions.names())} (AdapterOptions) and "
-                         f"{host_class.__name__}'s own arguments", param=unknown[0])
+        raise ParamError(
+            f"dataflex: {trainer_class.__name__}(...) got an unknown option {unknown[0]!r}; the options "
+            f"are {', '.join(AdapterOptions.names())} (AdapterOptions) and "
+            f"{host_class.__name__}'s own arguments",
+            param=unknown[0],
+        )

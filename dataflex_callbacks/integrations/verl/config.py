@@ -47,7 +47,8 @@ DYNAMIC_SAMPLING_REFUSAL = (
     "verl config 'dataflex': dynamic_sampling is done by verl itself in this adapter: remove the dynamic_sampling "
     "part and set algorithm.filter_groups.enable=true with algorithm.filter_groups.metric (and max_num_gen_batches "
     "or max_inflight_gen_batches, as in verl's DAPO recipe); a dataflex select part then runs after verl's filter, "
-    "on the groups verl trains on (docs/dynamic_sampling.md)")
+    "on the groups verl trains on (docs/dynamic_sampling.md)"
+)
 # DataFlex-RL's replay buffer, named by its mix scripts; the package is not installed with this library.
 REFERENCE_SAMPLER_PACKAGE = "dataflex_verl"
 _warned_reference_sampler = False
@@ -68,8 +69,9 @@ def dataflex_block(config: Any) -> dict | None:
     if isinstance(block, str):
         return {"strategy": block}
     if not isinstance(block, Mapping):
-        raise ConfigError(f"verl config 'dataflex' must be a mapping (a strategy config) or a preset name; "
-                          f"got {block!r}")
+        raise ConfigError(
+            f"verl config 'dataflex' must be a mapping (a strategy config) or a preset name; got {block!r}"
+        )
     return dict(block) or None
 
 
@@ -111,8 +113,10 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
     if "strategy" in block:
         extra = sorted(set(block) - {"strategy"})
         if extra:
-            raise ConfigError(f"dataflex: key 'strategy' names a whole strategy; it cannot be combined with "
-                              f"key(s) {extra}. Put them in the strategy's YAML file, or drop 'strategy'")
+            raise ConfigError(
+                f"dataflex: key 'strategy' names a whole strategy; it cannot be combined with "
+                f"key(s) {extra}. Put them in the strategy's YAML file, or drop 'strategy'"
+            )
         spec = block["strategy"]
     else:
         spec = block
@@ -137,8 +141,10 @@ def check_verl_config(config: Any) -> tuple[Strategy | None, dict]:
     """
     strategy, options = strategy_from_verl_config(config)
     if options.get("quota") is not None and not getattr(strategy, "mix_enabled", False):
-        raise ConfigError("dataflex.quota sets the per-batch domain counts of a mix part, and this strategy has "
-                          "none; remove dataflex.quota or add a mix part")
+        raise ConfigError(
+            "dataflex.quota sets the per-batch domain counts of a mix part, and this strategy has "
+            "none; remove dataflex.quota or add a mix part"
+        )
     if strategy is not None:
         strategy.check_host(HOST_FIELDS, host=HOST)
         loss_agg_mode = _select(config, "actor_rollout_ref.actor.loss_agg_mode")
@@ -182,7 +188,9 @@ def drop_reference_sampler(config: Any) -> bool:
             "this adapter mixes domains in the prompt dataloader (DomainMixingSampler, exact per-domain quotas per "
             "batch as that buffer had; dataflex.quota=independent for independent draws) and uses verl's own "
             "replay buffer. Delete the two 'trainer.v1.sampler.custom_sampler.*' lines to silence this warning",
-            path, name)
+            path,
+            name,
+        )
     return True
 
 

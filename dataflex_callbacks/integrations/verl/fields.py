@@ -60,9 +60,13 @@ def _as_list(values: Any) -> list:
     return list(values)
 
 
-def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: Mapping[str, Any],
-                              domain_key: str | None = None, policy_versions: torch.Tensor | None = None,
-                              trainer_version: int | None = None) -> RolloutBatch:
+def rollout_batch_from_fields(
+    tensors: Mapping[str, torch.Tensor],
+    non_tensors: Mapping[str, Any],
+    domain_key: str | None = None,
+    policy_versions: torch.Tensor | None = None,
+    trainer_version: int | None = None,
+) -> RolloutBatch:
     """Build a `RolloutBatch` from verl's padded per-response fields.
 
     Args:
@@ -84,8 +88,10 @@ def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: 
     mask = tensors["response_mask"].bool()
     reward_key = next((k for k in ("token_level_scores", "token_level_rewards", "rm_scores") if k in tensors), None)
     if reward_key is None:
-        raise BatchError("verl batch has no token-level scores ('token_level_scores', 'token_level_rewards' or "
-                         f"'rm_scores'); its fields are {sorted(tensors)}. Run the strategy after the reward step")
+        raise BatchError(
+            "verl batch has no token-level scores ('token_level_scores', 'token_level_rewards' or "
+            f"'rm_scores'); its fields are {sorted(tensors)}. Run the strategy after the reward step"
+        )
     rewards = (tensors[reward_key].float() * mask).sum(dim=-1)
     uids = non_tensors.get("uid")
     group_ids = group_ids_from_uids(_as_list(uids)) if uids is not None else None
@@ -103,19 +109,29 @@ def rollout_batch_from_fields(tensors: Mapping[str, torch.Tensor], non_tensors: 
         value = tensors.get(name)
         return None if value is None else value.float()
 
-    return RolloutBatch(rewards=rewards, group_ids=group_ids, completion_mask=mask,
-                        advantages=optional("advantages"), logprobs=optional("old_log_probs"),
-                        entropies=optional("entropy"), domains=domains, prompt_keys=prompt_keys,
-                        policy_versions=policy_versions, trainer_version=trainer_version)
+    return RolloutBatch(
+        rewards=rewards,
+        group_ids=group_ids,
+        completion_mask=mask,
+        advantages=optional("advantages"),
+        logprobs=optional("old_log_probs"),
+        entropies=optional("entropy"),
+        domains=domains,
+        prompt_keys=prompt_keys,
+        policy_versions=policy_versions,
+        trainer_version=trainer_version,
+    )
 
 
 def check_loss_agg_mode(loss_agg_mode: str) -> str:
-    """The core aggregation of ``loss_agg_mode``; a `ConfigError` naming the known modes when it is new to the adapter."""
+    """The core aggregation of ``loss_agg_mode``;
+    a `ConfigError` naming the known modes when it is new to the adapter."""
     return VERL_LOSSES.aggregation(loss_agg_mode)
 
 
-def loss_fields_from_decision(decision: Decision, response_mask: torch.Tensor, loss_agg_mode: str,
-                              existing_weights: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def loss_fields_from_decision(
+    decision: Decision, response_mask: torch.Tensor, loss_agg_mode: str, existing_weights: torch.Tensor | None = None
+) -> dict[str, torch.Tensor]:
     """Per-token loss fields that make verl's loss train on the decision.
 
     Args:

@@ -40,8 +40,12 @@ def _register_logged() -> bool:
     try:
         register_trainers()
     except Exception:  # reported, not swallowed: verl itself would only log this at DEBUG
-        logger.warning("dataflex: could not register the verl trainers %s; trainer.v1.trainer_mode=dataflex_sync "
-                       "will not be available. Cause:", ", ".join(TRAINER_NAMES), exc_info=True)
+        logger.warning(
+            "dataflex: could not register the verl trainers %s; trainer.v1.trainer_mode=dataflex_sync "
+            "will not be available. Cause:",
+            ", ".join(TRAINER_NAMES),
+            exc_info=True,
+        )
         return False
     return True
 

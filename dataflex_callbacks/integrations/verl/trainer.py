@@ -47,8 +47,17 @@ from verl.workers.utils.padding import response_to_nested
 from dataflex_callbacks import DomainMixingSampler, RolloutBatch
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.host import (BatchFeed, Candidates, accept_from, checkpoint_state, decide, read_state_file,
-                                     resolve_domain_key, restore_strategy, set_group_size)
+from dataflex_callbacks.host import (
+    BatchFeed,
+    Candidates,
+    accept_from,
+    checkpoint_state,
+    decide,
+    read_state_file,
+    resolve_domain_key,
+    restore_strategy,
+    set_group_size,
+)
 from dataflex_callbacks.metrics import DomainStalenessStats
 from dataflex_callbacks.sampling.sampler import domain_labels
 
@@ -59,8 +68,17 @@ logger = logging.getLogger("dataflex_callbacks.integrations.verl")
 
 STATE_FILE = "dataflex.pt"
 # Fields verl's v1 trainer keeps in TransferQueue that the strategy may read; absent ones are skipped.
-STRATEGY_FIELDS = ("uid", "response_mask", "rm_scores", "token_level_rewards", "advantages", "old_log_probs",
-                   "entropy", "rollout_is_weights", "index")
+STRATEGY_FIELDS = (
+    "uid",
+    "response_mask",
+    "rm_scores",
+    "token_level_rewards",
+    "advantages",
+    "old_log_probs",
+    "entropy",
+    "rollout_is_weights",
+    "index",
+)
 
 
 class DataFlexSteps:
@@ -89,8 +107,12 @@ class DataFlexSteps:
         if self.strategy is not None:
             logger.info("dataflex: %r", self.strategy)
         else:
-            logger.warning("dataflex: trainer_mode=%s but the config has no enabled 'dataflex:' block; "
-                           "training exactly as trainer_mode=%s", config.trainer.v1.trainer_mode, self.BASE_MODE)
+            logger.warning(
+                "dataflex: trainer_mode=%s but the config has no enabled 'dataflex:' block; "
+                "training exactly as trainer_mode=%s",
+                config.trainer.v1.trainer_mode,
+                self.BASE_MODE,
+            )
         self.prompt_sampler: DomainMixingSampler | None = None
         self._prompt_carry: TensorDict | None = None
         self._prompt_rng = np.random.default_rng(self._sampler_seed(config))
@@ -132,9 +154,12 @@ class DataFlexSteps:
         if DEFAULT_DOMAIN_KEY in columns and wanted <= set(map(str, values_of(DEFAULT_DOMAIN_KEY))):
             return DEFAULT_DOMAIN_KEY
         if wanted <= set(map(str, values_of("domain"))):
-            logger.warning("dataflex mix: the domains %s are values of the 'domain' column, not of %r; reading "
-                           "domains from 'domain' (DataFlex-RL's default). Set dataflex.domain_key to silence this",
-                           sorted(wanted), DEFAULT_DOMAIN_KEY)
+            logger.warning(
+                "dataflex mix: the domains %s are values of the 'domain' column, not of %r; reading "
+                "domains from 'domain' (DataFlex-RL's default). Set dataflex.domain_key to silence this",
+                sorted(wanted),
+                DEFAULT_DOMAIN_KEY,
+            )
             return "domain"
         return DEFAULT_DOMAIN_KEY
 
@@ -147,8 +172,10 @@ class DataFlexSteps:
         if frame is not None:
             column = self._choose_domain_key(frame.column_names, lambda name: frame[name])
             if column not in frame.column_names:
-                raise ConfigError(f"dataflex mix: the training data has no domain column {column!r}; its columns are "
-                                  f"{frame.column_names}. Set dataflex.domain_key to the column holding the domain")
+                raise ConfigError(
+                    f"dataflex mix: the training data has no domain column {column!r}; its columns are "
+                    f"{frame.column_names}. Set dataflex.domain_key to the column holding the domain"
+                )
             labels = domain_labels(frame, column)
         else:
             column = self._domain_key()
@@ -156,18 +183,33 @@ class DataFlexSteps:
         self._domain_key_name = column
         loader = self.train_dataloader
         self.prompt_sampler = DomainMixingSampler(
-            labels=labels, batch_size=loader.batch_size, num_samples=len(dataset), layout="grpo",
-            strategy=self.strategy, seed=self._sampler_seed(self.config), resume="continue", quota=self._quota())
+            labels=labels,
+            batch_size=loader.batch_size,
+            num_samples=len(dataset),
+            layout="grpo",
+            strategy=self.strategy,
+            seed=self._sampler_seed(self.config),
+            resume="continue",
+            quota=self._quota(),
+        )
         # verl's loader with only the sampler swapped; StatefulDataLoader saves the sampler's
         # state_dict in its own state, i.e. in verl's data.pt checkpoint.
         self.train_dataloader = StatefulDataLoader(
-            dataset=dataset, batch_size=loader.batch_size, num_workers=loader.num_workers, drop_last=True,
-            collate_fn=loader.collate_fn, sampler=self.prompt_sampler)
+            dataset=dataset,
+            batch_size=loader.batch_size,
+            num_workers=loader.num_workers,
+            drop_last=True,
+            collate_fn=loader.collate_fn,
+            sampler=self.prompt_sampler,
+        )
         self.train_dataloader_it = None
         if loader.num_workers > 0:
-            logger.warning("dataflex mix: data.dataloader_num_workers=%d prefetches prompt batches, so a change of "
-                           "the mixing proportions reaches generation a few batches late; set it to 0 for exact "
-                           "per-step proportions", loader.num_workers)
+            logger.warning(
+                "dataflex mix: data.dataloader_num_workers=%d prefetches prompt batches, so a change of "
+                "the mixing proportions reaches generation a few batches late; set it to 0 for exact "
+                "per-step proportions",
+                loader.num_workers,
+            )
 
     # ------------------------------------------------------------ training
 
@@ -210,8 +252,10 @@ class DataFlexSteps:
     def _candidates(self, batch: TensorDict) -> Candidates:
         """A fetched prompt batch as `accept_from` candidates: verl's ``index`` as key, the domains for the prior."""
         if "index" not in batch.keys():
-            raise ConfigError("dataflex pre_select needs a stable per-prompt key: give every training row "
-                              "extra_info.index (verl's example preprocessing scripts do)")
+            raise ConfigError(
+                "dataflex pre_select needs a stable per-prompt key: give every training row "
+                "extra_info.index (verl's example preprocessing scripts do)"
+            )
         keys = list(tu.get(batch, "index"))
         return Candidates(keys=keys, labels=self._candidate_domains(batch, len(keys)))
 
@@ -246,22 +290,31 @@ class DataFlexSteps:
         rollout = rollout_batch_from_fields(
             {k: v[real_rows] for k, v in tensors.items()},
             {k: np.asarray(v, dtype=object)[real] for k, v in non_tensors.items()},
-            domain_key=domain_key, policy_versions=versions,
-            trainer_version=None if versions is None else int(self.global_steps) - 1)
+            domain_key=domain_key,
+            policy_versions=versions,
+            trainer_version=None if versions is None else int(self.global_steps) - 1,
+        )
         # One process (verl's driver) decides, so it is the one that warns.
         decision = decide(self.strategy, rollout, int(self.global_steps), warn=True)
 
         response_mask = tensors["response_mask"]
         existing = tensors.get("rollout_is_weights")
         real_fields = loss_fields_from_decision(
-            decision, response_mask[real_rows], self.config.actor_rollout_ref.actor.loss_agg_mode,
-            existing_weights=None if existing is None else existing[real_rows])
-        out = {"rollout_is_weights": torch.zeros(response_mask.shape, dtype=torch.float32),
-               "response_mask": response_mask.clone(), "loss_mask": response_mask.clone()}
+            decision,
+            response_mask[real_rows],
+            self.config.actor_rollout_ref.actor.loss_agg_mode,
+            existing_weights=None if existing is None else existing[real_rows],
+        )
+        out = {
+            "rollout_is_weights": torch.zeros(response_mask.shape, dtype=torch.float32),
+            "response_mask": response_mask.clone(),
+            "loss_mask": response_mask.clone(),
+        }
         for name, value in real_fields.items():
             out[name][real_rows] = value.to(out[name].dtype)
-        output = TensorDict({name: response_to_nested(value, nested_mask) for name, value in out.items()},
-                            batch_size=len(batch))
+        output = TensorDict(
+            {name: response_to_nested(value, nested_mask) for name, value in out.items()}, batch_size=len(batch)
+        )
         batch = tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id, fields=output)
 
         step_metrics = {f"dataflex/{k}": float(v) for k, v in decision.metrics.items()}
@@ -283,8 +336,9 @@ class DataFlexSteps:
         """
         domains = rollout.domains or [NO_DOMAIN] * rollout.n
         if self.staleness_stats is None:  # every domain of the data (a batch holds only some of them)
-            self.staleness_stats = DomainStalenessStats(sorted(set(self._domains_seen() or []) | set(domains)),
-                                                        sees_stale_drops=False)
+            self.staleness_stats = DomainStalenessStats(
+                sorted(set(self._domains_seen() or []) | set(domains)), sees_stale_drops=False
+            )
         self.staleness_stats.update(domains, rollout.staleness, dropped_strategy=~decision.keep.bool())
         values = {f"dataflex/{name}": value for name, value in self.staleness_stats.compute().items()}
         values["dataflex/staleness/mean"] = float(rollout.staleness.float().mean()) if rollout.n else 0.0
@@ -304,8 +358,10 @@ class DataFlexSteps:
         if self.strategy is not None:
             folder = os.path.join(self.config.trainer.default_local_dir, f"global_step_{self.global_steps}")
             os.makedirs(folder, exist_ok=True)
-            torch.save(checkpoint_state(self.strategy, rng=self._prompt_rng.bit_generator.state),
-                       os.path.join(folder, STATE_FILE))
+            torch.save(
+                checkpoint_state(self.strategy, rng=self._prompt_rng.bit_generator.state),
+                os.path.join(folder, STATE_FILE),
+            )
 
     def _load_checkpoint(self):
         super()._load_checkpoint()
@@ -344,9 +400,12 @@ class DataFlexSeparateAsyncTrainer(DataFlexSteps, PPOTrainerSeparateAsync):
     BASE_MODE = "separate_async"
 
 
-TRAINERS = {"dataflex_sync": DataFlexPPOTrainer, "dataflex_mix_sync": DataFlexPPOTrainer,
-            "dataflex_colocate_async": DataFlexColocateAsyncTrainer,
-            "dataflex_separate_async": DataFlexSeparateAsyncTrainer}
+TRAINERS = {
+    "dataflex_sync": DataFlexPPOTrainer,
+    "dataflex_mix_sync": DataFlexPPOTrainer,
+    "dataflex_colocate_async": DataFlexColocateAsyncTrainer,
+    "dataflex_separate_async": DataFlexSeparateAsyncTrainer,
+}
 """The trainer modes this plugin registers beside verl's own, and their classes."""
 
 

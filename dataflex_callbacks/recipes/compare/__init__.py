@@ -24,5 +24,16 @@ from .budget import Budget, GenerationLedger
 from .grid import CompareInputError, CompareSettings, GridRun, execute_run, run_grid
 from .report import write_report
 
-__all__ = ["ComparisonResults", "compare", "run_comparison", "Budget", "CompareInputError", "CompareSettings",
-           "GenerationLedger", "GridRun", "execute_run", "run_grid", "write_report"]
+__all__ = [
+    "ComparisonResults",
+    "compare",
+    "run_comparison",
+    "Budget",
+    "CompareInputError",
+    "CompareSettings",
+    "GenerationLedger",
+    "GridRun",
+    "execute_run",
+    "run_grid",
+    "write_report",
+]

@@ -23,28 +23,52 @@ class ComparisonResults:
     settings: CompareSettings
 
 
-def run_comparison(settings: CompareSettings, overwrite: bool = False,
-                   on_warning: Callable[[str], None] | None = None) -> ComparisonResults:
+def run_comparison(
+    settings: CompareSettings, overwrite: bool = False, on_warning: Callable[[str], None] | None = None
+) -> ComparisonResults:
     """Run the grid of `settings` (resuming finished runs), write report.md, results.csv and figures; return them."""
     from .report import paired_difference, result_row, write_report
 
     outcome = run_grid(settings, overwrite=overwrite, on_warning=on_warning)
     files = write_report(settings, outcome)
-    differences = {strategy: paired_difference(outcome.records, strategy, settings.baseline)
-                   for strategy in settings.strategies if strategy != settings.baseline}
-    return ComparisonResults(runs=[result_row(record) for record in outcome.records], differences=differences,
-                             outcome=outcome, files=files, settings=settings)
+    differences = {
+        strategy: paired_difference(outcome.records, strategy, settings.baseline)
+        for strategy in settings.strategies
+        if strategy != settings.baseline
+    }
+    return ComparisonResults(
+        runs=[result_row(record) for record in outcome.records],
+        differences=differences,
+        outcome=outcome,
+        files=files,
+        settings=settings,
+    )
 
 
-def compare(strategies: list[str], *, model: str | None = None, train_dataset: str | None = None,
-            eval_dataset: str | None = None, reward_funcs: list | None = None,
-            reward_weights: list[float] | None = None,
-            reward_threshold: float = 1.0, seeds=3, budget="steps:100", output_dir: str = "runs/compare",
-            executor: str = "processes", ray_address: str | None = None, runs_per_gpu: int = 1,
-            baseline: str | None = None, jobs: int = 1, eval_points: int = 4, target: float | None = None,
-            overwrite: bool = False,
-            progress: bool = True, on_warning: Callable[[str], None] | None = None,
-            **run_options) -> ComparisonResults:
+def compare(
+    strategies: list[str],
+    *,
+    model: str | None = None,
+    train_dataset: str | None = None,
+    eval_dataset: str | None = None,
+    reward_funcs: list | None = None,
+    reward_weights: list[float] | None = None,
+    reward_threshold: float = 1.0,
+    seeds=3,
+    budget="steps:100",
+    output_dir: str = "runs/compare",
+    executor: str = "processes",
+    ray_address: str | None = None,
+    runs_per_gpu: int = 1,
+    baseline: str | None = None,
+    jobs: int = 1,
+    eval_points: int = 4,
+    target: float | None = None,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_warning: Callable[[str], None] | None = None,
+    **run_options,
+) -> ComparisonResults:
     """Train every strategy with every seed under one budget and compare them, as `dataflex compare` does.
 
     Writes the same folder as the command (report.md, results.csv, figures, runs/) and returns its
@@ -97,19 +121,39 @@ def compare(strategies: list[str], *, model: str | None = None, train_dataset: s
     names = {f.name for f in dataclasses.fields(RunOptions)}
     unknown = sorted(set(run_options) - names)
     if unknown:
-        raise CompareInputError(f"compare() got unknown option(s) {unknown}; valid RunOptions fields: "
-                                f"{', '.join(sorted(names))}")
+        raise CompareInputError(
+            f"compare() got unknown option(s) {unknown}; valid RunOptions fields: {', '.join(sorted(names))}"
+        )
     if isinstance(reward_funcs, str) or callable(reward_funcs):  # one function, as GRPOTrainer also takes it
         reward_funcs = [reward_funcs]
-    base = RunOptions(model=model, dataset=train_dataset, eval_dataset=eval_dataset,
-                      reward=None if reward_funcs is None else list(reward_funcs),
-                      reward_weights=None if reward_weights is None else list(reward_weights),
-                      reward_threshold=reward_threshold, **run_options)
-    settings = CompareSettings(strategies=list(strategies), seeds=seed_list, budget=parsed_budget, base=base,
-                               output_dir=output_dir, baseline=baseline, jobs=jobs, eval_points=eval_points,
-                               executor=executor, ray_address=ray_address, runs_per_gpu=runs_per_gpu,
-                               progress=progress, command="compare(...) from Python", target=target)
+    base = RunOptions(
+        model=model,
+        dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        reward=None if reward_funcs is None else list(reward_funcs),
+        reward_weights=None if reward_weights is None else list(reward_weights),
+        reward_threshold=reward_threshold,
+        **run_options,
+    )
+    settings = CompareSettings(
+        strategies=list(strategies),
+        seeds=seed_list,
+        budget=parsed_budget,
+        base=base,
+        output_dir=output_dir,
+        baseline=baseline,
+        jobs=jobs,
+        eval_points=eval_points,
+        executor=executor,
+        ray_address=ray_address,
+        runs_per_gpu=runs_per_gpu,
+        progress=progress,
+        command="compare(...) from Python",
+        target=target,
+    )
     if on_warning is None:
+
         def on_warning(message: str) -> None:
             warnings.warn(f"dataflex compare: {message}", stacklevel=3)
+
     return run_comparison(settings, overwrite=overwrite, on_warning=on_warning)

@@ -60,7 +60,9 @@ class Budget:
         """Read `steps:300` or `completions:20000`; raises ValueError naming the valid forms."""
         unit, sep, amount = str(text).strip().partition(":")
         if not sep or not amount.strip().isdigit():
-            raise InputError(f"cannot read budget {text!r}; use steps:N or completions:N (e.g. steps:300, completions:20000)")
+            raise InputError(
+                f"cannot read budget {text!r}; use steps:N or completions:N (e.g. steps:300, completions:20000)"
+            )
         return cls(unit.strip().lower(), int(amount))
 
     def __str__(self) -> str:
@@ -123,8 +125,9 @@ class GenerationLedger:
     generated_at: dict = field(default_factory=dict)
     round_size: int | None = None
 
-    def record_step(self, global_step: int, generation_batch_size: int, micro_steps_per_step: int,
-                    generate_every: int) -> bool:
+    def record_step(
+        self, global_step: int, generation_batch_size: int, micro_steps_per_step: int, generate_every: int
+    ) -> bool:
         """Count the generations of optimizer step `global_step` (1-based); True when the budget is now spent."""
         micro_before = (global_step - 1) * micro_steps_per_step
         micro_after = global_step * micro_steps_per_step
@@ -177,8 +180,12 @@ class GenerationLedger:
         return self.completions + int(generated_this_step) < int(self.budget.amount)
 
 
-def budget_callback(ledger: GenerationLedger, evaluate: Callable | None = None, eval_points: int = 0,
-                    on_step: Callable[[int], None] | None = None):
+def budget_callback(
+    ledger: GenerationLedger,
+    evaluate: Callable | None = None,
+    eval_points: int = 0,
+    on_step: Callable[[int], None] | None = None,
+):
     """A `transformers.TrainerCallback` that feeds `ledger`, stops training when the budget is spent,
     evaluates held-out accuracy at the `eval_points` thresholds of an `EvalPlan` and reports each
     finished step to `on_step`.
@@ -233,8 +240,12 @@ def budget_callback(ledger: GenerationLedger, evaluate: Callable | None = None, 
         def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
             generate_every = int(args.steps_per_generation) * int(getattr(args, "num_iterations", 1) or 1)
             ledger.round_size = int(args.generation_batch_size)
-            ledger.record_step(state.global_step, int(args.generation_batch_size),
-                               int(args.gradient_accumulation_steps), generate_every)
+            ledger.record_step(
+                state.global_step,
+                int(args.generation_batch_size),
+                int(args.gradient_accumulation_steps),
+                generate_every,
+            )
             if not control.should_log:
                 self._finish_step(state, control, model, processing_class)
             return control
@@ -254,9 +265,12 @@ def budget_callback(ledger: GenerationLedger, evaluate: Callable | None = None, 
             elif evaluate is not None:
                 due = plan.due(self.served, state.global_step, ledger.completions)
                 if due:
-                    point = {"step": state.global_step, "completions": ledger.completions,
-                             "completion_tokens": int(round(ledger.completion_tokens)),
-                             "wall_seconds": round(self.train_seconds(), 3)}
+                    point = {
+                        "step": state.global_step,
+                        "completions": ledger.completions,
+                        "completion_tokens": int(round(ledger.completion_tokens)),
+                        "wall_seconds": round(self.train_seconds(), 3),
+                    }
                     evaluating = time.perf_counter()
                     point["accuracy"] = evaluate(model, processing_class)
                     self.eval_seconds += time.perf_counter() - evaluating

@@ -28,31 +28,47 @@ def _help(name: str, default: str | None = None) -> str:
 def add_compare_parser(commands) -> None:
     """Add `compare` to the `dataflex` subcommands: its own flags, then one per `RunOptions` field every run shares."""
     compare = commands.add_parser(
-        "compare", help="train every strategy with every seed under one budget and report paired intervals",
+        "compare",
+        help="train every strategy with every seed under one budget and report paired intervals",
         description="Train every strategy with every seed (same initial weights and data per seed, same budget) and "
-                    "write report.md, results.csv and figures. Re-running the same command resumes: finished runs "
-                    "are kept.",
+        "write report.md, results.csv and figures. Re-running the same command resumes: finished runs "
+        "are kept.",
     )
-    compare.add_argument("--strategies", default=DEFAULT_STRATEGIES,
-                         help=_help("strategies", DEFAULT_STRATEGIES) + "; comma-separated")
-    compare.add_argument("--seeds", default=DEFAULT_SEEDS,
-                         help=_help("seeds", DEFAULT_SEEDS) + "; a count (3: seeds 0,1,2) or a list (0,5,7)")
-    compare.add_argument("--budget", default=None, help=_help(
-        "budget", f"{DEFAULT_BUDGETS['testbed']} on the testbed, {DEFAULT_BUDGETS['toy']} with --suite toy"))
+    compare.add_argument(
+        "--strategies", default=DEFAULT_STRATEGIES, help=_help("strategies", DEFAULT_STRATEGIES) + "; comma-separated"
+    )
+    compare.add_argument(
+        "--seeds",
+        default=DEFAULT_SEEDS,
+        help=_help("seeds", DEFAULT_SEEDS) + "; a count (3: seeds 0,1,2) or a list (0,5,7)",
+    )
+    compare.add_argument(
+        "--budget",
+        default=None,
+        help=_help("budget", f"{DEFAULT_BUDGETS['testbed']} on the testbed, {DEFAULT_BUDGETS['toy']} with --suite toy"),
+    )
     compare.add_argument("--baseline", default=None, help=_help("baseline", "the first strategy"))
     compare.add_argument("--jobs", type=int, default=None, help=_help("jobs", "2, at most the CPU count"))
-    compare.add_argument("--runs-per-gpu", type=int, default=_SETTINGS["runs_per_gpu"].default,
-                         help=_help("runs_per_gpu"))
+    compare.add_argument(
+        "--runs-per-gpu", type=int, default=_SETTINGS["runs_per_gpu"].default, help=_help("runs_per_gpu")
+    )
     compare.add_argument("--executor", default=_SETTINGS["executor"].default, help=_help("executor"))
     compare.add_argument("--address", dest="ray_address", default=None, help=_help("ray_address", "none"))
     compare.add_argument("--eval-points", type=int, default=_SETTINGS["eval_points"].default, help=_help("eval_points"))
     compare.add_argument("--target", type=float, default=None, help=_help("target", "none"))
     compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=_help("output_dir"))
-    compare.add_argument("--overwrite", action="store_true", help="discard the finished runs in --output-dir and start over")
-    compare.add_argument("--no-progress", dest="progress", action="store_false",
-                         help=_SETTINGS["progress"].metadata["help"] + " (default: on; this flag turns it off)")
-    add_option_arguments(compare.add_argument_group("options every run shares (RunOptions fields)"),
-                         shared_option_names())
+    compare.add_argument(
+        "--overwrite", action="store_true", help="discard the finished runs in --output-dir and start over"
+    )
+    compare.add_argument(
+        "--no-progress",
+        dest="progress",
+        action="store_false",
+        help=_SETTINGS["progress"].metadata["help"] + " (default: on; this flag turns it off)",
+    )
+    add_option_arguments(
+        compare.add_argument_group("options every run shares (RunOptions fields)"), shared_option_names()
+    )
 
 
 def settings_from_args(args, argv: list[str] | None = None):
@@ -69,10 +85,20 @@ def settings_from_args(args, argv: list[str] | None = None):
     jobs = args.jobs if args.jobs is not None else max(1, min(2, os.cpu_count() or 1))
     command = "dataflex " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     return CompareSettings(
-        strategies=parse_strategies(args.strategies), seeds=parse_seeds(args.seeds), budget=budget, base=base,
-        output_dir=args.output_dir, baseline=args.baseline, jobs=jobs, eval_points=args.eval_points,
-        runs_per_gpu=args.runs_per_gpu, executor=args.executor, ray_address=args.ray_address,
-        progress=args.progress, command=command, target=args.target,
+        strategies=parse_strategies(args.strategies),
+        seeds=parse_seeds(args.seeds),
+        budget=budget,
+        base=base,
+        output_dir=args.output_dir,
+        baseline=args.baseline,
+        jobs=jobs,
+        eval_points=args.eval_points,
+        runs_per_gpu=args.runs_per_gpu,
+        executor=args.executor,
+        ray_address=args.ray_address,
+        progress=args.progress,
+        command=command,
+        target=args.target,
     )
 
 
@@ -135,8 +161,10 @@ def command_compare(args, argv: list[str] | None = None) -> int:
         print(f"dataflex: error: {error}", file=sys.stderr)
         return 1
     outcome, paths = results.outcome, results.files
-    print(f"comparison folder: {settings.output_dir} ({outcome.wall_seconds:.0f}s; "
-          f"{len(outcome.computed)} runs computed, {len(outcome.reused)} reused)")
+    print(
+        f"comparison folder: {settings.output_dir} ({outcome.wall_seconds:.0f}s; "
+        f"{len(outcome.computed)} runs computed, {len(outcome.reused)} reused)"
+    )
     from .report import held_out_sizes
 
     print(f"held-out set: {held_out_sizes(outcome.records)}")

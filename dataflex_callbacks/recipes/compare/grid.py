@@ -29,8 +29,21 @@ from .results import RESULT_FILE, execute_run, load_result, result_problem, writ
 from .settings import RUNS_FOLDER, CompareInputError, CompareSettings, GridRun
 from .workers import run_parallel
 
-__all__ = ["CompareInputError", "CompareSettings", "GridOutcome", "GridRun", "FolderLock", "execute_run", "run_grid",
-           "load_result", "result_problem", "write_json_atomic", "RESULT_FILE", "parse_seeds", "parse_strategies"]
+__all__ = [
+    "CompareInputError",
+    "CompareSettings",
+    "GridOutcome",
+    "GridRun",
+    "FolderLock",
+    "execute_run",
+    "run_grid",
+    "load_result",
+    "result_problem",
+    "write_json_atomic",
+    "RESULT_FILE",
+    "parse_seeds",
+    "parse_strategies",
+]
 
 COMPARE_FILE = "compare.json"
 LOCK_FILE = ".compare.lock"
@@ -132,15 +145,18 @@ class FolderLock:
 
 def _read_manifest(path: str) -> dict:
     """The `shared` settings recorded in compare.json; a clear `CompareInputError` naming the file if unreadable."""
-    fix = (f"delete {path!r} (the finished runs in {RUNS_FOLDER}/ are kept and reused when the settings match) "
-           "or pass --overwrite")
+    fix = (
+        f"delete {path!r} (the finished runs in {RUNS_FOLDER}/ are kept and reused when the settings match) "
+        "or pass --overwrite"
+    )
     try:
         with open(path) as handle:
             manifest = json.load(handle)
     except (OSError, ValueError) as error:
         reason = str(error).splitlines()[0] if str(error) else type(error).__name__
-        raise CompareInputError(f"{path!r} cannot be read ({type(error).__name__}: {reason}; truncated by an "
-                                f"interrupted write?); {fix}") from None
+        raise CompareInputError(
+            f"{path!r} cannot be read ({type(error).__name__}: {reason}; truncated by an interrupted write?); {fix}"
+        ) from None
     if not isinstance(manifest, dict) or not isinstance(manifest.get("shared"), dict):
         raise CompareInputError(f"{path!r} has no 'shared' settings (not written by dataflex compare?); {fix}")
     return manifest["shared"]
@@ -160,8 +176,11 @@ def _finished_results(settings: CompareSettings) -> list[str]:
     return found
 
 
-def _prepare_folder(settings: CompareSettings, overwrite: bool, on_warning: Callable[[str], None] | None = None) -> None:
-    """Check the folder's compare.json against these settings (refusing other settings with finished runs), then write it."""
+def _prepare_folder(
+    settings: CompareSettings, overwrite: bool, on_warning: Callable[[str], None] | None = None
+) -> None:
+    """Check the folder's compare.json against these settings
+    (refusing other settings with finished runs), then write it."""
     path = settings.output_dir
     manifest = os.path.join(path, COMPARE_FILE)
     current = json.loads(json.dumps(settings.shared(), default=str))
@@ -179,8 +198,15 @@ def _prepare_folder(settings: CompareSettings, overwrite: bool, on_warning: Call
                 )
             if on_warning is not None:  # nothing finished to keep: a failed start must not block the fixed command
                 on_warning(f"{manifest} was written with other settings but no run finished; replacing it")
-    write_json_atomic(manifest, {"shared": settings.shared(), "strategies": settings.strategies,
-                                 "seeds": settings.seeds, "baseline": settings.baseline})
+    write_json_atomic(
+        manifest,
+        {
+            "shared": settings.shared(),
+            "strategies": settings.strategies,
+            "seeds": settings.seeds,
+            "baseline": settings.baseline,
+        },
+    )
 
 
 def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
@@ -207,8 +233,9 @@ def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
     return {spec: _has_pre_select(s) for spec, s in strategies.items()}, folder, lock
 
 
-def run_grid(settings: CompareSettings, overwrite: bool = False,
-             on_warning: Callable[[str], None] | None = None) -> GridOutcome:
+def run_grid(
+    settings: CompareSettings, overwrite: bool = False, on_warning: Callable[[str], None] | None = None
+) -> GridOutcome:
     """Run every grid run that has no finished result yet (in `settings.jobs` processes) and return all records.
 
     `on_warning(message)` hears about results that are recomputed (default: `warnings.warn`).
@@ -216,8 +243,10 @@ def run_grid(settings: CompareSettings, overwrite: bool = False,
     input is unusable, and when another comparison holds the folder.
     """
     if on_warning is None:
+
         def on_warning(message: str) -> None:
             warnings.warn(f"dataflex compare: {message}", stacklevel=3)
+
     started = time.perf_counter()
     pre_select, _, lock = _start(settings, overwrite, on_warning)
     try:
@@ -241,8 +270,13 @@ def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, s
     if settings.progress:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=expected * len(grid), initial=expected * len(outcome.reused), desc="dataflex compare",
-                   unit="step", dynamic_ncols=True)
+        bar = tqdm(
+            total=expected * len(grid),
+            initial=expected * len(outcome.reused),
+            desc="dataflex compare",
+            unit="step",
+            dynamic_ncols=True,
+        )
     shown: dict[str, int] = {}
 
     def advance(name: str, step: int) -> None:
@@ -269,8 +303,12 @@ def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, s
             run_on_ray(settings, pending, pre_select, advance, finish, note=note)
         elif settings.jobs == 1 or len(pending) <= 1:
             for run in pending:
-                finish(run, execute_run(settings, run, pre_select[run.strategy],
-                                        on_step=lambda step, name=run.name: advance(name, step)))
+                finish(
+                    run,
+                    execute_run(
+                        settings, run, pre_select[run.strategy], on_step=lambda step, name=run.name: advance(name, step)
+                    ),
+                )
         else:
             run_parallel(settings, pending, pre_select, advance, finish, on_warning=on_warning, note=note)
     finally:
@@ -279,7 +317,6 @@ def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, s
     outcome.records = [records[run.name] for run in grid]
     outcome.wall_seconds = time.perf_counter() - started
     return outcome
-
 
 
 def parse_seeds(text) -> list[int]:
@@ -291,8 +328,10 @@ def parse_seeds(text) -> list[int]:
     except ValueError:
         raise CompareInputError(f"cannot read --seeds {text!r}; give a count (3) or a list (0,5,7)") from None
     if count is not None and not 1 <= count <= MAX_SEED_COUNT:
-        raise CompareInputError(f"--seeds count must be from 1 to {MAX_SEED_COUNT}, got {count}; "
-                                "give a count (3) or a list of seeds (0,5,7)")
+        raise CompareInputError(
+            f"--seeds count must be from 1 to {MAX_SEED_COUNT}, got {count}; "
+            "give a count (3) or a list of seeds (0,5,7)"
+        )
     seeds = listed if listed is not None else list(range(count))
     return [check_option_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in seeds]
 
@@ -300,5 +339,7 @@ def parse_seeds(text) -> list[int]:
 def parse_strategies(text) -> list[str]:
     strategies = [part.strip() for part in str(text).split(",") if part.strip()]
     if not strategies:
-        raise CompareInputError(f"cannot read --strategies {text!r}; give a comma-separated list, e.g. baseline,difffilter")
+        raise CompareInputError(
+            f"cannot read --strategies {text!r}; give a comma-separated list, e.g. baseline,difffilter"
+        )
     return strategies

@@ -38,11 +38,13 @@ def equal_accuracy_warning(records: list[dict]) -> str | None:
             values.update(round(float(v), 12) for v in accuracy.values() if isinstance(v, (int, float)))
     if len(values) != 1 or len(records) < 2:
         return None
-    return (f"all held-out accuracies are equal ({next(iter(values)):.3f} for every run, before and after "
-            "training): the comparison cannot separate strategies; likely causes: completions cut short by the model's "
-            "positions or --max-completion-length (raise it), a held-out rule no completion meets (check "
-            "--reward-threshold or --verifier on a few completions), a model too weak or a budget too small for the "
-            "task (a stronger --model, a larger --budget), or a held-out set too small (more rows or --n-test)")
+    return (
+        f"all held-out accuracies are equal ({next(iter(values)):.3f} for every run, before and after "
+        "training): the comparison cannot separate strategies; likely causes: completions cut short by the model's "
+        "positions or --max-completion-length (raise it), a held-out rule no completion meets (check "
+        "--reward-threshold or --verifier on a few completions), a model too weak or a budget too small for the "
+        "task (a stronger --model, a larger --budget), or a held-out set too small (more rows or --n-test)"
+    )
 
 
 def truncated_share(metrics: list[dict]) -> float | None:
@@ -56,16 +58,21 @@ def truncation_warning(records: list[dict], settings) -> str | None:
     """A warning naming the runs whose training completions were mostly cut short, or None."""
     if settings.base.dataset is None and settings.base.suite == "toy":  # its completions are sized to its answers
         return None
-    cut = [(r["name"], r["truncated_share"]) for r in records
-           if isinstance(r.get("truncated_share"), (int, float)) and r["truncated_share"] > TRUNCATION_LIMIT]
+    cut = [
+        (r["name"], r["truncated_share"])
+        for r in records
+        if isinstance(r.get("truncated_share"), (int, float)) and r["truncated_share"] > TRUNCATION_LIMIT
+    ]
     if not cut:
         return None
     worst = max(share for _, share in cut)
     names = ", ".join(name for name, _ in cut[:6]) + (f" and {len(cut) - 6} more" if len(cut) > 6 else "")
-    return (f"{len(cut)} of {len(records)} runs had more than {TRUNCATION_LIMIT:.0%} of their training completions cut "
-            f"at --max-completion-length {settings.base.max_completion_length} tokens (up to {worst:.0%}: {names}); "
-            "their rewards scored unfinished answers; raise --max-completion-length (within the model's positions), "
-            "or shorten the answers the prompts ask for")
+    return (
+        f"{len(cut)} of {len(records)} runs had more than {TRUNCATION_LIMIT:.0%} of their training completions cut "
+        f"at --max-completion-length {settings.base.max_completion_length} tokens (up to {worst:.0%}: {names}); "
+        "their rewards scored unfinished answers; raise --max-completion-length (within the model's positions), "
+        "or shorten the answers the prompts ask for"
+    )
 
 
 def _held_out_rows(records: list[dict]) -> int | None:
@@ -83,7 +90,7 @@ def held_out_noise(accuracy: float, rows: int) -> float:
 def rows_to_resolve(accuracy: float, difference: float) -> int:
     """Held-out prompts whose evaluation noise band is `difference` at `accuracy`: ``8 p (1 - p) / d^2``."""
     p = min(max(float(accuracy), 0.0), 1.0)
-    return max(1, math.ceil(8.0 * p * (1.0 - p) / difference ** 2))
+    return max(1, math.ceil(8.0 * p * (1.0 - p) / difference**2))
 
 
 def held_out_size_warning(records: list[dict], settings, differences: dict[str, float]) -> str | None:
@@ -104,9 +111,14 @@ def held_out_size_warning(records: list[dict], settings, differences: dict[str, 
     if noise <= measured or noise == 0.0:
         return None
     needed = rows_to_resolve(accuracy, measured)
-    fix = "pass a larger --eval-dataset" if settings.base.eval_dataset is not None else \
-        "raise --n-test (with --dataset: add rows, or pass --eval-dataset)"
-    return (f"the held-out set ({rows} prompts, mean accuracy {accuracy:.2f}) carries evaluation noise of "
-            f"±{noise:.3f} on a difference between two runs, more than the largest difference measured "
-            f"({max(finite):.3f}): it cannot separate these strategies; about {needed} held-out prompts would resolve "
-            f"a difference of {measured:.3f}; {fix}")
+    fix = (
+        "pass a larger --eval-dataset"
+        if settings.base.eval_dataset is not None
+        else "raise --n-test (with --dataset: add rows, or pass --eval-dataset)"
+    )
+    return (
+        f"the held-out set ({rows} prompts, mean accuracy {accuracy:.2f}) carries evaluation noise of "
+        f"±{noise:.3f} on a difference between two runs, more than the largest difference measured "
+        f"({max(finite):.3f}): it cannot separate these strategies; about {needed} held-out prompts would resolve "
+        f"a difference of {measured:.3f}; {fix}"
+    )

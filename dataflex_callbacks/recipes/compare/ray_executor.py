@@ -66,9 +66,14 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
         return False
     address = address or os.environ.get("RAY_ADDRESS") or None
     python_path = os.pathsep.join(p for p in (os.getcwd(), os.environ.get("PYTHONPATH", "")) if p)
-    ray.init(address=address, num_cpus=None if address else num_cpus,
-             runtime_env={"env_vars": {"PYTHONPATH": python_path, "HF_HUB_DISABLE_TELEMETRY": "1"}},
-             include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
+    ray.init(
+        address=address,
+        num_cpus=None if address else num_cpus,
+        runtime_env={"env_vars": {"PYTHONPATH": python_path, "HF_HUB_DISABLE_TELEMETRY": "1"}},
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level=logging.ERROR,
+    )
     return True
 
 
@@ -80,7 +85,8 @@ def _train_on_ray(settings, run, pre_select: bool, board, folder: str) -> dict:
         raise CompareInputError(
             f"run {run.name} cannot start on Ray node {socket.gethostname()}: it has no folder {folder!r}, where the "
             "comparison was started; Ray nodes must share that folder (and the data, rewards and --output-dir) "
-            "at the same path, e.g. on a network filesystem")
+            "at the same path, e.g. on a network filesystem"
+        )
     os.chdir(folder)  # relative --output-dir, --dataset and reward modules resolve as on the comparison's machine
     prepare_run_process()  # as in the worker processes of --jobs N
 
@@ -146,4 +152,5 @@ def _run_tasks(ray, settings, pending, pre_select, advance, finish, note) -> Non
         raise WorkerDiedError(
             f"the Ray worker of run(s) {', '.join(sorted(died))} died on the first try and on the retry ({reasons}); "
             f"the other runs finished and are kept in {settings.output_dir}: run the same command again to retry "
-            "them (if memory ran out, use fewer runs per node or --runs-per-gpu 1)")
+            "them (if memory ran out, use fewer runs per node or --runs-per-gpu 1)"
+        )

@@ -22,9 +22,11 @@ import numpy as np
 from . import stats
 
 # Curve point field -> (what the report calls it, how a value is printed).
-AXES = {"completions": ("completions", "{:.0f}"),
-        "completion_tokens": ("generated tokens", "{:.0f}"),
-        "wall_seconds": ("training seconds", "{:.1f}")}
+AXES = {
+    "completions": ("completions", "{:.0f}"),
+    "completion_tokens": ("generated tokens", "{:.0f}"),
+    "wall_seconds": ("training seconds", "{:.1f}"),
+}
 
 
 def runs_by_seed(records: list[dict], strategy: str) -> dict[int, dict]:
@@ -47,12 +49,14 @@ def cost_to_reach(costs, accuracy, level: float) -> float:
 
 
 def recorded(runs: list[dict], axis: str) -> bool:
-    """Whether every curve point of `runs` has `axis` (results written before tokens and seconds were recorded lack them)."""
+    """Whether every curve point of `runs` has `axis`
+    (results written before tokens and seconds were recorded lack them)."""
     return all(isinstance(point.get(axis), (int, float)) for run in runs for point in run["curve"])
 
 
 def seed_cost_to_reach(record: dict, level: float, axis: str = "completions") -> float | None:
-    """`cost_to_reach` on one run's own overall curve: NaN when it ends below `level`, None when `axis` is not recorded."""
+    """`cost_to_reach` on one run's own overall curve:
+    NaN when it ends below `level`, None when `axis` is not recorded."""
     if not recorded([record], axis):
         return None
     curve = record["curve"]
@@ -63,8 +67,9 @@ def mean_curve(runs: list[dict], domain: str, axis: str = "completions"):
     """(mean `axis` value, mean accuracy, low, high) at each evaluation point, averaged over seeds."""
     length = min(len(r["curve"]) for r in runs)
     x = np.array([[r["curve"][i][axis] for i in range(length)] for r in runs], dtype=float).mean(axis=0)
-    intervals = [stats.accuracy_interval([r["curve"][i]["accuracy"].get(domain, math.nan) for r in runs])
-                 for i in range(length)]
+    intervals = [
+        stats.accuracy_interval([r["curve"][i]["accuracy"].get(domain, math.nan) for r in runs]) for i in range(length)
+    ]
     return x, [iv.mean for iv in intervals], [iv.low for iv in intervals], [iv.high for iv in intervals]
 
 
@@ -113,8 +118,9 @@ def level_text(level) -> str:
     return f"{np.mean(values):.3f} (per seed: {min(values):.3f}-{max(values):.3f})"
 
 
-def strategy_reach(records: list[dict], strategy: str, baseline: str, level,
-                   axis: str = "completions") -> StrategyReach | None:
+def strategy_reach(
+    records: list[dict], strategy: str, baseline: str, level, axis: str = "completions"
+) -> StrategyReach | None:
     """How much `axis` each seed of `strategy` needed to reach `level` (one level, or seed -> level), and the
     paired ratio to `baseline`; None when `strategy` has no runs."""
     runs = runs_by_seed(records, strategy)
@@ -155,8 +161,12 @@ def reach_levels(records: list[dict], baseline: str, target: float | None) -> li
     levels = []
     base_runs = runs_by_seed(records, baseline)
     if base_runs:
-        levels.append(("the baseline's final accuracy on the same seed",
-                       {seed: float(r["after"]["overall"]) for seed, r in sorted(base_runs.items())}))
+        levels.append(
+            (
+                "the baseline's final accuracy on the same seed",
+                {seed: float(r["after"]["overall"]) for seed, r in sorted(base_runs.items())},
+            )
+        )
     if target is not None:
         levels.append(("the target", float(target)))
     return levels
@@ -179,8 +189,12 @@ def reach_cell(reach: StrategyReach) -> str:
     interval = reach.interval
     if interval.n < 2:
         return f"{_value(interval.mean, reach.axis)} (interval n/a: needs >= 2 seeds)"
-    return " ".join([_value(interval.mean, reach.axis),
-                     f"[{_value(interval.low, reach.axis)}, {_value(interval.high, reach.axis)}]"])
+    return " ".join(
+        [
+            _value(interval.mean, reach.axis),
+            f"[{_value(interval.low, reach.axis)}, {_value(interval.high, reach.axis)}]",
+        ]
+    )
 
 
 def ratio_cell(reach: StrategyReach, baseline: str) -> str:
@@ -194,8 +208,9 @@ def ratio_cell(reach: StrategyReach, baseline: str) -> str:
     return f"{reach.ratio.mean:.2f} [{reach.ratio.low:.2f}, {reach.ratio.high:.2f}]"
 
 
-def headline_section(records: list[dict], strategies: list[str], baseline: str, target: float | None,
-                     unavailable: str | None = None) -> list[str]:
+def headline_section(
+    records: list[dict], strategies: list[str], baseline: str, target: float | None, unavailable: str | None = None
+) -> list[str]:
     """The report's first section, "Compute to reach the target": one table per level (markdown lines).
 
     `unavailable` replaces the tables with its reason (e.g. every accuracy is the same number).
@@ -204,19 +219,26 @@ def headline_section(records: list[dict], strategies: list[str], baseline: str, 
     levels = reach_levels(records, baseline, target)
     if unavailable or not levels:
         return out + [f"n/a: {unavailable or 'no baseline runs and no --target'}.", ""]
-    out += ["Per seed, on its own overall held-out curve (linear between evaluation points): the compute from "
-            "which the curve stays at or above the level (0: it never fell below, the untrained model already had it); a "
-            "seed whose curve ends below it has not reached it. "
-            "Cells: mean over seeds [Student-t 95% interval], given only when every seed reached the level. "
-            f"`x baseline`: per seed strategy / `{baseline}`, geometric mean [paired 95% interval], below 1 when "
-            "the strategy needs less; given only when both reached the level in every seed. Training seconds "
-            "exclude held-out evaluation.", ""]
+    out += [
+        "Per seed, on its own overall held-out curve (linear between evaluation points): the compute from "
+        "which the curve stays at or above the level (0: it never fell below, the untrained model already had it); a "
+        "seed whose curve ends below it has not reached it. "
+        "Cells: mean over seeds [Student-t 95% interval], given only when every seed reached the level. "
+        f"`x baseline`: per seed strategy / `{baseline}`, geometric mean [paired 95% interval], below 1 when "
+        "the strategy needs less; given only when both reached the level in every seed. Training seconds "
+        "exclude held-out evaluation.",
+        "",
+    ]
     header = ["strategy"]
     for axis in AXES:
         header += [AXES[axis][0], "x baseline"]
     for name, level in levels:
-        out += [f"### {name[0].upper()}{name[1:]}: {level_text(level)}", "",
-                "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        out += [
+            f"### {name[0].upper()}{name[1:]}: {level_text(level)}",
+            "",
+            "| " + " | ".join(header) + " |",
+            "|" + "---|" * len(header),
+        ]
         for strategy in strategies:
             cells = [f"`{strategy}`"]
             for axis in AXES:
@@ -234,8 +256,10 @@ def headline_console(records: list[dict], strategies: list[str], baseline: str, 
     """The console's headline: per strategy, completions to reach each level, with the ratio to the baseline."""
     lines = []
     for name, level in reach_levels(records, baseline, target):
-        lines.append(f"completions to reach {name} ({level_text(level)}), mean over seeds [95% interval], "
-                     "x baseline paired by seed:")
+        lines.append(
+            f"completions to reach {name} ({level_text(level)}), mean over seeds [95% interval], "
+            "x baseline paired by seed:"
+        )
         for strategy in strategies:
             reach = strategy_reach(records, strategy, baseline, level)
             if reach is None:
@@ -264,7 +288,9 @@ def reach_table(records: list[dict], strategies: list[str], baseline: str) -> tu
             continue
         sx, sy, _, _ = mean_curve(runs, "overall")
         reach = cost_to_reach(sx, sy, level)
-        cells = ["never" if math.isnan(reach) else f"{reach:.0f}",
-                 "-" if math.isnan(reach) or not reference else f"{reach / reference:.2f}"]
+        cells = [
+            "never" if math.isnan(reach) else f"{reach:.0f}",
+            "-" if math.isnan(reach) or not reference else f"{reach / reference:.2f}",
+        ]
         rows.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
     return level, rows

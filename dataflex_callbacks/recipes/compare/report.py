@@ -17,10 +17,24 @@ FIGURES_FOLDER = "figures"
 ACCURACY_FIGURE = "accuracy_vs_completions.png"
 TOKENS_FIGURE = "accuracy_vs_tokens.png"
 PROPORTIONS_FIGURE = "domain_proportions.png"
-RUN_COLUMNS = ("strategy", "seed", "budget", "steps", "completions", "completion_tokens", "wall_seconds",
-               "kept_frac", "accuracy_before_overall", "accuracy_after_overall", "accuracy_gain_overall",
-               "signal_groups", "zero_signal_completions", "completions_per_signal_group", "overshoot",
-               "eval_points")
+RUN_COLUMNS = (
+    "strategy",
+    "seed",
+    "budget",
+    "steps",
+    "completions",
+    "completion_tokens",
+    "wall_seconds",
+    "kept_frac",
+    "accuracy_before_overall",
+    "accuracy_after_overall",
+    "accuracy_gain_overall",
+    "signal_groups",
+    "zero_signal_completions",
+    "completions_per_signal_group",
+    "overshoot",
+    "eval_points",
+)
 SIGNAL_FIELDS = ("signal_groups", "zero_signal_completions", "completions_per_signal_group", "overshoot")
 """Per-run fields a result written before they existed lacks; the report shows n/a for them."""
 
@@ -37,8 +51,20 @@ def results_columns(records: list[dict]) -> list[str]:
 
 def result_row(record: dict) -> dict:
     """One results.csv row: a run's budget use and held-out accuracy before and after."""
-    row = {key: record[key] for key in ("strategy", "seed", "budget", "steps", "completions", "completion_tokens",
-                                        "wall_seconds", "kept_frac", "run_dir")}
+    row = {
+        key: record[key]
+        for key in (
+            "strategy",
+            "seed",
+            "budget",
+            "steps",
+            "completions",
+            "completion_tokens",
+            "wall_seconds",
+            "kept_frac",
+            "run_dir",
+        )
+    }
     row.update({key: record.get(key) for key in SIGNAL_FIELDS})
     row["eval_points"] = (record.get("eval_points") or {}).get("evaluated", len(record["curve"]) - 2)
     for when in ("before", "after"):
@@ -70,8 +96,13 @@ def paired_difference(records: list[dict], strategy: str, baseline: str, domain:
     seeds = sorted(set(ours) & set(theirs))
     differences = [ours[s]["after"].get(domain, math.nan) - theirs[s]["after"].get(domain, math.nan) for s in seeds]
     interval = stats.paired_bootstrap_interval(differences).clipped(-1.0, 1.0)  # differences of accuracies
-    return {"seeds": seeds, "differences": differences, "interval": interval,
-            "p_value": stats.sign_flip_pvalue(differences), "significant": interval.excludes_zero}
+    return {
+        "seeds": seeds,
+        "differences": differences,
+        "interval": interval,
+        "p_value": stats.sign_flip_pvalue(differences),
+        "significant": interval.excludes_zero,
+    }
 
 
 def signal_means(runs: list[dict]) -> tuple[float, float]:
@@ -93,7 +124,10 @@ def _fmt(value, digits: int = 3, signed: bool = False) -> str:
 def _fmt_interval(interval: stats.Interval, signed: bool = False) -> str:
     if interval.n < 2:
         return f"{_fmt(interval.mean, signed=signed)} (interval n/a: needs >= 2 seeds)"
-    return f"{_fmt(interval.mean, signed=signed)} [{_fmt(interval.low, signed=signed)}, {_fmt(interval.high, signed=signed)}]"
+    return (
+        f"{_fmt(interval.mean, signed=signed)} [{_fmt(interval.low, signed=signed)}, "
+        f"{_fmt(interval.high, signed=signed)}]"
+    )
 
 
 def method_text() -> str:
@@ -109,8 +143,14 @@ def method_text() -> str:
 X_LABELS = {"completions": "completions generated", "completion_tokens": "completion tokens generated"}
 
 
-def plot_accuracy(path: str, records: list[dict], strategies: list[str], baseline: str | None = None,
-                  axis: str = "completions", levels: list[tuple[str, object]] = ()) -> None:
+def plot_accuracy(
+    path: str,
+    records: list[dict],
+    strategies: list[str],
+    baseline: str | None = None,
+    axis: str = "completions",
+    levels: list[tuple[str, object]] = (),
+) -> None:
     """Held-out accuracy against `axis` (a curve point field): mean over seeds, shaded 95% interval, and each
     named accuracy level of `levels` as a dashed horizontal line on the overall panel.
 
@@ -133,17 +173,24 @@ def plot_accuracy(path: str, records: list[dict], strategies: list[str], baselin
             drawn += 1
             x, mean, low, high = mean_curve(runs, domain, axis)
             style = dict(color="black", linewidth=3.0, zorder=1) if strategy == baseline else dict(zorder=2)
-            line, = panel.plot(x, mean, marker="o", markersize=3, label=strategy, **style)
+            (line,) = panel.plot(x, mean, marker="o", markersize=3, label=strategy, **style)
             if len(runs) > 1:
                 panel.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         panel.set(title=f"held-out accuracy: {domain}", xlabel=X_LABELS.get(axis, axis), ylim=(-0.05, 1.05))
     for (name, level), color in zip(levels, ("dimgray", "firebrick")):
         mean_level = float(np.mean(list(level.values()))) if isinstance(level, dict) else float(level)
-        axes[0][0].axhline(mean_level, color=color, linestyle="--", linewidth=1.2, zorder=0,
-                           label=f"{name} ({level_text(level)})")
+        axes[0][0].axhline(
+            mean_level, color=color, linestyle="--", linewidth=1.2, zorder=0, label=f"{name} ({level_text(level)})"
+        )
     if not drawn:  # results written before curve points recorded this axis
-        axes[0][0].text(0.5, 0.5, f"{X_LABELS.get(axis, axis)}:\nnot recorded in these results", ha="center",
-                        va="center", transform=axes[0][0].transAxes)
+        axes[0][0].text(
+            0.5,
+            0.5,
+            f"{X_LABELS.get(axis, axis)}:\nnot recorded in these results",
+            ha="center",
+            va="center",
+            transform=axes[0][0].transAxes,
+        )
     axes[0][0].set_ylabel("accuracy (mean over seeds, 95% band)")
     if axes[0][0].get_legend_handles_labels()[0]:
         axes[0][0].legend(fontsize="small")
@@ -187,8 +234,12 @@ def plot_proportions(path: str, records: list[dict], strategies: list[str]) -> N
             target = np.array([[math.nan if v is None else v for v in row] for row in targets], dtype=float)
             if np.isfinite(target).any():
                 has_target = True
-                axis.plot(steps, np.nanmean(np.where(np.isfinite(target), target, np.nan), axis=0),
-                          color=colors[domain], linestyle="--")
+                axis.plot(
+                    steps,
+                    np.nanmean(np.where(np.isfinite(target), target, np.nan), axis=0),
+                    color=colors[domain],
+                    linestyle="--",
+                )
         note = "solid: sampled, dashed: target" if has_target else "sampled (no mixer target)"
         axis.set(title=f"{strategy}\n{note}", xlabel="step", ylim=(0, 1))
     axes[0][0].set_ylabel("share of prompts")
@@ -208,8 +259,10 @@ def budget_lines(settings, records: list[dict]) -> list[str]:
     if settings.budget.unit == "completions":
         rounds = sorted({r["round_completions"] for r in records if r.get("round_completions")})
         round_text = f"one generation round is {', '.join(str(n) for n in rounds)} completions" if rounds else ""
-        lines.append(f"- overshoot beyond the budget of {settings.budget.amount} completions (a run stops at the "
-                     f"first step, or dynamic-sampling round, that reaches it; {round_text}):")
+        lines.append(
+            f"- overshoot beyond the budget of {settings.budget.amount} completions (a run stops at the "
+            f"first step, or dynamic-sampling round, that reaches it; {round_text}):"
+        )
         for strategy in settings.strategies:
             values = [r.get("overshoot") for r in records if r["strategy"] == strategy]
             if not values:
@@ -217,14 +270,21 @@ def budget_lines(settings, records: list[dict]) -> list[str]:
             shown = "n/a" if any(v is None for v in values) else f"mean {np.mean(values):.0f}, max {max(values)}"
             lines.append(f"  - `{strategy}`: {shown}")
     planned = len(settings.eval_plan().thresholds())
-    short = [r["name"] for r in records
-             if r.get("eval_points") and r["eval_points"].get("evaluated", planned) < planned]
+    short = [
+        r["name"] for r in records if r.get("eval_points") and r["eval_points"].get("evaluated", planned) < planned
+    ]
     if planned:
         unit = "completions" if settings.budget.unit == "completions" else "steps"
         marks = ", ".join(str(m) for m in settings.eval_plan().thresholds())
-        lines.append(f"- intermediate evaluations: {planned} per run, after the first step at or past {marks} {unit}"
-                     + (f"; fewer in {', '.join(short)} (a step generated more than the spacing, so one evaluation "
-                        "served several thresholds)" if short else ""))
+        lines.append(
+            f"- intermediate evaluations: {planned} per run, after the first step at or past {marks} {unit}"
+            + (
+                f"; fewer in {', '.join(short)} (a step generated more than the spacing, so one evaluation "
+                "served several thresholds)"
+                if short
+                else ""
+            )
+        )
     return lines
 
 
@@ -234,8 +294,10 @@ def _reward_line(base) -> str:
     from ..options import reward_name
 
     weights = "" if base.reward_weights is None else f" with weights {', '.join(f'{w:g}' for w in base.reward_weights)}"
-    return (f"- reward: {', '.join(f'`{reward_name(r)}`' for r in base.reward)}{weights}; a held-out completion is "
-            f"correct when `{reward_name(base.reward[0])}` gives it at least {base.reward_threshold:g}")
+    return (
+        f"- reward: {', '.join(f'`{reward_name(r)}`' for r in base.reward)}{weights}; a held-out completion is "
+        f"correct when `{reward_name(base.reward[0])}` gives it at least {base.reward_threshold:g}"
+    )
 
 
 def comparison_warnings(settings, records: list[dict]) -> tuple[str | None, list[str]]:
@@ -244,14 +306,22 @@ def comparison_warnings(settings, records: list[dict]) -> tuple[str | None, list
     all_equal = health.equal_accuracy_warning(records)
     if all_equal:
         return all_equal, [w for w in [health.truncation_warning(records, settings)] if w]
-    differences = {s: paired_difference(records, s, settings.baseline)["interval"].mean
-                   for s in settings.strategies if s != settings.baseline}
-    others = [health.truncation_warning(records, settings), health.held_out_size_warning(records, settings, differences)]
+    differences = {
+        s: paired_difference(records, s, settings.baseline)["interval"].mean
+        for s in settings.strategies
+        if s != settings.baseline
+    }
+    others = [
+        health.truncation_warning(records, settings),
+        health.held_out_size_warning(records, settings, differences),
+    ]
     return None, [w for w in others if w]
 
 
 def held_out_sizes(records: list[dict]) -> str:
-    """The held-out rows the runs scored, read from their results: `8 prompts (a: 3, b: 5)`, per seed when they differ."""
+    """The held-out rows the runs scored, read from their results:
+    `8 prompts (a: 3, b: 5)`, per seed when they differ."""
+
     def sizes(record) -> str:
         rows = record.get("held_out_rows") or {}
         per_domain = ", ".join(f"{d}: {n}" for d, n in sorted((rows.get("per_domain") or {}).items()))
@@ -276,9 +346,10 @@ def _settings_lines(settings, outcome) -> list[str]:
         f"- command: `{settings.command}`" if settings.command else None,
         f"- model: {base.model or built_in_model}; data: {base.dataset or f'the built-in {base.suite} suite'}",
         f"- budget per run: `{settings.budget}` ({settings.completions_per_step} completions per step: "
-        f"{base.prompts_per_step} prompts x {base.num_generations} generations, {base.max_completion_length} tokens max)",
-        f"- seeds: {', '.join(str(s) for s in sorted({r['seed'] for r in outcome.records}))} (same initial weights, data and reward noise for "
-        "every strategy of a seed); baseline: `" + settings.baseline + "`",
+        f"{base.prompts_per_step} prompts x {base.num_generations} generations, "
+        f"{base.max_completion_length} tokens max)",
+        f"- seeds: {', '.join(str(s) for s in sorted({r['seed'] for r in outcome.records}))} (same initial weights, "
+        "data and reward noise for every strategy of a seed); baseline: `" + settings.baseline + "`",
         f"- held-out set: {held_out_sizes(outcome.records)}"
         + ("" if base.eval_dataset is None else f" from {base.eval_dataset}")
         + ", greedy decoding; accuracy is a fraction (0-1)",
@@ -302,13 +373,33 @@ def render_report(settings, outcome) -> str:
     for text in [degenerate, *cautions]:
         out += [f"> **Warning:** {text}.", ""] if text else []
 
-    out += headline_section(records, strategies, settings.baseline, settings.target,
-                            "all held-out accuracies are equal (see the warning above)" if degenerate else None)
+    out += headline_section(
+        records,
+        strategies,
+        settings.baseline,
+        settings.target,
+        "all held-out accuracies are equal (see the warning above)" if degenerate else None,
+    )
 
-    out += ["## Held-out accuracy after training", "",
-            "Mean over seeds with the Student-t 95% interval `[low, high]`; `change` is after minus before.", ""]
-    header = ["strategy", "seeds", "overall", "change", *domains, "completions", "completion tokens", "kept fraction",
-              "wall s/run", "completions per trained signal group", "completions in zero-signal groups"]
+    out += [
+        "## Held-out accuracy after training",
+        "",
+        "Mean over seeds with the Student-t 95% interval `[low, high]`; `change` is after minus before.",
+        "",
+    ]
+    header = [
+        "strategy",
+        "seeds",
+        "overall",
+        "change",
+        *domains,
+        "completions",
+        "completion tokens",
+        "kept fraction",
+        "wall s/run",
+        "completions per trained signal group",
+        "completions in zero-signal groups",
+    ]
     out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for strategy in strategies:
         runs = list(_by_strategy(records, strategy).values())
@@ -318,8 +409,12 @@ def render_report(settings, outcome) -> str:
         change = stats.mean_interval([r["after"]["overall"] - r["before"]["overall"] for r in runs]).clipped(-1.0, 1.0)
         cells = [f"`{strategy}`", str(len(runs)), _fmt_interval(overall), _fmt_interval(change, signed=True)]
         cells += [_fmt(float(np.mean([r["after"].get(d, math.nan) for r in runs]))) for d in domains]
-        cells += [f"{np.mean([r['completions'] for r in runs]):.0f}", f"{np.mean([r['completion_tokens'] for r in runs]):.0f}",
-                  _fmt(float(np.mean([r["kept_frac"] for r in runs])), 2), f"{np.mean([r['wall_seconds'] for r in runs]):.0f}"]
+        cells += [
+            f"{np.mean([r['completions'] for r in runs]):.0f}",
+            f"{np.mean([r['completion_tokens'] for r in runs]):.0f}",
+            _fmt(float(np.mean([r["kept_frac"] for r in runs])), 2),
+            f"{np.mean([r['wall_seconds'] for r in runs]):.0f}",
+        ]
         per_signal_group, zero_signal = signal_means(runs)
         cells += [_fmt(per_signal_group, 2), _fmt(zero_signal, 0)]
         out.append("| " + " | ".join(cells) + " |")
@@ -328,11 +423,15 @@ def render_report(settings, outcome) -> str:
     others = [s for s in strategies if s != settings.baseline]
     if others:
         n_seeds = len(settings.seeds)
-        out += [f"## Paired difference to the baseline `{settings.baseline}`", "",
-                "Overall held-out accuracy after training, strategy minus baseline, paired by seed. "
-                "**significant** means the 95% paired interval excludes 0. "
-                f"With {n_seeds} seeds the smallest possible sign-flip p-value is "
-                f"{_fmt(stats.min_attainable_pvalue(n_seeds))}.", ""]
+        out += [
+            f"## Paired difference to the baseline `{settings.baseline}`",
+            "",
+            "Overall held-out accuracy after training, strategy minus baseline, paired by seed. "
+            "**significant** means the 95% paired interval excludes 0. "
+            f"With {n_seeds} seeds the smallest possible sign-flip p-value is "
+            f"{_fmt(stats.min_attainable_pvalue(n_seeds))}.",
+            "",
+        ]
         header = ["strategy", "difference per seed", "mean [95% paired interval]", "sign-flip p", "verdict"]
         out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         for strategy in others:
@@ -344,8 +443,10 @@ def render_report(settings, outcome) -> str:
                 verdict = p_value = "n/a (needs >= 2 seeds)"
             if degenerate:
                 verdict = p_value = "n/a (all accuracies equal: see the warning above)"
-            out.append(f"| `{strategy}` | {per_seed} | {_fmt_interval(paired['interval'], signed=True)} | "
-                       f"{p_value} | {verdict} |")
+            out.append(
+                f"| `{strategy}` | {per_seed} | {_fmt_interval(paired['interval'], signed=True)} | "
+                f"{p_value} | {verdict} |"
+            )
         out.append("")
         out += ["Per domain (mean paired difference [95% interval]; `*` marks an interval that excludes 0):", ""]
         out += ["| strategy | " + " | ".join(domains) + " |", "|" + "---|" * (len(domains) + 1)]
@@ -359,11 +460,17 @@ def render_report(settings, outcome) -> str:
 
     base_level, reach = reach_table(records, strategies, settings.baseline)
     if reach and not degenerate:  # reaching a level every run holds from the start says nothing
-        out += [f"## Completions to reach the baseline's final accuracy ({_fmt(base_level)}) on the seed-mean curves",
-                "", "The first section's question on the seed-mean overall accuracy curves (evaluation points, linear "
-                "in between), where the baseline always reaches its own final mean: the completions from which a "
-                "curve stays at or above that level; the baseline's own row is the reference. No interval: the "
-                "first section gives it, per seed.", "", *reach, ""]
+        out += [
+            f"## Completions to reach the baseline's final accuracy ({_fmt(base_level)}) on the seed-mean curves",
+            "",
+            "The first section's question on the seed-mean overall accuracy curves (evaluation points, linear "
+            "in between), where the baseline always reaches its own final mean: the completions from which a "
+            "curve stays at or above that level; the baseline's own row is the reference. No interval: the "
+            "first section gives it, per seed.",
+            "",
+            *reach,
+            "",
+        ]
 
     notes = sorted({(r["strategy"], note) for r in records for note in r.get("notes", [])})
     if notes:
@@ -371,28 +478,38 @@ def render_report(settings, outcome) -> str:
         out += [f"- `{strategy}`: {note}" for strategy, note in notes]
         out.append("")
 
-    out += ["## Figures", "",
-            f"![held-out accuracy against completions generated]({FIGURES_FOLDER}/{ACCURACY_FIGURE})", "",
-            f"![held-out accuracy against completion tokens generated]({FIGURES_FOLDER}/{TOKENS_FIGURE})", "",
-            "Dashed lines: the accuracy levels of the first section.", "",
-            f"![domain proportions over steps]({FIGURES_FOLDER}/{PROPORTIONS_FIGURE})", "",
-            "## Method", "", method_text(), "",
-            "- The \"before\" accuracy of a seed is the same for every strategy (same initial weights), so the "
-            "paired difference of accuracies after training is also the paired difference of gains.",
-            "- Completions are counted from TRL's generation schedule (`generation_batch_size` completions every "
-            "`steps_per_generation * num_iterations` micro-steps); completion tokens from TRL's logged mean "
-            "completion length. A strategy with dynamic sampling counts every round it generated "
-            "(`dataflex/dynamic/generated`). A `completions:N` budget stops a run at the first step that reaches N, and "
-            "a dynamic-sampling step at the first round that reaches it, so a run overshoots N by less than one "
-            "generation round. Intermediate evaluations are planned in the budget's unit: at N/(k+1), 2N/(k+1), ... "
-            "completions for a completions budget, whatever a step costs each strategy.",
-            "- Completions per trained signal group: completions generated over the signal groups trained on "
-            "(`dataflex/dynamic/signal_groups` with dynamic sampling; otherwise the generated groups whose rewards "
-            "are not all equal, from TRL's `frac_reward_zero_std`). Completions in zero-signal groups: generated "
-            "completions whose group's rewards were all equal (with dynamic sampling, as the strategy's select "
-            "part judged them, every round included).",
-            "- Runs of one invocation share the machine when `--jobs` > 1, so wall times are comparable only "
-            "roughly.", ""]
+    out += [
+        "## Figures",
+        "",
+        f"![held-out accuracy against completions generated]({FIGURES_FOLDER}/{ACCURACY_FIGURE})",
+        "",
+        f"![held-out accuracy against completion tokens generated]({FIGURES_FOLDER}/{TOKENS_FIGURE})",
+        "",
+        "Dashed lines: the accuracy levels of the first section.",
+        "",
+        f"![domain proportions over steps]({FIGURES_FOLDER}/{PROPORTIONS_FIGURE})",
+        "",
+        "## Method",
+        "",
+        method_text(),
+        "",
+        '- The "before" accuracy of a seed is the same for every strategy (same initial weights), so the '
+        "paired difference of accuracies after training is also the paired difference of gains.",
+        "- Completions are counted from TRL's generation schedule (`generation_batch_size` completions every "
+        "`steps_per_generation * num_iterations` micro-steps); completion tokens from TRL's logged mean "
+        "completion length. A strategy with dynamic sampling counts every round it generated "
+        "(`dataflex/dynamic/generated`). A `completions:N` budget stops a run at the first step that reaches N, and "
+        "a dynamic-sampling step at the first round that reaches it, so a run overshoots N by less than one "
+        "generation round. Intermediate evaluations are planned in the budget's unit: at N/(k+1), 2N/(k+1), ... "
+        "completions for a completions budget, whatever a step costs each strategy.",
+        "- Completions per trained signal group: completions generated over the signal groups trained on "
+        "(`dataflex/dynamic/signal_groups` with dynamic sampling; otherwise the generated groups whose rewards "
+        "are not all equal, from TRL's `frac_reward_zero_std`). Completions in zero-signal groups: generated "
+        "completions whose group's rewards were all equal (with dynamic sampling, as the strategy's select "
+        "part judged them, every round included).",
+        "- Runs of one invocation share the machine when `--jobs` > 1, so wall times are comparable only roughly.",
+        "",
+    ]
     return "\n".join(out)
 
 

@@ -21,7 +21,6 @@ if TYPE_CHECKING:  # pragma: no cover
 RESULT_FILE = "result.json"
 
 
-
 def write_json_atomic(path: str, data) -> None:
     """Write JSON so that `path` holds either the old content or the complete new one, never a partial file."""
     folder = os.path.dirname(os.path.abspath(path))
@@ -35,10 +34,24 @@ def write_json_atomic(path: str, data) -> None:
 
 
 # Every field `_summarize` writes, with its type: a result.json missing one or holding another type is recomputed.
-RESULT_FIELDS = {"strategy": str, "seed": int, "name": str, "budget": str, "shared_key": str, "run_dir": str,
-                 "domains": list, "steps": int, "completions": int, "completion_tokens": int,
-                 "wall_seconds": (int, float), "kept_frac": (int, float), "before": dict, "after": dict,
-                 "curve": list, "proportions": list}
+RESULT_FIELDS = {
+    "strategy": str,
+    "seed": int,
+    "name": str,
+    "budget": str,
+    "shared_key": str,
+    "run_dir": str,
+    "domains": list,
+    "steps": int,
+    "completions": int,
+    "completion_tokens": int,
+    "wall_seconds": (int, float),
+    "kept_frac": (int, float),
+    "before": dict,
+    "after": dict,
+    "curve": list,
+    "proportions": list,
+}
 
 
 def result_problem(record) -> str | None:
@@ -56,13 +69,18 @@ def result_problem(record) -> str | None:
     # A curve point without "completion_tokens" or "wall_seconds" (written before they were recorded) is complete:
     # the report shows n/a for those axes rather than training the run again.
     for point in record["curve"]:
-        if not (isinstance(point, dict) and {"step", "completions", "accuracy"} <= set(point)
-                and isinstance(point["accuracy"], dict)):
+        if not (
+            isinstance(point, dict)
+            and {"step", "completions", "accuracy"} <= set(point)
+            and isinstance(point["accuracy"], dict)
+        ):
             return "its accuracy curve has a malformed point"
     return None
 
 
-def load_result(settings: CompareSettings, run: GridRun, on_warning: Callable[[str], None] | None = None) -> dict | None:
+def load_result(
+    settings: CompareSettings, run: GridRun, on_warning: Callable[[str], None] | None = None
+) -> dict | None:
     """The finished result of `run`, or None when it has none (or one made with other shared settings).
 
     A result file that cannot be read or lacks a field counts as missing (the run is recomputed);
@@ -85,13 +103,21 @@ def load_result(settings: CompareSettings, run: GridRun, on_warning: Callable[[s
         return None
     if record["strategy"] != run.strategy or record["seed"] != run.seed:
         if on_warning is not None:
-            on_warning(f"{path} holds the run {record['strategy']!r} seed {record['seed']}, not {run.name}; recomputing it")
+            on_warning(
+                f"{path} holds the run {record['strategy']!r} seed {record['seed']}, not {run.name}; recomputing it"
+            )
         return None
     return record
 
 
-def _summarize(settings: CompareSettings, run: GridRun, result, ledger: GenerationLedger, curve: list[dict],
-               train_seconds: float | None = None) -> dict:
+def _summarize(
+    settings: CompareSettings,
+    run: GridRun,
+    result,
+    ledger: GenerationLedger,
+    curve: list[dict],
+    train_seconds: float | None = None,
+) -> dict:
     """The run's result record. Its accuracy curve starts at step 0 (no completions, tokens or training time) and
     ends at the run's totals; a point's ``wall_seconds`` is training time (`budget_callback`), the final one
     `train_seconds` (the whole run's `result.wall_seconds` when not given)."""
@@ -100,21 +126,30 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
     kept = [m["kept_frac"] for m in metrics if m.get("kept_frac") is not None]
     final_step = ledger.steps or (metrics[-1]["step"] if metrics else 0)
     final_seconds = result.wall_seconds if train_seconds is None else train_seconds
-    points = [{"step": 0, "completions": 0, "completion_tokens": 0, "wall_seconds": 0.0,
-               "accuracy": result.eval_before}]
+    points = [
+        {"step": 0, "completions": 0, "completion_tokens": 0, "wall_seconds": 0.0, "accuracy": result.eval_before}
+    ]
     points += [p for p in curve if p["step"] < final_step]
-    points.append({"step": final_step, "completions": ledger.completions,
-                   "completion_tokens": int(round(ledger.completion_tokens)),
-                   "wall_seconds": round(final_seconds, 3), "accuracy": result.eval_after})
+    points.append(
+        {
+            "step": final_step,
+            "completions": ledger.completions,
+            "completion_tokens": int(round(ledger.completion_tokens)),
+            "wall_seconds": round(final_seconds, 3),
+            "accuracy": result.eval_after,
+        }
+    )
     planned = len(settings.eval_plan().thresholds())
     proportions = []
     for m in metrics:
         target = {d: m.get(f"dataflex/mix/target/{d}") for d in domains}
-        proportions.append({
-            "step": m["step"],
-            "sampled": {d: m.get(f"mix/actual/{d}") or 0.0 for d in domains},
-            "target": target if any(v is not None for v in target.values()) else None,
-        })
+        proportions.append(
+            {
+                "step": m["step"],
+                "sampled": {d: m.get(f"mix/actual/{d}") or 0.0 for d in domains},
+                "target": target if any(v is not None for v in target.values()) else None,
+            }
+        )
     signal_groups = result.config.get("signal_groups_trained")
     return {
         "strategy": run.strategy,
@@ -125,8 +160,10 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
         "run_dir": result.output_dir,
         "domains": domains,
         # The held-out rows this run scored (a --dataset split is capped by the data's size, whatever --n-test asked).
-        "held_out_rows": {"total": result.config.get("n_test_rows"),
-                          "per_domain": result.config.get("n_test_rows_per_domain") or {}},
+        "held_out_rows": {
+            "total": result.config.get("n_test_rows"),
+            "per_domain": result.config.get("n_test_rows_per_domain") or {},
+        },
         "steps": final_step,
         "completions": ledger.completions,
         # Completions beyond a completions budget (None for a steps budget) and one generation round's
@@ -153,8 +190,9 @@ def _summarize(settings: CompareSettings, run: GridRun, result, ledger: Generati
     }
 
 
-def execute_run(settings: CompareSettings, run: GridRun, pre_select: bool = False,
-                on_step: Callable[[int], None] | None = None) -> dict:
+def execute_run(
+    settings: CompareSettings, run: GridRun, pre_select: bool = False, on_step: Callable[[int], None] | None = None
+) -> dict:
     """Train one grid run, write its `result.json` atomically and return the result record."""
     from dataflex_callbacks.recipes.runner import held_out_scorer, load_data, run_training
 

@@ -12,9 +12,19 @@ from dataclasses import dataclass, field
 
 from dataflex_callbacks.errors import InputError
 
-from ..options import (OPTION_RULES, PER_RUN_FIELDS, NumberRule, RunOptions, check_option_number,
-                       check_run_options, completion_tokens, eval_tokens, import_reward, reward_name,
-                       with_suite_defaults)
+from ..options import (
+    OPTION_RULES,
+    PER_RUN_FIELDS,
+    NumberRule,
+    RunOptions,
+    check_option_number,
+    check_run_options,
+    completion_tokens,
+    eval_tokens,
+    import_reward,
+    reward_name,
+    with_suite_defaults,
+)
 from .budget import Budget, EvalPlan
 
 RUNS_FOLDER = "runs"
@@ -24,7 +34,8 @@ RAY_MISSING = f"--executor ray needs Ray, which is not installed; run {RAY_INSTA
 
 
 class CompareInputError(InputError):
-    """A comparison that cannot start (bad strategy list, seeds, budget, or an output folder holding another comparison)."""
+    """A comparison that cannot start
+    (bad strategy list, seeds, budget, or an output folder holding another comparison)."""
 
 
 @dataclass(frozen=True)
@@ -52,26 +63,44 @@ class CompareSettings:
     strategies: list[str] = _setting(help="strategy specs (preset names, YAML/JSON files, 'none'), in report order")
     seeds: list[int] = _setting(help="seeds; every strategy runs with every seed")
     budget: Budget = _setting(help="the compute every run gets: steps:N or completions:N")
-    base: object = _setting(None, help="RunOptions shared by every run (model, dataset, batch shape, learning rate, "
-                                       "...); its strategy, seed, steps and output folder are set per run")
-    output_dir: str = _setting(os.path.join("runs", "compare"),
-                               help="comparison folder (runs, report.md, results.csv, figures)")
+    base: object = _setting(
+        None,
+        help="RunOptions shared by every run (model, dataset, batch shape, learning rate, "
+        "...); its strategy, seed, steps and output folder are set per run",
+    )
+    output_dir: str = _setting(
+        os.path.join("runs", "compare"), help="comparison folder (runs, report.md, results.csv, figures)"
+    )
     baseline: str | None = _setting(None, help="the strategy the others are paired against")
     jobs: int = _setting(1, help="runs trained at once, in separate processes")
-    runs_per_gpu: int = _setting(1, help="runs that share one GPU at once; with GPUs, --jobs is capped at GPUs x this, "
-                                         "and each worker sees only its GPU (CUDA_VISIBLE_DEVICES)")
-    executor: str = _setting("processes", help="where runs train: 'processes' (worker processes on this machine) or "
-                                               "'ray' (Ray tasks, each retried once if its worker dies; needs "
-                                               + RAY_INSTALL + ")")
-    ray_address: str | None = _setting(None, help="with executor 'ray': the address of a running Ray cluster "
-                                                  "(host:6379, ray://host:10001 or 'auto'); without it a local Ray "
-                                                  "is started with --jobs CPUs")
-    eval_points: int = _setting(4, help="held-out evaluations during each run, besides before and after, for the "
-                                        "accuracy-against-completions figure")
+    runs_per_gpu: int = _setting(
+        1,
+        help="runs that share one GPU at once; with GPUs, --jobs is capped at GPUs x this, "
+        "and each worker sees only its GPU (CUDA_VISIBLE_DEVICES)",
+    )
+    executor: str = _setting(
+        "processes",
+        help="where runs train: 'processes' (worker processes on this machine) or "
+        "'ray' (Ray tasks, each retried once if its worker dies; needs " + RAY_INSTALL + ")",
+    )
+    ray_address: str | None = _setting(
+        None,
+        help="with executor 'ray': the address of a running Ray cluster "
+        "(host:6379, ray://host:10001 or 'auto'); without it a local Ray "
+        "is started with --jobs CPUs",
+    )
+    eval_points: int = _setting(
+        4,
+        help="held-out evaluations during each run, besides before and after, for the "
+        "accuracy-against-completions figure",
+    )
     progress: bool = _setting(True, help="show a progress bar over the whole grid")
     command: str = _setting("", help="the command line that started the comparison (written into the report)")
-    target: float | None = _setting(None, help="a held-out overall accuracy (0 < target <= 1) to report the compute "
-                                               "each strategy needs to reach, besides the baseline's final accuracy")
+    target: float | None = _setting(
+        None,
+        help="a held-out overall accuracy (0 < target <= 1) to report the compute "
+        "each strategy needs to reach, besides the baseline's final accuracy",
+    )
 
     def __post_init__(self):
         if self.base is None:
@@ -80,7 +109,9 @@ class CompareSettings:
             raise CompareInputError("no strategies to compare; pass e.g. --strategies baseline,difffilter")
         if len(set(self.strategies)) != len(self.strategies):
             raise CompareInputError(f"strategies are listed twice in {self.strategies}; list each once")
-        self.seeds = [check_option_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in self.seeds]
+        self.seeds = [
+            check_option_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in self.seeds
+        ]
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise CompareInputError(f"seeds must be distinct and at least one, got {self.seeds}")
         if self.baseline is None:
@@ -88,25 +119,37 @@ class CompareSettings:
         if self.baseline not in self.strategies:
             raise CompareInputError(f"baseline {self.baseline!r} is not among the strategies {self.strategies}")
         self.jobs = check_option_number("--jobs", self.jobs, NumberRule(integer=True, low=1), CompareInputError)
-        self.runs_per_gpu = check_option_number("--runs-per-gpu", self.runs_per_gpu, NumberRule(integer=True, low=1),
-                                                CompareInputError)
+        self.runs_per_gpu = check_option_number(
+            "--runs-per-gpu", self.runs_per_gpu, NumberRule(integer=True, low=1), CompareInputError
+        )
         if self.executor not in EXECUTORS:
-            raise CompareInputError(f"--executor {self.executor!r} is not one of {', '.join(EXECUTORS)}; pass "
-                                    "--executor processes (this machine) or --executor ray (a Ray cluster)")
+            raise CompareInputError(
+                f"--executor {self.executor!r} is not one of {', '.join(EXECUTORS)}; pass "
+                "--executor processes (this machine) or --executor ray (a Ray cluster)"
+            )
         if self.ray_address is not None and self.executor != "ray":
-            raise CompareInputError(f"--address {self.ray_address!r} names a Ray cluster, but the executor is "
-                                    f"{self.executor!r}; add --executor ray, or leave --address out")
+            raise CompareInputError(
+                f"--address {self.ray_address!r} names a Ray cluster, but the executor is "
+                f"{self.executor!r}; add --executor ray, or leave --address out"
+            )
         if self.executor == "ray" and importlib.util.find_spec("ray") is None:
             raise CompareInputError(RAY_MISSING)
-        self.eval_points = check_option_number("--eval-points", self.eval_points, NumberRule(integer=True, low=0),
-                                        CompareInputError)
+        self.eval_points = check_option_number(
+            "--eval-points", self.eval_points, NumberRule(integer=True, low=0), CompareInputError
+        )
         if self.target is not None:  # only the report reads it: not among the settings a resumed comparison shares
             try:
-                self.target = check_option_number("--target", self.target, NumberRule(
-                    integer=False, low=0.0, high=1.0, open_low=True), CompareInputError)
+                self.target = check_option_number(
+                    "--target",
+                    self.target,
+                    NumberRule(integer=False, low=0.0, high=1.0, open_low=True),
+                    CompareInputError,
+                )
             except CompareInputError:
-                raise CompareInputError(f"--target must be a held-out accuracy above 0 and at most 1 (e.g. --target "
-                                        f"0.6), got {self.target!r}") from None
+                raise CompareInputError(
+                    f"--target must be a held-out accuracy above 0 and at most 1 (e.g. --target "
+                    f"0.6), got {self.target!r}"
+                ) from None
         if not isinstance(self.budget, Budget):
             raise CompareInputError(f"budget must be a Budget (e.g. Budget.parse('steps:100')), got {self.budget!r}")
         if not str(self.output_dir or "").strip():
@@ -117,8 +160,9 @@ class CompareSettings:
         # Resolve the suite's defaults and the token lengths here, so every run and the evaluations along the way
         # use the same ones.
         self.base = with_suite_defaults(self.base)
-        self.base = dataclasses.replace(self.base, max_completion_length=completion_tokens(self.base),
-                                        eval_max_new_tokens=eval_tokens(self.base))
+        self.base = dataclasses.replace(
+            self.base, max_completion_length=completion_tokens(self.base), eval_max_new_tokens=eval_tokens(self.base)
+        )
 
     def _reward_for_workers(self, reward):
         """A reward callable as the import path that names it, so spawned workers (``jobs`` > 1) import it too.
@@ -135,14 +179,16 @@ class CompareSettings:
         if named is reward:
             return path
         if self.jobs > 1 or self.executor == "ray":
-            workers = ("the Ray workers" if self.executor == "ray"
-                       else f"the {self.jobs} worker processes of jobs={self.jobs}")
+            workers = (
+                "the Ray workers" if self.executor == "ray" else f"the {self.jobs} worker processes of jobs={self.jobs}"
+            )
             raise CompareInputError(
                 f"reward {path!r} cannot reach {workers}: workers are "
                 "fresh interpreters that import rewards by path, and no import path names this one (a lambda, a "
                 "nested function or one defined in a notebook or __main__); move it into a .py file and pass "
                 "'module:function' (or the function imported from there), or pass jobs=1"
-                + (" with executor='processes'" if self.executor == "ray" else ""))
+                + (" with executor='processes'" if self.executor == "ray" else "")
+            )
         return reward
 
     @property
@@ -176,6 +222,11 @@ class CompareSettings:
 
     def options_for(self, run: GridRun, pre_select: bool = False):
         return dataclasses.replace(
-            self.base, strategy=run.strategy, seed=run.seed, output_dir=self.run_dir(run), overwrite=True,
-            progress=False, steps=self.budget.step_cap(self.completions_per_step, pre_select),
+            self.base,
+            strategy=run.strategy,
+            seed=run.seed,
+            output_dir=self.run_dir(run),
+            overwrite=True,
+            progress=False,
+            steps=self.budget.step_cap(self.completions_per_step, pre_select),
         )

@@ -39,8 +39,38 @@ import numpy as np
 from dataflex_callbacks.errors import ArgumentError
 
 # Two-sided 95% Student-t critical values t(0.975, df) for df = 1..30.
-_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+_T975 = (
+    12.706,
+    4.303,
+    3.182,
+    2.776,
+    2.571,
+    2.447,
+    2.365,
+    2.306,
+    2.262,
+    2.228,
+    2.201,
+    2.179,
+    2.160,
+    2.145,
+    2.131,
+    2.120,
+    2.110,
+    2.101,
+    2.093,
+    2.086,
+    2.080,
+    2.074,
+    2.069,
+    2.064,
+    2.060,
+    2.056,
+    2.052,
+    2.048,
+    2.045,
+    2.042,
+)
 
 
 def t_critical(df: int) -> float:
@@ -107,16 +137,21 @@ def paired_ratio_interval(numerators, denominators, resamples: int = 10_000, see
     log-ratios, exponentiated. A pair of zeros is a ratio of 1; a pair with one zero has no finite ratio (NaN)."""
     top, bottom = np.asarray(numerators, dtype=np.float64), np.asarray(denominators, dtype=np.float64)
     if top.shape != bottom.shape:
-        raise ArgumentError(f"paired values differ in length: {top.size} and {bottom.size}; pass one value per seed "
-                            "to each side")
+        raise ArgumentError(
+            f"paired values differ in length: {top.size} and {bottom.size}; pass one value per seed to each side"
+        )
     both_zero = (top == 0) & (bottom == 0)
     with np.errstate(divide="ignore", invalid="ignore"):
         logs = np.where(both_zero, 0.0, np.log(top) - np.log(bottom))
     if not np.isfinite(logs).all():
         return Interval(float("nan"), float("nan"), float("nan"), int(top.size))
     interval = paired_bootstrap_interval(logs, resamples, seed)
-    return Interval(math.exp(interval.mean) if interval.n else float("nan"), math.exp(interval.low),
-                    math.exp(interval.high), interval.n)
+    return Interval(
+        math.exp(interval.mean) if interval.n else float("nan"),
+        math.exp(interval.low),
+        math.exp(interval.high),
+        interval.n,
+    )
 
 
 def sign_flip_pvalue(differences, max_exact: int = 16, resamples: int = 20_000, seed: int = 0) -> float:

@@ -18,11 +18,14 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
 from dataflex_callbacks.errors import DataFlexError
 
 from .results import execute_run
+
+if TYPE_CHECKING:
+    from .settings import CompareSettings, GridRun
 
 
 class WorkerDiedError(DataFlexError, RuntimeError):
@@ -57,9 +60,11 @@ class DevicePlan:
         if self.capped_from is None:
             return None
         gpus = len(set(self.devices))
-        return (f"--jobs {self.capped_from} is more than the {gpus} GPU(s) x --runs-per-gpu {self.runs_per_gpu} "
-                f"can train at once; running {self.workers} at once (raise --runs-per-gpu to share a GPU between "
-                "runs, if they fit in its memory)")
+        return (
+            f"--jobs {self.capped_from} is more than the {gpus} GPU(s) x --runs-per-gpu {self.runs_per_gpu} "
+            f"can train at once; running {self.workers} at once (raise --runs-per-gpu to share a GPU between "
+            "runs, if they fit in its memory)"
+        )
 
 
 def plan_devices(jobs: int, gpus: Sequence[str], runs_per_gpu: int = 1) -> DevicePlan:
@@ -72,8 +77,12 @@ def plan_devices(jobs: int, gpus: Sequence[str], runs_per_gpu: int = 1) -> Devic
         return DevicePlan(workers=jobs)
     slots = [str(gpu) for _ in range(runs_per_gpu) for gpu in gpus]
     workers = min(jobs, len(slots))
-    return DevicePlan(workers=workers, devices=tuple(slots[:workers]), runs_per_gpu=runs_per_gpu,
-                      capped_from=jobs if jobs > len(slots) else None)
+    return DevicePlan(
+        workers=workers,
+        devices=tuple(slots[:workers]),
+        runs_per_gpu=runs_per_gpu,
+        capped_from=jobs if jobs > len(slots) else None,
+    )
 
 
 def visible_gpus() -> list[str]:
@@ -147,7 +156,6 @@ def _execute_in_worker(settings: CompareSettings, run: GridRun, pre_select: bool
     return execute_run(settings, run, pre_select, on_step=report)
 
 
-
 def _exit_reason(code: int) -> str:
     if code < 0:
         import signal
@@ -159,9 +167,18 @@ def _exit_reason(code: int) -> str:
     return f"exit code {code}"
 
 
-def run_parallel(settings, pending, pre_select, advance, finish, gpus: Sequence[str] | None = None,
-                 on_warning: Callable[[str], None] | None = None, note: Callable[[str], None] | None = None) -> None:
-    """Run `pending` grid runs in `settings.jobs` spawned workers; `advance(name, step)` and `finish(run, record)` hear of them.
+def run_parallel(
+    settings,
+    pending,
+    pre_select,
+    advance,
+    finish,
+    gpus: Sequence[str] | None = None,
+    on_warning: Callable[[str], None] | None = None,
+    note: Callable[[str], None] | None = None,
+) -> None:
+    """Run `pending` grid runs in `settings.jobs` spawned workers;
+    `advance(name, step)` and `finish(run, record)` hear of them.
 
     `gpus` (default: `visible_gpus()`) are placed by `plan_devices`; `note(line)` hears where the runs
     train and `on_warning(message)` of a --jobs capped to the GPUs.
@@ -185,8 +202,9 @@ def run_parallel(settings, pending, pre_select, advance, finish, gpus: Sequence[
             devices.put(device)
         if note is not None:
             note(replace(plan, devices=plan.devices[:workers]).placement())
-    with ProcessPoolExecutor(max_workers=workers, mp_context=context,
-                             initializer=_init_worker, initargs=(progress, os.getpid(), devices)) as pool:
+    with ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(progress, os.getpid(), devices)
+    ) as pool:
         futures = {pool.submit(_execute_in_worker, settings, run, pre_select[run.strategy]): run for run in pending}
         remaining = set(futures)
         processes = []  # the workers, kept to read a dead one's exit code (the pool forgets them when it breaks)
@@ -203,20 +221,25 @@ def run_parallel(settings, pending, pre_select, advance, finish, gpus: Sequence[
                 for future in done:
                     finish(futures[future], future.result())  # a failed run raises here; finished ones are kept
         except BrokenProcessPool:
-            interrupted = sorted(futures[future].name for future in futures
-                                 if future.cancelled() or not future.done() or future.exception() is not None)
+            interrupted = sorted(
+                futures[future].name
+                for future in futures
+                if future.cancelled() or not future.done() or future.exception() is not None
+            )
             import signal
 
             for process in processes:
                 process.join(timeout=5)
             # The pool terminates the other workers (SIGTERM) once one has died: that is not the cause.
-            codes = sorted({process.exitcode for process in processes
-                            if process.exitcode not in (None, 0, -signal.SIGTERM)})
+            codes = sorted(
+                {process.exitcode for process in processes if process.exitcode not in (None, 0, -signal.SIGTERM)}
+            )
             how = ", ".join(_exit_reason(code) for code in codes) or "no exit code seen"
             raise WorkerDiedError(
                 f"a worker process of dataflex compare died ({how}) with runs unfinished: {', '.join(interrupted)}; "
                 f"finished runs are kept in {settings.output_dir}: run the same command again to resume the others "
-                "(if memory ran out, use fewer --jobs)") from None
+                "(if memory ran out, use fewer --jobs)"
+            ) from None
         except BaseException as error:
             for future in remaining:
                 future.cancel()

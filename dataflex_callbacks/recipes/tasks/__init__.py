@@ -3,6 +3,7 @@
 from .domains import TASK_DOMAINS, TaskDomain
 from .evaluation import evaluate, generate_greedy
 from .loading import load_prompt_dataset
+
 # The module's own name stays the module (verl loads it as pkg://dataflex_callbacks.recipes.tasks.multi_domain_reward).
 from .multi_domain_reward import MultiDomainReward, compute_score
 from .suite import TaskReward, load_task_suite, make_reward_fn, prompt_key

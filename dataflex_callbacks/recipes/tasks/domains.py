@@ -86,8 +86,9 @@ class TaskDomain:
 TASK_DOMAINS: dict[str, TaskDomain] = {
     domain.name: domain
     for domain in (
-        TaskDomain("echo", "repeat the last letter of the prompt (solved from the start)", "easy", _echo,
-                   max_unique=26**3),
+        TaskDomain(
+            "echo", "repeat the last letter of the prompt (solved from the start)", "easy", _echo, max_unique=26**3
+        ),
         TaskDomain("digit", "repeat the last digit of the prompt (learned during training)", "learnable", _digit),
         TaskDomain("code", "guess an 8-letter code unrelated to the prompt (unlearnable)", "unlearnable", _code),
         TaskDomain("coin", "reward is a fair coin flip, whatever the answer (noisy)", "noisy", _coin, noisy=True),

@@ -65,14 +65,19 @@ def generate_greedy(model, tokenizer, prompts: list, max_new_tokens: int = 8, ba
         device = next(model.parameters()).device
         with _plain_forward(model):
             for start in range(0, len(texts), batch_size):
-                batch = tokenizer(texts[start:start + batch_size], return_tensors="pt", padding=True).to(device)
+                batch = tokenizer(texts[start : start + batch_size], return_tensors="pt", padding=True).to(device)
                 with torch.no_grad():
                     output = model.generate(
-                        **batch, do_sample=False, max_new_tokens=max_new_tokens, pad_token_id=pad_id,
-                        temperature=None, top_p=None, top_k=None,
+                        **batch,
+                        do_sample=False,
+                        max_new_tokens=max_new_tokens,
+                        pad_token_id=pad_id,
+                        temperature=None,
+                        top_p=None,
+                        top_k=None,
                         use_cache=True,  # trainers switch `config.use_cache` off; the evaluation must not follow
                     )
-                new_tokens = output[:, batch["input_ids"].shape[1]:]
+                new_tokens = output[:, batch["input_ids"].shape[1] :]
                 completions.extend(tokenizer.batch_decode(new_tokens, skip_special_tokens=True))
     finally:
         tokenizer.padding_side = padding_side
@@ -80,8 +85,16 @@ def generate_greedy(model, tokenizer, prompts: list, max_new_tokens: int = 8, ba
     return completions
 
 
-def evaluate(model, tokenizer, dataset, max_new_tokens: int = 8, batch_size: int = 64, seed: int = 0,
-             verifier: str | Callable = "exact", builtin_domains: bool = True) -> dict[str, float]:
+def evaluate(
+    model,
+    tokenizer,
+    dataset,
+    max_new_tokens: int = 8,
+    batch_size: int = 64,
+    seed: int = 0,
+    verifier: str | Callable = "exact",
+    builtin_domains: bool = True,
+) -> dict[str, float]:
     """Held-out accuracy per domain and `overall` (mean over rows), greedy decoding, batched.
 
     `dataset` has columns `prompt`, `answer` and optionally `domain`. Rows are scored like
@@ -95,13 +108,17 @@ def evaluate(model, tokenizer, dataset, max_new_tokens: int = 8, batch_size: int
     domains = list(dataset["domain"]) if "domain" in dataset.column_names else [NO_DOMAIN] * len(prompts)
     completions = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
     reward = TaskReward(seed=seed, verifier=verifier, builtin_domains=builtin_domains)
-    scores = [reward.score(p, c, a, d, salt=(seed, "eval")) for p, c, a, d in zip(prompts, completions, answers, domains)]
+    scores = [
+        reward.score(p, c, a, d, salt=(seed, "eval")) for p, c, a, d in zip(prompts, completions, answers, domains)
+    ]
     names = sorted(set(domains))
     position = {name: i for i, name in enumerate(names)}
     # Every process scores the whole dataset: no cross-process reduction. An empty dataset has no
     # domain, and a metric needs one.
     accuracy = HeldOutAccuracy([str(name) for name in names] or [NO_DOMAIN], sync_on_compute=False)
-    accuracy.update(torch.tensor(scores, dtype=torch.float64), torch.tensor([position[d] for d in domains], dtype=torch.long))
+    accuracy.update(
+        torch.tensor(scores, dtype=torch.float64), torch.tensor([position[d] for d in domains], dtype=torch.long)
+    )
     values = accuracy.compute()
     result = {name: values[str(name)] for name in names}
     result["overall"] = values["overall"]

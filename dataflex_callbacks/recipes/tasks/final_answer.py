@@ -19,8 +19,10 @@ import re
 _ALTERNATIVE_RE = re.compile(r"\\text\{\s*(?:or|either)\s*\}|\\lor\b|\\vee\b|\b(?:and/)?or\b|\beither\b", re.IGNORECASE)
 # Words right before a value that rule the value out ("isn't equal to $5"); a regex fragment, so a
 # scan for values can carry it as a group and flag negated values in the same pass.
-NEGATION = (r"(?:\b[Nn][Oo][Tt]|n't|\b[Nn]ever|\b[Rr]ather\s+than|\b[Ii]nstead\s+of|\b[Oo]ther\s+than|\\neq?|≠|!=)"
-            r"(?:\s+(?:be|equal|equals|equal\s+to|the|a|an))*[\s$(*]*")
+NEGATION = (
+    r"(?:\b[Nn][Oo][Tt]|n't|\b[Nn]ever|\b[Rr]ather\s+than|\b[Ii]nstead\s+of|\b[Oo]ther\s+than|\\neq?|≠|!=)"
+    r"(?:\s+(?:be|equal|equals|equal\s+to|the|a|an))*[\s$(*]*"
+)
 _NEGATION_BEFORE_RE = re.compile(NEGATION + "$")
 # How far before a value a negation may stand ("isn't equal to $5"): bounded, so the check is O(1).
 _NEGATION_WINDOW = 40
@@ -63,7 +65,7 @@ def last_answer_tag(text: str) -> str | None:
         return None
     # rfind, not a regex over the text: a loop of unclosed "<answer>" tags must not cost O(n^2).
     start = lowered.rfind("<answer>", 0, close)
-    return None if start < 0 else text[start + len("<answer>"):close]
+    return None if start < 0 else text[start + len("<answer>") : close]
 
 
 def strip_emphasis(text: str) -> str:
@@ -84,4 +86,4 @@ def split_alternatives(text: str) -> list[str]:
 
 def is_negated(text: str, position: int) -> bool:
     """True when the value starting at `position` of `text` is ruled out by a negation just before it."""
-    return _NEGATION_BEFORE_RE.search(text[max(0, position - _NEGATION_WINDOW):position]) is not None
+    return _NEGATION_BEFORE_RE.search(text[max(0, position - _NEGATION_WINDOW) : position]) is not None

@@ -41,8 +41,10 @@ def _check_prompt_forms(rows, prompt_column: str, path: str, unit: str) -> None:
             first.setdefault(form, number)
         if len(first) == 2:
             (form_a, at_a), (form_b, at_b) = sorted(first.items(), key=lambda item: item[1])
-            raise DatasetError(f"dataset file {path!r}: prompt column {prompt_column!r} mixes forms ({unit} {at_a} is "
-                               f"{form_a}, {unit} {at_b} is {form_b}); write every prompt in one form")
+            raise DatasetError(
+                f"dataset file {path!r}: prompt column {prompt_column!r} mixes forms ({unit} {at_a} is "
+                f"{form_a}, {unit} {at_b} is {form_b}); write every prompt in one form"
+            )
 
 
 def _check_json_lines(path: str, prompt_column: str | None = None) -> None:
@@ -60,17 +62,22 @@ def _check_json_lines(path: str, prompt_column: str | None = None) -> None:
                     reason = getattr(error, "msg", str(error))
                     column = getattr(error, "colno", None)
                     where = f"line {number}" + (f", column {column}" if column else "")
-                    raise DatasetError(f"dataset file {path!r}: {where} is not valid JSON ({reason}); "
-                                       "fix or remove that line (one JSON object per line)") from None
+                    raise DatasetError(
+                        f"dataset file {path!r}: {where} is not valid JSON ({reason}); "
+                        "fix or remove that line (one JSON object per line)"
+                    ) from None
                 if not isinstance(value, dict):
-                    raise DatasetError(f"dataset file {path!r}: line {number} holds a JSON {type(value).__name__}, "
-                                       "not an object; write one object per line, e.g. {\"prompt\": ..., \"answer\": ...}")
+                    raise DatasetError(
+                        f"dataset file {path!r}: line {number} holds a JSON {type(value).__name__}, "
+                        'not an object; write one object per line, e.g. {"prompt": ..., "answer": ...}'
+                    )
                 rows += 1
                 if prompt_column is not None:
                     parsed.append((number, {prompt_column: value.get(prompt_column)}))
         except UnicodeDecodeError as error:
-            raise DatasetError(f"dataset file {path!r} is not UTF-8 text ({error.reason} at byte {error.start}); "
-                               "save it as UTF-8") from None
+            raise DatasetError(
+                f"dataset file {path!r} is not UTF-8 text ({error.reason} at byte {error.start}); save it as UTF-8"
+            ) from None
     if rows == 0:
         raise DatasetError(f"dataset file {path!r} has no rows (only blank lines); add one JSON object per line")
     if prompt_column is not None:
@@ -94,17 +101,23 @@ def _check_local_file(path: str, extension: str, prompt_column: str | None = Non
             raise DatasetError(f"dataset file {path!r} holds an empty JSON {type(value).__name__}; it needs rows")
         if isinstance(value, list) and not all(isinstance(row, dict) for row in value):
             first = next(i for i, row in enumerate(value) if not isinstance(row, dict))
-            raise DatasetError(f"dataset file {path!r}: item {first} of the JSON list is a "
-                               f"{type(value[first]).__name__}, not an object with a prompt and an answer")
+            raise DatasetError(
+                f"dataset file {path!r}: item {first} of the JSON list is a "
+                f"{type(value[first]).__name__}, not an object with a prompt and an answer"
+            )
         if isinstance(value, list) and prompt_column is not None:
             _check_prompt_forms(enumerate(value), prompt_column, path, "item")
 
 
 def is_chat_prompt(value) -> bool:
     """True for a conversational prompt: a non-empty list of `{"role": str, "content": str}` messages."""
-    return (isinstance(value, (list, tuple)) and len(value) > 0
-            and all(isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                    for m in value))
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str) for m in value
+        )
+    )
 
 
 def _check_prompts(prompts: list, column: str, source: str) -> None:
@@ -116,7 +129,7 @@ def _check_prompts(prompts: list, column: str, source: str) -> None:
         raise DatasetError(
             f"prompt column {column!r} of {source!r} has {len(bad)} row(s) that are not a prompt (first: row {first}, "
             f"{shown} of type {type(value).__name__}); a prompt is non-empty text or a list of chat messages "
-            "[{\"role\": ..., \"content\": ...}]: fix those rows or choose --prompt-column"
+            '[{"role": ..., "content": ...}]: fix those rows or choose --prompt-column'
         )
 
 
@@ -156,14 +169,27 @@ def dataset_domain_key(columns, domain_key: str | None = None) -> str | None:
     return DEFAULT_DOMAIN_KEY if DEFAULT_DOMAIN_KEY in list(columns) else None
 
 
-def load_prompt_dataset(name_or_path, prompt_column: str = "prompt", answer_column: str = "answer",
-                        domain_key: str | None = None, split: str = "train", default_domain: str = NO_DOMAIN):
-    """`load_prompt_table`'s dataset: the prompts and answers of a hub dataset or a local file, in the suite's columns."""
+def load_prompt_dataset(
+    name_or_path,
+    prompt_column: str = "prompt",
+    answer_column: str = "answer",
+    domain_key: str | None = None,
+    split: str = "train",
+    default_domain: str = NO_DOMAIN,
+):
+    """`load_prompt_table`'s dataset:
+    the prompts and answers of a hub dataset or a local file, in the suite's columns."""
     return load_prompt_table(name_or_path, prompt_column, answer_column, domain_key, split, default_domain)[0]
 
 
-def load_prompt_table(name_or_path, prompt_column: str = "prompt", answer_column: str = "answer",
-                      domain_key: str | None = None, split: str = "train", default_domain: str = NO_DOMAIN):
+def load_prompt_table(
+    name_or_path,
+    prompt_column: str = "prompt",
+    answer_column: str = "answer",
+    domain_key: str | None = None,
+    split: str = "train",
+    default_domain: str = NO_DOMAIN,
+):
     """Load prompts and answers from a hub dataset name or a local jsonl/json/parquet/csv file.
 
     Returns a `datasets.Dataset` with the suite's columns: `prompt`, `answer` (as text),
@@ -182,8 +208,11 @@ def load_prompt_table(name_or_path, prompt_column: str = "prompt", answer_column
     if len(raw) == 0:
         raise DatasetError(f"dataset {source!r} has no rows; it needs at least 2 rows with a prompt and an answer")
     available = list(raw.column_names)
-    for role, column, flag in (("prompt", prompt_column, "--prompt-column"), ("answer", answer_column, "--answer-column"),
-                               ("domain", domain_key, "--domain-key")):
+    for role, column, flag in (
+        ("prompt", prompt_column, "--prompt-column"),
+        ("answer", answer_column, "--answer-column"),
+        ("domain", domain_key, "--domain-key"),
+    ):
         if column is not None and column not in available:
             raise DatasetColumnError(
                 f"{role} column {column!r} not found in {os.fspath(name_or_path)!r}; "

@@ -54,8 +54,17 @@ from .final_answer import (
     strip_emphasis,
 )
 
-__all__ = ["MathVerifyMissing", "extract_final_answer", "last_boxed", "math_answer_reward", "math_answers_match",
-           "parse_number", "reference_answer", "split_unit", "too_costly"]
+__all__ = [
+    "MathVerifyMissing",
+    "extract_final_answer",
+    "last_boxed",
+    "math_answer_reward",
+    "math_answers_match",
+    "parse_number",
+    "reference_answer",
+    "split_unit",
+    "too_costly",
+]
 
 
 class MathVerifyMissing(DataFlexError, ImportError):
@@ -73,11 +82,14 @@ _PERCENT_SIGN = r"(?:\s*\\?%)?"
 # The last-number rule reads each number with the negation before it (group 1 set: negated). The
 # lookahead lets the scan skip, in one step, every position where neither can start.
 _NUMBER_WITH_NEGATION_RE = re.compile(
-    rf"(?=[-+−.\d\\≠!nNrRiIoO])({NEGATION})?((?:{_NUMBER_OR_FRACTION}){_PERCENT_SIGN})")
+    rf"(?=[-+−.\d\\≠!nNrRiIoO])({NEGATION})?((?:{_NUMBER_OR_FRACTION}){_PERCENT_SIGN})"
+)
 # The last-number rule reads the completion's end first, then 16 times more: a final number is near the end.
 _FIRST_WINDOW, _WINDOW_GROWTH = 4096, 16
 # A value inside an answer sentence: a $...$ span, a LaTeX fraction, a/b, or a number.
-_VALUE_RE = re.compile(rf"\$[^$]+\$|[-+−]?\\[dt]?frac\{{[^{{}}]+\}}\{{[^{{}}]+\}}|(?:{_NUMBER_OR_FRACTION}){_PERCENT_SIGN}")
+_VALUE_RE = re.compile(
+    rf"\$[^$]+\$|[-+−]?\\[dt]?frac\{{[^{{}}]+\}}\{{[^{{}}]+\}}|(?:{_NUMBER_OR_FRACTION}){_PERCENT_SIGN}"
+)
 _FRACTION_RE = re.compile(r"^([-+]?)\\[dt]?frac\{([^{}]+)\}\{([^{}]+)\}$")
 _SLASH_FRACTION_RE = re.compile(rf"^({_NUMBER})\s*/\s*({_NUMBER})$")
 _TIMES_TEN_RE = re.compile(rf"^({_NUMBER})(?:\\times|\\cdot|×)10\^\{{?([-+]?\d+)\}}?$")
@@ -102,15 +114,44 @@ _POWER = r"(?P<power>\^\s*\{?\s*[23]\s*\}?)?"
 _PERCENT_RE = re.compile(rf"^(?P<value>.*?)\s*(?:\\?%|{_TEXT_WRAPPER}\{{\s*percent\s*\}}|\s+percent)$")
 _DEGREE_RE = re.compile(r"^(?P<value>.*?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\s+degrees?)$")
 _DOLLAR_RE = re.compile(r"^\\?\$\s*(?P<value>[^$]+)$")
-_TEXT_UNIT_RE = re.compile(rf"^(?P<value>.*?[^\s\\])(?:\s|\\[,;! ]|~)*{_TEXT_WRAPPER}\{{\s*(?P<unit>[A-Za-z][A-Za-z. ]*?)\s*\}}{_POWER}$")
-_WORD_UNIT_RE = re.compile(rf"^(?P<value>{_NUMBER})\s*(?P<unit>[A-Za-z]{{2,}}(?: [A-Za-z]+)*|(?<=\s)[mgslh])\.?{_POWER}$")
+_TEXT_UNIT_RE = re.compile(
+    rf"^(?P<value>.*?[^\s\\])(?:\s|\\[,;! ]|~)*{_TEXT_WRAPPER}\{{\s*(?P<unit>[A-Za-z][A-Za-z. ]*?)\s*\}}{_POWER}$"
+)
+_WORD_UNIT_RE = re.compile(
+    rf"^(?P<value>{_NUMBER})\s*(?P<unit>[A-Za-z]{{2,}}(?: [A-Za-z]+)*|(?<=\s)[mgslh])\.?{_POWER}$"
+)
 # Unit names -> one spelling; a plural is read as its singular.
 _UNIT_SPELLINGS = {
-    "meter": "m", "metre": "m", "kilometer": "km", "kilometre": "km", "centimeter": "cm", "centimetre": "cm",
-    "millimeter": "mm", "millimetre": "mm", "inch": "in", "inche": "in", "foot": "ft", "feet": "ft", "yard": "yd",
-    "mile": "mi", "gram": "g", "kilogram": "kg", "second": "s", "sec": "s", "minute": "min", "hour": "h", "hr": "h",
-    "liter": "l", "litre": "l", "milliliter": "ml", "millilitre": "ml", "dollar": "$", "usd": "$", "cent": "¢",
-    "degree": "°", "percent": "%",
+    "meter": "m",
+    "metre": "m",
+    "kilometer": "km",
+    "kilometre": "km",
+    "centimeter": "cm",
+    "centimetre": "cm",
+    "millimeter": "mm",
+    "millimetre": "mm",
+    "inch": "in",
+    "inche": "in",
+    "foot": "ft",
+    "feet": "ft",
+    "yard": "yd",
+    "mile": "mi",
+    "gram": "g",
+    "kilogram": "kg",
+    "second": "s",
+    "sec": "s",
+    "minute": "min",
+    "hour": "h",
+    "hr": "h",
+    "liter": "l",
+    "litre": "l",
+    "milliliter": "ml",
+    "millilitre": "ml",
+    "dollar": "$",
+    "usd": "$",
+    "cent": "¢",
+    "degree": "°",
+    "percent": "%",
 }
 # Words a dataset writes after a value that name no unit ("square units" is an area in the question's unit).
 _NO_UNIT = {"unit", "units", "square units", "sq units", "cubic units"}
@@ -161,6 +202,7 @@ def _units_agree(unit: str | None, reference_unit: str | None) -> bool:
     if reference_unit is None:
         return unit != "%"
     return unit == reference_unit
+
 
 # ------------------------------------------------------------------ answers whose comparison could run for seconds
 
@@ -225,8 +267,9 @@ def _exponent_at(answer: str, position: int) -> str:
     for end in range(position, len(answer)):
         depth += {"{": 1, "}": -1}.get(answer[end], 0)
         if depth == 0:
-            return answer[position + 1:end]
-    return answer[position + 1:]
+            return answer[position + 1 : end]
+    return answer[position + 1 :]
+
 
 # ------------------------------------------------------------------ extraction
 
@@ -250,7 +293,7 @@ def extract_final_answer(completion) -> str | None:
         return _unwrap(boxed) or None
     markers = list(_ANSWER_MARKER_RE.finditer(text))
     if markers:
-        return _answer_of_line(text[markers[-1].end():])
+        return _answer_of_line(text[markers[-1].end() :])
     return _last_number(text)
 
 
@@ -260,7 +303,7 @@ def _answer_in(region: str) -> str | None:
     if boxed is not None:
         return _unwrap(boxed) or None
     markers = list(_ANSWER_MARKER_RE.finditer(region))
-    return _answer_of_line(region[markers[-1].end():] if markers else region)
+    return _answer_of_line(region[markers[-1].end() :] if markers else region)
 
 
 def _unwrap(answer: str) -> str:
@@ -311,12 +354,14 @@ def _last_number(text: str) -> str | None:
 
 
 def reference_answer(answer) -> str:
-    """Return the final answer of a dataset reference: the text after GSM8K's ``####``, a boxed value, or the whole answer."""
+    """Return the final answer of a dataset reference:
+    the text after GSM8K's ``####``, a boxed value, or the whole answer."""
     text = "" if answer is None else str(answer)
     if "####" in text:
-        return _unwrap(text[text.rfind("####") + 4:])
+        return _unwrap(text[text.rfind("####") + 4 :])
     boxed = last_boxed(text)
     return _unwrap(boxed if boxed is not None else text)
+
 
 # ------------------------------------------------------------------ numbers
 
@@ -333,7 +378,8 @@ def _to_float(number: str) -> float | None:
 
 
 def _normalise(answer: str) -> str:
-    """Drop formatting that does not change an answer's value (``$``, ``\\left``, ``\\text{}``, spaces, trailing dot)."""
+    """Drop formatting that does not change an answer's value
+    (``$``, ``\\left``, ``\\text{}``, spaces, trailing dot)."""
     answer = _TEXT_COMMAND_RE.sub(r"\1", answer)
     for token in _STRIP_TOKENS:
         answer = answer.replace(token, "")
@@ -343,7 +389,8 @@ def _normalise(answer: str) -> str:
 
 
 def parse_number(answer) -> float | None:
-    """Return the value of an answer that is a number (``1,000``, ``-3.50``, ``$12``, ``\\frac{3}{4}``, ``3/4``, ``18 dollars``), or None."""
+    """Return the value of an answer that is a number
+    (``1,000``, ``-3.50``, ``$12``, ``\\frac{3}{4}``, ``3/4``, ``18 dollars``), or None."""
     if answer is None or isinstance(answer, bool):
         return None
     if isinstance(answer, (int, float)):
@@ -361,7 +408,11 @@ def parse_number(answer) -> float | None:
         match = pattern.match(text)
         if match:
             if pattern is _FRACTION_RE:
-                sign, numerator, denominator = match.group(1), parse_number(match.group(2)), parse_number(match.group(3))
+                sign, numerator, denominator = (
+                    match.group(1),
+                    parse_number(match.group(2)),
+                    parse_number(match.group(3)),
+                )
             else:
                 sign, numerator, denominator = "", _to_float(match.group(1)), _to_float(match.group(2))
             if numerator is None or not denominator:
@@ -386,6 +437,7 @@ def _plain_decimal(answer: str) -> str:
         return answer
     return format(value, "f") if value.is_finite() and abs(value.adjusted()) < 400 else answer
 
+
 # ------------------------------------------------------------------ comparison with math-verify
 
 # Seconds math-verify may spend on one parse or one comparison, where its SIGALRM timeout can run (the main thread).
@@ -396,8 +448,10 @@ def _math_verify():
     try:
         import math_verify
     except ImportError:
-        raise MathVerifyMissing("the math verifier needs the math-verify package: pip install math-verify "
-                                "(it comes with pip install 'dataflex-callbacks[trl]')") from None
+        raise MathVerifyMissing(
+            "the math verifier needs the math-verify package: pip install math-verify "
+            "(it comes with pip install 'dataflex-callbacks[trl]')"
+        ) from None
     return math_verify
 
 
@@ -408,8 +462,11 @@ def _timeout_s() -> int | None:
 
 def _parsed(answer: str) -> list:
     math_verify = _math_verify()
-    return math_verify.parse(f"${_plain_decimal(answer)}$", parsing_timeout=_timeout_s(),
-                             extraction_config=[math_verify.LatexExtractionConfig(), math_verify.ExprExtractionConfig()])
+    return math_verify.parse(
+        f"${_plain_decimal(answer)}$",
+        parsing_timeout=_timeout_s(),
+        extraction_config=[math_verify.LatexExtractionConfig(), math_verify.ExprExtractionConfig()],
+    )
 
 
 def _equivalent(reference: str, predicted: str) -> bool:
@@ -437,12 +494,14 @@ def _stated_value(answer: str) -> str | None:
 
 
 def _lists_several(reference: str) -> bool:
-    """True when a reference gives several values (``\\pm 2``, ``-2, 2``, ``2 or 3``): a list of alternatives is then its form."""
+    """True when a reference gives several values (``\\pm 2``, ``-2, 2``, ``2 or 3``):
+    a list of alternatives is then its form."""
     return "\\pm" in reference or "\\mp" in reference or "," in reference or offers_alternatives(reference)
 
 
 def answers_equal(predicted: str, reference: str) -> bool:
-    """True when a final answer `predicted` states the value of `reference` (both texts; rules in the module docstring)."""
+    """True when a final answer `predicted` states the value of `reference`
+    (both texts; rules in the module docstring)."""
     reference_value, reference_unit = split_unit(reference)
     reference_value = _plain_decimal(reference_value)
     reference_is_equation = _EQUALS_RE.search(reference_value) is not None

@@ -59,26 +59,58 @@ FAMILIES = ("math", "knights_knaves", "multiple_choice")
 
 # Labels seen in public RLVR data (verl's preprocessing scripts, DataFlex-RL's mix); lower case.
 KNOWN_LABELS: dict[str, str] = {
-    "math": "math", "math_dapo": "math", "openai/gsm8k": "math", "gsm8k": "math", "deepscaler": "math",
-    "lighteval/math": "math", "digitallearninggmbh/math-lighteval": "math", "aime": "math", "amc": "math",
-    "logic": "knights_knaves", "kk_logic": "knights_knaves", "knights-and-knaves": "knights_knaves",
-    "knights_knaves": "knights_knaves", "kk": "knights_knaves",
-    "science": "multiple_choice", "sciq": "multiple_choice", "multiple_choice": "multiple_choice",
-    "mcq": "multiple_choice", "gpqa": "multiple_choice", "mmlu": "multiple_choice", "arc": "multiple_choice",
+    "math": "math",
+    "math_dapo": "math",
+    "openai/gsm8k": "math",
+    "gsm8k": "math",
+    "deepscaler": "math",
+    "lighteval/math": "math",
+    "digitallearninggmbh/math-lighteval": "math",
+    "aime": "math",
+    "amc": "math",
+    "logic": "knights_knaves",
+    "kk_logic": "knights_knaves",
+    "knights-and-knaves": "knights_knaves",
+    "knights_knaves": "knights_knaves",
+    "kk": "knights_knaves",
+    "science": "multiple_choice",
+    "sciq": "multiple_choice",
+    "multiple_choice": "multiple_choice",
+    "mcq": "multiple_choice",
+    "gpqa": "multiple_choice",
+    "mmlu": "multiple_choice",
+    "arc": "multiple_choice",
 }
 # Words inside a label that name the family (the label is split at non-alphanumerics).
 _KEYWORDS: dict[str, str] = {
-    "math": "math", "gsm8k": "math", "aime": "math", "amc": "math", "deepscaler": "math", "numina": "math",
-    "kk": "knights_knaves", "knights": "knights_knaves", "knaves": "knights_knaves", "knight": "knights_knaves",
+    "math": "math",
+    "gsm8k": "math",
+    "aime": "math",
+    "amc": "math",
+    "deepscaler": "math",
+    "numina": "math",
+    "kk": "knights_knaves",
+    "knights": "knights_knaves",
+    "knaves": "knights_knaves",
+    "knight": "knights_knaves",
     "logic": "knights_knaves",
-    "sciq": "multiple_choice", "mcq": "multiple_choice", "gpqa": "multiple_choice", "mmlu": "multiple_choice",
-    "science": "multiple_choice", "choice": "multiple_choice", "arc": "multiple_choice",
+    "sciq": "multiple_choice",
+    "mcq": "multiple_choice",
+    "gpqa": "multiple_choice",
+    "mmlu": "multiple_choice",
+    "science": "multiple_choice",
+    "choice": "multiple_choice",
+    "arc": "multiple_choice",
 }
 
 # Markers after which a completion states its final answer, strongest first: the last occurrence
 # of the strongest kind present starts the answer ("Final answer: A is a knight, therefore B ...").
-_FINAL_MARKERS = (("final answer",), ("answer:", "answer is"),
-                  ("in conclusion", "conclusion:", "in summary", "to summarize"), ("therefore", "thus,"))
+_FINAL_MARKERS = (
+    ("final answer",),
+    ("answer:", "answer is"),
+    ("in conclusion", "conclusion:", "in summary", "to summarize"),
+    ("therefore", "thus,"),
+)
 
 
 class UnreadableReference(InputError):
@@ -91,8 +123,10 @@ class UnreadableReference(InputError):
 def score_math(completion, ground_truth) -> float:
     """1.0 when the completion's final answer states the value of `ground_truth` (math-verify decides), else 0.0."""
     if not reference_answer(ground_truth):
-        raise UnreadableReference(f"math reference {ground_truth!r} holds no answer; store the final answer "
-                                  "(e.g. '72', '#### 72' or '\\boxed{72}') as the ground truth")
+        raise UnreadableReference(
+            f"math reference {ground_truth!r} holds no answer; store the final answer "
+            "(e.g. '72', '#### 72' or '\\boxed{72}') as the ground truth"
+        )
     return float(math_answers_match(completion, ground_truth))
 
 
@@ -108,11 +142,13 @@ _VERB_AND_ROLE_RE = re.compile(
     r"(?=[iIawcm\-=:—])(?:(?<![A-Za-z'])(?P<negating>(?i:isn't|aren't|wasn't|weren't|cannot\s+be|can't\s+be|must\s+not\s+be))\s*"
     r"|(?:(?<![A-Za-z'])(?:is|are|was|were|must\s+be)\b|->|=|:|-|—)\s*(?P<negation>(?i:not\s+))?)"
     r"(?:(?i:either)\s+)?(?:(?i:a|an|the|both|all)\s+)?(?P<role>(?i:knight|knave))(?i:s)?\b"
-    r"(?P<alternative>\s*(?:(?i:or)|/)\s*(?:(?i:a|an)\s+)?(?i:knight|knave))?")
+    r"(?P<alternative>\s*(?:(?i:or)|/)\s*(?:(?i:a|an)\s+)?(?i:knight|knave))?"
+)
 # The subject before a verb, read on the reversed text: names joined by ",", "and", "or" (", and", ", or").
 _SUBJECT_REVERSED_RE = re.compile(
     r"\s*(?P<subject>[A-Za-z]{1,30}(?:\s+(?:dna|ro)\s*,\s*[A-Za-z]{1,30}|\s*,\s*[A-Za-z]{1,30}"
-    r"|\s+(?:dna|ro)\s+[A-Za-z]{1,30}){0,11})(?![A-Za-z])")
+    r"|\s+(?:dna|ro)\s+[A-Za-z]{1,30}){0,11})(?![A-Za-z])"
+)
 # A subject is at most 12 names of 30 letters and their joins.
 _SUBJECT_WINDOW = 12 * 38
 _SUBJECT_SPLIT_RE = re.compile(r"(?:\s*,\s*(?:and|or)|\s*,|\s+and|\s+or)\s+")
@@ -127,7 +163,7 @@ def _claims(text: str) -> list[tuple[str, str]]:
     out = []
     previous_end = 0  # a subject never reaches back into the claim before it ("A is a knight, B is ...")
     for match in _VERB_AND_ROLE_RE.finditer(text):
-        before = text[max(previous_end, match.start() - _SUBJECT_WINDOW):match.start()][::-1]
+        before = text[max(previous_end, match.start() - _SUBJECT_WINDOW) : match.start()][::-1]
         found = _SUBJECT_REVERSED_RE.match(before)
         if found is None:
             continue
@@ -153,13 +189,17 @@ def reference_roles(ground_truth) -> dict[str, str]:
             elif str(role).strip().lower() in _OPPOSITE:
                 roles[str(name).lower()] = str(role).strip().lower()
             else:
-                raise UnreadableReference(f"Knights-and-Knaves reference gives {name!r} the role {role!r}; "
-                                 "use 'knight', 'knave', True (knight) or False (knave)")
+                raise UnreadableReference(
+                    f"Knights-and-Knaves reference gives {name!r} the role {role!r}; "
+                    "use 'knight', 'knave', True (knight) or False (knave)"
+                )
         return roles
     roles = dict(_claims(str(ground_truth)))
     if not roles:
-        raise UnreadableReference(f"Knights-and-Knaves reference {ground_truth!r} assigns no roles; expected a sentence like "
-                         "'Zoey is a knight, and Ethan is a knave.' or a mapping {name: 'knight'|'knave'}")
+        raise UnreadableReference(
+            f"Knights-and-Knaves reference {ground_truth!r} assigns no roles; expected a sentence like "
+            "'Zoey is a knight, and Ethan is a knave.' or a mapping {name: 'knight'|'knave'}"
+        )
     return roles
 
 
@@ -219,9 +259,11 @@ def score_knights_knaves(completion, ground_truth) -> float:
 CHOICES = "ABCDEFGHIJ"
 # "answer is (B)", "Answer: **C**", "answer: option D", "answer: b"; then, weaker, "the correct option is B".
 _LETTER_AFTER_ANSWER_RE = re.compile(
-    r"(?i:answer)\s*(?:(?i:is)\s*)?[:\-]?\s*(?:(?i:option|choice)\s*)?(?P<open>[\(\[\*]*)(?P<letter>[A-Za-z])(?![A-Za-z])")
+    r"(?i:answer)\s*(?:(?i:is)\s*)?[:\-]?\s*(?:(?i:option|choice)\s*)?(?P<open>[\(\[\*]*)(?P<letter>[A-Za-z])(?![A-Za-z])"
+)
 _LETTER_AFTER_OPTION_RE = re.compile(
-    r"(?i:option|choice)\s*(?:(?i:is)\s*)?[:\-]?\s*(?P<open>[\(\[\*]*)(?P<letter>[A-Za-z])(?![A-Za-z])")
+    r"(?i:option|choice)\s*(?:(?i:is)\s*)?[:\-]?\s*(?P<open>[\(\[\*]*)(?P<letter>[A-Za-z])(?![A-Za-z])"
+)
 _LONE_LETTER_RE = re.compile(r"^\W*(?P<letter>[A-Z])(?:\W|$)")
 _PARENTHESISED_RE = re.compile(r"\((?P<letter>[A-Za-z])\)")
 # After a lowercase letter, a word means the letter is the article: "the answer is a cell".
@@ -229,9 +271,11 @@ _WORD_FOLLOWS_RE = re.compile(r"\s+[A-Za-z]")
 # Another option offered beside the chosen one: "A or B", "A/B", "(A) and (B)", "A, or B", "A & B".
 _ALTERNATIVE_LETTER_AFTER_RE = re.compile(
     r"[)\]*.]*(?:\s*,?\s+(?i:or|and/or|and)\s+|\s*[/&]\s*)(?:(?i:option|choice)\s+)?(?P<open>[(\[*]*)"
-    r"(?P<letter>[A-Za-z])(?![A-Za-z])")
+    r"(?P<letter>[A-Za-z])(?![A-Za-z])"
+)
 _ALTERNATIVE_LETTER_BEFORE_RE = re.compile(
-    r"(?:^|[^A-Za-z])(?:[(\[][A-Za-z][)\]]|[A-Z])\**(?:\s*,?\s+(?i:or|and/or|and)\s+|\s*[/&]\s*)[(\[*]*$")
+    r"(?:^|[^A-Za-z])(?:[(\[][A-Za-z][)\]]|[A-Z])\**(?:\s*,?\s+(?i:or|and/or|and)\s+|\s*[/&]\s*)[(\[*]*$"
+)
 # LaTeX text wrappers around a letter in a box: \boxed{\text{B}}.
 _TEXT_WRAPPER_RE = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\s*\{([^{}]*)\}")
 
@@ -249,7 +293,7 @@ def _offers_another_letter(text: str, start: int, end: int, choices: str) -> boo
     after = _ALTERNATIVE_LETTER_AFTER_RE.match(text, end)
     if after is not None and _marked_letter(after, text) in tuple(choices):
         return True
-    return _ALTERNATIVE_LETTER_BEFORE_RE.search(text[max(0, start - 16):start]) is not None
+    return _ALTERNATIVE_LETTER_BEFORE_RE.search(text[max(0, start - 16) : start]) is not None
 
 
 def _plain(region: str) -> str:
@@ -268,9 +312,11 @@ def reference_letter(ground_truth, choices: str = CHOICES) -> str:
         match = _LONE_LETTER_RE.match(str(ground_truth).strip().upper())
         letter = match.group("letter") if match else None
     if letter is None or letter not in choices:
-        raise UnreadableReference(f"multiple-choice reference {ground_truth!r} is not an option letter of "
-                                  f"{choices!r} (any case) or a 0-based option index; store the correct letter "
-                                  "as the ground truth")
+        raise UnreadableReference(
+            f"multiple-choice reference {ground_truth!r} is not an option letter of "
+            f"{choices!r} (any case) or a 0-based option index; store the correct letter "
+            "as the ground truth"
+        )
     return letter
 
 
@@ -296,8 +342,11 @@ def chosen_letter(completion, choices: str = CHOICES) -> str | None:
                     return None
                 return match.group("letter")
     for pattern in _LETTER_AFTER_ANSWER_RE, _LETTER_AFTER_OPTION_RE:
-        after_marker = [(letter, m) for m in pattern.finditer(text)
-                        if (letter := _marked_letter(m, text)) is not None and letter in choices]
+        after_marker = [
+            (letter, m)
+            for m in pattern.finditer(text)
+            if (letter := _marked_letter(m, text)) is not None and letter in choices
+        ]
         if after_marker:
             letter, m = after_marker[-1]
             return None if _offers_another_letter(text, m.start("letter"), m.end("letter"), choices) else letter
@@ -323,7 +372,9 @@ def score_multiple_choice(completion, ground_truth, choices: str = CHOICES) -> f
 # ------------------------------------------------------------------ routing
 
 SCORERS: dict[str, Callable[[Any, Any], float]] = {
-    "math": score_math, "knights_knaves": score_knights_knaves, "multiple_choice": score_multiple_choice,
+    "math": score_math,
+    "knights_knaves": score_knights_knaves,
+    "multiple_choice": score_multiple_choice,
 }
 
 
@@ -337,16 +388,19 @@ def task_family(label, routes: Mapping[str, str] | None = None) -> str:
         family = table.get(text, table.get(text.lower()))
         if family is not None:
             if family not in SCORERS:
-                raise InputError(f"routes maps {label!r} to unknown task family {family!r}; "
-                                 f"families: {', '.join(FAMILIES)}")
+                raise InputError(
+                    f"routes maps {label!r} to unknown task family {family!r}; families: {', '.join(FAMILIES)}"
+                )
             return family
     words = [w for w in re.split(r"[^a-z0-9]+", text.lower()) if w]
     found = sorted({_KEYWORDS[w] for w in words if w in _KEYWORDS})
     if len(found) == 1:
         return found[0]
     why = f"it matches several families {found}" if found else "it names no known task"
-    raise InputError(f"cannot route domain {label!r} to a reward: {why}. Families: {', '.join(FAMILIES)}; "
-                     f"pass routes={{{text!r}: '<family>'}} (verl: reward.custom_reward_function.reward_kwargs.routes)")
+    raise InputError(
+        f"cannot route domain {label!r} to a reward: {why}. Families: {', '.join(FAMILIES)}; "
+        f"pass routes={{{text!r}: '<family>'}} (verl: reward.custom_reward_function.reward_kwargs.routes)"
+    )
 
 
 # Families already warned about an unreadable reference in this process (compute_score has no object to keep it).
@@ -364,8 +418,11 @@ def score_or_zero(family: str, completion, ground_truth, warned: set[str] | None
         warned = _WARNED if warned is None else warned
         if family not in warned:
             warned.add(family)
-            warnings.warn(f"multi_domain_reward: {error}. Such rows score 0; this warning is shown once per "
-                          f"family ({family})", RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"multi_domain_reward: {error}. Such rows score 0; this warning is shown once per family ({family})",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return 0.0
 
 
@@ -422,8 +479,9 @@ class MultiDomainReward:
 
     __name__ = "multi_domain_reward"
 
-    def __init__(self, label_key: str | None = None, answer_key: str | None = None,
-                 routes: Mapping[str, str] | None = None):
+    def __init__(
+        self, label_key: str | None = None, answer_key: str | None = None, routes: Mapping[str, str] | None = None
+    ):
         self.label_key, self.answer_key = label_key, answer_key
         self.routes = dict(routes or {})
         self._warned: set[str] = set()  # families whose unreadable references were reported
@@ -436,16 +494,20 @@ class MultiDomainReward:
             have = sorted(k for k, v in kwargs.items() if isinstance(v, (list, tuple)))
             wanted = key or " or ".join(candidates)
             option = "label_key" if what == "label" else "answer_key"
-            raise InputError(f"multi_domain_reward needs the {what} column {wanted!r}; the dataset passes {have}. "
-                             f"Add the column or pass MultiDomainReward({option}=...)")
+            raise InputError(
+                f"multi_domain_reward needs the {what} column {wanted!r}; the dataset passes {have}. "
+                f"Add the column or pass MultiDomainReward({option}=...)"
+            )
         return list(kwargs[names[0]])
 
     def __call__(self, prompts, completions, **kwargs) -> list[float]:
         labels = self._column(kwargs, self.label_key, _LABEL_COLUMNS, "label")
         references = [_reference_of(v) for v in self._column(kwargs, self.answer_key, _REFERENCE_COLUMNS, "reference")]
         families = {label: task_family(label, self.routes) for label in set(map(str, labels))}
-        rewards = [score_or_zero(families[str(label)], completion, reference, self._warned)
-                   for completion, label, reference in zip(completions, labels, references)]
+        rewards = [
+            score_or_zero(families[str(label)], completion, reference, self._warned)
+            for completion, label, reference in zip(completions, labels, references)
+        ]
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and rewards:
             for family in sorted(set(families.values())):

@@ -44,8 +44,9 @@ def generate_domain_splits(domain: TaskDomain, seed: int, n_train: int, n_test: 
         if prompt in seen:
             continue
         seen.add(prompt)
-        rows.append({"prompt": prompt, "answer": answer, "domain": domain.name,
-                     "prompt_key": prompt_key(domain.name, prompt)})
+        rows.append(
+            {"prompt": prompt, "answer": answer, "domain": domain.name, "prompt_key": prompt_key(domain.name, prompt)}
+        )
     return rows[:n_train], rows[n_train:]
 
 
@@ -104,8 +105,7 @@ class TaskReward:
         call = self.calls
         self.calls += 1
         rewards = [
-            self.score(prompts[i], completions[i], answers[i], domains[i], salt=(self.seed, call, i))
-            for i in range(n)
+            self.score(prompts[i], completions[i], answers[i], domains[i], salt=(self.seed, call, i)) for i in range(n)
         ]
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and n:

@@ -23,7 +23,8 @@ _ASSIGNMENT_RE = re.compile(r"^\s*[A-Za-z](?:_\{?\w+\}?)?\s*=\s*([^=]+)$")
 
 
 def extract_answer(text: str) -> str:
-    """Return the final answer in `text`: what follows the last answer marker (`####`, `answer:`), first line, stripped."""
+    """Return the final answer in `text`:
+    what follows the last answer marker (`####`, `answer:`), first line, stripped."""
     text = completion_text(text)
     lowered = text.lower()
     cut = -1

@@ -32,18 +32,52 @@ from ._verify import testbed_reward, verify
 
 # Rows per level of each split in `testbed_dataset` (the `pretrain` split is sampled by the build). The
 # train mix was chosen on the calibration split (docs/testbed.md): the levels the shipped model solves
-# sometimes get 96 prompts each (mul1x2: 64, about all its train split holds), the ones it almost never solves 16, so RL data is not skewed to hopeless
-# prompts, and the held-out split keeps every level at 50.
-TRAIN_ROWS = {"add2": 96, "add3": 96, "add4": 16, "add5": 16, "sub3": 96, "sub4": 16, "mul1x2": 64,
-              "mul1x3": 16, "mul1x4": 16, "sort5": 96, "sort8": 96}
+# sometimes get 96 prompts each (mul1x2: 64, about all its train split holds), the ones it almost never solves 16,
+# so RL data is not skewed to hopeless prompts, and the held-out split keeps every level at 50.
+TRAIN_ROWS = {
+    "add2": 96,
+    "add3": 96,
+    "add4": 16,
+    "add5": 16,
+    "sub3": 96,
+    "sub4": 16,
+    "mul1x2": 64,
+    "mul1x3": 16,
+    "mul1x4": 16,
+    "sort5": 96,
+    "sort8": 96,
+}
 SPLIT_ROWS = {"train": TRAIN_ROWS, "calibration": 48, "eval": 50}
 MODEL_FOLDER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "model")
 
 __all__ = [
-    "ANSWER_TOKENS", "BuildSettings", "TestbedModelMissing", "LEVELS", "Level", "MODEL_CONFIG", "MODEL_FOLDER", "SPLITS", "SPLIT_ROWS", "TRAIN_ROWS",
-    "build_tokenizer", "format_table", "greedy_completions", "greedy_correct", "level_rows", "load_testbed_model_path", "pass_counts",
-    "pretrain", "profile_table", "save_model", "slipped_answer", "split_of", "testbed_dataset", "testbed_reward", "testbed_rows",
-    "verify", "write_jsonl",
+    "ANSWER_TOKENS",
+    "BuildSettings",
+    "TestbedModelMissing",
+    "LEVELS",
+    "Level",
+    "MODEL_CONFIG",
+    "MODEL_FOLDER",
+    "SPLITS",
+    "SPLIT_ROWS",
+    "TRAIN_ROWS",
+    "build_tokenizer",
+    "format_table",
+    "greedy_completions",
+    "greedy_correct",
+    "level_rows",
+    "load_testbed_model_path",
+    "pass_counts",
+    "pretrain",
+    "profile_table",
+    "save_model",
+    "slipped_answer",
+    "split_of",
+    "testbed_dataset",
+    "testbed_reward",
+    "testbed_rows",
+    "verify",
+    "write_jsonl",
 ]
 
 
@@ -58,13 +92,16 @@ def load_testbed_model_path() -> str:
     the weights are missing (a source checkout without them).
     """
     if not os.path.isfile(os.path.join(MODEL_FOLDER, "model.safetensors")):
-        raise TestbedModelMissing(f"the testbed model is not in {MODEL_FOLDER}; rebuild it with "
-                                "`python scripts/build_testbed_model.py` (about 8 minutes on a CPU)")
+        raise TestbedModelMissing(
+            f"the testbed model is not in {MODEL_FOLDER}; rebuild it with "
+            "`python scripts/build_testbed_model.py` (about 8 minutes on a CPU)"
+        )
     return MODEL_FOLDER
 
 
-def testbed_dataset(seed: int = 0, split: str = "train", per_level: int | dict[str, int] | None = None,
-                    levels=None) -> list[dict]:
+def testbed_dataset(
+    seed: int = 0, split: str = "train", per_level: int | dict[str, int] | None = None, levels=None
+) -> list[dict]:
     """Rows of one split for training or evaluation: `prompt`, `answer`, `domain` (the level), `difficulty`.
 
     `per_level` defaults to `SPLIT_ROWS[split]` rows per level; `train` rows are shuffled (by `seed`),
@@ -77,8 +114,13 @@ def testbed_dataset(seed: int = 0, split: str = "train", per_level: int | dict[s
     return rows
 
 
-def write_jsonl(path: str | os.PathLike, seed: int = 0, split: str = "train",
-                per_level: int | dict[str, int] | None = None, levels=None) -> str:
+def write_jsonl(
+    path: str | os.PathLike,
+    seed: int = 0,
+    split: str = "train",
+    per_level: int | dict[str, int] | None = None,
+    levels=None,
+) -> str:
     """Write `testbed_dataset(seed, split, ...)` as JSON lines, for ``dataflex run --dataset`` / ``--eval-dataset``."""
     path = os.fspath(path)
     folder = os.path.dirname(path)

@@ -74,8 +74,13 @@ def initial_model(tokenizer, seed: int):
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    config = Qwen2Config(vocab_size=len(tokenizer), pad_token_id=tokenizer.pad_token_id,
-                         eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.bos_token_id, **MODEL_CONFIG)
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.bos_token_id,
+        **MODEL_CONFIG,
+    )
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
         model = Qwen2ForCausalLM(config)
@@ -135,14 +140,14 @@ class WorkedExamples:
         return input_ids, labels
 
 
-def pretrain(settings: BuildSettings, log_every: int = 250, log=print, stop_after: int | None = None,
-             on_log=None):
+def pretrain(settings: BuildSettings, log_every: int = 250, log=print, stop_after: int | None = None, on_log=None):
     """Train the testbed model from scratch; returns `(model, tokenizer, record)`.
 
     `record` holds the settings, the wall time, the loss curve (mean loss over each `log_every` steps),
-    the loss of each of the first `FIRST_STEPS_RECORDED` steps and the parameter count. `stop_after` ends early, after that many steps, on the same schedule (a
-    partial rebuild: its first steps are the full build's). `on_log(step, model)`, when given, is called
-    after each logged window (to measure the model along the way; it must leave the weights as they are).
+    the loss of each of the first `FIRST_STEPS_RECORDED` steps and the parameter count. `stop_after` ends early,
+    after that many steps, on the same schedule (a partial rebuild: its first steps are the full build's).
+    `on_log(step, model)`, when given, is called after each logged window (to measure the model along the way;
+    it must leave the weights as they are).
     """
     import torch
 
@@ -153,8 +158,9 @@ def pretrain(settings: BuildSettings, log_every: int = 250, log=print, stop_afte
         model = initial_model(tokenizer, settings.seed)
         model.train()
         examples = WorkedExamples(tokenizer, settings)
-        optimizer = torch.optim.AdamW(model.parameters(), lr=settings.learning_rate, betas=(0.9, 0.98),
-                                      weight_decay=settings.weight_decay)
+        optimizer = torch.optim.AdamW(
+            model.parameters(), lr=settings.learning_rate, betas=(0.9, 0.98), weight_decay=settings.weight_decay
+        )
 
         def factor(step: int) -> float:
             if step < settings.warmup_steps:
@@ -181,14 +187,21 @@ def pretrain(settings: BuildSettings, log_every: int = 250, log=print, stop_afte
                 losses.append({"step": step + 1, "loss": sum(window) / len(window)})
                 window = []
                 if log is not None:
-                    log(f"step {step + 1}/{steps}  loss {losses[-1]['loss']:.4f}  "
-                        f"{time.perf_counter() - started:.0f} s")
+                    log(
+                        f"step {step + 1}/{steps}  loss {losses[-1]['loss']:.4f}  {time.perf_counter() - started:.0f} s"
+                    )
                 if on_log is not None:
                     on_log(step + 1, model)
                     model.train()
         model.eval()
-        record = {"settings": asdict(settings), "steps_run": steps, "wall_seconds": time.perf_counter() - started,
-                  "losses": losses, "first_step_losses": first_losses, "parameters": sum(p.numel() for p in model.parameters())}
+        record = {
+            "settings": asdict(settings),
+            "steps_run": steps,
+            "wall_seconds": time.perf_counter() - started,
+            "losses": losses,
+            "first_step_losses": first_losses,
+            "parameters": sum(p.numel() for p in model.parameters()),
+        }
         return model, tokenizer, record
     finally:
         torch.set_num_threads(previous_threads)

@@ -14,9 +14,11 @@ from ._verify import verify
 ANSWER_TOKENS = 9  # the longest answer (7 characters) plus end-of-sequence, with one to spare
 
 
-def greedy_completions(model, tokenizer, prompts: list[str], max_new_tokens: int = ANSWER_TOKENS,
-                       batch_size: int = 256) -> list[str]:
-    """Greedy completions of `prompts`, in order (`tasks.evaluation.generate_greedy`, the runner's held-out decoding)."""
+def greedy_completions(
+    model, tokenizer, prompts: list[str], max_new_tokens: int = ANSWER_TOKENS, batch_size: int = 256
+) -> list[str]:
+    """Greedy completions of `prompts`, in order
+    (`tasks.evaluation.generate_greedy`, the runner's held-out decoding)."""
     from dataflex_callbacks.recipes.tasks.evaluation import generate_greedy
 
     return generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
@@ -28,8 +30,16 @@ def greedy_correct(model, tokenizer, rows: list[dict], max_new_tokens: int = ANS
     return [verify(c, row["answer"]) for c, row in zip(completions, rows)]
 
 
-def pass_counts(model, tokenizer, rows: list[dict], k: int = 8, temperature: float = 1.0, seed: int = 0,
-                max_new_tokens: int = ANSWER_TOKENS, batch_size: int = 128) -> list[int]:
+def pass_counts(
+    model,
+    tokenizer,
+    rows: list[dict],
+    k: int = 8,
+    temperature: float = 1.0,
+    seed: int = 0,
+    max_new_tokens: int = ANSWER_TOKENS,
+    batch_size: int = 128,
+) -> list[int]:
     """Correct completions out of `k` sampled at `temperature` (no top-k, no top-p) for each row; seeded by `seed`."""
     import torch
 
@@ -40,14 +50,21 @@ def pass_counts(model, tokenizer, rows: list[dict], k: int = 8, temperature: flo
         with torch.random.fork_rng(devices=[]), torch.no_grad():
             torch.manual_seed(seed)
             for start in range(0, len(rows), batch_size):
-                chunk = rows[start:start + batch_size]
+                chunk = rows[start : start + batch_size]
                 batch = tokenizer([row["prompt"] for row in chunk], return_tensors="pt", padding=True)
-                output = model.generate(**batch, do_sample=True, temperature=temperature, top_k=0, top_p=1.0,
-                                        num_return_sequences=k, max_new_tokens=max_new_tokens,
-                                        pad_token_id=tokenizer.pad_token_id)
-                texts = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1]:], skip_special_tokens=True)
+                output = model.generate(
+                    **batch,
+                    do_sample=True,
+                    temperature=temperature,
+                    top_k=0,
+                    top_p=1.0,
+                    num_return_sequences=k,
+                    max_new_tokens=max_new_tokens,
+                    pad_token_id=tokenizer.pad_token_id,
+                )
+                texts = tokenizer.batch_decode(output[:, batch["input_ids"].shape[1] :], skip_special_tokens=True)
                 for i, row in enumerate(chunk):
-                    counts.append(sum(verify(text, row["answer"]) for text in texts[i * k:(i + 1) * k]))
+                    counts.append(sum(verify(text, row["answer"]) for text in texts[i * k : (i + 1) * k]))
     finally:
         tokenizer.padding_side = padding_side
     return counts

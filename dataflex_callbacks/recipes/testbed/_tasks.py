@@ -86,6 +86,7 @@ def _add(digits_a: int, digits_b: int):
     def make(rng: random.Random) -> tuple[str, str, int]:
         a, b = _number(rng, digits_a), _number(rng, digits_b)
         return f"{_reversed(a)}+{_reversed(b)}=", _reversed(a + b), _carries(a, b)
+
     return make
 
 
@@ -94,6 +95,7 @@ def _sub(digits_a: int, digits_b: int):
         a, b = _number(rng, digits_a), _number(rng, digits_b)
         a, b = max(a, b), min(a, b)
         return f"{_reversed(a)}-{_reversed(b)}=", _reversed(a - b), _borrows(a, b)
+
     return make
 
 
@@ -101,14 +103,16 @@ def _mul(digits_b: int):
     def make(rng: random.Random) -> tuple[str, str, int]:
         digit, b = rng.randrange(2, 10), _number(rng, digits_b)
         return f"{digit}*{_reversed(b)}=", _reversed(digit * b), _product_carries(digit, b)
+
     return make
 
 
 def _sort(length: int):
     def make(rng: random.Random) -> tuple[str, str, int]:
         digits = [rng.randrange(10) for _ in range(length)]
-        inversions = sum(x > y for i, x in enumerate(digits) for y in digits[i + 1:])
+        inversions = sum(x > y for i, x in enumerate(digits) for y in digits[i + 1 :])
         return "sort " + "".join(map(str, digits)) + ":", "".join(map(str, sorted(digits))), inversions
+
     return make
 
 
@@ -180,16 +184,17 @@ def level_rows(level: str, split: str, count: int, seed: int = 0) -> list[dict]:
         if prompt in seen or split_of(prompt) != split:
             misses += 1
             if misses > 200 * (count + 10):
-                raise InputError(f"testbed level {level!r} has too few distinct {split} prompts for {count} rows "
-                                 f"(found {len(rows)}); ask for fewer")
+                raise InputError(
+                    f"testbed level {level!r} has too few distinct {split} prompts for {count} rows "
+                    f"(found {len(rows)}); ask for fewer"
+                )
             continue
         seen.add(prompt)
         rows.append({"prompt": prompt, "answer": answer, "domain": level, "difficulty": difficulty})
     return rows
 
 
-def testbed_rows(split: str, seed: int = 0, per_level: int | dict[str, int] = 100,
-                 levels=None) -> list[dict]:
+def testbed_rows(split: str, seed: int = 0, per_level: int | dict[str, int] = 100, levels=None) -> list[dict]:
     """Rows of several levels in one split, level after level (`per_level`: one count, or a count per level).
 
     A level with count 0 is left out; the order is the levels' order, so shuffle for training.
@@ -204,14 +209,15 @@ def testbed_rows(split: str, seed: int = 0, per_level: int | dict[str, int] = 10
 
 
 def slipped_answer(prompt: str, rng: random.Random, slip: float) -> str:
-    """The answer to an arithmetic `prompt` worked column by column, each carry (or borrow) dropped with probability `slip`.
+    """The answer to an arithmetic `prompt` worked column by column,
+    each carry (or borrow) dropped with probability `slip`.
 
     This is how the build's worked examples err: a systematic slip, like a student who forgets to carry,
     that the model learns as a habit it sometimes does not have, so it samples right answers it does not
     yet give greedily. `slip=0` gives the right answer. Sorting prompts are returned sorted, without slips.
     """
     if prompt.startswith("sort "):
-        return "".join(sorted(prompt[len("sort "):-1]))
+        return "".join(sorted(prompt[len("sort ") : -1]))
     body = prompt.rstrip("=")
     symbol = next(s for s in "+-*" if s in body)
     left, right = body.split(symbol)

@@ -1,4 +1,6 @@
-"""Lightning adapter tests: skipped where Lightning is not installed; the toy module next to them imports by bare name."""
+"""Lightning adapter tests: skipped where Lightning is not installed; the toy module next to them imports by
+bare name.
+"""
 
 import os
 import sys

@@ -32,8 +32,9 @@ class LoggedValues(pl.Callback):
         self.values: list[dict] = []
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.values.append({name: float(value) for name, value in trainer.callback_metrics.items()
-                            if name.startswith("dataflex/")})
+        self.values.append(
+            {name: float(value) for name, value in trainer.callback_metrics.items() if name.startswith("dataflex/")}
+        )
 
 
 def main(out: str, mode: str) -> None:
@@ -42,16 +43,29 @@ def main(out: str, mode: str) -> None:
     callback = DataFlexCallback(SKIP_AND_MIX if mixing else "difffilter")
     logged = LoggedValues()  # after the DataFlexCallback: sees what it logged for the batch
     flags = {"use_distributed_sampler": False} if mode == "unsafe" else {}
-    trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_steps=4, callbacks=[callback, logged], logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False, **flags)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp",
+        max_steps=4,
+        callbacks=[callback, logged],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        **flags,
+    )
     trainer.fit(module)
     result = {"records": module.records, "logged": logged.values}
     if mixing:
         pre_select = callback.strategy.pre_select
-        result.update(samples_tracked=callback.strategy.mixing.tracker.total_count.tolist(),
-                      history_keys=pre_select.history.keys, streaks=pre_select.history.streak.tolist(),
-                      domain_noise=pre_select.history.domain_noise,
-                      sampler_type=type(trainer.train_dataloader.sampler).__name__)
+        result.update(
+            samples_tracked=callback.strategy.mixing.tracker.total_count.tolist(),
+            history_keys=pre_select.history.keys,
+            streaks=pre_select.history.streak.tolist(),
+            domain_noise=pre_select.history.domain_noise,
+            sampler_type=type(trainer.train_dataloader.sampler).__name__,
+        )
     with open(os.path.join(out, f"rank{trainer.global_rank}.json"), "w") as handle:
         json.dump(result, handle)
 

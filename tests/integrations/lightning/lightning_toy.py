@@ -31,10 +31,20 @@ def toy_rows(n: int = 24, seed: int = 0) -> list[dict]:
 
 
 class ToyGRPO(pl.LightningModule):
-    def __init__(self, rows, prompts_per_step: int = 4, group_size: int = 4, max_tokens: int = 5,
-                 loss_type: str = "sequence_mean", use_sampler: bool = True, with_groups: bool = True,
-                 key_field: str = "prompt_key", sampler_options: dict | None = None, manual_every: int | None = None,
-                 same_answers: bool = False):
+    def __init__(
+        self,
+        rows,
+        prompts_per_step: int = 4,
+        group_size: int = 4,
+        max_tokens: int = 5,
+        loss_type: str = "sequence_mean",
+        use_sampler: bool = True,
+        with_groups: bool = True,
+        key_field: str = "prompt_key",
+        sampler_options: dict | None = None,
+        manual_every: int | None = None,
+        same_answers: bool = False,
+    ):
         super().__init__()
         torch.manual_seed(0)
         self.rows = rows
@@ -81,11 +91,17 @@ class ToyGRPO(pl.LightningModule):
         per_token_loss = -advantages.unsqueeze(1) * token_logp
         p = token_logp.detach().exp()
         entropies = -(p * p.clamp_min(1e-6).log() + (1 - p) * (1 - p).clamp_min(1e-6).log())
-        rollout = RolloutBatch(rewards, group_ids=group_ids if self.with_groups else None, completion_mask=mask,
-                               advantages=advantages, logprobs=token_logp.detach(), entropies=entropies,
-                               domains=[row["domain"] for row in batch for _ in range(group)],
-                               prompt_keys=[row[self.key_field] for row in batch for _ in range(group)],
-                               completion_ids=torch.zeros(n, width, dtype=torch.long) if self.same_answers else None)
+        rollout = RolloutBatch(
+            rewards,
+            group_ids=group_ids if self.with_groups else None,
+            completion_mask=mask,
+            advantages=advantages,
+            logprobs=token_logp.detach(),
+            entropies=entropies,
+            domains=[row["domain"] for row in batch for _ in range(group)],
+            prompt_keys=[row[self.key_field] for row in batch for _ in range(group)],
+            completion_ids=torch.zeros(n, width, dtype=torch.long) if self.same_answers else None,
+        )
         return per_token_loss, rollout
 
     def training_step(self, batch, batch_idx):
@@ -93,13 +109,22 @@ class ToyGRPO(pl.LightningModule):
         decision = self.dataflex.decide(rollout)
         loss = self.dataflex.loss(per_token_loss, rollout, loss_type=self.loss_type, decision=decision)
         strategy = self.dataflex.strategy
-        self.records.append({
-            "step": self.global_step, "rows": [row["idx"] for row in batch], "keep": decision.keep.tolist(),
-            "weights": decision.weights.tolist(), "loss": loss.item(), "target": strategy.target_proportions,
-            "rewards": rollout.rewards.tolist(), "group_ids": rollout.group_ids.tolist() if self.with_groups else None,
-            "advantages": rollout.advantages.tolist(), "mask": rollout.completion_mask.tolist(),
-            "per_token_loss": per_token_loss.detach().tolist(), "domains": list(rollout.domains),
-        })
+        self.records.append(
+            {
+                "step": self.global_step,
+                "rows": [row["idx"] for row in batch],
+                "keep": decision.keep.tolist(),
+                "weights": decision.weights.tolist(),
+                "loss": loss.item(),
+                "target": strategy.target_proportions,
+                "rewards": rollout.rewards.tolist(),
+                "group_ids": rollout.group_ids.tolist() if self.with_groups else None,
+                "advantages": rollout.advantages.tolist(),
+                "mask": rollout.completion_mask.tolist(),
+                "per_token_loss": per_token_loss.detach().tolist(),
+                "domains": list(rollout.domains),
+            }
+        )
         if self.manual_every is not None:
             optimizer = self.optimizers()
             self.manual_backward(loss / self.manual_every)
@@ -113,9 +138,16 @@ class ToyGRPO(pl.LightningModule):
 
 
 def toy_trainer(callbacks, max_steps: int, tmp_path=None, **kwargs) -> pl.Trainer:
-    settings = dict(accelerator="cpu", devices=1, max_steps=max_steps, logger=False, enable_checkpointing=False,
-                    enable_progress_bar=False, enable_model_summary=False,
-                    num_sanity_val_steps=0)
+    settings = dict(
+        accelerator="cpu",
+        devices=1,
+        max_steps=max_steps,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        num_sanity_val_steps=0,
+    )
     if tmp_path is not None:
         settings["default_root_dir"] = str(tmp_path)
     settings.update(kwargs)

@@ -13,14 +13,17 @@ from lightning_loss_reference import reduced_batch, reference_loss
 N_GROUPS, GROUP, LENGTH, FEATURES = 4, 4, 6, 3
 
 STRATEGIES = {
-    "band+softmax": {"select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.0, "high": 1.0}},
-                     "reweight": {"scorer": "advantage_magnitude", "reweighter": {"name": "softmax", "temperature": 0.5}}},
+    "band+softmax": {
+        "select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.0, "high": 1.0}},
+        "reweight": {"scorer": "advantage_magnitude", "reweighter": {"name": "softmax", "temperature": 0.5}},
+    },
     "topk": "topk",
     "maxvar": "maxvar",
     "entropy_top": "entropy_top",
     "band+token_weights": {
         "select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.0, "high": 1.0}},
-        "reweight": {"scorer": "token_prob", "reweighter": {"name": "advantage_reweight", "alpha": 0.5}}},
+        "reweight": {"scorer": "token_prob", "reweighter": {"name": "advantage_reweight", "alpha": 0.5}},
+    },
 }
 
 
@@ -39,8 +42,14 @@ def make_batch(seed: int, all_same: bool = False):
     logprobs = -torch.rand(n, LENGTH, generator=generator) * 3
     entropies = torch.rand(n, LENGTH, generator=generator)
     features = torch.randn(n, LENGTH, FEATURES, generator=generator, dtype=torch.float64)
-    batch = RolloutBatch(rewards, group_ids=torch.arange(N_GROUPS).repeat_interleave(GROUP), completion_mask=mask,
-                         advantages=advantages, logprobs=logprobs, entropies=entropies)
+    batch = RolloutBatch(
+        rewards,
+        group_ids=torch.arange(N_GROUPS).repeat_interleave(GROUP),
+        completion_mask=mask,
+        advantages=advantages,
+        logprobs=logprobs,
+        entropies=entropies,
+    )
     return batch, features
 
 
@@ -61,10 +70,14 @@ def test_selected_loss_equals_physically_reduced_loss(name, loss_type):
     assert not bool(decision.keep.all()) or decision.token_keep is not None, "the case must drop something"
     mask = batch.valid_mask
 
-    got, got_grad = loss_and_grad(lambda ptl: finish_loss(*loss_sum_and_count(ptl, decision, mask, loss_type)), features)
+    got, got_grad = loss_and_grad(
+        lambda ptl: finish_loss(*loss_sum_and_count(ptl, decision, mask, loss_type)), features
+    )
 
     def reference(ptl):
-        loss, token_mask, weights = reduced_batch(ptl, mask, decision.keep, decision.weights.double(), decision.token_keep)
+        loss, token_mask, weights = reduced_batch(
+            ptl, mask, decision.keep, decision.weights.double(), decision.token_keep
+        )
         return reference_loss(loss, token_mask, weights, loss_type)
 
     want, want_grad = loss_and_grad(reference, features)

@@ -51,9 +51,13 @@ def test_missing_signal_for_the_scorer_names_the_field():
 
 def test_a_dynamic_sampling_part_without_a_buffer_warns_once_naming_the_fix():
     module = ToyGRPO(toy_rows(), use_sampler=False)
-    strategy = {"select": {"scorer": "group_reward_variance", "selector": {"name": "threshold_band", "low": 0.0,
-                                                                           "high": float("inf")}},
-                "dynamic_sampling": {"max_rounds": 2}}
+    strategy = {
+        "select": {
+            "scorer": "group_reward_variance",
+            "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")},
+        },
+        "dynamic_sampling": {"max_rounds": 2},
+    }
     with pytest.warns(UserWarning, match="SignalGroupBuffer") as caught:
         toy_trainer([DataFlexCallback(strategy)], max_steps=3).fit(module)
     assert sum("dynamic_sampling" in str(w.message) for w in caught) == 1
@@ -97,8 +101,9 @@ def test_attribute_clash_is_refused():
 def test_sampler_lightning_would_replace_is_refused():
     rows = toy_rows()
     strategy = build_strategy(STRATEGY)
-    sampler = DomainMixingSampler(rows, batch_size=4, layout="shard", num_replicas=1, rank=0, strategy=strategy,
-                                  resume="continue")
+    sampler = DomainMixingSampler(
+        rows, batch_size=4, layout="shard", num_replicas=1, rank=0, strategy=strategy, resume="continue"
+    )
     wrapped = DataLoader(rows, batch_size=4, sampler=DistributedSamplerWrapper(sampler, num_replicas=2, rank=0))
     with pytest.raises(ConfigError, match="use_distributed_sampler=False"):
         find_mixing_sampler(wrapped)
@@ -106,11 +111,14 @@ def test_sampler_lightning_would_replace_is_refused():
     assert found is sampler and loader.batch_size == 4
 
 
-@pytest.mark.parametrize("options, world, message", [
-    (dict(layout="grpo", resume="continue"), 2, "layout='shard'"),
-    (dict(layout="shard", num_replicas=1, rank=0, resume="continue"), 2, "num_replicas=1"),
-    (dict(layout="shard", num_replicas=1, rank=0, resume="replay"), 1, "resume='continue'"),
-])
+@pytest.mark.parametrize(
+    "options, world, message",
+    [
+        (dict(layout="grpo", resume="continue"), 2, "layout='shard'"),
+        (dict(layout="shard", num_replicas=1, rank=0, resume="continue"), 2, "num_replicas=1"),
+        (dict(layout="shard", num_replicas=1, rank=0, resume="replay"), 1, "resume='continue'"),
+    ],
+)
 def test_samplers_that_cannot_serve_the_run_are_refused(options, world, message):
     strategy = build_strategy(STRATEGY)
     sampler = DomainMixingSampler(toy_rows(), batch_size=4, strategy=strategy, **options)
@@ -154,8 +162,15 @@ def test_the_callbacks_state_dict_changes_neither_the_callback_nor_its_sampler()
     """A checkpoint read between batches leaves the sampler's counts and stream as they were."""
 
     def run():
-        sampler = DomainMixingSampler(labels=["a"] * 300 + ["b"] * 100, batch_size=2, seed=4, layout="shard",
-                                      num_replicas=1, rank=0, resume="continue")
+        sampler = DomainMixingSampler(
+            labels=["a"] * 300 + ["b"] * 100,
+            batch_size=2,
+            seed=4,
+            layout="shard",
+            num_replicas=1,
+            rank=0,
+            resume="continue",
+        )
         callback = DataFlexCallback("baseline", sampler=sampler)
         iterator = iter(sampler)
         drawn = [next(iterator) for _ in range(10)]

@@ -26,8 +26,14 @@ def pad(rows, width, value=0):
 def launch(out, mode):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
     env.pop("MASTER_PORT", None)
-    return subprocess.run([sys.executable, os.path.join(HERE, "lightning_ddp_run.py"), str(out), mode], cwd=HERE,
-                          env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, os.path.join(HERE, "lightning_ddp_run.py"), str(out), mode],
+        cwd=HERE,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def run_ranks(out, mode):
@@ -69,7 +75,9 @@ def test_a_plain_dataloader_without_lightnings_distributed_sampler_is_refused(tm
 def test_the_tracker_counts_every_response_once(ranks):
     responses = sum(len(record["rewards"]) for rank in ranks for record in rank["records"])
     for rank in ranks:
-        assert sum(rank["samples_tracked"]) == responses, "gathered batch fed once, not once per rank or all-reduced again"
+        assert sum(rank["samples_tracked"]) == responses, (
+            "gathered batch fed once, not once per rank or all-reduced again"
+        )
 
 
 def test_both_ranks_decide_alike_on_disjoint_rows(ranks):
@@ -93,13 +101,16 @@ def test_decisions_equal_one_process_deciding_on_the_gathered_step(ranks):
             torch.tensor(a["rewards"] + b["rewards"]),
             group_ids=torch.tensor(a["group_ids"] + [g + n_groups for g in b["group_ids"]]),
             completion_mask=torch.tensor(pad(a["mask"], width, False) + pad(b["mask"], width, False)),
-            advantages=torch.tensor(a["advantages"] + b["advantages"]))
+            advantages=torch.tensor(a["advantages"] + b["advantages"]),
+        )
         decision = strategy.apply(batch, step=a["step"])
         assert decision.keep.tolist() == a["keep"] + b["keep"]
         torch.testing.assert_close(decision.weights, torch.tensor(a["weights"] + b["weights"]))
 
         # DDP averages the ranks' losses (and gradients): that average is the loss of the reduced global batch.
-        per_token_loss = torch.tensor(pad(a["per_token_loss"], width) + pad(b["per_token_loss"], width), dtype=torch.float64)
+        per_token_loss = torch.tensor(
+            pad(a["per_token_loss"], width) + pad(b["per_token_loss"], width), dtype=torch.float64
+        )
         loss, mask, weights = reduced_batch(per_token_loss, batch.valid_mask, decision.keep, decision.weights.double())
         want = float(reference_loss(loss, mask, weights, "sequence_mean"))
         assert (a["loss"] + b["loss"]) / 2 == pytest.approx(want, rel=1e-5, abs=1e-7)
@@ -113,10 +124,18 @@ def test_logged_domain_statistics_are_those_of_all_ranks_rows(ranks):
     local_differs = False
     for index, (a, b) in enumerate(zip(zero, one)):
         for domain in sorted(set(a["domains"] + b["domains"])):
-            rows = [(r, k) for record in (a, b) for r, k, d in zip(record["rewards"], record["keep"], record["domains"])
-                    if d == domain]
-            expected = {"reward": sum(r for r, _ in rows) / len(rows), "solve_rate": sum(r > 0.5 for r, _ in rows) / len(rows),
-                        "kept_frac": sum(k for _, k in rows) / len(rows), "responses": len(rows)}
+            rows = [
+                (r, k)
+                for record in (a, b)
+                for r, k, d in zip(record["rewards"], record["keep"], record["domains"])
+                if d == domain
+            ]
+            expected = {
+                "reward": sum(r for r, _ in rows) / len(rows),
+                "solve_rate": sum(r > 0.5 for r, _ in rows) / len(rows),
+                "kept_frac": sum(k for _, k in rows) / len(rows),
+                "responses": len(rows),
+            }
             for rank in range(2):
                 for name, value in expected.items():
                     got = logged[rank][index][f"dataflex/{name}/{domain}_step"]

@@ -42,8 +42,10 @@ def test_example_skips_prompts_with_its_data_module():
     trainer.fit(module, datamodule=example.TaskData(train, prompts_per_step=4))
     history = callback.strategy.pre_select.history
     assert history.size > 0 and set(history.keys) <= set(train["prompt_key"]), "keys follow the sampler's rule"
-    assert trainer.callback_metrics["dataflex/pre_select/completions_saved"].item() == \
-        module.group_size * callback.strategy.pre_select.skipped
+    assert (
+        trainer.callback_metrics["dataflex/pre_select/completions_saved"].item()
+        == module.group_size * callback.strategy.pre_select.skipped
+    )
 
 
 def test_example_dynamic_sampling_trains_exactly_b_signal_groups():
@@ -81,8 +83,13 @@ def test_example_dynamic_sampling_trains_exactly_b_signal_groups():
         solve_rate = (rewards > 0.5).float().mean(dim=1)
         assert bool(((solve_rate > 0) & (solve_rate < 1)).all()), "every trained group survives the select part"
     metrics = trainer.callback_metrics
-    assert {"dataflex/dynamic/rounds", "dataflex/dynamic/generated", "dataflex/dynamic/signal_groups",
-            "dataflex/dynamic/carried", "dataflex/dynamic/short"} <= set(metrics)
+    assert {
+        "dataflex/dynamic/rounds",
+        "dataflex/dynamic/generated",
+        "dataflex/dynamic/signal_groups",
+        "dataflex/dynamic/carried",
+        "dataflex/dynamic/short",
+    } <= set(metrics)
     assert module.signal_groups.totals["generated"] > 4 * 4 * module.group_size, "some step generated more rounds"
     assert math.isfinite(float(metrics["train/loss"]))
 
@@ -109,17 +116,26 @@ def dynamic_skip_run(tmp_path, max_steps, save_every=None, ckpt_path=None):
 
     def recording_rollout(rows):
         out = rollout(rows)
-        rounds.append((module.global_step, getattr(module, "round", 0), [row["prompt_key"] for row in rows],
-                       out["rewards"].tolist()))
+        rounds.append(
+            (
+                module.global_step,
+                getattr(module, "round", 0),
+                [row["prompt_key"] for row in rows],
+                out["rewards"].tolist(),
+            )
+        )
         return out
 
     module.rollout = recording_rollout
     callback = DataFlexCallback({**load_config("skip"), "dynamic_sampling": {"max_rounds": 3}})
     callbacks = [callback]
     if save_every is not None:
-        callbacks.append(ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=save_every,
-                                         save_top_k=-1))
-    trainer = toy_trainer(callbacks, max_steps=max_steps, tmp_path=tmp_path, enable_checkpointing=save_every is not None)
+        callbacks.append(
+            ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=save_every, save_top_k=-1)
+        )
+    trainer = toy_trainer(
+        callbacks, max_steps=max_steps, tmp_path=tmp_path, enable_checkpointing=save_every is not None
+    )
     trainer.fit(module, ckpt_path=ckpt_path)
     return module, callback, rounds
 
@@ -128,7 +144,7 @@ def test_example_dynamic_sampling_shows_the_filter_every_generated_group(tmp_pat
     # Issue 24: the example gave the filter only the trained (signal) groups, so `skip` never skipped.
     module, callback, rounds = dynamic_skip_run(tmp_path, max_steps=12)
     pre_select, totals = callback.strategy.pre_select, module.signal_groups.totals
-    observed_groups = int(pre_select.history.seen[:pre_select.history.size].sum())
+    observed_groups = int(pre_select.history.seen[: pre_select.history.size].sum())
     assert observed_groups == totals["generated"] // module.group_size == len(rounds) * 4
     assert observed_groups > totals["trained_groups"], "zero-signal groups were generated and observed too"
     assert pre_select.skipped > 0, "the filter skips prompts in Lightning's sampler and in the further rounds'"
@@ -138,7 +154,8 @@ def test_example_dynamic_sampling_resumes_as_the_uninterrupted_run(tmp_path):
     full, full_callback, full_rounds = dynamic_skip_run(tmp_path / "full", max_steps=8)
     dynamic_skip_run(tmp_path / "first", max_steps=4, save_every=4)
     resumed, resumed_callback, resumed_rounds = dynamic_skip_run(
-        tmp_path / "second", max_steps=8, ckpt_path=str(tmp_path / "first" / "step=4.ckpt"))
+        tmp_path / "second", max_steps=8, ckpt_path=str(tmp_path / "first" / "step=4.ckpt")
+    )
     later = [entry for entry in full_rounds if entry[0] >= 4]
     assert len(later) > 4, "some step after the checkpoint generated further rounds"
     assert resumed_rounds == later, "every round's prompts (Lightning's batch and the further rounds) and rewards"

@@ -31,15 +31,23 @@ def test_accumulated_micro_batches_are_logged_as_one_aggregated_step(tmp_path, o
     manual = optimisation == "manual"
     module = ToyGRPO(toy_rows(), manual_every=2 if manual else None)
     flags = {} if manual else {"accumulate_grad_batches": 2}
-    trainer = toy_trainer([DataFlexCallback(SELECT)], max_steps=3, logger=CSVLogger(tmp_path), log_every_n_steps=1,
-                          default_root_dir=str(tmp_path), **flags)
+    trainer = toy_trainer(
+        [DataFlexCallback(SELECT)],
+        max_steps=3,
+        logger=CSVLogger(tmp_path),
+        log_every_n_steps=1,
+        default_root_dir=str(tmp_path),
+        **flags,
+    )
     trainer.fit(module)
     assert len(module.records) == 6
 
     kept = [sum(r["keep"]) for r in module.records]
     responses = len(module.records[0]["keep"])
     windows = [(kept[2 * s] + kept[2 * s + 1]) / (2 * responses) for s in range(3)]
-    assert any(kept[2 * s] != kept[2 * s + 1] for s in range(3)), "the case must tell the last micro-batch from the mean"
+    assert any(kept[2 * s] != kept[2 * s + 1] for s in range(3)), (
+        "the case must tell the last micro-batch from the mean"
+    )
     # Under manual optimisation Lightning writes a step value again at the next batch, where nothing stepped.
     assert runs(logged(tmp_path, "dataflex/kept_frac_step")) == pytest.approx(runs(windows))
     assert logged(tmp_path, "dataflex/kept_frac_epoch") == pytest.approx([sum(kept) / (6 * responses)])

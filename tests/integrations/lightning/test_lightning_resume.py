@@ -20,11 +20,13 @@ def run(tmp_path, max_steps, strategy=STRATEGY, save_every=None, ckpt_path=None)
     callback = DataFlexCallback(strategy)
     callbacks = [callback]
     if save_every is not None:
-        callbacks.append(ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=save_every,
-                                         save_top_k=-1))
+        callbacks.append(
+            ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=save_every, save_top_k=-1)
+        )
     module = ToyGRPO(toy_rows())
-    trainer = toy_trainer(callbacks, max_steps=max_steps, tmp_path=tmp_path,
-                          enable_checkpointing=save_every is not None)
+    trainer = toy_trainer(
+        callbacks, max_steps=max_steps, tmp_path=tmp_path, enable_checkpointing=save_every is not None
+    )
     trainer.fit(module, ckpt_path=ckpt_path)  # default loading: weights_only
     return module.records, callback
 
@@ -43,8 +45,9 @@ def assert_same_steps(full, resumed, resume_step):
 def test_resume_gives_the_uninterrupted_decisions_and_stream(tmp_path, resume_step):
     full, full_callback = run(tmp_path / "full", TOTAL_STEPS)
     run(tmp_path / "first", resume_step, save_every=resume_step)
-    resumed, resumed_callback = run(tmp_path / "second", TOTAL_STEPS,
-                                    ckpt_path=str(tmp_path / "first" / f"step={resume_step}.ckpt"))
+    resumed, resumed_callback = run(
+        tmp_path / "second", TOTAL_STEPS, ckpt_path=str(tmp_path / "first" / f"step={resume_step}.ckpt")
+    )
     assert_same_steps(full, resumed, resume_step)
     want_state, got_state = full_callback.strategy.state_dict(), resumed_callback.strategy.state_dict()
     assert got_state["mixing"]["target"] == pytest.approx(want_state["mixing"]["target"])
@@ -85,8 +88,11 @@ def test_a_changed_strategy_config_is_refused_on_resume_unless_strict_is_off():
     saved = DataFlexCallback({"mix": {"mixer": "reward_gap", "domains": ["easy", "hard"], "update_every": 1}})
     state = saved.state_dict()
     changed = {"mix": {"mixer": "reward_gap", "domains": ["easy", "hard"], "update_every": 2}}
-    with pytest.raises(ConfigError, match=r"cannot resume from the Lightning checkpoint.*changed: mix.*"
-                                          r"DataFlexCallback\(\.\.\., strict=False\)"):
+    with pytest.raises(
+        ConfigError,
+        match=r"cannot resume from the Lightning checkpoint.*changed: mix.*"
+        r"DataFlexCallback\(\.\.\., strict=False\)",
+    ):
         DataFlexCallback(changed).load_state_dict(state)
     relaxed = DataFlexCallback(changed, strict=False)
     relaxed.load_state_dict(state)

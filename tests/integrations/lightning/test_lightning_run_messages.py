@@ -1,4 +1,6 @@
-"""A Lightning user reads one line at train start naming the strategy, its parts and the domains the sampler draws from."""
+"""A Lightning user reads one line at train start naming the strategy, its parts and the domains the sampler
+draws from.
+"""
 
 import pytest
 
@@ -25,4 +27,5 @@ def test_without_a_sampler_the_domains_are_not_known_at_train_start(capsys):
     toy_trainer([DataFlexCallback("diffband")], max_steps=1).fit(ToyGRPO(toy_rows(), use_sampler=False))
     assert strategy_lines(capsys.readouterr().out) == [
         "dataflex: strategy 'diffband': select group_reward_variance -> threshold_band(low=0, high=inf); "
-        "domains: not known before the first batch"]
+        "domains: not known before the first batch"
+    ]

@@ -53,8 +53,15 @@ def test_the_domain_column_is_the_configs_domain_key():
     assert sampler.pooled and sampler._prompt_labels[:3] == ["t-easy", "t-mid", "t-hard"]
     assert (sampler.num_replicas, sampler.rank) == (2, 1)
     # Explicit proportions ask for a draw by domain even without a mix part.
-    sampler = make_sampler(build_strategy("difffilter"), rows, batch_size=4, seed=0, world_size=1, rank=0,
-                           options={"proportions": {"easy": 0.5, "mid": 0.25, "hard": 0.25}})
+    sampler = make_sampler(
+        build_strategy("difffilter"),
+        rows,
+        batch_size=4,
+        seed=0,
+        world_size=1,
+        rank=0,
+        options={"proportions": {"easy": 0.5, "mid": 0.25, "hard": 0.25}},
+    )
     assert not sampler.pooled and sampler.domains == ["easy", "hard", "mid"]
     with pytest.raises(ConfigError, match="sets layout"):
         make_sampler(skipping, rows, batch_size=4, seed=0, world_size=1, rank=0, options={"layout": "grpo"})
@@ -99,10 +106,12 @@ def fit_with_data_module(tmp_path, max_steps, save_every=None, ckpt_path=None):
     module, data, callback = ToyGRPO(toy_rows(), use_sampler=False), ToyData(toy_rows()), DataFlexCallback(STRATEGY)
     callbacks = [callback]
     if save_every:
-        callbacks.append(ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=save_every,
-                                         save_top_k=-1))
-    toy_trainer(callbacks, max_steps=max_steps, tmp_path=tmp_path,
-                enable_checkpointing=bool(save_every)).fit(module, datamodule=data, ckpt_path=ckpt_path)
+        callbacks.append(
+            ModelCheckpoint(dirpath=tmp_path, filename="{step}", every_n_train_steps=save_every, save_top_k=-1)
+        )
+    toy_trainer(callbacks, max_steps=max_steps, tmp_path=tmp_path, enable_checkpointing=bool(save_every)).fit(
+        module, datamodule=data, ckpt_path=ckpt_path
+    )
     return module, data, callback
 
 

@@ -15,8 +15,13 @@ def test_too_few_prompts_for_one_step_names_batch_size_and_the_world_size(strate
         toy_trainer([DataFlexCallback(strategy)], max_steps=2).fit(module)
     message = str(caught.value)
     assert len(message.splitlines()) == 1
-    for text in ("the dataset gives 3 prompt(s)", "batch_size=4", "Trainer's 1 process(es)", "world_size",
-                 "self.dataflex.sampler(...)"):
+    for text in (
+        "the dataset gives 3 prompt(s)",
+        "batch_size=4",
+        "Trainer's 1 process(es)",
+        "world_size",
+        "self.dataflex.sampler(...)",
+    ):
         assert text in message, (text, message)
     assert "chunk" not in message
 

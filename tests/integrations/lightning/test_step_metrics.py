@@ -18,9 +18,13 @@ DOMAINS = ["easy", "mid", "hard", "rare"]
 
 def micro_batch(rng):
     """One micro-batch's strategy metrics and its responses: statistics (some NaN), domain rewards, state."""
-    metrics = {"kept_frac": rng.random(), "ess": float("nan") if rng.random() < 0.2 else rng.random(),
-               "pre_select/noisy_share": rng.random(), "mix/target/easy": rng.random(),
-               "pre_select/skipped_prompts": float(rng.randint(0, 9))}
+    metrics = {
+        "kept_frac": rng.random(),
+        "ess": float("nan") if rng.random() < 0.2 else rng.random(),
+        "pre_select/noisy_share": rng.random(),
+        "mix/target/easy": rng.random(),
+        "pre_select/skipped_prompts": float(rng.randint(0, 9)),
+    }
     for domain in DOMAINS:
         if rng.random() < 0.7:
             metrics[f"reward/{domain}"] = rng.random()
@@ -80,8 +84,11 @@ def test_covering_new_domains_keeps_the_sums_and_the_order():
     grown.update(torch.tensor([0.25, 1.0]), ["hard", "mid"])
 
     reference = DomainRewardStats(["mid", "easy", "hard", "rare"])
-    reference.update(torch.tensor([1.0, 0.0, 1.0, 0.25, 1.0]), ["mid", "easy", "mid", "hard", "mid"],
-                     keep=torch.tensor([True, False, False, True, True]))
+    reference.update(
+        torch.tensor([1.0, 0.0, 1.0, 0.25, 1.0]),
+        ["mid", "easy", "mid", "hard", "mid"],
+        keep=torch.tensor([True, False, False, True, True]),
+    )
     assert grown.compute() == reference.compute()
     grown.reset()
     assert grown.compute()["responses/mid"] == 0.0 and "reward/mid" not in grown.compute()
@@ -91,10 +98,11 @@ def test_domain_shares_are_weighed_by_the_domains_responses_and_counts_summed():
     stats = DomainRewardStats(["a", "b"])
     stats.update(torch.tensor([1.0, 0.0, 0.0, float("nan")]), ["a", "a", "a", "b"])
     groups = domain_log_groups(stats.compute(), stats.domains)
-    assert groups == [({"reward/a": pytest.approx(1 / 3), "solve_rate/a": pytest.approx(1 / 3), "kept_frac/a": 1.0}, 3,
-                       "mean"),
-                      ({"responses/a": 3.0, "nonfinite_rewards/a": 0.0}, 1, "sum"),
-                      ({"responses/b": 0.0, "nonfinite_rewards/b": 1.0}, 1, "sum")]
+    assert groups == [
+        ({"reward/a": pytest.approx(1 / 3), "solve_rate/a": pytest.approx(1 / 3), "kept_frac/a": 1.0}, 3, "mean"),
+        ({"responses/a": 3.0, "nonfinite_rewards/a": 0.0}, 1, "sum"),
+        ({"responses/b": 0.0, "nonfinite_rewards/b": 1.0}, 1, "sum"),
+    ]
 
 
 def logged(tmp_path, name):
@@ -104,26 +112,40 @@ def logged(tmp_path, name):
 
 def domain_values(records, domain):
     """A domain's statistics over ``records``, from its rows with Python loops (rewards here are 0 or 1)."""
-    rows = [(reward, keep) for record in records for reward, keep, label in
-            zip(record["rewards"], record["keep"], record["domains"]) if label == domain]
+    rows = [
+        (reward, keep)
+        for record in records
+        for reward, keep, label in zip(record["rewards"], record["keep"], record["domains"])
+        if label == domain
+    ]
     if not rows:
         return None
-    return {"reward": sum(r for r, _ in rows) / len(rows), "solve_rate": sum(r > 0.5 for r, _ in rows) / len(rows),
-            "kept_frac": sum(k for _, k in rows) / len(rows), "responses": float(len(rows))}
+    return {
+        "reward": sum(r for r, _ in rows) / len(rows),
+        "solve_rate": sum(r > 0.5 for r, _ in rows) / len(rows),
+        "kept_frac": sum(k for _, k in rows) / len(rows),
+        "responses": float(len(rows)),
+    }
 
 
 @pytest.mark.slow
 def test_logged_domain_statistics_are_those_of_the_step_rows(tmp_path):
     module = ToyGRPO(toy_rows())
-    trainer = toy_trainer([DataFlexCallback({"select": STRATEGY["select"]})], max_steps=3, logger=CSVLogger(tmp_path),
-                          log_every_n_steps=1, default_root_dir=str(tmp_path), accumulate_grad_batches=2)
+    trainer = toy_trainer(
+        [DataFlexCallback({"select": STRATEGY["select"]})],
+        max_steps=3,
+        logger=CSVLogger(tmp_path),
+        log_every_n_steps=1,
+        default_root_dir=str(tmp_path),
+        accumulate_grad_batches=2,
+    )
     trainer.fit(module)
     assert len(module.records) == 6
     present = [{d for d in ("easy", "mid", "hard") if d in r["domains"]} for r in module.records]
     assert any(len(p) < 3 for p in present), "the case must have micro-batches without some domain"
     differs = False
     for domain in ("easy", "mid", "hard"):
-        steps = [domain_values(module.records[2 * step:2 * step + 2], domain) for step in range(3)]
+        steps = [domain_values(module.records[2 * step : 2 * step + 2], domain) for step in range(3)]
         epoch = domain_values(module.records, domain)
         for name in ("reward", "solve_rate", "kept_frac"):
             expected = [values[name] for values in steps if values is not None]
@@ -136,7 +158,7 @@ def test_logged_domain_statistics_are_those_of_the_step_rows(tmp_path):
 
         # The old approximation (each micro-batch's domain mean weighed by all its responses) differs somewhere.
         for step, values in enumerate(steps):
-            pairs = [(len(r["rewards"]), domain_values([r], domain)) for r in module.records[2 * step:2 * step + 2]]
+            pairs = [(len(r["rewards"]), domain_values([r], domain)) for r in module.records[2 * step : 2 * step + 2]]
             pairs = [(w, v["reward"]) for w, v in pairs if v is not None]
             if values is not None:
                 old = sum(w * v for w, v in pairs) / sum(w for w, _ in pairs)

@@ -81,13 +81,28 @@ def make_rloo(tmp_path_factory, tiny_tokenizer, toy_dataset):
     from trl import RLOOConfig, RLOOTrainer
 
     def build(cls=RLOOTrainer, reward_funcs=None, trainer_kwargs=None, **config):
-        settings = dict(output_dir=str(tmp_path_factory.mktemp("rloo")), per_device_train_batch_size=8,
-                        num_generations=4, max_completion_length=6, max_steps=2, learning_rate=1e-3, beta=0.0,
-                        seed=0, **CPU_RUN_SETTINGS)
+        settings = dict(
+            output_dir=str(tmp_path_factory.mktemp("rloo")),
+            per_device_train_batch_size=8,
+            num_generations=4,
+            max_completion_length=6,
+            max_steps=2,
+            learning_rate=1e-3,
+            beta=0.0,
+            seed=0,
+            **CPU_RUN_SETTINGS,
+        )
         settings.update(config)
-        torch.manual_seed(settings["seed"])  # TRL <= 1.14 draws a LoRA adapter's weights before seeding (1.16 seeds first)
-        return cls(model=build_tiny_model(tiny_tokenizer, seed=0),
-                   reward_funcs=reward_funcs or [checksum_reward], args=RLOOConfig(**settings),
-                   train_dataset=toy_dataset, processing_class=tiny_tokenizer, **(trainer_kwargs or {}))
+        torch.manual_seed(
+            settings["seed"]
+        )  # TRL <= 1.14 draws a LoRA adapter's weights before seeding (1.16 seeds first)
+        return cls(
+            model=build_tiny_model(tiny_tokenizer, seed=0),
+            reward_funcs=reward_funcs or [checksum_reward],
+            args=RLOOConfig(**settings),
+            train_dataset=toy_dataset,
+            processing_class=tiny_tokenizer,
+            **(trainer_kwargs or {}),
+        )
 
     return build

@@ -40,8 +40,10 @@ STRATEGIES = {
 }
 STRATEGIES["rloo"] = {**STRATEGIES["select"], **STRATEGIES["mixing"]}  # every decision the adapter makes
 STRATEGIES["dynamic"] = {
-    "select": {"scorer": "group_reward_variance",
-               "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")}},
+    "select": {
+        "scorer": "group_reward_variance",
+        "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")},
+    },
     "dynamic_sampling": {"max_rounds": 4},
 }
 
@@ -61,7 +63,9 @@ def main(out_dir: str, mode: str = "select") -> None:
     tokenizer = build_tiny_tokenizer()
     rloo = mode == "rloo"
     prompts = 12 if rloo else 24
-    dataset = Dataset.from_dict({"prompt": [f"{i}*{i % 5}=" for i in range(prompts)], "domain": ["a", "b"] * (prompts // 2)})
+    dataset = Dataset.from_dict(
+        {"prompt": [f"{i}*{i % 5}=" for i in range(prompts)], "domain": ["a", "b"] * (prompts // 2)}
+    )
     config_class, trainer_class = (RLOOConfig, DataFlexRLOOTrainer) if rloo else (GRPOConfig, DataFlexGRPOTrainer)
     # select: 3 steps; mixing: 1.5 epochs, rloo: two epochs, so prompts come back and can be skipped.
     loss = {"beta": 0.0} if rloo else {"loss_type": "dapo"}
@@ -80,15 +84,24 @@ def main(out_dir: str, mode: str = "select") -> None:
     )
     trainer = trainer_class(
         model=build_tiny_model(tokenizer, seed=0),
-        reward_funcs=rank_zero_constant_reward if mode == "dynamic" else parity_reward, args=args, train_dataset=dataset,
-        processing_class=tokenizer, strategy=STRATEGIES[mode], record_decisions=True,
+        reward_funcs=rank_zero_constant_reward if mode == "dynamic" else parity_reward,
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        strategy=STRATEGIES[mode],
+        record_decisions=True,
     )
     if mode in ("mixing", "rloo"):
         record_train_sampler(trainer)
     trainer.train()
     history = [
-        {"step": h["step"], "keep": h["keep"].tolist(), "weights": h["weights"].tolist(),
-         "prompt_keys": h["prompt_keys"], "metrics": h["metrics"]}
+        {
+            "step": h["step"],
+            "keep": h["keep"].tolist(),
+            "weights": h["weights"].tolist(),
+            "prompt_keys": h["prompt_keys"],
+            "metrics": h["metrics"],
+        }
         for h in trainer.dataflex.decisions
     ]
     record = {"world_size": trainer.accelerator.num_processes, "history": history}

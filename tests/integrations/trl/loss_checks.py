@@ -1,4 +1,6 @@
-"""Helpers the TRL loss-equivalence tests share (GRPO and RLOO): a loss with its gradient, and a decision written into TRL's batch."""
+"""Helpers the TRL loss-equivalence tests share (GRPO and RLOO): a loss with its gradient, and a decision written
+into TRL's batch.
+"""
 
 import torch
 
@@ -18,8 +20,9 @@ def masked_inputs(trainer, inputs, keep, weights=None):
     """A copy of TRL's batch dict with the decision (``keep``, ``weights``) written in by the trainer's callback."""
     output = {k: v.clone() for k, v in inputs.items()}
     rows = inputs["completion_mask"].shape[0]
-    batch = RolloutBatch(rewards=torch.zeros(rows), group_ids=torch.arange(rows) // 2,
-                         completion_mask=inputs["completion_mask"].bool())
+    batch = RolloutBatch(
+        rewards=torch.zeros(rows), group_ids=torch.arange(rows) // 2, completion_mask=inputs["completion_mask"].bool()
+    )
     decision = Decision(keep=keep, weights=keep.float() if weights is None else weights)
     trainer.dataflex.write_decision(trainer, output, decision, batch, batch.rewards)
     trainer.dataflex.last_decision = decision  # as _apply_strategy does; no deferred decision left from another test
@@ -33,8 +36,12 @@ def policy_weighted_step(trainer, strategy, inputs, completion_len):
 
     mask = inputs["completion_mask"]
     rows = mask.shape[0]
-    batch = RolloutBatch(rewards=torch.zeros(rows), group_ids=torch.arange(rows) // 2,
-                         completion_mask=mask.bool(), advantages=inputs["advantages"])
+    batch = RolloutBatch(
+        rewards=torch.zeros(rows),
+        group_ids=torch.arange(rows) // 2,
+        completion_mask=mask.bool(),
+        advantages=inputs["advantages"],
+    )
     decision = strategy.apply(batch, 0, sync=False, defer_policy=True)
     output = {k: v.clone() for k, v in inputs.items()}
     trainer.dataflex.write_decision(trainer, output, decision, batch, batch.rewards)
@@ -42,7 +49,11 @@ def policy_weighted_step(trainer, strategy, inputs, completion_len):
     _, grad = loss_and_grad(trainer, trainer._compute_loss, output)
     with torch.no_grad():
         logps, entropies, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model, torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
-            torch.cat([inputs["prompt_mask"], mask], 1), completion_len, compute_entropy=True)
+            trainer.model,
+            torch.cat([inputs["prompt_ids"], inputs["completion_ids"]], 1),
+            torch.cat([inputs["prompt_mask"], mask], 1),
+            completion_len,
+            compute_entropy=True,
+        )
     policy_batch = local_policy_batch(batch.rewards, batch.group_ids, mask, inputs["advantages"], logps, entropies)
     return decision, grad, strategy.apply_policy(policy_batch, decision).weights

@@ -1,4 +1,6 @@
-"""Helpers for the mixing-sampler and pre-rollout tests: a tiny GRPO run on the built-in suite with a spy on the sampler."""
+"""Helpers for the mixing-sampler and pre-rollout tests: a tiny GRPO run on the built-in suite with a spy on
+the sampler.
+"""
 
 import os
 
@@ -31,13 +33,27 @@ def suite_trainer(output_dir, strategy, *, steps, seed=0, n_train=50, prompts=4,
     """A DataFlexGRPOTrainer on the built-in suite whose train sampler is wrapped in a `RecordingSampler`."""
     tokenizer = build_tiny_tokenizer()
     train = tasks.load_task_suite(seed=seed, n_train=n_train, n_test=1)["train"]
-    settings = dict(output_dir=os.fspath(output_dir), per_device_train_batch_size=prompts * num_generations,
-                    num_generations=num_generations, max_completion_length=4, max_steps=steps, learning_rate=3e-3,
-                    beta=0.0, seed=seed, **CPU_RUN_SETTINGS)
+    settings = dict(
+        output_dir=os.fspath(output_dir),
+        per_device_train_batch_size=prompts * num_generations,
+        num_generations=num_generations,
+        max_completion_length=4,
+        max_steps=steps,
+        learning_rate=3e-3,
+        beta=0.0,
+        seed=seed,
+        **CPU_RUN_SETTINGS,
+    )
     settings.update(config)
-    trainer = DataFlexGRPOTrainer(model=build_tiny_model(tokenizer, seed=seed), reward_funcs=tasks.make_reward_fn(seed=seed),
-                                  args=GRPOConfig(**settings), train_dataset=train, processing_class=tokenizer,
-                                  strategy=strategy, record_decisions=True)
+    trainer = DataFlexGRPOTrainer(
+        model=build_tiny_model(tokenizer, seed=seed),
+        reward_funcs=tasks.make_reward_fn(seed=seed),
+        args=GRPOConfig(**settings),
+        train_dataset=train,
+        processing_class=tokenizer,
+        strategy=strategy,
+        record_decisions=True,
+    )
     from transformers.trainer_callback import PrinterCallback
 
     trainer.remove_callback(PrinterCallback)

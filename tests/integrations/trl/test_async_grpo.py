@@ -1,4 +1,5 @@
-"""Data strategies under TRL's AsyncGRPOTrainer: the real trainer on a CPU, with an in-process worker (HF generate engine).
+"""Data strategies under TRL's AsyncGRPOTrainer: the real trainer on a CPU, with an in-process worker
+(HF generate engine).
 
 The worker (`InProcessRolloutWorker`) is the one the vLLM stage runs with vLLM's CPU engine
 (test_async_vllm.py); here its engine is the model's own ``generate``, so these tests need no vLLM.
@@ -18,7 +19,12 @@ from toy_rewards import checksum_reward  # noqa: E402
 from dataflex_callbacks.errors import ConfigError  # noqa: E402
 from dataflex_callbacks.integrations.trl import DataFlexAsyncGRPOTrainer, attach  # noqa: E402
 from dataflex_callbacks.integrations.trl.async_rollout import (  # noqa: E402
-    EngineWeightTransfer, InProcessRolloutWorker, TransformersEngine, cpu_device_name, use_cpu_tree_attention)
+    EngineWeightTransfer,
+    InProcessRolloutWorker,
+    TransformersEngine,
+    cpu_device_name,
+    use_cpu_tree_attention,
+)
 from dataflex_callbacks.recipes.tiny_model import build_tiny_tokenizer, save_tiny  # noqa: E402
 from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer  # noqa: E402
 
@@ -42,23 +48,60 @@ def prompts():
 
 
 def hf_engine(path, tokenizer):
-    return TransformersEngine(AutoModelForCausalLM.from_pretrained(path), tokenizer.pad_token_id,
-                              [tokenizer.eos_token_id], seed=0)
+    return TransformersEngine(
+        AutoModelForCausalLM.from_pretrained(path), tokenizer.pad_token_id, [tokenizer.eos_token_id], seed=0
+    )
 
 
-def build(path, dataset, out, *, strategy=None, how="class", engine=None, worker_class=InProcessRolloutWorker,
-          reward=checksum_reward, wave_groups=4, **config):
-    """An AsyncGRPOTrainer (stock, attached or DataFlexAsyncGRPOTrainer) with an in-process worker; (trainer, worker)."""
+def build(
+    path,
+    dataset,
+    out,
+    *,
+    strategy=None,
+    how="class",
+    engine=None,
+    worker_class=InProcessRolloutWorker,
+    reward=checksum_reward,
+    wave_groups=4,
+    **config,
+):
+    """An AsyncGRPOTrainer (stock, attached or DataFlexAsyncGRPOTrainer) with an in-process worker;
+    (trainer, worker).
+    """
     tokenizer = build_tiny_tokenizer()
     engine = engine or hf_engine(path, tokenizer)
-    worker = worker_class(engine, dataset, [reward], tokenizer, num_generations=G, max_tokens=6, wave_groups=wave_groups)
-    settings = dict(output_dir=str(out), per_device_train_batch_size=4, gradient_accumulation_steps=2, num_generations=G,
-                    max_completion_length=6, max_steps=3, learning_rate=1e-3, seed=0, bf16=False, use_cpu=True,
-                    token_budget=0, max_staleness=1, report_to=[], logging_steps=1, save_strategy="no",
-                    disable_tqdm=True)
+    worker = worker_class(
+        engine, dataset, [reward], tokenizer, num_generations=G, max_tokens=6, wave_groups=wave_groups
+    )
+    settings = dict(
+        output_dir=str(out),
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        num_generations=G,
+        max_completion_length=6,
+        max_steps=3,
+        learning_rate=1e-3,
+        seed=0,
+        bf16=False,
+        use_cpu=True,
+        token_budget=0,
+        max_staleness=1,
+        report_to=[],
+        logging_steps=1,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     settings.update(config)
-    kwargs = dict(model=path, reward_funcs=[reward], args=AsyncGRPOConfig(**settings), train_dataset=dataset,
-                  processing_class=tokenizer, rollout_worker=worker, weight_transfer=EngineWeightTransfer(engine))
+    kwargs = dict(
+        model=path,
+        reward_funcs=[reward],
+        args=AsyncGRPOConfig(**settings),
+        train_dataset=dataset,
+        processing_class=tokenizer,
+        rollout_worker=worker,
+        weight_transfer=EngineWeightTransfer(engine),
+    )
     with cpu_device_name():
         if how == "class" and strategy is not None:
             trainer = DataFlexAsyncGRPOTrainer(**kwargs, strategy=strategy, record_decisions=True)
@@ -84,7 +127,10 @@ def test_baseline_equals_the_stock_async_trainer(model_path, prompts, tmp_path, 
     stock.train()
     ours, worker = build(model_path, prompts, tmp_path / "ours", strategy="baseline", how=how)
     ours.train()
-    assert type(ours.dataflex if how == "class" else ours.callback_handler.callbacks[-1]).__name__ == "DataFlexAsyncCallback"
+    assert (
+        type(ours.dataflex if how == "class" else ours.callback_handler.callbacks[-1]).__name__
+        == "DataFlexAsyncCallback"
+    )
     assert worker.fed_rows == stock_worker.fed_rows and ours._trained_groups == stock._trained_groups
     assert losses(ours) == losses(stock)
     for name, value in params(stock).items():
@@ -115,7 +161,9 @@ def test_selection_equals_removing_the_dropped_rows(model_path, prompts, tmp_pat
 
 
 def test_dynamic_sampling_trains_b_signal_groups_a_step_without_generating_more(model_path, prompts, tmp_path):
-    trainer, worker = build(model_path, prompts, tmp_path / "dapo", strategy="dapo", reward=echo_zero_reward, max_steps=4)
+    trainer, worker = build(
+        model_path, prompts, tmp_path / "dapo", strategy="dapo", reward=echo_zero_reward, max_steps=4
+    )
     trainer.train()
     decisions = trainer.dataflex.decisions
     assert len(decisions) >= 4  # one per step, and one more the dataloader fetched ahead
@@ -133,10 +181,22 @@ def test_dynamic_sampling_trains_b_signal_groups_a_step_without_generating_more(
 
 
 def test_a_skipped_prompt_never_reaches_the_engine(model_path, prompts, tmp_path):
-    skip = {"name": "skip_echo", "pre_select": {"name": "skip_zero_variance", "params": {
-        "explore": 1e-6, "min_keep": 1e-9, "adapt_rate": 0.0, "domain_prior": False, "noise_check": False}}}
-    trainer, worker = build(model_path, prompts, tmp_path / "skip", strategy=skip, reward=echo_zero_reward,
-                            max_steps=20, max_staleness=100)
+    skip = {
+        "name": "skip_echo",
+        "pre_select": {
+            "name": "skip_zero_variance",
+            "params": {
+                "explore": 1e-6,
+                "min_keep": 1e-9,
+                "adapt_rate": 0.0,
+                "domain_prior": False,
+                "noise_check": False,
+            },
+        },
+    }
+    trainer, worker = build(
+        model_path, prompts, tmp_path / "skip", strategy=skip, reward=echo_zero_reward, max_steps=20, max_staleness=100
+    )
     trainer.train()
     tokenizer = build_tiny_tokenizer()
     seen = [tokenizer.decode(ids) for ids in worker.engine.prompts_seen]
@@ -147,7 +207,7 @@ def test_a_skipped_prompt_never_reaches_the_engine(model_path, prompts, tmp_path
     assert streaks and all(s >= 1 for s in streaks.values())
     # Once an echo prompt's zero-signal outcome was consumed, it is skipped: in the second pass over the data (after
     # a margin for prompts whose outcome was still in flight) no echo prompt reaches the engine.
-    assert len(seen) >= len(prompts) + 16 and not any(p in echo for p in seen[len(prompts) + 8:])
+    assert len(seen) >= len(prompts) + 16 and not any(p in echo for p in seen[len(prompts) + 8 :])
     others = [p for p in seen if p not in echo]
     assert len(others) > len(prompts) - len(echo)  # the other prompts came round again
 
@@ -155,13 +215,18 @@ def test_a_skipped_prompt_never_reaches_the_engine(model_path, prompts, tmp_path
 def test_staleness_values_equal_the_trainers_own_count(model_path, prompts, tmp_path):
     trainer, _ = build(model_path, prompts, tmp_path / "stale", strategy="baseline", wave_groups=12, max_steps=6)
     counted = []
-    trainer.add_callback(type("Copy", (__import__("transformers").TrainerCallback,), {
-        "on_step_end": lambda self, *a, **k: counted.extend(trainer._metrics["train"]["sample/staleness_max"])})())
+    trainer.add_callback(
+        type(
+            "Copy",
+            (__import__("transformers").TrainerCallback,),
+            {"on_step_end": lambda self, *a, **k: counted.extend(trainer._metrics["train"]["sample/staleness_max"])},
+        )()
+    )
     trainer.train()
     ours = [int(v) for d in trainer.dataflex.decisions for v in d["staleness"].tolist()]
     assert ours and max(ours) >= 1  # off-policy samples were consumed
     assert trainer.dataflex.consumed_staleness == [int(v) for v in counted]
-    assert ours == trainer.dataflex.consumed_staleness[:len(ours)]
+    assert ours == trainer.dataflex.consumed_staleness[: len(ours)]
     dropped = int(trainer.dataflex.staleness.dropped_stale.sum())
     assert dropped > 0
     values = trainer.state.log_history[-2]
@@ -169,14 +234,35 @@ def test_staleness_values_equal_the_trainers_own_count(model_path, prompts, tmp_
 
 
 def test_resume_restores_the_strategy_and_the_prompt_feed(model_path, prompts, tmp_path):
-    skip = {"name": "skip_echo", "pre_select": {"name": "skip_zero_variance", "params": {
-        "explore": 1e-6, "min_keep": 1e-9, "adapt_rate": 0.0, "domain_prior": False, "noise_check": False}}}
-    full, full_worker = build(model_path, prompts, tmp_path / "full", strategy=skip, reward=echo_zero_reward,
-                              max_steps=8, max_staleness=100, save_strategy="steps", save_steps=4)
+    skip = {
+        "name": "skip_echo",
+        "pre_select": {
+            "name": "skip_zero_variance",
+            "params": {
+                "explore": 1e-6,
+                "min_keep": 1e-9,
+                "adapt_rate": 0.0,
+                "domain_prior": False,
+                "noise_check": False,
+            },
+        },
+    }
+    full, full_worker = build(
+        model_path,
+        prompts,
+        tmp_path / "full",
+        strategy=skip,
+        reward=echo_zero_reward,
+        max_steps=8,
+        max_staleness=100,
+        save_strategy="steps",
+        save_steps=4,
+    )
     full.train()
     saved = torch.load(tmp_path / "full" / "checkpoint-4" / "dataflex_strategy.pt", weights_only=True)
-    resumed, worker = build(model_path, prompts, tmp_path / "full", strategy=skip, reward=echo_zero_reward,
-                            max_steps=8, max_staleness=100)
+    resumed, worker = build(
+        model_path, prompts, tmp_path / "full", strategy=skip, reward=echo_zero_reward, max_steps=8, max_staleness=100
+    )
     probe, _ = build(model_path, prompts, tmp_path / "probe", strategy=skip, reward=echo_zero_reward)
     assert probe.dataflex.load_state(str(tmp_path / "full" / "checkpoint-4"))
     history = probe.dataflex.strategy.pre_select.history.state_dict()
@@ -192,10 +278,13 @@ def test_resume_restores_the_strategy_and_the_prompt_feed(model_path, prompts, t
     assert common >= 4 and worker.fed_rows[:common] == tail[:common]
 
 
-@pytest.mark.parametrize("config, part", [
-    ("entropy_top", "select: selector 'entropy_top_tokens' works on tokens"),
-    ("ar", "reweight: reweighter 'advantage_reweight' works on tokens"),
-])
+@pytest.mark.parametrize(
+    "config, part",
+    [
+        ("entropy_top", "select: selector 'entropy_top_tokens' works on tokens"),
+        ("ar", "reweight: reweighter 'advantage_reweight' works on tokens"),
+    ],
+)
 def test_parts_that_cannot_run_are_refused_at_attach(model_path, prompts, tmp_path, config, part):
     trainer, _ = build(model_path, prompts, tmp_path)
     with pytest.raises(ConfigError, match=part):

@@ -54,8 +54,9 @@ def prompts():
 def test_baseline_equals_the_stock_async_trainer_with_vllm(model_path, prompts, llm, tmp_path):
     stock, stock_worker = build(model_path, prompts, tmp_path / "stock", engine=VLLMEngine(llm))
     stock.train()
-    ours, worker = build(model_path, prompts, tmp_path / "ours", engine=VLLMEngine(llm), strategy="baseline",
-                         how="attach")
+    ours, worker = build(
+        model_path, prompts, tmp_path / "ours", engine=VLLMEngine(llm), strategy="baseline", how="attach"
+    )
     ours.train()
     assert worker.engine.calls > 1 and stock.weight_transfer.syncs == ours.weight_transfer.syncs > 1
     assert worker.fed_rows == stock_worker.fed_rows and losses(ours) == losses(stock)
@@ -64,17 +65,36 @@ def test_baseline_equals_the_stock_async_trainer_with_vllm(model_path, prompts, 
 
 
 def test_a_skipped_prompt_never_reaches_the_vllm_engine(model_path, prompts, llm, tmp_path):
-    skip = {"name": "skip_echo", "pre_select": {"name": "skip_zero_variance", "params": {
-        "explore": 1e-6, "min_keep": 1e-9, "adapt_rate": 0.0, "domain_prior": False, "noise_check": False}}}
+    skip = {
+        "name": "skip_echo",
+        "pre_select": {
+            "name": "skip_zero_variance",
+            "params": {
+                "explore": 1e-6,
+                "min_keep": 1e-9,
+                "adapt_rate": 0.0,
+                "domain_prior": False,
+                "noise_check": False,
+            },
+        },
+    }
     engine = VLLMEngine(llm)
-    trainer, worker = build(model_path, prompts, tmp_path / "skip", engine=engine, strategy=skip,
-                            reward=echo_zero_reward, max_steps=20, max_staleness=100)
+    trainer, worker = build(
+        model_path,
+        prompts,
+        tmp_path / "skip",
+        engine=engine,
+        strategy=skip,
+        reward=echo_zero_reward,
+        max_steps=20,
+        max_staleness=100,
+    )
     trainer.train()
     tokenizer = build_tiny_tokenizer()
     seen = [tokenizer.decode(ids) for ids in engine.prompts_seen]
     assert seen == [prompts[r]["prompt"] for r in worker.fed_rows]
     echo = {p for p, d in zip(prompts["prompt"], prompts["domain"]) if d == "echo"}
-    assert len(seen) >= len(prompts) + 16 and not any(p in echo for p in seen[len(prompts) + 8:])
+    assert len(seen) >= len(prompts) + 16 and not any(p in echo for p in seen[len(prompts) + 8 :])
     assert sum(p not in echo for p in seen) > len(prompts) - len(echo)
 
 
@@ -82,14 +102,31 @@ def test_prompt_parts_need_a_worker_with_a_feed(model_path, prompts, llm, tmp_pa
     from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer
     from trl.experimental.async_grpo.async_rollout_worker import AsyncRolloutWorker
 
-    settings = dict(output_dir=str(tmp_path), per_device_train_batch_size=4, gradient_accumulation_steps=2,
-                    num_generations=G, max_steps=1, bf16=False, use_cpu=True, token_budget=0, report_to=[])
+    settings = dict(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        gradient_accumulation_steps=2,
+        num_generations=G,
+        max_steps=1,
+        bf16=False,
+        use_cpu=True,
+        token_budget=0,
+        report_to=[],
+    )
     with cpu_device_name():  # TRL's own worker; its child process is never started here
-        trainer = AsyncGRPOTrainer(model=model_path, reward_funcs=[checksum_reward], args=AsyncGRPOConfig(**settings),
-                                   train_dataset=prompts, processing_class=build_tiny_tokenizer(),
-                                   weight_transfer=EngineWeightTransfer(VLLMEngine(llm)))
+        trainer = AsyncGRPOTrainer(
+            model=model_path,
+            reward_funcs=[checksum_reward],
+            args=AsyncGRPOConfig(**settings),
+            train_dataset=prompts,
+            processing_class=build_tiny_tokenizer(),
+            weight_transfer=EngineWeightTransfer(VLLMEngine(llm)),
+        )
     assert isinstance(trainer.rollout_worker, AsyncRolloutWorker)
-    with pytest.raises(ConfigError, match="^dataflex: pre_select chooses prompts before generation, but the trainer's "
-                                          "AsyncRolloutWorker reads the dataset itself"):
+    with pytest.raises(
+        ConfigError,
+        match="^dataflex: pre_select chooses prompts before generation, but the trainer's "
+        "AsyncRolloutWorker reads the dataset itself",
+    ):
         attach(trainer, "greso")
     assert attach(trainer, "diffband").attached  # selection runs on what TRL's own worker produces

@@ -7,14 +7,18 @@ returned two values); TRL itself is never patched.
 
 import pytest
 from packaging.version import Version
-from trl import GRPOTrainer, RLOOConfig, RLOOTrainer
+from trl import GRPOTrainer, RLOOTrainer
 
-from toy_rewards import checksum_reward
-from cpu_settings import CPU_RUN_SETTINGS
-from dataflex_callbacks.integrations.trl import (DataFlexCallback, DataFlexGRPOTrainer, DataFlexRLOOCallback,
-                                                 DataFlexRLOOTrainer, DataFlexTrainerMixin, attach, compat)
+from dataflex_callbacks.integrations.trl import (
+    DataFlexCallback,
+    DataFlexGRPOTrainer,
+    DataFlexRLOOCallback,
+    DataFlexRLOOTrainer,
+    DataFlexTrainerMixin,
+    attach,
+    compat,
+)
 from dataflex_callbacks.integrations.trl.callback import HOOKS
-from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 
 
 def _without(base: type, name: str) -> type:
@@ -25,18 +29,33 @@ def _without(base: type, name: str) -> type:
 def _pre_aux_loss(base: type) -> type:
     """A subclass of TRL's ``base`` whose ``_get_per_token_logps_and_entropies`` has TRL 1.6's parameters."""
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                           compute_entropy=False, pixel_values=None):
+    def _get_per_token_logps_and_entropies(
+        self,
+        model,
+        input_ids,
+        attention_mask,
+        logits_to_keep,
+        batch_size=None,
+        compute_entropy=False,
+        pixel_values=None,
+    ):
         logps, entropies, _ = base._get_per_token_logps_and_entropies(
-            self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy)
+            self, model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy
+        )
         return logps, entropies
 
-    return type(f"PreAuxLoss{base.__name__}", (base,), {"_get_per_token_logps_and_entropies": _get_per_token_logps_and_entropies})
+    return type(
+        f"PreAuxLoss{base.__name__}",
+        (base,),
+        {"_get_per_token_logps_and_entropies": _get_per_token_logps_and_entropies},
+    )
 
 
-CHANGES = {"missing _compute_loss": lambda base: _without(base, "_compute_loss"),
-           "missing _calculate_rewards": lambda base: _without(base, "_calculate_rewards"),
-           "TRL 1.6 signature": _pre_aux_loss}
+CHANGES = {
+    "missing _compute_loss": lambda base: _without(base, "_compute_loss"),
+    "missing _calculate_rewards": lambda base: _without(base, "_calculate_rewards"),
+    "TRL 1.6 signature": _pre_aux_loss,
+}
 
 
 def _assert_refused(error: pytest.ExceptionInfo, method: str) -> None:

@@ -31,15 +31,30 @@ def parity_reward(completions, **kwargs):
 def source_data():
     """Domains in ``source``; ``domain`` holds something else, so reading the wrong column shows."""
     n = 12
-    return Dataset.from_dict({"prompt": [f"{i}*2=" for i in range(n)], "source": ["gsm", "kk", "mc"] * (n // 3),
-                              "domain": ["wrong"] * n})
+    return Dataset.from_dict(
+        {"prompt": [f"{i}*2=" for i in range(n)], "source": ["gsm", "kk", "mc"] * (n // 3), "domain": ["wrong"] * n}
+    )
 
 
 def build(tiny_tokenizer, data, tmp_path, **dataflex):
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
-                      max_completion_length=4, max_steps=2, seed=0, **CPU_RUN_SETTINGS)
-    return DataFlexGRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward, args=args,
-                               train_dataset=data, processing_class=tiny_tokenizer, record_decisions=True, **dataflex)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        max_steps=2,
+        seed=0,
+        **CPU_RUN_SETTINGS,
+    )
+    return DataFlexGRPOTrainer(
+        model=build_tiny_model(tiny_tokenizer, seed=0),
+        reward_funcs=parity_reward,
+        args=args,
+        train_dataset=data,
+        processing_class=tiny_tokenizer,
+        record_decisions=True,
+        **dataflex,
+    )
 
 
 @pytest.mark.parametrize("form", ["dict", "yaml"])
@@ -75,14 +90,26 @@ def test_the_same_column_given_twice_is_accepted(tiny_tokenizer, source_data, tm
 @pytest.mark.parametrize("way_in", ["subclass", "attach", "callback"])
 def test_the_pre_release_name_domain_column_is_refused_with_the_options(tiny_tokenizer, source_data, tmp_path, way_in):
     strategy = {"mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1}}
-    with pytest.raises(ParamError, match=r"unknown option 'domain_column'; the options are selection_reward, domain_key"):
+    with pytest.raises(
+        ParamError, match=r"unknown option 'domain_column'; the options are selection_reward, domain_key"
+    ):
         if way_in == "subclass":
             build(tiny_tokenizer, source_data, tmp_path, strategy=strategy, domain_column="source")
         elif way_in == "attach":
-            args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
-                              max_steps=1, **CPU_RUN_SETTINGS)
-            trainer = GRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward,
-                                  args=args, train_dataset=source_data, processing_class=tiny_tokenizer)
+            args = GRPOConfig(
+                output_dir=str(tmp_path),
+                per_device_train_batch_size=4,
+                num_generations=2,
+                max_steps=1,
+                **CPU_RUN_SETTINGS,
+            )
+            trainer = GRPOTrainer(
+                model=build_tiny_model(tiny_tokenizer, seed=0),
+                reward_funcs=parity_reward,
+                args=args,
+                train_dataset=source_data,
+                processing_class=tiny_tokenizer,
+            )
             attach(trainer, strategy, domain_column="source")
         else:
             DataFlexCallback(strategy, domain_column="source")
@@ -95,10 +122,20 @@ def test_config_domain_key_and_a_different_domain_column_are_refused(tiny_tokeni
         if way_in == "subclass":
             build(tiny_tokenizer, source_data, tmp_path, strategy=MIX_ON_SOURCE, domain_key="domain")
         else:
-            args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
-                              max_steps=1, **CPU_RUN_SETTINGS)
-            trainer = GRPOTrainer(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=parity_reward,
-                                  args=args, train_dataset=source_data, processing_class=tiny_tokenizer)
+            args = GRPOConfig(
+                output_dir=str(tmp_path),
+                per_device_train_batch_size=4,
+                num_generations=2,
+                max_steps=1,
+                **CPU_RUN_SETTINGS,
+            )
+            trainer = GRPOTrainer(
+                model=build_tiny_model(tiny_tokenizer, seed=0),
+                reward_funcs=parity_reward,
+                args=args,
+                train_dataset=source_data,
+                processing_class=tiny_tokenizer,
+            )
             attach(trainer, MIX_ON_SOURCE, domain_key="domain")
 
 

@@ -13,8 +13,10 @@ from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.components.scorers import group_reward_variance
 
-DIFFBAND_SELECT = {"scorer": "group_reward_variance",
-                   "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")}}
+DIFFBAND_SELECT = {
+    "scorer": "group_reward_variance",
+    "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")},
+}
 B, GENERATIONS = 4, 2
 SETTINGS = dict(per_device_train_batch_size=B * GENERATIONS, num_generations=GENERATIONS)
 
@@ -32,20 +34,33 @@ class GradientRecorder(TrainerCallback):
 def run(make_trainer, strategy, steps=3, **config):
     """A trained DataFlexGRPOTrainer (decisions recorded) with a `GradientRecorder` as ``trainer.recorder``."""
     recorder = GradientRecorder()
-    trainer = make_trainer(cls=DataFlexGRPOTrainer, reward_funcs=[checksum_reward], max_steps=steps,
-                           trainer_kwargs={"strategy": strategy, "record_decisions": True, "callbacks": [recorder]},
-                           **{**SETTINGS, **config})
+    trainer = make_trainer(
+        cls=DataFlexGRPOTrainer,
+        reward_funcs=[checksum_reward],
+        max_steps=steps,
+        trainer_kwargs={"strategy": strategy, "record_decisions": True, "callbacks": [recorder]},
+        **{**SETTINGS, **config},
+    )
     trainer.recorder = recorder
     takes = []
     generate = trainer.dataflex.dynamic.generate if trainer.dataflex.dynamic is not None else None
     if generate is not None:
+
         def recording(*args, **kwargs):
             result = generate(*args, **kwargs)
-            carried = [row["input"]["prompt"] for chunk in trainer.dataflex.dynamic.buffer._carried
-                       for row in chunk.payload]
-            takes.append({"inputs": [row["prompt"] for row in result[0]], "taken": result[4],
-                          "signal": result[3], "carried_after": carried})
+            carried = [
+                row["input"]["prompt"] for chunk in trainer.dataflex.dynamic.buffer._carried for row in chunk.payload
+            ]
+            takes.append(
+                {
+                    "inputs": [row["prompt"] for row in result[0]],
+                    "taken": result[4],
+                    "signal": result[3],
+                    "carried_after": carried,
+                }
+            )
             return result
+
         trainer.dataflex.dynamic.generate = recording
     trainer.takes = takes
     trainer.train()
@@ -58,8 +73,11 @@ def losses(trainer):
 
 @pytest.mark.parametrize("loss_type", ["grpo", "dapo"])
 def test_one_round_without_carry_over_equals_zero_variance_selection(make_trainer, loss_type):
-    dynamic = run(make_trainer, {"select": DIFFBAND_SELECT, "dynamic_sampling": {"max_rounds": 1, "carry_over": False}},
-                  loss_type=loss_type)
+    dynamic = run(
+        make_trainer,
+        {"select": DIFFBAND_SELECT, "dynamic_sampling": {"max_rounds": 1, "carry_over": False}},
+        loss_type=loss_type,
+    )
     plain = run(make_trainer, "diffband", loss_type=loss_type)
     assert any(not bool(d["keep"].all()) for d in plain.dataflex.decisions), "no zero-signal group: the test is void"
     assert len(dynamic.recorder.grads) == len(plain.recorder.grads) == 3
@@ -73,8 +91,11 @@ def test_one_round_without_carry_over_equals_zero_variance_selection(make_traine
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("strategy", [{"select": DIFFBAND_SELECT, "dynamic_sampling": {"max_rounds": 8}},
-                                      {"dynamic_sampling": {"max_rounds": 8}}], ids=["diffband", "reward_spread"])
+@pytest.mark.parametrize(
+    "strategy",
+    [{"select": DIFFBAND_SELECT, "dynamic_sampling": {"max_rounds": 8}}, {"dynamic_sampling": {"max_rounds": 8}}],
+    ids=["diffband", "reward_spread"],
+)
 def test_every_full_step_trains_exactly_B_signal_groups(make_trainer, strategy):
     trainer = run(make_trainer, strategy, steps=4)
     full = 0
@@ -90,8 +111,11 @@ def test_every_full_step_trains_exactly_B_signal_groups(make_trainer, strategy):
         assert bool((spread > 0).all())
         assert metrics["dynamic/generated"] == metrics["dynamic/rounds"] * B * GENERATIONS
     assert full >= 3
-    logged = [entry["dataflex/dynamic/signal_groups"] for entry in trainer.state.log_history
-              if "dataflex/dynamic/signal_groups" in entry]
+    logged = [
+        entry["dataflex/dynamic/signal_groups"]
+        for entry in trainer.state.log_history
+        if "dataflex/dynamic/signal_groups" in entry
+    ]
     assert len(logged) == 4
 
 
@@ -113,8 +137,9 @@ def test_carried_groups_are_trained_first_on_the_next_step(make_trainer):
 
 
 def test_without_carry_over_extra_groups_are_dropped(make_trainer):
-    trainer = run(make_trainer, {"select": DIFFBAND_SELECT, "dynamic_sampling": {"max_rounds": 8, "carry_over": False}},
-                  steps=4)
+    trainer = run(
+        make_trainer, {"select": DIFFBAND_SELECT, "dynamic_sampling": {"max_rounds": 8, "carry_over": False}}, steps=4
+    )
     assert all(d["dynamic"]["dynamic/carried"] == 0 for d in trainer.dataflex.decisions)
     totals = trainer.dataflex.dynamic.buffer.totals
     assert totals["carried"] == 0 and totals["steps"] == 4
@@ -144,9 +169,11 @@ def test_generated_rounds_are_all_counted_in_the_buffer_totals(make_trainer):
     assert totals["trained_groups"] == sum(d["dynamic"]["dynamic/signal_groups"] for d in trainer.dataflex.decisions)
 
 
-VARIANTS = {"beta_peft": dict(beta=0.04, loss_type="dapo"),
-            "steps_per_generation": dict(steps_per_generation=2, per_device_train_batch_size=4),
-            "num_iterations": dict(num_iterations=2, gradient_accumulation_steps=2, per_device_train_batch_size=4)}
+VARIANTS = {
+    "beta_peft": dict(beta=0.04, loss_type="dapo"),
+    "steps_per_generation": dict(steps_per_generation=2, per_device_train_batch_size=4),
+    "num_iterations": dict(num_iterations=2, gradient_accumulation_steps=2, per_device_train_batch_size=4),
+}
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -154,8 +181,9 @@ def test_trains_with_kl_reused_and_split_generation_batches(make_trainer, varian
     config = dict(VARIANTS[variant])
     if variant == "beta_peft":  # the tiny model has no hub id to load a reference copy from; PEFT's base serves
         peft = pytest.importorskip("peft")
-        config["peft_config"] = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                task_type="CAUSAL_LM")
+        config["peft_config"] = peft.LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+        )
     trainer = run(make_trainer, {"select": DIFFBAND_SELECT, "dynamic_sampling": {"max_rounds": 8}}, steps=4, **config)
     generation_rows = trainer.args.generation_batch_size
     wanted = generation_rows // GENERATIONS
@@ -176,9 +204,13 @@ def test_resume_equals_the_uninterrupted_run(make_trainer, tmp_path):
     assert saved["dynamic"]["stream"]["position"] > 0 or saved["dynamic"]["stream"]["epoch"] > 0
     assert saved["dynamic"]["buffer"]["carried"], "no group carried over the checkpoint: the test is void"
 
-    resumed = make_trainer(cls=DataFlexGRPOTrainer, reward_funcs=[checksum_reward], max_steps=4,
-                           trainer_kwargs={"strategy": strategy, "record_decisions": True},
-                           **{**SETTINGS, **checkpoints, "output_dir": str(tmp_path / "resumed")})
+    resumed = make_trainer(
+        cls=DataFlexGRPOTrainer,
+        reward_funcs=[checksum_reward],
+        max_steps=4,
+        trainer_kwargs={"strategy": strategy, "record_decisions": True},
+        **{**SETTINGS, **checkpoints, "output_dir": str(tmp_path / "resumed")},
+    )
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
     assert len(resumed.dataflex.decisions) == 1 and resumed.dataflex.decisions[0]["dynamic"]["dynamic/carried"] > 0
     for a, b in zip(full.dataflex.decisions[3:], resumed.dataflex.decisions):
@@ -225,8 +257,9 @@ def stream_of(dataset):
     return dataset.to_iterable_dataset(num_shards=2)
 
 
-def build_streamed(tiny_tokenizer, tmp_path, data, strategy, way_in="trainer", reward=checksum_reward, steps=3,
-                   **config):
+def build_streamed(
+    tiny_tokenizer, tmp_path, data, strategy, way_in="trainer", reward=checksum_reward, steps=3, **config
+):
     """``(trainer, its DataFlexCallback)`` on ``data``: a DataFlexGRPOTrainer, or a stock GRPOTrainer + attach()."""
     from trl import GRPOConfig, GRPOTrainer
 
@@ -234,10 +267,21 @@ def build_streamed(tiny_tokenizer, tmp_path, data, strategy, way_in="trainer", r
     from dataflex_callbacks.integrations.trl import attach
     from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 
-    args = GRPOConfig(output_dir=str(tmp_path), max_steps=steps, max_completion_length=6, learning_rate=1e-3, seed=0,
-                      **{**CPU_RUN_SETTINGS, **SETTINGS, **config})
-    common = dict(model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=[reward], args=args,
-                  train_dataset=data, processing_class=tiny_tokenizer)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        max_steps=steps,
+        max_completion_length=6,
+        learning_rate=1e-3,
+        seed=0,
+        **{**CPU_RUN_SETTINGS, **SETTINGS, **config},
+    )
+    common = dict(
+        model=build_tiny_model(tiny_tokenizer, seed=0),
+        reward_funcs=[reward],
+        args=args,
+        train_dataset=data,
+        processing_class=tiny_tokenizer,
+    )
     if way_in == "trainer":
         trainer = DataFlexGRPOTrainer(**common, strategy=strategy, record_decisions=True)
         return trainer, trainer.dataflex
@@ -273,7 +317,7 @@ def test_a_resumed_prompt_stream_over_a_stream_continues_exactly(toy_dataset):
     assert [row["prompt"] for _ in range(4) for row in resumed.draw(7)] == rest
     passes = first + rest
     assert sorted(passes[:24]) == sorted(toy_dataset["prompt"])  # each pass holds every row once
-    assert passes[24:] != passes[:len(passes) - 24], "the second pass was not reshuffled"
+    assert passes[24:] != passes[: len(passes) - 24], "the second pass was not reshuffled"
     with pytest.raises(ConfigError, match="over a stream, this train dataset is 24 rows; resume with the same"):
         PromptStream(toy_dataset, seed=3).load_state_dict(state)
 
@@ -283,12 +327,16 @@ def test_a_pre_rollout_filter_skips_prompts_of_a_stream(tiny_tokenizer, tmp_path
     from datasets import Dataset
 
     data = Dataset.from_dict({"prompt": [f"{i}*2=" for i in range(8)], "domain": ["math"] * 8})
-    trainer, dataflex = build_streamed(tiny_tokenizer, tmp_path, stream_of(data), strategy, reward=zero_reward,
-                                       steps=14)
+    trainer, dataflex = build_streamed(
+        tiny_tokenizer, tmp_path, stream_of(data), strategy, reward=zero_reward, steps=14
+    )
     trainer.train()
     pre_select = dataflex.strategy.pre_select
-    logged = [entry["dataflex/pre_select/skipped_prompts"] for entry in trainer.state.log_history
-              if "dataflex/pre_select/skipped_prompts" in entry]
+    logged = [
+        entry["dataflex/pre_select/skipped_prompts"]
+        for entry in trainer.state.log_history
+        if "dataflex/pre_select/skipped_prompts" in entry
+    ]
     assert pre_select.skipped > 0 and logged and logged[-1] > 0
     # Every generated prompt passed the filter, and skipped ones were replaced: every step was a full batch.
     assert trainer.state.global_step == 14 and pre_select.drawn >= 14 * B

@@ -24,8 +24,13 @@ LENGTHS = [5, 3, 4, 1, 5, 2]
 
 @pytest.fixture(scope="module")
 def bench(make_trainer):
-    trainer = make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "baseline"},
-                           max_completion_length=COMPLETION_LEN, per_device_train_batch_size=6, num_generations=2)
+    trainer = make_trainer(
+        cls=DataFlexGRPOTrainer,
+        trainer_kwargs={"strategy": "baseline"},
+        max_completion_length=COMPLETION_LEN,
+        per_device_train_batch_size=6,
+        num_generations=2,
+    )
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1
     model = trainer.model
@@ -36,8 +41,11 @@ def bench(make_trainer):
     completion_mask = (torch.arange(COMPLETION_LEN).unsqueeze(0) < torch.tensor(LENGTHS).unsqueeze(1)).long()
     with torch.no_grad():
         logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            model, torch.cat([prompt_ids, completion_ids], 1),
-            torch.cat([torch.ones_like(prompt_ids), completion_mask], 1), COMPLETION_LEN)
+            model,
+            torch.cat([prompt_ids, completion_ids], 1),
+            torch.cat([torch.ones_like(prompt_ids), completion_mask], 1),
+            COMPLETION_LEN,
+        )
     inputs = {
         "prompt_ids": prompt_ids,
         "prompt_mask": torch.ones_like(prompt_ids),
@@ -88,7 +96,9 @@ def test_selection_equals_physical_removal(bench, loss_type, beta):
 def test_dropping_everything_gives_zero_loss_and_gradient(bench, loss_type):
     trainer, inputs = bench
     configure(trainer, loss_type, 0.04)
-    loss, grad = loss_and_grad(trainer, trainer._compute_loss, masked_inputs(trainer, inputs, torch.zeros(ROWS, dtype=torch.bool)))
+    loss, grad = loss_and_grad(
+        trainer, trainer._compute_loss, masked_inputs(trainer, inputs, torch.zeros(ROWS, dtype=torch.bool))
+    )
     assert loss.item() == 0.0 and torch.isfinite(grad).all() and grad.abs().max().item() == 0.0
 
 

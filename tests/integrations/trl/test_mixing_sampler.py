@@ -1,4 +1,6 @@
-"""Domain mixing in TRL: the installed sampler's layout, a real run that starves the unlearnable domain, resume, keys."""
+"""Domain mixing in TRL: the installed sampler's layout, a real run that starves the unlearnable domain,
+resume, keys.
+"""
 
 import pytest
 import torch
@@ -20,17 +22,23 @@ def canonical(stream, chunk):
     out = []
     for start in range(0, len(stream), chunk):
         names: dict = {}
-        out.append([names.setdefault(i, len(names)) for i in stream[start:start + chunk]])
+        out.append([names.setdefault(i, len(names)) for i in stream[start : start + chunk]])
     return out
 
 
 @pytest.mark.parametrize("way_in", ["subclass", "attach"])
-@pytest.mark.parametrize("num_generations,per_device,accumulation,num_iterations",
-                         [(2, 4, 1, 1), (4, 4, 2, 1), (2, 6, 1, 2), (3, 6, 2, 3)])
-def test_installed_sampler_has_repeat_samplers_layout(make_trainer, way_in, num_generations, per_device, accumulation,
-                                                      num_iterations):
-    config = dict(num_generations=num_generations, per_device_train_batch_size=per_device,
-                  gradient_accumulation_steps=accumulation, num_iterations=num_iterations)
+@pytest.mark.parametrize(
+    "num_generations,per_device,accumulation,num_iterations", [(2, 4, 1, 1), (4, 4, 2, 1), (2, 6, 1, 2), (3, 6, 2, 3)]
+)
+def test_installed_sampler_has_repeat_samplers_layout(
+    make_trainer, way_in, num_generations, per_device, accumulation, num_iterations
+):
+    config = dict(
+        num_generations=num_generations,
+        per_device_train_batch_size=per_device,
+        gradient_accumulation_steps=accumulation,
+        num_iterations=num_iterations,
+    )
     if way_in == "subclass":
         trainer = make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": MIX}, **config)
     else:
@@ -74,7 +82,7 @@ def test_dump_ucb_starves_the_unlearnable_domain_and_logs_the_mix(tmp_path):
     rows = trainer.recorder.indices
     size = trainer.args.generation_batch_size
     for step, entry in enumerate(trainer.dataflex.decisions):
-        drawn = rows[step * size:(step + 1) * size]
+        drawn = rows[step * size : (step + 1) * size]
         assert entry["prompt_keys"] == [row_prompt_key(trainer.train_dataset[r], r) for r in drawn]
         assert entry["prompt_keys"] == [trainer.train_dataset[r]["prompt_key"] for r in drawn]
 
@@ -93,7 +101,7 @@ def test_resumed_run_continues_the_sampler_stream_and_decisions(tmp_path):
     resumed.train(resume_from_checkpoint=str(checkpoint))
     size = full.args.generation_batch_size
     # The resumed trainer re-iterates the epoch and skips 4 batches: from there on, the same rows.
-    assert resumed.recorder.indices[4 * size:8 * size] == full.recorder.indices[4 * size:8 * size]
+    assert resumed.recorder.indices[4 * size : 8 * size] == full.recorder.indices[4 * size : 8 * size]
     assert len(resumed.dataflex.decisions) == 4
     for a, b in zip(full.dataflex.decisions[4:], resumed.dataflex.decisions):
         assert a["step"] == b["step"] and a["prompt_keys"] == b["prompt_keys"]
@@ -103,12 +111,23 @@ def test_resumed_run_continues_the_sampler_stream_and_decisions(tmp_path):
     assert full.dataflex.sampler.state_dict() == resumed.dataflex.sampler.state_dict()
 
 
-@pytest.mark.parametrize("preset", ["static", "reward_gap", "dump_ucb", "tscl", "learnability", "skip", "skip+diffband"])
+@pytest.mark.parametrize(
+    "preset", ["static", "reward_gap", "dump_ucb", "tscl", "learnability", "skip", "skip+diffband"]
+)
 def test_dataflex_run_trains_with_pre_select_presets_and_counts_completions(tmp_path, preset):
     from dataflex_callbacks.recipes.runner import RunOptions, run_training
 
-    options = RunOptions(strategy=preset, suite="toy", steps=12, n_train=6, n_test=1, prompts_per_step=4, num_generations=4,
-                         output_dir=str(tmp_path / "run"), progress=False)
+    options = RunOptions(
+        strategy=preset,
+        suite="toy",
+        steps=12,
+        n_train=6,
+        n_test=1,
+        prompts_per_step=4,
+        num_generations=4,
+        output_dir=str(tmp_path / "run"),
+        progress=False,
+    )
     result = run_training(options)
     assert [m["completions"] for m in result.metrics] == [16 * (s + 1) for s in range(12)]
     assert result.config["completions_generated"] == 16 * 12

@@ -39,11 +39,25 @@ def dataset(domains):
 
 def skip_run(tmp_path, preset, domains):
     tokenizer = build_tiny_tokenizer()
-    args = GRPOConfig(output_dir=os.fspath(tmp_path), per_device_train_batch_size=32, num_generations=2,
-                      max_completion_length=2, max_steps=STEPS, learning_rate=1e-3, beta=0.0, seed=0,
-                      **CPU_RUN_SETTINGS)
-    trainer = DataFlexGRPOTrainer(model=build_tiny_model(tokenizer, seed=0), reward_funcs=zero_reward, args=args,
-                                  train_dataset=dataset(domains), processing_class=tokenizer, strategy=preset)
+    args = GRPOConfig(
+        output_dir=os.fspath(tmp_path),
+        per_device_train_batch_size=32,
+        num_generations=2,
+        max_completion_length=2,
+        max_steps=STEPS,
+        learning_rate=1e-3,
+        beta=0.0,
+        seed=0,
+        **CPU_RUN_SETTINGS,
+    )
+    trainer = DataFlexGRPOTrainer(
+        model=build_tiny_model(tokenizer, seed=0),
+        reward_funcs=zero_reward,
+        args=args,
+        train_dataset=dataset(domains),
+        processing_class=tokenizer,
+        strategy=preset,
+    )
     trainer.train()
     return trainer
 
@@ -54,8 +68,10 @@ def test_the_no_domain_label_is_all():
 
 @pytest.mark.parametrize("preset", ["skip", "greso", "dapo+skip"])
 def test_no_domain_column_skips_as_one_domain(tmp_path, preset):
-    runs = {name: skip_run(tmp_path / name, preset, domains)
-            for name, domains in (("none", None), ("one", ["task"]), ("several", ["a", "b"]))}
+    runs = {
+        name: skip_run(tmp_path / name, preset, domains)
+        for name, domains in (("none", None), ("one", ["task"]), ("several", ["a", "b"]))
+    }
     skipped = {name: logged(trainer, "dataflex/pre_select/skipped_prompts") for name, trainer in runs.items()}
     assert len(skipped["none"]) == STEPS
     assert skipped["none"] == skipped["one"], "same seed, same prompts: the domain's name changes nothing"

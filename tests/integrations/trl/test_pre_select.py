@@ -1,4 +1,6 @@
-"""Pre-rollout selection in TRL: zero-variance prompts are skipped before generation, and the history survives resume."""
+"""Pre-rollout selection in TRL: zero-variance prompts are skipped before generation, and the history
+survives resume.
+"""
 
 from types import SimpleNamespace
 
@@ -19,7 +21,7 @@ SETTINGS = dict(steps=16, n_train=6, save_strategy="steps", save_steps=8)  # 24 
 def streaks_by_domain(pre_select):
     history = pre_select.history
     out: dict = {}
-    for key, streak, seen in zip(history.keys, history.streak[:history.size], history.seen[:history.size]):
+    for key, streak, seen in zip(history.keys, history.streak[: history.size], history.seen[: history.size]):
         out.setdefault(key.split("-")[0], []).append((int(streak), int(seen)))
     return out
 
@@ -54,7 +56,7 @@ def test_zero_variance_prompts_are_skipped_and_the_history_resumes(tmp_path, pre
     # The RolloutBatch keys are the sampler's keys of the rows it drew.
     sampler, rows, size = full.dataflex.sampler, full.recorder.indices, full.args.generation_batch_size
     for step, entry in enumerate(full.dataflex.decisions):
-        assert entry["prompt_keys"] == [sampler._keys[r] for r in rows[step * size:(step + 1) * size]]
+        assert entry["prompt_keys"] == [sampler._keys[r] for r in rows[step * size : (step + 1) * size]]
 
     checkpoint = tmp_path / "full" / "checkpoint-8"
     state = torch.load(checkpoint / STATE_FILE, weights_only=True)
@@ -64,7 +66,7 @@ def test_zero_variance_prompts_are_skipped_and_the_history_resumes(tmp_path, pre
     resumed.reward_funcs[0].calls = 8  # the coin reward's call count is not in the checkpoint
     resumed.train(resume_from_checkpoint=str(checkpoint))
     # 24 prompts / 4 per step: 6 steps an epoch; the resumed trainer starts iterating at epoch 1 (step 6).
-    assert resumed.recorder.indices[2 * size:10 * size] == rows[8 * size:16 * size]
+    assert resumed.recorder.indices[2 * size : 10 * size] == rows[8 * size : 16 * size]
     for a, b in zip(full.dataflex.decisions[8:], resumed.dataflex.decisions):
         assert a["prompt_keys"] == b["prompt_keys"] and a["metrics"] == b["metrics"]
     after = resumed.dataflex.strategy.pre_select.state_dict()
@@ -81,8 +83,11 @@ def test_zero_variance_prompts_are_skipped_and_the_history_resumes(tmp_path, pre
 
 def test_pre_select_sampler_without_a_domain_column_uses_one_domain_and_the_key_column():
     data = Dataset.from_dict({"prompt": [f"p{i}" for i in range(8)], "uid": [f"id{i}" for i in range(8)]})
-    trainer = SimpleNamespace(args=SimpleNamespace(generation_batch_size=4, steps_per_generation=1, seed=3),
-                              num_generations=2, num_iterations=1)
+    trainer = SimpleNamespace(
+        args=SimpleNamespace(generation_batch_size=4, steps_per_generation=1, seed=3),
+        num_generations=2,
+        num_iterations=1,
+    )
     sampler = grpo_mixing_sampler(trainer, data, build_strategy("skip"), "domain", "uid")
     assert sampler.domains == [NO_DOMAIN]
     assert sampler._keys == [row_key(data[i], "uid") for i in range(8)] == data["uid"]

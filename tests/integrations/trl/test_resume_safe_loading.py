@@ -26,8 +26,9 @@ SAFE_TYPES = (torch.Tensor, str, int, float, bool, type(None))
 def unsafe_leaves(value, where="state"):
     """Paths of values that are not tensors, plain Python scalars, or dicts/lists/tuples of them."""
     if isinstance(value, dict):
-        return [p for k, v in value.items() for p in unsafe_leaves(v, f"{where}.{k}")] + \
-            [f"{where} key {k!r}" for k in value if not isinstance(k, (str, int))]
+        return [p for k, v in value.items() for p in unsafe_leaves(v, f"{where}.{k}")] + [
+            f"{where} key {k!r}" for k in value if not isinstance(k, (str, int))
+        ]
     if isinstance(value, (list, tuple)):
         return [p for i, v in enumerate(value) for p in unsafe_leaves(v, f"{where}[{i}]")]
     return [] if type(value) in SAFE_TYPES or isinstance(value, torch.Tensor) else [f"{where}: {type(value).__name__}"]
@@ -35,9 +36,14 @@ def unsafe_leaves(value, where="state"):
 
 @pytest.mark.parametrize("family", list(FAMILIES))
 def test_checkpoint_state_loads_safely_and_resumes_to_the_same_decisions(make_trainer, tmp_path, family):
-    settings = dict(cls=DataFlexGRPOTrainer, max_steps=4, save_strategy="steps", save_steps=2,
-                    output_dir=str(tmp_path / "full"),
-                    trainer_kwargs={"strategy": FAMILIES[family], "record_decisions": True})
+    settings = dict(
+        cls=DataFlexGRPOTrainer,
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+        output_dir=str(tmp_path / "full"),
+        trainer_kwargs={"strategy": FAMILIES[family], "record_decisions": True},
+    )
     full = make_trainer(**settings)
     full.train()
     path = tmp_path / "full" / "checkpoint-2" / STATE_FILE
@@ -62,8 +68,11 @@ def test_a_file_with_unsafe_objects_is_refused_with_the_fix(make_trainer, tmp_pa
     from dataflex_callbacks.errors import StateError
 
     trainer = make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "difffilter"})
-    state = {"strategy": trainer.dataflex.strategy.state_dict(), "config": trainer.dataflex.strategy.config,
-             "legacy": np.arange(3)}  # what an older version could have written
+    state = {
+        "strategy": trainer.dataflex.strategy.state_dict(),
+        "config": trainer.dataflex.strategy.config,
+        "legacy": np.arange(3),
+    }  # what an older version could have written
     torch.save(state, tmp_path / STATE_FILE)
     with pytest.raises(StateError, match=r"weights_only=True.*load_state\(checkpoint_folder, weights_only=False\)"):
         trainer.dataflex.load_state(str(tmp_path))

@@ -9,15 +9,18 @@ import warnings
 
 import pytest
 import torch
-from trl import RLOOConfig, RLOOTrainer
+from trl import RLOOTrainer
 
-from cpu_settings import CPU_RUN_SETTINGS
 from dataflex_callbacks import build_strategy
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import AGGREGATIONS, ROW_NORMALISED
-from dataflex_callbacks.integrations.trl import (DataFlexCallback, DataFlexGRPOTrainer, DataFlexRLOOCallback,
-                                                 DataFlexRLOOTrainer, attach)
-from dataflex_callbacks.integrations.trl.callback import STATE_FILE
+from dataflex_callbacks.integrations.trl import (
+    DataFlexCallback,
+    DataFlexGRPOTrainer,
+    DataFlexRLOOCallback,
+    DataFlexRLOOTrainer,
+    attach,
+)
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 from loss_checks import loss_and_grad, masked_inputs, policy_weighted_step
 from two_ranks import run_two_ranks
@@ -30,8 +33,9 @@ MIXED_STRATEGY = {
     "select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 0.2, "high": 0.8}},
     "mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1},
 }
-DROP_EVERYTHING = {"select": {"scorer": "group_solve_rate",
-                              "selector": {"name": "threshold_band", "low": 2.0, "high": 3.0}}}
+DROP_EVERYTHING = {
+    "select": {"scorer": "group_solve_rate", "selector": {"name": "threshold_band", "low": 2.0, "high": 3.0}}
+}
 
 
 def logged(trainer, key):
@@ -50,8 +54,15 @@ def assert_same_history(first, second):
 
 
 # ---------------------------------------------------------------- end to end
-@pytest.mark.parametrize("extra", [{}, {"normalize_advantages": True, "gradient_accumulation_steps": 2},
-                                   {"num_iterations": 2, "epsilon_high": 0.28}, {"beta": 0.05, "lora": True}])
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {},
+        {"normalize_advantages": True, "gradient_accumulation_steps": 2},
+        {"num_iterations": 2, "epsilon_high": 0.28},
+        {"beta": 0.05, "lora": True},
+    ],
+)
 def test_baseline_is_bit_identical_to_stock_rloo(make_rloo, extra):
     extra = dict(extra)
     if extra.pop("lora", False):  # KL in the reward needs a reference model: with LoRA, the base model
@@ -117,16 +128,26 @@ def test_two_ranks_make_identical_decisions_without_hanging(tmp_path):
 # ---------------------------------------------------------------- the loss: masking equals removal
 @pytest.fixture(scope="module")
 def bench(make_rloo):
-    trainer = make_rloo(cls=DataFlexRLOOTrainer, trainer_kwargs={"strategy": "baseline"},
-                        max_completion_length=COMPLETION_LEN, per_device_train_batch_size=ROWS, num_generations=2)
+    trainer = make_rloo(
+        cls=DataFlexRLOOTrainer,
+        trainer_kwargs={"strategy": "baseline"},
+        max_completion_length=COMPLETION_LEN,
+        per_device_train_batch_size=ROWS,
+        num_generations=2,
+    )
     trainer.model.train()
     gen = torch.Generator().manual_seed(0)
     vocab = trainer.model.config.vocab_size
     prompt_ids = torch.randint(3, vocab, (ROWS, PROMPT_LEN), generator=gen)
     completion_ids = torch.randint(3, vocab, (ROWS, COMPLETION_LEN), generator=gen)
     completion_mask = (torch.arange(COMPLETION_LEN).unsqueeze(0) < torch.tensor(LENGTHS).unsqueeze(1)).long()
-    inputs = {"prompt_ids": prompt_ids, "prompt_mask": torch.ones_like(prompt_ids), "completion_ids": completion_ids,
-              "completion_mask": completion_mask, "advantages": torch.randn(ROWS, generator=gen)}
+    inputs = {
+        "prompt_ids": prompt_ids,
+        "prompt_mask": torch.ones_like(prompt_ids),
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "advantages": torch.randn(ROWS, generator=gen),
+    }
     with torch.no_grad():
         logps = token_logps(trainer, inputs)
     inputs["sequence_logps"] = (logps * completion_mask).sum(1)
@@ -292,11 +313,15 @@ def test_the_rloo_loss_is_the_row_mean_aggregation_of_the_core():
 # ---------------------------------------------------------------- one strategy, given once (as for GRPO)
 def test_trainer_refuses_two_different_strategies_with_the_fix(make_rloo):
     with pytest.raises(ValueError, match=r"DataFlexRLOOTrainer got strategy='difffilter'.*two different strategies"):
-        make_rloo(cls=DataFlexRLOOTrainer,
-                  trainer_kwargs={"strategy": "difffilter", "callbacks": [DataFlexRLOOCallback("softmax")]})
+        make_rloo(
+            cls=DataFlexRLOOTrainer,
+            trainer_kwargs={"strategy": "difffilter", "callbacks": [DataFlexRLOOCallback("softmax")]},
+        )
     with pytest.raises(ValueError, match=r"selection_reward='checksum_reward'.*set it in one place"):
-        make_rloo(cls=DataFlexRLOOTrainer, trainer_kwargs={"selection_reward": "checksum_reward",
-                                                           "callbacks": [DataFlexRLOOCallback("difffilter")]})
+        make_rloo(
+            cls=DataFlexRLOOTrainer,
+            trainer_kwargs={"selection_reward": "checksum_reward", "callbacks": [DataFlexRLOOCallback("difffilter")]},
+        )
     with pytest.raises(ValueError, match=r"callbacks=\[DataFlexRLOOCallback\] passes the class"):
         make_rloo(cls=DataFlexRLOOTrainer, trainer_kwargs={"callbacks": [DataFlexRLOOCallback]})
 
@@ -310,8 +335,10 @@ def test_trainer_with_the_same_strategy_in_a_callback_uses_that_callback(make_rl
 
 def test_trainer_refuses_a_grpo_callback_naming_the_rloo_one(make_rloo):
     with pytest.raises(TypeError, match=r"DataFlexCallback, which is for trl.GRPOTrainer.*needs DataFlexRLOOCallback"):
-        make_rloo(cls=DataFlexRLOOTrainer, trainer_kwargs={"strategy": "difffilter",
-                                                           "callbacks": [DataFlexCallback("difffilter")]})
+        make_rloo(
+            cls=DataFlexRLOOTrainer,
+            trainer_kwargs={"strategy": "difffilter", "callbacks": [DataFlexCallback("difffilter")]},
+        )
 
 
 def test_grpo_trainer_refuses_an_rloo_callback_naming_the_grpo_one(make_trainer):
@@ -325,15 +352,21 @@ def test_a_second_strategy_added_later_is_refused_naming_rloo(make_rloo):
         trainer.add_callback(DataFlexRLOOCallback("softmax"))
     with pytest.raises(ValueError, match="already applies strategy 'difffilter'"):
         trainer.add_callback(DataFlexRLOOCallback)
-    with pytest.raises(RuntimeError, match=r"attach\(\) is for a stock RLOOTrainer.*DataFlexRLOOTrainer\(\.\.\., "
-                                           r"strategy=\.\.\.\) or attach\(RLOOTrainer"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"attach\(\) is for a stock RLOOTrainer.*DataFlexRLOOTrainer\(\.\.\., "
+        r"strategy=\.\.\.\) or attach\(RLOOTrainer",
+    ):
         attach(trainer, "softmax")
 
 
 def test_an_unattached_rloo_callback_names_the_rloo_trainer(make_rloo):
     trainer = make_rloo(trainer_kwargs={"callbacks": [DataFlexRLOOCallback("difffilter")]})
-    with pytest.raises(RuntimeError, match=r"(?s)DataFlexRLOOCallback was passed.*DataFlexRLOOTrainer\(\.\.\., "
-                                           r"strategy=strategy\) instead of RLOOTrainer"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"(?s)DataFlexRLOOCallback was passed.*DataFlexRLOOTrainer\(\.\.\., "
+        r"strategy=strategy\) instead of RLOOTrainer",
+    ):
         trainer.train()
 
 

@@ -1,4 +1,6 @@
-"""What a TRL user reads: one line naming the strategy at train start, warnings in TRL's step numbers at their own line."""
+"""What a TRL user reads: one line naming the strategy at train start, warnings in TRL's step numbers at
+their own line.
+"""
 
 import warnings
 
@@ -24,13 +26,16 @@ def test_attach_prints_the_line_too(make_trainer, capsys):
     trainer = make_trainer(max_steps=1)
     attach(trainer, "diffband")
     trainer.train()
-    assert ("dataflex: strategy 'diffband': select group_reward_variance -> threshold_band(low=0, high=inf); "
-            "domains (column 'domain'): add, echo, mul") in capsys.readouterr().out
+    assert (
+        "dataflex: strategy 'diffband': select group_reward_variance -> threshold_band(low=0, high=inf); "
+        "domains (column 'domain'): add, echo, mul"
+    ) in capsys.readouterr().out
 
 
 def test_a_warning_names_trls_step_and_the_users_train_line(make_trainer):
-    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=2, reward_funcs=[constant_reward],
-                           trainer_kwargs={"strategy": "diffband"})
+    trainer = make_trainer(
+        cls=DataFlexGRPOTrainer, max_steps=2, reward_funcs=[constant_reward], trainer_kwargs={"strategy": "diffband"}
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer.train()

@@ -26,7 +26,9 @@ def logged(trainer, key):
 
 
 def test_both_ways_in_make_the_same_decisions_and_log_metrics(make_trainer):
-    subclass = make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "difffilter", "record_decisions": True})
+    subclass = make_trainer(
+        cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "difffilter", "record_decisions": True}
+    )
     subclass.train()
     stock = make_trainer()
     callback = attach(stock, "difffilter", record_decisions=True)
@@ -62,8 +64,11 @@ def test_attach_binds_a_callback_passed_in_callbacks(make_trainer):
 
 def test_unknown_selection_reward_lists_the_reward_functions(make_trainer, reward_functions):
     with pytest.raises(ValueError, match=r"\['parity_reward', 'digit_reward'\]"):
-        make_trainer(cls=DataFlexGRPOTrainer, reward_funcs=[reward_functions["parity_reward"], reward_functions["digit_reward"]],
-                     trainer_kwargs={"strategy": "difffilter", "selection_reward": "nope"})
+        make_trainer(
+            cls=DataFlexGRPOTrainer,
+            reward_funcs=[reward_functions["parity_reward"], reward_functions["digit_reward"]],
+            trainer_kwargs={"strategy": "difffilter", "selection_reward": "nope"},
+        )
 
 
 def test_selection_reward_picks_one_function_or_the_weighted_sum():
@@ -76,19 +81,30 @@ def test_selection_reward_picks_one_function_or_the_weighted_sum():
 
 
 def test_named_selection_reward_runs(make_trainer, reward_functions):
-    trainer = make_trainer(cls=DataFlexGRPOTrainer, max_steps=1, reward_funcs=[reward_functions["parity_reward"], reward_functions["digit_reward"]],
-                           trainer_kwargs={"strategy": "difffilter", "selection_reward": "parity_reward"})
+    trainer = make_trainer(
+        cls=DataFlexGRPOTrainer,
+        max_steps=1,
+        reward_funcs=[reward_functions["parity_reward"], reward_functions["digit_reward"]],
+        trainer_kwargs={"strategy": "difffilter", "selection_reward": "parity_reward"},
+    )
     trainer.train()
     assert logged(trainer, "dataflex/kept_frac")
 
 
 @pytest.mark.parametrize("host", ["grpo", "rloo"])
 def test_a_resumed_run_equals_the_uninterrupted_run(host, request, tmp_path):
-    make, trainer_class = {"grpo": ("make_trainer", DataFlexGRPOTrainer), "rloo": ("make_rloo", DataFlexRLOOTrainer)}[host]
+    make, trainer_class = {"grpo": ("make_trainer", DataFlexGRPOTrainer), "rloo": ("make_rloo", DataFlexRLOOTrainer)}[
+        host
+    ]
     make = request.getfixturevalue(make)
-    settings = dict(cls=trainer_class, max_steps=4, save_strategy="steps", save_steps=2,
-                    output_dir=str(tmp_path / "full"),
-                    trainer_kwargs={"strategy": MIXED_STRATEGY, "record_decisions": True})
+    settings = dict(
+        cls=trainer_class,
+        max_steps=4,
+        save_strategy="steps",
+        save_steps=2,
+        output_dir=str(tmp_path / "full"),
+        trainer_kwargs={"strategy": MIXED_STRATEGY, "record_decisions": True},
+    )
     full = make(**settings)
     full.train()
     checkpoint = tmp_path / "full" / "checkpoint-2"
@@ -101,7 +117,9 @@ def test_a_resumed_run_equals_the_uninterrupted_run(host, request, tmp_path):
     resumed = make(**settings)
     resumed.train(resume_from_checkpoint=str(checkpoint))
     assert_same_history(full.dataflex.decisions[2:], resumed.dataflex.decisions)
-    assert [h["prompt_keys"] for h in full.dataflex.decisions[2:]] == [h["prompt_keys"] for h in resumed.dataflex.decisions]
+    assert [h["prompt_keys"] for h in full.dataflex.decisions[2:]] == [
+        h["prompt_keys"] for h in resumed.dataflex.decisions
+    ]
     assert resumed.dataflex.sampler.state_dict() == full.dataflex.sampler.state_dict()
     assert same_state(resumed.dataflex.strategy.state_dict(), full.dataflex.strategy.state_dict())
     assert all(torch.equal(a, b) for a, b in zip(full.model.parameters(), resumed.model.parameters()))
@@ -110,10 +128,17 @@ def test_a_resumed_run_equals_the_uninterrupted_run(host, request, tmp_path):
 def test_peft_lora_with_reused_generations_and_kl(make_trainer, reward_functions):
     peft = pytest.importorskip("peft")
     lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM")
-    trainer = make_trainer(cls=DataFlexGRPOTrainer, peft_config=lora, num_iterations=2, beta=0.04, max_steps=3,
-                           gradient_accumulation_steps=2, loss_type="dapo",
-                           reward_funcs=[reward_functions["checksum_reward"]],
-                           trainer_kwargs={"strategy": "difffilter", "record_decisions": True})
+    trainer = make_trainer(
+        cls=DataFlexGRPOTrainer,
+        peft_config=lora,
+        num_iterations=2,
+        beta=0.04,
+        max_steps=3,
+        gradient_accumulation_steps=2,
+        loss_type="dapo",
+        reward_funcs=[reward_functions["checksum_reward"]],
+        trainer_kwargs={"strategy": "difffilter", "record_decisions": True},
+    )
     before = {n: p.detach().clone() for n, p in trainer.model.named_parameters() if "lora_B" in n}
     trainer.train()
     # steps_per_generation=2 micro-batches x num_iterations=2 passes = 4 micro-steps = 2 optimizer steps
@@ -142,8 +167,16 @@ def test_unsupported_host_trainer_is_rejected():
         DataFlexCallback("difffilter").bind(NotGRPO())
 
 
-@pytest.mark.parametrize("loss_type,extra", [("grpo", {}), ("dapo", {"gradient_accumulation_steps": 2}), ("dr_grpo", {"entropy_coef": 0.01}),
-                                             ("bnpo", {"num_iterations": 2}), ("luspo", {"importance_sampling_level": "sequence"})])
+@pytest.mark.parametrize(
+    "loss_type,extra",
+    [
+        ("grpo", {}),
+        ("dapo", {"gradient_accumulation_steps": 2}),
+        ("dr_grpo", {"entropy_coef": 0.01}),
+        ("bnpo", {"num_iterations": 2}),
+        ("luspo", {"importance_sampling_level": "sequence"}),
+    ],
+)
 def test_baseline_is_bit_identical_to_stock_trl(make_trainer, loss_type, extra):
     stock = make_trainer(loss_type=loss_type, **extra)
     stock.train()

@@ -33,7 +33,11 @@ from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer  # noqa: E40
 from dataflex_callbacks.recipes.tiny_model import save_tiny  # noqa: E402
 from dataflex_callbacks.recipes.vllm_colocate import CPU_ENGINE_SETTINGS, colocate_config, cpu_engine  # noqa: E402
 from dataflex_callbacks.recipes.vllm_cpu import (  # noqa: E402
-    LIVE_WEIGHTS_ENV, RepackedWeight, force_repacking_dispatch, multiply_with_live_weights)
+    LIVE_WEIGHTS_ENV,
+    RepackedWeight,
+    force_repacking_dispatch,
+    multiply_with_live_weights,
+)
 from vllm.model_executor.layers import utils as layer_utils  # noqa: E402
 from loss_checks import loss_and_grad, masked_inputs  # noqa: E402
 from mixing_runs import record_train_sampler  # noqa: E402
@@ -92,7 +96,9 @@ def engine(tmp_path_factory, repacking):
         assert RepackedWeight.created == repacked, "a layer of the shared engine was repacked despite cpu_engine()"
 
 
-def test_a_repacked_engine_refuses_trls_weight_push_without_live_weights(make_trainer, repacking, monkeypatch, tmp_path):
+def test_a_repacked_engine_refuses_trls_weight_push_without_live_weights(
+    make_trainer, repacking, monkeypatch, tmp_path
+):
     # What stock GRPOTrainer(use_vllm=True) does on an AVX-512 or AMX CPU: vLLM's dispatch packs the
     # linear weights and drops them, and TRL's first weight push finds no loader.
     import vllm
@@ -100,8 +106,11 @@ def test_a_repacked_engine_refuses_trls_weight_push_without_live_weights(make_tr
 
     monkeypatch.setattr(layer_utils, "dispatch_cpu_unquantized_gemm", VLLM_DISPATCH)
     folder = save_tiny(tmp_path / "model")
-    monkeypatch.setattr(vllm_generation, "LLM",
-                        lambda *a, **k: vllm.LLM(*a, **{**k, **CPU_ENGINE_SETTINGS, "model": folder, "max_num_seqs": 64}))
+    monkeypatch.setattr(
+        vllm_generation,
+        "LLM",
+        lambda *a, **k: vllm.LLM(*a, **{**k, **CPU_ENGINE_SETTINGS, "model": folder, "max_num_seqs": 64}),
+    )
     repacked = RepackedWeight.created
     trainer = make_trainer(reward_funcs=[checksum_reward], **vllm_settings(max_steps=1))
     assert RepackedWeight.created > repacked, "the forced dispatch repacked no layer: the test would prove nothing"
@@ -112,9 +121,11 @@ def test_a_repacked_engine_refuses_trls_weight_push_without_live_weights(make_tr
 
 def test_the_vllm_plugin_keeps_live_weights_only_when_asked():
     # vLLM runs its general plugins once per process (each worker it starts), so each case gets its own.
-    script = ("from vllm.plugins import load_general_plugins; load_general_plugins()\n"
-              "from vllm.model_executor.layers import utils\n"
-              "print(utils.dispatch_cpu_unquantized_gemm.__module__)")
+    script = (
+        "from vllm.plugins import load_general_plugins; load_general_plugins()\n"
+        "from vllm.model_executor.layers import utils\n"
+        "print(utils.dispatch_cpu_unquantized_gemm.__module__)"
+    )
     for value, expected in (("1", multiply_with_live_weights.__module__), ("", VLLM_DISPATCH.__module__)):
         env = {**os.environ, LIVE_WEIGHTS_ENV: value}
         done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
@@ -146,8 +157,12 @@ class RoundRecorder:
         def record(trainer, inputs):
             output = stock(trainer, inputs)
             if trainer.model.training:
-                self.rounds.append((trainer.state.global_step, {k: v.detach().clone() for k, v in output.items()
-                                                                 if torch.is_tensor(v)}))
+                self.rounds.append(
+                    (
+                        trainer.state.global_step,
+                        {k: v.detach().clone() for k, v in output.items() if torch.is_tensor(v)},
+                    )
+                )
             return output
 
         monkeypatch.setattr(GRPOTrainer, "_generate_and_score_completions", record)
@@ -173,7 +188,8 @@ def trainer_logps(trainer, output, model=None):
     mask = torch.cat([output["prompt_mask"], output["completion_mask"]], 1)
     with torch.no_grad():
         logps, _, _ = GRPOTrainer._get_per_token_logps_and_entropies(
-            trainer, model or trainer.model, ids, mask, output["completion_ids"].shape[1])
+            trainer, model or trainer.model, ids, mask, output["completion_ids"].shape[1]
+        )
     return logps
 
 
@@ -253,8 +269,9 @@ def test_selection_equals_removing_the_rows_with_the_vllm_importance_ratio(vllm_
 # ---------------------------------------------------------------- dapo: every round from the step's weights
 
 
-def test_dapo_rounds_are_generated_by_the_steps_weights_and_carried_groups_keep_theirs(make_trainer, engine,
-                                                                                       monkeypatch):
+def test_dapo_rounds_are_generated_by_the_steps_weights_and_carried_groups_keep_theirs(
+    make_trainer, engine, monkeypatch
+):
     recorder = RoundRecorder(monkeypatch)
     trainer = build(make_trainer, engine, "dapo", max_steps=4, per_device_train_batch_size=8)
     recorder.trainer = trainer
@@ -300,10 +317,13 @@ def test_dapo_rounds_are_generated_by_the_steps_weights_and_carried_groups_keep_
             sources = [(out, r) for out in earlier for r in _same_tokens(out, batch, row)]
             assert sources, (step, row)
             width = int(batch["completion_mask"][row].sum())
-            assert any(torch.equal(batch["sampling_per_token_logps"][row, :width],
-                                   out["sampling_per_token_logps"][r, :width])
-                       and torch.equal(batch["importance_sampling_ratio"][row, :width],
-                                       out["importance_sampling_ratio"][r, :width]) for out, r in sources), (step, row)
+            assert any(
+                torch.equal(batch["sampling_per_token_logps"][row, :width], out["sampling_per_token_logps"][r, :width])
+                and torch.equal(
+                    batch["importance_sampling_ratio"][row, :width], out["importance_sampling_ratio"][r, :width]
+                )
+                for out, r in sources
+            ), (step, row)
             carried += 1
     assert carried > 0, "no group was carried into a later step: the test is void"
 
@@ -321,14 +341,18 @@ def _carried_rows(taken) -> int:
 
 def _same_tokens(output, batch, row) -> list[int]:
     """Rows of ``output`` with the prompt and completion tokens of ``batch``'s row ``row``."""
+
     def tokens(ids, mask, r):
         return ids[r][mask[r].bool()].tolist()
 
     prompt = tokens(batch["prompt_ids"], batch["prompt_mask"], row)
     completion = tokens(batch["completion_ids"], batch["completion_mask"], row)
-    return [r for r in range(output["completion_ids"].shape[0])
-            if tokens(output["completion_ids"], output["completion_mask"], r) == completion
-            and tokens(output["prompt_ids"], output["prompt_mask"], r) == prompt]
+    return [
+        r
+        for r in range(output["completion_ids"].shape[0])
+        if tokens(output["completion_ids"], output["completion_mask"], r) == completion
+        and tokens(output["prompt_ids"], output["prompt_mask"], r) == prompt
+    ]
 
 
 # ---------------------------------------------------------------- pre-rollout selection and mixing through the sampler
@@ -350,11 +374,26 @@ def test_prompts_reach_vllm_through_the_samplers_draws(engine, tiny_tokenizer, t
     # 4 prompts, 2 a step: each is seen 6 times in 12 steps, enough for skip_predicted to learn to skip `solved`.
     data = Dataset.from_dict({"prompt": [f"{i}*3=" for i in range(4)], "domain": ["solved", "mixed"] * 2})
     config = {"mix": {"mixer": "static", "warmup_steps": 1, "update_every": 1}} if strategy == "static" else strategy
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=4,
-                      max_completion_length=6, seed=0, **CPU_RUN_SETTINGS, **vllm_settings(max_steps=12))
-    trainer = record_train_sampler(DataFlexGRPOTrainer(
-        model=build_tiny_model(tiny_tokenizer, seed=0), reward_funcs=[half_solved_reward], args=args,
-        train_dataset=data, processing_class=tiny_tokenizer, strategy=config, record_decisions=True))
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=4,
+        max_completion_length=6,
+        seed=0,
+        **CPU_RUN_SETTINGS,
+        **vllm_settings(max_steps=12),
+    )
+    trainer = record_train_sampler(
+        DataFlexGRPOTrainer(
+            model=build_tiny_model(tiny_tokenizer, seed=0),
+            reward_funcs=[half_solved_reward],
+            args=args,
+            train_dataset=data,
+            processing_class=tiny_tokenizer,
+            strategy=config,
+            record_decisions=True,
+        )
+    )
     calls = len(engine.prompts)
     trainer.train()
     generated = engine.prompts[calls:]
@@ -365,7 +404,7 @@ def test_prompts_reach_vllm_through_the_samplers_draws(engine, tiny_tokenizer, t
     assert len(generated) == 12
     rows = trainer.recorder.indices
     for step, prompts in enumerate(generated):
-        drawn = [data[int(i)]["prompt"] for i in rows[step * size:(step + 1) * size]]
+        drawn = [data[int(i)]["prompt"] for i in rows[step * size : (step + 1) * size]]
         assert [tiny_tokenizer.decode(p) for p in prompts] == drawn, step
     if strategy != "static":
         assert trainer.dataflex.strategy.pre_select.skipped > 0, "no prompt was skipped: the test is void"
@@ -391,7 +430,9 @@ def test_resume_mid_run_equals_the_uninterrupted_run_with_vllm(make_trainer, eng
     full.train()
     resumed = build(make_trainer, engine, "difffilter", output_dir=str(tmp_path / "resumed"), **checkpoints)
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-2"))
-    assert [d["prompt_keys"] for d in resumed.dataflex.decisions] == [d["prompt_keys"] for d in full.dataflex.decisions[2:]]
+    assert [d["prompt_keys"] for d in resumed.dataflex.decisions] == [
+        d["prompt_keys"] for d in full.dataflex.decisions[2:]
+    ]
     for a, b in zip(full.dataflex.decisions[2:], resumed.dataflex.decisions):
         assert torch.equal(a["keep"], b["keep"])
     assert logged_losses(resumed)[-2:] == pytest.approx(logged_losses(full)[-2:], abs=LOSS_TOLERANCE)
@@ -415,8 +456,9 @@ def test_vllm_generates_with_the_trained_weights(make_trainer, engine, monkeypat
     config = dict(VARIANTS[variant])
     if variant == "peft_lora":
         peft = pytest.importorskip("peft")
-        config["peft_config"] = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"],
-                                                task_type="CAUSAL_LM")
+        config["peft_config"] = peft.LoraConfig(
+            r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], task_type="CAUSAL_LM"
+        )
     trainer = build(make_trainer, engine, "difffilter", **config)
     recorder.trainer = trainer
     trainer.train()
@@ -426,8 +468,10 @@ def test_vllm_generates_with_the_trained_weights(make_trainer, engine, monkeypat
         every = trainer.args.steps_per_generation * trainer.num_iterations
         assert generation_steps == list(range(0, trainer.state.global_step, every))
     for step, output in recorder.rounds:
-        assert max_gap(output["old_per_token_logps"], output["sampling_per_token_logps"],
-                       output["completion_mask"]) < LOGPROB_TOLERANCE, step
+        assert (
+            max_gap(output["old_per_token_logps"], output["sampling_per_token_logps"], output["completion_mask"])
+            < LOGPROB_TOLERANCE
+        ), step
     last = recorder.rounds[-1][1]
     if variant == "peft_lora":  # the adapter changed the model: unmerged weights would give other log-probs
         with trainer.model.disable_adapter():

@@ -27,8 +27,11 @@ def same_state(first, second) -> bool:
     if isinstance(first, torch.Tensor):
         return isinstance(second, torch.Tensor) and torch.equal(first, second)
     if isinstance(first, dict):
-        return isinstance(second, dict) and first.keys() == second.keys() and all(
-            same_state(first[k], second[k]) for k in first)
+        return (
+            isinstance(second, dict)
+            and first.keys() == second.keys()
+            and all(same_state(first[k], second[k]) for k in first)
+        )
     if isinstance(first, (list, tuple)):
         return type(first) is type(second) and len(first) == len(second) and all(map(same_state, first, second))
     return first == second

@@ -13,13 +13,23 @@ WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
 
 def run_two_ranks(tmp_path, mode):
     """Run ddp_worker.py on 2 CPU processes; returns both ranks' records."""
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               WORKER, str(tmp_path), mode]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        WORKER,
+        str(tmp_path),
+        mode,
+    ]
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
     # A hang (a collective one rank skips) shows up as this timeout instead of a stuck test session;
     # the workers get their own process group so a timeout ends all of them.
-    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                               start_new_session=True)
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     try:
         _, stderr = process.communicate(timeout=240)
     except subprocess.TimeoutExpired:

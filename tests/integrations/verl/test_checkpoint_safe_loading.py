@@ -27,11 +27,15 @@ def observed_batch(step: int, groups: int = 4, group_size: int = 3) -> RolloutBa
     rewards[::group_size] = 1.0  # a zero-variance group now and then for `skip`
     mask = torch.ones(n, 5, dtype=torch.bool)
     domains = list(DOMAINS)
-    return RolloutBatch(rewards=rewards, group_ids=torch.arange(groups).repeat_interleave(group_size),
-                        completion_mask=mask, advantages=(rewards - rewards.mean()).unsqueeze(1).expand(n, 5).clone(),
-                        logprobs=-torch.rand(n, 5, generator=gen),
-                        domains=[domains[(i // group_size) % len(domains)] for i in range(n)],
-                        prompt_keys=[i // group_size for i in range(n)])
+    return RolloutBatch(
+        rewards=rewards,
+        group_ids=torch.arange(groups).repeat_interleave(group_size),
+        completion_mask=mask,
+        advantages=(rewards - rewards.mean()).unsqueeze(1).expand(n, 5).clone(),
+        logprobs=-torch.rand(n, 5, generator=gen),
+        domains=[domains[(i // group_size) % len(domains)] for i in range(n)],
+        prompt_keys=[i // group_size for i in range(n)],
+    )
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

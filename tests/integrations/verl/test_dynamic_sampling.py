@@ -12,10 +12,17 @@ from dataflex_callbacks.errors import ConfigError  # noqa: E402
 def test_dynamic_sampling_is_refused_with_verl_filter_groups_named():
     from dataflex_callbacks.integrations.verl.config import strategy_from_verl_config
 
-    config = OmegaConf.create({"dataflex": {"select": {"scorer": "group_reward_variance",
-                                                       "selector": {"name": "threshold_band", "low": 0.0,
-                                                                    "high": float("inf")}},
-                                            "dynamic_sampling": {"max_rounds": 3}}})
+    config = OmegaConf.create(
+        {
+            "dataflex": {
+                "select": {
+                    "scorer": "group_reward_variance",
+                    "selector": {"name": "threshold_band", "low": 0.0, "high": float("inf")},
+                },
+                "dynamic_sampling": {"max_rounds": 3},
+            }
+        }
+    )
     with pytest.raises(ConfigError) as info:
         strategy_from_verl_config(config)
     message = str(info.value)

@@ -39,20 +39,28 @@ def launcher_overrides(tmp_path, env, *extra):
     stub.chmod(0o755)
     run_env = {k: v for k, v in os.environ.items() if k not in ("N_GPUS", "NNODES", "DATA_DIR")}
     run_env.update(env, PATH=f"{stub_dir}:{os.environ['PATH']}")
-    result = subprocess.run(["bash", os.path.join(EXAMPLE_DIR, "run_grpo_qwen05b_gsm8k.sh"), *extra],
-                            capture_output=True, text=True, env=run_env, timeout=60)
+    result = subprocess.run(
+        ["bash", os.path.join(EXAMPLE_DIR, "run_grpo_qwen05b_gsm8k.sh"), *extra],
+        capture_output=True,
+        text=True,
+        env=run_env,
+        timeout=60,
+    )
     assert result.returncode == 0, result.stderr
     args = result.stdout.splitlines()
     assert args[:2] == ["-m", "verl.trainer.main_ppo"] and f"--config-name={CONFIG_NAME}" in args
     return [a for a in args[2:] if not a.startswith("--config-")]
 
 
-@pytest.mark.parametrize("env, extra, gpus", [
-    ({}, (), 4),  # the launcher's defaults: one node, 4 GPUs
-    ({"N_GPUS": "8"}, (), 8),
-    ({"N_GPUS": "8", "NNODES": "2"}, (), 16),
-    ({"N_GPUS": "8"}, ("trainer.nnodes=2",), 16),
-])
+@pytest.mark.parametrize(
+    "env, extra, gpus",
+    [
+        ({}, (), 4),  # the launcher's defaults: one node, 4 GPUs
+        ({"N_GPUS": "8"}, (), 8),
+        ({"N_GPUS": "8", "NNODES": "2"}, (), 16),
+        ({"N_GPUS": "8"}, ("trainer.nnodes=2",), 16),
+    ],
+)
 def test_example_passes_verl_validation(tmp_path, env, extra, gpus):
     overrides = launcher_overrides(tmp_path, {"DATA_DIR": "/shared/data/gsm8k", **env}, *extra)
     config = compose_example(*overrides)

@@ -13,7 +13,7 @@ pytest.importorskip("verl", reason="verl is not installed here; run scripts/test
 import torch  # noqa: E402
 from tensordict import TensorDict  # noqa: E402
 from verl import DataProto  # noqa: E402
-from verl.trainer.ppo.core_algos import agg_loss, get_policy_loss_fn  # noqa: E402
+from verl.trainer.ppo.core_algos import get_policy_loss_fn  # noqa: E402
 from verl.trainer.ppo.ray_trainer import compute_advantage  # noqa: E402
 from verl.utils import tensordict_utils as tu  # noqa: E402
 from verl.workers.config import FSDPActorConfig  # noqa: E402
@@ -30,10 +30,13 @@ from dataflex_callbacks.integrations.verl.fields import (  # noqa: E402
 
 STRATEGIES = {
     "difffilter": "difffilter",
-    "topk+softmax": {"select": {"scorer": "advantage_magnitude", "selector": {"name": "topk_fraction", "fraction": 0.5}},
-                     "reweight": {"scorer": "advantage_magnitude", "reweighter": {"name": "softmax", "temperature": 1.0}}},
-    "entropy_top_tokens": {"select": {"scorer": "token_entropy",
-                                      "selector": {"name": "entropy_top_tokens", "fraction": 0.3}}},
+    "topk+softmax": {
+        "select": {"scorer": "advantage_magnitude", "selector": {"name": "topk_fraction", "fraction": 0.5}},
+        "reweight": {"scorer": "advantage_magnitude", "reweighter": {"name": "softmax", "temperature": 1.0}},
+    },
+    "entropy_top_tokens": {
+        "select": {"scorer": "token_entropy", "selector": {"name": "entropy_top_tokens", "fraction": 0.3}}
+    },
 }
 
 
@@ -53,19 +56,34 @@ def decide(data, strategy_spec):
 
 
 def actor_config(mode, use_kl_loss=False):
-    config = FSDPActorConfig(strategy="fsdp", ppo_micro_batch_size_per_gpu=2, ppo_mini_batch_size=4,
-                             use_dynamic_bsz=False, rollout_n=1, loss_agg_mode=mode,
-                             use_kl_loss=use_kl_loss, kl_loss_coef=0.1, entropy_coeff=0.0)
+    config = FSDPActorConfig(
+        strategy="fsdp",
+        ppo_micro_batch_size_per_gpu=2,
+        ppo_mini_batch_size=4,
+        use_dynamic_bsz=False,
+        rollout_n=1,
+        loss_agg_mode=mode,
+        use_kl_loss=use_kl_loss,
+        kl_loss_coef=0.1,
+        entropy_coeff=0.0,
+    )
     return config
 
 
 def policy_loss(mode, log_prob, data, mask, weights, batch_num_tokens, global_batch_size):
     config = actor_config(mode)
-    config.global_batch_info.update(dp_size=1, batch_num_tokens=batch_num_tokens,
-                                    global_batch_size=global_batch_size, loss_scale_factor=None)
+    config.global_batch_info.update(
+        dp_size=1, batch_num_tokens=batch_num_tokens, global_batch_size=global_batch_size, loss_scale_factor=None
+    )
     loss, _ = get_policy_loss_fn("vanilla")(
-        old_log_prob=data.batch["old_log_probs"], log_prob=log_prob, advantages=data.batch["advantages"],
-        response_mask=mask.bool(), loss_agg_mode=mode, config=config, rollout_is_weights=weights)
+        old_log_prob=data.batch["old_log_probs"],
+        log_prob=log_prob,
+        advantages=data.batch["advantages"],
+        response_mask=mask.bool(),
+        loss_agg_mode=mode,
+        config=config,
+        rollout_is_weights=weights,
+    )
     return loss
 
 
@@ -87,8 +105,15 @@ def test_policy_loss_equals_physically_reduced_batch(mode, name):
     n = mask.shape[0]
 
     log_prob = (data.batch["old_log_probs"] + 0.05 * torch.randn(mask.shape)).requires_grad_(True)
-    loss = policy_loss(mode, log_prob, data, fields["response_mask"], fields["rollout_is_weights"],
-                       batch_num_tokens=fields["loss_mask"].sum(), global_batch_size=n)
+    loss = policy_loss(
+        mode,
+        log_prob,
+        data,
+        fields["response_mask"],
+        fields["rollout_is_weights"],
+        batch_num_tokens=fields["loss_mask"].sum(),
+        global_batch_size=n,
+    )
     loss.backward()
 
     kept_rows = fields["response_mask"].bool().any(dim=1)
@@ -101,8 +126,15 @@ def test_policy_loss_equals_physically_reduced_batch(mode, name):
     reduced_mask = fields["response_mask"][kept_rows]  # token-level drops are removed tokens
     reduced_log_prob = log_prob.detach()[kept_rows].clone().requires_grad_(True)
     weights = reference_weights(decision, data, kept_rows)
-    reference = policy_loss(mode, reduced_log_prob, reduced, reduced_mask, weights,
-                            batch_num_tokens=reduced_mask.sum(), global_batch_size=int(kept_rows.sum()))
+    reference = policy_loss(
+        mode,
+        reduced_log_prob,
+        reduced,
+        reduced_mask,
+        weights,
+        batch_num_tokens=reduced_mask.sum(),
+        global_batch_size=int(kept_rows.sum()),
+    )
     reference.backward()
     torch.testing.assert_close(loss, reference, rtol=1e-5, atol=1e-7)
     torch.testing.assert_close(log_prob.grad[kept_rows], reduced_log_prob.grad, rtol=1e-5, atol=1e-8)
@@ -127,8 +159,15 @@ def test_dropping_everything_gives_zero_loss_not_nan():
     fields = loss_fields_from_decision(decision, mask, "token-mean")
     assert torch.equal(fields["loss_mask"], mask)  # a zero token count would make verl's loss NaN
     log_prob = data.batch["old_log_probs"].clone().requires_grad_(True)
-    loss = policy_loss("token-mean", log_prob, data, fields["response_mask"], fields["rollout_is_weights"],
-                       batch_num_tokens=fields["loss_mask"].sum(), global_batch_size=mask.shape[0])
+    loss = policy_loss(
+        "token-mean",
+        log_prob,
+        data,
+        fields["response_mask"],
+        fields["rollout_is_weights"],
+        batch_num_tokens=fields["loss_mask"].sum(),
+        global_batch_size=mask.shape[0],
+    )
     loss.backward()
     assert float(loss) == 0.0 and torch.all(log_prob.grad == 0)
 
@@ -137,8 +176,9 @@ def test_dropping_everything_gives_zero_loss_not_nan():
 
 
 def nested_rows(padded, lengths):
-    return torch.nested.as_nested_tensor([padded[i, : int(lengths[i])] for i in range(len(lengths))],
-                                         layout=torch.jagged)
+    return torch.nested.as_nested_tensor(
+        [padded[i, : int(lengths[i])] for i in range(len(lengths))], layout=torch.jagged
+    )
 
 
 def worker_inputs(data, fields, rows, prompt_len=3):
@@ -147,16 +187,21 @@ def worker_inputs(data, fields, rows, prompt_len=3):
     lengths = mask.sum(dim=1)
     n = int(rows.sum())
     ref = data.batch["old_log_probs"][rows] - 0.1
-    td = TensorDict({
-        "prompts": torch.nested.as_nested_tensor([torch.ones(prompt_len, dtype=torch.int64)] * n, layout=torch.jagged),
-        "responses": nested_rows(torch.ones_like(mask), lengths),
-        "response_mask": nested_rows(fields["response_mask"][rows], lengths),
-        "loss_mask": nested_rows(fields["loss_mask"][rows], lengths),
-        "old_log_probs": nested_rows(data.batch["old_log_probs"][rows], lengths),
-        "advantages": nested_rows(data.batch["advantages"][rows], lengths),
-        "rollout_is_weights": nested_rows(fields["rollout_is_weights"][rows], lengths),
-        "ref_log_prob": nested_rows(ref, lengths),
-    }, batch_size=n)
+    td = TensorDict(
+        {
+            "prompts": torch.nested.as_nested_tensor(
+                [torch.ones(prompt_len, dtype=torch.int64)] * n, layout=torch.jagged
+            ),
+            "responses": nested_rows(torch.ones_like(mask), lengths),
+            "response_mask": nested_rows(fields["response_mask"][rows], lengths),
+            "loss_mask": nested_rows(fields["loss_mask"][rows], lengths),
+            "old_log_probs": nested_rows(data.batch["old_log_probs"][rows], lengths),
+            "advantages": nested_rows(data.batch["advantages"][rows], lengths),
+            "rollout_is_weights": nested_rows(fields["rollout_is_weights"][rows], lengths),
+            "ref_log_prob": nested_rows(ref, lengths),
+        },
+        batch_size=n,
+    )
     return td, lengths
 
 
@@ -192,11 +237,11 @@ def test_worker_ppo_loss_equals_physically_reduced_batch(mode, use_kl_loss):
     loss.backward()
     assert torch.all(log_prob.grad[~kept] == 0), "dropped responses must get exactly zero gradient"
 
-    untouched = {"response_mask": mask, "loss_mask": mask,
-                 "rollout_is_weights": torch.ones(mask.shape)}
+    untouched = {"response_mask": mask, "loss_mask": mask, "rollout_is_weights": torch.ones(mask.shape)}
     reduced_log_prob = log_prob.detach()[kept].clone().requires_grad_(True)
-    reference = run_ppo_loss(mode, data, untouched, kept, reduced_log_prob, use_kl_loss,
-                             global_batch_size=int(kept.sum()))
+    reference = run_ppo_loss(
+        mode, data, untouched, kept, reduced_log_prob, use_kl_loss, global_batch_size=int(kept.sum())
+    )
     reference.backward()
     if use_kl_loss and mode in SEQUENCE_MEAN_MODES:
         # Pinned deviation: verl divides the (unweighted) KL term of seq-mean modes by the trainer's

@@ -32,8 +32,12 @@ ROWS = [  # (data_source, response, ground truth, expected score)
     ("lighteval/MATH", "So \\boxed{x=4}", "\\boxed{4}", 1.0),
     ("TIGER-Lab/MMLU-Pro", "answer: b", "B", 1.0),
     ("TIGER-Lab/MMLU-Pro", "The answer is (F).", "F", 1.0),
-    ("kk_logic", "<answer>(1) zoey is a knave (2) oliver is a knight</answer>",
-     "(1) Zoey is a knave\n(2) Oliver is a knight", 1.0),
+    (
+        "kk_logic",
+        "<answer>(1) zoey is a knave (2) oliver is a knight</answer>",
+        "(1) Zoey is a knave\n(2) Oliver is a knight",
+        1.0,
+    ),
     ("sciq", "The answer is B.", "K", 0.0),  # an impossible reference scores 0 (one warning), never raises
 ]
 
@@ -61,25 +65,33 @@ def row(tokenizer, data_source, response, ground_truth):
     attention = torch.cat([torch.ones_like(prompt), torch.tensor([[1] * len(ids) + [0] * 3])], dim=1)
     return DataProto.from_dict(
         tensors={"prompts": prompt, "responses": responses, "attention_mask": attention},
-        non_tensors={"data_source": np.array([data_source], dtype=object),
-                     "reward_model": np.array([{"ground_truth": ground_truth, "style": "rule"}], dtype=object),
-                     "extra_info": np.array([{"index": 0}], dtype=object)})
+        non_tensors={
+            "data_source": np.array([data_source], dtype=object),
+            "reward_model": np.array([{"ground_truth": ground_truth, "style": "rule"}], dtype=object),
+            "extra_info": np.array([{"index": 0}], dtype=object),
+        },
+    )
 
 
-@pytest.mark.parametrize("path", ["pkg://dataflex_callbacks.recipes.tasks.multi_domain_reward", multi_domain_reward.__file__])
+@pytest.mark.parametrize(
+    "path", ["pkg://dataflex_callbacks.recipes.tasks.multi_domain_reward", multi_domain_reward.__file__]
+)
 def test_compute_score_through_verls_reward_manager(path):
     from verl.trainer.ppo.reward import load_reward_manager
 
-    config = verl_config(f"reward.custom_reward_function.path={path}",
-                         "reward.custom_reward_function.name=compute_score",
-                         "+reward.custom_reward_function.reward_kwargs.routes={my_source:math}")
+    config = verl_config(
+        f"reward.custom_reward_function.path={path}",
+        "reward.custom_reward_function.name=compute_score",
+        "+reward.custom_reward_function.reward_kwargs.routes={my_source:math}",
+    )
     tokenizer = ascii_tokenizer()
     manager = load_reward_manager(config, tokenizer)
 
     async def score_all():
         manager.loop = asyncio.get_running_loop()
-        return [await manager.run_single(row(tokenizer, source, response, truth))
-                for source, response, truth, _ in ROWS]
+        return [
+            await manager.run_single(row(tokenizer, source, response, truth)) for source, response, truth, _ in ROWS
+        ]
 
     results = asyncio.run(score_all())
     assert [r["reward_score"] for r in results] == [expected for *_, expected in ROWS]

@@ -20,8 +20,13 @@ print(",".join(sorted(TRAINER_REGISTRY)))
 
 
 def run_probe(**env):
-    result = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, timeout=240,
-                            env={**os.environ, "VERL_LOGGING_LEVEL": "WARNING", **env})
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "VERL_LOGGING_LEVEL": "WARNING", **env},
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return set(result.stdout.strip().splitlines()[-1].split(","))
 
@@ -74,8 +79,10 @@ def test_each_async_mode_is_verls_trainer_of_that_mode_with_the_strategy_steps()
     from dataflex_callbacks.integrations.verl.trainer import DataFlexSteps
 
     register_trainers()
-    for name, verl_cls, mode in (("dataflex_colocate_async", PPOTrainerColocateAsync, "colocate_async"),
-                                 ("dataflex_separate_async", PPOTrainerSeparateAsync, "separate_async")):
+    for name, verl_cls, mode in (
+        ("dataflex_colocate_async", PPOTrainerColocateAsync, "colocate_async"),
+        ("dataflex_separate_async", PPOTrainerSeparateAsync, "separate_async"),
+    ):
         cls = get_trainer_cls(name)
         assert issubclass(cls, DataFlexSteps) and issubclass(cls, verl_cls) and cls.BASE_MODE == mode
         # verl branches on trainer_mode (replay buffer, TransferQueue prompt persistence): it must read verl's mode.

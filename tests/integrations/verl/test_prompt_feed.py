@@ -35,9 +35,14 @@ def write_parquet(path):
     for domain, count in DOMAINS.items():
         for i in range(count):
             index = len(rows)
-            rows.append({"prompt": [{"role": "user", "content": f"{domain} question {i}"}], "data_source": domain,
-                         "reward_model": {"style": "rule", "ground_truth": str(i)},
-                         "extra_info": {"index": index}})
+            rows.append(
+                {
+                    "prompt": [{"role": "user", "content": f"{domain} question {i}"}],
+                    "data_source": domain,
+                    "reward_model": {"style": "rule", "ground_truth": str(i)},
+                    "extra_info": {"index": index},
+                }
+            )
     pd.DataFrame(rows).to_parquet(path)
     return path
 
@@ -48,10 +53,18 @@ def make_trainer(data_file, checkpoint_dir, *dataflex):
     from dataflex_callbacks.recipes.tiny_model import build_tiny_tokenizer
 
     config = verl_config(
-        f"data.train_files={data_file}", f"data.val_files={data_file}", "data.train_batch_size=4",
-        "actor_rollout_ref.actor.ppo_mini_batch_size=4", "data.dataloader_num_workers=0", "data.max_prompt_length=64",
-        "data.filter_overlong_prompts=False", f"trainer.default_local_dir={checkpoint_dir}", "trainer.resume_mode=auto",
-        "data.seed=7", *dataflex)
+        f"data.train_files={data_file}",
+        f"data.val_files={data_file}",
+        "data.train_batch_size=4",
+        "actor_rollout_ref.actor.ppo_mini_batch_size=4",
+        "data.dataloader_num_workers=0",
+        "data.max_prompt_length=64",
+        "data.filter_overlong_prompts=False",
+        f"trainer.default_local_dir={checkpoint_dir}",
+        "trainer.resume_mode=auto",
+        "data.seed=7",
+        *dataflex,
+    )
     trainer = get_trainer_cls(config.trainer.v1.trainer_mode)(config)
     trainer.tokenizer, trainer.processor = build_tiny_tokenizer(), None
     trainer.actor_rollout_wg = StubWorkerGroup()
@@ -63,8 +76,11 @@ def fetch_indices(trainer, batches):
     return [[int(i) for i in trainer._fetch_one_gen_batch()["index"]] for _ in range(batches)]
 
 
-MIX = ("+dataflex.mix.mixer.name=static", "+dataflex.mix.mixer.params.proportions={math:0.2,code:0.4,logic:0.4}",
-       "+dataflex.mix.warmup_steps=0")
+MIX = (
+    "+dataflex.mix.mixer.name=static",
+    "+dataflex.mix.mixer.params.proportions={math:0.2,code:0.4,logic:0.4}",
+    "+dataflex.mix.warmup_steps=0",
+)
 
 
 def test_prompts_are_drawn_by_the_domain_mixing_sampler(tmp_path):
@@ -129,9 +145,12 @@ def test_pre_select_skips_prompts_before_generation(tmp_path):
     trainer = make_trainer(data_file, tmp_path / "ckpt", "+dataflex.strategy=skip", "data.shuffle=False")
     history_prompts = list(range(12))  # the math rows: every group all-correct, several times
     rewards = torch.ones(len(history_prompts) * 2)
-    batch = RolloutBatch(rewards=rewards, group_ids=torch.arange(len(history_prompts)).repeat_interleave(2),
-                         prompt_keys=[k for k in history_prompts for _ in range(2)],
-                         domains=["math"] * len(rewards))  # data_source, as apply_strategy records it
+    batch = RolloutBatch(
+        rewards=rewards,
+        group_ids=torch.arange(len(history_prompts)).repeat_interleave(2),
+        prompt_keys=[k for k in history_prompts for _ in range(2)],
+        domains=["math"] * len(rewards),
+    )  # data_source, as apply_strategy records it
     for step in range(6):
         trainer.strategy.pre_select.observe(batch, step)
     drawn = [row for batch in fetch_indices(trainer, 4) for row in batch]
@@ -150,8 +169,12 @@ def test_pre_select_asks_about_the_domain_the_rollouts_are_recorded_under(tmp_pa
     data_file = write_parquet(tmp_path / "train.parquet")
     trainer = make_trainer(data_file, tmp_path / "ckpt", "+dataflex.strategy=skip", "data.shuffle=False")
     observed = list(range(6))  # half of the math rows, every group all-correct
-    batch = RolloutBatch(rewards=torch.ones(12), group_ids=torch.arange(6).repeat_interleave(2),
-                         prompt_keys=[k for k in observed for _ in range(2)], domains=["math"] * 12)
+    batch = RolloutBatch(
+        rewards=torch.ones(12),
+        group_ids=torch.arange(6).repeat_interleave(2),
+        prompt_keys=[k for k in observed for _ in range(2)],
+        domains=["math"] * 12,
+    )
     for step in range(6):
         trainer.strategy.pre_select.observe(batch, step)
     drawn = [row for batch in fetch_indices(trainer, 4) for row in batch]

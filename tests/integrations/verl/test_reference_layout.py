@@ -20,16 +20,28 @@ from dataflex_callbacks.errors import ConfigError  # noqa: E402
 ROWS = {"gsm8k_short": 10, "gsm8k_long": 6}
 
 # The lines of the reference's examples/run_mix_grpo.sh that configure DataFlex (written out here).
-REFERENCE_SAMPLER = ("trainer.v1.sampler.custom_sampler.path=pkg://dataflex_verl.replay_buffer",
-                     "trainer.v1.sampler.custom_sampler.name=DataFlexMixReplayBuffer")
-REFERENCE_MIX_BLOCK = ("+dataflex.mechanism=mix", "+dataflex.domains=[gsm8k_short,gsm8k_long]",
-                       "+dataflex.scorer.name=reward_difficulty", "+dataflex.actuator.name=reward_gap",
-                       "+dataflex.actuator.params.temperature=1.0", "+dataflex.actuator.params.floor=0.05",
-                       "+dataflex.warmup_step=1", "+dataflex.update_step=1", "+dataflex.window=50")
+REFERENCE_SAMPLER = (
+    "trainer.v1.sampler.custom_sampler.path=pkg://dataflex_verl.replay_buffer",
+    "trainer.v1.sampler.custom_sampler.name=DataFlexMixReplayBuffer",
+)
+REFERENCE_MIX_BLOCK = (
+    "+dataflex.mechanism=mix",
+    "+dataflex.domains=[gsm8k_short,gsm8k_long]",
+    "+dataflex.scorer.name=reward_difficulty",
+    "+dataflex.actuator.name=reward_gap",
+    "+dataflex.actuator.params.temperature=1.0",
+    "+dataflex.actuator.params.floor=0.05",
+    "+dataflex.warmup_step=1",
+    "+dataflex.update_step=1",
+    "+dataflex.window=50",
+)
 # The prior sets the proportions before the strategy has observed a step (the first prompt batches).
-STATIC_MIX = ("+dataflex.mix.mixer.name=static", "+dataflex.mix.warmup_steps=0",
-              "+dataflex.mix.mixer.params.proportions={gsm8k_short:0.2,gsm8k_long:0.8}",
-              "+dataflex.mix.prior={gsm8k_short:0.2,gsm8k_long:0.8}")
+STATIC_MIX = (
+    "+dataflex.mix.mixer.name=static",
+    "+dataflex.mix.warmup_steps=0",
+    "+dataflex.mix.mixer.params.proportions={gsm8k_short:0.2,gsm8k_long:0.8}",
+    "+dataflex.mix.prior={gsm8k_short:0.2,gsm8k_long:0.8}",
+)
 
 
 def write_reference_mix_parquet(path):
@@ -39,10 +51,16 @@ def write_reference_mix_parquet(path):
     rows = []
     for domain, count in ROWS.items():
         for i in range(count):
-            rows.append({"data_source": "openai/gsm8k", "domain": domain,
-                         "prompt": [{"role": "user", "content": f"{domain} question {i}"}], "ability": "math",
-                         "reward_model": {"style": "rule", "ground_truth": str(i)},
-                         "extra_info": {"index": len(rows)}})
+            rows.append(
+                {
+                    "data_source": "openai/gsm8k",
+                    "domain": domain,
+                    "prompt": [{"role": "user", "content": f"{domain} question {i}"}],
+                    "ability": "math",
+                    "reward_model": {"style": "rule", "ground_truth": str(i)},
+                    "extra_info": {"index": len(rows)},
+                }
+            )
     pd.DataFrame(rows).to_parquet(path)
     return path
 
@@ -70,8 +88,13 @@ def test_reference_mix_script_lines_run_unchanged(tmp_path, caplog):
     verl_config_module._warned_reference_sampler = False
     data_file = write_reference_mix_parquet(tmp_path / "train.parquet")
     with caplog.at_level(logging.WARNING, logger="dataflex_callbacks.integrations.verl"):
-        trainer = make_trainer(data_file, tmp_path / "ckpt", "trainer.v1.trainer_mode=dataflex_mix_sync",
-                               *REFERENCE_SAMPLER, *REFERENCE_MIX_BLOCK)
+        trainer = make_trainer(
+            data_file,
+            tmp_path / "ckpt",
+            "trainer.v1.trainer_mode=dataflex_mix_sync",
+            *REFERENCE_SAMPLER,
+            *REFERENCE_MIX_BLOCK,
+        )
     # verl built its own replay buffer instead of importing the reference's module
     from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
@@ -112,8 +135,9 @@ def test_other_custom_samplers_are_left_alone():
 
     from dataflex_callbacks.integrations.verl.config import drop_reference_sampler
 
-    config = OmegaConf.create({"trainer": {"v1": {"sampler": {"custom_sampler": {
-        "path": "pkg://my_project.buffers", "name": "MyBuffer"}}}}})
+    config = OmegaConf.create(
+        {"trainer": {"v1": {"sampler": {"custom_sampler": {"path": "pkg://my_project.buffers", "name": "MyBuffer"}}}}}
+    )
     OmegaConf.set_struct(config, True)
     assert drop_reference_sampler(config) is False
     assert config.trainer.v1.sampler.custom_sampler.path == "pkg://my_project.buffers"
@@ -128,19 +152,27 @@ def test_explicit_domain_key_missing_from_data_is_named(tmp_path):
 
     data_file = write_parquet(tmp_path / "train.parquet")  # data_source only, no `domain` column
     with pytest.raises(ConfigError, match="no domain column 'domain'"):
-        make_trainer(data_file, tmp_path / "ckpt", "+dataflex.domain_key=domain",
-                     "+dataflex.mix.mixer.name=static", "+dataflex.mix.warmup_steps=0")
+        make_trainer(
+            data_file,
+            tmp_path / "ckpt",
+            "+dataflex.domain_key=domain",
+            "+dataflex.mix.mixer.name=static",
+            "+dataflex.mix.warmup_steps=0",
+        )
 
 
 def test_quota_option(tmp_path):
     data_file = write_reference_mix_parquet(tmp_path / "train.parquet")
-    independent = make_trainer(data_file, tmp_path / "a", *REFERENCE_SAMPLER, *REFERENCE_MIX_BLOCK,
-                               "+dataflex.quota=independent")
+    independent = make_trainer(
+        data_file, tmp_path / "a", *REFERENCE_SAMPLER, *REFERENCE_MIX_BLOCK, "+dataflex.quota=independent"
+    )
     assert independent.prompt_sampler.quota == "independent"  # the user's word wins over the reference lines
     exact = make_trainer(data_file, tmp_path / "b", "+dataflex.domain_key=domain", *STATIC_MIX, "+dataflex.quota=exact")
     assert exact.prompt_sampler.quota == "exact"
-    assert make_trainer(data_file, tmp_path / "c", "+dataflex.domain_key=domain",
-                        *STATIC_MIX).prompt_sampler.quota == "independent"
+    assert (
+        make_trainer(data_file, tmp_path / "c", "+dataflex.domain_key=domain", *STATIC_MIX).prompt_sampler.quota
+        == "independent"
+    )
     with pytest.raises(ConfigError, match="dataflex.quota must be one of independent, exact; got 'even'"):
         make_trainer(data_file, tmp_path / "d", *STATIC_MIX, "+dataflex.quota=even")
     with pytest.raises(ConfigError, match="dataflex.quota sets the per-batch domain counts of a mix part"):

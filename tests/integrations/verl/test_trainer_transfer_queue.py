@@ -27,9 +27,17 @@ def verl_config(*overrides):
 
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
-        return compose(config_name="ppo_trainer", overrides=[
-            "algorithm.adv_estimator=grpo", f"actor_rollout_ref.rollout.n={GROUP_SIZE}", "data.train_batch_size=6",
-            "actor_rollout_ref.actor.ppo_mini_batch_size=6", "trainer.v1.trainer_mode=dataflex_sync", *overrides])
+        return compose(
+            config_name="ppo_trainer",
+            overrides=[
+                "algorithm.adv_estimator=grpo",
+                f"actor_rollout_ref.rollout.n={GROUP_SIZE}",
+                "data.train_batch_size=6",
+                "actor_rollout_ref.actor.ppo_mini_batch_size=6",
+                "trainer.v1.trainer_mode=dataflex_sync",
+                *overrides,
+            ],
+        )
 
 
 def build_trainer(*overrides):
@@ -69,19 +77,32 @@ def put_trajectories(tq, partition="train", with_padding=True, columns=None):
     rows, keys, tags = [], [], []
     for i, length in enumerate(lengths):
         response_mask = tensors["response_mask"][i, :length]
-        rows.append({"prompts": torch.ones(3, dtype=torch.int64), "responses": torch.ones(length, dtype=torch.int64),
-                     "response_mask": response_mask, "loss_mask": response_mask.clone(),
-                     "rm_scores": tensors["token_level_scores"][i, :length],
-                     "old_log_probs": tensors["old_log_probs"][i, :length],
-                     "uid": uids[i], "data_source": str(non_tensors["data_source"][i]),
-                     "index": int(non_tensors["index"][i]),
-                     **{name: value(int(non_tensors["index"][i])) for name, value in (columns or {}).items()}})
+        rows.append(
+            {
+                "prompts": torch.ones(3, dtype=torch.int64),
+                "responses": torch.ones(length, dtype=torch.int64),
+                "response_mask": response_mask,
+                "loss_mask": response_mask.clone(),
+                "rm_scores": tensors["token_level_scores"][i, :length],
+                "old_log_probs": tensors["old_log_probs"][i, :length],
+                "uid": uids[i],
+                "data_source": str(non_tensors["data_source"][i]),
+                "index": int(non_tensors["index"][i]),
+                **{name: value(int(non_tensors["index"][i])) for name, value in (columns or {}).items()},
+            }
+        )
         keys.append(f"{uids[i]}_{i % GROUP_SIZE}_0")
         tags.append({"status": "success", "seq_len": 3 + length, "global_steps": 1})
     if with_padding:  # verl's no-op padding row (upsample_batch_to_divisible_size)
-        pad = dict(rows[0], response_mask=torch.zeros(1, dtype=torch.int64), loss_mask=torch.zeros(1, dtype=torch.int64),
-                   responses=torch.ones(1, dtype=torch.int64), rm_scores=torch.zeros(1), old_log_probs=torch.zeros(1),
-                   uid="padxyz")
+        pad = dict(
+            rows[0],
+            response_mask=torch.zeros(1, dtype=torch.int64),
+            loss_mask=torch.zeros(1, dtype=torch.int64),
+            responses=torch.ones(1, dtype=torch.int64),
+            rm_scores=torch.zeros(1),
+            old_log_probs=torch.zeros(1),
+            uid="padxyz",
+        )
         rows.append(pad)
         keys.append("padxyz_0_0")
         tags.append({"status": "success", "seq_len": 4, "global_steps": 1, "is_padding": True})
@@ -105,21 +126,41 @@ def test_compute_advantage_writes_strategy_loss_fields(transfer_queue):
     meta, n = put_trajectories(transfer_queue)
     metrics = {}
     trainer._compute_advantage(meta, metrics)
-    out = read_back(transfer_queue, meta, ["advantages", "rollout_is_weights", "response_mask", "loss_mask",
-                                           "rm_scores", "old_log_probs", "uid", "data_source", "index"])
+    out = read_back(
+        transfer_queue,
+        meta,
+        [
+            "advantages",
+            "rollout_is_weights",
+            "response_mask",
+            "loss_mask",
+            "rm_scores",
+            "old_log_probs",
+            "uid",
+            "data_source",
+            "index",
+        ],
+    )
 
     # Independent expectation: verl's own GRPO estimator, then our conversion, on the same rows.
     from verl import DataProto
 
     mask = out["response_mask"][:n]
     original_mask = synthetic_rollouts(seed=3)[0]["response_mask"]
-    tensors = {"response_mask": original_mask, "token_level_scores": out["rm_scores"][:n],
-               "token_level_rewards": out["rm_scores"][:n], "old_log_probs": out["old_log_probs"][:n]}
-    non_tensors = {"uid": np.array(list(out["uid"])[:n], dtype=object),
-                   "data_source": np.array(list(out["data_source"])[:n], dtype=object),
-                   "index": np.array(list(out["index"])[:n], dtype=object)}
-    expected = compute_advantage(DataProto.from_dict(tensors=tensors, non_tensors=non_tensors),
-                                 adv_estimator="grpo", num_repeat=GROUP_SIZE)
+    tensors = {
+        "response_mask": original_mask,
+        "token_level_scores": out["rm_scores"][:n],
+        "token_level_rewards": out["rm_scores"][:n],
+        "old_log_probs": out["old_log_probs"][:n],
+    }
+    non_tensors = {
+        "uid": np.array(list(out["uid"])[:n], dtype=object),
+        "data_source": np.array(list(out["data_source"])[:n], dtype=object),
+        "index": np.array(list(out["index"])[:n], dtype=object),
+    }
+    expected = compute_advantage(
+        DataProto.from_dict(tensors=tensors, non_tensors=non_tensors), adv_estimator="grpo", num_repeat=GROUP_SIZE
+    )
     torch.testing.assert_close(out["advantages"][:n], expected.batch["advantages"])
     batch = rollout_batch_from_fields(dict(expected.batch.items()), expected.non_tensor_batch)
     decision = build_strategy("difffilter").apply(batch, step=1, sync=False)
@@ -138,9 +179,14 @@ def test_compute_advantage_writes_strategy_loss_fields(transfer_queue):
 
 
 def test_dataflex_rl_block_and_trainer_mode(transfer_queue):
-    trainer = build_trainer("trainer.v1.trainer_mode=dataflex_mix_sync", "+dataflex.mechanism=select",
-                            "+dataflex.scorer.name=group_solve_rate", "+dataflex.actuator.name=threshold_band",
-                            "+dataflex.actuator.params.low=0.2", "+dataflex.actuator.params.high=0.8")
+    trainer = build_trainer(
+        "trainer.v1.trainer_mode=dataflex_mix_sync",
+        "+dataflex.mechanism=select",
+        "+dataflex.scorer.name=group_solve_rate",
+        "+dataflex.actuator.name=threshold_band",
+        "+dataflex.actuator.params.low=0.2",
+        "+dataflex.actuator.params.high=0.8",
+    )
     assert trainer.trainer_mode == "sync" and trainer.registered_name == "dataflex_mix_sync"
     trainer.global_steps = 1
     meta, n = put_trajectories(transfer_queue, with_padding=False)
@@ -159,13 +205,24 @@ def test_bad_dataflex_key_is_named_at_trainer_start():
 
 def test_domains_are_read_from_the_domain_key_column(transfer_queue):
     """DataFlex-RL's layout: data_source routes the reward, the `domain` column names the mix domain."""
-    trainer = build_trainer("+dataflex.mechanism=mix", "+dataflex.domains=[gsm8k_short,gsm8k_long]",
-                            "+dataflex.domain_key=domain", "+dataflex.actuator.name=reward_gap",
-                            "+dataflex.warmup_step=0", "+dataflex.update_step=1")
+    trainer = build_trainer(
+        "+dataflex.mechanism=mix",
+        "+dataflex.domains=[gsm8k_short,gsm8k_long]",
+        "+dataflex.domain_key=domain",
+        "+dataflex.actuator.name=reward_gap",
+        "+dataflex.warmup_step=0",
+        "+dataflex.update_step=1",
+    )
     assert trainer._domain_key() == "domain"
     trainer.global_steps = 1
-    meta, n = put_trajectories(transfer_queue, with_padding=False, columns={
-        "data_source": lambda group: "openai/gsm8k", "domain": lambda group: ("gsm8k_short", "gsm8k_long")[group % 2]})
+    meta, n = put_trajectories(
+        transfer_queue,
+        with_padding=False,
+        columns={
+            "data_source": lambda group: "openai/gsm8k",
+            "domain": lambda group: ("gsm8k_short", "gsm8k_long")[group % 2],
+        },
+    )
     trainer._compute_advantage(meta, {})
     samples = trainer.strategy.mixing.tracker.as_dict()["samples"]
     groups = n // GROUP_SIZE
@@ -181,10 +238,15 @@ def test_fit_prints_the_strategy_its_parts_and_the_domains_first(transfer_queue,
     trainer = build_trainer("+dataflex.strategy=greso")
     monkeypatch.setattr(PPOTrainerSync, "fit", lambda self, *args, **kwargs: "verl's loop")
     # verl's RLHFDataset keeps its rows in a `dataframe`; the domains are its data_source values.
-    monkeypatch.setattr(trainer, "train_dataset", SimpleNamespace(
-        dataframe=Dataset.from_dict({"data_source": ["gsm8k", "math", "gsm8k"]})), raising=False)
+    monkeypatch.setattr(
+        trainer,
+        "train_dataset",
+        SimpleNamespace(dataframe=Dataset.from_dict({"data_source": ["gsm8k", "math", "gsm8k"]})),
+        raising=False,
+    )
     assert trainer.fit(None) == "verl's loop"
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dataflex: strategy")]
-    assert len(lines) == 1 and lines[0].startswith("dataflex: strategy 'greso': pre_select skip_zero_variance "
-                                                   "(warming up"), lines
+    assert len(lines) == 1 and lines[0].startswith(
+        "dataflex: strategy 'greso': pre_select skip_zero_variance (warming up"
+    ), lines
     assert lines[0].endswith("domains (column 'data_source'): gsm8k, math")

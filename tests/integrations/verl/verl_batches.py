@@ -17,12 +17,17 @@ def synthetic_rollouts(seed: int = 0, max_len: int = 7):
     response_mask = (positions < lengths.unsqueeze(1)).to(torch.int64)
     outcome = torch.zeros(n)
     for g, correct in enumerate(CORRECT_PER_GROUP):
-        outcome[g * GROUP_SIZE: g * GROUP_SIZE + correct] = 1.0
+        outcome[g * GROUP_SIZE : g * GROUP_SIZE + correct] = 1.0
     scores = torch.zeros(n, max_len)
     scores[torch.arange(n), lengths - 1] = outcome  # verl puts the outcome score on the last token
     old_log_probs = -torch.rand(n, max_len, generator=gen) * response_mask
     uids = np.array([f"prompt-{i // GROUP_SIZE}" for i in range(n)], dtype=object)
     domains = np.array(["math" if (i // GROUP_SIZE) % 2 == 0 else "code" for i in range(n)], dtype=object)
     index = np.array([i // GROUP_SIZE for i in range(n)], dtype=object)
-    return {"response_mask": response_mask, "token_level_scores": scores, "token_level_rewards": scores.clone(),
-            "old_log_probs": old_log_probs, "lengths": lengths}, {"uid": uids, "data_source": domains, "index": index}
+    return {
+        "response_mask": response_mask,
+        "token_level_scores": scores,
+        "token_level_rewards": scores.clone(),
+        "old_log_probs": old_log_probs,
+        "lengths": lengths,
+    }, {"uid": uids, "data_source": domains, "index": index}

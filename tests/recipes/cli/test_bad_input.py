@@ -27,10 +27,21 @@ REPO = Path(__file__).resolve().parents[3]
 
 def dataflex_process(args, cwd, timeout=600):
     """`python -m dataflex_callbacks ARGS` in a process of its own, from `cwd`."""
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "dataflex_callbacks", *args], capture_output=True, text=True,
-                          cwd=cwd, env=env, timeout=timeout)
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", "dataflex_callbacks", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def dataflex(args, cwd):
@@ -62,6 +73,7 @@ def assert_one_line_error(result, expected, folder):
 @pytest.fixture
 def files(tmp_path):
     """Broken inputs a careless user writes."""
+
     def jsonl(name, rows):
         path = tmp_path / name
         path.write_text("".join((row if isinstance(row, str) else json.dumps(row)) + "\n" for row in rows))
@@ -108,8 +120,10 @@ RUN_CASES = {
     "null domain": (["--dataset", "{null_domain}", "--domain-key", "topic"], ["domain column 'topic'", "row 5"]),
     "mix domains not in the data": (["--strategy", "{mix_elsewhere}"], ["algebra", "geometry", "mix.domains"]),
     # a run that would train nothing (0 optimizer steps) is an error, naming the fix
-    "fewer built-in rows than one step": (["--n-train", "1", "--domains", "add2,sub3"],
-                                          ["2 usable row(s)", "--n-train", "--prompts-per-step"]),
+    "fewer built-in rows than one step": (
+        ["--n-train", "1", "--domains", "add2,sub3"],
+        ["2 usable row(s)", "--n-train", "--prompts-per-step"],
+    ),
     "fewer dataset rows than one step": (["--dataset", "{few_rows}"], ["--prompts-per-step", "add rows"]),
     # output folder
     "output under a file": (["--output-dir", "{a_file}/run"], ["is a file", "--output-dir"]),
@@ -134,14 +148,17 @@ def test_bad_input_in_the_users_own_process_is_one_line_and_exit_2(command, case
     out = tmp_path / "out"
     args = [a.format(**files) for a in args] + ["--output-dir", str(out)]
     budget = ["--budget", "steps:1"] if command == "compare" else []
-    result = dataflex_process([command, "--no-progress", *budget, "--model", str(tmp_path / "no-model"), *args],
-                              tmp_path)
+    result = dataflex_process(
+        [command, "--no-progress", *budget, "--model", str(tmp_path / "no-model"), *args], tmp_path
+    )
     assert_one_line_error(result, [e.format(**files) for e in expected], out)
 
 
 def test_run_output_folder_that_cannot_be_created(tmp_path):
     out = Path("/proc/dataflex-cannot-write/run")  # refused even to root
-    result = dataflex(["run", "--no-progress", "--model", str(tmp_path / "no-model"), "--output-dir", str(out)], tmp_path)
+    result = dataflex(
+        ["run", "--no-progress", "--model", str(tmp_path / "no-model"), "--output-dir", str(out)], tmp_path
+    )
     assert_one_line_error(result, ["cannot write to --output-dir", "No such file"], out)
 
 
@@ -151,8 +168,10 @@ def test_run_output_folder_not_writable(tmp_path):
     locked.mkdir()
     locked.chmod(0o500)
     try:
-        result = dataflex(["run", "--no-progress", "--model", str(tmp_path / "no-model"),
-                           "--output-dir", str(locked / "run")], tmp_path)
+        result = dataflex(
+            ["run", "--no-progress", "--model", str(tmp_path / "no-model"), "--output-dir", str(locked / "run")],
+            tmp_path,
+        )
         assert_one_line_error(result, ["cannot write to --output-dir", "Permission denied"], locked / "run")
     finally:
         locked.chmod(0o700)
@@ -179,6 +198,7 @@ def test_compare_bad_input_is_one_line_and_exit_2(case, files, tmp_path):
     args = [a.format(**files) for a in args]
     if "--output-dir" not in args:
         args += ["--output-dir", str(out)]
-    result = dataflex(["compare", "--no-progress", "--budget", "steps:1", "--model", str(tmp_path / "no-model"), *args],
-                      tmp_path)
+    result = dataflex(
+        ["compare", "--no-progress", "--budget", "steps:1", "--model", str(tmp_path / "no-model"), *args], tmp_path
+    )
     assert_one_line_error(result, expected, out)

@@ -91,15 +91,20 @@ def test_unknown_strategy(tmp_path, capsys):
 def test_dataset_missing_column(tmp_path, capsys):
     data = tmp_path / "data.jsonl"
     data.write_text('{"question": "1+1?", "solution": "2"}\n{"question": "2+2?", "solution": "4"}\n')
-    _assert_bad_input(["--strategy", "none", "--dataset", str(data), "--prompt-column", "question"],
-                      tmp_path, capsys, "available columns: question, solution")
+    _assert_bad_input(
+        ["--strategy", "none", "--dataset", str(data), "--prompt-column", "question"],
+        tmp_path,
+        capsys,
+        "available columns: question, solution",
+    )
 
 
 def test_dataset_answers_the_verifier_cannot_read(tmp_path, capsys):
     data = tmp_path / "data.jsonl"
     data.write_text('{"prompt": "1+1?", "answer": "2"}\n{"prompt": "2+2?", "answer": "four"}\n')
-    _assert_bad_input(["--strategy", "none", "--dataset", str(data), "--verifier", "numeric"],
-                      tmp_path, capsys, "cannot read")
+    _assert_bad_input(
+        ["--strategy", "none", "--dataset", str(data), "--verifier", "numeric"], tmp_path, capsys, "cannot read"
+    )
 
 
 def test_missing_dataset_file(tmp_path, capsys):
@@ -117,7 +122,7 @@ def test_list_params_prints_each_parameter_with_its_default_and_help(capsys):
     assert main(["list", "--params"]) == 0
     lines = capsys.readouterr().out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.split()[:1] == ["gfpo"])
-    block = " ".join(line.strip() for line in lines[start + 1:start + 5])
+    block = " ".join(line.strip() for line in lines[start + 1 : start + 5])
     assert "k = 3: responses kept per group" in block and "arXiv 2508.09726" in block
     assert "metric = 'efficiency': what ranks a group's responses" in block
     assert "normalize = 'mean_one': how the weights are rescaled" in "\n".join(lines)  # inherited from Reweighter

@@ -26,8 +26,28 @@ def _write(path, with_domain: bool, rows: int = 20):
 def test_run_reads_the_domain_column_and_names_it_on_the_console(tmp_path, capsys):
     data = _write(tmp_path / "mine.jsonl", with_domain=True)
     out = tmp_path / "run"
-    assert main(["run", "--strategy", "diffband", "--dataset", str(data), "--steps", "1", "--prompts-per-step", "2",
-                 "--num-generations", "2", "--n-test", "4", "--output-dir", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--strategy",
+                "diffband",
+                "--dataset",
+                str(data),
+                "--steps",
+                "1",
+                "--prompts-per-step",
+                "2",
+                "--num-generations",
+                "2",
+                "--n-test",
+                "4",
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert f"dataflex run: data: {data} (16 training rows, 4 held out); domains (column 'domain'): add, inc" in printed
     strategy_line = next(line for line in printed.splitlines() if line.startswith("dataflex: strategy 'diffband'"))
@@ -42,14 +62,21 @@ def test_data_without_a_domain_column_is_one_domain_and_the_line_names_the_fix(t
     data_of_run = load_data(options)
     assert set(data_of_run.train["domain"]) == set(data_of_run.test["domain"]) == {"all"}
     line = data_line(options, data_of_run)
-    assert line == (f"dataflex run: data: {data} (16 training rows, 4 held out); domains: one ('all'): {data} has no "
-                    "'domain' column (--domain-key names the column holding each row's domain)")
+    assert line == (
+        f"dataflex run: data: {data} (16 training rows, 4 held out); domains: one ('all'): {data} has no "
+        "'domain' column (--domain-key names the column holding each row's domain)"
+    )
 
 
 def test_domain_key_still_chooses_another_column(tmp_path):
     data = tmp_path / "topic.jsonl"
-    data.write_text("\n".join(json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1), "domain": "x",
-                                          "topic": "t" + str(i % 2)}) for i in range(20)) + "\n")
+    data.write_text(
+        "\n".join(
+            json.dumps({"prompt": f"{i}+1=", "answer": str(i + 1), "domain": "x", "topic": "t" + str(i % 2)})
+            for i in range(20)
+        )
+        + "\n"
+    )
     options = RunOptions(dataset=str(data), n_test=2, domain_key="topic")
     data_of_run = load_data(options)
     assert set(data_of_run.train["domain"]) | set(data_of_run.test["domain"]) == {"t0", "t1"}
@@ -62,9 +89,14 @@ def test_compare_states_the_data_and_its_domain_column_before_the_runs(tmp_path)
     from dataflex_callbacks.recipes.compare.grid import build_strategies, check_data
 
     data = _write(tmp_path / "mine.jsonl", with_domain=True)
-    settings = CompareSettings(strategies=["baseline", "difffilter"], seeds=[0], budget=Budget.parse("steps:1"),
-                               base=RunOptions(dataset=str(data), n_test=4, prompts_per_step=2, num_generations=2),
-                               output_dir=str(tmp_path / "cmp"), progress=False)
+    settings = CompareSettings(
+        strategies=["baseline", "difffilter"],
+        seeds=[0],
+        budget=Budget.parse("steps:1"),
+        base=RunOptions(dataset=str(data), n_test=4, prompts_per_step=2, num_generations=2),
+        output_dir=str(tmp_path / "cmp"),
+        progress=False,
+    )
     line = check_data(settings, build_strategies(settings))
     assert line.startswith(f"dataflex compare: data: {data} (16 training rows, 4 held out); ")
     assert line.endswith("domains (column 'domain'): add, inc")

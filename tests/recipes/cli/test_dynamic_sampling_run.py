@@ -7,7 +7,7 @@ import pytest
 pytest.importorskip("trl")
 
 from dataflex_callbacks.recipes.cli import main  # noqa: E402
-from dataflex_callbacks.recipes.runner import signal_accounting  # noqa: E402
+from dataflex_callbacks.recipes.completion_accounting import signal_accounting  # noqa: E402
 
 SHORT = ["--steps", "3", "--no-progress", "--prompts-per-step", "4", "--num-generations", "4"]
 PER_STEP = 16
@@ -25,7 +25,7 @@ def test_dapo_run_counts_every_round_and_its_signal_groups(tmp_path):
     generated = [m["dataflex/dynamic/generated"] for m in metrics]
     assert any(g > PER_STEP for g in generated)  # the run did generate further rounds
     assert [m["generated"] for m in metrics] == generated
-    assert [m["completions"] for m in metrics] == [sum(generated[:k + 1]) for k in range(len(generated))]
+    assert [m["completions"] for m in metrics] == [sum(generated[: k + 1]) for k in range(len(generated))]
     assert config["completions_generated"] == sum(generated)
     assert [m["signal_groups"] for m in metrics] == [m["dataflex/dynamic/signal_groups"] for m in metrics]
     assert config["signal_groups_trained"] == sum(m["dataflex/dynamic/signal_groups"] for m in metrics)

@@ -1,4 +1,6 @@
-"""`RunOptions` is the one source of the `dataflex run` / `dataflex compare` flags: names, types, defaults, help, rules."""
+"""`RunOptions` is the one source of the `dataflex run` / `dataflex compare` flags: names, types, defaults,
+help, rules.
+"""
 
 import dataclasses
 import re
@@ -8,8 +10,17 @@ import pytest
 from dataflex_callbacks.recipes.arguments import options_from_args, run_option_names, shared_option_names
 from dataflex_callbacks.recipes.cli import build_parser, main
 from dataflex_callbacks.recipes.compare.grid import CompareSettings
-from dataflex_callbacks.recipes.options import (OPTION_RULES, PER_RUN_FIELDS, NumberRule, RunInputError, RunOptions,
-                                                check_run_options, completion_tokens, eval_tokens, option_flag)
+from dataflex_callbacks.recipes.options import (
+    OPTION_RULES,
+    PER_RUN_FIELDS,
+    NumberRule,
+    RunInputError,
+    RunOptions,
+    check_run_options,
+    completion_tokens,
+    eval_tokens,
+    option_flag,
+)
 
 FIELDS = dataclasses.fields(RunOptions)
 
@@ -80,11 +91,34 @@ def test_parsed_defaults_are_the_dataclass_defaults():
 
 
 def test_flags_are_typed_by_their_field():
-    args = build_parser().parse_args(["run", "--domains", "echo, digit", "--no-progress", "--overwrite", "--steps", "7",
-                                      "--learning-rate", "1e-4", "--beta", "0.1", "--n-test", "3"])
+    args = build_parser().parse_args(
+        [
+            "run",
+            "--domains",
+            "echo, digit",
+            "--no-progress",
+            "--overwrite",
+            "--steps",
+            "7",
+            "--learning-rate",
+            "1e-4",
+            "--beta",
+            "0.1",
+            "--n-test",
+            "3",
+        ]
+    )
     options = RunOptions(**options_from_args(args, run_option_names()))
-    assert options == dataclasses.replace(RunOptions(), domains=["echo", "digit"], progress=False, overwrite=True,
-                                          steps=7, learning_rate=1e-4, beta=0.1, n_test=3)
+    assert options == dataclasses.replace(
+        RunOptions(),
+        domains=["echo", "digit"],
+        progress=False,
+        overwrite=True,
+        steps=7,
+        learning_rate=1e-4,
+        beta=0.1,
+        n_test=3,
+    )
     assert type(options.steps) is int and type(options.learning_rate) is float
 
 

@@ -10,8 +10,19 @@ from dataflex_callbacks.recipes.cli import main  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-SHORT = ["--steps", "6", "--no-progress", "--prompts-per-step", "8", "--num-generations", "2", "--n-test", "2",
-         "--eval-max-new-tokens", "2"]
+SHORT = [
+    "--steps",
+    "6",
+    "--no-progress",
+    "--prompts-per-step",
+    "8",
+    "--num-generations",
+    "2",
+    "--n-test",
+    "2",
+    "--eval-max-new-tokens",
+    "2",
+]
 
 
 def write_jsonl(path, domain=None):
@@ -32,7 +43,8 @@ def skipped_per_step(tmp_path, name, *extra):
 
 def test_a_local_jsonl_without_a_domain_column_skips_as_one_domain(tmp_path):
     without = skipped_per_step(tmp_path, "none", "--dataset", str(write_jsonl(tmp_path / "plain.jsonl")))
-    one = skipped_per_step(tmp_path, "one", "--dataset", str(write_jsonl(tmp_path / "topic.jsonl", "spelling")),
-                           "--domain-key", "topic")
+    one = skipped_per_step(
+        tmp_path, "one", "--dataset", str(write_jsonl(tmp_path / "topic.jsonl", "spelling")), "--domain-key", "topic"
+    )
     assert len(without) == 6 and without[-1] > 0, without
     assert without == one

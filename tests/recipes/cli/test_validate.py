@@ -13,43 +13,100 @@ from dataflex_callbacks.recipes.cli import main
 VERL_RUN = "algorithm:\n  adv_estimator: grpo\ntrainer:\n  total_epochs: 1\n"
 GROUP_SELECT = "select:\n  scorer: group_reward_variance\n  selector: {name: threshold_band, low: 0.0, high: .inf}\n"
 DYNAMIC = GROUP_SELECT + "dynamic_sampling: true\n"
-TOKEN_DYNAMIC = ("select:\n  scorer: token_entropy\n  selector: {name: entropy_top_tokens, fraction: 0.2}\n"
-                 "dynamic_sampling: true\n")
+TOKEN_DYNAMIC = (
+    "select:\n  scorer: token_entropy\n  selector: {name: entropy_top_tokens, fraction: 0.2}\ndynamic_sampling: true\n"
+)
 MIX_DYNAMIC = DYNAMIC + "mix: {mixer: static}\n"
 EXAMPLE = "examples/verl/grpo_qwen05b_gsm8k_difffilter.yaml"
 
 # (id, file content (or a repository path), --host, exit code, text expected on stderr)
 ROWS = [
-    ("verl-file-dynamic-sampling", VERL_RUN + "dataflex:\n  strategy: dapo\n", None, 2,
-     "for verl: verl config 'dataflex': dynamic_sampling is done by verl itself"),
-    ("verl-file-inline-dynamic-sampling", VERL_RUN + "dataflex:\n  " + DYNAMIC.replace("\n", "\n  "), None, 2,
-     "dynamic_sampling is done by verl itself"),
+    (
+        "verl-file-dynamic-sampling",
+        VERL_RUN + "dataflex:\n  strategy: dapo\n",
+        None,
+        2,
+        "for verl: verl config 'dataflex': dynamic_sampling is done by verl itself",
+    ),
+    (
+        "verl-file-inline-dynamic-sampling",
+        VERL_RUN + "dataflex:\n  " + DYNAMIC.replace("\n", "\n  "),
+        None,
+        2,
+        "dynamic_sampling is done by verl itself",
+    ),
     ("strategy-file-host-verl", DYNAMIC, "verl", 2, "for verl: verl config 'dataflex': dynamic_sampling"),
-    ("verl-quota-without-mix", VERL_RUN + "dataflex: {strategy: difffilter, quota: exact}\n", None, 2,
-     "dataflex.quota sets the per-batch domain counts of a mix part"),
-    ("verl-unknown-loss-agg-mode", VERL_RUN + "actor_rollout_ref: {actor: {loss_agg_mode: mean-of-means}}\n"
-     "dataflex: {strategy: difffilter}\n", None, 2, "unknown verl loss_agg_mode 'mean-of-means'"),
+    (
+        "verl-quota-without-mix",
+        VERL_RUN + "dataflex: {strategy: difffilter, quota: exact}\n",
+        None,
+        2,
+        "dataflex.quota sets the per-batch domain counts of a mix part",
+    ),
+    (
+        "verl-unknown-loss-agg-mode",
+        VERL_RUN + "actor_rollout_ref: {actor: {loss_agg_mode: mean-of-means}}\ndataflex: {strategy: difffilter}\n",
+        None,
+        2,
+        "unknown verl loss_agg_mode 'mean-of-means'",
+    ),
     ("verl-file-without-block", VERL_RUN, None, 2, "has no 'dataflex:' block"),
-    ("verl-block-disabled", VERL_RUN + "dataflex: {strategy: difffilter, enable: false}\n", None, 0,
-     "valid for verl: its dataflex block is disabled"),
+    (
+        "verl-block-disabled",
+        VERL_RUN + "dataflex: {strategy: difffilter, enable: false}\n",
+        None,
+        0,
+        "valid for verl: its dataflex block is disabled",
+    ),
     ("verl-example-config", EXAMPLE, None, 0, "valid for verl"),
-    ("verl-mix-with-quota", VERL_RUN + "dataflex:\n  quota: exact\n  mix: {mixer: static}\n", None, 0, "valid for verl"),
-    ("rloo-dynamic-sampling", DYNAMIC, "trl-rloo", 2,
-     "for trl-rloo: dynamic_sampling is not supported by the TRL adapter's DataFlexRLOOTrainer"),
-    ("grpo-dynamic-sampling-with-mix", MIX_DYNAMIC, "trl", 2,
-     "for trl: dynamic_sampling in the TRL adapter does not support a strategy with a mix part"),
+    (
+        "verl-mix-with-quota",
+        VERL_RUN + "dataflex:\n  quota: exact\n  mix: {mixer: static}\n",
+        None,
+        0,
+        "valid for verl",
+    ),
+    (
+        "rloo-dynamic-sampling",
+        DYNAMIC,
+        "trl-rloo",
+        2,
+        "for trl-rloo: dynamic_sampling is not supported by the TRL adapter's DataFlexRLOOTrainer",
+    ),
+    (
+        "grpo-dynamic-sampling-with-mix",
+        MIX_DYNAMIC,
+        "trl",
+        2,
+        "for trl: dynamic_sampling in the TRL adapter does not support a strategy with a mix part",
+    ),
     ("grpo-dynamic-sampling", DYNAMIC, "trl", 0, "valid for trl"),
     ("lightning-dynamic-sampling-with-mix", MIX_DYNAMIC, "lightning", 0, "valid for lightning"),
     ("core-token-level-dynamic-sampling", TOKEN_DYNAMIC, None, 2, "dynamic_sampling judges whole groups"),
     ("lightning-token-level-dynamic-sampling", TOKEN_DYNAMIC, "lightning", 2, "dynamic_sampling judges whole groups"),
     ("core-plain-strategy", GROUP_SELECT, None, 0, "checked with the core rules"),
     # Strategy keys beside the block: verl reads only the block, so they would be ignored.
-    ("verl-strategy-keys-beside-block", VERL_RUN + GROUP_SELECT + "dataflex: {strategy: difffilter}\n", None, 2,
-     "strategy key(s) ['select'] beside it, which would be ignored"),
-    ("verl-reference-keys-beside-block", VERL_RUN + "mechanism: select\ndataflex: {strategy: difffilter}\n", None, 2,
-     "strategy key(s) ['mechanism'] beside it"),
-    ("strategy-keys-beside-block-host-verl", GROUP_SELECT + "dataflex:\n  " + GROUP_SELECT.replace("\n", "\n  "),
-     "verl", 2, "put the whole strategy inside 'dataflex:'"),
+    (
+        "verl-strategy-keys-beside-block",
+        VERL_RUN + GROUP_SELECT + "dataflex: {strategy: difffilter}\n",
+        None,
+        2,
+        "strategy key(s) ['select'] beside it, which would be ignored",
+    ),
+    (
+        "verl-reference-keys-beside-block",
+        VERL_RUN + "mechanism: select\ndataflex: {strategy: difffilter}\n",
+        None,
+        2,
+        "strategy key(s) ['mechanism'] beside it",
+    ),
+    (
+        "strategy-keys-beside-block-host-verl",
+        GROUP_SELECT + "dataflex:\n  " + GROUP_SELECT.replace("\n", "\n  "),
+        "verl",
+        2,
+        "put the whole strategy inside 'dataflex:'",
+    ),
 ]
 NEEDS = {"trl": "trl", "trl-rloo": "trl", "lightning": "lightning"}
 

@@ -11,8 +11,20 @@ from dataflex_callbacks.recipes.cli import main
 from dataflex_callbacks.recipes.compare import grid
 from dataflex_callbacks.recipes.compare.report import RUN_COLUMNS
 
-ARGS = ["compare", "--strategies", "baseline,difffilter", "--seeds", "2", "--budget", "steps:3",
-        "--eval-points", "1", "--no-progress", "--suite", "toy"]
+ARGS = [
+    "compare",
+    "--strategies",
+    "baseline,difffilter",
+    "--seeds",
+    "2",
+    "--budget",
+    "steps:3",
+    "--eval-points",
+    "1",
+    "--no-progress",
+    "--suite",
+    "toy",
+]
 DOMAINS = ("code", "coin", "digit", "echo")
 RUN_NAMES = ("baseline-seed0", "baseline-seed1", "difffilter-seed0", "difffilter-seed1")
 
@@ -41,7 +53,6 @@ def _result_times(folder):
     return {name: os.stat(folder / "runs" / name / "result.json").st_mtime_ns for name in RUN_NAMES}
 
 
-
 def count_runs(monkeypatch):
     """Record the name of every run `dataflex compare` computes (in process, ``--jobs 1``)."""
     calls = []
@@ -54,34 +65,55 @@ def count_runs(monkeypatch):
     monkeypatch.setattr(grid, "execute_run", counting)
     return calls
 
+
 def test_all_report_files_with_the_expected_columns(compare_dir):
-    for name in ("report.md", "results.csv", "compare.json", "figures/accuracy_vs_completions.png",
-                 "figures/domain_proportions.png"):
+    for name in (
+        "report.md",
+        "results.csv",
+        "compare.json",
+        "figures/accuracy_vs_completions.png",
+        "figures/domain_proportions.png",
+    ):
         assert (compare_dir / name).stat().st_size > 0, name
     columns, rows = _rows(compare_dir)
     per_domain = [f"accuracy_{when}_{d}" for d in DOMAINS for when in ("before", "after")]
     assert columns == [*RUN_COLUMNS, *per_domain, "run_dir"]
     assert sorted((r["strategy"], r["seed"]) for r in rows) == [
-        ("baseline", "0"), ("baseline", "1"), ("difffilter", "0"), ("difffilter", "1")]
+        ("baseline", "0"),
+        ("baseline", "1"),
+        ("difffilter", "0"),
+        ("difffilter", "1"),
+    ]
     for row in rows:
         assert row["budget"] == "steps:3" and row["steps"] == "3"
         assert int(row["completions"]) == 3 * 8 * 8
         assert 0 < int(row["completion_tokens"]) <= 3 * 8 * 8 * 4
         assert 0.0 <= float(row["kept_frac"]) <= 1.0 and float(row["wall_seconds"]) > 0
     report = (compare_dir / "report.md").read_text()
-    for text in ("Held-out accuracy after training", "Paired difference to the baseline `baseline`",
-                 "`difffilter`", "sign-flip", "Student-t", "## Method", "figures/accuracy_vs_completions.png"):
+    for text in (
+        "Held-out accuracy after training",
+        "Paired difference to the baseline `baseline`",
+        "`difffilter`",
+        "sign-flip",
+        "Student-t",
+        "## Method",
+        "figures/accuracy_vs_completions.png",
+    ):
         assert text in report, text
     assert "not significant" in report or "**significant**" in report
 
 
 def test_runs_of_one_seed_start_from_the_same_weights_and_data(compare_dir):
     for seed in (0, 1):
-        results = [json.loads((compare_dir / "runs" / f"{s}-seed{seed}" / "result.json").read_text())
-                   for s in ("baseline", "difffilter")]
+        results = [
+            json.loads((compare_dir / "runs" / f"{s}-seed{seed}" / "result.json").read_text())
+            for s in ("baseline", "difffilter")
+        ]
         assert results[0]["before"] == results[1]["before"]
-        first_steps = [json.loads((compare_dir / "runs" / f"{s}-seed{seed}" / "metrics.jsonl").open().readline())
-                       for s in ("baseline", "difffilter")]
+        first_steps = [
+            json.loads((compare_dir / "runs" / f"{s}-seed{seed}" / "metrics.jsonl").open().readline())
+            for s in ("baseline", "difffilter")
+        ]
         # Step 1 is generated before any update: same prompts, same completions, same rewards.
         for key in ("reward", "completions/mean_length", *(f"mix/actual/{d}" for d in DOMAINS)):
             assert first_steps[0][key] == first_steps[1][key], key
@@ -117,15 +149,23 @@ def test_an_interrupted_compare_recomputes_only_the_missing_run(compare_dir, mon
     assert calls == ["difffilter-seed1"]
     after = _result_times(compare_dir)
     assert {k: v for k, v in after.items() if k != "difffilter-seed1"} == {
-        k: v for k, v in before.items() if k != "difffilter-seed1"}
+        k: v for k, v in before.items() if k != "difffilter-seed1"
+    }
     assert not [p for p in (compare_dir / "runs" / "difffilter-seed1").iterdir() if p.name.endswith(".tmp")]
     # First computed in a worker process, now in this one: the same numbers.
     recomputed = json.loads(result_path.read_text())
     assert _without_times(recomputed) == _without_times(previous)
 
 
-@pytest.mark.parametrize("bad", [["--budget", "tokens:5"], ["--seeds", "0"], ["--strategies", "nope"],
-                                 ["--strategies", "baseline,topk", "--baseline", "ar"]])
+@pytest.mark.parametrize(
+    "bad",
+    [
+        ["--budget", "tokens:5"],
+        ["--seeds", "0"],
+        ["--strategies", "nope"],
+        ["--strategies", "baseline,topk", "--baseline", "ar"],
+    ],
+)
 def test_bad_arguments_fail_before_any_run(tmp_path, capsys, bad):
     assert main(["compare", *bad, "--output-dir", str(tmp_path / "c"), "--no-progress"]) == 2
     assert "dataflex: error:" in capsys.readouterr().err
@@ -164,8 +204,14 @@ def test_a_damaged_result_is_recomputed_with_a_warning(compare_dir, monkeypatch,
 def _small_settings(folder, budget="steps:3"):
     from dataflex_callbacks.recipes.compare import Budget, CompareSettings
 
-    return CompareSettings(strategies=["baseline", "difffilter"], seeds=[0, 1], budget=Budget.parse(budget),
-                           output_dir=str(folder), eval_points=1, progress=False)
+    return CompareSettings(
+        strategies=["baseline", "difffilter"],
+        seeds=[0, 1],
+        budget=Budget.parse(budget),
+        output_dir=str(folder),
+        eval_points=1,
+        progress=False,
+    )
 
 
 def test_a_manifest_without_finished_runs_does_not_block_the_corrected_command(compare_dir, tmp_path):
@@ -183,7 +229,8 @@ def test_a_manifest_without_finished_runs_does_not_block_the_corrected_command(c
     # With a finished run in the folder, other settings are refused: that run would be lost.
     (folder / "runs" / "baseline-seed0").mkdir(parents=True)
     (folder / "runs" / "baseline-seed0" / "result.json").write_text(
-        (compare_dir / "runs" / "baseline-seed0" / "result.json").read_text())
+        (compare_dir / "runs" / "baseline-seed0" / "result.json").read_text()
+    )
     with pytest.raises(grid.CompareInputError, match="other settings"):
         grid._prepare_folder(old, overwrite=False)
 
@@ -195,8 +242,10 @@ def test_one_seed_prints_no_nan_interval(compare_dir):
 
     settings = _small_settings(compare_dir)
     settings.seeds = [0]
-    records = [json.loads((compare_dir / "runs" / f"{s}-seed0" / "result.json").read_text())
-               for s in ("baseline", "difffilter")]
+    records = [
+        json.loads((compare_dir / "runs" / f"{s}-seed0" / "result.json").read_text())
+        for s in ("baseline", "difffilter")
+    ]
     outcome = GridOutcome(records=records, reused=[r["name"] for r in records])
     lines = summary_lines(settings, outcome)
     accuracy = [line for line in lines if " - baseline:" in line]

@@ -10,8 +10,15 @@ VARYING = ("wall_seconds", "run_dir", "step_time")
 
 
 def _run(folder):
-    settings = CompareSettings(strategies=["ar"], seeds=[1], budget=Budget("completions", 150), output_dir=str(folder),
-                               base=RunOptions(n_train=40, n_test=20), eval_points=1, progress=False)
+    settings = CompareSettings(
+        strategies=["ar"],
+        seeds=[1],
+        budget=Budget("completions", 150),
+        output_dir=str(folder),
+        base=RunOptions(n_train=40, n_test=20),
+        eval_points=1,
+        progress=False,
+    )
     record = execute_run(settings, GridRun("ar", 1))
     with open(f"{record['run_dir']}/metrics.jsonl") as handle:
         metrics = [{k: v for k, v in json.loads(line).items() if k not in VARYING} for line in handle]

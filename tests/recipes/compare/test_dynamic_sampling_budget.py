@@ -14,8 +14,24 @@ from dataflex_callbacks.recipes.compare.budget import Budget, GenerationLedger  
 
 BUDGET = 100
 PER_STEP = 4 * 4  # prompts per step x generations: what one generation batch holds
-ARGS = ["compare", "--strategies", "baseline,dapo", "--seeds", "1", "--budget", f"completions:{BUDGET}",
-        "--eval-points", "0", "--no-progress", "--jobs", "1", "--prompts-per-step", "4", "--num-generations", "4"]
+ARGS = [
+    "compare",
+    "--strategies",
+    "baseline,dapo",
+    "--seeds",
+    "1",
+    "--budget",
+    f"completions:{BUDGET}",
+    "--eval-points",
+    "0",
+    "--no-progress",
+    "--jobs",
+    "1",
+    "--prompts-per-step",
+    "4",
+    "--num-generations",
+    "4",
+]
 
 
 @pytest.fixture(scope="module")
@@ -54,7 +70,7 @@ def test_a_dapo_run_counts_every_round_and_stops_at_the_step_that_spends_the_bud
     metrics = _metrics(compare_dir, "dapo-seed0")
     generated = [m["dataflex/dynamic/generated"] for m in metrics]
     assert all(g >= PER_STEP for g in generated) and any(g > PER_STEP for g in generated)  # further rounds ran
-    cumulative = [sum(generated[:k + 1]) for k in range(len(generated))]
+    cumulative = [sum(generated[: k + 1]) for k in range(len(generated))]
     stop = next(k for k, total in enumerate(cumulative, 1) if total >= BUDGET)
     assert [m["step"] for m in metrics] == list(range(1, stop + 1))
     assert [m["completions"] for m in metrics] == cumulative

@@ -19,9 +19,28 @@ BUDGET = 260  # not a multiple of a round, so a run overshoots; spacing 65 > the
 POINTS = 3
 ROUND = 4 * 4
 STRATEGIES = ("baseline", "dapo")
-ARGS = ["compare", "--strategies", ",".join(STRATEGIES), "--seeds", "1", "--budget", f"completions:{BUDGET}",
-        "--eval-points", str(POINTS), "--no-progress", "--jobs", "1", "--prompts-per-step", "4",
-        "--num-generations", "4", "--n-test", "6", "--n-train", "40"]
+ARGS = [
+    "compare",
+    "--strategies",
+    ",".join(STRATEGIES),
+    "--seeds",
+    "1",
+    "--budget",
+    f"completions:{BUDGET}",
+    "--eval-points",
+    str(POINTS),
+    "--no-progress",
+    "--jobs",
+    "1",
+    "--prompts-per-step",
+    "4",
+    "--num-generations",
+    "4",
+    "--n-test",
+    "6",
+    "--n-train",
+    "40",
+]
 
 
 @pytest.fixture(scope="module")
@@ -47,8 +66,10 @@ def test_the_plan_is_in_completions_for_a_completions_budget_and_in_steps_otherw
 @pytest.mark.parametrize("strategy", STRATEGIES)
 def test_every_strategy_is_evaluated_at_the_planned_completions(compare_dir, strategy):
     result = _result(compare_dir, strategy)
-    metrics = [json.loads(line) for line in
-               (compare_dir / "runs" / f"{strategy}-seed0" / "metrics.jsonl").read_text().splitlines()]
+    metrics = [
+        json.loads(line)
+        for line in (compare_dir / "runs" / f"{strategy}-seed0" / "metrics.jsonl").read_text().splitlines()
+    ]
     middle = result["curve"][1:-1]
     assert len(middle) == POINTS, [(p["step"], p["completions"]) for p in result["curve"]]
     cumulative = {m["step"]: m["completions"] for m in metrics}
@@ -87,16 +108,32 @@ def test_the_budget_ends_a_dynamic_sampling_step_after_the_round_that_reaches_it
         return [0.0] * len(completions)
 
     tokenizer = build_tiny_tokenizer()
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=8, num_generations=2,
-                      max_completion_length=4, max_steps=5, learning_rate=1e-3, seed=0, logging_steps=1,
-                      report_to="none", use_cpu=True, save_strategy="no", disable_tqdm=True)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=8,
+        num_generations=2,
+        max_completion_length=4,
+        max_steps=5,
+        learning_rate=1e-3,
+        seed=0,
+        logging_steps=1,
+        report_to="none",
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
     ledger = GenerationLedger(Budget("completions", 44))  # rounds of 8: 32 in step 1, then 40 < 44 <= 48
     callback = budget_callback(ledger)
-    trainer = DataFlexGRPOTrainer(model=build_tiny_model(tokenizer, seed=0), reward_funcs=[zero_reward], args=args,
-                                  train_dataset=Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(16)]}),
-                                  processing_class=tokenizer, callbacks=[callback],
-                                  strategy={"dynamic_sampling": {"max_rounds": 4, "carry_over": False}},
-                                  record_decisions=True)
+    trainer = DataFlexGRPOTrainer(
+        model=build_tiny_model(tokenizer, seed=0),
+        reward_funcs=[zero_reward],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": [f"{i}+1=" for i in range(16)]}),
+        processing_class=tokenizer,
+        callbacks=[callback],
+        strategy={"dynamic_sampling": {"max_rounds": 4, "carry_over": False}},
+        record_decisions=True,
+    )
     callback.bind_trainer(trainer)
     trainer.train()
     generated = [d["dynamic"]["dynamic/generated"] for d in trainer.dataflex.decisions]

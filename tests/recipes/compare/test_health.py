@@ -5,23 +5,39 @@ from types import SimpleNamespace
 
 import pytest
 
-from dataflex_callbacks.recipes.compare.health import (held_out_noise, held_out_size_warning, rows_to_resolve,
-                                                       truncated_share, truncation_warning)
+from dataflex_callbacks.recipes.compare.health import (
+    held_out_noise,
+    held_out_size_warning,
+    rows_to_resolve,
+    truncated_share,
+    truncation_warning,
+)
 
 
 def _settings(dataset="mine.jsonl", eval_dataset=None, max_completion_length=64, suite="testbed"):
-    return SimpleNamespace(base=SimpleNamespace(dataset=dataset, eval_dataset=eval_dataset, suite=suite,
-                                                max_completion_length=max_completion_length))
+    return SimpleNamespace(
+        base=SimpleNamespace(
+            dataset=dataset, eval_dataset=eval_dataset, suite=suite, max_completion_length=max_completion_length
+        )
+    )
 
 
 def _record(name, after=0.5, rows=8, truncated=None):
-    return {"name": name, "after": {"overall": after}, "held_out_rows": {"total": rows, "per_domain": {}},
-            "truncated_share": truncated}
+    return {
+        "name": name,
+        "after": {"overall": after},
+        "held_out_rows": {"total": rows, "per_domain": {}},
+        "truncated_share": truncated,
+    }
 
 
 def test_truncated_share_is_the_mean_of_trl_s_clipped_ratio_over_logged_steps():
-    metrics = [{"completions/clipped_ratio": 1.0}, {"loss": 0.1}, {"completions/clipped_ratio": 0.5},
-               {"completions/clipped_ratio": float("nan")}]
+    metrics = [
+        {"completions/clipped_ratio": 1.0},
+        {"loss": 0.1},
+        {"completions/clipped_ratio": 0.5},
+        {"completions/clipped_ratio": float("nan")},
+    ]
     assert truncated_share(metrics) == pytest.approx(0.75)
     assert truncated_share([{"loss": 0.0}]) is None
 
@@ -29,8 +45,10 @@ def test_truncated_share_is_the_mean_of_trl_s_clipped_ratio_over_logged_steps():
 def test_runs_mostly_cut_short_are_named_with_the_limit_and_the_fix():
     records = [_record("baseline-seed0", truncated=0.9), _record("dapo-seed0", truncated=0.2)]
     warning = truncation_warning(records, _settings())
-    assert warning.startswith("1 of 2 runs had more than 50% of their training completions cut at "
-                              "--max-completion-length 64 tokens (up to 90%: baseline-seed0)")
+    assert warning.startswith(
+        "1 of 2 runs had more than 50% of their training completions cut at "
+        "--max-completion-length 64 tokens (up to 90%: baseline-seed0)"
+    )
     assert "raise --max-completion-length" in warning
     assert truncation_warning([_record("a", truncated=0.5)], _settings()) is None  # at the limit: not flagged
     # The toy suite sizes completions to its answers: cut completions are its design, not a fault.

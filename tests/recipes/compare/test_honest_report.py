@@ -9,15 +9,32 @@ pytest.importorskip("trl")
 from dataflex_callbacks.recipes.cli import main  # noqa: E402
 
 # Tiny: 2 strategies x 1 seed x 1 step of 2 prompts x 2 completions.
-TINY = ["--strategies", "baseline,none", "--seeds", "1", "--budget", "steps:1", "--eval-points", "0",
-        "--no-progress", "--prompts-per-step", "2", "--num-generations", "2", "--jobs", "1"]
+TINY = [
+    "--strategies",
+    "baseline,none",
+    "--seeds",
+    "1",
+    "--budget",
+    "steps:1",
+    "--eval-points",
+    "0",
+    "--no-progress",
+    "--prompts-per-step",
+    "2",
+    "--num-generations",
+    "2",
+    "--jobs",
+    "1",
+]
 
 
 def test_a_40_row_dataset_reports_the_held_out_rows_config_json_has(tmp_path, capsys):
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(f'{{"prompt": "{i}+1=", "answer": "{i + 1}"}}\n' for i in range(40)))
     # --n-test 50 asks for 50 held-out prompts; 40 rows give a split of 8.
-    assert main(["compare", *TINY, "--dataset", str(data), "--n-test", "50", "--output-dir", str(tmp_path / "out")]) == 0
+    assert (
+        main(["compare", *TINY, "--dataset", str(data), "--n-test", "50", "--output-dir", str(tmp_path / "out")]) == 0
+    )
     config = json.loads((tmp_path / "out" / "runs" / "baseline-seed0" / "config.json").read_text())
     n_test = config["n_test_rows"]
     assert n_test == 8
@@ -29,8 +46,13 @@ def test_a_40_row_dataset_reports_the_held_out_rows_config_json_has(tmp_path, ca
 
 def _record(strategy, seed, accuracy):
     point = {"overall": accuracy, "a": accuracy}
-    return {"strategy": strategy, "seed": seed, "before": point, "after": point,
-            "curve": [{"step": 0, "completions": 0, "accuracy": point}]}
+    return {
+        "strategy": strategy,
+        "seed": seed,
+        "before": point,
+        "after": point,
+        "curve": [{"step": 0, "completions": 0, "accuracy": point}],
+    }
 
 
 def test_all_equal_accuracies_print_a_warning_not_a_difference():
@@ -38,9 +60,12 @@ def test_all_equal_accuracies_print_a_warning_not_a_difference():
 
     from dataflex_callbacks.recipes.compare.cli import summary_lines
 
-    settings = SimpleNamespace(strategies=["baseline", "none"], baseline="baseline", target=None,
-                               base=SimpleNamespace(dataset=None, eval_dataset=None, max_completion_length=4,
-                                                    suite="toy"))
+    settings = SimpleNamespace(
+        strategies=["baseline", "none"],
+        baseline="baseline",
+        target=None,
+        base=SimpleNamespace(dataset=None, eval_dataset=None, max_completion_length=4, suite="toy"),
+    )
     flat = SimpleNamespace(records=[_record(s, seed, 0.0) for s in ("baseline", "none") for seed in (0, 1, 2)])
     lines = summary_lines(settings, flat)
     assert len(lines) == 1 and "all held-out accuracies are equal" in lines[0]
@@ -54,12 +79,32 @@ def test_an_all_zero_grid_is_flagged_in_the_report_and_on_the_console(tmp_path, 
     import sys
 
     (tmp_path / "zero_reward_t30.py").write_text(
-        "def zero(prompts, completions, **columns):\n    return [0.0] * len(completions)\n")
+        "def zero(prompts, completions, **columns):\n    return [0.0] * len(completions)\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
     try:
-        assert main(["compare", *TINY, "--suite", "toy", "--n-train", "2", "--n-test", "1", "--domains", "digit",
-                     "--reward", "zero_reward_t30:zero", "--output-dir", str(tmp_path / "out")]) == 0
+        assert (
+            main(
+                [
+                    "compare",
+                    *TINY,
+                    "--suite",
+                    "toy",
+                    "--n-train",
+                    "2",
+                    "--n-test",
+                    "1",
+                    "--domains",
+                    "digit",
+                    "--reward",
+                    "zero_reward_t30:zero",
+                    "--output-dir",
+                    str(tmp_path / "out"),
+                ]
+            )
+            == 0
+        )
     finally:
         sys.modules.pop("zero_reward_t30", None)
     out = capsys.readouterr().out
@@ -78,8 +123,9 @@ def test_prompts_plus_completions_past_the_models_positions_are_refused_before_t
     prompt = "1" * 40 + "+1="  # 43 characters: 43 tokens for the built-in tiny model (64 positions)
     data.write_text("".join(f'{{"prompt": "{prompt}", "answer": "{i}"}}\n' for i in range(10)))
     out = tmp_path / "out"
-    assert main(["compare", *TINY, "--dataset", str(data), "--max-completion-length", "32",
-                 "--output-dir", str(out)]) == 2
+    assert (
+        main(["compare", *TINY, "--dataset", str(data), "--max-completion-length", "32", "--output-dir", str(out)]) == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "64" in err and "max_position_embeddings" in err
     assert "up to 32 tokens" in err and not out.exists()
@@ -93,8 +139,23 @@ def test_the_context_check_reads_the_users_own_model_folder(tmp_path, capsys):
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(f'{{"prompt": "{"1" * 20}+{i}=", "answer": "{i}"}}\n' for i in range(10)))
     out = tmp_path / "out"
-    assert main(["compare", *TINY, "--model", model, "--dataset", str(data), "--max-completion-length", "24",
-                 "--output-dir", str(out)]) == 2
+    assert (
+        main(
+            [
+                "compare",
+                *TINY,
+                "--model",
+                model,
+                "--dataset",
+                str(data),
+                "--max-completion-length",
+                "24",
+                "--output-dir",
+                str(out),
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
     assert "is 23 tokens and completions are up to 24 tokens: 47 positions, but the model holds 40" in err
@@ -113,16 +174,41 @@ def test_the_users_reward_model_folder_and_jsonl_give_an_honest_report(tmp_path,
         # An untrained tiny model writes the same completion for every prompt: this reward reads the prompt, so
         # held-out accuracy differs between the seeds' held-out splits and the report has figures to show.
         "def even(prompts, completions, answer, **columns):\n"
-        "    return [float(int(p.split('+')[0]) % 5 == 0) for p in prompts]\n")
+        "    return [float(int(p.split('+')[0]) % 5 == 0) for p in prompts]\n"
+    )
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
     data = tmp_path / "mine.jsonl"
     data.write_text("".join(f'{{"prompt": "{i}+1=", "answer": "{i + 1}"}}\n' for i in range(40)))
     capsys.readouterr()
     try:
-        assert main(["compare", *TINY, "--seeds", "2", "--model", model, "--dataset", str(data), "--n-test", "50",
-                     "--reward", "my_rewards_t30:even", "--reward-threshold", "0.5", "--target", "0.5",
-                     "--max-completion-length", "4", "--output-dir", str(tmp_path / "out")]) == 0
+        assert (
+            main(
+                [
+                    "compare",
+                    *TINY,
+                    "--seeds",
+                    "2",
+                    "--model",
+                    model,
+                    "--dataset",
+                    str(data),
+                    "--n-test",
+                    "50",
+                    "--reward",
+                    "my_rewards_t30:even",
+                    "--reward-threshold",
+                    "0.5",
+                    "--target",
+                    "0.5",
+                    "--max-completion-length",
+                    "4",
+                    "--output-dir",
+                    str(tmp_path / "out"),
+                ]
+            )
+            == 0
+        )
     finally:
         sys.modules.pop("my_rewards_t30", None)
     out = capsys.readouterr().out

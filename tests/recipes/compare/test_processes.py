@@ -38,12 +38,37 @@ def start_two_runs(tmp_path):
     Two strategies x one seed with a budget far longer than any test: ``(process, folder, args)``.
     """
     folder = tmp_path / "cmp"
-    args = ["compare", "--strategies", "baseline,ar", "--seeds", "1", "--budget", "steps:2000", "--jobs", "2",
-            "--eval-points", "0", "--no-progress", "--output-dir", str(folder)]
-    env = dict(os.environ, HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1",
-               PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]))
-    parent = subprocess.Popen([sys.executable, "-m", "dataflex_callbacks", *args], cwd=tmp_path, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    args = [
+        "compare",
+        "--strategies",
+        "baseline,ar",
+        "--seeds",
+        "1",
+        "--budget",
+        "steps:2000",
+        "--jobs",
+        "2",
+        "--eval-points",
+        "0",
+        "--no-progress",
+        "--output-dir",
+        str(folder),
+    ]
+    env = dict(
+        os.environ,
+        HF_HUB_OFFLINE="1",
+        HF_DATASETS_OFFLINE="1",
+        HF_HUB_DISABLE_TELEMETRY="1",
+        PYTHONPATH=os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+    )
+    parent = subprocess.Popen(
+        [sys.executable, "-m", "dataflex_callbacks", *args],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 600
     runs = folder / "runs"
     # Both runs have started training when their run folders exist (created after the data checks).
@@ -111,6 +136,8 @@ def test_a_killed_worker_ends_compare_within_a_minute_naming_the_runs_it_interru
     errors = [line for line in err.splitlines() if line.startswith("dataflex: error:")]
     assert len(errors) == 1, err[-2000:]
     last = errors[0]
-    assert last.startswith("dataflex: error: a worker process of dataflex compare died (killed by SIGKILL)"), err[-2000:]
+    assert last.startswith("dataflex: error: a worker process of dataflex compare died (killed by SIGKILL)"), err[
+        -2000:
+    ]
     assert "Traceback" not in err and "run the same command again" in last, err[-2000:]
     assert all(run.name in last for run in runs.iterdir()), (last, [run.name for run in runs.iterdir()])

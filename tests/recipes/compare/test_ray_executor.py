@@ -7,7 +7,6 @@ a node or the OOM killer; a test-only reward records the `CUDA_VISIBLE_DEVICES` 
 
 import csv
 import json
-import os
 import sys
 
 import pytest
@@ -51,21 +50,35 @@ class KillingScorer(RewardScorer):
             os.kill(os.getpid(), signal.SIGKILL)
         return super()._score(batch)
 '''
-TINY = dict(seeds=2, budget="steps:2", eval_points=0, prompts_per_step=2, num_generations=2, n_train=4, n_test=2,
-            suite="toy", domains=["digit", "echo"], reward_funcs=["t30_ray_helpers:exact_noting_devices"])
+TINY = dict(
+    seeds=2,
+    budget="steps:2",
+    eval_points=0,
+    prompts_per_step=2,
+    num_generations=2,
+    n_train=4,
+    n_test=2,
+    suite="toy",
+    domains=["digit", "echo"],
+    reward_funcs=["t30_ray_helpers:exact_noting_devices"],
+)
 TIME_COLUMNS = ("wall_seconds", "run_dir")
 
 
 # --- the device plan of --jobs N (pure) ---
 
-@pytest.mark.parametrize("jobs, gpus, per_gpu, devices, capped", [
-    (4, [], 1, (), None),                                   # no GPU: CPU workers, --jobs kept
-    (4, ["0", "1", "2", "3"], 1, ("0", "1", "2", "3"), None),
-    (2, ["0", "1", "2", "3"], 1, ("0", "1"), None),
-    (6, ["0", "1", "2", "3"], 1, ("0", "1", "2", "3"), 6),  # capped at one run per GPU
-    (6, ["0", "1", "2", "3"], 2, ("0", "1", "2", "3", "0", "1"), None),  # round the GPUs before sharing one
-    (5, ["2", "7"], 2, ("2", "7", "2", "7"), 5),            # the parent's CUDA_VISIBLE_DEVICES entries, kept
-])
+
+@pytest.mark.parametrize(
+    "jobs, gpus, per_gpu, devices, capped",
+    [
+        (4, [], 1, (), None),  # no GPU: CPU workers, --jobs kept
+        (4, ["0", "1", "2", "3"], 1, ("0", "1", "2", "3"), None),
+        (2, ["0", "1", "2", "3"], 1, ("0", "1"), None),
+        (6, ["0", "1", "2", "3"], 1, ("0", "1", "2", "3"), 6),  # capped at one run per GPU
+        (6, ["0", "1", "2", "3"], 2, ("0", "1", "2", "3", "0", "1"), None),  # round the GPUs before sharing one
+        (5, ["2", "7"], 2, ("2", "7", "2", "7"), 5),  # the parent's CUDA_VISIBLE_DEVICES entries, kept
+    ],
+)
 def test_plan_devices(jobs, gpus, per_gpu, devices, capped):
     plan = plan_devices(jobs, gpus, per_gpu)
     assert plan.devices == devices and plan.capped_from == capped
@@ -88,11 +101,14 @@ def test_no_gpu_is_no_placement():
     assert visible_gpus() == []
 
 
-@pytest.mark.parametrize("flags, expected", [
-    (["--executor", "dask"], "--executor 'dask' is not one of processes, ray"),
-    (["--address", "head:6379"], "add --executor ray"),
-    (["--runs-per-gpu", "0"], "--runs-per-gpu"),
-])
+@pytest.mark.parametrize(
+    "flags, expected",
+    [
+        (["--executor", "dask"], "--executor 'dask' is not one of processes, ray"),
+        (["--address", "head:6379"], "add --executor ray"),
+        (["--runs-per-gpu", "0"], "--runs-per-gpu"),
+    ],
+)
 def test_bad_executor_flags_are_one_line_exit_2(tmp_path, capsys, flags, expected):
     from dataflex_callbacks.recipes.cli import main
 
@@ -111,6 +127,7 @@ def test_executor_ray_without_ray_names_the_extra(tmp_path, capsys, monkeypatch)
 
 
 # --- Ray grids ---
+
 
 @pytest.fixture(scope="module")
 def here(tmp_path_factory):
@@ -171,12 +188,16 @@ def test_each_worker_process_sees_its_own_gpu(process_grid):
 def test_ray_gives_the_results_of_worker_processes(ray_cluster, process_grid, here):
     from dataflex_callbacks.recipes.compare import compare
 
-    results = compare(["baseline", "difffilter"], jobs=2, executor="ray", output_dir=str(here / "ray"),
-                      progress=False, **TINY)
+    results = compare(
+        ["baseline", "difffilter"], jobs=2, executor="ray", output_dir=str(here / "ray"), progress=False, **TINY
+    )
     assert len(results.runs) == 4
     expected, got = _rows(process_grid[0]), _rows(here / "ray")
-    assert sorted(got) == sorted(expected) == [("baseline", "0"), ("baseline", "1"), ("difffilter", "0"),
-                                               ("difffilter", "1")]
+    assert (
+        sorted(got)
+        == sorted(expected)
+        == [("baseline", "0"), ("baseline", "1"), ("difffilter", "0"), ("difffilter", "1")]
+    )
     compared = [c for c in next(iter(expected.values())) if c not in TIME_COLUMNS and "seconds" not in c]
     assert {"accuracy_after_overall", "completions", "completion_tokens"} <= set(compared)
     for key in expected:
@@ -192,12 +213,22 @@ def killing_grid(ray_cluster, here):
     finished = folder / "runs" / "baseline-seed0" / "result.json"
     for name, times, wait_for in (("killer", 1, str(finished)), ("doomed", 99, None)):
         params = {"deaths_file": str(here / f"{name}.deaths"), "times": times, "wait_for": wait_for}
-        strategy = {"select": {"scorer": {"name": "t30_ray_helpers:KillingScorer", "params": params},
-                               "selector": {"name": "threshold_band", "low": -1.0, "high": 2.0}}}
+        strategy = {
+            "select": {
+                "scorer": {"name": "t30_ray_helpers:KillingScorer", "params": params},
+                "selector": {"name": "threshold_band", "low": -1.0, "high": 2.0},
+            }
+        }
         (here / f"{name}.json").write_text(json.dumps(strategy))
     with pytest.raises(WorkerDiedError) as died:
-        compare(["baseline", str(here / "killer.json"), str(here / "doomed.json")], jobs=2, executor="ray",
-                output_dir=str(folder), progress=False, **{**TINY, "seeds": [0]})
+        compare(
+            ["baseline", str(here / "killer.json"), str(here / "doomed.json")],
+            jobs=2,
+            executor="ray",
+            output_dir=str(folder),
+            progress=False,
+            **{**TINY, "seeds": [0]},
+        )
     return folder, str(died.value)
 
 
@@ -211,8 +242,9 @@ def test_a_killed_ray_worker_is_retried_and_no_finished_run_is_lost(killing_grid
     for name in ("baseline-seed0", "killer-seed0"):
         record = json.loads((folder / "runs" / name / "result.json").read_text())
         assert record["name"] == name and record["steps"] == 2, name
-    assert (folder / "runs" / "baseline-seed0" / "result.json").stat().st_mtime <= \
-        (here / "killer.deaths").stat().st_mtime  # written before the kill, never redone
+    assert (folder / "runs" / "baseline-seed0" / "result.json").stat().st_mtime <= (
+        here / "killer.deaths"
+    ).stat().st_mtime  # written before the kill, never redone
 
 
 def test_a_run_whose_worker_dies_twice_fails_with_worker_died_error_naming_it(killing_grid, here):

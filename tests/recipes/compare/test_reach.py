@@ -16,37 +16,68 @@ from dataflex_callbacks.recipes.compare.results import result_problem
 
 def record(strategy, seed, points, tokens_per_completion=4.0, seconds_per_completion=0.01):
     """A result record whose overall curve is `points` [(completions, accuracy)]; tokens and seconds proportional."""
-    curve = [{"step": i, "completions": c, "completion_tokens": int(c * tokens_per_completion),
-              "wall_seconds": c * seconds_per_completion, "accuracy": {"overall": a, "a": a}}
-             for i, (c, a) in enumerate(points)]
-    return {"strategy": strategy, "seed": seed, "name": f"{strategy}-seed{seed}", "budget": "completions:400",
-            "steps": len(points) - 1, "completions": curve[-1]["completions"],
-            "completion_tokens": curve[-1]["completion_tokens"], "wall_seconds": curve[-1]["wall_seconds"] + 5.0,
-            "kept_frac": 1.0, "before": curve[0]["accuracy"], "after": curve[-1]["accuracy"], "curve": curve,
-            "proportions": [{"step": 1, "sampled": {"a": 1.0}, "target": None}], "run_dir": "runs/x", "domains": ["a"], "shared_key": "k"}
+    curve = [
+        {
+            "step": i,
+            "completions": c,
+            "completion_tokens": int(c * tokens_per_completion),
+            "wall_seconds": c * seconds_per_completion,
+            "accuracy": {"overall": a, "a": a},
+        }
+        for i, (c, a) in enumerate(points)
+    ]
+    return {
+        "strategy": strategy,
+        "seed": seed,
+        "name": f"{strategy}-seed{seed}",
+        "budget": "completions:400",
+        "steps": len(points) - 1,
+        "completions": curve[-1]["completions"],
+        "completion_tokens": curve[-1]["completion_tokens"],
+        "wall_seconds": curve[-1]["wall_seconds"] + 5.0,
+        "kept_frac": 1.0,
+        "before": curve[0]["accuracy"],
+        "after": curve[-1]["accuracy"],
+        "curve": curve,
+        "proportions": [{"step": 1, "sampled": {"a": 1.0}, "target": None}],
+        "run_dir": "runs/x",
+        "domains": ["a"],
+        "shared_key": "k",
+    }
 
 
 def grid_records():
     # Baseline final accuracies 0.6 and 0.8: level 0.7, which seed 1 reaches at 300 and seed 0 never (it ends at 0.6).
-    return [record("base", 0, [(0, 0.5), (200, 0.4), (400, 0.6)]),
-            record("base", 1, [(0, 0.5), (200, 0.6), (400, 0.8)]),
-            record("fast", 0, [(0, 0.5), (200, 0.8), (400, 0.9)]),
-            record("fast", 1, [(0, 0.5), (100, 0.9), (400, 0.9)])]
+    return [
+        record("base", 0, [(0, 0.5), (200, 0.4), (400, 0.6)]),
+        record("base", 1, [(0, 0.5), (200, 0.6), (400, 0.8)]),
+        record("fast", 0, [(0, 0.5), (200, 0.8), (400, 0.9)]),
+        record("fast", 1, [(0, 0.5), (100, 0.9), (400, 0.9)]),
+    ]
 
 
 def settings_for(tmp_path, strategies=("base", "fast"), target=None):
-    return CompareSettings(strategies=list(strategies), seeds=[0, 1], budget=Budget.parse("completions:400"),
-                           output_dir=str(tmp_path / "cmp"), eval_points=1, progress=False, target=target)
+    return CompareSettings(
+        strategies=list(strategies),
+        seeds=[0, 1],
+        budget=Budget.parse("completions:400"),
+        output_dir=str(tmp_path / "cmp"),
+        eval_points=1,
+        progress=False,
+        target=target,
+    )
 
 
 def test_reach_is_measured_per_seed_on_each_seeds_own_curve_in_every_unit():
     records = grid_records()
     fast = strategy_reach(records, "fast", "base", 0.7)
-    # Seed 0 crosses 0.7 between 0 (0.5) and 200 (0.8): 200 * 0.2 / 0.3; seed 1 between 0 and 100 (0.9): 100 * 0.2 / 0.4.
+    # Seed 0 crosses 0.7 between 0 (0.5) and 200 (0.8): 200 * 0.2 / 0.3;
+    # seed 1 between 0 and 100 (0.9): 100 * 0.2 / 0.4.
     assert fast.per_seed == pytest.approx({0: 400 / 3, 1: 50.0})
     assert fast.interval.mean == pytest.approx((400 / 3 + 50) / 2)
     assert strategy_reach(records, "fast", "base", 0.7, "completion_tokens").per_seed == pytest.approx(
-        {0: 4 * 400 / 3, 1: 200.0}, abs=1)
+        {0: 4 * 400 / 3, 1: 200.0}, abs=1
+    )
     assert strategy_reach(records, "fast", "base", 0.7, "wall_seconds").per_seed == pytest.approx({0: 4 / 3, 1: 0.5})
     # Seed 1 of the baseline crosses 0.7 between 200 (0.6) and 400 (0.8): at 300.
     assert strategy_reach(records, "base", "base", 0.7).per_seed[1] == pytest.approx(300.0)
@@ -63,7 +94,8 @@ def test_a_seed_whose_curve_ends_below_the_level_is_not_reached_and_no_interval_
     assert "n/a (both reached it in 1 of 2 seeds)" in table
     never = strategy_reach(records, "fast", "base", 0.95)
     assert never.reached == 0 and "| `fast` | not reached | n/a (both reached it in 0 of 2 seeds) |" in "\n".join(
-        headline_section(records, ["base", "fast"], "base", 0.95))
+        headline_section(records, ["base", "fast"], "base", 0.95)
+    )
 
 
 def test_the_ratio_to_the_baseline_is_paired_by_seed():
@@ -82,7 +114,8 @@ def test_the_ratio_to_the_baseline_is_paired_by_seed():
     mixed = strategy_reach(records, "mixed", "base", 0.5)
     logs = stats.paired_bootstrap_interval(np.log([25 / 100, 500 / 1000, 10000 / 10000]))
     assert (mixed.ratio.mean, mixed.ratio.low, mixed.ratio.high) == pytest.approx(
-        (math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high)))
+        (math.exp(logs.mean), math.exp(logs.low), math.exp(logs.high))
+    )
     assert mixed.ratio.low < mixed.ratio.mean < mixed.ratio.high
 
 
@@ -90,7 +123,7 @@ def test_the_baseline_level_is_each_seeds_own_final_accuracy_so_the_baseline_rea
     from dataflex_callbacks.recipes.compare.reach import reach_levels
 
     records = grid_records()
-    (name, level), = reach_levels(records, "base", None)
+    ((name, level),) = reach_levels(records, "base", None)
     assert level == {0: 0.6, 1: 0.8}
     base = strategy_reach(records, "base", "base", level)
     assert base.per_seed == pytest.approx({0: 400.0, 1: 400.0}) and base.reached == 2
@@ -133,15 +166,21 @@ def test_the_headline_is_the_reports_first_section_and_the_console_prints_it(tmp
     outcome = GridOutcome(records=records, reused=[r["name"] for r in records])
     report = render_report(settings_for(tmp_path, target=0.85), outcome)
     sections = [line for line in report.splitlines() if line.startswith("## ")]
-    assert sections[:3] == ["## Compute to reach the target", "## Held-out accuracy after training",
-                            "## Paired difference to the baseline `base`"]
+    assert sections[:3] == [
+        "## Compute to reach the target",
+        "## Held-out accuracy after training",
+        "## Paired difference to the baseline `base`",
+    ]
     assert report.index("- budget per run:") < report.index("## Compute to reach the target")
-    assert ("### The baseline's final accuracy on the same seed: 0.700 (per seed: 0.600-0.800)" in report
-            and "### The target: 0.850" in report)
+    assert (
+        "### The baseline's final accuracy on the same seed: 0.700 (per seed: 0.600-0.800)" in report
+        and "### The target: 0.850" in report
+    )
     assert "figures/accuracy_vs_tokens.png" in report and "figures/accuracy_vs_completions.png" in report
     lines = summary_lines(settings_for(tmp_path, target=0.85), outcome)
-    assert lines[0].startswith("completions to reach the baseline's final accuracy on the same seed (0.700 (per "
-                               "seed: 0.600-0.800))")
+    assert lines[0].startswith(
+        "completions to reach the baseline's final accuracy on the same seed (0.700 (per seed: 0.600-0.800))"
+    )
     assert lines[1] == "  base             400 [400, 400]"  # each seed reaches its own final accuracy at its end
     assert lines[2].startswith("  fast             71 [")  # mean of 66.7 (0.6 on seed 0) and 75 (0.8 on seed 1)
     assert lines[2].endswith("x baseline: 0.18 [0.08, 0.37]")  # paired: 1/6 on seed 0, 3/16 on seed 1
@@ -167,13 +206,19 @@ def test_both_figures_name_the_strategies_and_draw_the_levels_dashed(tmp_path, m
     monkeypatch.setattr(Figure, "savefig", savefig)
     records = grid_records()
     paths = write_report(settings_for(tmp_path, target=0.85), GridOutcome(records=records))
-    for key, name, label in (("accuracy_figure", "accuracy_vs_completions.png", "completions generated"),
-                             ("tokens_figure", "accuracy_vs_tokens.png", "completion tokens generated")):
+    for key, name, label in (
+        ("accuracy_figure", "accuracy_vs_completions.png", "completions generated"),
+        ("tokens_figure", "accuracy_vs_tokens.png", "completion tokens generated"),
+    ):
         assert paths[key].endswith(f"figures/{name}") and (tmp_path / "cmp" / "figures" / name).stat().st_size > 5000
         xlabel, legend, dashed = drawn[name]
         assert xlabel == label
-        assert legend == ["base", "fast", "the baseline's final accuracy on the same seed (0.700 (per seed: 0.600-0.800))",
-                          "the target (0.850)"]
+        assert legend == [
+            "base",
+            "fast",
+            "the baseline's final accuracy on the same seed (0.700 (per seed: 0.600-0.800))",
+            "the target (0.850)",
+        ]
         assert dashed == pytest.approx([0.7, 0.85])
 
 
@@ -204,8 +249,9 @@ def test_training_seconds_exclude_the_evaluations_along_the_way():
 
     ledger = GenerationLedger(Budget.parse("steps:3"))
     callback = budget_callback(ledger, slow_evaluate, eval_points=2)
-    args = SimpleNamespace(steps_per_generation=1, num_iterations=1, generation_batch_size=4,
-                           gradient_accumulation_steps=1)
+    args = SimpleNamespace(
+        steps_per_generation=1, num_iterations=1, generation_batch_size=4, gradient_accumulation_steps=1
+    )
     control = SimpleNamespace(should_log=False, should_training_stop=False)
     callback.on_train_begin(args, None, control)
     for step in (1, 2, 3):
@@ -222,9 +268,33 @@ def test_real_curve_points_record_completion_tokens_and_training_seconds(tmp_pat
     from dataflex_callbacks.recipes.cli import main
 
     # Tiny: 1 strategy x 1 seed x 2 steps of 2 prompts x 2 completions, one evaluation after step 1.
-    assert main(["compare", "--strategies", "baseline", "--seeds", "1", "--budget", "steps:2", "--eval-points", "1",
-                 "--no-progress", "--prompts-per-step", "2", "--num-generations", "2", "--jobs", "1",
-                 "--target", "0.9", "--output-dir", str(tmp_path / "out")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                "--strategies",
+                "baseline",
+                "--seeds",
+                "1",
+                "--budget",
+                "steps:2",
+                "--eval-points",
+                "1",
+                "--no-progress",
+                "--prompts-per-step",
+                "2",
+                "--num-generations",
+                "2",
+                "--jobs",
+                "1",
+                "--target",
+                "0.9",
+                "--output-dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     result = json.loads((tmp_path / "out" / "runs" / "baseline-seed0" / "result.json").read_text())
     curve = result["curve"]
     assert [p["step"] for p in curve] == [0, 1, 2]
@@ -232,7 +302,9 @@ def test_real_curve_points_record_completion_tokens_and_training_seconds(tmp_pat
     assert 0 < curve[1]["completion_tokens"] < curve[2]["completion_tokens"] == result["completion_tokens"]
     assert 0 < curve[1]["wall_seconds"] < curve[2]["wall_seconds"] < result["wall_seconds"]
     out = capsys.readouterr().out
-    assert "completions to reach the baseline's final accuracy" in out and "completions to reach the target (0.900)" in out
+    assert (
+        "completions to reach the baseline's final accuracy" in out and "completions to reach the target (0.900)" in out
+    )
     report = (tmp_path / "out" / "report.md").read_text()
     assert [line for line in report.splitlines() if line.startswith("## ")][0] == "## Compute to reach the target"
     assert (tmp_path / "out" / "figures" / "accuracy_vs_tokens.png").stat().st_size > 0

@@ -15,14 +15,22 @@ def test_reach_is_the_last_crossing_from_below_interpolated():
 
 
 def run(strategy, seed, curve):
-    return {"strategy": strategy, "seed": seed,
-            "curve": [{"completions": c, "accuracy": {"overall": a}} for c, a in curve]}
+    return {
+        "strategy": strategy,
+        "seed": seed,
+        "curve": [{"completions": c, "accuracy": {"overall": a}} for c, a in curve],
+    }
 
 
 def test_reach_table_compares_each_strategy_with_the_baseline_final_mean():
-    records = [run("base", 0, [(0, 0.5), (100, 0.2), (200, 0.6)]), run("base", 1, [(0, 0.5), (100, 0.4), (200, 0.8)]),
-               run("fast", 0, [(0, 0.5), (100, 0.7), (200, 0.9)]), run("fast", 1, [(0, 0.5), (100, 0.7), (200, 0.9)]),
-               run("slow", 0, [(0, 0.5), (100, 0.1), (200, 0.2)]), run("slow", 1, [(0, 0.5), (100, 0.1), (200, 0.2)])]
+    records = [
+        run("base", 0, [(0, 0.5), (100, 0.2), (200, 0.6)]),
+        run("base", 1, [(0, 0.5), (100, 0.4), (200, 0.8)]),
+        run("fast", 0, [(0, 0.5), (100, 0.7), (200, 0.9)]),
+        run("fast", 1, [(0, 0.5), (100, 0.7), (200, 0.9)]),
+        run("slow", 0, [(0, 0.5), (100, 0.1), (200, 0.2)]),
+        run("slow", 1, [(0, 0.5), (100, 0.1), (200, 0.2)]),
+    ]
     level, rows = reach_table(records, ["base", "fast", "slow"], "base")
     assert level == pytest.approx(0.7)
     # baseline mean curve 0.5, 0.3, 0.7: level 0.7 reached at 200; `fast` 0.5, 0.7: at 100 (ratio 0.5).

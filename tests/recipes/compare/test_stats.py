@@ -10,8 +10,9 @@ REPETITIONS = 2000
 
 def _intervals(make_differences, repetitions=REPETITIONS, resamples=2000):
     rng = np.random.default_rng(1234)
-    return [stats.paired_bootstrap_interval(make_differences(rng), resamples=resamples, seed=i)
-            for i in range(repetitions)]
+    return [
+        stats.paired_bootstrap_interval(make_differences(rng), resamples=resamples, seed=i) for i in range(repetitions)
+    ]
 
 
 @pytest.mark.parametrize("n", [3, 5, 10])

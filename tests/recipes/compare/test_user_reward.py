@@ -12,7 +12,7 @@ from dataflex_callbacks.errors import DataFlexError  # noqa: E402
 from dataflex_callbacks.recipes.cli import main  # noqa: E402
 from dataflex_callbacks.recipes.compare import CompareInputError  # noqa: E402
 
-REWARDS = '''
+REWARDS = """
 CALLS = []
 
 def exact(prompts, completions, answer, **columns):
@@ -23,11 +23,31 @@ def always_one(prompts, completions, **columns):
     return [1.0] * len(completions)
 
 NOT_A_FUNCTION = 3
-'''
+"""
 # Tiny: 2 strategies x 1 seed x 2 steps of 2 prompts x 2 completions, 2 held-out prompts per domain.
-TINY = ["--strategies", "baseline,difffilter", "--seeds", "1", "--budget", "steps:2", "--eval-points", "0",
-        "--no-progress", "--prompts-per-step", "2", "--num-generations", "2", "--n-train", "4", "--n-test", "2",
-        "--suite", "toy", "--domains", "digit,echo"]
+TINY = [
+    "--strategies",
+    "baseline,difffilter",
+    "--seeds",
+    "1",
+    "--budget",
+    "steps:2",
+    "--eval-points",
+    "0",
+    "--no-progress",
+    "--prompts-per-step",
+    "2",
+    "--num-generations",
+    "2",
+    "--n-train",
+    "4",
+    "--n-test",
+    "2",
+    "--suite",
+    "toy",
+    "--domains",
+    "digit,echo",
+]
 TINY_OPTIONS = dict(prompts_per_step=2, num_generations=2, suite="toy", n_train=4, n_test=2, domains=["digit", "echo"])
 
 
@@ -47,12 +67,15 @@ def _rows(path):
         return list(csv.DictReader(handle))
 
 
-@pytest.mark.parametrize("spec, expected", [
-    ("user_rewards_t30.exact", "not an import path"),
-    ("no_such_module_t30:exact", "no module named 'no_such_module_t30'"),
-    ("user_rewards_t30:missing", "has no attribute 'missing'"),
-    ("user_rewards_t30:NOT_A_FUNCTION", "not a function"),
-])
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("user_rewards_t30.exact", "not an import path"),
+        ("no_such_module_t30:exact", "no module named 'no_such_module_t30'"),
+        ("user_rewards_t30:missing", "has no attribute 'missing'"),
+        ("user_rewards_t30:NOT_A_FUNCTION", "not a function"),
+    ],
+)
 def test_a_bad_reward_is_one_line_exit_2_and_writes_nothing(rewards_here, capsys, spec, expected):
     folder = rewards_here / "cmp"
     assert main(["compare", "--reward", spec, "--output-dir", str(folder)]) == 2
@@ -64,8 +87,12 @@ def test_a_bad_reward_is_one_line_exit_2_and_writes_nothing(rewards_here, capsys
 
 def test_reward_weights_must_match_the_rewards(rewards_here, capsys):
     folder = rewards_here / "cmp"
-    assert main(["compare", "--reward", "user_rewards_t30:exact", "--reward-weights", "1,0.5",
-                 "--output-dir", str(folder)]) == 2
+    assert (
+        main(
+            ["compare", "--reward", "user_rewards_t30:exact", "--reward-weights", "1,0.5", "--output-dir", str(folder)]
+        )
+        == 2
+    )
     assert "2 weight(s) for 1 --reward function(s)" in capsys.readouterr().err
     assert not folder.exists()
 
@@ -74,8 +101,12 @@ def test_a_callable_no_worker_can_import_is_refused_with_jobs_2(tmp_path):
     from dataflex_callbacks.recipes.compare import compare
 
     with pytest.raises(CompareInputError, match="jobs=1") as caught:
-        compare(["baseline", "difffilter"], reward_funcs=[lambda prompts, completions, **kw: [1.0] * len(prompts)],
-                jobs=2, output_dir=str(tmp_path / "cmp"))
+        compare(
+            ["baseline", "difffilter"],
+            reward_funcs=[lambda prompts, completions, **kw: [1.0] * len(prompts)],
+            jobs=2,
+            output_dir=str(tmp_path / "cmp"),
+        )
     assert isinstance(caught.value, DataFlexError)
     assert not (tmp_path / "cmp").exists()
 
@@ -92,9 +123,17 @@ def test_a_scorer_path_in_a_strategy_file_imports_from_the_current_directory(rew
     from dataflex_callbacks import build_strategy
 
     (rewards_here / "my_methods_t30.py").write_text(
-        "from dataflex_callbacks.components.scorers import GroupSolveRateScorer\n\nclass MyScorer(GroupSolveRateScorer):\n    pass\n")
-    strategy = build_strategy({"select": {"scorer": "my_methods_t30:MyScorer",
-                                          "selector": {"name": "threshold_band", "low": 0.0, "high": 1.0}}})
+        "from dataflex_callbacks.components.scorers import GroupSolveRateScorer\n\n"
+        "class MyScorer(GroupSolveRateScorer):\n    pass\n"
+    )
+    strategy = build_strategy(
+        {
+            "select": {
+                "scorer": "my_methods_t30:MyScorer",
+                "selector": {"name": "threshold_band", "low": 0.0, "high": 1.0},
+            }
+        }
+    )
     assert "my_methods_t30:MyScorer" in repr(strategy)
 
 
@@ -105,26 +144,70 @@ def test_the_users_reward_trains_and_scores_and_python_equals_the_cli(rewards_he
     import_reward("user_rewards_t30:exact")  # from the current directory, as the command does
     user_rewards_t30 = sys.modules["user_rewards_t30"]
     # From Python, in process: the function object itself, and a threshold no row reaches.
-    results = compare(["baseline", "difffilter"], reward_funcs=[user_rewards_t30.always_one], reward_threshold=2.0,
-                      seeds=1, budget="steps:2", eval_points=0, progress=False, jobs=1,
-                      output_dir=str(rewards_here / "py"), **TINY_OPTIONS)
+    results = compare(
+        ["baseline", "difffilter"],
+        reward_funcs=[user_rewards_t30.always_one],
+        reward_threshold=2.0,
+        seeds=1,
+        budget="steps:2",
+        eval_points=0,
+        progress=False,
+        jobs=1,
+        output_dir=str(rewards_here / "py"),
+        **TINY_OPTIONS,
+    )
     assert [r["accuracy_after_overall"] for r in results.runs] == [0.0, 0.0]
     assert set(results.differences) == {"difffilter"}
     # From the shell, the same grid with the path: every held-out completion reaches 1.0 under always_one.
-    assert main(["compare", *TINY, "--reward", "user_rewards_t30:always_one", "--jobs", "1",
-                 "--output-dir", str(rewards_here / "cli")]) == 0
+    assert (
+        main(
+            [
+                "compare",
+                *TINY,
+                "--reward",
+                "user_rewards_t30:always_one",
+                "--jobs",
+                "1",
+                "--output-dir",
+                str(rewards_here / "cli"),
+            ]
+        )
+        == 0
+    )
     cli_rows = _rows(rewards_here / "cli" / "results.csv")
     assert [float(r["accuracy_after_overall"]) for r in cli_rows] == [1.0, 1.0]
 
     # The same grid and reward from both: the same results.csv figures (run_dir and wall time aside).
     user_rewards_t30.CALLS.clear()
-    results = compare(["baseline", "difffilter"], reward_funcs=["user_rewards_t30:exact", "user_rewards_t30:always_one"],
-                      reward_weights=[1.0, 0.5], seeds=1, budget="steps:2", eval_points=0, progress=False,
-                      output_dir=str(rewards_here / "py2"), **TINY_OPTIONS)
+    results = compare(
+        ["baseline", "difffilter"],
+        reward_funcs=["user_rewards_t30:exact", "user_rewards_t30:always_one"],
+        reward_weights=[1.0, 0.5],
+        seeds=1,
+        budget="steps:2",
+        eval_points=0,
+        progress=False,
+        output_dir=str(rewards_here / "py2"),
+        **TINY_OPTIONS,
+    )
     assert user_rewards_t30.CALLS  # trained and scored with the user's function
-    assert main(["compare", *TINY, "--reward", "user_rewards_t30:exact,user_rewards_t30:always_one",
-                 "--reward-weights", "1,0.5", "--jobs", "2",
-                 "--output-dir", str(rewards_here / "cli2")]) == 0  # workers import it from the same directory
+    assert (
+        main(
+            [
+                "compare",
+                *TINY,
+                "--reward",
+                "user_rewards_t30:exact,user_rewards_t30:always_one",
+                "--reward-weights",
+                "1,0.5",
+                "--jobs",
+                "2",
+                "--output-dir",
+                str(rewards_here / "cli2"),
+            ]
+        )
+        == 0
+    )  # workers import it from the same directory
     config = json.loads((rewards_here / "cli2" / "runs" / "baseline-seed0" / "config.json").read_text())
     assert config["reward"]["weights"] == [1.0, 0.5]
     metrics = (rewards_here / "cli2" / "runs" / "baseline-seed0" / "metrics.jsonl").read_text().splitlines()
@@ -133,9 +216,11 @@ def test_the_users_reward_trains_and_scores_and_python_equals_the_cli(rewards_he
     shell_rows = _rows(rewards_here / "cli2" / "results.csv")
     skip = {"run_dir", "wall_seconds"}
     assert [{k: v for k, v in r.items() if k not in skip} for r in python_rows] == [
-        {k: v for k, v in r.items() if k not in skip} for r in shell_rows]
-    assert [r["accuracy_after_overall"] for r in results.runs] == [float(r["accuracy_after_overall"])
-                                                                   for r in python_rows]
+        {k: v for k, v in r.items() if k not in skip} for r in shell_rows
+    ]
+    assert [r["accuracy_after_overall"] for r in results.runs] == [
+        float(r["accuracy_after_overall"]) for r in python_rows
+    ]
 
 
 def test_an_eval_dataset_is_the_held_out_set_and_every_dataset_row_trains(rewards_here, capsys):
@@ -147,9 +232,19 @@ def test_an_eval_dataset_is_the_held_out_set_and_every_dataset_row_trains(reward
     assert main(["compare", "--eval-dataset", str(held_out), "--output-dir", str(rewards_here / "bad")]) == 2
     assert "--eval-dataset" in capsys.readouterr().err and not (rewards_here / "bad").exists()
 
-    results = compare(["baseline", "none"], train_dataset=str(train), eval_dataset=str(held_out),
-                      reward_funcs=["user_rewards_t30:exact"], seeds=1, budget="steps:1", eval_points=0,
-                      progress=False, output_dir=str(rewards_here / "own"), prompts_per_step=2, num_generations=2)
+    results = compare(
+        ["baseline", "none"],
+        train_dataset=str(train),
+        eval_dataset=str(held_out),
+        reward_funcs=["user_rewards_t30:exact"],
+        seeds=1,
+        budget="steps:1",
+        eval_points=0,
+        progress=False,
+        output_dir=str(rewards_here / "own"),
+        prompts_per_step=2,
+        num_generations=2,
+    )
     report = (rewards_here / "own" / "report.md").read_text()
     assert "held-out set: 3 prompts" in report and f"from {held_out}" in report
     assert "a held-out completion is correct when `user_rewards_t30:exact` gives it at least 1" in report

@@ -43,17 +43,29 @@ def test_unchanged_weights_give_identical_completions_after_a_trainer_touched_th
     before = generate_greedy(model, tokenizer, prompts)
     assert generate_greedy(model, tokenizer, prompts) == before  # deterministic as such
 
-    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, per_device_train_batch_size=64, num_generations=8,
-                      max_completion_length=4, logging_steps=1, save_strategy="no", report_to="none",
-                      use_cpu=True, disable_tqdm=True, beta=0.0)
-    trainer = GRPOTrainer(model=model, reward_funcs=make_reward_fn(), args=args, train_dataset=suite["train"],
-                          processing_class=tokenizer)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        max_steps=1,
+        per_device_train_batch_size=64,
+        num_generations=8,
+        max_completion_length=4,
+        logging_steps=1,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=True,
+        disable_tqdm=True,
+        beta=0.0,
+    )
+    trainer = GRPOTrainer(
+        model=model, reward_funcs=make_reward_fn(), args=args, train_dataset=suite["train"], processing_class=tokenizer
+    )
     trainer.train()  # 4 rows, 8 prompts per step: no optimizer step
     assert trainer.state.global_step == 0
     assert all(torch.equal(weights[k], v) for k, v in trainer.model.state_dict().items())
     assert generate_greedy(trainer.model, tokenizer, prompts) == before
-    assert evaluate(trainer.model, tokenizer, suite["test"]) == evaluate(build_tiny_model(tokenizer), tokenizer,
-                                                                          suite["test"])
+    assert evaluate(trainer.model, tokenizer, suite["test"]) == evaluate(
+        build_tiny_model(tokenizer), tokenizer, suite["test"]
+    )
 
 
 def test_chat_prompts_are_rendered_with_the_chat_template():
@@ -73,8 +85,10 @@ def test_accuracy_equals_a_loop_over_the_scored_rows():
     test = load_task_suite(seed=0, n_train=1, n_test=12)["test"]
     completions = generate_greedy(model, tokenizer, list(test["prompt"]))
     reward = TaskReward(seed=0)
-    scores = [reward.score(p, c, str(a), d, salt=(0, "eval"))
-              for p, c, a, d in zip(test["prompt"], completions, test["answer"], test["domain"])]
+    scores = [
+        reward.score(p, c, str(a), d, salt=(0, "eval"))
+        for p, c, a, d in zip(test["prompt"], completions, test["answer"], test["domain"])
+    ]
     expected = {}
     for domain in sorted(set(test["domain"])):
         values = [s for s, d in zip(scores, test["domain"]) if d == domain]

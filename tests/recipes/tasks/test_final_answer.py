@@ -21,20 +21,39 @@ from dataflex_callbacks.recipes.tasks.multi_domain_reward import (
 from dataflex_callbacks.recipes.tasks.verifiers import exact_match, extract_number, numeric_match
 
 
-@pytest.mark.parametrize("text, alternatives", [
-    ("5 or 7", ["5", "7"]), ("either 5 or 7", ["5", "7"]), ("x=2 \\text{ or } x=-2", ["x=2", "x=-2"]),
-    ("A and/or B", ["A", "B"]), ("p \\lor q", ["p", "q"]), ("5", ["5"]), ("2 and 3", ["2 and 3"]),
-    ("10 hours", ["10 hours"]), ("forty", ["forty"]),
-])
+@pytest.mark.parametrize(
+    "text, alternatives",
+    [
+        ("5 or 7", ["5", "7"]),
+        ("either 5 or 7", ["5", "7"]),
+        ("x=2 \\text{ or } x=-2", ["x=2", "x=-2"]),
+        ("A and/or B", ["A", "B"]),
+        ("p \\lor q", ["p", "q"]),
+        ("5", ["5"]),
+        ("2 and 3", ["2 and 3"]),
+        ("10 hours", ["10 hours"]),
+        ("forty", ["forty"]),
+    ],
+)
 def test_alternatives(text, alternatives):
     assert split_alternatives(text) == alternatives
     assert offers_alternatives(text) == (len(alternatives) > 1)
 
 
-@pytest.mark.parametrize("text, negated", [
-    ("not 5", True), ("isn't 5", True), ("is not equal to 5", True), ("rather than 5", True), ("x \\neq 5", True),
-    ("never $5", True), ("is 5", False), ("Note 5", False), ("", False),
-])
+@pytest.mark.parametrize(
+    "text, negated",
+    [
+        ("not 5", True),
+        ("isn't 5", True),
+        ("is not equal to 5", True),
+        ("rather than 5", True),
+        ("x \\neq 5", True),
+        ("never $5", True),
+        ("is 5", False),
+        ("Note 5", False),
+        ("", False),
+    ],
+)
 def test_negation_before_a_value(text, negated):
     assert is_negated(text, len(text) - (1 if text else 0)) == negated
 
@@ -45,15 +64,18 @@ def test_answer_tags_and_emphasis():
     assert strip_emphasis("**18**") == "18" and strip_emphasis("`B`") == "B"
 
 
-@pytest.mark.parametrize("completion, reference, matches", [
-    ("<answer>7</answer> Check with 5.", "5", False),
-    ("The answer is not 5, it is 7.", "5", False),
-    ("The answer is 5 or 7", "5", False),
-    ("The answer is 50%", "50", False),
-    ("<answer>18</answer>", "18", True),
-    ("Answer: **18**", "18", True),
-    ("The answer is 50%", "50%", True),
-])
+@pytest.mark.parametrize(
+    "completion, reference, matches",
+    [
+        ("<answer>7</answer> Check with 5.", "5", False),
+        ("The answer is not 5, it is 7.", "5", False),
+        ("The answer is 5 or 7", "5", False),
+        ("The answer is 50%", "50", False),
+        ("<answer>18</answer>", "18", True),
+        ("Answer: **18**", "18", True),
+        ("The answer is 50%", "50%", True),
+    ],
+)
 def test_the_numeric_verifier_reads_the_final_answer_as_the_math_one_does(completion, reference, matches):
     assert numeric_match(completion, reference) == matches
 
@@ -66,8 +88,15 @@ def test_extract_number_of_a_hedge_or_a_negation_is_none():
 # ------------------------------------------------------------------ time
 
 LOOPS = {  # repetition loops a small model falls into, and worst cases of the parsers; each ~1 MB
-    "names": "Bob, ", "claims": "Bob is a knight, ", "hyphenated": "a-", "negations": "not 5 ", "digits": "1,",
-    "unclosed tags": "<answer>", "unclosed boxes": "\\boxed{", "letters": "The answer is (A) ", "brackets": "(",
+    "names": "Bob, ",
+    "claims": "Bob is a knight, ",
+    "hyphenated": "a-",
+    "negations": "not 5 ",
+    "digits": "1,",
+    "unclosed tags": "<answer>",
+    "unclosed boxes": "\\boxed{",
+    "letters": "The answer is (A) ",
+    "brackets": "(",
 }
 VERIFIERS = {
     "math": lambda text: score_math(text, "5"),
@@ -80,7 +109,9 @@ VERIFIERS = {
 
 @pytest.mark.parametrize("verifier", sorted(VERIFIERS))
 def test_every_verifier_scores_a_1mb_completion_in_linear_time(verifier):
-    """Target 0.5 s per 1 MB (benchmarks/bench_verifiers.py: 0.3 s at most); the bound is generous for a loaded machine."""
+    """Target 0.5 s per 1 MB (benchmarks/bench_verifiers.py: 0.3 s at most); the bound is generous for a
+    loaded machine.
+    """
     score = VERIFIERS[verifier]
     score("\\boxed{5}")  # the first math-verify call imports sympy
     for name, unit in LOOPS.items():
@@ -106,8 +137,13 @@ def test_the_math_verifier_works_in_a_worker_thread():
 
     def score():
         try:
-            results.extend([math_answers_match("\\boxed{\\frac12}", "0.5"), math_answers_match("\\boxed{3}", "0.5"),
-                            math_answers_match("\\boxed{(x+1)^{1000}}", "5")])
+            results.extend(
+                [
+                    math_answers_match("\\boxed{\\frac12}", "0.5"),
+                    math_answers_match("\\boxed{3}", "0.5"),
+                    math_answers_match("\\boxed{(x+1)^{1000}}", "5"),
+                ]
+            )
         except Exception as error:  # noqa: BLE001 - the test reports any error raised in the thread
             errors.append(error)
 

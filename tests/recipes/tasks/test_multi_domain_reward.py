@@ -52,7 +52,7 @@ def test_math_answers(completion, truth, expected):
 
 
 @settings(max_examples=50, deadline=None)
-@given(st.integers(-10**9, 10**9))
+@given(st.integers(-(10**9), 10**9))
 def test_math_integer_answers_by_value(n):
     assert score_math(f"Reasoning ... Answer: {n:,}", str(n)) == 1.0
     assert score_math(f"Reasoning ... Answer: {n + 1}", str(n)) == 0.0
@@ -62,8 +62,11 @@ def test_math_integer_answers_by_value(n):
 
 KK_TRUTH = "Michael is a knight, Zoey is a knave, and Ethan is a knight."
 KK = [
-    ("Assume Michael is a knave; then Zoey ... contradiction. So Michael is a knight.\n"
-     "Final answer: Michael is a knight, Zoey is a knave, and Ethan is a knight.", 1.0),
+    (
+        "Assume Michael is a knave; then Zoey ... contradiction. So Michael is a knight.\n"
+        "Final answer: Michael is a knight, Zoey is a knave, and Ethan is a knight.",
+        1.0,
+    ),
     ("<answer>(1) Michael is a knight\n(2) Zoey is a knave\n(3) Ethan is a knight</answer>", 1.0),
     ("Therefore, Michael and Ethan are knights, and Zoey is not a knight.", 1.0),  # plural and negation
     ("Therefore Michael is a Knight, Zoey is a Knave, Ethan is a Knight.", 1.0),  # capitalised roles
@@ -87,18 +90,27 @@ def test_knights_and_knaves_answers(completion, expected):
 
 def test_kk_hedge_of_issue_32_scores_zero():
     """The docstring of `claimed_roles` calls this a hedge; it scored 1.0 at fcff4c0."""
-    assert score_knights_knaves("Zoey is a knight or a knave, Ethan is a knave",
-                                "Zoey is a knight, and Ethan is a knave.") == 0.0
+    assert (
+        score_knights_knaves("Zoey is a knight or a knave, Ethan is a knave", "Zoey is a knight, and Ethan is a knave.")
+        == 0.0
+    )
 
 
 def test_kk_reasoning_hypotheses_do_not_count_when_a_final_answer_exists():
-    completion = ("Suppose Zoey is a knight. Then Ethan is a knave, which contradicts his statement.\n"
-                  "Therefore: Michael is a knight, Zoey is a knave, Ethan is a knight.")
+    completion = (
+        "Suppose Zoey is a knight. Then Ethan is a knave, which contradicts his statement.\n"
+        "Therefore: Michael is a knight, Zoey is a knave, Ethan is a knight."
+    )
     assert claimed_roles(completion, ["michael", "zoey", "ethan"]) == {
-        "michael": "knight", "zoey": "knave", "ethan": "knight"}
+        "michael": "knight",
+        "zoey": "knave",
+        "ethan": "knight",
+    }
     # Without a marker, the last claim about each person counts.
-    assert score_knights_knaves("Zoey is a knight? No: Zoey is a knave. Michael is a knight. Ethan is a knight.",
-                                KK_TRUTH) == 1.0
+    assert (
+        score_knights_knaves("Zoey is a knight? No: Zoey is a knave. Michael is a knight. Ethan is a knight.", KK_TRUTH)
+        == 1.0
+    )
 
 
 def test_kk_reference_as_mapping_and_bad_reference():
@@ -115,7 +127,7 @@ NAMES = ["Zoey", "Ethan", "Michael", "Olivia", "Lily", "Noah", "Ava", "Liam"]
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.booleans(), min_size=2, max_size=8), st.data())
 def test_kk_stated_truth_scores_one_and_any_flip_scores_zero(roles, data):
-    people = NAMES[:len(roles)]
+    people = NAMES[: len(roles)]
 
     def sentence(values):
         parts = [f"{p} is a {'knight' if v else 'knave'}" for p, v in zip(people, values)]
@@ -169,11 +181,21 @@ def test_multiple_choice_bad_reference_is_named():
 # ------------------------------------------------------------------ routing
 
 
-@pytest.mark.parametrize("label, family", [
-    ("math_dapo", "math"), ("openai/gsm8k", "math"), ("gsm8k_short", "math"), ("gsm8k_long", "math"),
-    ("kk_logic", "knights_knaves"), ("logic", "knights_knaves"), ("knights-and-knaves", "knights_knaves"),
-    ("sciq", "multiple_choice"), ("science", "multiple_choice"), ("Idavidrein/gpqa", "multiple_choice"),
-])
+@pytest.mark.parametrize(
+    "label, family",
+    [
+        ("math_dapo", "math"),
+        ("openai/gsm8k", "math"),
+        ("gsm8k_short", "math"),
+        ("gsm8k_long", "math"),
+        ("kk_logic", "knights_knaves"),
+        ("logic", "knights_knaves"),
+        ("knights-and-knaves", "knights_knaves"),
+        ("sciq", "multiple_choice"),
+        ("science", "multiple_choice"),
+        ("Idavidrein/gpqa", "multiple_choice"),
+    ],
+)
 def test_routing_of_known_labels(label, family):
     assert task_family(label) == family
 
@@ -193,8 +215,15 @@ def test_unknown_and_ambiguous_labels_list_the_families():
 
 def test_verl_compute_score_routes_by_data_source():
     assert compute_score("math_dapo", "Answer: 72", "72") == 1.0
-    assert compute_score("kk_logic", "Final answer: Michael is a knight, Zoey is a knave, Ethan is a knight.",
-                         KK_TRUTH, extra_info={"n_people": 3}) == 1.0
+    assert (
+        compute_score(
+            "kk_logic",
+            "Final answer: Michael is a knight, Zoey is a knave, Ethan is a knight.",
+            KK_TRUTH,
+            extra_info={"n_people": 3},
+        )
+        == 1.0
+    )
     assert compute_score("sciq", "The answer is C.", "B") == 0.0
     # an unknown data_source falls back to extra_info["domain"], then to a clear error
     assert compute_score("my_source", "Answer: 3", "3", extra_info={"domain": "math"}) == 1.0
@@ -216,16 +245,23 @@ def test_trl_reward_reads_columns_and_conversations():
     ]
     prompts = [[{"role": "user", "content": "q"}]] * 4
     # verl's parquet layout as TRL passes it: data_source, domain, reward_model={"ground_truth": ...}
-    columns = dict(data_source=["math_dapo", "kk_logic", "sciq", "sciq"], domain=["math", "logic", "science", "science"],
-                   reward_model=[{"style": "rule", "ground_truth": g} for g in ("72", KK_TRUTH, "B", "B")])
+    columns = dict(
+        data_source=["math_dapo", "kk_logic", "sciq", "sciq"],
+        domain=["math", "logic", "science", "science"],
+        reward_model=[{"style": "rule", "ground_truth": g} for g in ("72", KK_TRUTH, "B", "B")],
+    )
     logged = {}
     rewards = reward(prompts, completions, log_metric=lambda k, v: logged.__setitem__(k, v), **columns)
     assert rewards == [1.0, 1.0, 0.0, 0.0]
     assert logged == {"multi_domain/knights_knaves": 1.0, "multi_domain/math": 1.0, "multi_domain/multiple_choice": 0.0}
     # routing by the domain column and a plain answer column
     by_domain = MultiDomainReward(label_key="domain")
-    assert by_domain(prompts, ["Answer: 72", "x", "B", "x"], domain=["math", "logic", "science", "science"],
-                     answer=["72", KK_TRUTH, "B", "C"]) == [1.0, 0.0, 1.0, 0.0]
+    assert by_domain(
+        prompts,
+        ["Answer: 72", "x", "B", "x"],
+        domain=["math", "logic", "science", "science"],
+        answer=["72", KK_TRUTH, "B", "C"],
+    ) == [1.0, 0.0, 1.0, 0.0]
 
 
 def test_trl_reward_names_a_missing_column():
@@ -255,18 +291,37 @@ def test_as_reward_function_of_a_real_grpo_trainer(tmp_path):
             calls.append((list(kwargs["data_source"]), rewards))
             return rewards
 
-    dataset = Dataset.from_dict({
-        "prompt": ["1+1=", "Who is a knight?", "Pick A-D:", "2+2="],
-        "data_source": ["openai/gsm8k", "kk_logic", "sciq", "math_dapo"],
-        "domain": ["gsm8k_short", "logic", "science", "gsm8k_long"],
-        "reward_model": [{"ground_truth": g} for g in ("2", "Ann is a knight.", "C", "4")],
-    })
+    dataset = Dataset.from_dict(
+        {
+            "prompt": ["1+1=", "Who is a knight?", "Pick A-D:", "2+2="],
+            "data_source": ["openai/gsm8k", "kk_logic", "sciq", "math_dapo"],
+            "domain": ["gsm8k_short", "logic", "science", "gsm8k_long"],
+            "reward_model": [{"ground_truth": g} for g in ("2", "Ann is a knight.", "C", "4")],
+        }
+    )
     tokenizer = build_tiny_tokenizer()
-    args = GRPOConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2,
-                      max_completion_length=4, max_steps=1, learning_rate=1e-3, seed=0, logging_steps=1,
-                      report_to=[], save_strategy="no", use_cpu=True, bf16=False, disable_tqdm=True)
-    trainer = GRPOTrainer(model=build_tiny_model(tokenizer, seed=0), reward_funcs=[Recording()], args=args,
-                          train_dataset=dataset, processing_class=tokenizer)
+    args = GRPOConfig(
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        num_generations=2,
+        max_completion_length=4,
+        max_steps=1,
+        learning_rate=1e-3,
+        seed=0,
+        logging_steps=1,
+        report_to=[],
+        save_strategy="no",
+        use_cpu=True,
+        bf16=False,
+        disable_tqdm=True,
+    )
+    trainer = GRPOTrainer(
+        model=build_tiny_model(tokenizer, seed=0),
+        reward_funcs=[Recording()],
+        args=args,
+        train_dataset=dataset,
+        processing_class=tokenizer,
+    )
     trainer.train()
     assert calls and all(len(sources) == len(rewards) == 4 for sources, rewards in calls)
     assert {s for sources, _ in calls for s in sources} <= set(dataset["data_source"])

@@ -18,8 +18,11 @@ def test_suite_columns_and_sizes():
 
 
 def test_suite_is_deterministic_and_seeded():
-    a, b, c = load_task_suite(seed=1, n_train=10, n_test=5), load_task_suite(seed=1, n_train=10, n_test=5), \
-        load_task_suite(seed=2, n_train=10, n_test=5)
+    a, b, c = (
+        load_task_suite(seed=1, n_train=10, n_test=5),
+        load_task_suite(seed=1, n_train=10, n_test=5),
+        load_task_suite(seed=2, n_train=10, n_test=5),
+    )
     assert a["train"].to_list() == b["train"].to_list() and a["test"].to_list() == b["test"].to_list()
     assert a["train"]["prompt"] != c["train"]["prompt"]
 

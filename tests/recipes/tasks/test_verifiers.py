@@ -13,18 +13,36 @@ from dataflex_callbacks.recipes.tasks import (
 )
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("42", "42"), ("  7 \nmore", "7"), ("work... #### 18", "18"), ("The answer is: 5", ": 5"),
-    ("Answer: yes\n", "yes"), ([{"role": "assistant", "content": " 9"}], "9"), ("", ""),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("42", "42"),
+        ("  7 \nmore", "7"),
+        ("work... #### 18", "18"),
+        ("The answer is: 5", ": 5"),
+        ("Answer: yes\n", "yes"),
+        ([{"role": "assistant", "content": " 9"}], "9"),
+        ("", ""),
+    ],
+)
 def test_extract_answer(text, expected):
     assert extract_answer(text) == expected
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("42", 42.0), ("x = -3.5", -3.5), ("1,234 apples", 1234.0), ("#### 18", 18.0), ("a 3 then 4", 4.0),
-    ("none", None), (None, None), (7, 7.0), ("2e3", 2000.0),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("42", 42.0),
+        ("x = -3.5", -3.5),
+        ("1,234 apples", 1234.0),
+        ("#### 18", 18.0),
+        ("a 3 then 4", 4.0),
+        ("none", None),
+        (None, None),
+        (7, 7.0),
+        ("2e3", 2000.0),
+    ],
+)
 def test_extract_number(text, expected):
     assert extract_number(text) == expected
 

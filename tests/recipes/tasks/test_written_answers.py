@@ -12,8 +12,10 @@ import pytest
 
 from dataflex_callbacks.recipes.tasks.multi_domain_reward import MultiDomainReward, compute_score
 
-GSM8K_72 = ("Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
-            "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72")
+GSM8K_72 = (
+    "Natalia sold 48/2 = <<48/2=24>>24 clips in May.\n"
+    "Natalia sold 48+24 = <<48+24=72>>72 clips altogether in April and May.\n#### 72"
+)
 GSM8K_1000 = "The club raised 4 * 250 = <<4*250=1000>>1000 dollars.\n#### 1000"
 
 # (completion, GSM8K reference, expected); the precedence rule: last box, else the last answer
@@ -104,12 +106,17 @@ KNIGHTS_KNAVES = [
     ("Zoey is a knight. Wait: Zoey isn't a knight. Oliver is a knight.", KK_TRUTH, 1.0),  # "isn't" negates
 ]
 
-ROWS = ([("openai/gsm8k", *row) for row in GSM8K] + [("lighteval/MATH", *row) for row in MATH]
-        + [("TIGER-Lab/MMLU-Pro", *row) for row in MMLU_PRO] + [("kk_logic", *row) for row in KNIGHTS_KNAVES])
+ROWS = (
+    [("openai/gsm8k", *row) for row in GSM8K]
+    + [("lighteval/MATH", *row) for row in MATH]
+    + [("TIGER-Lab/MMLU-Pro", *row) for row in MMLU_PRO]
+    + [("kk_logic", *row) for row in KNIGHTS_KNAVES]
+)
 
 
-@pytest.mark.parametrize("source, completion, reference, expected", ROWS,
-                         ids=[f"{source}-{i}" for i, (source, *_) in enumerate(ROWS)])
+@pytest.mark.parametrize(
+    "source, completion, reference, expected", ROWS, ids=[f"{source}-{i}" for i, (source, *_) in enumerate(ROWS)]
+)
 def test_written_answers_through_both_entry_points(source, completion, reference, expected):
     trl = MultiDomainReward()(["q"], [completion], data_source=[source], reward_model=[{"ground_truth": reference}])
     assert trl == [expected]
@@ -130,8 +137,10 @@ def test_an_unreadable_reference_scores_zero_with_one_warning(source, reference)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         for _ in range(3):  # three training steps: one warning, no exception
-            assert reward(["q", "q"], ["Answer: K", "answer: b"], data_source=[source] * 2,
-                          answer=[reference] * 2) == [0.0, 0.0]
+            assert reward(["q", "q"], ["Answer: K", "answer: b"], data_source=[source] * 2, answer=[reference] * 2) == [
+                0.0,
+                0.0,
+            ]
     assert len(caught) == 1, [str(w.message) for w in caught]
     assert repr(reference) in str(caught[0].message) and "score 0" in str(caught[0].message)
     with warnings.catch_warnings():
@@ -147,14 +156,19 @@ from hypothesis import strategies as st  # noqa: E402
 from dataflex_callbacks.recipes.tasks.multi_domain_reward import score_math, score_multiple_choice  # noqa: E402
 
 MATH_WRITINGS = [  # how a completion may state the integer n
-    lambda n: f"#### {n}", lambda n: f"The answer is {n:,}.", lambda n: f"\\boxed{{{n}}}",
-    lambda n: f"\\boxed{{x = {n}}}", lambda n: f"Answer: {n}.0", lambda n: f"The answer is {n}e0 and I checked {n + 7}",
-    lambda n: f"\\boxed{{\\frac{{{2 * n}}}{{2}}}}", lambda n: f"So the total is {n} apples.",
+    lambda n: f"#### {n}",
+    lambda n: f"The answer is {n:,}.",
+    lambda n: f"\\boxed{{{n}}}",
+    lambda n: f"\\boxed{{x = {n}}}",
+    lambda n: f"Answer: {n}.0",
+    lambda n: f"The answer is {n}e0 and I checked {n + 7}",
+    lambda n: f"\\boxed{{\\frac{{{2 * n}}}{{2}}}}",
+    lambda n: f"So the total is {n} apples.",
 ]
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.integers(-10**6, 10**6), st.sampled_from(range(len(MATH_WRITINGS))))
+@given(st.integers(-(10**6), 10**6), st.sampled_from(range(len(MATH_WRITINGS))))
 def test_every_writing_of_a_value_scores_one_and_of_its_neighbour_zero(n, writing):
     write = MATH_WRITINGS[writing]
     assert score_math(write(n), f"#### {n}") == 1.0
@@ -162,14 +176,22 @@ def test_every_writing_of_a_value_scores_one_and_of_its_neighbour_zero(n, writin
 
 
 LETTER_WRITINGS = [
-    lambda c: f"answer: {c.lower()}", lambda c: f"The answer is ({c}).", lambda c: f"\\boxed{{{c.lower()}}}",
-    lambda c: f"<answer>{c}</answer>", lambda c: f"**Answer: {c}**", lambda c: f"({c.lower()})",
+    lambda c: f"answer: {c.lower()}",
+    lambda c: f"The answer is ({c}).",
+    lambda c: f"\\boxed{{{c.lower()}}}",
+    lambda c: f"<answer>{c}</answer>",
+    lambda c: f"**Answer: {c}**",
+    lambda c: f"({c.lower()})",
 ]
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.sampled_from("ABCDEFGHIJ"), st.sampled_from("ABCDEFGHIJ"), st.sampled_from(range(len(LETTER_WRITINGS))),
-       st.booleans())
+@given(
+    st.sampled_from("ABCDEFGHIJ"),
+    st.sampled_from("ABCDEFGHIJ"),
+    st.sampled_from(range(len(LETTER_WRITINGS))),
+    st.booleans(),
+)
 def test_a_letter_scores_one_against_itself_and_zero_against_another(chosen, truth, writing, lower_reference):
     reference = truth.lower() if lower_reference else truth
     assert score_multiple_choice(LETTER_WRITINGS[writing](chosen), reference) == float(chosen == truth)

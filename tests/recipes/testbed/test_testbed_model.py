@@ -47,8 +47,9 @@ def test_shipped_model_reproduces_its_documented_greedy_accuracies(shipped):
     assert hashlib.sha256("\n".join(completions).encode("utf-8")).hexdigest() == PROFILE["eval_greedy_digest"]
     greedy = [testbed.verify(c, row["answer"]) for c, row in zip(completions, rows)]
     table = testbed.profile_table(rows, greedy, None)
-    assert {name: entry["greedy"] for name, entry in table.items()} == \
-        {name: entry["greedy"] for name, entry in PROFILE["eval_greedy"].items()}
+    assert {name: entry["greedy"] for name, entry in table.items()} == {
+        name: entry["greedy"] for name, entry in PROFILE["eval_greedy"].items()
+    }
 
 
 def test_documented_profile_is_a_realistic_start():
@@ -66,14 +67,17 @@ def test_first_build_steps_reproduce_the_documented_losses():
     assert record["first_step_losses"] == pytest.approx(documented, abs=1e-5)
 
 
-@pytest.mark.skipif(os.environ.get("DATAFLEX_TESTBED_REBUILD") != "1",
-                    reason="a full rebuild takes minutes; set DATAFLEX_TESTBED_REBUILD=1")
+@pytest.mark.skipif(
+    os.environ.get("DATAFLEX_TESTBED_REBUILD") != "1",
+    reason="a full rebuild takes minutes; set DATAFLEX_TESTBED_REBUILD=1",
+)
 def test_full_rebuild_reaches_the_documented_profile(tmp_path):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "build_testbed_model", os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts",
-                                            "build_testbed_model.py"))
+        "build_testbed_model",
+        os.path.join(os.path.dirname(__file__), "..", "..", "..", "scripts", "build_testbed_model.py"),
+    )
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     assert script.main(["--output", str(tmp_path)]) == 0
@@ -81,5 +85,6 @@ def test_full_rebuild_reaches_the_documented_profile(tmp_path):
     for name, entry in PROFILE["eval_greedy"].items():
         assert rebuilt["eval_greedy"][name]["greedy"] == pytest.approx(entry["greedy"], abs=GREEDY_TOLERANCE), name
     for share in ("all", "none", "mixed"):
-        assert rebuilt["train_pass"]["overall"][share] == pytest.approx(PROFILE["train_pass"]["overall"][share],
-                                                                         abs=SHARE_TOLERANCE), share
+        assert rebuilt["train_pass"]["overall"][share] == pytest.approx(
+            PROFILE["train_pass"]["overall"][share], abs=SHARE_TOLERANCE
+        ), share

@@ -11,7 +11,7 @@ from dataflex_callbacks.recipes import testbed
 def _value(prompt: str) -> str:
     """An independent reference: the expected completion computed from the prompt's text."""
     if prompt.startswith("sort "):
-        return "".join(sorted(prompt[len("sort "):-1]))
+        return "".join(sorted(prompt[len("sort ") : -1]))
     expression = prompt.rstrip("=")
     for symbol, operation in (("+", int.__add__), ("-", int.__sub__), ("*", int.__mul__)):
         if symbol in expression:

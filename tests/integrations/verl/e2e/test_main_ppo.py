@@ -16,7 +16,6 @@ only through the live-weight fix ``scripts/verl_e2e.sh`` turns on (``DATAFLEX_VL
 from __future__ import annotations
 
 import json
-import math
 import os
 import signal
 import subprocess
@@ -130,8 +129,9 @@ def _logged_steps(out: Path) -> int:
     return len(path.read_text().splitlines()) if path.exists() else 0
 
 
-def run_main_ppo(name: str, *overrides: str, steps: int = 2, probe: bool = False,
-                 kill_worker_after_step: int | None = None) -> Run:
+def run_main_ppo(
+    name: str, *overrides: str, steps: int = 2, probe: bool = False, kill_worker_after_step: int | None = None
+) -> Run:
     """Run ``scripts/verl_e2e.sh`` once per name (cached for the session); fail with the log's tail on error.
 
     ``kill_worker_after_step``: once that many steps are logged, SIGKILL the run's vLLM worker process and
@@ -150,13 +150,25 @@ def run_main_ppo(name: str, *overrides: str, steps: int = 2, probe: bool = False
         subprocess.run(["rm", "-rf", str(out)], check=True)
     out.mkdir(parents=True)
     modules = ["force_repack", "loss_probe" if probe else "", os.environ.get("VERL_E2E_EXTRA_MODULES", "")]
-    env = dict(os.environ, VERL_E2E_OUT=str(out), VERL_E2E_STEPS=str(steps),
-               VERL_E2E_EXTRA_MODULES=",".join(filter(None, modules)), DATAFLEX_E2E_REPACK_LOG=str(out / "repack.jsonl"))
+    env = dict(
+        os.environ,
+        VERL_E2E_OUT=str(out),
+        VERL_E2E_STEPS=str(steps),
+        VERL_E2E_EXTRA_MODULES=",".join(filter(None, modules)),
+        DATAFLEX_E2E_REPACK_LOG=str(out / "repack.jsonl"),
+    )
     if probe:
         env["DATAFLEX_E2E_PROBE"] = str(out / "probe.jsonl")
         overrides = ("actor_rollout_ref.actor.policy_loss.loss_mode=probe_vanilla", *overrides)
-    args = ["bash", str(SCRIPT), f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
-            f"actor_rollout_ref.rollout.n={GROUP}", f"trainer.rollout_data_dir={out / 'rollouts'}", *overrides]
+    args = [
+        "bash",
+        str(SCRIPT),
+        f"data.train_batch_size={PROMPTS}",
+        f"actor_rollout_ref.actor.ppo_mini_batch_size={PROMPTS}",
+        f"actor_rollout_ref.rollout.n={GROUP}",
+        f"trainer.rollout_data_dir={out / 'rollouts'}",
+        *overrides,
+    ]
     memory, start = _PeakMemory(), time.monotonic()
     killed, killed_at = "", None
     with open(out / "run.log", "w") as log:
@@ -166,7 +178,9 @@ def run_main_ppo(name: str, *overrides: str, steps: int = 2, probe: bool = False
         try:
             if kill_worker_after_step is not None:
                 while proc.poll() is None and _logged_steps(out) < kill_worker_after_step:
-                    assert time.monotonic() - start < RUN_TIMEOUT_S, f"run {name!r}: step {kill_worker_after_step} never came"
+                    assert time.monotonic() - start < RUN_TIMEOUT_S, (
+                        f"run {name!r}: step {kill_worker_after_step} never came"
+                    )
                     time.sleep(0.5)
                 worker = _vllm_worker(proc.pid) if proc.poll() is None else None
                 assert worker is not None, f"run {name!r}: no vLLM worker to kill (exit {proc.poll()})"
@@ -178,34 +192,45 @@ def run_main_ppo(name: str, *overrides: str, steps: int = 2, probe: bool = False
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
             rc = "timeout"
-    run = Run(name, out, time.monotonic() - start, memory.stop(), exit_code=rc, killed=killed,
-              ended_after_kill_s=None if killed_at is None else time.monotonic() - killed_at)
-    print(f"\nverl e2e run {name!r}: {run.seconds:.0f} s, peak {run.peak_gb:.1f} GB above idle, exit {rc}"
-          + (f", ended {run.ended_after_kill_s:.0f} s after its vLLM worker was killed" if killed else ""))
+    run = Run(
+        name,
+        out,
+        time.monotonic() - start,
+        memory.stop(),
+        exit_code=rc,
+        killed=killed,
+        ended_after_kill_s=None if killed_at is None else time.monotonic() - killed_at,
+    )
+    print(
+        f"\nverl e2e run {name!r}: {run.seconds:.0f} s, peak {run.peak_gb:.1f} GB above idle, exit {rc}"
+        + (f", ended {run.ended_after_kill_s:.0f} s after its vLLM worker was killed" if killed else "")
+    )
     if rc != 0 and not killed:
         tail = "\n".join(run.log().splitlines()[-60:])
         pytest.fail(f"main_ppo run {name!r} exited {rc}; {out / 'run.log'} ends:\n{tail}")
     metrics_path = out / "metrics.jsonl"
     run.metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
     # The forcing reached the processes that load the model: a passing run passed with the repack forced.
-    assert run.repacked_processes(), f"run {name!r}: force_repack acted in no vLLM process; the run proves nothing " \
-                                     f"about repacking CPUs ({out / 'repack.jsonl'} is empty)"
+    assert run.repacked_processes(), (
+        f"run {name!r}: force_repack acted in no vLLM process; the run proves nothing "
+        f"about repacking CPUs ({out / 'repack.jsonl'} is empty)"
+    )
     _RUNS[name] = run
     return run
 
 
 def training_metrics(step: dict) -> dict[str, float]:
     """The step's numeric metrics that describe training (not the machine's speed or memory)."""
-    return {k: v for k, v in step.items()
-            if isinstance(v, (int, float)) and not any(word in k for word in MACHINE_METRICS)}
+    return {
+        k: v for k, v in step.items() if isinstance(v, (int, float)) and not any(word in k for word in MACHINE_METRICS)
+    }
 
 
 def dataflex_strategy(name: str) -> str:
     return f"+dataflex.strategy={HERE / name}"
 
 
-SELECT_MIX = ("trainer.v1.trainer_mode=dataflex_sync", dataflex_strategy("select_mix.yaml"),
-              "trainer.save_freq=1")
+SELECT_MIX = ("trainer.v1.trainer_mode=dataflex_sync", dataflex_strategy("select_mix.yaml"), "trainer.save_freq=1")
 
 
 # ---------------------------------------------------------------- select: dropped rows never reach the loss
@@ -244,15 +269,18 @@ def test_select_drops_rows_and_dropped_rows_get_no_gradient():
         assert kept == GROUP * passes.count(2), (kept, passes)
         # Exactly the kept responses reach the policy gradient; the dropped ones include every group of
         # 1 or 3 passes, which stock GRPO trains on (non-zero advantages).
-        assert seen["grad_rows"] == kept, f"step {step}: {seen['grad_rows']} responses reached the policy " \
-                                          f"gradient, the strategy kept {kept} (passes per group {passes})"
+        assert seen["grad_rows"] == kept, (
+            f"step {step}: {seen['grad_rows']} responses reached the policy "
+            f"gradient, the strategy kept {kept} (passes per group {passes})"
+        )
         # Dropped responses leave the loss mask too; a step that drops everything keeps verl's masks
         # (an all-zero token count would make the loss NaN) and zero weights (docs/verl.md, limits).
         assert seen["masked_in"] == (kept if kept else ROWS), (seen, kept)
     trained_on_by_stock = [GROUP * sum(p in (1, 3) for p in passes_per_group(run, s)) for s in (1, 2)]
     assert sum(trained_on_by_stock) > 0, f"no dropped group carried a gradient in stock GRPO: {trained_on_by_stock}"
-    assert any(0 < run.step(s)["dataflex/kept_frac"] < 1 for s in (1, 2)), \
+    assert any(0 < run.step(s)["dataflex/kept_frac"] < 1 for s in (1, 2)), (
         f"no step both kept and dropped rows: {[run.step(s)['dataflex/kept_frac'] for s in (1, 2)]}"
+    )
 
 
 def test_the_engine_samples_with_the_trainers_weights_despite_the_forced_repack():
@@ -291,8 +319,9 @@ def test_mix_moves_the_next_prompts_toward_the_target():
         assert target["easy"] == pytest.approx(target["hard"]), (rewards, target)
         return
     lagging = min(rewards, key=rewards.get)
-    assert target[lagging] > 0.5, f"the lagging domain {lagging!r} should get more data after step 1: {target}, " \
-                                  f"step-1 rewards {rewards}"
+    assert target[lagging] > 0.5, (
+        f"the lagging domain {lagging!r} should get more data after step 1: {target}, step-1 rewards {rewards}"
+    )
     # Step 1's prompts were drawn at the prior (even split); step 2's at step 1's target, exact quotas.
     share = {s: sum(("*" in row["input"]) == (lagging == "hard") for row in run.rollouts(s)) / ROWS for s in (1, 2)}
     assert share[1] == 0.5, share
@@ -308,8 +337,9 @@ def test_resume_from_step_one_repeats_the_uninterrupted_step_two():
     full = run_main_ppo("select_mix", *SELECT_MIX, probe=True)
     checkpoint = full.out / "checkpoints" / "global_step_1"
     assert (checkpoint / "data.pt").exists() and (checkpoint / "dataflex.pt").exists(), list(checkpoint.iterdir())
-    resumed = run_main_ppo("resumed", *SELECT_MIX, "trainer.resume_mode=resume_path",
-                           f"trainer.resume_from_path={checkpoint}")
+    resumed = run_main_ppo(
+        "resumed", *SELECT_MIX, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoint}"
+    )
     assert [row["step"] for row in resumed.metrics] == [2], [row["step"] for row in resumed.metrics]
     # What the checkpoint restores decides step 2's prompts: the dataloader and sampler state (data.pt)
     # and the mix target and draw history (dataflex.pt). Step 1's target put 7 of 8 prompts in `hard`;
@@ -340,8 +370,13 @@ def reference_run() -> Run:
     """The README's DataFlex-RL select block, unchanged; its vLLM worker is killed once step 1 is logged."""
     reference = yaml.safe_load((ROOT / "tests" / "core" / "reference_blocks" / "blocks.yaml").read_text())
     entry = reference["readme_select"]
-    return run_main_ppo("reference", f"trainer.v1.trainer_mode={entry['trainer_mode']}",
-                        f"+dataflex={_hydra(entry['block'])}", steps=2, kill_worker_after_step=1)
+    return run_main_ppo(
+        "reference",
+        f"trainer.v1.trainer_mode={entry['trainer_mode']}",
+        f"+dataflex={_hydra(entry['block'])}",
+        steps=2,
+        kill_worker_after_step=1,
+    )
 
 
 def test_reference_select_block_runs_unchanged():
@@ -360,8 +395,9 @@ def test_a_killed_vllm_worker_ends_the_run_within_a_minute_with_its_error():
     run = reference_run()
     assert run.killed.startswith("VLLM::Worker"), run.killed
     assert run.exit_code not in (0, "timeout"), f"the run exited {run.exit_code} after its vLLM worker was killed"
-    assert run.ended_after_kill_s < KILL_GRACE_S, \
+    assert run.ended_after_kill_s < KILL_GRACE_S, (
         f"the run took {run.ended_after_kill_s:.0f} s to end after its vLLM worker was killed"
+    )
     # Whoever ended it (verl noticing the failed requests, or supervise.py after its grace), the run's last
     # words say that the engine failed and show the engine's own error: vLLM's word that its worker died.
     report = [line for line in run.log().splitlines() if line.startswith("[supervise]")]
@@ -373,11 +409,16 @@ def test_a_killed_vllm_worker_ends_the_run_within_a_minute_with_its_error():
 
 
 def test_dapo_filter_groups_refills_through_the_prompt_feed():
-    run = run_main_ppo("dapo", "trainer.v1.trainer_mode=dataflex_sync", dataflex_strategy("dapo_skip.yaml"),
-                       "algorithm.filter_groups.enable=True", "algorithm.filter_groups.metric=reward",
-                       # every `hard` group fails whole: the filter has groups to evict at every step
-                       "reward.custom_reward_function.name=compute_score_hard_unsolved",
-                       "trainer.save_freq=2")
+    run = run_main_ppo(
+        "dapo",
+        "trainer.v1.trainer_mode=dataflex_sync",
+        dataflex_strategy("dapo_skip.yaml"),
+        "algorithm.filter_groups.enable=True",
+        "algorithm.filter_groups.metric=reward",
+        # every `hard` group fails whole: the filter has groups to evict at every step
+        "reward.custom_reward_function.name=compute_score_hard_unsolved",
+        "trainer.save_freq=2",
+    )
     count = lambda name: int(sum(run.step(s).get(f"training/filter_groups/{name}", 0) for s in (1, 2)))  # noqa: E731
     evicted, surplus = count("evicted_samples"), count("discarded_surplus_samples")
     assert evicted > 0, f"verl's filter evicted no group, so nothing was refilled: {run.metrics}"
@@ -395,8 +436,7 @@ def test_baseline_strategy_trains_as_stock_verl():
     # One step each: what is compared (prompts, metric names) shows at the first step, and CI's time
     # goes to the runs that test the adapter.
     stock = run_main_ppo("stock", "trainer.v1.trainer_mode=sync", steps=1)
-    baseline = run_main_ppo("baseline", "trainer.v1.trainer_mode=dataflex_sync", "+dataflex.strategy=baseline",
-                            steps=1)
+    baseline = run_main_ppo("baseline", "trainer.v1.trainer_mode=dataflex_sync", "+dataflex.strategy=baseline", steps=1)
     for step in (1,):
         # Same seed, same prompts in the same steps; the same metrics, and no dataflex field written.
         assert Counter(r["input"] for r in baseline.rollouts(step)) == Counter(r["input"] for r in stock.rollouts(step))
@@ -409,12 +449,13 @@ def test_baseline_strategy_trains_as_stock_verl():
     # loss and gradient as verl's own functions on one batch).
 
 
-
-
 # ---------------------------------------------------------------- dataflex_colocate_async: verl's async trainer
 
-ASYNC = ("trainer.v1.trainer_mode=dataflex_colocate_async", dataflex_strategy("async_select_mix_skip.yaml"),
-         "trainer.save_freq=1")
+ASYNC = (
+    "trainer.v1.trainer_mode=dataflex_colocate_async",
+    dataflex_strategy("async_select_mix_skip.yaml"),
+    "trainer.save_freq=1",
+)
 
 
 def test_the_async_trainer_runs_every_part_and_logs_verls_own_staleness():
@@ -425,7 +466,8 @@ def test_the_async_trainer_runs_every_part_and_logs_verls_own_staleness():
         assert 0 <= metrics["dataflex/kept_frac"] <= 1 and "dataflex/mix/target/hard" in metrics, metrics
         # The strategy's staleness is verl's own count: versions lag by global_steps - 1 - max_global_steps.
         assert metrics["dataflex/staleness/mean"] == pytest.approx(
-            metrics["training/off_policy/trajectory_staleness/mean"]), (step, metrics)
+            metrics["training/off_policy/trajectory_staleness/mean"]
+        ), (step, metrics)
         assert {"dataflex/staleness/mean/easy", "dataflex/staleness/mean/hard"} <= set(metrics), metrics
     # Generation runs a step ahead: from step 2 on, responses come from the previous weights.
     assert run.step(2)["training/off_policy/trajectory_staleness/max"] >= 1, run.step(2)
@@ -437,8 +479,9 @@ def test_the_async_trainer_resumes_its_strategy_from_a_checkpoint():
     full = run_main_ppo("async", *ASYNC, steps=3)
     checkpoint = full.out / "checkpoints" / "global_step_1"
     assert (checkpoint / "dataflex.pt").exists(), list(checkpoint.iterdir())
-    resumed = run_main_ppo("async_resumed", *ASYNC, "trainer.resume_mode=resume_path",
-                           f"trainer.resume_from_path={checkpoint}", steps=2)
+    resumed = run_main_ppo(
+        "async_resumed", *ASYNC, "trainer.resume_mode=resume_path", f"trainer.resume_from_path={checkpoint}", steps=2
+    )
     assert [row["step"] for row in resumed.metrics] == [2], [row["step"] for row in resumed.metrics]
     # The mix target of step 2 is computed from the restored strategy (step 1's statistics) before any new
     # rollout is seen; a fresh strategy would start from the even prior.
