@@ -133,6 +133,15 @@ class Component:
         if "name" not in cls.__dict__:
             cls.name = import_path(cls)
 
+    def state_dict(self) -> dict:
+        """The component's state across steps; ``{}`` for one without state (a public no-op, as in Lightning's
+        ``Callback``). A component that learns across steps overrides both methods, so that a resumed run
+        continues exactly; `Strategy.state_dict` saves every component's."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore `state_dict` output; a component without state has nothing to restore."""
+
 
 def _check_kind(kind: str) -> str:
     """``kind`` itself when it is one of `KINDS`, else a `ConfigError` listing the valid kinds."""

@@ -102,13 +102,6 @@ class PreSelectFilter(Component):
             "pre_select/completions_saved": float(self.skipped * self.num_generations),
         }
 
-    def state_dict(self) -> dict:
-        """The filter's state across steps; ``{}`` for a filter without state."""
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restore `state_dict` output; a filter without state has nothing to restore."""
-
 
 class _PreSelectRule(PreSelectFilter):
     """What both built-in filters share: the `PromptHistory`, the sampler's draw counters and their metrics and state.

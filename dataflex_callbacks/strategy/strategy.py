@@ -559,18 +559,18 @@ class Strategy:
             "config": self.config.to_dict(),
             "mixing": None if self.mixing is None else self.mixing.state_dict(),
             "pre_select": None if self.pre_select is None else self.pre_select.state_dict(),
-            "components": {place: component.state_dict() for place, component in self._stateful_components()},
+            # A component without state (the base class's {}) is left out: loading nothing leaves it as it is.
+            "components": {place: state for place, part in self._components() if (state := part.state_dict())},
         }
 
-    def _stateful_components(self) -> list[tuple[str, Any]]:
-        """``("select.scorer", component)`` for each scorer or actuator that keeps state of its own
-        (a ``state_dict``)."""
-        found = []
-        for part in self.parts:
-            for role, component in (("scorer", part.scorer), (part.actuator_kind, part.actuator)):
-                if callable(getattr(component, "state_dict", None)):
-                    found.append((f"{part.kind}.{role}", component))
-        return found
+    def _components(self) -> list[tuple[str, Any]]:
+        """``("select.scorer", component)`` for each part's scorer and actuator (every `Component` has a
+        ``state_dict``, ``{}`` when it keeps no state)."""
+        return [
+            (f"{part.kind}.{role}", component)
+            for part in self.parts
+            for role, component in (("scorer", part.scorer), (part.actuator_kind, part.actuator))
+        ]
 
     def load_state_dict(self, state: Mapping[str, Any], strict: bool = True) -> None:
         """Restore saved state; with ``strict`` a changed config is an error naming what differs."""
@@ -587,7 +587,7 @@ class Strategy:
         if self.pre_select is not None and state.get("pre_select") is not None:
             self.pre_select.load_state_dict(state["pre_select"])
         saved_components = state.get("components") or {}
-        for place, component in self._stateful_components():
+        for place, component in self._components():
             if place in saved_components:
                 component.load_state_dict(saved_components[place])
 

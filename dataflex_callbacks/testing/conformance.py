@@ -48,7 +48,7 @@ from dataflex_callbacks.testing._random_batches import (
     drop_policy_batch,
     random_batch,
 )
-from dataflex_callbacks.registry import KINDS, component_class
+from dataflex_callbacks.registry import KINDS, Component, component_class
 from dataflex_callbacks.components.reweighters import Reweighter
 from dataflex_callbacks.components.scorers import Scorer
 from dataflex_callbacks.components.selectors import Selector
@@ -530,8 +530,8 @@ class _BatchChecker(_Checker):
             )
 
     def check_state(self, trials: list[_Trial]) -> None:
-        if not callable(getattr(self.initial, "state_dict", None)):
-            self.skip("state_dict", "the component defines no state_dict (stateless)")
+        if not _keeps_state(self.initial):
+            self.skip("state_dict", "the component keeps no state (the base class's state_dict)")
             return
         first = self.fresh()
         for trial in trials[:2]:
@@ -625,8 +625,8 @@ class _MixerChecker(_Checker):
             self.passed("cuda")
         else:
             self.skip("cuda", "CUDA is not available on this machine")
-        if not callable(getattr(self.initial, "state_dict", None)):
-            self.skip("state_dict", "the mixer defines no state_dict (its mix part checkpoints the tracker)")
+        if not _keeps_state(self.initial):
+            self.skip("state_dict", "the mixer keeps no state of its own (its mix part checkpoints the tracker)")
             return
         first = self.bound(domains)
         for _ in range(2):
@@ -725,3 +725,8 @@ class _MixerChecker(_Checker):
                     f"{what}: domain {domain!r} gets {got.get(domain)!r}, expected {want[domain]:.9g} "
                     f"(all: {got} vs {want})",
                 )
+
+
+def _keeps_state(component: Any) -> bool:
+    """Whether ``component`` overrides `Component.state_dict` (the base class's returns ``{}``: no state)."""
+    return type(component).state_dict is not Component.state_dict
