@@ -35,7 +35,7 @@ import os
 import warnings
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Collection, Mapping, Optional
 
 import torch
 from transformers import TrainerCallback
@@ -148,13 +148,16 @@ class AdapterOptions:
         return tuple(option.name for option in dataclasses.fields(cls))
 
     @classmethod
-    def check_names(cls, given: Mapping[str, Any], where: str) -> None:
-        """Refuse, naming the valid options, a name in ``given`` that is no option; ``where`` names the call."""
-        unknown = [name for name in given if name not in cls.names()]
+    def check_names(cls, given: Mapping[str, Any], where: str, also: Collection[str] = (), also_text: str = "") -> None:
+        """Refuse, naming the valid options, a name in ``given`` that is no option; ``where`` names the call.
+
+        ``also``: further names the call takes (a TRL trainer's own arguments), described by ``also_text``.
+        """
+        unknown = [name for name in given if name not in cls.names() and name not in also]
         if unknown:
             raise ParamError(
                 f"dataflex: {where} got an unknown option {unknown[0]!r}; the options are "
-                f"{', '.join(cls.names())} (AdapterOptions)",
+                f"{', '.join(cls.names())} (AdapterOptions)" + (f" and {also_text}" if also else ""),
                 param=unknown[0],
             )
 

@@ -12,7 +12,7 @@ from typing import Any
 from trl import GRPOTrainer
 
 from dataflex_callbacks.config.fields import field_defaults
-from dataflex_callbacks.errors import ConfigError, HostError, ParamError
+from dataflex_callbacks.errors import ConfigError, HostError
 from dataflex_callbacks.host import as_strategy
 
 from .callback import AdapterOptions, DataFlexCallback, check_callback_host
@@ -159,13 +159,7 @@ def _check_host_arguments(trainer_class: type, host_class: type, kwargs: dict[st
     as often (a misspelt or pre-release option name).
     """
     parameters = inspect.signature(host_class.__init__).parameters
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
-        return
-    unknown = [name for name in kwargs if name not in parameters]
-    if unknown:
-        raise ParamError(
-            f"dataflex: {trainer_class.__name__}(...) got an unknown option {unknown[0]!r}; the options "
-            f"are {', '.join(AdapterOptions.names())} (AdapterOptions) and "
-            f"{host_class.__name__}'s own arguments",
-            param=unknown[0],
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
+        AdapterOptions.check_names(
+            kwargs, f"{trainer_class.__name__}(...)", parameters, f"{host_class.__name__}'s own arguments"
         )

@@ -121,6 +121,16 @@ def losses(trainer):
     return [log["loss"] for log in trainer.state.log_history if "loss" in log]
 
 
+SKIP_SEEN_PROMPTS = {
+    "name": "skip_echo",
+    "pre_select": {
+        "name": "skip_zero_variance",
+        "params": {"explore": 1e-6, "min_keep": 1e-9, "adapt_rate": 0.0, "domain_prior": False, "noise_check": False},
+    },
+}
+"""A pre-rollout filter that skips, almost surely, every prompt once it gave a no-signal group."""
+
+
 @pytest.mark.parametrize("how", ["attach", "class"])
 def test_baseline_equals_the_stock_async_trainer(model_path, prompts, tmp_path, how):
     stock, stock_worker = build(model_path, prompts, tmp_path / "stock")
@@ -181,19 +191,7 @@ def test_dynamic_sampling_trains_b_signal_groups_a_step_without_generating_more(
 
 
 def test_a_skipped_prompt_never_reaches_the_engine(model_path, prompts, tmp_path):
-    skip = {
-        "name": "skip_echo",
-        "pre_select": {
-            "name": "skip_zero_variance",
-            "params": {
-                "explore": 1e-6,
-                "min_keep": 1e-9,
-                "adapt_rate": 0.0,
-                "domain_prior": False,
-                "noise_check": False,
-            },
-        },
-    }
+    skip = SKIP_SEEN_PROMPTS
     trainer, worker = build(
         model_path, prompts, tmp_path / "skip", strategy=skip, reward=echo_zero_reward, max_steps=20, max_staleness=100
     )
@@ -234,19 +232,7 @@ def test_staleness_values_equal_the_trainers_own_count(model_path, prompts, tmp_
 
 
 def test_resume_restores_the_strategy_and_the_prompt_feed(model_path, prompts, tmp_path):
-    skip = {
-        "name": "skip_echo",
-        "pre_select": {
-            "name": "skip_zero_variance",
-            "params": {
-                "explore": 1e-6,
-                "min_keep": 1e-9,
-                "adapt_rate": 0.0,
-                "domain_prior": False,
-                "noise_check": False,
-            },
-        },
-    }
+    skip = SKIP_SEEN_PROMPTS
     full, full_worker = build(
         model_path,
         prompts,

@@ -27,7 +27,7 @@ from dataflex_callbacks.integrations.trl.async_rollout import EngineWeightTransf
 from dataflex_callbacks.recipes.tiny_model import build_tiny_tokenizer, save_tiny  # noqa: E402
 from dataflex_callbacks.recipes.vllm_colocate import CPU_ENGINE_SETTINGS  # noqa: E402
 from dataflex_callbacks.recipes.vllm_cpu import keep_live_weights  # noqa: E402
-from test_async_grpo import G, build, echo_zero_reward, losses, params  # noqa: E402
+from test_async_grpo import SKIP_SEEN_PROMPTS, G, build, echo_zero_reward, losses, params  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -65,19 +65,7 @@ def test_baseline_equals_the_stock_async_trainer_with_vllm(model_path, prompts, 
 
 
 def test_a_skipped_prompt_never_reaches_the_vllm_engine(model_path, prompts, llm, tmp_path):
-    skip = {
-        "name": "skip_echo",
-        "pre_select": {
-            "name": "skip_zero_variance",
-            "params": {
-                "explore": 1e-6,
-                "min_keep": 1e-9,
-                "adapt_rate": 0.0,
-                "domain_prior": False,
-                "noise_check": False,
-            },
-        },
-    }
+    skip = SKIP_SEEN_PROMPTS
     engine = VLLMEngine(llm)
     trainer, worker = build(
         model_path,

@@ -8,6 +8,7 @@ from datasets import Dataset
 from trl import GRPOConfig, GRPOTrainer
 
 from cpu_settings import CPU_RUN_SETTINGS
+from toy_rewards import parity_reward
 from dataflex_callbacks.errors import ConfigError, ParamError
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model
@@ -23,10 +24,6 @@ mix:
 """
 
 
-def parity_reward(completions, **kwargs):
-    return [float(len(c) % 2 == 0) for c in completions]
-
-
 @pytest.fixture(scope="module")
 def source_data():
     """Domains in ``source``; ``domain`` holds something else, so reading the wrong column shows."""
@@ -36,7 +33,8 @@ def source_data():
     )
 
 
-def build(tiny_tokenizer, data, tmp_path, **dataflex):
+def build(tiny_tokenizer, data, tmp_path, stock=False, **dataflex):
+    """A `DataFlexGRPOTrainer` given the adapter's keyword arguments, or with ``stock`` TRL's own `GRPOTrainer`."""
     args = GRPOConfig(
         output_dir=str(tmp_path),
         per_device_train_batch_size=4,
@@ -46,13 +44,15 @@ def build(tiny_tokenizer, data, tmp_path, **dataflex):
         seed=0,
         **CPU_RUN_SETTINGS,
     )
-    return DataFlexGRPOTrainer(
+    trainer_class = GRPOTrainer if stock else DataFlexGRPOTrainer
+    if not stock:
+        dataflex = {"record_decisions": True, **dataflex}
+    return trainer_class(
         model=build_tiny_model(tiny_tokenizer, seed=0),
         reward_funcs=parity_reward,
         args=args,
         train_dataset=data,
         processing_class=tiny_tokenizer,
-        record_decisions=True,
         **dataflex,
     )
 
@@ -96,20 +96,7 @@ def test_the_pre_release_name_domain_column_is_refused_with_the_options(tiny_tok
         if way_in == "subclass":
             build(tiny_tokenizer, source_data, tmp_path, strategy=strategy, domain_column="source")
         elif way_in == "attach":
-            args = GRPOConfig(
-                output_dir=str(tmp_path),
-                per_device_train_batch_size=4,
-                num_generations=2,
-                max_steps=1,
-                **CPU_RUN_SETTINGS,
-            )
-            trainer = GRPOTrainer(
-                model=build_tiny_model(tiny_tokenizer, seed=0),
-                reward_funcs=parity_reward,
-                args=args,
-                train_dataset=source_data,
-                processing_class=tiny_tokenizer,
-            )
+            trainer = build(tiny_tokenizer, source_data, tmp_path, stock=True)
             attach(trainer, strategy, domain_column="source")
         else:
             DataFlexCallback(strategy, domain_column="source")
@@ -122,20 +109,7 @@ def test_config_domain_key_and_a_different_domain_column_are_refused(tiny_tokeni
         if way_in == "subclass":
             build(tiny_tokenizer, source_data, tmp_path, strategy=MIX_ON_SOURCE, domain_key="domain")
         else:
-            args = GRPOConfig(
-                output_dir=str(tmp_path),
-                per_device_train_batch_size=4,
-                num_generations=2,
-                max_steps=1,
-                **CPU_RUN_SETTINGS,
-            )
-            trainer = GRPOTrainer(
-                model=build_tiny_model(tiny_tokenizer, seed=0),
-                reward_funcs=parity_reward,
-                args=args,
-                train_dataset=source_data,
-                processing_class=tiny_tokenizer,
-            )
+            trainer = build(tiny_tokenizer, source_data, tmp_path, stock=True)
             attach(trainer, MIX_ON_SOURCE, domain_key="domain")
 
 
