@@ -49,6 +49,7 @@ from dataflex_callbacks.sampling.sampler import DomainMixingSampler, domain_labe
 
 from .callback import STATE_FILE, AdapterOptions, save_into_checkpoint
 from .sampling import row_key
+from .signals import resolve_reward_index
 
 
 def async_trainer_class() -> type:
@@ -178,11 +179,8 @@ class DataFlexAsyncCallback(TrainerCallback):
         has_domains = self.domain_key in columns
         self.strategy.check_host(async_fields(has_domains), host=f"TRL's AsyncGRPOTrainer (dataset columns {columns})")
         names = [getattr(f, "__name__", type(f).__name__) for f in getattr(trainer.rollout_worker, "reward_funcs", [])]
-        selection_reward = self.options.selection_reward
-        if selection_reward is not None and names and selection_reward not in names:
-            raise ConfigError(
-                f"dataflex: selection_reward={selection_reward!r} is not one of the trainer's reward functions {names}"
-            )
+        if names:  # the reward is read by name from each sample's metrics: the index is not needed, the check is
+            resolve_reward_index(self.options.selection_reward, names)
         worker = trainer.rollout_worker
         self._labels = (
             [str(d) for d in domain_labels(dataset, self.domain_key, required=False)] if has_domains else None

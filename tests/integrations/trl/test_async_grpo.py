@@ -275,3 +275,13 @@ def test_parts_that_cannot_run_are_refused_at_attach(model_path, prompts, tmp_pa
     trainer, _ = build(model_path, prompts, tmp_path)
     with pytest.raises(ConfigError, match=part):
         attach(trainer, config)
+
+
+def test_an_unknown_selection_reward_is_refused_naming_the_rewards(model_path, prompts, tmp_path):
+    trainer, _ = build(model_path, prompts, tmp_path)
+    with pytest.raises(
+        ConfigError,
+        match=r"selection_reward='accuracy' is not one of this trainer's reward functions "
+        r"\['checksum_reward'\]\. Pass one of these names",
+    ):
+        attach(trainer, "diffband", selection_reward="accuracy")
