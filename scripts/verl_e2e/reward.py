@@ -14,6 +14,11 @@ mixing strategies. It is deterministic in the text: the same responses get the s
 reward variance for certain, so a run that needs such groups (verl's DAPO filter evicting and
 refilling) does not depend on how the responses happen to hash (two steps of the checksum reward
 leave every group mixed about once in 40 runs).
+
+``compute_score_near_even`` passes ``easy`` at 0.55 and ``hard`` at 0.45: a group of 4 then has
+exactly 2 passes with probability 0.37 instead of 0.35 / 0.26, so a 2-step run of 8 prompts
+with no such group at all (the select run then keeps nothing, seen once at 0.6 / 0.3: about 1 in
+250 runs by these odds) becomes about 1 in 1,500; `easy` still passes more often on average.
 """
 
 from __future__ import annotations
@@ -21,14 +26,24 @@ from __future__ import annotations
 import zlib
 
 PASS_RATE = {"easy": 0.6, "hard": 0.3}
+NEAR_EVEN_PASS_RATE = {"easy": 0.55, "hard": 0.45}
 
 
 def compute_score(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
     """1.0 if the checksum of ``solution_str`` falls under the pass rate of ``data_source``, else 0.0."""
-    if data_source not in PASS_RATE:
-        raise ValueError(f"test reward: unknown data_source {data_source!r}; known: {sorted(PASS_RATE)}")
+    return _checksum_pass(data_source, solution_str, PASS_RATE)
+
+
+def compute_score_near_even(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
+    """``compute_score`` at pass rates near 1/2 (`NEAR_EVEN_PASS_RATE`): groups of 2 passes in 4 at most steps."""
+    return _checksum_pass(data_source, solution_str, NEAR_EVEN_PASS_RATE)
+
+
+def _checksum_pass(data_source: str, solution_str: str, pass_rate: dict[str, float]) -> float:
+    if data_source not in pass_rate:
+        raise ValueError(f"test reward: unknown data_source {data_source!r}; known: {sorted(pass_rate)}")
     draw = (zlib.crc32(solution_str.encode("utf-8")) % 10_000) / 10_000
-    return float(draw < PASS_RATE[data_source])
+    return float(draw < pass_rate[data_source])
 
 
 def compute_score_hard_unsolved(data_source, solution_str, ground_truth, extra_info=None, **kwargs) -> float:
