@@ -228,3 +228,30 @@ def check_state(state: Any, keys: Iterable[str], what: str) -> Mapping:
             f"{what}.state_dict() of this library version"
         )
     return state
+
+
+class NoSignalStepWarning(UserWarning):
+    """An asynchronous step took its bound of groups and the strategy kept none, so it trains on zero-signal groups
+    masked out (advantage 0); shown once per adapter.
+
+    Attributes:
+        step: the step as the host logs it.
+        cause: ``"nonfinite_rewards"`` (no completion got a finite reward), ``"equal_rewards"`` (every group's
+            completions got one reward) or ``"selector"`` (the strategy's select part dropped every group).
+        fix: what to change.
+    """
+
+    def __init__(self, message: str, step: int | None = None, cause: str | None = None, fix: str | None = None):
+        super().__init__(message)
+        self.step, self.cause, self.fix = step, cause, fix
+
+    def __reduce__(self):
+        return type(self), (str(self), self.step, self.cause, self.fix)
+
+
+class ContextLengthError(InputError):
+    """The longest prompt plus the completion length exceeds the model's positions (``max_position_embeddings``).
+
+    Past them generation runs on positions the model never learned, or is cut; the message names both
+    numbers and the fix (shorter prompts or completions, or a model with more positions).
+    """

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Build the wheel from this checkout, install it with its [trl] extra into a clean virtual environment
-# (.venv-wheel, or WHEEL_VENV) and run examples/trl_grpo.py and `dataflex list` from a folder outside the
-# checkout, so that only the installed wheel can be imported: what a user who installs the wheel gets.
+# (.venv-wheel, or WHEEL_VENV) and run examples/trl_grpo.py, examples/trl_async_grpo.py and `dataflex list`
+# from a folder outside the checkout, so that only the installed wheel can be imported: what a user who
+# installs the wheel gets. The venv has no [ray] extra, whose dependencies would hide one [trl] lacks
+# (TRL's AsyncGRPOTrainer needs `requests` when it is built).
 #
 #   bash scripts/test_wheel.sh                 # build the venv if needed, build and install the wheel, run
 #   SETUP_ONLY=1 bash scripts/test_wheel.sh    # the venv and its dependencies only (scripts/test.sh runs
@@ -45,12 +47,14 @@ say_ready test_wheel
 export HF_HUB_DISABLE_TELEMETRY=1 HF_HUB_OFFLINE=1 TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1 OMP_NUM_THREADS=1
 run_dir="$work/run"
 mkdir -p "$run_dir"
-cp "$ROOT/examples/trl_grpo.py" "$run_dir/"
+cp "$ROOT/examples/trl_grpo.py" "$ROOT/examples/trl_async_grpo.py" "$run_dir/"
 cd "$run_dir"
 "$VENV/bin/python" - <<PY
+import importlib.util
 import dataflex_callbacks, dataflex_callbacks.integrations.trl as trl_adapter
 for module in (dataflex_callbacks, trl_adapter):
     assert module.__file__.startswith("$VENV/"), f"{module.__name__} imported from {module.__file__}, not the wheel"
+assert importlib.util.find_spec("ray") is None, "ray is installed: the venv must hold [trl] only"
 print("test_wheel: dataflex_callbacks imported from", dataflex_callbacks.__file__)
 PY
 "$VENV/bin/dataflex" list > list.txt
@@ -58,4 +62,8 @@ grep -q "diffband" list.txt || { echo "test_wheel: 'dataflex list' does not list
 "$VENV/bin/python" trl_grpo.py --steps 3 --output-dir "$run_dir/out" | tee example.txt
 grep -q "^dataflex: strategy 'diffband'" example.txt
 grep -q "^trained 3 steps" example.txt
-echo "test_wheel: the wheel installs in a clean venv and runs examples/trl_grpo.py in $(( $(date +%s) - start ))s"
+"$VENV/bin/python" trl_async_grpo.py --steps 3 --output-dir "$run_dir/async" | tee async_example.txt
+grep -q "^dataflex: strategy 'diffband'" async_example.txt
+grep -q "^trained 3 steps with strategy 'diffband' asynchronously" async_example.txt
+echo "test_wheel: the wheel installs in a clean venv and runs examples/trl_grpo.py and trl_async_grpo.py" \
+    "in $(( $(date +%s) - start ))s"

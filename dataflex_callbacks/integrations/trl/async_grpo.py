@@ -13,8 +13,18 @@ Where the strategy acts (TRL 1.16, ``async_grpo_trainer.py``):
   removed as TRL removes a stale one: the batcher fills its place from the queue, so every
   step trains on its full sample count and a micro-batch's loss is TRL's loss on its kept rows.
 - *dynamic sampling*: the stage keeps taking groups from the queue until it holds B groups that
-  carry signal; the zero-signal ones are counted as spent (``dataflex/dynamic/*``). Nothing is
-  ever generated for it: the worker's stream is the same as without the strategy.
+  carry signal; the zero-signal ones are counted as spent (``dataflex/dynamic/*_window_total``,
+  sums over TRL's logging window). Nothing is ever generated for it: the worker's stream is the
+  same as without the strategy.
+- *a step without signal ends*: decisions that keep nothing are replaced from the queue for at most
+  ``max_rounds`` x B groups (the ``dynamic_sampling`` part's, its default without one), as the
+  synchronous trainer bounds its rounds; then B of them go on masked out (advantage 0, so TRL's
+  loss on them is 0), counted in ``dataflex/no_signal_steps_window_total``, with a
+  `NoSignalStepWarning` naming the cause and the fix.
+- *short groups*: a worker queues a group's samples together, so a group ends at
+  ``num_generations`` samples or when the next group's first sample arrives. A short group (TRL's
+  worker will emit them after cancelled or failed rollouts) is decided on with what it has, never
+  waited for (``dataflex/short_groups_window_total``).
 - *prompts* (``mix`` and ``pre_select``): the worker must take its prompts from a feed
   (`async_rollout.InProcessRolloutWorker.set_prompt_feed`); the feed is a `DomainMixingSampler`
   driven by the strategy, so a prompt it skips is never sent to the engine. TRL's own
@@ -26,12 +36,15 @@ Where the strategy acts (TRL 1.16, ``async_grpo_trainer.py``):
 
 Refused at attach, in one line naming the part: token-level select or reweight parts, and parts
 scoring the current policy inside the loss (TRL packs one advantage per sample and exposes no
-per-token hook), and ``mix``/``pre_select`` with a worker that takes no prompt feed.
+per-token hook), and ``mix``/``pre_select`` with a worker that takes no prompt feed. Also refused,
+naming the fix: a second attach, a worker whose ``num_generations`` differs from the config's, and
+``token_budget=None`` with `async_rollout.InProcessRolloutWorker` (TRL would wait for a vLLM server).
 """
 
 from __future__ import annotations
 
 import collections
+import inspect
 import os
 import warnings
 from typing import Any, Callable, Iterator, Optional
@@ -39,14 +52,22 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from transformers import TrainerCallback
 
+from dataflex_callbacks.config.fields import DynamicSamplingConfig
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.host.checkpoints import checkpoint_state, read_state_file, restore_strategy
 from dataflex_callbacks.sampling.dynamic_sampling import signal_rows
-from dataflex_callbacks.errors import ConfigError, HostError, WrongHostError, user_stacklevel
+from dataflex_callbacks.errors import (
+    ConfigError,
+    HostError,
+    NoSignalStepWarning,
+    WrongHostError,
+    user_stacklevel,
+)
 from dataflex_callbacks.host import acts_before_rollout, as_strategy, decide, prompt_choosing_parts, resolve_domain_key
 from dataflex_callbacks.metrics import DomainStalenessStats
 from dataflex_callbacks.sampling.sampler import DomainMixingSampler, domain_labels
 
+from .async_rollout import InProcessRolloutWorker, cpu_device_name, use_cpu_tree_attention
 from .callback import STATE_FILE, AdapterOptions, save_into_checkpoint
 from .sampling import row_key
 from .signals import resolve_reward_index
@@ -89,16 +110,21 @@ def check_async_strategy(strategy) -> None:
             )
 
 
+def _group_values(values: torch.Tensor, group_ids: torch.Tensor) -> list[torch.Tensor]:
+    """``values`` ``(N,)`` split by ``group_ids`` ``(N,)`` (rows of a group need not be adjacent)."""
+    return [values[group_ids == g] for g in torch.unique(group_ids)]
+
+
 class _QueueArrivals:
     """The trainer's rollout queue, seen through: each sample taken is reported to the callback first (same thread)."""
 
     def __init__(self, inner, callback: "DataFlexAsyncCallback"):
         self._inner = inner
-        self._callback = callback
+        self.callback = callback
 
     def get(self, block: bool = True, timeout: Optional[float] = None):
         sample = self._inner.get(block, timeout)
-        self._callback.arrived(sample)
+        self.callback.arrived(sample)
         return sample
 
     def qsize(self) -> int:
@@ -153,9 +179,16 @@ class DataFlexAsyncCallback(TrainerCallback):
         self.consumed_staleness: list[int] = []
         self._versions: dict[int, int] = {}  # group id -> policy version it was generated with
         self._stale_groups: dict[int, list] = {}  # group id -> its samples TRL dropped as stale (for the filter)
-        self._partial: dict[int, list] = {}  # group id -> samples of a group not complete yet
+        self._open_group: list = []  # samples of the group being read from the queue
+        self._last_arrival: Optional[int] = None  # the group id of the last sample taken from the queue
         self._dynamic = self.strategy.config.dynamic_sampling is not None
+        # A step takes at most this many steps' worth of groups looking for signal (the dynamic_sampling part's
+        # max_rounds; its default without one), then trains on zero-signal groups masked out.
+        self.max_rounds = (self.strategy.config.dynamic_sampling or DynamicSamplingConfig()).max_rounds
         self.groups_spent = 0  # groups consumed without signal (dynamic sampling)
+        self._taken_without_training = 0  # groups taken since a decision last passed a sample on
+        self._warned_no_signal = False
+        self._reward_names: list[str] = []  # the worker's reward functions, named in warnings
 
     @property
     def attached(self) -> bool:
@@ -173,12 +206,20 @@ class DataFlexAsyncCallback(TrainerCallback):
             raise HostError(
                 f"dataflex: this {type(self).__name__} is already attached to another trainer; create a new one."
             )
+        if isinstance(trainer.rollout_queue, _QueueArrivals):
+            raise HostError(
+                f"dataflex: this {type(trainer).__name__} already applies strategy "
+                f"{trainer.rollout_queue.callback.strategy.name!r}; attach() is for a stock AsyncGRPOTrainer. Give "
+                "the strategy once: DataFlexAsyncGRPOTrainer(..., strategy=...) or attach(AsyncGRPOTrainer(...), ...)."
+            )
+        self._check_worker(trainer)
         dataset = trainer.train_dataset
         columns = list(getattr(dataset, "column_names", None) or [])
         self.domain_key, _ = resolve_domain_key(self.strategy, self.domain_key)
         has_domains = self.domain_key in columns
         self.strategy.check_host(async_fields(has_domains), host=f"TRL's AsyncGRPOTrainer (dataset columns {columns})")
         names = [getattr(f, "__name__", type(f).__name__) for f in getattr(trainer.rollout_worker, "reward_funcs", [])]
+        self._reward_names = names
         if names:  # the reward is read by name from each sample's metrics: the index is not needed, the check is
             resolve_reward_index(self.options.selection_reward, names)
         worker = trainer.rollout_worker
@@ -202,6 +243,27 @@ class DataFlexAsyncCallback(TrainerCallback):
         self.staleness = DomainStalenessStats(domains)
         trainer.rollout_queue = _QueueArrivals(trainer.rollout_queue, self)
         self.trainer = trainer
+        if trainer.args.device.type == "cpu":  # TRL registered its FlashAttention-3 kernel, which needs a GPU
+            use_cpu_tree_attention()
+
+    @staticmethod
+    def _check_worker(trainer) -> None:
+        """Refuse a worker whose groups the trainer would wait for forever, or a setting that waits for a server."""
+        worker, args = trainer.rollout_worker, trainer.args
+        size = getattr(worker, "num_generations", args.num_generations)
+        if size != args.num_generations:
+            raise ConfigError(
+                f"dataflex: the rollout worker makes groups of {type(worker).__name__}(num_generations={size}) "
+                f"completions but the trainer reads groups of AsyncGRPOConfig(num_generations={args.num_generations}); "
+                "pass the same num_generations to both"
+            )
+        if isinstance(worker, InProcessRolloutWorker) and args.token_budget is None:
+            raise ConfigError(
+                "dataflex: AsyncGRPOConfig(token_budget=None) makes the trainer wait for a vLLM server (up to "
+                f"vllm_server_timeout={args.vllm_server_timeout} s) to read its max_model_len, but "
+                "InProcessRolloutWorker generates in this process and there is no vLLM server; set "
+                "AsyncGRPOConfig(token_budget=0) (a fixed count of samples per micro-batch) or a positive token budget"
+            )
 
     def _prompt_sampler(self, trainer, dataset) -> DomainMixingSampler:
         labels = self._labels if self.strategy.mix_enabled else [NO_DOMAIN] * len(dataset)
@@ -274,6 +336,7 @@ class DataFlexAsyncCallback(TrainerCallback):
         trainer = self.trainer
         staleness = trainer.model_version - sample.model_version
         self._versions[sample.group_id] = sample.model_version
+        self._last_arrival = sample.group_id
         if staleness > trainer.args.max_staleness:  # RolloutQueueDataset's own rule, applied right after this get
             self.staleness.update([self.domain_of(sample.group_id)], torch.tensor([staleness]), torch.tensor([True]))
             if self.strategy.pre_select is not None:
@@ -298,14 +361,19 @@ class DataFlexAsyncCallback(TrainerCallback):
         return loader
 
     def _next_group(self, samples: Iterator[dict]) -> list[dict]:
-        """The next complete group (``num_generations`` samples) from TRL's queue dataset."""
+        """The next group from TRL's queue dataset: ``num_generations`` samples, or fewer when the next group's
+        first sample comes first (a worker queues a group's samples together; one that lost some of a group's
+        rollouts, as TRL's will after cancelled or failed ones, queues a short group)."""
         size = self.trainer.args.num_generations
         while True:
             sample = next(samples)
-            group = self._partial.setdefault(sample["group_id"], [])
-            group.append(sample)
-            if len(group) == size:
-                return self._partial.pop(sample["group_id"])
+            if self._open_group and self._open_group[0]["group_id"] != sample["group_id"]:
+                group, self._open_group = self._open_group, [sample]
+                return group
+            self._open_group.append(sample)
+            if len(self._open_group) == size:
+                group, self._open_group = self._open_group, []
+                return group
 
     def _batch(self, groups: list[list[dict]]) -> RolloutBatch:
         rows = [s for group in groups for s in group]
@@ -330,7 +398,8 @@ class DataFlexAsyncCallback(TrainerCallback):
     def _observe_stale(self, step: int) -> None:
         """Show the pre-rollout filter the outcomes TRL dropped as stale: late, but real outcomes of their prompts."""
         size = self.trainer.args.num_generations
-        done = [g for g, s in self._stale_groups.items() if len(s) == size]
+        # A group is whole at num_generations samples, or (short) once a sample of another group arrived after it.
+        done = [g for g, s in self._stale_groups.items() if len(s) == size or g != self._last_arrival]
         if not done:
             return
         groups = [
@@ -347,39 +416,65 @@ class DataFlexAsyncCallback(TrainerCallback):
         ]
         self.strategy.pre_select.observe(self._batch(groups), step)
 
+    def _take_groups(self, samples: Iterator[dict], step: int, wanted: int) -> tuple[list, list, dict[str, float]]:
+        """``(groups to decide on, zero-signal groups to fill a step that finds none, dynamic metrics)``.
+
+        With dynamic sampling, as the synchronous loop's max_rounds: groups are taken until ``wanted`` carry
+        signal or ``max_rounds`` steps' worth were taken; the rest are counted as spent.
+        """
+        if not self._dynamic:
+            groups = [self._next_group(samples) for _ in range(wanted)]
+            return groups, groups, {}
+        groups, fillers, spent, limit = [], [], 0, wanted * self.max_rounds
+        while len(groups) < wanted and spent + len(groups) < limit:
+            taken = [self._next_group(samples) for _ in range(wanted - len(groups))]
+            signal = signal_rows(self._batch(taken), self.strategy, step=step)
+            first = 0
+            for group in taken:
+                if bool(signal[first]):
+                    groups.append(group)
+                else:
+                    spent += 1
+                    fillers += [group] if len(fillers) < wanted else []
+                first += len(group)
+        self.groups_spent += spent
+        # Sums over TRL's logging window ("total" in a name): with logging_steps=1, the groups one step took, plus
+        # those of a step the dataloader fetched ahead.
+        metrics = {
+            "dynamic/zero_signal_groups_window_total": float(spent),
+            "dynamic/groups_taken_window_total": float(spent + len(groups)),
+        }
+        return groups, fillers, metrics
+
     def next_decision(self, samples: Iterator[dict]) -> list[dict]:
-        """Take one step's groups from the queue, decide, and return the kept samples (advantages weighted)."""
+        """Take one step's groups from the queue, decide, and return the kept samples (advantages weighted).
+
+        A decision that keeps nothing returns no sample, so the batcher takes more groups; once a step's worth of
+        pulls (``max_rounds`` x B groups) passed nothing on, the last groups go on masked out (advantage 0: TRL's
+        loss on them is 0), so the step ends, with a `NoSignalStepWarning`.
+        """
         trainer = self.trainer
         step = int(trainer.state.global_step)
         wanted = self.groups_per_step(trainer)
-        extra: dict[str, float] = {}
-        if self._dynamic:
-            # As the synchronous loop's max_rounds: at most that many steps' worth of groups, then a short step.
-            groups, spent, limit = [], 0, wanted * self.strategy.config.dynamic_sampling.max_rounds
-            while len(groups) < wanted and spent + len(groups) < limit:
-                taken = [self._next_group(samples) for _ in range(wanted - len(groups))]
-                signal = signal_rows(self._batch(taken), self.strategy, step=step)
-                size = trainer.args.num_generations
-                for i, group in enumerate(taken):
-                    if bool(signal[i * size]):
-                        groups.append(group)
-                    else:
-                        spent += 1
-            self.groups_spent += spent
-            extra = {
-                "dynamic/zero_signal_groups_total": float(spent),
-                "dynamic/groups_taken_total": float(spent + len(groups)),
-            }
-        else:
-            groups = [self._next_group(samples) for _ in range(wanted)]
-        if not groups:
-            return []
+        groups, fillers, extra = self._take_groups(samples, step, wanted)
+        self._taken_without_training += int(extra.get("dynamic/groups_taken_window_total", len(groups)))
+        groups = groups or fillers
         if self.strategy.pre_select is not None:
             self._observe_stale(step)
         rows = [s for group in groups for s in group]
         batch = self._batch(groups)
         decision = decide(self.strategy, batch, step, seed=int(trainer.args.seed), warn=True, host_step=step + 1)
         keep, weights = decision.keep, decision.weights.to(torch.float32)
+        masked = not bool(keep.any()) and self._taken_without_training >= wanted * self.max_rounds
+        if masked:
+            self._warn_no_signal(batch, step + 1, self._taken_without_training, len(groups))
+        if masked or bool(keep.any()):
+            self._taken_without_training = 0
+        extra = {
+            **extra,
+            "no_signal_steps_window_total": float(masked),
+            "short_groups_window_total": float(sum(len(g) < trainer.args.num_generations for g in groups)),
+        }
         self.staleness.update(batch.row_domains(), batch.staleness, torch.zeros(batch.n, dtype=torch.bool), ~keep)
         self.staleness.check_bias()
         metrics = trainer._metrics["train"]
@@ -395,9 +490,13 @@ class DataFlexAsyncCallback(TrainerCallback):
                     "staleness": batch.staleness.clone(),
                     "prompt_keys": list(batch.prompt_keys),
                     "metrics": dict(decision.metrics),
-                    **extra,
+                    "zero_signal_groups": extra.get("dynamic/zero_signal_groups_window_total", 0.0),
+                    "short_groups": extra["short_groups_window_total"],
+                    "masked": masked,
                 }
             )
+        if masked:
+            return [{**sample, "advantage": 0.0} for sample in rows]
         weighted = bool((weights != keep.to(weights.dtype)).any())
         kept = []
         for row, sample in enumerate(rows):
@@ -406,6 +505,49 @@ class DataFlexAsyncCallback(TrainerCallback):
                     sample = {**sample, "advantage": float(sample["advantage"]) * float(weights[row])}
                 kept.append(sample)
         return kept
+
+    def _warn_no_signal(self, batch: RolloutBatch, step: int, taken: int, groups: int) -> None:
+        """Warn once that a step found no group to keep in its bound of pulls: the cause, and the fix."""
+        if self._warned_no_signal:
+            return
+        self._warned_no_signal = True
+        rewards = batch.rewards.float()
+        finite = torch.isfinite(rewards)
+        if not bool(finite.any()):
+            cause, what = "nonfinite_rewards", "no completion got a finite reward (each was None or NaN)"
+            fix = (
+                f"the reward functions {self._reward_names} returned None (or NaN) for every completion: return a "
+                "float for each completion you can score (None only for one you cannot)"
+            )
+        elif all(float(v.min()) == float(v.max()) for v in _group_values(rewards, batch.group_ids)):
+            cause = "equal_rewards"
+            what = f"within every group the completions got one reward (rewards {sorted(set(rewards.tolist()))})"
+            fix = (
+                "give partial credit in the reward, use prompts the model solves now and then, or raise "
+                "num_generations; or train without the strategy (strategy='baseline') until some groups differ"
+            )
+        else:
+            cause, what = (
+                "selector",
+                f"its select part dropped every group (rewards {rewards.min():.4g} to {rewards.max():.4g})",
+            )
+            fix = (
+                "widen the select part's band, or name the reward it should read with "
+                "attach(trainer, strategy, selection_reward=...)"
+            )
+        warnings.warn(
+            NoSignalStepWarning(
+                f"dataflex: step {step}: TRL's AsyncGRPOTrainer took {taken} groups from the rollout queue "
+                f"({self.max_rounds} steps' worth, the bound) and strategy {self.strategy.name!r} kept none: {what}. "
+                f"The step trains on {groups} of them masked out (advantage 0), so the weights do not move; if "
+                f"every step does this, nothing trains (metric dataflex/no_signal_steps_window_total). Fix: {fix}. "
+                "This warning is shown once.",
+                step=step,
+                cause=cause,
+                fix=fix,
+            ),
+            stacklevel=user_stacklevel(),
+        )
 
     # ------------------------------------------------------------------ checkpoints
     def on_save(self, args, state, control, **kwargs):
@@ -460,6 +602,9 @@ class DataFlexAsyncCallback(TrainerCallback):
 class DataFlexAsyncGRPOTrainer(async_trainer_class()):
     """TRL's ``AsyncGRPOTrainer`` with a data strategy; every ``AsyncGRPOTrainer`` argument works unchanged.
 
+    On a CPU it also builds and trains without a GPU's parts: it builds inside `async_rollout.cpu_device_name`
+    and `bind` registers `async_rollout.use_cpu_tree_attention` (``attach`` does the latter only).
+
     Equivalent to a stock ``AsyncGRPOTrainer`` plus ``attach(trainer, strategy)``; the callback is
     ``trainer.dataflex`` (`DataFlexAsyncCallback`, whose arguments ``strategy`` and the
     `callback.AdapterOptions` are taken here).
@@ -472,8 +617,14 @@ class DataFlexAsyncGRPOTrainer(async_trainer_class()):
                 "or Strategy), e.g. DataFlexAsyncGRPOTrainer(..., strategy='diffband')."
             )
         self.dataflex = DataFlexAsyncCallback(strategy, **AdapterOptions.take(kwargs))
+        host = async_trainer_class()
+        parameters = inspect.signature(host.__init__).parameters
+        AdapterOptions.check_names(
+            kwargs, f"{type(self).__name__}(...)", parameters, f"{host.__name__}'s own arguments"
+        )
         kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), self.dataflex]
-        super().__init__(*args, **kwargs)
+        with cpu_device_name():  # TRL asks the CUDA device's name for its MFU metric, which fails on a CPU-only torch
+            super().__init__(*args, **kwargs)
         self.dataflex.bind(self)
 
     def get_train_dataloader(self):

@@ -32,7 +32,9 @@ training here; that overlap is what a GPU deployment with TRL's own worker adds.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
+import numbers
 import queue
 import time
 from typing import Callable, Iterator, Optional, Sequence
@@ -40,7 +42,7 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 import torch
 
-from dataflex_callbacks.errors import ConfigError, HostError
+from dataflex_callbacks.errors import ConfigError, HostError, InputError
 
 __all__ = [
     "EngineWeightTransfer",
@@ -219,9 +221,12 @@ class InProcessRolloutWorker:
         engine: a `VLLMEngine` or `TransformersEngine`.
         dataset: the train dataset (a ``prompt`` column of strings or chat messages; other columns
             are passed to the reward functions, as TRL does).
-        reward_funcs: TRL reward functions ``f(prompts, completions, completion_ids, **columns) -> list[float]``.
+        reward_funcs: TRL reward functions ``f(prompts, completions, completion_ids, **columns) -> list[float]``;
+            one that does not take these keywords, or returns anything but one float (or None) per
+            completion, is refused (`InputError`) at its first call.
         processing_class: the trainer's tokenizer.
-        num_generations: completions per prompt (TRL's ``num_generations``).
+        num_generations: completions per prompt; the same as ``AsyncGRPOConfig(num_generations=...)`` (the
+            adapter refuses another).
         max_tokens: completion length cap (TRL's ``max_completion_length``).
         wave_groups: groups generated per engine call, all with the policy current at the call.
         temperature: sampling temperature (TRL's ``temperature``).
@@ -308,18 +313,51 @@ class InProcessRolloutWorker:
                 sample.enqueued_at = time.time()
                 self.rollout_buffer.put_nowait(sample)
 
+    @staticmethod
+    def _reward_values(func: Callable, name: str, arguments: dict, count: int) -> list:
+        """``func``'s rewards for one group, called as TRL calls it; refused unless one number (or None) per
+        completion."""
+        try:
+            values = func(**arguments)
+        except TypeError as error:
+            try:
+                inspect.signature(func).bind(**arguments)
+            except TypeError:  # the call itself does not fit the function: not an error inside it
+                raise InputError(
+                    f"dataflex: InProcessRolloutWorker: reward {name!r} does not take TRL's keyword arguments "
+                    f"({error}); define it as def {name}(completions, **kwargs): TRL passes prompts, completions, "
+                    "completion_ids and every dataset column by name"
+                ) from error
+            raise
+        expected = f"return one float (or None) per completion, a list of {count}"
+        if not isinstance(values, (list, tuple, np.ndarray, torch.Tensor)):
+            shown = (
+                repr(values) if values is None or isinstance(values, (numbers.Number, str)) else type(values).__name__
+            )
+            raise InputError(f"dataflex: InProcessRolloutWorker: reward {name!r} returned {shown}; {expected}")
+        values = values.tolist() if isinstance(values, (np.ndarray, torch.Tensor)) else list(values)
+        if len(values) != count:
+            raise InputError(
+                f"dataflex: InProcessRolloutWorker: reward {name!r} returned {len(values)} values for {count} "
+                f"completions; {expected}"
+            )
+        bad = next((v for v in values if v is not None and not isinstance(v, numbers.Real)), None)
+        if bad is not None:
+            raise InputError(
+                f"dataflex: InProcessRolloutWorker: reward {name!r} returned {bad!r} among its values; {expected}"
+            )
+        return values
+
     def _score_group(self, example: dict, prompt_ids: list[int], group, version: int, group_id: int, sample_class):
         """TRL's `_score_group` for one group: rewards summed over functions (NaN-aware), group-normalised advantage."""
         completion_ids = [ids for ids, _ in group]
         completions = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
         prompts = [example["prompt"]] * len(group)
         columns = {k: [v] * len(group) for k, v in example.items() if k != "prompt"}
+        arguments = dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
         per_func = [
-            [
-                r if r is not None else math.nan
-                for r in f(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
-            ]
-            for f in self.reward_funcs
+            [r if r is not None else math.nan for r in self._reward_values(f, name, arguments, len(group))]
+            for f, name in zip(self.reward_funcs, self.reward_func_names)
         ]
         arr = np.array(per_func, dtype=float)
         all_nan = np.all(np.isnan(arr), axis=0)

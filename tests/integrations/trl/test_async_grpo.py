@@ -5,7 +5,11 @@ The worker (`InProcessRolloutWorker`) is the one the vLLM stage runs with vLLM's
 (test_async_vllm.py); here its engine is the model's own ``generate``, so these tests need no vLLM.
 """
 
+import contextlib
 import os
+import threading
+import time
+import warnings
 
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 
@@ -16,7 +20,13 @@ from datasets import Dataset  # noqa: E402
 from transformers import AutoModelForCausalLM  # noqa: E402
 
 from toy_rewards import checksum_reward  # noqa: E402
-from dataflex_callbacks.errors import ConfigError  # noqa: E402
+from dataflex_callbacks.errors import (  # noqa: E402
+    ConfigError,
+    HostError,
+    InputError,
+    NoSignalStepWarning,
+    ParamError,
+)
 from dataflex_callbacks.integrations.trl import DataFlexAsyncGRPOTrainer, attach  # noqa: E402
 from dataflex_callbacks.integrations.trl.async_rollout import (  # noqa: E402
     EngineWeightTransfer,
@@ -64,15 +74,19 @@ def build(
     worker_class=InProcessRolloutWorker,
     reward=checksum_reward,
     wave_groups=4,
+    worker_generations=G,
+    cpu_helpers=True,
+    trainer_options=None,
     **config,
 ):
     """An AsyncGRPOTrainer (stock, attached or DataFlexAsyncGRPOTrainer) with an in-process worker;
-    (trainer, worker).
+    (trainer, worker). ``cpu_helpers=False``: built as a user would without `cpu_device_name` and
+    `use_cpu_tree_attention` (the DataFlex trainer needs neither on a CPU).
     """
     tokenizer = build_tiny_tokenizer()
     engine = engine or hf_engine(path, tokenizer)
     worker = worker_class(
-        engine, dataset, [reward], tokenizer, num_generations=G, max_tokens=6, wave_groups=wave_groups
+        engine, dataset, [reward], tokenizer, num_generations=worker_generations, max_tokens=6, wave_groups=wave_groups
     )
     settings = dict(
         output_dir=str(out),
@@ -102,14 +116,17 @@ def build(
         rollout_worker=worker,
         weight_transfer=EngineWeightTransfer(engine),
     )
-    with cpu_device_name():
+    with cpu_device_name() if cpu_helpers else contextlib.nullcontext():
         if how == "class" and strategy is not None:
-            trainer = DataFlexAsyncGRPOTrainer(**kwargs, strategy=strategy, record_decisions=True)
+            trainer = DataFlexAsyncGRPOTrainer(
+                **kwargs, strategy=strategy, record_decisions=True, **(trainer_options or {})
+            )
         else:
             trainer = AsyncGRPOTrainer(**kwargs)
             if strategy is not None:
                 attach(trainer, strategy, record_decisions=True)
-    use_cpu_tree_attention()
+    if cpu_helpers:
+        use_cpu_tree_attention()
     return trainer, worker
 
 
@@ -180,13 +197,13 @@ def test_dynamic_sampling_trains_b_signal_groups_a_step_without_generating_more(
     for decision in decisions:
         ids = decision["group_ids"]
         assert len(set(ids.tolist())) == B and bool(decision["keep"].all())
-    spent = sum(d["dynamic/zero_signal_groups_total"] for d in decisions)
+    spent = sum(d["zero_signal_groups"] for d in decisions)
     assert spent > 0 and spent == trainer.dataflex.groups_spent
     # Every group the engine generated is trained, counted as spent, dropped as stale or still waiting: none was
     # generated for the strategy beyond the worker's own waves.
     trained = sum(len(set(d["group_ids"].tolist())) for d in decisions)
     stale = int(trainer.dataflex.staleness.dropped_stale.sum()) // G
-    waiting = (worker.rollout_buffer.qsize() + sum(map(len, trainer.dataflex._partial.values()))) // G
+    waiting = (worker.rollout_buffer.qsize() + len(trainer.dataflex._open_group)) // G
     assert len(worker.fed_rows) == worker.engine.calls * worker.wave_groups == trained + spent + stale + waiting
 
 
@@ -285,3 +302,185 @@ def test_an_unknown_selection_reward_is_refused_naming_the_rewards(model_path, p
         r"\['checksum_reward'\]\. Pass one of these names",
     ):
         attach(trainer, "diffband", selection_reward="accuracy")
+
+
+# ---------------------------------------------------------------- never waiting forever
+
+
+def zero_reward(completions, **kwargs):
+    """0 for every completion: what a model that solves nothing yet earns; no group carries signal."""
+    return [0.0] * len(completions)
+
+
+def unscored_reward(completions, **kwargs):
+    """None for every completion (a reward that cannot score any: TRL reads it as NaN)."""
+    return [None] * len(completions)
+
+
+def train_within(trainer, worker, seconds: float):
+    """``trainer.train()`` in a thread; ``(caught warnings, seconds taken)``.
+
+    Past ``seconds`` the worker is stopped (the trainer's next pull then fails) and the test fails: a hang becomes a
+    failure, not a stuck suite.
+    """
+    failure = []
+
+    def run():
+        try:
+            trainer.train()
+        except BaseException as error:  # re-raised in the test's thread
+            failure.append(error)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        start = time.monotonic()
+        thread = threading.Thread(target=run, daemon=True)
+        thread.start()
+        thread.join(seconds)
+        taken = time.monotonic() - start
+        if thread.is_alive():
+            generated = worker.next_group_id
+            worker.stop()
+            thread.join(60)
+            pytest.fail(
+                f"train() was still running after {seconds} s: {generated} groups generated, "
+                f"{trainer.state.global_step} optimizer steps"
+            )
+    if failure:
+        raise failure[0]
+    return list(caught), taken
+
+
+@pytest.mark.parametrize(
+    "strategy, reward, cause",
+    [
+        ("diffband", zero_reward, "equal_rewards"),
+        ("dapo", zero_reward, "equal_rewards"),
+        ("diffband", unscored_reward, "nonfinite_rewards"),
+    ],
+    ids=["diffband", "dapo", "none_reward"],
+)
+def test_a_run_without_signal_ends_each_step_masked_out_and_warns_with_the_fix(
+    model_path, prompts, tmp_path, strategy, reward, cause
+):
+    trainer, worker = build(model_path, prompts, tmp_path, strategy=strategy, reward=reward, max_steps=2)
+    before = params(trainer)
+    caught, taken = train_within(trainer, worker, 60)
+    assert trainer.state.global_step == 2
+    warned = [w.message for w in caught if isinstance(w.message, NoSignalStepWarning)]
+    assert len(warned) == 1, [str(w.message) for w in caught]
+    assert warned[0].cause == cause and "Fix:" in str(warned[0]), str(warned[0])
+    if reward is unscored_reward:
+        assert "reward functions ['unscored_reward'] returned None (or NaN) for every completion" in str(warned[0])
+    # Each step took at most max_rounds (4) steps' worth of groups, then trained on B of them masked out (advantage
+    # 0): the weights did not move. Two steps and the one the dataloader fetches ahead: at most 3 x 4 x B groups.
+    assert worker.next_group_id <= 3 * 4 * B + worker.wave_groups
+    for name, value in before.items():
+        assert torch.equal(params(trainer)[name], value), name
+    # Summed over each log window: the two steps, and perhaps the one the dataloader fetched ahead.
+    assert sum(log.get("dataflex/no_signal_steps_window_total", 0) for log in trainer.state.log_history) >= 2
+
+
+def test_a_worker_of_another_group_size_is_refused_naming_both(model_path, prompts, tmp_path):
+    with pytest.raises(
+        ConfigError, match=r"InProcessRolloutWorker\(num_generations=2\).*AsyncGRPOConfig\(num_generations=4\)"
+    ):
+        build(model_path, prompts, tmp_path, strategy="diffband", worker_generations=2)
+
+
+class ShortGroupsWorker(InProcessRolloutWorker):
+    """A worker that loses one completion of every group, as TRL's worker will after a cancelled or failed rollout
+    (huggingface/trl PR 7176 scores such a group with the completions it has)."""
+
+    @staticmethod
+    def is_short(group_id: int) -> bool:
+        return True
+
+    def _score_group(self, example, prompt_ids, group, version, group_id, sample_class):
+        group = group[:-1] if self.is_short(group_id) else group
+        return super()._score_group(example, prompt_ids, group, version, group_id, sample_class)
+
+
+class SomeShortGroupsWorker(ShortGroupsWorker):
+    @staticmethod
+    def is_short(group_id: int) -> bool:
+        return group_id % 2 == 1
+
+
+@pytest.mark.parametrize("worker_class", [ShortGroupsWorker, SomeShortGroupsWorker], ids=["every", "some"])
+def test_a_short_group_is_decided_on_never_waited_for(model_path, prompts, tmp_path, worker_class):
+    trainer, worker = build(
+        model_path, prompts, tmp_path, strategy="diffband", worker_class=worker_class, max_steps=3, max_staleness=100
+    )
+    train_within(trainer, worker, 120)
+    assert trainer.state.global_step == 3
+    sizes: dict[int, int] = {}
+    for decision in trainer.dataflex.decisions:
+        for group_id in decision["group_ids"].tolist():
+            sizes[group_id] = sizes.get(group_id, 0) + 1
+    short = {g for g in sizes if worker_class.is_short(g)}
+    assert short and all(sizes[g] == G - 1 for g in short)
+    assert all(sizes[g] == G for g in sizes if g not in short)
+    counted = sum(d["short_groups"] for d in trainer.dataflex.decisions)
+    assert counted == len(short)
+    assert any(log.get("dataflex/short_groups_window_total", 0) > 0 for log in trainer.state.log_history)
+
+
+def test_a_second_attach_is_refused_at_the_second_attach(model_path, prompts, tmp_path):
+    trainer, _ = build(model_path, prompts, tmp_path, strategy="diffband", how="attach")
+    with pytest.raises(HostError, match=r"already applies strategy 'diffband'.*Give the strategy once"):
+        attach(trainer, "dapo")
+
+
+def double_reward(completions, **kwargs):
+    return [0.0, 1.0] * len(completions)
+
+
+def strict_reward(completions):
+    return [0.0] * len(completions)
+
+
+def none_reward(completions, **kwargs):
+    return None
+
+
+@pytest.mark.parametrize(
+    "reward, message",
+    [
+        (double_reward, r"reward 'double_reward' returned 8 values for 4 completions; return one float \(or None\)"),
+        (strict_reward, r"reward 'strict_reward' does not take TRL's keyword arguments .*\*\*kwargs"),
+        (none_reward, r"reward 'none_reward' returned None; return one float \(or None\) per completion"),
+    ],
+    ids=["wrong_count", "no_kwargs", "returns_none"],
+)
+def test_a_reward_the_worker_cannot_use_is_refused_naming_the_fix(model_path, prompts, tmp_path, reward, message):
+    trainer, worker = build(model_path, prompts, tmp_path, strategy="baseline", reward=reward, max_steps=1)
+    with pytest.raises(InputError, match=message):
+        train_within(trainer, worker, 60)
+
+
+def test_an_unknown_argument_names_the_adapters_and_trls_options(model_path, prompts, tmp_path):
+    with pytest.raises(ParamError, match=r"unknown option 'selection_rewards'.*AdapterOptions.*AsyncGRPOTrainer's own"):
+        build(
+            model_path, prompts, tmp_path, strategy="diffband", trainer_options={"selection_rewards": "checksum_reward"}
+        )
+
+
+def test_token_budget_none_with_the_in_process_worker_is_refused_before_waiting(model_path, prompts, tmp_path):
+    start = time.monotonic()
+    with pytest.raises(ConfigError, match=r"token_budget=None.*no vLLM server.*token_budget=0"):
+        trainer, worker = build(model_path, prompts, tmp_path, strategy="diffband", token_budget=None)
+        train_within(trainer, worker, 30)
+    assert time.monotonic() - start < 30
+
+
+def test_the_dataflex_trainer_runs_on_a_cpu_without_the_cpu_helpers(model_path, prompts, tmp_path):
+    from transformers import AttentionInterface
+    from trl.experimental.async_grpo.packing import TREE_ATTENTION
+
+    from dataflex_callbacks.integrations.trl.async_rollout import cpu_tree_attention
+
+    trainer, worker = build(model_path, prompts, tmp_path, strategy="diffband", cpu_helpers=False, max_steps=1)
+    assert AttentionInterface._global_mapping[TREE_ATTENTION] is cpu_tree_attention
+    train_within(trainer, worker, 60)
+    assert trainer.state.global_step == 1
