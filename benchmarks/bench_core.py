@@ -123,8 +123,8 @@ def main(argv=None) -> int:
 
     def as_trainer(keep):
         """DataFlex-RL's selectors return sorted kept indices; its trainer turns them into 0/1 weights."""
-        weights = torch.zeros(keep.shape[0])
-        index = torch.as_tensor(sorted(torch.nonzero(keep).flatten().tolist()), dtype=torch.long)
+        weights = torch.zeros(keep.shape[0], device=keep.device)
+        index = torch.as_tensor(sorted(torch.nonzero(keep).flatten().tolist()), dtype=torch.long, device=keep.device)
         if index.numel():
             weights[index] = 1.0
         return weights
@@ -314,7 +314,7 @@ def main(argv=None) -> int:
 
     def composite_dfrl():  # the reference has one mechanism per run: select, then reweight the kept rows
         keep = difffilter_dfrl() > 0
-        weights = torch.zeros(b.n)
+        weights = torch.zeros(b.n, device=keep.device)
         weights[keep] = ref.dfrl_softmax(dfrl_mag()[keep], 1.0)
         return weights
 

@@ -5,7 +5,8 @@
 #   DATAFLEX_QUICK=1 bash scripts/test.sh  # development: the main suite only (about 8 minutes)
 #   SKIP_TRL_FLOOR=1 / SKIP_VLLM=1 / SKIP_WHEEL=1 / SKIP_VERL=1 / SKIP_VERL_E2E=1  skip one stage
 #   (SKIP_WHEEL: the wheel built from this checkout, installed with [trl] in a clean .venv-wheel,
-#   running examples/trl_grpo.py outside the checkout: scripts/test_wheel.sh)
+#   running examples/trl_grpo.py and examples/trl_async_grpo.py outside the checkout, without [ray]:
+#   scripts/test_wheel.sh)
 #
 # torch goes first, pinned to the CPU build, so that no later requirement pulls a CUDA build.
 # The other stages each run in their own virtual environment, built (and reused) by their scripts,

@@ -303,12 +303,12 @@ class AdvantageReweighter(Reweighter):
         check_score_shape("reweighter", self.name, self.granularity, scores)
         mask = self._entries(scores, batch, mask)
         blocked = (
-            not scores.is_cuda
+            scores.device.type == "cpu"
             and scores.numel() > 0
             and mask is not None
             and mask.dtype == torch.bool
             and mask.shape == scores.shape
-            and not mask.is_cuda
+            and mask.device.type == "cpu"
         )
         if not blocked:
             return super().weights(scores, batch, mask)

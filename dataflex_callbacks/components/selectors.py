@@ -196,7 +196,11 @@ def _top_tokens_blocked(scores: torch.Tensor, valid_mask: torch.Tensor, k: int, 
     ``(N, L)`` masked copy is made: its fresh allocation alone costs more than the selection.
     """
     n_rows, length = scores.shape
-    if scores.is_cuda or scores.numel() < 1 << 18 or not (scores.is_contiguous() and valid_mask.is_contiguous()):
+    if (
+        scores.device.type != "cpu"
+        or scores.numel() < 1 << 18
+        or not (scores.is_contiguous() and valid_mask.is_contiguous())
+    ):
         return None
     if not bool(torch.isfinite(scores.sum())):  # NaN / inf: the dense path's ordering rules
         return None
@@ -254,7 +258,7 @@ def kth_largest(values: torch.Tensor, k: int) -> torch.Tensor:
     """
     flat = values.reshape(-1)
     n = flat.numel()
-    if flat.is_cuda:
+    if flat.device.type != "cpu":
         # CUDA kthvalue on ~1e8 entries is ~100x slower than topk; both give the same value.
         return torch.topk(flat, k, sorted=False).values.min()
     if n < 1 << 18:

@@ -463,7 +463,9 @@ class DataFlexAsyncCallback(TrainerCallback):
             self._observe_stale(step)
         rows = [s for group in groups for s in group]
         batch = self._batch(groups)
-        decision = decide(self.strategy, batch, step, seed=int(trainer.args.seed), warn=True, host_step=step + 1)
+        # No DroppedAllWarning here: a decision that keeps nothing is refilled from the queue, so the step does
+        # train; the one that cannot be refilled is masked out and says so with a NoSignalStepWarning.
+        decision = decide(self.strategy, batch, step, seed=int(trainer.args.seed), warn=False, host_step=step + 1)
         keep, weights = decision.keep, decision.weights.to(torch.float32)
         masked = not bool(keep.any()) and self._taken_without_training >= wanted * self.max_rounds
         if masked:

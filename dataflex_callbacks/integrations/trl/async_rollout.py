@@ -87,7 +87,7 @@ class TransformersEngine:
         try:
             out = []
             for prompt in prompts:
-                ids = torch.tensor([list(prompt)] * n)
+                ids = torch.tensor([list(prompt)] * n, device=self.model.device)
                 result = self.model.generate(
                     ids,
                     attention_mask=torch.ones_like(ids),
@@ -437,7 +437,9 @@ def cpu_tree_attention(
         vs = v[cu_k[s] : cu_k[s + 1]]
         lq, lk = qs.shape[0], ks.shape[0]
         scores = torch.einsum("qhd,khd->hqk", qs.float(), ks.float()) * scale
-        allowed = torch.arange(lk).unsqueeze(0) <= (torch.arange(lq).unsqueeze(1) + (lk - lq))
+        allowed = torch.arange(lk, device=q.device).unsqueeze(0) <= (
+            torch.arange(lq, device=q.device).unsqueeze(1) + (lk - lq)
+        )
         scores = scores.masked_fill(~allowed, float("-inf"))
         out[cu_q[s] : cu_q[s + 1]] = torch.einsum("hqk,khd->qhd", torch.softmax(scores, dim=-1), vs.float()).to(q.dtype)
     return out.unsqueeze(0), None
