@@ -3,7 +3,8 @@
     python benchmarks/bench_verifiers.py [--size 1000000] [--repeats 3]
 
 Prints one line per (verifier, completion): the best of `--repeats` runs. The target is under 0.5 s
-for every row (issue 32: Knights and Knaves took 5.3 s on 20 KB before, quadratic in the length).
+for every row (issue 32: Knights and Knaves took 5.3 s on 20 KB before, quadratic in the length; issue 38
+added the slot reader's worst cases: a loop of closed boxes, braces after a box, answer lines, "####").
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ VERIFIERS = {  # name -> (completion, reference) -> score
     "knights_knaves": lambda c: score_knights_knaves(c, KK_TRUTH),
     "multiple_choice": lambda c: score_multiple_choice(c, "B"),
     "numeric": lambda c: numeric_match(c, "5"),
+    "numeric_free_text": lambda c: numeric_match(c, "5", free_text=True),
     "exact": lambda c: exact_match(c, "5"),
 }
 
@@ -40,6 +42,10 @@ def completions(size: int) -> dict[str, str]:
         "'\\boxed{' loop (unclosed)": loop("\\boxed{"),
         "'The answer is (A) ' loop": loop("The answer is (A) "),
         "'(' loop": loop("("),
+        "'\\boxed{5}' loop (closed boxes)": loop("\\boxed{5}"),
+        "'\\boxed{' then '{}' loop (braces)": "\\boxed{" + loop("{}"),
+        "'\\nAnswer: 5' loop (answer lines)": loop("\nAnswer: 5"),
+        "'#### ' loop": loop("#### "),
         "spaces then an answer": " " * size + "Answer: 5",
     }
 

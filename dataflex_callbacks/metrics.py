@@ -1,4 +1,5 @@
-"""Per-domain rollout statistics and held-out accuracy as torchmetrics `Metric` objects.
+"""Per-domain rollout statistics and held-out accuracy as torchmetrics `Metric` objects, and `RunSummary`, the
+line every host prints when training ends.
 
 Both accumulate per-domain sums in declared states reduced with ``sum``, so under
 torch.distributed ``compute()`` returns the statistics of all ranks' rows, and a host that logs
@@ -11,6 +12,7 @@ mean and no share, and is counted under ``nonfinite_rewards/<domain>``.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any, Sequence
 
@@ -20,6 +22,7 @@ from torchmetrics import Metric
 from dataflex_callbacks.errors import BatchError, user_stacklevel
 from dataflex_callbacks.config.params import check_number
 from dataflex_callbacks.config.proportions import check_domains
+from dataflex_callbacks.rollout.groups import dense_groups, segment_max, segment_min
 
 # Columns of `domain_reward_sums`, in order; every one is a state reduced with "sum".
 SUMS = ("responses", "reward_sum", "solved", "kept", "nonfinite")
@@ -120,7 +123,7 @@ class _DomainSums(Metric):
 class DomainRewardStats(_DomainSums):
     """Per-domain rollout statistics over any number of batches: responses, mean reward, solve and kept shares.
 
-    ``compute()`` returns floats keyed ``reward/<d>`` (the name `Strategy` metrics use),
+    ``compute()`` returns floats keyed ``selection_reward/<d>`` (the name `Strategy` metrics use),
     ``solve_rate/<d>``, ``kept_frac/<d>``, ``responses/<d>`` and ``nonfinite_rewards/<d>``; a domain
     without a finite response has only the two counts.
 
@@ -152,7 +155,7 @@ class DomainRewardStats(_DomainSums):
         for i, domain in enumerate(self.domains):
             responses = float(self.responses[i])
             if responses:
-                values[f"reward/{domain}"] = float(self.reward_sum[i]) / responses
+                values[f"selection_reward/{domain}"] = float(self.reward_sum[i]) / responses
                 values[f"solve_rate/{domain}"] = float(self.solved[i]) / responses
                 values[f"kept_frac/{domain}"] = float(self.kept[i]) / responses
             values[f"responses/{domain}"] = responses
@@ -353,3 +356,111 @@ class DomainStalenessStats(Metric):
                 stacklevel=user_stacklevel(),
             )
         return domain
+
+
+# ---------------------------------------------------------------- the run's summary (every host, at train end)
+
+
+def signal_groups_kept(rewards: torch.Tensor, group_ids: torch.Tensor, keep: torch.Tensor) -> tuple[int, int]:
+    """``(signal groups kept, groups)`` of one batch.
+
+    A group carries a learning signal when its finite rewards are not all equal (a NaN or infinite
+    reward is no observation); it is kept when the decision keeps at least one of its rows.
+
+    Args:
+        rewards: ``(N,)`` the rewards the strategy decided on.
+        group_ids: ``(N,)`` one id per prompt.
+        keep: ``(N,)`` bool, the rows the decision kept.
+    """
+    if rewards.numel() == 0:
+        return 0, 0
+    index, groups = dense_groups(group_ids.to(rewards.device))
+    values = rewards.detach().to(torch.float64)
+    finite = torch.isfinite(values)
+    low = segment_min(values.where(finite, math.inf), index, groups)
+    high = segment_max(values.where(finite, -math.inf), index, groups)
+    kept = segment_max(keep.to(device=values.device, dtype=torch.float64), index, groups) > 0
+    return int(((high > low) & kept).sum()), groups
+
+
+class RunSummary:
+    """What the strategy did over a run, in the one line a host prints when training ends (`line`).
+
+    It counts the steps, the steps that kept nothing (they train nothing; the `DroppedAllWarning`
+    says why, once), the mean kept fraction of a step's responses, and the signal groups trained
+    (`signal_groups_kept`). A host calls `update` with each decision made on the batch of all ranks,
+    and `end_step` when its optimizer steps; a host that decides once per step calls both
+    together. The decisions are the same on every rank, so nothing is reduced across ranks; the
+    main process prints.
+
+    The counts start when the object is built (or `reset`); on a resumed run, the steps since the resume.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every step (a host calls it when training starts)."""
+        self.steps = 0
+        self.empty_steps = 0
+        self.kept_frac_sum = 0.0
+        self.signal_groups = 0
+        self.groups = 0
+        self.groups_known = True
+        self._rows = 0
+        self._kept = 0
+        self._trained = False
+        self._open = False
+
+    def update(self, batch: Any, decision: Any) -> None:
+        """Add one decision of the current step: ``batch`` the `RolloutBatch` decided on (``rewards (N,)``,
+        ``group_ids (N,)`` or None), ``decision`` its `Decision` (``keep (N,)``, ``metrics``)."""
+        keep = decision.keep.detach().reshape(-1).bool()
+        if keep.numel() != batch.n:
+            raise BatchError(
+                f"RunSummary.update got a decision over {keep.numel()} rows for a batch of {batch.n}; pass the "
+                "decision made on that batch (of all ranks), not one rank's part of it"
+            )
+        kept = int(keep.sum())
+        self._rows += batch.n
+        self._kept += kept
+        # A step whose kept rows hold no token (token-level selection) trains nothing too: the metric says so.
+        self._trained = self._trained or (kept > 0 and not decision.metrics.get("dropped_all", 0.0))
+        self._open = True
+        if batch.group_ids is None:
+            self.groups_known = False
+        else:
+            signal, groups = signal_groups_kept(batch.rewards, batch.group_ids, keep)
+            self.signal_groups += signal
+            self.groups += groups
+
+    def end_step(self) -> None:
+        """Close the current step (a no-op when nothing was added since the last one)."""
+        if not self._open:
+            return
+        self.steps += 1
+        self.empty_steps += not self._trained
+        self.kept_frac_sum += self._kept / self._rows if self._rows else 0.0
+        self._rows, self._kept, self._trained, self._open = 0, 0, False, False
+
+    @property
+    def mean_kept_frac(self) -> float:
+        """The mean over steps of the share of a step's responses kept (0.0 before any step)."""
+        return self.kept_frac_sum / self.steps if self.steps else 0.0
+
+    def line(self, strategy: str, warning: str = "DroppedAllWarning") -> str:
+        """The console line at train end; ``strategy`` is the strategy's name, ``warning`` the class of the warning
+        the host shows at the first step that trained nothing."""
+        head = f"dataflex: train end: strategy {strategy!r}: "
+        if not self.steps:
+            return head + "no step was decided"
+        steps = f"{self.steps} step{'s' if self.steps != 1 else ''}"
+        signal = (
+            f"{self.signal_groups} signal groups trained (of {self.groups} groups)"
+            if self.groups_known
+            else "signal groups: not known (the batches carry no group_ids)"
+        )
+        text = f"{head}{steps}, {self.empty_steps} kept nothing, mean kept fraction {self.mean_kept_frac:.2f}, {signal}"
+        if self.empty_steps == self.steps:
+            text += f"; no step trained anything: the first such step's {warning} names the cause and the fix"
+        return text

@@ -274,16 +274,18 @@ print(train_dataset[0]["prompt"][0]["content"][:300])
 
 # %% [markdown]
 # ## Reward: exact numeric match of the final answer
-# `math_answer_reward` reads the completion's last `\boxed{}`, else the text after `####` or
-# "the answer is", else its last number, and compares by value (`42.0` = `42`, `1,000` = `1000`,
-# `\frac{1}{2}` = `0.5`); unreadable answers score 0. The reference solutions must score 1.
+# `math_answer_reward` reads only the completion's answer slot (`\boxed{}`, a `#### N` line, an
+# `<answer>` tag, or a completion that is the bare answer) and compares by value (`42.0` = `42`,
+# `1,000` = `1000`, `\frac{1}{2}` = `0.5`); prose, hedges, ranges and two values score 0, so the
+# policy cannot be paid for them. The reference solutions must score 1.
 
 # %%
 from dataflex_callbacks.recipes.tasks.math_answers import math_answer_reward, math_answers_match
 
 reference_scores = math_answer_reward(list(train_dataset["answer"][:50]), list(train_dataset["answer"][:50]))
 print(f"reference solutions scored correct: {sum(reference_scores):.0f}/{len(reference_scores)}")
-print("examples:", [math_answers_match(text, "#### 1000") for text in ("\\boxed{1,000}", "so 1000.0", "about 999", "")])
+writings = ("\\boxed{1,000}", "#### 1000.0", "so 1000", "\\boxed{999 or 1000}")  # True, True, False, False
+print("examples:", [math_answers_match(text, "#### 1000") for text in writings])
 
 # %% [markdown]
 # ## Held-out accuracy before training (greedy decoding)
@@ -493,7 +495,7 @@ if plt is not None:
     figure, axes = plt.subplots(1, 3, figsize=(16, 4))
     axes[0].plot(*logged("reward"), label="mean reward")
     for domain in domains if len(domains) > 1 else []:
-        axes[0].plot(*logged(f"dataflex/reward/{domain}"), label=domain, alpha=0.7)
+        axes[0].plot(*logged(f"dataflex/selection_reward/{domain}"), label=domain, alpha=0.7)
     axes[0].set(title="training reward", xlabel="step", ylim=(-0.02, 1.02))
     axes[0].legend()
     kept_steps, kept = logged("dataflex/kept_frac")

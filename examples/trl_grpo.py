@@ -4,11 +4,13 @@
     python examples/trl_grpo.py --strategy difffilter --steps 20
     python examples/trl_grpo.py --report-to tensorboard --output-dir runs/trl_grpo   # then: tensorboard --logdir runs
 
+`--report-to tensorboard` needs TensorBoard, which no extra of this package installs: `pip install tensorboard`.
+
 Nothing is downloaded: the model is the library's tiny character-level model
 (`dataflex_callbacks.recipes.tiny_model`), built from a seed. For your own model, replace
 `build_model` with `AutoModelForCausalLM.from_pretrained(...)` and its tokenizer: the rest stays.
 
-The strategy's metrics (`dataflex/kept_frac`, `dataflex/reward/<domain>`, ...) go into TRL's own
+The strategy's metrics (`dataflex/kept_frac`, `dataflex/selection_reward/<domain>`, ...) go into TRL's own
 logs, so wherever `report_to` sends TRL's logs (TensorBoard, W&B, ...) they go too.
 """
 
@@ -95,11 +97,11 @@ def main(argv: list[str] | None = None) -> dict:
     last = logs[-1]
     print(
         f"trained {trainer.state.global_step} steps with strategy {args.strategy!r}: kept fraction "
-        f"{last['dataflex/kept_frac']:.2f} at the last step; reward per domain "
+        f"{last['dataflex/kept_frac']:.2f} at the last step; selection reward per domain "
         + ", ".join(
             f"{key.split('/')[-1]}={value:.2f}"
             for key, value in sorted(last.items())
-            if key.startswith("dataflex/reward/")
+            if key.startswith("dataflex/selection_reward/")
         )
     )
     return {"steps": trainer.state.global_step, "logs": logs}

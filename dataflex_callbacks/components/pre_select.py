@@ -65,7 +65,8 @@ class PreSelectFilter(Component):
     its candidate prompts and reports what it generated with ``record_draws(accepted, skipped)``;
     the strategy shows it each step's rollouts with ``observe(batch, step, sync)`` and logs the
     metrics that returns (``metrics()`` alone when a `SignalGroupBuffer` showed it the rollouts
-    already). A host sets ``num_generations``, the completions a skipped prompt would have cost.
+    already). A host sets ``num_generations``, the completions a skipped prompt would have cost (its
+    ``pre_select/completions_redirected`` metric: they are generated for the prompts that replace it).
 
     It declares ``requires``, the `RolloutBatch` fields ``observe`` reads, checked once, when the
     strategy is built. ``state_dict`` and ``load_state_dict`` are public no-ops, right for a filter
@@ -99,7 +100,8 @@ class PreSelectFilter(Component):
         """The filter's ``pre_select/*`` metrics as they stand."""
         return {
             "pre_select/skipped_prompts": float(self.skipped),
-            "pre_select/completions_saved": float(self.skipped * self.num_generations),
+            # The host refills its batch with other prompts, so these completions go to the replacements.
+            "pre_select/completions_redirected": float(self.skipped * self.num_generations),
         }
 
 

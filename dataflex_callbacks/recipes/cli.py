@@ -16,7 +16,7 @@ import textwrap
 from .arguments import OneLineParser, add_option_arguments, options_from_args, run_option_names
 from .arguments import fail as _fail
 from .compare.cli import add_compare_parser, command_compare
-from .validate import HOSTS
+from .validate import CORE_RULES_NOTE, HOSTS
 
 
 def _quiet_environment(args: argparse.Namespace) -> None:
@@ -139,7 +139,7 @@ def _command_validate(args) -> int:
         return _fail(f"invalid strategy {args.file!r}{f' for {host}' if host else ''}: {message}")
     print(json.dumps(None if strategy is None else strategy.config.to_dict(), indent=2, sort_keys=True, default=str))
     if host is None:
-        print(f"checked with the core rules; --host {{{','.join(HOSTS)}}} adds a host adapter's own", file=sys.stderr)
+        print(CORE_RULES_NOTE, file=sys.stderr)
     elif strategy is None:
         print(f"valid for {host}: its dataflex block is disabled (enable: false)", file=sys.stderr)
     else:

@@ -59,7 +59,12 @@ def dynamic_buffer(trainer):
 
 
 def signal_accounting(
-    logs: dict, generated: int, num_generations: int, zero_signal_total: int | None, zero_signal_before: int
+    logs: dict,
+    generated: int,
+    num_generations: int,
+    zero_signal_total: int | None,
+    zero_signal_before: int,
+    unscored_groups: int = 0,
 ) -> tuple[int | None, int | None]:
     """``(trained signal groups, completions in zero-signal groups)`` of one step, from its logs.
 
@@ -69,21 +74,30 @@ def signal_accounting(
     Otherwise every generated group is trained, and a group carries signal when its rewards are not
     all equal: TRL's `ZERO_STD_KEY` (reward std close to 0) gives the share that are. None when the
     step's logs (or a missing buffer) cannot tell.
+
+    `unscored_groups`: the step's groups no reward function scored (None or NaN for each completion,
+    `user_reward.ScoredRewards`). TRL gives them a NaN spread, which `ZERO_STD_KEY` does not count, so
+    they are moved to the zero-signal side here; never a signal group, with or without dynamic sampling.
     """
     if logs.get(SIGNAL_GROUPS_KEY) is not None:
         zero_signal = None if zero_signal_total is None else int(zero_signal_total - zero_signal_before)
-        return int(round(logs[SIGNAL_GROUPS_KEY])), zero_signal
+        scored_groups = max(generated // num_generations - unscored_groups, 0)
+        return min(int(round(logs[SIGNAL_GROUPS_KEY])), scored_groups), zero_signal
     if generated == 0:
         return 0, 0
     if logs.get(ZERO_STD_KEY) is None:
         return None, None
     groups = generated // num_generations
-    zero_groups = int(round(float(logs[ZERO_STD_KEY]) * groups))
+    zero_groups = min(int(round(float(logs[ZERO_STD_KEY]) * groups)) + unscored_groups, groups)
     return groups - zero_groups, zero_groups * num_generations
 
 
-def metrics_callback(records: list[dict], domains: list[str], steps: int, progress: bool):
-    """A `RecordMetrics` trainer callback appending one record per optimizer step to `records`."""
+def metrics_callback(records: list[dict], domains: list[str], steps: int, progress: bool, scoring=None):
+    """A `RecordMetrics` trainer callback appending one record per optimizer step to `records`.
+
+    `scoring`: the run's `user_reward.ScoredRewards` (the user's reward functions), whose count of unscored
+    completions and groups each step's record takes; None with the built-in verifier.
+    """
     from transformers import TrainerCallback
 
     class RecordMetrics(TrainerCallback):
@@ -123,8 +137,9 @@ def metrics_callback(records: list[dict], domains: list[str], steps: int, progre
                 self.completions += generated - self._scheduled
             self._scheduled = 0
             zero_total = None if self.buffer is None else int(self.buffer.totals["zero_signal_completions"])
+            unscored, unscored_groups = (None, 0) if scoring is None else scoring.take()
             signal_groups, zero_signal = signal_accounting(
-                logs, generated, int(args.num_generations), zero_total, self._zero_signal_seen
+                logs, generated, int(args.num_generations), zero_total, self._zero_signal_seen, unscored_groups
             )
             if zero_total is not None:
                 self._zero_signal_seen = zero_total
@@ -140,6 +155,8 @@ def metrics_callback(records: list[dict], domains: list[str], steps: int, progre
                 signal_groups=signal_groups,
                 zero_signal_completions=zero_signal,
             )
+            if unscored is not None:  # the user's reward: completions no function scored this step
+                record["unscored_completions"] = unscored
             records.append(record)
             if self.bar is not None:
                 self.bar.update(record["step"] - self.bar.n)

@@ -23,6 +23,9 @@ SUITE_DEFAULTS = {
     "testbed": {"steps": 60, "learning_rate": 3e-5, "n_train": None},
     "toy": {"steps": 150, "learning_rate": 3e-3, "n_train": 200},
 }
+PRETRAINED_LEARNING_RATE = 1e-6
+"""The default rate for a user's `--model`: TRL's own (`GRPOConfig.learning_rate`), the rate of DeepSeekMath's GRPO
+(arXiv 2402.03300). A pretrained model moved at the toy model's 3e-3 is wrecked within a few steps."""
 MODEL_COMPLETION_TOKENS = 64
 MIN_EVAL_TOKENS = 8
 
@@ -172,8 +175,10 @@ class RunOptions:
     split: str = run_option("train", help="split of a hub dataset to read")
     verifier: str = run_option(
         "auto",
-        choices=("auto", "numeric", "exact"),
-        help="how an answer is checked: auto (numeric when every answer is a number, else exact), numeric, exact",
+        choices=("auto", "numeric", "exact", "numeric_free_text"),
+        help="how an answer is checked: auto (numeric when every answer is a number, else exact), numeric (one value "
+        "in the answer slot: \\boxed{}, #### N, <answer>, or the bare answer), exact, numeric_free_text (also "
+        "prose such as 'the answer is 6': gameable, opt in knowingly)",
     )
     reward: list | None = run_option(
         None,
@@ -190,11 +195,12 @@ class RunOptions:
         shown_default="1 each",
         help="one weight per --reward function (comma-separated), as GRPOConfig.reward_weights",
     )
-    reward_threshold: float = run_option(
-        1.0,
-        rule=NumberRule(integer=False),
-        help="with --reward: a held-out completion counts as correct when the first reward function gives it at "
-        "least this value (None counts as wrong)",
+    reward_threshold: float | None = run_option(
+        None,
+        rule=NumberRule(integer=False, optional=True),
+        shown_default="1",
+        help="with --reward (only): a held-out completion counts as correct when the first reward function gives "
+        "it at least this value (None counts as wrong)",
     )
     domains: list[str] | None = run_option(
         None,
@@ -231,7 +237,8 @@ class RunOptions:
         None,
         rule=NumberRule(integer=False, low=0, open_low=True, optional=True),
         shown_default=f"{SUITE_DEFAULTS['testbed']['learning_rate']:g} on the testbed (a pretrained model), "
-        f"{SUITE_DEFAULTS['toy']['learning_rate']:g} with --suite toy, --model or --dataset",
+        f"{PRETRAINED_LEARNING_RATE:g} with --model (TRL's default, for a pretrained model), "
+        f"{SUITE_DEFAULTS['toy']['learning_rate']:g} with --suite toy or --dataset (the toy model)",
         help="AdamW learning rate (constant schedule)",
     )
     temperature: float = run_option(
@@ -327,6 +334,14 @@ def check_run_options(options: RunOptions, error: type = None) -> None:
         bad = [d for d in options.domains if not isinstance(d, str) or not d.strip()]
         if bad or not options.domains:
             raise error(f"--domains must list domain names separated by commas, got {options.domains!r}")
+        twice = sorted({d for d in options.domains if options.domains.count(d) > 1})
+        if twice:
+            raise error(
+                f"--domains names {', '.join(map(repr, twice))} twice; name each domain once (refused, not "
+                "deduplicated: a domain named twice would train its rows twice and score its held-out prompts twice)"
+            )
+    if options.dataset is None and options.suite == "testbed":
+        check_testbed_sizes(options, error)
     check_reward_specs(options, error)
     if options.eval_dataset is not None and options.dataset is None:
         raise error(
@@ -339,6 +354,29 @@ def check_run_options(options: RunOptions, error: type = None) -> None:
         from .vllm_colocate import check_vllm_importable
 
         check_vllm_importable(error)
+
+
+def check_testbed_sizes(options: RunOptions, error: type) -> None:
+    """Refuse `--n-train` / `--n-test` above what a chosen testbed level holds, naming the most it can supply.
+
+    Each level's split holds a fixed number of distinct prompts (`testbed.split_capacity`); asking for
+    more would sample for minutes and then fail.
+    """
+    from dataflex_callbacks.recipes.testbed import LEVELS, levels_short_of
+
+    levels = [d for d in options.domains or LEVELS if d in LEVELS]
+    for flag, split, count in (("--n-train", "train", options.n_train), ("--n-test", "eval", options.n_test)):
+        if not levels or not isinstance(count, int) or isinstance(count, bool):
+            continue  # unknown levels and bad numbers have their own messages
+        short = levels_short_of(split, count, levels)
+        if short:
+            most = min(short.values())
+            held = ", ".join(f"{name} {rows:,}" for name, rows in short.items())
+            raise error(
+                f"{flag} {count} asks each testbed level for {count:,} distinct {split} prompts, and level(s) "
+                f"{', '.join(map(repr, short))} hold fewer ({held}); pass {flag} {most} or less, "
+                "or leave those levels out of --domains"
+            )
 
 
 def completion_tokens(options: RunOptions) -> int:
@@ -355,7 +393,9 @@ def with_suite_defaults(options: RunOptions) -> RunOptions:
     model on the testbed's tasks, else those of `--suite toy` (also a user's --model or --dataset).
 
     The testbed's model is pretrained, so it trains with a small learning rate for fewer steps; the toy
-    model starts from random weights. ``n_train`` stays None on the testbed (its calibrated mix per level).
+    model starts from random weights. A user's `--model` is taken as pretrained: `PRETRAINED_LEARNING_RATE`.
+    ``n_train`` stays None on the testbed (its calibrated mix per level). With `--reward`, `reward_threshold`
+    defaults to 1.
     """
     testbed = options.suite == "testbed" and options.model is None and options.dataset is None
     defaults = SUITE_DEFAULTS["testbed" if testbed else "toy"]
@@ -363,7 +403,9 @@ def with_suite_defaults(options: RunOptions) -> RunOptions:
     if options.steps is None:
         changes["steps"] = defaults["steps"]
     if options.learning_rate is None:
-        changes["learning_rate"] = defaults["learning_rate"]
+        changes["learning_rate"] = PRETRAINED_LEARNING_RATE if options.model is not None else defaults["learning_rate"]
+    if options.reward_threshold is None and options.reward is not None:
+        changes["reward_threshold"] = 1.0
     if options.n_train is None and options.suite == "toy":
         changes["n_train"] = SUITE_DEFAULTS["toy"]["n_train"]
     return replace(options, **changes) if changes else options
@@ -406,7 +448,30 @@ def import_reward(spec: str, error: type = None) -> Callable:
             f"--reward {spec!r} is {type(found).__name__!r}, not a function; name a reward function "
             f"f(prompts, completions, **columns) -> list[float | None] as {REWARD_FORM}"
         )
-    return found
+    return check_reward_callable(found, str(spec).strip(), error)
+
+
+def check_reward_callable(reward: Callable, name: str, error: type) -> Callable:
+    """Refuse a reward TRL cannot call as ``reward(prompts=..., completions=..., **columns, trainer_state=...)``:
+    a class (not an instance), or a function without ``**kwargs``."""
+    import inspect
+
+    if inspect.isclass(reward):
+        raise error(
+            f"--reward {name!r} is the class {reward.__name__}, not an instance; TRL calls a reward once per "
+            f"batch, so pass an instance ({reward.__name__}(...)) from Python, or name a module-level instance "
+            "or function"
+        )
+    try:
+        parameters = inspect.signature(reward).parameters.values()
+    except (TypeError, ValueError):  # a builtin without a signature: TRL's call decides
+        return reward
+    if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        raise error(
+            f"--reward {name!r} takes no **kwargs; TRL passes every dataset column and trainer_state as keywords: "
+            "define it as f(prompts, completions, **kwargs) -> list[float | None]"
+        )
+    return reward
 
 
 def resolve_rewards(options: RunOptions, error: type = None) -> list[Callable] | None:
@@ -419,7 +484,7 @@ def resolve_rewards(options: RunOptions, error: type = None) -> list[Callable] |
         if isinstance(reward, str):
             rewards.append(import_reward(reward, error))
         elif callable(reward):
-            rewards.append(reward)
+            rewards.append(check_reward_callable(reward, reward_name(reward), error))
         else:
             raise error(
                 f"--reward entry {reward!r} is neither an import path nor a callable; give {REWARD_FORM} "
@@ -436,6 +501,11 @@ def check_reward_specs(options: RunOptions, error: type = None) -> None:
     if options.reward is not None and not options.reward:
         raise error(f"--reward lists no reward function; give {REWARD_FORM}, or leave it out for the built-in verifier")
     rewards = resolve_rewards(options, error) if options.reward is not None else None
+    if rewards is None and options.reward_threshold is not None:
+        raise error(
+            f"--reward-threshold {options.reward_threshold!r} sets when the --reward functions count a held-out "
+            "completion as correct, and none is given; pass --reward, or leave the threshold out"
+        )
     if options.reward_weights is None:
         return
     if rewards is None:

@@ -98,6 +98,20 @@ class OutputFolder:
                 os.remove(target)
 
 
+def domain_colors(domains: list[str]) -> dict[str, object]:
+    """One distinct colour per domain: matplotlib's ten-colour cycle up to ten domains, tab20 up to twenty,
+    else evenly spaced hues (the cycle would give the 11th domain the 1st one's colour)."""
+    import matplotlib
+
+    if len(domains) <= 10:
+        return {d: f"C{i}" for i, d in enumerate(domains)}
+    if len(domains) <= 20:
+        palette = matplotlib.colormaps["tab20"]
+        return {d: palette(i) for i, d in enumerate(domains)}
+    palette = matplotlib.colormaps["hsv"]
+    return {d: palette(i / len(domains)) for i, d in enumerate(domains)}
+
+
 def write_plot(path: str, metrics: list[dict], domains: list[str]) -> None:
     """Plot reward per domain, kept fraction and domain proportions over steps into `path` (PNG).
 
@@ -110,9 +124,10 @@ def write_plot(path: str, metrics: list[dict], domains: list[str]) -> None:
 
     steps = [m["step"] for m in metrics]
     figure, axes = plt.subplots(1, 3, figsize=(15, 4))
+    colors = domain_colors(domains)
     for domain in domains:
         values = [m.get(f"reward/{domain}") for m in metrics]
-        axes[0].plot(steps, [float("nan") if v is None else v for v in values], label=domain)
+        axes[0].plot(steps, [float("nan") if v is None else v for v in values], label=domain, color=colors[domain])
     axes[0].set(title="reward per domain", xlabel="step", ylim=(-0.05, 1.05))
     axes[0].legend(fontsize="small")
     axes[1].plot(steps, [m.get("kept_frac", 1.0) for m in metrics], color="black")
@@ -120,8 +135,8 @@ def write_plot(path: str, metrics: list[dict], domains: list[str]) -> None:
     mixing = any(f"dataflex/mix/target/{d}" in m for m in metrics for d in domains)
     if mixing:
         # Target (dashed) against actual (solid: share of the last sampler batches) per domain.
-        for index, domain in enumerate(domains):
-            color = f"C{index}"
+        for domain in domains:
+            color = colors[domain]
             target = [m.get(f"dataflex/mix/target/{domain}") for m in metrics]
             actual = [m.get(f"dataflex/mix/actual/{domain}", m.get(f"mix/actual/{domain}")) for m in metrics]
             axes[2].plot(
@@ -138,7 +153,7 @@ def write_plot(path: str, metrics: list[dict], domains: list[str]) -> None:
     else:
         shares = [[m.get(f"mix/actual/{d}") or 0.0 for m in metrics] for d in domains]
         if steps:
-            axes[2].stackplot(steps, shares, labels=domains)
+            axes[2].stackplot(steps, shares, labels=domains, colors=[colors[d] for d in domains])
         axes[2].set(title="domain proportions (sampled)", xlabel="step", ylim=(0, 1))
     axes[2].legend(fontsize="small", loc="upper right")
     figure.tight_layout()

@@ -18,12 +18,14 @@ import dataclasses
 import json
 import os
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
+from dataflex_callbacks.host.context_length import check_context_length
 
 from .completion_accounting import (
     dynamic_buffer,  # noqa: F401
@@ -39,6 +41,7 @@ from .options import (
     reward_name,
     with_suite_defaults,
 )
+from .user_reward import ScoredRewards, checked_values
 from .run_folder import (
     RUN_FILES,
     TRAINER_FOLDER,
@@ -229,6 +232,30 @@ def data_line(options: RunOptions, data: RunData, command: str = "dataflex run")
     return f"{command}: data: {options.dataset} ({sizes}); {where}"
 
 
+def learning_rate_line(options: RunOptions, command: str = "dataflex run") -> str:
+    """The console line naming the learning rate a run trains at, and where it comes from."""
+    from .options import PRETRAINED_LEARNING_RATE
+
+    options = with_suite_defaults(options)
+    if options.learning_rate is None:
+        return f"{command}: learning rate: unset"
+    rate = f"{command}: learning rate {options.learning_rate:g}"
+    if options.learning_rate == PRETRAINED_LEARNING_RATE and options.model is not None:
+        return f"{rate} (the default for a --model: TRL's; set --learning-rate to change it)"
+    return f"{rate} (set --learning-rate to change it)"
+
+
+def unscored_line(reward_names: list[str], unscored: int, completions: int) -> str | None:
+    """A warning when the reward scored none of the run's training completions (None or NaN for each), else None."""
+    if not completions or unscored < completions:
+        return None
+    return (
+        f"the reward ({', '.join(reward_names)}) scored none of the {completions} training completions (it returned "
+        "None or NaN for every one): no group carried a learning signal, so nothing was learnt from the reward; "
+        "call it on a few completions and check it returns numbers for them"
+    )
+
+
 def check_trainable(options: RunOptions, strategy, train, error: type = None) -> None:
     """Refuse training data that cannot fill one optimizer step, and a mix config naming domains the data lacks.
 
@@ -289,13 +316,9 @@ def check_context(options: RunOptions, train, test, error: type = None) -> None:
     prompts = [str(p) for rows in (train, test) for p in rows["prompt"]]
     longest = max((len(tokenizer(p)["input_ids"]) for p in prompts), default=0)
     generated = max(completion_tokens(options), eval_tokens(options))
-    if longest + generated > positions:
-        raise error(
-            f"the longest prompt of {options.dataset!r} is {longest} tokens and completions are up to {generated} "
-            f"tokens: {longest + generated} positions, but the model holds {positions} (max_position_embeddings); "
-            f"lower --max-completion-length to at most {max(positions - longest, 0)}, shorten the prompts, "
-            "or use a model with more positions"
-        )
+    check_context_length(
+        longest, generated, positions, prompts=repr(options.dataset), setting="--max-completion-length", error=error
+    )
 
 
 def load_model(options: RunOptions):
@@ -347,13 +370,8 @@ def reward_accuracy(model, tokenizer, dataset, reward, threshold: float, max_new
         for prompt, text in zip(prompts, texts)
     ]
     columns = {name: list(dataset[name]) for name in dataset.column_names if name != "prompt"}
-    values = list(reward(prompts=prompts, completions=completions, **columns))
-    if len(values) != len(prompts):
-        raise RunInputError(
-            f"reward {reward_name(reward)!r} returned {len(values)} value(s) for {len(prompts)} "
-            "completions; return one float (or None) per completion"
-        )
-    correct = [value is not None and float(value) >= threshold for value in values]
+    values = checked_values(reward, reward(prompts=prompts, completions=completions, **columns), len(prompts))
+    correct = [value >= threshold for value in values]  # NaN (None) compares False: wrong
     domains = [str(d) for d in columns.get("domain", [NO_DOMAIN] * len(prompts))]
     result = {
         name: sum(c for c, d in zip(correct, domains) if d == name) / domains.count(name)
@@ -371,6 +389,7 @@ def held_out_scorer(options: RunOptions, test, reward_settings: dict):
     """
     from dataflex_callbacks.recipes import tasks
 
+    options = with_suite_defaults(options)  # the threshold's default with --reward
     rewards = resolve_rewards(options)
     if rewards is not None:
 
@@ -462,6 +481,7 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
     check_context(options, train, test)
     if options.progress:
         print(data_line(options, data), flush=True)
+        print(learning_rate_line(options), flush=True)
     folder = OutputFolder(output_dir, leftovers=(TRAINER_FOLDER,)).create()
     try:
         return _train_and_record(options, callbacks, started, output_dir, strategy, train, test, reward_settings)
@@ -537,8 +557,13 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     )
     records: list[dict] = []
     user_rewards = resolve_rewards(options)
-    reward_fn = user_rewards if user_rewards is not None else tasks.make_reward_fn(seed=options.seed, **reward_settings)
-    callback = metrics_callback(records, domains, options.steps, options.progress)
+    scoring = None
+    if user_rewards is not None:
+        scoring = ScoredRewards(user_rewards, options.reward_weights, options.num_generations)
+        reward_fn = scoring.functions()
+    else:
+        reward_fn = tasks.make_reward_fn(seed=options.seed, **reward_settings)
+    callback = metrics_callback(records, domains, options.steps, options.progress, scoring)
     with _vllm_engine(options):
         trainer = make_trainer(model, tokenizer, reward_fn, train, args, strategy, [callback, *callbacks])
     callback.buffer = dynamic_buffer(trainer)
@@ -579,6 +604,9 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         "completions_generated": callback.completions,
         "signal_groups_trained": callback.signal_groups if callback.signal_counted else None,
         "zero_signal_completions": callback.zero_signal_completions if callback.signal_counted else None,
+        # Training completions to which no reward function gave a number (None or NaN from every one); None
+        # with the built-in verifier, which scores every completion.
+        "unscored_completions": None if scoring is None else scoring.unscored_completions,
         "verifier": reward_settings["verifier"],
         "reward": None
         if user_rewards is None
@@ -611,6 +639,13 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     with open(files["eval.json"], "w") as handle:
         json.dump({"before": eval_before, "after": eval_after}, handle, indent=2, sort_keys=True)
     write_plot(files["plot.png"], records, domains)
+    unscored = (
+        None
+        if scoring is None
+        else unscored_line(config["reward"]["functions"], scoring.unscored_completions, scoring.completions)
+    )
+    if unscored is not None and options.progress:
+        print(f"dataflex run: warning: {unscored}", file=sys.stderr, flush=True)
     return RunResult(
         output_dir=output_dir,
         config=config,

@@ -26,6 +26,11 @@ HOSTS = ("trl", "trl-rloo", "lightning", "verl")
 # Top-level sections of a verl (Hydra) config: a file with one of them is a verl run's config.
 VERL_SECTIONS = ("trainer", "actor_rollout_ref", "algorithm", "data", "critic", "reward_model", "reward")
 _EXTRA = {"trl": "trl", "trl-rloo": "trl", "lightning": "lightning", "verl": "verl"}
+CORE_RULES_NOTE = (
+    "checked with the core rules, which every host applies; --host {" + ",".join(HOSTS) + "} checks with that host "
+    "adapter's own rules too (the rules that need the trainer or its data run when training starts)"
+)
+"""What `dataflex validate` prints (stderr) after a file passes without ``--host``."""
 
 
 def host_of(config: Any) -> str | None:

@@ -169,9 +169,10 @@ class BatchFeed:
 
 
 def set_group_size(pre_select: Any, completions: int) -> None:
-    """Tell a pre-rollout filter what a skipped prompt saves: ``completions`` generated per prompt.
+    """Tell a pre-rollout filter what a skipped prompt would have cost: ``completions`` generated per prompt.
 
-    Read by its ``pre_select/completions_saved`` metric; every host that draws prompts sets it
+    Read by its ``pre_select/completions_redirected`` metric (the host fills its batch with other prompts, so
+    those completions are generated for the replacements); every host that draws prompts sets it
     (its ``num_generations``, verl's ``rollout.n``, a Lightning step's mean group size).
     """
     if pre_select is not None:

@@ -427,7 +427,7 @@ class Strategy:
         if token_w is not None and response_w is None:
             return token_w  # already zero outside its mask (the kept tokens) and normalised
         mask = self._token_mask(batch, keep, token_keep)
-        if mask.dtype == torch.bool and not mask.is_cuda and mask.is_contiguous():
+        if mask.dtype == torch.bool and mask.device.type == "cpu" and mask.is_contiguous():
             # A bool -> float copy through the uint8 view is about 2x faster on CPU (same 0/1 values).
             weights = torch.empty(mask.shape, dtype=torch.float32).copy_(mask.view(torch.uint8))
         else:
@@ -548,7 +548,7 @@ class Strategy:
             rows = torch.zeros(len(labels), dtype=torch.float64).index_add_(0, index, seen.to(torch.float64))
             for label, total, count in zip(labels, sums.tolist(), rows.tolist()):
                 if count:
-                    metrics[f"reward/{label}"] = total / count
+                    metrics[f"selection_reward/{label}"] = total / count
         return metrics
 
     # ------------------------------------------------------------ state

@@ -47,7 +47,7 @@ def reference_stats(batches, domains=DOMAINS, threshold=0.5, use_keep=True, use_
                 solved += weight * (value > threshold)
                 kept += weight * (kept_row or not use_keep)
         if responses:
-            expected[f"reward/{domain}"] = reward / responses
+            expected[f"selection_reward/{domain}"] = reward / responses
             expected[f"solve_rate/{domain}"] = solved / responses
             expected[f"kept_frac/{domain}"] = kept / responses
         expected[f"responses/{domain}"] = responses
@@ -113,17 +113,23 @@ def test_non_finite_rewards_are_no_observation_as_in_the_strategy_and_the_tracke
     metric = DomainRewardStats(["a", "b", "c"])
     metric.update(rewards, labels)
     got = metric.compute()
-    assert got["reward/a"] == pytest.approx(0.625) and got["responses/a"] == 2 and got["nonfinite_rewards/a"] == 1
-    assert got["reward/b"] == 0.5 and got["nonfinite_rewards/b"] == 1
-    assert "reward/c" not in got and got["responses/c"] == 0 and got["nonfinite_rewards/c"] == 1
+    assert (
+        got["selection_reward/a"] == pytest.approx(0.625)
+        and got["responses/a"] == 2
+        and got["nonfinite_rewards/a"] == 1
+    )
+    assert got["selection_reward/b"] == 0.5 and got["nonfinite_rewards/b"] == 1
+    assert "selection_reward/c" not in got and got["responses/c"] == 0 and got["nonfinite_rewards/c"] == 1
 
     decision = build_strategy({"name": "drop", "nan_policy": "drop"}).apply(RolloutBatch(rewards, domains=labels), 0)
     for domain in ("a", "b"):
-        assert got[f"reward/{domain}"] == pytest.approx(decision.metrics[f"reward/{domain}"], rel=1e-6)
+        assert got[f"selection_reward/{domain}"] == pytest.approx(
+            decision.metrics[f"selection_reward/{domain}"], rel=1e-6
+        )
     tracker = DomainTracker(["a", "b", "c"], window_unit="rows")
     tracker.update(RolloutBatch(rewards, domains=labels), sync=False)
     assert tracker.total_count.tolist() == [got["responses/a"], got["responses/b"], got["responses/c"]]
-    assert float(tracker.mean_reward()[0]) == pytest.approx(got["reward/a"])
+    assert float(tracker.mean_reward()[0]) == pytest.approx(got["selection_reward/a"])
 
 
 def test_reset_starts_empty_and_counts_again():
@@ -133,7 +139,7 @@ def test_reset_starts_empty_and_counts_again():
     metric.update(first[0], first[1], keep=first[2])
     metric.reset()
     assert all(value == 0.0 for value in metric.compute().values())
-    assert not any(name.startswith("reward/") for name in metric.compute())
+    assert not any(name.startswith("selection_reward/") for name in metric.compute())
     metric.update(second[0], second[1], keep=second[2])
     assert_same(metric.compute(), reference_stats([second], use_weights=False))
 

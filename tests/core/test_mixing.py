@@ -133,7 +133,7 @@ def test_strategy_apply_reports_mix_metrics():
     strategy.observe_sampled({"easy": 1, "hard": 1, "mid": 2})
     metrics = strategy.apply(batch_for(0), 0).metrics
     for d in DOMAINS:
-        assert {f"mix/target/{d}", f"mix/actual/{d}", f"mix/signal/{d}", f"reward/{d}"} <= set(metrics)
+        assert {f"mix/target/{d}", f"mix/actual/{d}", f"mix/signal/{d}", f"selection_reward/{d}"} <= set(metrics)
 
 
 def test_actual_recent_window():

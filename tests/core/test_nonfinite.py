@@ -216,7 +216,7 @@ def test_mixing_sees_dropped_rows_as_no_observation():
     finite_decision(decision)
     assert decision.metrics["nonfinite_advantages"] == N
     assert float(strategy.mixing.tracker.total_count.sum()) == 0
-    assert not any(k.startswith("reward/") for k in decision.metrics)
+    assert not any(k.startswith("selection_reward/") for k in decision.metrics)
 
 
 signal_names = st.sampled_from(["rewards", "advantages", "logprobs", "entropies"])

@@ -65,7 +65,7 @@ def test_every_preset_builds_and_applies(preset):
         target = strategy.target_proportions
         assert set(target) == set(DOMAINS) and sum(target.values()) == pytest.approx(1.0)
         assert {f"mix/target/{d}" for d in DOMAINS} <= set(decision.metrics)
-    assert {f"reward/{d}" for d in DOMAINS} <= set(decision.metrics)
+    assert {f"selection_reward/{d}" for d in DOMAINS} <= set(decision.metrics)
 
 
 def test_difffilter_with_groups_of_five_keeps_exactly_two_or_three_correct():

@@ -52,8 +52,8 @@ def test_the_example_trains_and_its_strategy_metrics_reach_tensorboard(tmp_path)
     for tag in (
         "train/dataflex/kept_frac",
         "train/dataflex/dropped_all",
-        "train/dataflex/reward/add",
-        "train/dataflex/reward/repeat",
+        "train/dataflex/selection_reward/add",
+        "train/dataflex/selection_reward/repeat",
         "train/rewards/correct_answer/mean",
     ):
         assert len(scalars.get(tag, [])) == 3, (tag, sorted(scalars))

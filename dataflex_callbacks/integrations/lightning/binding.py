@@ -111,8 +111,9 @@ class BoundStrategy:
         if strategy.pre_select is not None:
             self._prepare_pre_select(strategy.pre_select, everyone)
         # The gathered batch is the same on every rank; only rank 0 says when a step keeps nothing.
-        decision = local_decision(decide(strategy, everyone, step, warn=trainer.is_global_zero), rows, batch.num_tokens)
-        self._callback._record(decision, everyone, detached)
+        decided = decide(strategy, everyone, step, warn=trainer.is_global_zero)
+        decision = local_decision(decided, rows, batch.num_tokens)
+        self._callback._record(decision, everyone, detached, decided)
         self._last = (step, batch, decision)
         return decision
 

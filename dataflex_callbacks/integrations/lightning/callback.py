@@ -8,7 +8,7 @@ import lightning.pytorch as pl
 
 from dataflex_callbacks import ConfigError, Decision, DomainMixingSampler, RolloutBatch, Strategy
 from dataflex_callbacks.host import as_strategy, checkpoint_state, prompt_choosing_parts, restore_strategy
-from dataflex_callbacks.metrics import DomainRewardStats
+from dataflex_callbacks.metrics import DomainRewardStats, RunSummary
 
 from .binding import BoundStrategy
 from .sampler_checks import FIX, check_distributed_data, check_mixing_sampler, find_mixing_sampler
@@ -27,7 +27,7 @@ class DataFlexCallback(pl.Callback):
     strategy and sampler state travel in Lightning checkpoints.
 
     When the rollouts carry domains, the step's rows also feed one `DomainRewardStats`
-    (``callback.domain_stats``), logged as ``dataflex/reward/<d>``, ``solve_rate/<d>``,
+    (``callback.domain_stats``), logged as ``dataflex/selection_reward/<d>``, ``solve_rate/<d>``,
     ``kept_frac/<d>``, ``responses/<d>`` and ``nonfinite_rewards/<d>`` (see `step_metrics`).
     Each rank adds only its own rows and ``compute()`` sums the declared states over ranks: the
     rows of the ranks are disjoint, so every response counts once. (Adding the gathered batch on
@@ -71,6 +71,7 @@ class DataFlexCallback(pl.Callback):
         self.domain_stats: DomainRewardStats | None = None
         self._step_at_batch_start = 0
         self._sampler_keys: frozenset | None = None
+        self.summary = RunSummary()  # what the strategy kept, printed at train end
         if sampler is not None:
             self.register_sampler(sampler)
 
@@ -142,6 +143,7 @@ class DataFlexCallback(pl.Callback):
     # ------------------------------------------------------------ training hooks
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self.summary.reset()
         found = find_mixing_sampler(trainer.train_dataloader)
         check_distributed_data(trainer.train_dataloader, trainer.world_size)
         if found is None:
@@ -189,6 +191,7 @@ class DataFlexCallback(pl.Callback):
         # stepping every k batches) the micro-batches in between are aggregated, not overwritten.
         if trainer.global_step == self._step_at_batch_start:
             return
+        self.summary.end_step()
         if self._step_metrics.pending:
             values, responses = self._step_metrics.flush()
             for name, value in values.items():
@@ -217,14 +220,20 @@ class DataFlexCallback(pl.Callback):
                     reduce_fx=reduce_fx,
                 )
 
-    def _record(self, decision: Decision, everyone: RolloutBatch, local: RolloutBatch) -> None:
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.is_global_zero:
+            print(self.summary.line(self.strategy.name), flush=True)
+
+    def _record(self, decision: Decision, everyone: RolloutBatch, local: RolloutBatch, decided: Decision) -> None:
         """Feed one micro-batch: the strategy's metrics of the gathered batch, and this rank's rows by domain.
 
         Args:
             decision: this rank's part of the decision (``keep (B,)`` for the ``B`` local rows).
             everyone: the gathered batch (the same on every rank).
             local: this rank's rows, detached.
+            decided: the decision on ``everyone`` (the same on every rank), for the train-end summary.
         """
+        self.summary.update(everyone, decided)
         self._step_metrics.update(decision.metrics, everyone.n)
         if local.domains is None:
             return

@@ -7,10 +7,10 @@ steps every ``k`` batches) the strategy decides once per micro-batch. What is lo
   mean over the micro-batches, weighted by their responses, with torchmetrics' ``MeanMetric``
   (NaN values, e.g. before a first observation, are left out); `StepMetrics` holds them;
 - running state (``mix/*``, the other ``pre_select/*`` values): the value after the last micro-batch;
-- per-domain statistics (``reward/<d>``, ``solve_rate/<d>``, ``kept_frac/<d>``, ``responses/<d>``,
+- per-domain statistics (``selection_reward/<d>``, ``solve_rate/<d>``, ``kept_frac/<d>``, ``responses/<d>``,
   ``nonfinite_rewards/<d>``): computed from the step's rows themselves by the core's
-  `DomainRewardStats`, so ``reward/<d>`` is the mean over the domain's own responses of the step.
-  The strategy's per-micro-batch ``reward/<d>`` means are not used.
+  `DomainRewardStats`, so ``selection_reward/<d>`` is the mean over the domain's own responses of the step.
+  The strategy's per-micro-batch ``selection_reward/<d>`` means are not used.
 
 The callback logs them with ``self.log(on_step=True, on_epoch=True)``: Lightning names them
 ``<name>_step`` and ``<name>_epoch`` in the logger. The epoch value of a statistic is its mean
@@ -30,11 +30,11 @@ from dataflex_callbacks.metrics import SUMS, DomainRewardStats
 
 STATE_PREFIXES = ("mix/", "pre_select/")
 PER_BATCH = ("pre_select/zero_variance_share", "pre_select/noisy_share")
-COUNTERS = ("pre_select/skipped_prompts", "pre_select/completions_saved")
+COUNTERS = ("pre_select/skipped_prompts", "pre_select/completions_redirected")
 # The per-domain names of `DomainRewardStats.compute`: shares (a mean over the domain's responses) and counts.
-DOMAIN_SHARES = ("reward", "solve_rate", "kept_frac")
+DOMAIN_SHARES = ("selection_reward", "solve_rate", "kept_frac")
 DOMAIN_COUNTS = ("responses", "nonfinite_rewards")
-DOMAIN_REWARD = "reward/"
+DOMAIN_REWARD = "selection_reward/"
 
 
 def is_state(name: str) -> bool:
@@ -45,7 +45,7 @@ def is_state(name: str) -> bool:
 class StepMetrics:
     """Collects the strategy's micro-batch metrics until the optimizer steps; `flush` returns the step's values.
 
-    ``reward/<domain>`` values are skipped: the step's per-domain statistics come from its rows
+    ``selection_reward/<domain>`` values are skipped: the step's per-domain statistics come from its rows
     (see `cover_domains` and `DomainRewardStats`), not from micro-batch means.
     """
 

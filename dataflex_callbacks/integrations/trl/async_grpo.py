@@ -64,13 +64,13 @@ from dataflex_callbacks.errors import (
     user_stacklevel,
 )
 from dataflex_callbacks.host import acts_before_rollout, as_strategy, decide, prompt_choosing_parts, resolve_domain_key
-from dataflex_callbacks.metrics import DomainStalenessStats
+from dataflex_callbacks.metrics import DomainStalenessStats, RunSummary
 from dataflex_callbacks.sampling.sampler import DomainMixingSampler, domain_labels
 
 from .async_rollout import InProcessRolloutWorker, cpu_device_name, use_cpu_tree_attention
 from .callback import STATE_FILE, AdapterOptions, save_into_checkpoint
 from .sampling import row_key
-from .signals import resolve_reward_index
+from .signals import resolve_reward_index, selection_reward_text
 
 
 def async_trainer_class() -> type:
@@ -189,6 +189,11 @@ class DataFlexAsyncCallback(TrainerCallback):
         self._taken_without_training = 0  # groups taken since a decision last passed a sample on
         self._warned_no_signal = False
         self._reward_names: list[str] = []  # the worker's reward functions, named in warnings
+        self.summary = RunSummary()  # what the strategy kept, printed at train end
+        # The decisions of each step the dataloader assembled, oldest first, and of the one being assembled: a step
+        # enters the summary when the optimizer takes it (the dataloader fetches one ahead).
+        self._assembled: collections.deque[list] = collections.deque()
+        self._assembling: list = []
 
     @property
     def attached(self) -> bool:
@@ -313,9 +318,31 @@ class DataFlexAsyncCallback(TrainerCallback):
                 f"{type(self).__name__} was passed in callbacks=[...] but never attached: use "
                 "attach(trainer, strategy) or DataFlexAsyncGRPOTrainer(..., strategy=...)"
             )
+        self.summary.reset()
+        self._assembled.clear()
+        self._assembling = []
         if state.is_world_process_zero:
             domains = sorted(set(self._labels)) if self._labels is not None else None
-            print(self.strategy.summary_line(domains, self.domain_key), flush=True)
+            line = self.strategy.summary_line(domains, self.domain_key)
+            if not self.strategy.is_noop and self._reward_names:
+                weights = getattr(self.trainer.rollout_worker, "reward_weights", None)
+                weights = [1.0] * len(self._reward_names) if weights is None else weights
+                line += "; selects on " + selection_reward_text(
+                    self.options.selection_reward, self._reward_names, weights
+                )
+            print(line, flush=True)
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if self._assembled:
+            for batch, decision in self._assembled.popleft():
+                self.summary.update(batch, decision)
+            self.summary.end_step()
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            print(self.summary.line(self.strategy.name, warning="NoSignalStepWarning"), flush=True)
         return control
 
     # ------------------------------------------------------------------ what arrives
@@ -470,8 +497,12 @@ class DataFlexAsyncCallback(TrainerCallback):
         masked = not bool(keep.any()) and self._taken_without_training >= wanted * self.max_rounds
         if masked:
             self._warn_no_signal(batch, step + 1, self._taken_without_training, len(groups))
+        # A decision that keeps nothing is refilled within the same step: the step closes with the one that trains.
+        self._assembling.append((batch, decision))
         if masked or bool(keep.any()):
             self._taken_without_training = 0
+            self._assembled.append(self._assembling)
+            self._assembling = []
         extra = {
             **extra,
             "no_signal_steps_window_total": float(masked),

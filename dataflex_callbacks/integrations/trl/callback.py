@@ -31,6 +31,7 @@ subclass: `DataFlexCallback.host_class` and ``trainer_name`` (which trainer, nam
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import warnings
 from collections import Counter
@@ -42,6 +43,8 @@ from transformers import TrainerCallback
 from trl import GRPOTrainer
 
 from dataflex_callbacks.config.fields import config_field
+from dataflex_callbacks.host.context_length import check_context_length
+from dataflex_callbacks.metrics import RunSummary
 from dataflex_callbacks.errors import (
     SELECTION_REWARD,
     ConfigError,
@@ -70,7 +73,14 @@ from dataflex_callbacks.host import (
 from .dynamic import DynamicSampling, check_dynamic_sampling
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import DEFAULT_DOMAIN_SOURCE, check_sampling_dataset, check_shuffle, grpo_mixing_sampler, row_key
-from .signals import global_rollout_batch, local_policy_batch, resolve_reward_index, selection_rewards
+from .signals import (
+    global_rollout_batch,
+    local_policy_batch,
+    longest_prompt_tokens,
+    resolve_reward_index,
+    selection_reward_text,
+    selection_rewards,
+)
 from .train_data import check_enough_prompts, check_stream, is_stream, sampler_resume_message
 
 STATE_FILE = "dataflex_strategy.pt"
@@ -232,6 +242,7 @@ class DataFlexCallback(TrainerCallback):
         self._loss_inputs: Optional[dict] = None
         self.sampler = None  # the DomainMixingSampler installed in _get_train_sampler, if any
         self._pending_sampler_state: Optional[dict] = None
+        self.summary = RunSummary()  # what the strategy kept, printed at train end
 
     @classmethod
     def check_strategy(cls, strategy: Any) -> None:
@@ -371,8 +382,32 @@ class DataFlexCallback(TrainerCallback):
                     callback=type(self).__name__, trainer=self.trainer_name, host=self.host_class.__name__
                 )
             )
+        trainer = self.trainer
+        check_prompt_positions(trainer)
+        self.summary.reset()
         if state.is_world_process_zero:
-            print(self.strategy.summary_line(self._domains_seen, self.domain_key), flush=True)
+            line = self.strategy.summary_line(self._domains_seen, self.domain_key)
+            if not self.strategy.is_noop:
+                line += "; selects on " + selection_reward_text(
+                    self.options.selection_reward, trainer.reward_func_names, trainer.reward_weights
+                )
+            print(line, flush=True)
+        return control
+
+    def on_step_end(self, args, state, control, **kwargs):
+        # TRL averages its loss-side metrics over the step's kept tokens; a step that kept none gives None
+        # (clip_ratio/low_min, ...), which every logger then reports as a bad value. Nothing was measured: leave
+        # those metrics out of the step's logs (TRL logs right after this hook).
+        decision = self.last_decision
+        if decision is not None and decision.metrics.get("dropped_all"):
+            metrics = self.trainer._metrics["train"]
+            for name in [name for name, values in metrics.items() if values and all(math.isnan(v) for v in values)]:
+                del metrics[name]
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            print(self.summary.line(self.strategy.name), flush=True)
         return control
 
     # ------------------------------------------------------------------ rollout side
@@ -474,6 +509,8 @@ class DataFlexCallback(TrainerCallback):
 
         self.write_decision(trainer, output, decision, batch, rewards)
         self.last_decision = decision
+        self.summary.update(batch, decision)
+        self.summary.end_step()
         if self.options.record_decisions:
             self.decisions.append(
                 {
@@ -669,6 +706,32 @@ class DataFlexCallback(TrainerCallback):
         )
         self._restore_sampler()
         return self.sampler
+
+
+def check_prompt_positions(trainer) -> None:
+    """Refuse, at train start, a train dataset whose longest prompt plus ``max_completion_length`` exceeds the
+    model's ``max_position_embeddings`` (a `ContextLengthError` naming both numbers).
+
+    Past the model's positions every completion is cut or generated on positions it never learned, and
+    transformers only logs a reminder. A stream is not read ahead, and a model whose config names no
+    positions is not checked.
+    """
+    dataset = getattr(trainer, "train_dataset", None)
+    config = getattr(getattr(trainer, "model", None), "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    completion = getattr(trainer.args, "max_completion_length", None)
+    if not positions or completion is None or is_stream(dataset) or "prompt" not in (dataset.column_names or []):
+        return
+    longest = longest_prompt_tokens(trainer, dataset["prompt"])
+    if longest is None:
+        return
+    check_context_length(
+        longest,
+        int(completion),
+        int(positions),
+        prompts="the train dataset",
+        setting=f"max_completion_length ({type(trainer.args).__name__}, now {int(completion)})",
+    )
 
 
 def check_callback_host(callback: DataFlexCallback, trainer, wanted: type) -> None:

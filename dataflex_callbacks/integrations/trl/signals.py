@@ -10,7 +10,7 @@ mixing sampler draws by (`sampling.row_key`), gathered as Python objects.
 
 from __future__ import annotations
 
-from typing import Hashable, Optional, Sequence
+from typing import Any, Hashable, Optional, Sequence
 
 import torch
 
@@ -33,6 +33,57 @@ def resolve_reward_index(reward_name: Optional[str], reward_func_names: Sequence
             "Pass one of these names, or selection_reward=None to select on the weighted sum of all rewards."
         )
     return names.index(reward_name)
+
+
+def selection_reward_text(reward_name: Optional[str], reward_func_names: Sequence[str], reward_weights: Any) -> str:
+    """The reward the strategy selects on, in words, for the train-start line.
+
+    Args:
+        reward_name: the ``selection_reward`` option (None: TRL's weighted sum of every reward function).
+        reward_func_names: the trainer's ``reward_func_names``.
+        reward_weights: ``(F,)`` the trainer's ``reward_weights`` (a tensor or a sequence of floats).
+    """
+    names = list(reward_func_names)
+    if reward_name is not None:
+        return f"reward function {reward_name!r} (selection_reward={reward_name!r})"
+    weights = [float(w) for w in (reward_weights.tolist() if hasattr(reward_weights, "tolist") else reward_weights)]
+    if len(names) == 1 and weights == [1.0]:
+        return f"reward function {names[0]!r} (the trainer's only one)"
+    terms = " + ".join(f"{weight:g} * {name}" for weight, name in zip(weights, names))
+    return (
+        f"the weighted sum of the reward functions {terms} (TRL's reward_weights; selection_reward=<name> "
+        "selects on one)"
+    )
+
+
+def longest_prompt_tokens(trainer, prompts: Sequence[Any]) -> Optional[int]:
+    """Tokens of the longest of ``prompts`` as TRL's ``trainer`` tokenizes them for generation.
+
+    Text prompts go through the processing class as they are; conversational ones (lists of messages)
+    through its chat template with the generation prompt. None when there is no prompt, or when the
+    processing class cannot render the messages without the trainer's per-batch inputs (images, tools of
+    an environment): the check that reads it is then skipped, as TRL itself renders them later.
+    """
+    prompts = list(prompts)
+    if not prompts:
+        return None
+    processing = trainer.processing_class
+    if isinstance(prompts[0], str):
+        ids = processing(text=prompts)["input_ids"]
+    else:
+        try:
+            ids = processing.apply_chat_template(
+                conversation=prompts,
+                tools=getattr(trainer, "tools", None) or None,
+                chat_template=getattr(trainer, "chat_template", None),
+                add_generation_prompt=True,
+                tokenize=True,
+                return_dict=True,
+                **(getattr(trainer, "chat_template_kwargs", None) or {}),
+            )["input_ids"]
+        except Exception:  # a processor that needs more than the messages; TRL checks nothing here either
+            return None
+    return max(len(row) for row in ids)
 
 
 def selection_rewards(

@@ -58,7 +58,7 @@ from dataflex_callbacks.host import (
     restore_strategy,
     set_group_size,
 )
-from dataflex_callbacks.metrics import DomainStalenessStats
+from dataflex_callbacks.metrics import DomainStalenessStats, RunSummary
 from dataflex_callbacks.sampling.sampler import domain_labels
 
 from .config import check_verl_config, drop_reference_sampler
@@ -118,6 +118,7 @@ class DataFlexSteps:
         self._prompt_rng = np.random.default_rng(self._sampler_seed(config))
         self.dataflex_metrics: dict[str, float] = {}
         self.staleness_stats: DomainStalenessStats | None = None  # built at the first batch that has versions
+        self.dataflex_summary = RunSummary()  # what the strategy kept, printed when fit() returns
         super().__init__(config)
 
     @property
@@ -214,10 +215,16 @@ class DataFlexSteps:
     # ------------------------------------------------------------ training
 
     def fit(self, *args, **kwargs):
-        """verl's training loop, after one console line naming the strategy, its parts and the domains seen."""
-        if self.strategy is not None:
-            print(self.strategy.summary_line(self._domains_seen(), self._domain_key()), flush=True)
-        return super().fit(*args, **kwargs)
+        """verl's training loop, between one console line naming the strategy, its parts and the domains seen,
+        and one summing up what it kept (`RunSummary`)."""
+        if self.strategy is None:
+            return super().fit(*args, **kwargs)
+        print(self.strategy.summary_line(self._domains_seen(), self._domain_key()), flush=True)
+        self.dataflex_summary.reset()
+        result = super().fit(*args, **kwargs)
+        if not self.strategy.is_noop:
+            print(self.dataflex_summary.line(self.strategy.name), flush=True)
+        return result
 
     def _domains_seen(self) -> list[str] | None:
         """The domains of the training data: the sampler's, else the domain column's values (None: no such column)."""
@@ -296,6 +303,8 @@ class DataFlexSteps:
         )
         # One process (verl's driver) decides, so it is the one that warns.
         decision = decide(self.strategy, rollout, int(self.global_steps), warn=True)
+        self.dataflex_summary.update(rollout, decision)
+        self.dataflex_summary.end_step()
 
         response_mask = tensors["response_mask"]
         existing = tensors.get("rollout_is_weights")

@@ -53,7 +53,7 @@ def compare(
     eval_dataset: str | None = None,
     reward_funcs: list | None = None,
     reward_weights: list[float] | None = None,
-    reward_threshold: float = 1.0,
+    reward_threshold: float | None = None,
     seeds=3,
     budget="steps:100",
     output_dir: str = "runs/compare",
@@ -76,14 +76,16 @@ def compare(
     per-seed difference of held-out accuracy to the baseline, its paired interval and p-value).
 
     Args:
-        strategies: preset names, strategy files or 'none'; the first is the baseline unless `baseline` is given.
+        strategies: preset names, strategy files or 'none' (one name alone is one strategy); the first is the
+            baseline unless `baseline` is given.
         model: hub id or local folder (default: the built-in tiny model).
         train_dataset: a jsonl/json/parquet/csv file or hub name of prompts (default: the built-in suite);
             `n_test` rows of it are held out for evaluation unless `eval_dataset` is given.
         eval_dataset: a file or hub name of held-out prompts (the columns of `train_dataset`).
         reward_funcs: the TRL reward functions (``f(prompts, completions, **columns) -> list[float | None]``),
             as callables or ``"module:function"`` paths; they train the model, and a held-out row is correct
-            when the first one gives at least `reward_threshold`. Default: the built-in verifier.
+            when the first one gives at least `reward_threshold` (default 1; refused without `reward_funcs`).
+            Default: the built-in verifier.
         reward_weights: one weight per reward function, as `GRPOConfig.reward_weights`.
         seeds: a count (3: seeds 0, 1, 2) or a list of seeds.
         budget: ``"steps:N"``, ``"completions:N"`` or a `Budget`.
@@ -126,6 +128,8 @@ def compare(
         )
     if isinstance(reward_funcs, str) or callable(reward_funcs):  # one function, as GRPOTrainer also takes it
         reward_funcs = [reward_funcs]
+    if isinstance(strategies, str):  # one strategy, not its letters
+        strategies = [strategies]
     base = RunOptions(
         model=model,
         dataset=train_dataset,

@@ -110,7 +110,7 @@ def summary_lines(settings, outcome) -> list[str]:
     printing NaN bounds.
     """
     from .reach import headline_console
-    from .report import comparison_warnings, paired_difference
+    from .report import comparison_warnings, paired_difference, verdict
 
     degenerate, cautions = comparison_warnings(settings, outcome.records)
     if degenerate:  # a "+0.000 ... not significant" line would read as a result
@@ -127,8 +127,10 @@ def summary_lines(settings, outcome) -> list[str]:
         if interval.n < 2:
             lines.append(f"{head} (interval and p-value n/a: needs >= 2 seeds, got {interval.n})")
             continue
-        verdict = "significant" if paired["significant"] else "not significant"
-        lines.append(f"{head} [{interval.low:+.3f}, {interval.high:+.3f}] p={paired['p_value']:.3f} {verdict}")
+        lines.append(
+            f"{head} [{interval.low:+.3f}, {interval.high:+.3f}] p={paired['p_value']:.3f} "
+            + verdict(paired).replace("**", "")
+        )
     return lines
 
 

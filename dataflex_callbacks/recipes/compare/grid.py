@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import time
 import warnings
@@ -176,6 +177,30 @@ def _finished_results(settings: CompareSettings) -> list[str]:
     return found
 
 
+_ABSENT = object()  # a setting one of two compare.json files lacks
+
+
+def _shown(value) -> str:
+    text = "(not recorded)" if value is _ABSENT else json.dumps(value, default=str)
+    text = re.sub(r"sha256:([0-9a-f]{12})[0-9a-f]+", r"sha256:\1...", text.strip('"'))
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def setting_changes(previous, current, prefix: str = "") -> list[str]:
+    """What differs between two `CompareSettings.shared()` dicts, one ``name: old -> new`` per setting:
+    ``run_options.learning_rate: 0.003 -> 0.001``, ``inputs.dataset: d.jsonl sha256:1a2b... -> d.jsonl sha256:...``."""
+    if not (isinstance(previous, dict) and isinstance(current, dict)):
+        return [] if previous == current else [f"{prefix.rstrip('.')}: {_shown(previous)} -> {_shown(current)}"]
+    changes = []
+    for key in sorted(set(previous) | set(current), key=str):
+        old, new = previous.get(key, _ABSENT), current.get(key, _ABSENT)
+        if isinstance(old, dict) and isinstance(new, dict):
+            changes += setting_changes(old, new, f"{prefix}{key}.")
+        elif old != new:
+            changes.append(f"{prefix}{key}: {_shown(old)} -> {_shown(new)}")
+    return changes
+
+
 def _prepare_folder(
     settings: CompareSettings, overwrite: bool, on_warning: Callable[[str], None] | None = None
 ) -> None:
@@ -191,10 +216,11 @@ def _prepare_folder(
         if previous != current:
             finished = _finished_results(settings)
             if finished:
+                changes = setting_changes(previous, current)
                 raise CompareInputError(
-                    f"{path!r} holds a comparison with other settings (budget, model, data or training options) and "
-                    f"{len(finished)} finished run(s); resume it with the same options, or pass --overwrite or "
-                    "another --output-dir"
+                    f"{path!r} holds {len(finished)} finished run(s) made with other settings or inputs, which "
+                    f"would be paired with runs on these; changed: {'; '.join(changes)}; resume with the same options "
+                    "and unchanged files, or pass --overwrite (retrains every run) or another --output-dir"
                 )
             if on_warning is not None:  # nothing finished to keep: a failed start must not block the fixed command
                 on_warning(f"{manifest} was written with other settings but no run finished; replacing it")
@@ -220,7 +246,10 @@ def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
     strategies = build_strategies(settings)
     line = check_data(settings, strategies)
     if settings.progress:
+        from dataflex_callbacks.recipes.runner import learning_rate_line
+
         print(line, flush=True)
+        print(learning_rate_line(settings.base, command="dataflex compare"), flush=True)
     folder = OutputFolder(settings.output_dir, error=CompareInputError).create()
     lock = FolderLock(settings.output_dir)
     try:

@@ -6,6 +6,9 @@ a grid that cannot separate strategies never reads as a plain "not significant".
 
 - **All accuracies equal.** Every held-out accuracy of every run the same number: nothing separates
   the strategies, whatever a paired test says (the report then gives no verdicts).
+- **A reward that scores nothing.** A run whose reward functions gave no number (None or NaN from
+  every one) to any of its training completions learnt nothing from them: TRL trains such groups
+  with zero advantage, and none counts as a signal group.
 - **Truncated completions.** A run whose training completions end at `max_completion_length`
   without an end-of-sequence token in more than `TRUNCATION_LIMIT` of cases (TRL's
   ``completions/clipped_ratio``, averaged over the run's steps) is flagged: its rewards score
@@ -44,6 +47,30 @@ def equal_accuracy_warning(records: list[dict]) -> str | None:
         "positions or --max-completion-length (raise it), a held-out rule no completion meets (check "
         "--reward-threshold or --verifier on a few completions), a model too weak or a budget too small for the "
         "task (a stronger --model, a larger --budget), or a held-out set too small (more rows or --n-test)"
+    )
+
+
+def unscored_reward_warning(records: list[dict], settings) -> str | None:
+    """A warning naming the runs whose reward scored none of their training completions (None or NaN for each), or
+    None; runs with the built-in verifier (no ``unscored_completions``) are never flagged."""
+    empty = [
+        r["name"]
+        for r in records
+        if isinstance(r.get("unscored_completions"), int)
+        and r.get("completions")
+        and r["unscored_completions"] >= r["completions"]
+    ]
+    if not empty:
+        return None
+    from ..options import reward_name
+
+    rewards = ", ".join(f"`{reward_name(r)}`" for r in settings.base.reward or [])
+    names = ", ".join(empty[:6]) + (f" and {len(empty) - 6} more" if len(empty) > 6 else "")
+    return (
+        f"the reward {rewards} scored none of the training completions of {len(empty)} of {len(records)} runs "
+        f"({names}): it returned None or NaN for every one, so no group carried a learning signal (none is counted "
+        "as a signal group) and those runs learnt nothing from the reward; call it on a few completions of your "
+        "data and check it returns a number for each"
     )
 
 

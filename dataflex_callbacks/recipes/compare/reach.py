@@ -132,7 +132,7 @@ def strategy_reach(
         return reach
     reach.per_seed = {seed: seed_cost_to_reach(run, level_of(level, seed), axis) for seed, run in sorted(runs.items())}
     if reach.reached == len(reach.per_seed):
-        reach.interval = stats.mean_interval(list(reach.per_seed.values()))
+        reach.interval = stats.mean_interval(list(reach.per_seed.values())).clipped(0.0, math.inf)  # no cost < 0
     if strategy == baseline:
         return reach
     base_runs = runs_by_seed(records, baseline)
@@ -220,9 +220,9 @@ def headline_section(
     if unavailable or not levels:
         return out + [f"n/a: {unavailable or 'no baseline runs and no --target'}.", ""]
     out += [
-        "Per seed, on its own overall held-out curve (linear between evaluation points): the compute from "
-        "which the curve stays at or above the level (0: it never fell below, the untrained model already had it); a "
-        "seed whose curve ends below it has not reached it. "
+        "This section is the headline answer. Per seed, on its own overall held-out curve (linear between "
+        "evaluation points): the compute from which the curve stays at or above the level (0: it never fell "
+        "below, the untrained model already had it); a seed whose curve ends below it has not reached it. "
         "Cells: mean over seeds [Student-t 95% interval], given only when every seed reached the level. "
         f"`x baseline`: per seed strategy / `{baseline}`, geometric mean [paired 95% interval], below 1 when "
         "the strategy needs less; given only when both reached the level in every seed. Training seconds "

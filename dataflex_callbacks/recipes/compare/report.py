@@ -8,6 +8,7 @@ import os
 
 import numpy as np
 
+from ..run_folder import domain_colors
 from . import health, stats
 from .reach import headline_section, level_text, mean_curve, reach_levels, reach_table, recorded
 
@@ -96,13 +97,23 @@ def paired_difference(records: list[dict], strategy: str, baseline: str, domain:
     seeds = sorted(set(ours) & set(theirs))
     differences = [ours[s]["after"].get(domain, math.nan) - theirs[s]["after"].get(domain, math.nan) for s in seeds]
     interval = stats.paired_bootstrap_interval(differences).clipped(-1.0, 1.0)  # differences of accuracies
+    p_value = stats.sign_flip_pvalue(differences)
     return {
         "seeds": seeds,
         "differences": differences,
         "interval": interval,
-        "p_value": stats.sign_flip_pvalue(differences),
-        "significant": interval.excludes_zero,
+        "p_value": p_value,
+        "significant": stats.significant(interval, p_value),
     }
+
+
+def verdict(paired: dict) -> str:
+    """`**significant**`, or `not significant`, saying so when the interval alone excludes 0 (too few seeds)."""
+    if paired["significant"]:
+        return "**significant**"
+    if paired["interval"].excludes_zero:
+        return f"not significant (the interval excludes 0, but p >= {stats.ALPHA:g})"
+    return "not significant"
 
 
 def signal_means(runs: list[dict]) -> tuple[float, float]:
@@ -192,10 +203,13 @@ def plot_accuracy(
             transform=axes[0][0].transAxes,
         )
     axes[0][0].set_ylabel("accuracy (mean over seeds, 95% band)")
-    if axes[0][0].get_legend_handles_labels()[0]:
-        axes[0][0].legend(fontsize="small")
+    legend = None
+    if axes[0][0].get_legend_handles_labels()[0]:  # below the panels, where it hides no curve
+        legend = axes[0][0].legend(
+            fontsize="small", loc="upper left", bbox_to_anchor=(0.0, -0.2), borderaxespad=0.0, frameon=False
+        )
     figure.tight_layout()
-    figure.savefig(path, dpi=80)
+    figure.savefig(path, dpi=80, bbox_inches="tight", bbox_extra_artists=[legend] if legend else None)
     plt.close(figure)
 
 
@@ -216,7 +230,7 @@ def plot_proportions(path: str, records: list[dict], strategies: list[str]) -> N
     import matplotlib.pyplot as plt
 
     domains = domains_of(records)
-    colors = {d: f"C{i}" for i, d in enumerate(domains)}
+    colors = domain_colors(domains)
     figure, axes = plt.subplots(1, len(strategies), figsize=(3.6 * len(strategies), 3.4), squeeze=False)
     for axis, strategy in zip(axes[0], strategies):
         runs = list(_by_strategy(records, strategy).values())
@@ -302,16 +316,19 @@ def _reward_line(base) -> str:
 
 def comparison_warnings(settings, records: list[dict]) -> tuple[str | None, list[str]]:
     """`(all_equal, others)`: the all-equal-accuracies warning (which voids the paired verdicts), and the other
-    health warnings (`health`): truncated completions, a held-out set too small for the differences measured."""
+    health warnings (`health`): a reward that scored nothing, truncated completions, a held-out set too small for
+    the differences measured."""
     all_equal = health.equal_accuracy_warning(records)
+    unscored = health.unscored_reward_warning(records, settings)
     if all_equal:
-        return all_equal, [w for w in [health.truncation_warning(records, settings)] if w]
+        return all_equal, [w for w in [unscored, health.truncation_warning(records, settings)] if w]
     differences = {
         s: paired_difference(records, s, settings.baseline)["interval"].mean
         for s in settings.strategies
         if s != settings.baseline
     }
     others = [
+        unscored,
         health.truncation_warning(records, settings),
         health.held_out_size_warning(records, settings, differences),
     ]
@@ -354,6 +371,7 @@ def _settings_lines(settings, outcome) -> list[str]:
         + ("" if base.eval_dataset is None else f" from {base.eval_dataset}")
         + ", greedy decoding; accuracy is a fraction (0-1)",
         _reward_line(base),
+        f"- learning rate: {base.learning_rate:g} (AdamW, constant; `--learning-rate`)",
         f"- wall time: {outcome.wall_seconds:.0f} s for this invocation with {settings.jobs} job(s) "
         f"({len(outcome.computed)} runs computed, {len(outcome.reused)} reused from a previous invocation); "
         f"{total_run_seconds:.0f} s summed over runs",
@@ -427,9 +445,12 @@ def render_report(settings, outcome) -> str:
             f"## Paired difference to the baseline `{settings.baseline}`",
             "",
             "Overall held-out accuracy after training, strategy minus baseline, paired by seed. "
-            "**significant** means the 95% paired interval excludes 0. "
-            f"With {n_seeds} seeds the smallest possible sign-flip p-value is "
-            f"{_fmt(stats.min_attainable_pvalue(n_seeds))}.",
+            f"**significant** means the 95% paired interval excludes 0 and the sign-flip p-value is below "
+            f"{stats.ALPHA:g}. With {n_seeds} seeds the smallest possible sign-flip p-value is "
+            f"{_fmt(stats.min_attainable_pvalue(n_seeds))}"
+            + (
+                " (6 seeds or more can be significant)." if stats.min_attainable_pvalue(n_seeds) >= stats.ALPHA else "."
+            ),
             "",
         ]
         header = ["strategy", "difference per seed", "mean [95% paired interval]", "sign-flip p", "verdict"]
@@ -437,18 +458,21 @@ def render_report(settings, outcome) -> str:
         for strategy in others:
             paired = paired_difference(records, strategy, settings.baseline)
             per_seed = ", ".join(f"{s}: {_fmt(d, signed=True)}" for s, d in zip(paired["seeds"], paired["differences"]))
-            verdict = "**significant**" if paired["significant"] else "not significant"
+            verdict_text = verdict(paired)
             p_value = _fmt(paired["p_value"])
             if len(paired["seeds"]) < 2:  # one pair: no interval, and a sign-flip test of one value says nothing
-                verdict = p_value = "n/a (needs >= 2 seeds)"
+                verdict_text = p_value = "n/a (needs >= 2 seeds)"
             if degenerate:
-                verdict = p_value = "n/a (all accuracies equal: see the warning above)"
+                verdict_text = p_value = "n/a (all accuracies equal: see the warning above)"
             out.append(
                 f"| `{strategy}` | {per_seed} | {_fmt_interval(paired['interval'], signed=True)} | "
-                f"{p_value} | {verdict} |"
+                f"{p_value} | {verdict_text} |"
             )
         out.append("")
-        out += ["Per domain (mean paired difference [95% interval]; `*` marks an interval that excludes 0):", ""]
+        out += [
+            "Per domain (mean paired difference [95% interval]; `*` marks a significant difference, as above):",
+            "",
+        ]
         out += ["| strategy | " + " | ".join(domains) + " |", "|" + "---|" * (len(domains) + 1)]
         for strategy in others:
             cells = []
@@ -461,12 +485,13 @@ def render_report(settings, outcome) -> str:
     base_level, reach = reach_table(records, strategies, settings.baseline)
     if reach and not degenerate:  # reaching a level every run holds from the start says nothing
         out += [
-            f"## Completions to reach the baseline's final accuracy ({_fmt(base_level)}) on the seed-mean curves",
+            "## Secondary view (not the headline): completions for the seed-mean curve to reach the baseline's "
+            f"final mean accuracy ({_fmt(base_level)})",
             "",
-            "The first section's question on the seed-mean overall accuracy curves (evaluation points, linear "
-            "in between), where the baseline always reaches its own final mean: the completions from which a "
-            "curve stays at or above that level; the baseline's own row is the reference. No interval: the "
-            "first section gives it, per seed.",
+            "The first section is the answer; this table asks it of the curves averaged over seeds (evaluation "
+            "points, linear in between) instead of each seed's own curve, so its numbers can differ from the "
+            "first section's. The completions from which a seed-mean curve stays at or above the baseline's "
+            "final mean; the baseline's own row is the reference. No interval: one curve per strategy.",
             "",
             *reach,
             "",

@@ -179,6 +179,8 @@ def _summarize(
         "signal_groups": signal_groups,
         "zero_signal_completions": result.config.get("zero_signal_completions"),
         "completions_per_signal_group": ledger.completions / signal_groups if signal_groups else None,
+        # Training completions no reward function scored (None or NaN from each); None with the built-in verifier.
+        "unscored_completions": result.config.get("unscored_completions"),
         "wall_seconds": round(result.wall_seconds, 3),
         "kept_frac": sum(kept) / len(kept) if kept else 1.0,
         # Share of training completions cut at max_completion_length (TRL's clipped_ratio, mean over steps).

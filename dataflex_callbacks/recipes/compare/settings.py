@@ -33,6 +33,64 @@ RAY_INSTALL = "pip install 'ray[default]>=2.9' (the package's [ray] extra: pip i
 RAY_MISSING = f"--executor ray needs Ray, which is not installed; run {RAY_INSTALL}, or use --executor processes"
 
 
+SAMPLED_FILE_BYTES = 256 * 2**20
+"""Files above this size (model weights) are fingerprinted by their size and three 4 MiB samples, not read whole."""
+_SAMPLE_BYTES = 4 * 2**20
+
+
+def _file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    size = os.path.getsize(path)
+    with open(path, "rb") as handle:
+        if size <= SAMPLED_FILE_BYTES:
+            for block in iter(lambda: handle.read(2**20), b""):
+                digest.update(block)
+        else:  # start, middle and end: a retrained or re-saved checkpoint differs there
+            digest.update(str(size).encode())
+            for offset in (0, size // 2, size - _SAMPLE_BYTES):
+                handle.seek(offset)
+                digest.update(handle.read(_SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
+def input_fingerprint(path: str | None) -> str | None:
+    """What identifies an input a run reads: ``<path> sha256:<digest>`` of a local file, or of a folder's files
+    (their relative paths and contents; hidden files left out), else the name itself (a hub id); None for None.
+
+    Files over `SAMPLED_FILE_BYTES` are hashed from their size and three samples, so a large model folder
+    costs seconds, not minutes.
+    """
+    if path is None:
+        return None
+    path = str(path)
+    if os.path.isfile(path):
+        return f"{path} sha256:{_file_digest(path)}"
+    if not os.path.isdir(path):
+        return path
+    digest = hashlib.sha256()
+    for folder, subfolders, files in sorted(os.walk(path)):
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        for name in sorted(f for f in files if not f.startswith(".")):
+            full = os.path.join(folder, name)
+            digest.update(f"{os.path.relpath(full, path)}\0{_file_digest(full)}\0".encode())
+    return f"{path} sha256:{digest.hexdigest()}"
+
+
+def reward_fingerprint(reward) -> str:
+    """A reward's name and the sha256 of its source code (of its class for an instance), so an edited reward does
+    not resume a comparison trained with the old one; the name alone where the source cannot be read."""
+    import inspect
+
+    from ..options import import_reward
+
+    function = import_reward(reward, CompareInputError) if isinstance(reward, str) else reward
+    try:
+        source = inspect.getsource(function if inspect.isfunction(function) else type(function))
+    except (OSError, TypeError):
+        return reward_name(reward)
+    return f"{reward_name(reward)} sha256:{hashlib.sha256(source.encode()).hexdigest()}"
+
+
 class CompareInputError(InputError):
     """A comparison that cannot start
     (bad strategy list, seeds, budget, or an output folder holding another comparison)."""
@@ -207,12 +265,33 @@ class CompareSettings:
         budget, in its unit (completions for a completions budget, whatever a step costs a strategy)."""
         return EvalPlan(self.budget, self.eval_points)
 
+    def inputs(self) -> dict:
+        """The fingerprints of what the runs read besides their options (`input_fingerprint`): the data files, the
+        model folder, the reward functions' code. Computed once, on first use (pickled with the settings to the
+        workers)."""
+        if getattr(self, "_inputs", None) is None:
+            base = self.base
+            self._inputs = {
+                "dataset": input_fingerprint(base.dataset),
+                "eval_dataset": input_fingerprint(base.eval_dataset),
+                "model": input_fingerprint(base.model),
+                "reward": None if base.reward is None else [reward_fingerprint(r) for r in base.reward],
+            }
+        return self._inputs
+
     def shared(self) -> dict:
-        """What every run of the comparison must share; a resumed comparison must match it exactly."""
+        """What every run of the comparison must share; a resumed comparison must match it exactly: the budget, the
+        options, and the fingerprints of its inputs (`inputs`), so a changed data file, model or reward is not
+        paired with runs trained on the old one."""
         options = {k: v for k, v in dataclasses.asdict(self.base).items() if k not in PER_RUN_FIELDS}
         if self.base.reward is not None:  # a callable as its name: the same function resumes the same comparison
             options["reward"] = [reward_name(r) for r in self.base.reward]
-        return {"budget": str(self.budget), "eval_points": self.eval_points, "run_options": options}
+        return {
+            "budget": str(self.budget),
+            "eval_points": self.eval_points,
+            "run_options": options,
+            "inputs": self.inputs(),
+        }
 
     def shared_key(self) -> str:
         return hashlib.sha1(json.dumps(self.shared(), sort_keys=True, default=str).encode()).hexdigest()[:16]

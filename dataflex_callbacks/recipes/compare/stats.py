@@ -11,7 +11,11 @@ Method (also written into every report):
 - A paired sign-flip permutation test (exact over all ``2^n`` sign patterns for n <= 16,
   otherwise 20,000 random patterns). With n seeds the smallest attainable two-sided p-value is
   ``2 / 2^n`` (0.25 for 3 seeds): few seeds cannot show significance with this test, by design.
-- "significant" means the paired interval excludes 0.
+- "significant" means both: the paired interval excludes 0 and the sign-flip p-value is below 0.05
+  (`significant`). The interval alone can claim too much with few seeds: with 2 seeds whose differences
+  are equal its width is 0, while the sign-flip test cannot go below p = 0.5. So fewer than 6 seeds are
+  never significant (their smallest p is 0.0625 or more); an interval that excludes 0 without a small
+  enough p is reported as such.
 - Accuracy intervals are clipped to [0, 1], and intervals of accuracy differences to [-1, 1]: with
   3 seeds ``t(2) = 4.30`` can stretch a t interval past the values an accuracy can take, and the
   clipped interval covers whatever the unclipped one covered.
@@ -20,12 +24,12 @@ Method (also written into every report):
   training seconds from which the curve stays at or above the level (its last crossing from
   below); a curve that ends below the level has not reached it. Per strategy: the mean over seeds
   with the Student-t interval, only when every seed reached the level ("reached in k of n seeds"
-  otherwise, with no interval). Against the baseline: per seed the ratio strategy / baseline; the
-  paired bootstrap interval above is taken on the log-ratios and exponentiated, so the figure is a
-  geometric-mean ratio (below 1: the strategy needs less) with a paired 95% interval, given only
-  when both reached the level in every seed. Log-ratios, not differences: the question is "how many
-  times less compute", a ratio reads the same in completions, tokens and seconds, and the log makes
-  0.5x and 2x symmetric.
+  otherwise, with no interval); the interval is cut at 0, since no cost is negative. Against the
+  baseline: per seed the ratio strategy / baseline; the paired bootstrap interval above is taken on
+  the log-ratios and exponentiated, so the figure is a geometric-mean ratio (below 1: the strategy
+  needs less) with a paired 95% interval, given only when both reached the level in every seed.
+  Log-ratios, not differences: the question is "how many times less compute", a ratio reads the
+  same in completions, tokens and seconds, and the log makes 0.5x and 2x symmetric.
 """
 
 from __future__ import annotations
@@ -167,6 +171,16 @@ def sign_flip_pvalue(differences, max_exact: int = 16, resamples: int = 20_000, 
         signs = np.random.default_rng(seed).choice((1.0, -1.0), size=(resamples, n))
     flipped = np.abs((signs * d).mean(axis=1))
     return float(np.mean(flipped >= observed - 1e-12))
+
+
+ALPHA = 0.05
+"""The sign-flip p-value a paired difference must be below to be called significant."""
+
+
+def significant(interval: Interval, p_value: float) -> bool:
+    """Whether a paired difference is significant: its interval excludes 0 and its sign-flip p-value is below
+    `ALPHA` (with fewer than 6 seeds the test cannot get there, whatever the interval says)."""
+    return bool(interval.excludes_zero and math.isfinite(p_value) and p_value < ALPHA)
 
 
 def min_attainable_pvalue(n: int) -> float:

@@ -14,6 +14,7 @@ from .verifiers import (
     extract_answer,
     extract_number,
     get_verifier,
+    numeric_free_text_match,
     numeric_match,
     prefix_match,
 )
@@ -35,6 +36,7 @@ __all__ = [
     "load_prompt_dataset",
     "load_task_suite",
     "make_reward_fn",
+    "numeric_free_text_match",
     "numeric_match",
     "prefix_match",
     "prompt_key",

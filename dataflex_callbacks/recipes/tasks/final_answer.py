@@ -57,6 +57,29 @@ def last_boxed(text: str) -> str | None:
     return None  # unbalanced: a truncated completion
 
 
+def _nested_braces(depth: int) -> str:
+    """A regex for text whose braces balance, nested at most `depth` deep (possessive: no backtracking)."""
+    if depth == 0:
+        return r"[^{}]*+"
+    return r"(?:[^{}]++|\{" + _nested_braces(depth - 1) + r"\})*+"
+
+
+# Braces inside a box nest at most this deep (``\sqrt{\frac{1}{2}}`` is 2; `math_answers.too_costly` refuses
+# answers deeper than 8). The bound keeps the search linear: a box that does not close within it is skipped.
+_BOX_NESTING = 8
+_BOX_RE = re.compile(r"\\(?:boxed|fbox)\{(" + _nested_braces(_BOX_NESTING) + r")\}")
+
+
+def all_boxed(text: str) -> list[str]:
+    """The contents of every balanced ``\\boxed{...}`` (or ``\\fbox{...}``) of `text` not inside another, in order.
+
+    An unclosed box (a truncated completion) is left out while a closed box inside it still counts, as
+    is a box nested deeper than 8 braces. Linear in the length of `text`: a loop of boxes, closed or not,
+    costs one regex pass.
+    """
+    return _BOX_RE.findall(text)
+
+
 def last_answer_tag(text: str) -> str | None:
     """Return the content of the last closed ``<answer>...</answer>`` block (any case), or None."""
     lowered = text.lower()

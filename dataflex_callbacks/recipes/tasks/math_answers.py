@@ -1,6 +1,22 @@
 """Math answers (GSM8K, MATH, Minerva style): read a completion's final answer and check it with math-verify.
 
-Which part of a completion is its final answer (one rule, first that applies):
+The answer slot (the default): a completion is credited only for the one answer in its final-answer slot,
+the first of these it has:
+
+1. the last ``<answer>...</answer>`` block: the boxes inside it, else all of it;
+2. else every ``\\boxed{...}`` (or ``\\fbox{...}``): each must state the reference's value, so two boxes
+   that disagree score 0; an unclosed (truncated) box is ignored;
+3. else the last GSM8K ``####`` line or line that opens with "Answer:" (DAPO's ``Answer: $Answer``,
+   ``**Final Answer:**``): the rest of that line;
+4. else the whole completion, when it is the bare answer ("6", "6.", " 6 \\n").
+
+The slot must hold one value and nothing else (a number, an expression, an equation such as ``x = 4``, a
+set or tuple, optionally one unit): a slot holding prose, a negation ("cannot be 5", "5 is wrong"), a
+range ("between 5 and 6"), two values ("5, 6") or another unit scores 0. A policy searches for the
+phrasing that pays, so prose is not read at all (`final_answers`).
+
+Free text (opt-in, ``free_text=True``; gameable: prose that pays can be found by a policy). One rule,
+first that applies:
 
 1. the last ``<answer>...</answer>`` block: its box, else its text after an answer marker, else
    all of it (``<answer>7</answer> Check with 5.`` answers 7);
@@ -45,6 +61,7 @@ from dataflex_callbacks.errors import DataFlexError
 
 from .final_answer import (
     NEGATION,
+    all_boxed,
     completion_text,
     is_negated,
     last_answer_tag,
@@ -57,13 +74,16 @@ from .final_answer import (
 __all__ = [
     "MathVerifyMissing",
     "extract_final_answer",
+    "final_answers",
     "last_boxed",
     "math_answer_reward",
+    "math_answer_reward_free_text",
     "math_answers_match",
     "parse_number",
     "reference_answer",
     "split_unit",
     "too_costly",
+    "units_agree",
 ]
 
 
@@ -112,7 +132,10 @@ _WORD_RE = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{2,}")
 _TEXT_WRAPPER = r"\\(?:text|textrm|mathrm|mbox|textbf|operatorname)\s*"
 _POWER = r"(?P<power>\^\s*\{?\s*[23]\s*\}?)?"
 _PERCENT_RE = re.compile(rf"^(?P<value>.*?)\s*(?:\\?%|{_TEXT_WRAPPER}\{{\s*percent\s*\}}|\s+percent)$")
-_DEGREE_RE = re.compile(r"^(?P<value>.*?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\s+degrees?)$")
+_DEGREE_RE = re.compile(
+    r"^(?P<value>.*?)\s*(?:\^\s*\{?\s*\\circ\s*\}?|°|\s+degrees?)"
+    r"\s*(?:(?P<scale>[CFK])|\\(?:text|mathrm)\s*\{\s*(?P<wrapped>[CFK])\s*\}|(?P<word>(?i:celsius|fahrenheit|kelvin)))?$"
+)
 _DOLLAR_RE = re.compile(r"^\\?\$\s*(?P<value>[^$]+)$")
 _TEXT_UNIT_RE = re.compile(
     rf"^(?P<value>.*?[^\s\\])(?:\s|\\[,;! ]|~)*{_TEXT_WRAPPER}\{{\s*(?P<unit>[A-Za-z][A-Za-z. ]*?)\s*\}}{_POWER}$"
@@ -164,10 +187,13 @@ def split_unit(answer: str) -> tuple[str, str | None]:
     ``\\$`` and "dollars" as ``$``; ``^\\circ`` and "degrees" as ``°``).
     """
     answer = answer.strip()
-    for pattern, unit in ((_PERCENT_RE, "%"), (_DEGREE_RE, "°")):
-        match = pattern.match(answer)
-        if match and match.group("value").strip():
-            return match.group("value").strip(), unit
+    match = _PERCENT_RE.match(answer)
+    if match and match.group("value").strip():
+        return match.group("value").strip(), "%"
+    match = _DEGREE_RE.match(answer)
+    if match and match.group("value").strip():
+        scale = match.group("scale") or match.group("wrapped") or (match.group("word") or "")[:1].upper()
+        return match.group("value").strip(), "°" + scale
     match = _DOLLAR_RE.match(answer)
     if match:
         return match.group("value").strip(), "$"
@@ -195,12 +221,14 @@ def _canonical_unit(name: str, power: str | None) -> str | None:
     return name + (f"^{exponent}" if exponent else "")
 
 
-def _units_agree(unit: str | None, reference_unit: str | None) -> bool:
+def units_agree(unit: str | None, reference_unit: str | None) -> bool:
     """An answer without a unit is in the reference's; a percent needs a percent reference; other units must match."""
     if unit is None:
         return True
     if reference_unit is None:
         return unit != "%"
+    if unit == "°" and reference_unit.startswith("°"):
+        return True  # a degree without a scale names no other scale
     return unit == reference_unit
 
 
@@ -274,14 +302,143 @@ def _exponent_at(answer: str, position: int) -> str:
 # ------------------------------------------------------------------ extraction
 
 
-def extract_final_answer(completion) -> str | None:
-    """Return the final answer of a completion as text, by the rules of the module docstring, or None.
+def extract_final_answer(completion, free_text: bool = False) -> str | None:
+    """Return the final answer of a completion as text, or None when it states no single answer.
 
+    By default only the final-answer slot counts (module docstring, "The answer slot"); several boxes
+    that are written differently give None even when they agree (`final_answers` lists them).
+    ``free_text=True`` also reads answers out of prose (the opt-in rules of the module docstring).
     `completion` is a string or a TRL conversational completion (a list of messages).
     """
+    answers = final_answers(completion, free_text)
+    return answers[0] if len(answers) == 1 else None
+
+
+def final_answers(completion, free_text: bool = False) -> list[str]:
+    """The answers a completion states in its final-answer slot: one, several boxes to compare each, or none."""
     text = completion_text(completion)
     if not text or not text.strip():
-        return None
+        return []
+    if free_text:
+        answer = _free_text_answer(text)
+        return [] if answer is None else [answer]
+    tagged = last_answer_tag(text)
+    if tagged is not None:
+        boxes = all_boxed(tagged)
+        return _box_answers(boxes) if boxes else _bare_answers(tagged)
+    boxes = all_boxed(text)
+    if boxes:
+        return _box_answers(boxes)
+    marker = text.rfind("####")
+    line = None
+    for line in _ANSWER_LINE_RE.finditer(text):
+        pass
+    start = max(marker + 4 if marker >= 0 else -1, line.end() if line is not None else -1)
+    if start >= 0:
+        tail = text[start:].strip()
+        return _bare_answers(tail.splitlines()[0] if tail else "")
+    return _bare_answers(text)
+
+
+# A line that opens with "Answer:" (DAPO's "Answer: $Answer" line, "**Final Answer:**"): a slot like GSM8K's "####".
+_ANSWER_LINE_RE = re.compile(r"^[ \t*_#>]*(?:final[ \t]+)?answer[ \t*_]*:[ \t*_]*", re.IGNORECASE | re.MULTILINE)
+# More distinct boxes than this are no single answer (and would cost a comparison each).
+_MAX_BOXES = 4
+
+
+# Distinct box texts read at most: a loop of boxes costs one dictionary pass, not a parse per box.
+_MAX_BOX_TEXTS = 64
+
+
+def _box_answers(boxes: list[str]) -> list[str]:
+    """The distinct answers of a completion's boxes (at most `_MAX_BOXES`), each a bare answer; else ``[]``."""
+    texts = list(dict.fromkeys(boxes))
+    if len(texts) > _MAX_BOX_TEXTS:
+        return []
+    distinct: dict[str, str] = {}
+    for box in texts:
+        distinct.setdefault(_normalise(box), box)
+    if len(distinct) > _MAX_BOXES:
+        return []
+    answers = [_bare_answers(box) for box in distinct.values()]
+    return [one[0] for one in answers] if all(answers) else []
+
+
+# Words a bare answer may hold outside a unit: function names written without a backslash.
+_MATH_WORDS = {"sin", "cos", "tan", "cot", "sec", "csc", "log", "ln", "exp", "sqrt", "pi", "inf", "infinity"}
+# Units a dataset writes in several words (a "square"/"cubic" prefix; "square units").
+_UNIT_PREFIXES = ("square ", "sq ", "cubic ", "cu ")
+# One word after a value is read as its unit ("5 apples"), except a word that judges or hedges the value.
+_NOT_UNITS = {
+    "wrong",
+    "incorrect",
+    "false",
+    "true",
+    "not",
+    "no",
+    "never",
+    "maybe",
+    "approx",
+    "approximately",
+    "about",
+    "roughly",
+    "nearly",
+    "almost",
+    "around",
+    "or",
+    "to",
+    "and",
+    "is",
+    "isnt",
+    "either",
+    "exactly",
+}
+_WHOLE_TEXT_RE = re.compile(r"^\\(?:text|textbf|mathrm|mbox)\{[^{}]*\}$")
+
+
+def _bare_answers(slot: str) -> list[str]:
+    """``[answer]`` when `slot` is one answer and nothing else (a value, an equation, a set, a value and its unit,
+    or alternatives of such for the hedge rule), else ``[]``: prose, a negation, a range or two lines."""
+    answer = _unwrap(slot)
+    if not answer or len(answer) > _MAX_ANSWER_CHARS or "\n" in answer or "\\boxed" in answer or "\\fbox" in answer:
+        return []
+    for alternative in split_alternatives(answer):
+        if not _is_one_value(_unwrap(alternative)):
+            return []
+    return [answer]
+
+
+def _is_one_value(answer: str) -> bool:
+    """True when `answer` is a value, optionally with one unit: no words beyond the unit and function names."""
+    if "?" in answer:
+        return False  # "5?": a guess
+    if _WHOLE_TEXT_RE.match(answer):
+        content = _TEXT_COMMAND_RE.sub(r"\1", answer).strip()
+        if not re.search(r"\d", content):
+            return True  # a text answer: \text{Devon}, \text{(C)}
+        return content != answer and _is_one_value(content)  # \text{5 is wrong} is read as its text
+    value, unit = split_unit(answer)
+    if unit is None and value != answer:
+        return not _has_words(value)  # "12 square units": no unit, but its words are one
+    if unit is not None:
+        words = _unit_words(answer, value)
+        if (" " in words and not words.startswith(_UNIT_PREFIXES)) or words.replace("'", "") in _NOT_UNITS:
+            return False  # "5 is wrong", "5 \\text{ incorrect}": a sentence or a verdict, not a unit
+    return not _has_words(value) and not _has_words(_TEXT_COMMAND_RE.sub(r"\1", value))
+
+
+def _unit_words(answer: str, value: str) -> str:
+    """The text after the value: the unit as written (``\\text{ km}`` -> ``km``), lower case."""
+    tail = _TEXT_COMMAND_RE.sub(r"\1", answer[len(value) :] if answer.startswith(value) else answer)
+    return " ".join(tail.lower().replace("\\", " ").split())
+
+
+def _has_words(text: str) -> bool:
+    return any(word.lower() not in _MATH_WORDS for word in _WORD_RE.findall(text))
+
+
+def _free_text_answer(text: str) -> str | None:
+    """The opt-in free-text reading: the last ``<answer>`` block, box, answer marker, else the last number."""
     tagged = last_answer_tag(text)
     if tagged is not None:
         return _answer_in(tagged)
@@ -291,10 +448,26 @@ def extract_final_answer(completion) -> str | None:
         if _BOX_ALTERNATIVE_RE.search(text, max(0, start - 16), start):
             return None  # "\boxed{5} or \boxed{7}": a hedge across boxes
         return _unwrap(boxed) or None
-    markers = list(_ANSWER_MARKER_RE.finditer(text))
-    if markers:
-        return _answer_of_line(text[markers[-1].end() :])
+    marker = _last_answer_marker(text)
+    if marker is not None:
+        return _answer_of_line(text[marker.end() :])
     return _last_number(text)
+
+
+def _last_answer_marker(text: str) -> re.Match | None:
+    """The last answer marker of `text`, read from the end first (a loop of 200,000 markers costs one window)."""
+    size = _FIRST_WINDOW
+    while True:
+        start = max(0, len(text) - size)
+        last = None
+        for last in _ANSWER_MARKER_RE.finditer(text, start):
+            pass
+        # A match at the window's first character may be a cut marker: the next, larger window reads it.
+        if last is not None and (start == 0 or last.start() > start):
+            return last
+        if start == 0:
+            return None
+        size *= _WINDOW_GROWTH
 
 
 def _answer_in(region: str) -> str | None:
@@ -493,6 +666,14 @@ def _stated_value(answer: str) -> str | None:
     return None
 
 
+# A comma between two values; a thousands comma ("1,000") was read as a number before this is checked.
+_TOP_LEVEL_COMMA_RE = re.compile(r",(?!\d{3}(?:\D|$))")
+
+
+# Relations other than "=": an answer that states one is no value unless the reference states one too.
+_RELATION_RE = re.compile(r"\\(?:neq?|geq?|leq?|geqslant|leqslant|approx|sim|simeq|gt|lt)(?![A-Za-z])|[<>≠≈≤≥]")
+
+
 def _lists_several(reference: str) -> bool:
     """True when a reference gives several values (``\\pm 2``, ``-2, 2``, ``2 or 3``):
     a list of alternatives is then its form."""
@@ -512,7 +693,7 @@ def answers_equal(predicted: str, reference: str) -> bool:
     for alternative in alternatives:
         value, unit = split_unit(_unwrap(alternative))
         value = _plain_decimal(value)
-        if not _units_agree(unit, reference_unit) or too_costly(value):
+        if not units_agree(unit, reference_unit) or too_costly(value):
             return False
         if not reference_is_equation:
             value = _stated_value(value)
@@ -522,6 +703,10 @@ def answers_equal(predicted: str, reference: str) -> bool:
         units.add(unit)
     if not values:
         return False
+    if any(_TOP_LEVEL_COMMA_RE.search(value) for value in values) and not _lists_several(reference_value):
+        return False  # "5, 6" against 6: two values
+    if _RELATION_RE.search(predicted) and not _RELATION_RE.search(reference):
+        return False  # "\geq 5", "\neq 5", "\approx 5" against 5: a bound, a negation or an estimate
     candidates = [reference_value]
     if reference_unit == "%" and units == {None}:
         candidates.append(f"\\frac{{{reference_value}}}{{100}}")  # 0.25 against 25%
@@ -529,19 +714,29 @@ def answers_equal(predicted: str, reference: str) -> bool:
     return any(_equivalent(candidate, predicted_value) for candidate in candidates)
 
 
-def math_answers_match(completion, answer) -> bool:
+def math_answers_match(completion, answer, free_text: bool = False) -> bool:
     """True when the completion's final answer states the reference's value, checked by math-verify.
 
     `answer` is a dataset reference: a GSM8K solution ending in ``#### N``, a MATH ``\\boxed{}``
-    solution, or a bare answer. The module docstring lists the rules.
+    solution, or a bare answer. By default only the final-answer slot is read, and every answer there
+    (several boxes) must state the value; ``free_text=True`` also reads prose (gameable). The module
+    docstring lists the rules.
     """
-    predicted = extract_final_answer(completion)
+    predicted = final_answers(completion, free_text)
     reference = reference_answer(answer)
-    if predicted is None or not reference:
+    if not predicted or not reference:
         return False
-    return answers_equal(predicted, reference)
+    return all(answers_equal(one, reference) for one in predicted)
 
 
 def math_answer_reward(completions, answer, **kwargs) -> list[float]:
-    """TRL reward function: 1.0 per completion whose final answer matches the `answer` column, else 0.0."""
+    """TRL reward function: 1.0 per completion whose final-answer slot matches the `answer` column, else 0.0."""
     return [float(math_answers_match(completion, reference)) for completion, reference in zip(completions, answer)]
+
+
+def math_answer_reward_free_text(completions, answer, **kwargs) -> list[float]:
+    """`math_answer_reward` that also reads answers out of prose ("The answer is 6"): opt-in, and gameable."""
+    return [
+        float(math_answers_match(completion, reference, free_text=True))
+        for completion, reference in zip(completions, answer)
+    ]

@@ -5,11 +5,12 @@ A drop-in reward for multi-domain RLVR data in verl's parquet layout (``data_sou
 math / logic / science mix. Three task families, each scored 1.0 (right) or 0.0 (wrong or
 unreadable):
 
-- ``math``: the final answer (the last ``<answer>`` block, else the last ``\\boxed{}``, else after
-  the last answer marker ``####`` / "answer is" / "answer:", else the last number no negation rules
-  out) states the reference's value, checked by math-verify (``1e3 == 1000``, ``x = 4`` answers 4,
-  ``0.5 == 1/2 == \\frac{1}{2}``, sets and intervals); hedges, equations such as ``2+2=5``, other
-  units and percents against plain numbers score 0. See `math_answers`.
+- ``math``: the one answer in the final-answer slot (the last ``<answer>`` block, else every
+  ``\\boxed{}``, else the last ``####`` or "Answer:" line, else a completion that is the bare answer)
+  states the reference's value, checked by math-verify (``1e3 == 1000``, ``x = 4`` answers 4,
+  ``0.5 == 1/2 == \\frac{1}{2}``, sets and intervals); prose, hedges, ranges, negations, two values,
+  equations such as ``2+2=5``, other units and percents against plain numbers score 0. ``free_text=True``
+  also reads prose ("The answer is 6"): opt-in, and gameable. See `math_answers`.
 - ``knights_knaves``: the reference is a sentence such as "Zoey is a knight, and Ethan is a
   knave." or K&K's "(1) Zoey is a knight\\n(2) Ethan is a knave" (or a mapping
   ``{name: "knight"|"knave"|True|False}``, True meaning knight); the completion's final answer
@@ -120,14 +121,17 @@ class UnreadableReference(InputError):
 # ------------------------------------------------------------------ math
 
 
-def score_math(completion, ground_truth) -> float:
-    """1.0 when the completion's final answer states the value of `ground_truth` (math-verify decides), else 0.0."""
+def score_math(completion, ground_truth, free_text: bool = False) -> float:
+    """1.0 when the completion's final-answer slot states the value of `ground_truth` (math-verify decides), else 0.0.
+
+    ``free_text=True`` also reads answers out of prose ("The answer is 6"): opt-in, and gameable.
+    """
     if not reference_answer(ground_truth):
         raise UnreadableReference(
             f"math reference {ground_truth!r} holds no answer; store the final answer "
             "(e.g. '72', '#### 72' or '\\boxed{72}') as the ground truth"
         )
-    return float(math_answers_match(completion, ground_truth))
+    return float(math_answers_match(completion, ground_truth, free_text=free_text))
 
 
 # ------------------------------------------------------------------ Knights and Knaves
@@ -407,12 +411,17 @@ def task_family(label, routes: Mapping[str, str] | None = None) -> str:
 _WARNED: set[str] = set()
 
 
-def score_or_zero(family: str, completion, ground_truth, warned: set[str] | None = None) -> float:
+def score_or_zero(
+    family: str, completion, ground_truth, warned: set[str] | None = None, free_text: bool = False
+) -> float:
     """`SCORERS[family]`, but an unreadable reference scores 0.0 and warns once per family (never raises mid-run).
 
-    `warned` holds the families already warned about (default: one set per process).
+    `warned` holds the families already warned about (default: one set per process); `free_text` is
+    passed to `score_math`.
     """
     try:
+        if family == "math":
+            return score_math(completion, ground_truth, free_text=free_text)
         return SCORERS[family](completion, ground_truth)
     except UnreadableReference as error:
         warned = _WARNED if warned is None else warned
@@ -431,13 +440,16 @@ def score_answer(label, completion, ground_truth, routes: Mapping[str, str] | No
     return score_or_zero(task_family(label, routes), completion, ground_truth)
 
 
-def compute_score(data_source, solution_str, ground_truth, extra_info=None, routes=None, **kwargs) -> float:
+def compute_score(
+    data_source, solution_str, ground_truth, extra_info=None, routes=None, free_text: bool = False, **kwargs
+) -> float:
     """verl reward function: set ``reward.custom_reward_function.name=compute_score`` and ``.path`` to this module.
 
     The path is ``pkg://dataflex_callbacks.recipes.tasks.multi_domain_reward`` (or the file's path).
 
     Routes by `data_source`; when it names no family, by ``extra_info["domain"]`` if present.
     `routes` (``reward.custom_reward_function.reward_kwargs.routes``) adds ``{label: family}``.
+    `free_text` (``...reward_kwargs.free_text=true``) also reads math answers out of prose: opt-in, gameable.
     """
     try:
         family = task_family(data_source, routes)
@@ -446,7 +458,7 @@ def compute_score(data_source, solution_str, ground_truth, extra_info=None, rout
         if domain is None:
             raise
         family = task_family(domain, routes)
-    return score_or_zero(family, solution_str, ground_truth)
+    return score_or_zero(family, solution_str, ground_truth, free_text=free_text)
 
 
 # ------------------------------------------------------------------ TRL
@@ -471,6 +483,8 @@ class MultiDomainReward:
         answer_key: the column holding the reference (default: the first of ``ground_truth``,
             ``answer``, ``solution``, ``reward_model`` (verl's ``{"ground_truth": ...}``) present).
         routes: ``{label: family}`` for labels the built-in routing does not know.
+        free_text: also read math answers out of prose ("The answer is 6"), not only the final-answer
+            slot; opt-in, and gameable (a policy learns the phrasing that pays).
 
     Completions may be plain strings or conversations (lists of message dicts; the last message
     is scored). Logs the mean reward per family as ``multi_domain/<family>`` when TRL passes
@@ -480,9 +494,14 @@ class MultiDomainReward:
     __name__ = "multi_domain_reward"
 
     def __init__(
-        self, label_key: str | None = None, answer_key: str | None = None, routes: Mapping[str, str] | None = None
+        self,
+        label_key: str | None = None,
+        answer_key: str | None = None,
+        routes: Mapping[str, str] | None = None,
+        free_text: bool = False,
     ):
         self.label_key, self.answer_key = label_key, answer_key
+        self.free_text = free_text
         self.routes = dict(routes or {})
         self._warned: set[str] = set()  # families whose unreadable references were reported
         for label in self.routes:
@@ -505,7 +524,7 @@ class MultiDomainReward:
         references = [_reference_of(v) for v in self._column(kwargs, self.answer_key, _REFERENCE_COLUMNS, "reference")]
         families = {label: task_family(label, self.routes) for label in set(map(str, labels))}
         rewards = [
-            score_or_zero(families[str(label)], completion, reference, self._warned)
+            score_or_zero(families[str(label)], completion, reference, self._warned, self.free_text)
             for completion, label, reference in zip(completions, labels, references)
         ]
         log_metric = kwargs.get("log_metric")

@@ -25,6 +25,9 @@ def _resolve_domains(domains: Sequence[str] | None) -> list[TaskDomain]:
     unknown = [name for name in domains if name not in TASK_DOMAINS]
     if unknown:
         raise InputError(f"unknown task domain(s) {unknown}; available: {sorted(TASK_DOMAINS)}")
+    twice = sorted({name for name in domains if list(domains).count(name) > 1})
+    if twice:
+        raise InputError(f"task domain(s) {twice} named twice in {list(domains)}; name each domain once")
     return [TASK_DOMAINS[name] for name in domains]
 
 

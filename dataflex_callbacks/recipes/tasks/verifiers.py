@@ -13,7 +13,7 @@ import re
 from dataflex_callbacks.errors import InputError
 
 from .final_answer import completion_text
-from .math_answers import extract_final_answer, parse_number, split_unit
+from .math_answers import extract_final_answer, final_answers, parse_number, reference_answer, split_unit, units_agree
 
 # Markers that introduce a final answer in common datasets (GSM8K's "####") and in prompts
 # that ask for "Answer: ...".
@@ -38,12 +38,13 @@ def extract_answer(text: str) -> str:
     return text.splitlines()[0].strip() if text else ""
 
 
-def extract_number(text) -> float | None:
-    """Return the number a completion gives as its final answer, or None; `1,234` reads as 1234.
+def extract_number(text, free_text: bool = False) -> float | None:
+    """Return the number a completion gives in its final-answer slot, or None; `1,234` reads as 1234.
 
-    The final answer is read as the math verifier reads it (`math_answers`: the last ``<answer>``
-    block, else the last box, else after the last answer marker, else the last number no negation
-    rules out); a hedge ("5 or 7") or a negated value ("not 5") gives None.
+    The slot is read as the math verifier reads it (`math_answers`: an ``<answer>`` block, the boxes,
+    a ``#### N`` line, or a completion that is the bare answer); a hedge ("5 or 7"), a negation
+    ("not 5") or prose gives None. ``free_text=True`` also reads prose ("so it is 12"), as references
+    are read: opt-in for completions, and gameable.
     """
     if text is None:
         return None
@@ -51,8 +52,17 @@ def extract_number(text) -> float | None:
         return None
     if isinstance(text, (int, float)):
         return float(text) if math.isfinite(text) else None
-    answer = extract_final_answer(text)
+    answer = extract_final_answer(text, free_text=free_text)
     return None if answer is None else _number_stated(answer)
+
+
+def _reference_number(answer) -> tuple[float | None, str | None]:
+    """The number and unit of a dataset reference (GSM8K ``#### N``, a box, a bare value, else its prose)."""
+    value, unit = split_unit(reference_answer(answer))
+    number = _number_stated(value)
+    if number is None:
+        return extract_number(answer, free_text=True), None
+    return number, unit
 
 
 def _number_stated(answer: str) -> float | None:
@@ -67,19 +77,30 @@ def exact_match(completion, answer) -> bool:
     return extract_answer(completion_text(completion)) == str(answer).strip()
 
 
-def numeric_match(completion, answer, tolerance: float = 1e-6) -> bool:
-    """True when the completion's final answer is the number in `answer` (relative tolerance `tolerance`).
+def numeric_match(completion, answer, tolerance: float = 1e-6, free_text: bool = False) -> bool:
+    """True when the completion's final-answer slot states the number in `answer` (relative tolerance `tolerance`).
 
-    A percent answer ("50%") matches only a percent reference: a percent scales its number.
+    Every answer in the slot (several boxes) must state it, in the reference's unit when the reference
+    has one. A percent answer ("50%") matches only a percent reference: a percent scales its number.
+    ``free_text=True`` (verifier ``numeric_free_text``) also reads prose: opt-in, and gameable.
     """
-    reference = extract_number(answer)
-    predicted_text = extract_final_answer(completion)
-    predicted = None if predicted_text is None else _number_stated(predicted_text)
-    if reference is None or predicted is None:
+    reference, reference_unit = _reference_number(answer)
+    if reference is None:
         return False
-    if split_unit(predicted_text)[1] == "%" and split_unit(str(answer).strip())[1] != "%":
+    predicted = final_answers(completion, free_text)
+    return bool(predicted) and all(_states_number(one, reference, reference_unit, tolerance) for one in predicted)
+
+
+def _states_number(predicted_text: str, reference: float, reference_unit: str | None, tolerance: float) -> bool:
+    predicted = _number_stated(predicted_text)
+    if predicted is None or not units_agree(split_unit(predicted_text)[1], reference_unit):
         return False
     return abs(predicted - reference) <= tolerance * max(1.0, abs(reference))
+
+
+def numeric_free_text_match(completion, answer, tolerance: float = 1e-6) -> bool:
+    """`numeric_match` that also reads answers out of prose ("The answer is 6"): opt-in, and gameable."""
+    return numeric_match(completion, answer, tolerance, free_text=True)
 
 
 def prefix_match(completion, answer) -> bool:
@@ -97,11 +118,19 @@ def coin_flip(*parts, probability: float = 0.5) -> bool:
     return int.from_bytes(digest, "little") / 2.0**64 < probability
 
 
-VERIFIERS = {"exact": exact_match, "numeric": numeric_match, "prefix": prefix_match}
+VERIFIERS = {
+    "exact": exact_match,
+    "numeric": numeric_match,
+    "numeric_free_text": numeric_free_text_match,
+    "prefix": prefix_match,
+}
 
 
 def get_verifier(name_or_fn):
-    """Return a verifier `(completion, answer) -> bool` from its name (`exact`, `numeric`, `prefix`) or a callable."""
+    """Return a verifier `(completion, answer) -> bool` from its name or a callable.
+
+    Names: `exact`, `numeric` (the final-answer slot), `numeric_free_text` (also prose: gameable), `prefix`.
+    """
     if callable(name_or_fn):
         return name_or_fn
     try:
@@ -116,6 +145,6 @@ def answer_is_readable(answer, verifier: str) -> bool:
     """True when `verifier` can compare completions against this reference answer."""
     if answer is None:
         return False
-    if verifier == "numeric":
-        return extract_number(answer) is not None
+    if verifier in ("numeric", "numeric_free_text"):
+        return _reference_number(answer)[0] is not None
     return bool(str(answer).strip())

@@ -27,7 +27,17 @@ from dataflex_callbacks.errors import InputError
 
 from ._model import BuildSettings, MODEL_CONFIG, build_tokenizer, pretrain, save_model
 from ._profile import ANSWER_TOKENS, format_table, greedy_completions, greedy_correct, pass_counts, profile_table
-from ._tasks import LEVELS, SPLITS, Level, level_rows, slipped_answer, split_of, testbed_rows
+from ._tasks import (
+    LEVELS,
+    SPLITS,
+    Level,
+    level_rows,
+    levels_short_of,
+    slipped_answer,
+    split_capacity,
+    split_of,
+    testbed_rows,
+)
 from ._verify import testbed_reward, verify
 
 # Rows per level of each split in `testbed_dataset` (the `pretrain` split is sampled by the build). The
@@ -66,12 +76,14 @@ __all__ = [
     "greedy_completions",
     "greedy_correct",
     "level_rows",
+    "levels_short_of",
     "load_testbed_model_path",
     "pass_counts",
     "pretrain",
     "profile_table",
     "save_model",
     "slipped_answer",
+    "split_capacity",
     "split_of",
     "testbed_dataset",
     "testbed_reward",
@@ -104,10 +116,18 @@ def testbed_dataset(
 ) -> list[dict]:
     """Rows of one split for training or evaluation: `prompt`, `answer`, `domain` (the level), `difficulty`.
 
-    `per_level` defaults to `SPLIT_ROWS[split]` rows per level; `train` rows are shuffled (by `seed`),
-    the others stay level after level. Same arguments, same rows.
+    `per_level` defaults to `SPLIT_ROWS[split]` rows per level (`pretrain` has no default: pass `per_level`);
+    `train` rows are shuffled (by `seed`), the others stay level after level. Same arguments, same rows.
+    Raises `InputError` for an unknown split, a level named twice, or more rows than a level's split holds.
     """
-    count = SPLIT_ROWS.get(split, 0) if per_level is None else per_level
+    if split not in SPLITS:
+        raise InputError(f"unknown testbed split {split!r}; choose one of {', '.join(SPLITS)}")
+    if per_level is None and split not in SPLIT_ROWS:
+        raise InputError(
+            f"testbed split {split!r} has no default size; pass per_level (rows per level), or choose one of "
+            f"{', '.join(SPLIT_ROWS)}"
+        )
+    count = SPLIT_ROWS[split] if per_level is None else per_level
     rows = testbed_rows(split, seed=seed, per_level=count, levels=levels)
     if split == "train":
         random.Random(f"dataflex-testbed-order:{seed}").shuffle(rows)
@@ -122,11 +142,12 @@ def write_jsonl(
     levels=None,
 ) -> str:
     """Write `testbed_dataset(seed, split, ...)` as JSON lines, for ``dataflex run --dataset`` / ``--eval-dataset``."""
+    rows = testbed_dataset(seed, split, per_level, levels)  # a bad split or size fails before a file is written
     path = os.fspath(path)
     folder = os.path.dirname(path)
     if folder:
         os.makedirs(folder, exist_ok=True)
     with open(path, "w", encoding="utf-8") as handle:
-        for row in testbed_dataset(seed, split, per_level, levels):
+        for row in rows:
             handle.write(json.dumps(row, sort_keys=True) + "\n")
     return path

@@ -25,10 +25,13 @@ never share a prompt whatever the seed or the sizes asked for:
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import itertools
+import math
 import random
 from dataclasses import dataclass
-from typing import Callable
+from typing import Iterator
 
 from dataflex_callbacks.errors import InputError
 
@@ -44,8 +47,14 @@ def split_of(prompt: str) -> str:
     return _BUCKET_OF[bucket]
 
 
+def _operands(digits: int) -> range:
+    """The numbers of `digits` digits (one digit: 0-9)."""
+    return range(10 ** (digits - 1) if digits > 1 else 0, 10**digits)
+
+
 def _number(rng: random.Random, digits: int) -> int:
-    return rng.randrange(10 ** (digits - 1) if digits > 1 else 0, 10**digits)
+    operands = _operands(digits)
+    return rng.randrange(operands.start, operands.stop)
 
 
 def _reversed(value: int) -> str:
@@ -82,38 +91,88 @@ def _product_carries(digit: int, b: int) -> int:
     return count
 
 
-def _add(digits_a: int, digits_b: int):
-    def make(rng: random.Random) -> tuple[str, str, int]:
-        a, b = _number(rng, digits_a), _number(rng, digits_b)
+# Each generator is a callable ``rng -> (prompt, answer, difficulty)`` that can also list every prompt it
+# writes (`prompts`) and count them (`prompt_count`), so a request for more rows than a split holds is
+# refused from the count, not found out by sampling.
+
+
+@dataclass(frozen=True)
+class _Add:
+    digits_a: int
+    digits_b: int
+
+    def __call__(self, rng: random.Random) -> tuple[str, str, int]:
+        a, b = _number(rng, self.digits_a), _number(rng, self.digits_b)
         return f"{_reversed(a)}+{_reversed(b)}=", _reversed(a + b), _carries(a, b)
 
-    return make
+    @property
+    def prompt_count(self) -> int:
+        return len(_operands(self.digits_a)) * len(_operands(self.digits_b))
+
+    def prompts(self) -> Iterator[str]:
+        right = [_reversed(b) for b in _operands(self.digits_b)]
+        for a in _operands(self.digits_a):
+            left = _reversed(a)
+            yield from (f"{left}+{b}=" for b in right)
 
 
-def _sub(digits_a: int, digits_b: int):
-    def make(rng: random.Random) -> tuple[str, str, int]:
-        a, b = _number(rng, digits_a), _number(rng, digits_b)
+@dataclass(frozen=True)
+class _Sub:
+    """Both operands of `digits` digits, the larger first."""
+
+    digits: int
+
+    def __call__(self, rng: random.Random) -> tuple[str, str, int]:
+        a, b = _number(rng, self.digits), _number(rng, self.digits)
         a, b = max(a, b), min(a, b)
         return f"{_reversed(a)}-{_reversed(b)}=", _reversed(a - b), _borrows(a, b)
 
-    return make
+    @property
+    def prompt_count(self) -> int:
+        n = len(_operands(self.digits))
+        return n * (n + 1) // 2
+
+    def prompts(self) -> Iterator[str]:
+        operands = _operands(self.digits)
+        for a in operands:
+            left = _reversed(a)
+            yield from (f"{left}-{_reversed(b)}=" for b in range(operands.start, a + 1))
 
 
-def _mul(digits_b: int):
-    def make(rng: random.Random) -> tuple[str, str, int]:
-        digit, b = rng.randrange(2, 10), _number(rng, digits_b)
+@dataclass(frozen=True)
+class _Mul:
+    """A digit 2-9 times a number of `digits_b` digits."""
+
+    digits_b: int
+
+    def __call__(self, rng: random.Random) -> tuple[str, str, int]:
+        digit, b = rng.randrange(2, 10), _number(rng, self.digits_b)
         return f"{digit}*{_reversed(b)}=", _reversed(digit * b), _product_carries(digit, b)
 
-    return make
+    @property
+    def prompt_count(self) -> int:
+        return 8 * len(_operands(self.digits_b))
+
+    def prompts(self) -> Iterator[str]:
+        for digit in range(2, 10):
+            yield from (f"{digit}*{_reversed(b)}=" for b in _operands(self.digits_b))
 
 
-def _sort(length: int):
-    def make(rng: random.Random) -> tuple[str, str, int]:
-        digits = [rng.randrange(10) for _ in range(length)]
+@dataclass(frozen=True)
+class _Sort:
+    length: int
+
+    def __call__(self, rng: random.Random) -> tuple[str, str, int]:
+        digits = [rng.randrange(10) for _ in range(self.length)]
         inversions = sum(x > y for i, x in enumerate(digits) for y in digits[i + 1 :])
         return "sort " + "".join(map(str, digits)) + ":", "".join(map(str, sorted(digits))), inversions
 
-    return make
+    @property
+    def prompt_count(self) -> int:
+        return 10**self.length
+
+    def prompts(self) -> Iterator[str]:
+        return (f"sort {digits}:" for digits in map("".join, itertools.product("0123456789", repeat=self.length)))
 
 
 @dataclass(frozen=True)
@@ -125,31 +184,32 @@ class Level:
         family: `add`, `sub`, `mul` or `sort`.
         description: one line: the prompt form and what varies inside the level.
         make_example: ``rng -> (prompt, answer, difficulty)``; `difficulty` counts carries, borrows or
-            inversions, the per-prompt dial inside the level.
+            inversions, the per-prompt dial inside the level. It also lists every prompt it writes
+            (``make_example.prompts()``) and counts them (``make_example.prompt_count``).
         max_answer_chars: the longest answer the level can ask for.
     """
 
     name: str
     family: str
     description: str
-    make_example: Callable[[random.Random], tuple[str, str, int]]
+    make_example: _Add | _Sub | _Mul | _Sort
     max_answer_chars: int
 
 
 LEVELS: dict[str, Level] = {
     level.name: level
     for level in (
-        Level("add2", "add", "2-digit + 2-digit, 0-2 carries", _add(2, 2), 3),
-        Level("add3", "add", "3-digit + 3-digit, 0-3 carries", _add(3, 3), 4),
-        Level("add4", "add", "4-digit + 4-digit, 0-4 carries", _add(4, 4), 5),
-        Level("add5", "add", "5-digit + 5-digit, 0-5 carries", _add(5, 5), 6),
-        Level("sub3", "sub", "3-digit - up to 3-digit (larger first), 0-2 borrows", _sub(3, 3), 3),
-        Level("sub4", "sub", "4-digit - up to 4-digit (larger first), 0-3 borrows", _sub(4, 4), 4),
-        Level("mul1x2", "mul", "digit 2-9 * 2-digit, 0-2 carrying columns", _mul(2), 3),
-        Level("mul1x3", "mul", "digit 2-9 * 3-digit, 0-3 carrying columns", _mul(3), 4),
-        Level("mul1x4", "mul", "digit 2-9 * 4-digit, 0-4 carrying columns", _mul(4), 5),
-        Level("sort5", "sort", "sort 5 digits ascending, 0-10 inversions", _sort(5), 5),
-        Level("sort8", "sort", "sort 8 digits ascending, 0-28 inversions", _sort(8), 8),
+        Level("add2", "add", "2-digit + 2-digit, 0-2 carries", _Add(2, 2), 3),
+        Level("add3", "add", "3-digit + 3-digit, 0-3 carries", _Add(3, 3), 4),
+        Level("add4", "add", "4-digit + 4-digit, 0-4 carries", _Add(4, 4), 5),
+        Level("add5", "add", "5-digit + 5-digit, 0-5 carries", _Add(5, 5), 6),
+        Level("sub3", "sub", "3-digit - up to 3-digit (larger first), 0-2 borrows", _Sub(3), 3),
+        Level("sub4", "sub", "4-digit - up to 4-digit (larger first), 0-3 borrows", _Sub(4), 4),
+        Level("mul1x2", "mul", "digit 2-9 * 2-digit, 0-2 carrying columns", _Mul(2), 3),
+        Level("mul1x3", "mul", "digit 2-9 * 3-digit, 0-3 carrying columns", _Mul(3), 4),
+        Level("mul1x4", "mul", "digit 2-9 * 4-digit, 0-4 carrying columns", _Mul(4), 5),
+        Level("sort5", "sort", "sort 5 digits ascending, 0-10 inversions", _Sort(5), 5),
+        Level("sort8", "sort", "sort 8 digits ascending, 0-28 inversions", _Sort(8), 8),
     )
 }
 
@@ -159,6 +219,12 @@ def _check_levels(levels) -> list[Level]:
     unknown = [name for name in names if name not in LEVELS]
     if unknown or not names:
         raise InputError(f"unknown testbed level(s) {unknown or names!r}; choose from {', '.join(LEVELS)}")
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise InputError(
+            f"testbed level(s) {', '.join(map(repr, twice))} named twice in {names!r}; name each level once "
+            "(a level named twice would give its rows twice)"
+        )
     return [LEVELS[name] for name in names]
 
 
@@ -167,14 +233,70 @@ def _check_split(split: str) -> None:
         raise InputError(f"unknown testbed split {split!r}; choose one of {', '.join(SPLITS)}")
 
 
+# A level of at most this many prompts is counted exactly, split by split (add3's 810,000 prompts: about 1 s).
+_EXACT_COUNT_LIMIT = 2_000_000
+# Standard deviations below the expected split size that a count certainly clears (the hash split is binomial).
+_SAFE_DEVIATIONS = 6
+
+
+def _expected_size(level: Level, split: str) -> tuple[float, float]:
+    """Mean and standard deviation of the number of `level`'s prompts that hash into `split`."""
+    share = len(_SPLIT_BUCKETS[split]) / 10
+    count = level.make_example.prompt_count
+    return count * share, math.sqrt(count * share * (1 - share))
+
+
+@functools.lru_cache(maxsize=None)
+def _exact_split_size(level: str, split: str) -> int:
+    return sum(split_of(prompt) == split for prompt in LEVELS[level].make_example.prompts())
+
+
+def split_capacity(level: str, split: str) -> int:
+    """The most distinct rows `level_rows(level, split, ...)` can return: the level's prompts that fall in `split`.
+
+    Exact (counted once per process) for a level of at most 2,000,000 prompts; for a larger one a
+    lower bound, 6 standard deviations under the expected count (millions of rows: more than a run asks for).
+    """
+    (found,) = _check_levels([level])
+    _check_split(split)
+    if found.make_example.prompt_count <= _EXACT_COUNT_LIMIT:
+        return _exact_split_size(level, split)
+    mean, deviation = _expected_size(found, split)
+    return int(mean - _SAFE_DEVIATIONS * deviation)
+
+
+def levels_short_of(split: str, count: int, levels=None) -> dict[str, int]:
+    """``{level: split_capacity}`` for each of `levels` (default: all) that holds fewer than `count` prompts in `split`.
+
+    Counts nothing when `count` is far below a level's expected split size, so the usual sizes cost no time.
+    """
+    short = {}
+    for level in _check_levels(levels):
+        _check_split(split)
+        mean, deviation = _expected_size(level, split)
+        if count <= mean - _SAFE_DEVIATIONS * deviation:
+            continue
+        most = split_capacity(level.name, split)
+        if count > most:
+            short[level.name] = most
+    return short
+
+
 def level_rows(level: str, split: str, count: int, seed: int = 0) -> list[dict]:
     """`count` distinct rows of one level in one split, drawn from `seed` (same arguments, same rows, same order).
 
     Each row: `prompt`, `answer`, `domain` (the level), `difficulty` (carries, borrows or inversions).
-    Raises `InputError` when the split of this level holds fewer distinct prompts than asked for.
+    Raises `InputError` at once when the split of this level holds fewer distinct prompts than asked for
+    (`split_capacity`), naming the most it holds.
     """
     (found,) = _check_levels([level])
     _check_split(split)
+    short = levels_short_of(split, count, [level])
+    if short:
+        raise InputError(
+            f"testbed level {level!r} holds {short[level]:,} distinct {split} prompts, and {count:,} rows were "
+            f"asked for; ask for at most {short[level]:,}"
+        )
     rng = random.Random(f"dataflex-testbed:{seed}:{level}:{split}")
     rows: list[dict] = []
     seen: set[str] = set()

@@ -131,7 +131,7 @@ def test_logged_domain_statistics_are_those_of_all_ranks_rows(ranks):
                 if d == domain
             ]
             expected = {
-                "reward": sum(r for r, _ in rows) / len(rows),
+                "selection_reward": sum(r for r, _ in rows) / len(rows),
                 "solve_rate": sum(r > 0.5 for r, _ in rows) / len(rows),
                 "kept_frac": sum(k for _, k in rows) / len(rows),
                 "responses": len(rows),
@@ -141,5 +141,5 @@ def test_logged_domain_statistics_are_those_of_all_ranks_rows(ranks):
                     got = logged[rank][index][f"dataflex/{name}/{domain}_step"]
                     assert got == pytest.approx(value, rel=1e-6), (rank, index, name, domain)
             mine = [r for r, d in zip(a["rewards"], a["domains"]) if d == domain]
-            local_differs |= not mine or sum(mine) / len(mine) != pytest.approx(expected["reward"], rel=1e-6)
+            local_differs |= not mine or sum(mine) / len(mine) != pytest.approx(expected["selection_reward"], rel=1e-6)
     assert local_differs, "the case must tell rank 0's own rows from the whole step"

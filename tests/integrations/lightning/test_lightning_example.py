@@ -43,7 +43,7 @@ def test_example_skips_prompts_with_its_data_module():
     history = callback.strategy.pre_select.history
     assert history.size > 0 and set(history.keys) <= set(train["prompt_key"]), "keys follow the sampler's rule"
     assert (
-        trainer.callback_metrics["dataflex/pre_select/completions_saved"].item()
+        trainer.callback_metrics["dataflex/pre_select/completions_redirected"].item()
         == module.group_size * callback.strategy.pre_select.skipped
     )
 

@@ -53,11 +53,11 @@ def test_accumulated_micro_batches_are_logged_as_one_aggregated_step(tmp_path, o
     assert logged(tmp_path, "dataflex/kept_frac_epoch") == pytest.approx([sum(kept) / (6 * responses)])
 
 
-def test_completions_saved_counts_each_skipped_prompts_group():
+def test_completions_redirected_counts_each_skipped_prompts_group():
     group = 4
     callback = DataFlexCallback("skip")
     trainer = toy_trainer([callback], max_steps=12)
     trainer.fit(ToyGRPO(toy_rows(), group_size=group))
     skipped = trainer.callback_metrics["dataflex/pre_select/skipped_prompts"].item()
     assert skipped > 0 and skipped == callback.strategy.pre_select.skipped
-    assert trainer.callback_metrics["dataflex/pre_select/completions_saved"].item() == group * skipped
+    assert trainer.callback_metrics["dataflex/pre_select/completions_redirected"].item() == group * skipped

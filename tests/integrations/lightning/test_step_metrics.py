@@ -27,7 +27,7 @@ def micro_batch(rng):
     }
     for domain in DOMAINS:
         if rng.random() < 0.7:
-            metrics[f"reward/{domain}"] = rng.random()
+            metrics[f"selection_reward/{domain}"] = rng.random()
     return metrics, rng.randint(0, 40)
 
 
@@ -35,7 +35,9 @@ def reference_step(batches):
     """The step's values with Python loops: responses-weighted means (NaN left out), state from the last batch;
     domain rewards are left to the row statistics."""
     expected = {}
-    names = dict.fromkeys(name for metrics, _ in batches for name in metrics if not name.startswith("reward/"))
+    names = dict.fromkeys(
+        name for metrics, _ in batches for name in metrics if not name.startswith("selection_reward/")
+    )
     for name in names:
         if name.startswith("mix/") or name == "pre_select/skipped_prompts":
             expected[name] = [m[name] for m, _ in batches if name in m][-1]
@@ -68,9 +70,9 @@ def test_a_step_is_the_responses_weighted_mean_of_its_micro_batches(seed):
 
 def test_micro_batch_domain_means_are_not_step_metrics():
     step = StepMetrics()
-    step.update({"reward/easy": 1.0}, 4)
-    assert not step.pending, "reward/<domain> of a step comes from its rows, not from micro-batch means"
-    step.update({"reward/easy": 0.0, "kept_frac": 0.5}, 12)
+    step.update({"selection_reward/easy": 1.0}, 4)
+    assert not step.pending, "selection_reward/<domain> of a step comes from its rows, not from micro-batch means"
+    step.update({"selection_reward/easy": 0.0, "kept_frac": 0.5}, 12)
     assert step.flush() == ({"kept_frac": 0.5}, 16)
 
 
@@ -91,7 +93,7 @@ def test_covering_new_domains_keeps_the_sums_and_the_order():
     )
     assert grown.compute() == reference.compute()
     grown.reset()
-    assert grown.compute()["responses/mid"] == 0.0 and "reward/mid" not in grown.compute()
+    assert grown.compute()["responses/mid"] == 0.0 and "selection_reward/mid" not in grown.compute()
 
 
 def test_domain_shares_are_weighed_by_the_domains_responses_and_counts_summed():
@@ -99,7 +101,11 @@ def test_domain_shares_are_weighed_by_the_domains_responses_and_counts_summed():
     stats.update(torch.tensor([1.0, 0.0, 0.0, float("nan")]), ["a", "a", "a", "b"])
     groups = domain_log_groups(stats.compute(), stats.domains)
     assert groups == [
-        ({"reward/a": pytest.approx(1 / 3), "solve_rate/a": pytest.approx(1 / 3), "kept_frac/a": 1.0}, 3, "mean"),
+        (
+            {"selection_reward/a": pytest.approx(1 / 3), "solve_rate/a": pytest.approx(1 / 3), "kept_frac/a": 1.0},
+            3,
+            "mean",
+        ),
         ({"responses/a": 3.0, "nonfinite_rewards/a": 0.0}, 1, "sum"),
         ({"responses/b": 0.0, "nonfinite_rewards/b": 1.0}, 1, "sum"),
     ]
@@ -121,7 +127,7 @@ def domain_values(records, domain):
     if not rows:
         return None
     return {
-        "reward": sum(r for r, _ in rows) / len(rows),
+        "selection_reward": sum(r for r, _ in rows) / len(rows),
         "solve_rate": sum(r > 0.5 for r, _ in rows) / len(rows),
         "kept_frac": sum(k for _, k in rows) / len(rows),
         "responses": float(len(rows)),
@@ -147,7 +153,7 @@ def test_logged_domain_statistics_are_those_of_the_step_rows(tmp_path):
     for domain in ("easy", "mid", "hard"):
         steps = [domain_values(module.records[2 * step : 2 * step + 2], domain) for step in range(3)]
         epoch = domain_values(module.records, domain)
-        for name in ("reward", "solve_rate", "kept_frac"):
+        for name in ("selection_reward", "solve_rate", "kept_frac"):
             expected = [values[name] for values in steps if values is not None]
             assert logged(tmp_path, f"dataflex/{name}/{domain}_step") == pytest.approx(expected, rel=1e-6), name
             # The epoch value is the share over all the epoch's rows of the domain.
@@ -159,8 +165,8 @@ def test_logged_domain_statistics_are_those_of_the_step_rows(tmp_path):
         # The old approximation (each micro-batch's domain mean weighed by all its responses) differs somewhere.
         for step, values in enumerate(steps):
             pairs = [(len(r["rewards"]), domain_values([r], domain)) for r in module.records[2 * step : 2 * step + 2]]
-            pairs = [(w, v["reward"]) for w, v in pairs if v is not None]
+            pairs = [(w, v["selection_reward"]) for w, v in pairs if v is not None]
             if values is not None:
                 old = sum(w * v for w, v in pairs) / sum(w for w, _ in pairs)
-                differs |= abs(old - values["reward"]) > 1e-6
+                differs |= abs(old - values["selection_reward"]) > 1e-6
     assert differs, "the case must tell the rows' mean from the micro-batch approximation"

@@ -361,11 +361,18 @@ def train_within(trainer, worker, seconds: float):
     ids=["diffband", "dapo", "none_reward"],
 )
 def test_a_run_without_signal_ends_each_step_masked_out_and_warns_with_the_fix(
-    model_path, prompts, tmp_path, strategy, reward, cause
+    model_path, prompts, tmp_path, strategy, reward, cause, capsys
 ):
     trainer, worker = build(model_path, prompts, tmp_path, strategy=strategy, reward=reward, max_steps=2)
     before = params(trainer)
     caught, taken = train_within(trainer, worker, 60)
+    out = capsys.readouterr().out
+    # The start line names the reward the strategy selects on; the end line says no step trained anything.
+    assert f"selects on reward function {reward.__name__!r}" in out, out
+    end = [line for line in out.splitlines() if line.startswith("dataflex: train end:")]
+    assert len(end) == 1, out
+    assert "2 steps, 2 kept nothing, mean kept fraction 0.00, 0 signal groups trained" in end[0], end[0]
+    assert "NoSignalStepWarning names the cause" in end[0], end[0]
     assert trainer.state.global_step == 2
     warned = [w.message for w in caught if isinstance(w.message, NoSignalStepWarning)]
     assert len(warned) == 1, [str(w.message) for w in caught]

@@ -70,7 +70,7 @@ def test_config_domain_key_names_the_domain_column(tiny_tokenizer, source_data, 
     assert trainer.dataflex.strategy.domains == ["gsm", "kk", "mc"]
     trainer.train()
     logged = {key for entry in trainer.state.log_history for key in entry}
-    assert {"dataflex/mix/target/gsm", "dataflex/reward/kk"} <= logged
+    assert {"dataflex/mix/target/gsm", "dataflex/selection_reward/kk"} <= logged
     assert not any(key.endswith("/wrong") for key in logged)
 
 

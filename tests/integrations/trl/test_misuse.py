@@ -384,7 +384,9 @@ def build_on(tiny_tokenizer, tmp_path, data, strategy=None, way_in="trainer", **
     from dataflex_callbacks.recipes.tiny_model import build_tiny_model
     from cpu_settings import CPU_RUN_SETTINGS
 
-    args = GRPOConfig(output_dir=str(tmp_path), max_steps=1, max_completion_length=4, **{**CPU_RUN_SETTINGS, **config})
+    args = GRPOConfig(
+        output_dir=str(tmp_path), max_steps=1, **{"max_completion_length": 4, **CPU_RUN_SETTINGS, **config}
+    )
     common = dict(
         model=build_tiny_model(tiny_tokenizer, seed=0),
         reward_funcs=parity_reward,
@@ -475,3 +477,55 @@ def test_resuming_the_prompt_sampler_with_another_batch_names_the_grpo_config_fi
         "GRPOConfig settings",
     ):
         assert text in message, (text, message)
+
+
+# ---------------------------------------------------------------- prompts + completions past the model's positions
+@pytest.mark.parametrize("way_in", ["trainer", "attach"])
+def test_prompts_past_the_models_positions_are_refused_at_train_start_naming_both_numbers(
+    tiny_tokenizer, tmp_path, way_in
+):
+    from dataflex_callbacks.errors import ContextLengthError
+
+    # GSM8K-length prompts on the tiny model: 60 tokens + 6 completion tokens > its 64 positions.
+    long_prompt = "1+1=" * 15
+    data = Dataset.from_dict({"prompt": ["2+2=", long_prompt, "3+3=", "4+4="], "domain": ["add"] * 4})
+    trainer = build_on(
+        tiny_tokenizer,
+        tmp_path,
+        data,
+        "diffband",
+        way_in,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+    )
+    assert len(tiny_tokenizer(long_prompt)["input_ids"]) == 60
+    with pytest.raises(ContextLengthError) as caught:
+        trainer.train()
+    message = str(caught.value)
+    assert len(message.splitlines()) == 1
+    for part in (
+        "the longest prompt of the train dataset is 60 tokens",
+        "completions are up to 6 tokens: 66 positions",
+        "the model holds 64 (max_position_embeddings)",
+        "lower max_completion_length (GRPOConfig, now 6) to at most 4",
+        "shorten the prompts",
+        "a model with more positions",
+    ):
+        assert part in message, (part, message)
+    assert trainer.state.global_step == 0
+
+
+def test_prompts_that_fit_the_models_positions_train(tiny_tokenizer, tmp_path):
+    data = Dataset.from_dict({"prompt": ["1+1=" * 14 + "1=", "3+3=", "4+4=", "5+5="], "domain": ["add"] * 4})
+    trainer = build_on(
+        tiny_tokenizer,
+        tmp_path,
+        data,
+        "diffband",
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=6,
+    )  # 58 + 6 = 64 positions: exactly what the model holds
+    trainer.train()
+    assert trainer.state.global_step == 1

@@ -76,7 +76,7 @@ def test_dump_ucb_starves_the_unlearnable_domain_and_logs_the_mix(tmp_path):
     for domain in DOMAINS:
         for family in ("target", "actual", "signal"):
             assert len(logged(trainer, f"dataflex/mix/{family}/{domain}")) >= 20, (family, domain)
-    assert any(logged(trainer, f"dataflex/reward/{d}") for d in DOMAINS)
+    assert any(logged(trainer, f"dataflex/selection_reward/{d}") for d in DOMAINS)
 
     # The RolloutBatch names each prompt by the key rule the sampler uses for the same row.
     rows = trainer.recorder.indices
@@ -134,7 +134,7 @@ def test_dataflex_run_trains_with_pre_select_presets_and_counts_completions(tmp_
     last = result.metrics[-1]
     if "skip" in preset:
         assert last["dataflex/pre_select/skipped_prompts"] > 0
-        assert last["dataflex/pre_select/completions_saved"] == 4 * last["dataflex/pre_select/skipped_prompts"]
+        assert last["dataflex/pre_select/completions_redirected"] == 4 * last["dataflex/pre_select/skipped_prompts"]
     else:  # mix domains bound from the suite; targets move after the default warm-up of 10 steps
         assert {f"dataflex/mix/{kind}/{d}" for kind in ("target", "actual") for d in DOMAINS} <= set(last)
     assert (tmp_path / "run" / "plot.png").stat().st_size > 0

@@ -36,7 +36,7 @@ def test_zero_variance_prompts_are_skipped_and_the_history_resumes(tmp_path, pre
     pre_select = full.dataflex.strategy.pre_select
     skipped = logged(full, "dataflex/pre_select/skipped_prompts")
     assert len(skipped) == 16 and skipped[-1] > 0
-    saved = logged(full, "dataflex/pre_select/completions_saved")
+    saved = logged(full, "dataflex/pre_select/completions_redirected")
     assert saved[-1] == skipped[-1] * full.num_generations
     for name in ("zero_variance_share", "recheck_rate"):
         assert all(0.0 <= v <= 1.0 for v in logged(full, f"dataflex/pre_select/{name}"))

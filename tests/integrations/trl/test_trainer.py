@@ -41,7 +41,8 @@ def test_both_ways_in_make_the_same_decisions_and_log_metrics(make_trainer):
     for key in ("dataflex/kept_frac", "dataflex/ess", "dataflex/weight_mean", "dataflex/weight_std"):
         assert len(logged(subclass, key)) == 2, key  # one value per logging step
     steps = [entry for entry in subclass.state.log_history if "loss" in entry]
-    assert all(any(key.startswith("dataflex/reward/") for key in entry) for entry in steps)  # per-domain reward
+    # the per-domain selection reward, at every step
+    assert all(any(key.startswith("dataflex/selection_reward/") for key in entry) for entry in steps)
     kept = torch.stack([h["keep"] for h in subclass.dataflex.decisions])
     assert logged(subclass, "dataflex/kept_frac") == pytest.approx(kept.float().mean(1).tolist())
 

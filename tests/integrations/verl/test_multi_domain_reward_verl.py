@@ -28,7 +28,8 @@ ROWS = [  # (data_source, response, ground truth, expected score)
     ("sciq", "A cell is the unit of life.", "B", 0.0),
     ("my_source", "Answer: 3", "3", 1.0),  # routed by reward_kwargs
     # Answers as people write them (tests/recipes/tasks/test_written_answers.py has the full tables).
-    ("openai/gsm8k", "The answer is 1e3", "1000", 1.0),
+    ("openai/gsm8k", "#### 1e3", "1000", 1.0),
+    ("openai/gsm8k", "The answer is 1e3", "1000", 0.0),  # prose: only with reward_kwargs.free_text=true
     ("lighteval/MATH", "So \\boxed{x=4}", "\\boxed{4}", 1.0),
     ("TIGER-Lab/MMLU-Pro", "answer: b", "B", 1.0),
     ("TIGER-Lab/MMLU-Pro", "The answer is (F).", "F", 1.0),

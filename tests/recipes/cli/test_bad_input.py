@@ -125,6 +125,11 @@ RUN_CASES = {
         ["2 usable row(s)", "--n-train", "--prompts-per-step"],
     ),
     "fewer dataset rows than one step": (["--dataset", "{few_rows}"], ["--prompts-per-step", "add rows"]),
+    # the testbed's levels supply a fixed number of distinct prompts per split
+    "more training rows than a level holds": (["--n-train", "1000", "--domains", "add2"], ["--n-train 1000", "'add2'"]),
+    "a million training rows": (["--n-train", "1000000", "--domains", "add2"], ["--n-train 1000000", "'add2'"]),
+    "more held-out rows than a level holds": (["--n-test", "500", "--domains", "mul1x2"], ["--n-test 500", "'mul1x2'"]),
+    "a domain named twice": (["--domains", "add2,sub3,add2"], ["--domains", "'add2'", "twice"]),
     # output folder
     "output under a file": (["--output-dir", "{a_file}/run"], ["is a file", "--output-dir"]),
     "output folder is a file": (["--output-dir", "{a_file}"], ["is a file", "--output-dir"]),
@@ -188,6 +193,8 @@ COMPARE_CASES = {
     "fewer rows than one step": (["--dataset", "{few_rows}"], ["--prompts-per-step"]),
     "mix domains not in the data": (["--strategies", "baseline,{mix_elsewhere}"], ["algebra", "mix.domains"]),
     "output under a file": (["--output-dir", "{a_file}/cmp"], ["is a file", "--output-dir"]),
+    "more training rows than a level holds": (["--n-train", "1000", "--domains", "add2"], ["--n-train 1000", "'add2'"]),
+    "a domain named twice": (["--domains", "add2,add2"], ["--domains", "'add2'", "twice"]),
 }
 
 

@@ -51,7 +51,7 @@ def test_run_reads_the_domain_column_and_names_it_on_the_console(tmp_path, capsy
     printed = capsys.readouterr().out
     assert f"dataflex run: data: {data} (16 training rows, 4 held out); domains (column 'domain'): add, inc" in printed
     strategy_line = next(line for line in printed.splitlines() if line.startswith("dataflex: strategy 'diffband'"))
-    assert strategy_line.endswith("domains (column 'domain'): add, inc")
+    assert "; domains (column 'domain'): add, inc" in strategy_line  # the reward it selects on may follow
     config = json.loads((out / "config.json").read_text())
     assert set(config["n_test_rows_per_domain"]) <= {"add", "inc"} and config["n_test_rows"] == 4
 

@@ -55,7 +55,9 @@ def test_number_rules_live_with_the_fields():
             assert rule.optional == (option.default is None), option.name
     with pytest.raises(RunInputError, match=r"--num-generations must be an integer >= 2, got 1"):
         check_run_options(RunOptions(num_generations=1))
-    with pytest.raises(RunInputError, match=r"unknown --verifier 'regex'; choose auto, numeric or exact"):
+    with pytest.raises(
+        RunInputError, match=r"unknown --verifier 'regex'; choose auto, numeric, exact or numeric_free_text"
+    ):
         check_run_options(RunOptions(verifier="regex"))
 
 
@@ -142,6 +144,30 @@ def test_each_suite_has_its_defaults_and_a_users_model_or_data_keeps_the_toy_one
     testbed, toy = with_suite_defaults(RunOptions()), with_suite_defaults(RunOptions(suite="toy"))
     assert (testbed.steps, testbed.learning_rate, testbed.n_train) == (60, 3e-5, None)  # a pretrained model
     assert (toy.steps, toy.learning_rate, toy.n_train) == (150, 3e-3, 200)
-    assert with_suite_defaults(RunOptions(model="m")).learning_rate == 3e-3
+    # A user's --model is pretrained: TRL's own default rate (GRPOConfig.learning_rate), not the toy model's 3e-3.
+    assert with_suite_defaults(RunOptions(model="m")).learning_rate == 1e-6
+    assert with_suite_defaults(RunOptions(model="m", dataset="d.jsonl")).learning_rate == 1e-6
+    assert with_suite_defaults(RunOptions(dataset="d.jsonl")).learning_rate == 3e-3  # the toy model on user data
     assert with_suite_defaults(RunOptions(dataset="d.jsonl")).steps == 150
     assert with_suite_defaults(RunOptions(steps=7, learning_rate=1e-4)).steps == 7  # what the user sets stays
+
+
+def test_the_pretrained_rate_is_trl_s_own_default():
+    from trl import GRPOConfig
+
+    from dataflex_callbacks.recipes.options import with_suite_defaults
+
+    trl_default = next(f.default for f in dataclasses.fields(GRPOConfig) if f.name == "learning_rate")
+    assert with_suite_defaults(RunOptions(model="m")).learning_rate == trl_default
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_a_reward_threshold_without_a_reward_is_refused_as_the_weights_are(command, capsys, tmp_path):
+    with pytest.raises(RunInputError, match="--reward-threshold"):
+        check_run_options(RunOptions(reward_threshold=0.5))
+    check_run_options(RunOptions(reward=[lambda prompts, completions, **kw: [1.0]], reward_threshold=0.5))
+    out = str(tmp_path / "out")
+    for flag, value in (("--reward-threshold", "0.5"), ("--reward-weights", "1")):
+        assert main([command, flag, value, "--output-dir", out]) == 2
+        error = capsys.readouterr().err
+        assert error.startswith("dataflex: error: ") and flag in error and "--reward" in error

@@ -47,3 +47,45 @@ def test_run_trains_and_scores_with_the_users_reward_from_the_current_directory(
         config = json.loads((out / "config.json").read_text())
         assert config["reward"]["functions"] == ["run_rewards_t30:half"]
         assert json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["reward"] == 0.5
+
+
+def test_run_prints_its_learning_rate_and_fills_the_per_domain_series_from_the_users_reward(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "run_rewards_t38.py").write_text(
+        "def by_domain(prompts, completions, domain, **columns):\n"
+        "    return [0.25 if d == 'digit' else 0.75 for d in domain]\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "run_rewards_t38", raising=False)
+    out = tmp_path / "run"
+    argv = ["run", "--strategy", "none", "--steps", "2", "--prompts-per-step", "4", "--num-generations", "2"]
+    argv += ["--suite", "toy", "--n-train", "4", "--n-test", "1", "--domains", "digit,echo"]
+    assert main([*argv, "--reward", "run_rewards_t38:by_domain", "--output-dir", str(out)]) == 0
+    assert "dataflex run: learning rate 0.003 (set --learning-rate to change it)" in capsys.readouterr().out
+    metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for step in metrics:  # 4 prompts of 2 domains per step, scored per domain by the user's reward
+        assert step["mix/actual/digit"] + step["mix/actual/echo"] == pytest.approx(1.0)
+        for domain, value in (("digit", 0.25), ("echo", 0.75)):
+            assert step[f"reward/{domain}"] == (value if step[f"mix/actual/{domain}"] > 0 else None)
+    assert any(step["mix/actual/digit"] > 0 for step in metrics) and any(
+        step["mix/actual/echo"] > 0 for step in metrics
+    )
+
+
+def test_run_flags_a_reward_that_scores_nothing_and_counts_no_signal_group(tmp_path, monkeypatch, capsys):
+    (tmp_path / "run_rewards_none_t38.py").write_text(
+        "def nothing(prompts, completions, **columns):\n    return [None] * len(completions)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", ".", str(tmp_path))])
+    monkeypatch.delitem(sys.modules, "run_rewards_none_t38", raising=False)
+    out = tmp_path / "run"
+    argv = ["run", "--strategy", "none", "--steps", "2", "--prompts-per-step", "2", "--num-generations", "2"]
+    argv += ["--suite", "toy", "--n-train", "2", "--n-test", "1", "--domains", "digit"]
+    assert main([*argv, "--reward", "run_rewards_none_t38:nothing", "--output-dir", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "dataflex run: warning: the reward (run_rewards_none_t38:nothing) scored none of the 8" in err
+    config = json.loads((out / "config.json").read_text())
+    assert (config["signal_groups_trained"], config["unscored_completions"]) == (0, 8)

@@ -145,3 +145,14 @@ def test_an_unknown_host_lists_the_hosts(tmp_path, capsys):
         main(["validate", str(path), "--host", "ppo"])
     assert exited.value.code == 2
     assert "trl, trl-rloo, lightning, verl" in capsys.readouterr().err.replace("'", "")
+
+
+def test_a_file_checked_with_the_core_rules_says_so_in_a_whole_sentence(tmp_path, capsys):
+    path = tmp_path / "s.yaml"
+    path.write_text(GROUP_SELECT)
+    assert main(["validate", str(path)]) == 0
+    note = capsys.readouterr().err.strip()
+    assert note == (
+        "checked with the core rules, which every host applies; --host {trl,trl-rloo,lightning,verl} checks "
+        "with that host adapter's own rules too (the rules that need the trainer or its data run when training starts)"
+    ), note

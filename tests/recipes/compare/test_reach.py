@@ -308,3 +308,21 @@ def test_real_curve_points_record_completion_tokens_and_training_seconds(tmp_pat
     report = (tmp_path / "out" / "report.md").read_text()
     assert [line for line in report.splitlines() if line.startswith("## ")][0] == "## Compute to reach the target"
     assert (tmp_path / "out" / "figures" / "accuracy_vs_tokens.png").stat().st_size > 0
+
+
+def test_compute_to_reach_intervals_never_go_below_zero():
+    from dataflex_callbacks.recipes.compare.reach import reach_cell
+
+    # The baseline's final accuracy is each seed's level; `fast` reaches it at 10 and at 390 completions: mean 200,
+    # a Student-t half-width of about 2400 with 2 seeds, which must not read as a negative cost.
+    records = [
+        record("base", 0, [(0, 0.5), (400, 0.6)]),
+        record("base", 1, [(0, 0.5), (400, 0.8)]),
+        record("fast", 0, [(0, 0.5), (20, 0.7), (400, 0.7)]),
+        record("fast", 1, [(0, 0.5), (390, 0.8), (400, 0.9)]),
+    ]
+    level = {0: 0.6, 1: 0.8}
+    for axis in ("completions", "completion_tokens", "wall_seconds"):
+        reach = strategy_reach(records, "fast", "base", level, axis)
+        assert reach.interval.low >= 0.0 and reach.interval.high > reach.interval.mean > 0
+        assert "[-" not in reach_cell(reach)

@@ -42,3 +42,91 @@ def test_reach_table_compares_each_strategy_with_the_baseline_final_mean():
 def test_reach_table_is_empty_without_baseline_runs():
     level, rows = reach_table([run("other", 0, [(0, 0.5), (10, 0.6)])], ["base", "other"], "base")
     assert math.isnan(level) and rows == []
+
+
+def test_the_seed_mean_reach_table_is_labelled_as_a_secondary_view_under_the_headline(tmp_path):
+    from dataflex_callbacks.recipes.compare import Budget, CompareSettings
+    from dataflex_callbacks.recipes.compare.grid import GridOutcome
+    from dataflex_callbacks.recipes.compare.report import render_report
+
+    from .test_reach import grid_records
+
+    settings = CompareSettings(
+        strategies=["base", "fast"],
+        seeds=[0, 1],
+        budget=Budget.parse("completions:400"),
+        output_dir=str(tmp_path / "cmp"),
+        eval_points=1,
+        progress=False,
+    )
+    report = render_report(settings, GridOutcome(records=grid_records()))
+    sections = [line for line in report.splitlines() if line.startswith("## ")]
+    assert sections[0] == "## Compute to reach the target"
+    assert "the headline" in report.split("## Compute to reach the target")[1].split("\n## ")[0]
+    secondary = [s for s in sections if "seed-mean" in s]
+    assert len(secondary) == 1 and secondary[0].startswith("## Secondary view (not the headline)")
+
+
+def _figure_records(domains, strategies=("base", "fast"), seeds=(0, 1)):
+    records = []
+    for strategy in strategies:
+        for seed in seeds:
+            accuracy = {"overall": 0.5, **{d: 0.5 for d in domains}}
+            share = 1.0 / len(domains)
+            records.append(
+                {
+                    "strategy": strategy,
+                    "seed": seed,
+                    "before": accuracy,
+                    "after": accuracy,
+                    "curve": [
+                        {"step": 0, "completions": 0, "completion_tokens": 0, "accuracy": accuracy},
+                        {"step": 2, "completions": 8, "completion_tokens": 32, "accuracy": accuracy},
+                    ],
+                    "proportions": [
+                        {"step": step, "sampled": {d: share for d in domains}, "target": None} for step in (1, 2)
+                    ],
+                }
+            )
+    return records
+
+
+def _capture_figures(monkeypatch):
+    from matplotlib.figure import Figure
+
+    drawn = {}
+    real_savefig = Figure.savefig
+
+    def savefig(figure, path, *args, **kwargs):
+        drawn[str(path).rsplit("/", 1)[-1]] = figure
+        return real_savefig(figure, path, *args, **kwargs)
+
+    monkeypatch.setattr(Figure, "savefig", savefig)
+    return drawn
+
+
+def test_more_than_ten_domains_get_distinct_colours(tmp_path, monkeypatch):
+    from matplotlib.colors import to_hex
+
+    from dataflex_callbacks.recipes.compare.report import plot_proportions
+
+    drawn = _capture_figures(monkeypatch)
+    domains = [f"d{i:02d}" for i in range(13)]
+    plot_proportions(str(tmp_path / "p.png"), _figure_records(domains), ["base", "fast"])
+    lines = drawn["p.png"].axes[0].get_lines()
+    assert len(lines) == 13 and len({to_hex(line.get_color()) for line in lines}) == 13
+
+
+def test_the_accuracy_legend_does_not_cover_the_first_panel(tmp_path, monkeypatch):
+    from dataflex_callbacks.recipes.compare.report import plot_accuracy
+
+    drawn = _capture_figures(monkeypatch)
+    levels = [("the baseline's final accuracy on the same seed", {0: 0.5, 1: 0.5}), ("the target", 0.8)]
+    plot_accuracy(str(tmp_path / "a.png"), _figure_records(["x", "y"]), ["base", "fast"], "base", levels=levels)
+    figure = drawn["a.png"]
+    figure.draw_without_rendering()
+    panel, legend = figure.axes[0], figure.axes[0].get_legend()
+    assert [t.get_text() for t in legend.get_texts()][:2] == ["base", "fast"]
+    box, panel_box = legend.get_window_extent(), panel.get_window_extent()
+    assert not box.overlaps(panel_box)
+    assert (tmp_path / "a.png").stat().st_size > 5000

@@ -84,3 +84,23 @@ def test_accuracy_intervals_stay_inside_the_values_an_accuracy_can_take():
     low = stats.accuracy_interval([0.0, 0.02, 0.5])
     assert low.low == 0.0 and low.high == stats.mean_interval([0.0, 0.02, 0.5]).high
     assert stats.Interval(0.5, -1.4, 2.0, 3).clipped(-1.0, 1.0).excludes_zero is False
+
+
+def _paired_records(differences, base=0.5):
+    records = []
+    for seed, difference in enumerate(differences):
+        records.append({"strategy": "base", "seed": seed, "after": {"overall": base}})
+        records.append({"strategy": "other", "seed": seed, "after": {"overall": base + difference}})
+    return records
+
+
+def test_two_seeds_with_identical_differences_are_not_significant_beside_p_one_half():
+    from dataflex_callbacks.recipes.compare.report import paired_difference
+
+    paired = paired_difference(_paired_records([0.1, 0.1]), "other", "base")
+    # The bootstrap interval has zero width there and excludes 0, but 2 seeds cannot give a sign-flip p below 0.5.
+    assert paired["interval"].excludes_zero and paired["p_value"] == pytest.approx(0.5)
+    assert paired["significant"] is False
+    # Both the interval and the sign-flip test must agree: 6 seeds, every one better, is significant.
+    paired = paired_difference(_paired_records([0.1, 0.12, 0.09, 0.11, 0.1, 0.13]), "other", "base")
+    assert paired["p_value"] < 0.05 and paired["significant"] is True

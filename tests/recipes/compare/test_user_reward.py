@@ -253,3 +253,181 @@ def test_an_eval_dataset_is_the_held_out_set_and_every_dataset_row_trains(reward
         assert (config["n_train_rows"], config["n_test_rows"]) == (6, 3)
         assert config["reward"]["functions"] == ["user_rewards_t30:exact"]
         assert config["reward"]["held_out_rule"] == "first reward >= 1.0"
+
+
+# --------------------------------------------------------------------------- issue 38, section 2
+
+BAD_REWARDS = """
+import math
+
+
+def nothing(prompts, completions, **columns):
+    return [None] * len(completions)
+
+
+def not_a_number(prompts, completions, **columns):
+    return [math.nan] * len(completions)
+
+
+def returns_none(prompts, completions, **columns):
+    return None
+
+
+def returns_a_float(prompts, completions, **columns):
+    return 0.5
+
+
+def returns_text(prompts, completions, **columns):
+    return ["good"] * len(completions)
+
+
+def bad_in_training(prompts, completions, **columns):
+    # Held-out scoring passes only the columns; TRL's training call adds trainer_state.
+    return "high" if "trainer_state" in columns else [1.0] * len(completions)
+
+
+def no_kwargs(prompts, completions):
+    return [1.0] * len(completions)
+
+
+class Scorer:
+    def __call__(self, prompts, completions, **columns):
+        return [1.0] * len(completions)
+"""
+
+
+@pytest.fixture
+def bad_rewards(rewards_here):
+    (rewards_here / "bad_rewards_t38.py").write_text(BAD_REWARDS)
+    yield rewards_here
+    sys.modules.pop("bad_rewards_t38", None)
+
+
+ONE_RUN = dict(seeds=1, budget="steps:1", eval_points=0, progress=False, **TINY_OPTIONS)
+
+
+def test_one_strategy_as_a_string_is_one_strategy_not_its_letters(tmp_path):
+    from dataflex_callbacks.recipes.compare import compare
+
+    with pytest.raises(CompareInputError, match="'nosuchpreset_t38'"):
+        compare("nosuchpreset_t38", output_dir=str(tmp_path / "cmp"), **ONE_RUN)
+    assert not (tmp_path / "cmp").exists()
+
+
+@pytest.mark.parametrize(
+    "name, shown",
+    [
+        ("returns_none", "None"),
+        ("returns_a_float", "0.5"),
+        ("returns_text", "'good'"),
+        ("bad_in_training", "'high'"),
+    ],
+)
+def test_a_reward_returning_the_wrong_type_is_one_dataflex_error_naming_it(bad_rewards, name, shown):
+    from dataflex_callbacks.recipes.compare import compare
+
+    with pytest.raises(DataFlexError) as caught:
+        compare(
+            ["none"], reward_funcs=[f"bad_rewards_t38:{name}"], output_dir=str(bad_rewards / name), jobs=1, **ONE_RUN
+        )
+    message = str(caught.value)
+    assert f"bad_rewards_t38:{name}" in message and shown in message
+    assert "a list of floats or None, one per completion" in message
+
+
+@pytest.mark.parametrize(
+    "spec, expected",
+    [
+        ("bad_rewards_t38:no_kwargs", "**kwargs"),
+        ("bad_rewards_t38:Scorer", "instance"),
+    ],
+)
+def test_a_reward_that_cannot_take_trl_s_call_is_refused_before_training(bad_rewards, capsys, spec, expected):
+    folder = bad_rewards / "cmp"
+    assert main(["compare", *TINY, "--reward", spec, "--output-dir", str(folder)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("dataflex: error: ") and spec in error and expected in error
+    assert not folder.exists()
+
+
+@pytest.mark.parametrize("name", ["nothing", "not_a_number"])
+def test_a_reward_that_scores_nothing_is_flagged_and_counts_no_signal_group(bad_rewards, name):
+    from dataflex_callbacks.recipes.compare import compare
+    from dataflex_callbacks.recipes.compare.cli import summary_lines
+
+    options = {**ONE_RUN, "budget": "steps:2"}
+    results = compare(
+        ["none"], reward_funcs=[f"bad_rewards_t38:{name}"], output_dir=str(bad_rewards / "cmp"), **options
+    )
+    (run,) = results.runs
+    assert run["signal_groups"] == 0 and run["completions_per_signal_group"] is None
+    report = (bad_rewards / "cmp" / "report.md").read_text()
+    flagged = [line for line in report.splitlines() if line.startswith("> **Warning:**") and "scored none" in line]
+    assert len(flagged) == 1 and f"bad_rewards_t38:{name}" in flagged[0] and "None or NaN" in flagged[0]
+    console = summary_lines(results.settings, results.outcome)
+    assert any(line.startswith("warning: ") and "scored none" in line for line in console)
+
+
+def test_the_users_reward_fills_the_per_domain_series_and_the_report_names_the_learning_rate(rewards_here):
+    from dataflex_callbacks.recipes.compare import compare
+
+    results = compare(
+        ["none"],
+        reward_funcs=["user_rewards_t30:always_one"],
+        output_dir=str(rewards_here / "cmp"),
+        **{**ONE_RUN, "budget": "steps:2"},
+    )
+    metrics = [json.loads(line) for line in (rewards_here / "cmp" / "runs" / "none-seed0" / "metrics.jsonl").open()]
+    for step in metrics:
+        shares = [step["mix/actual/digit"], step["mix/actual/echo"]]
+        assert sum(shares) == pytest.approx(1.0) and all(0.0 <= s <= 1.0 for s in shares)
+        for domain in ("digit", "echo"):  # the user's reward, per domain sampled in the step (None: not sampled)
+            assert step[f"reward/{domain}"] == (1.0 if step[f"mix/actual/{domain}"] > 0 else None)
+    (record,) = results.outcome.records
+    assert all(sum(p["sampled"].values()) == pytest.approx(1.0) for p in record["proportions"])
+    report = (rewards_here / "cmp" / "report.md").read_text()
+    assert "- learning rate: 0.003" in report
+
+
+def test_resuming_on_changed_data_or_settings_is_refused_naming_what_changed(rewards_here):
+    from dataflex_callbacks.recipes.compare import compare
+
+    data = rewards_here / "d.jsonl"
+    data.write_text("".join(f'{{"prompt": "{i}+1=", "answer": "{i + 1}"}}\n' for i in range(8)))
+    options = dict(
+        train_dataset=str(data),
+        reward_funcs=["user_rewards_t30:exact"],
+        seeds=1,
+        budget="steps:1",
+        eval_points=0,
+        progress=False,
+        output_dir=str(rewards_here / "cmp"),
+        prompts_per_step=2,
+        num_generations=2,
+        n_test=2,
+    )
+    compare(["none"], **options)
+    with data.open("a") as handle:
+        handle.write('{"prompt": "9+1=", "answer": "10"}\n')
+    with pytest.raises(CompareInputError) as caught:
+        compare(["none", "baseline"], **options)
+    message = str(caught.value)
+    assert str(data) in message and "sha256" in message and "--overwrite" in message
+    data.write_text("".join(f'{{"prompt": "{i}+1=", "answer": "{i + 1}"}}\n' for i in range(8)))  # as it was
+    with pytest.raises(CompareInputError, match="learning_rate: 0.003 -> 0.001"):
+        compare(["none"], **options, learning_rate=1e-3)
+    results = compare(["none", "baseline"], **options)  # the same inputs resume
+    assert results.outcome.reused == ["none-seed0"]
+
+
+def test_the_fingerprint_of_a_model_folder_changes_with_its_files(tmp_path):
+    from dataflex_callbacks.recipes.compare.settings import input_fingerprint
+
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    (tmp_path / "model" / "weights.bin").write_bytes(b"\0" * 100)
+    before = input_fingerprint(str(tmp_path / "model"))
+    assert before == input_fingerprint(str(tmp_path / "model"))
+    (tmp_path / "model" / "weights.bin").write_bytes(b"\1" * 100)
+    assert input_fingerprint(str(tmp_path / "model")) != before
+    assert input_fingerprint("some-org/hub-model") == "some-org/hub-model"  # not a local path: its name

@@ -70,19 +70,37 @@ def test_answer_tags_and_emphasis():
         ("<answer>7</answer> Check with 5.", "5", False),
         ("The answer is not 5, it is 7.", "5", False),
         ("The answer is 5 or 7", "5", False),
-        ("The answer is 50%", "50", False),
+        ("\\boxed{50\\%}", "50", False),
         ("<answer>18</answer>", "18", True),
-        ("Answer: **18**", "18", True),
-        ("The answer is 50%", "50%", True),
+        ("**18**", "18", True),
+        ("\\boxed{50\\%}", "50%", True),
+        ("Answer: **18**", "18", True),  # an answer line
+        ("The answer is 18", "18", False),  # prose: read only in the opt-in free-text mode (below)
     ],
 )
 def test_the_numeric_verifier_reads_the_final_answer_as_the_math_one_does(completion, reference, matches):
     assert numeric_match(completion, reference) == matches
 
 
+@pytest.mark.parametrize(
+    "completion, reference, matches",
+    [
+        ("<answer>7</answer> Check with 5.", "5", False),
+        ("The answer is not 5, it is 7.", "5", False),
+        ("The answer is 5 or 7", "5", False),
+        ("The answer is 50%", "50", False),
+        ("Answer: **18**", "18", True),
+        ("The answer is 50%", "50%", True),
+    ],
+)
+def test_the_numeric_verifier_in_the_opt_in_free_text_mode(completion, reference, matches):
+    assert numeric_match(completion, reference, free_text=True) == matches
+
+
 def test_extract_number_of_a_hedge_or_a_negation_is_none():
-    assert extract_number("The answer is 5 or 7") is None
-    assert extract_number("The answer isn't 5.") is None
+    for free_text in (False, True):
+        assert extract_number("The answer is 5 or 7", free_text=free_text) is None
+        assert extract_number("The answer isn't 5.", free_text=free_text) is None
 
 
 # ------------------------------------------------------------------ time
@@ -97,12 +115,17 @@ LOOPS = {  # repetition loops a small model falls into, and worst cases of the p
     "unclosed boxes": "\\boxed{",
     "letters": "The answer is (A) ",
     "brackets": "(",
+    "closed boxes": "\\boxed{5}",  # the slot reader compares boxes: 110,000 of them
+    "braces after boxes": "{}\\boxed{",
+    "answer lines": "\nAnswer: 5",
+    "gsm8k markers": "#### ",
 }
 VERIFIERS = {
     "math": lambda text: score_math(text, "5"),
     "knights_knaves": lambda text: score_knights_knaves(text, "Bob is a knight, and Zoey is a knave."),
     "multiple_choice": lambda text: score_multiple_choice(text, "B"),
     "numeric": lambda text: numeric_match(text, "5"),
+    "numeric_free_text": lambda text: numeric_match(text, "5", free_text=True),
     "exact": lambda text: exact_match(text, "5"),
 }
 

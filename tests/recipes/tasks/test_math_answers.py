@@ -39,23 +39,17 @@ def test_gsm8k_reference_solutions_read_and_match_themselves(expected, solution)
     [
         ("She sold 24 in May, so 48 + 24 = 72 in total.\n\\boxed{72}", GSM8K_SOLUTIONS["72"]),
         ("\\boxed{72.0}", GSM8K_SOLUTIONS["72"]),
-        ("The answer is $72$.", GSM8K_SOLUTIONS["72"]),
         ("48 + 24 = 72\n#### 72", GSM8K_SOLUTIONS["72"]),
-        ("So she sold 72 clips", GSM8K_SOLUTIONS["72"]),  # no marker: the last number
         ("She earned $10.00 in total: \\boxed{\\$10}", GSM8K_SOLUTIONS["10"]),
         ("\\boxed{1,000}", GSM8K_SOLUTIONS["1000"]),
-        ("In total 1,000 dollars.", GSM8K_SOLUTIONS["1000"]),
         ("\\boxed{1000 \\text{ dollars}}", GSM8K_SOLUTIONS["1000"]),
         ("It ends at -3 degrees. \\boxed{-3}", GSM8K_SOLUTIONS["-3"]),
-        ("The final answer is: -3", GSM8K_SOLUTIONS["-3"]),
         ("\\boxed{\\frac{1}{2}}", "#### 0.5"),
         ("3/4", "\\boxed{\\dfrac{3}{4}}"),
         ("\\boxed{ \\sqrt{2} }", "\\sqrt{2}"),  # not a number: normalised text
         ([{"role": "assistant", "content": "\\boxed{5}"}], GSM8K_SOLUTIONS["5"]),  # TRL conversational completion
         ("<answer>\\frac{1}{2}</answer>", "0.5"),  # the answer block
         ("Answer: **18**", "18"),  # markdown emphasis
-        ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)"),  # Minerva's format
-        ("The answer is not 5, it is 7.", "7"),  # the value no negation rules out
         ("\\boxed{\\sqrt2}", "\\sqrt{2}"),  # math-verify's equivalences
         ("\\boxed{10^3}", "1000"),
         ("\\boxed{\\frac12}", "0.5"),
@@ -68,6 +62,23 @@ def test_gsm8k_reference_solutions_read_and_match_themselves(expected, solution)
 )
 def test_correct_answers_match(completion, reference):
     assert math_answers_match(completion, reference)
+
+
+# Answers stated in prose: before issue 38 they paid by default; now only in the opt-in free-text mode.
+PROSE_ANSWERS = [
+    ("The answer is $72$.", GSM8K_SOLUTIONS["72"]),
+    ("So she sold 72 clips", GSM8K_SOLUTIONS["72"]),  # no marker: the last number
+    ("In total 1,000 dollars.", GSM8K_SOLUTIONS["1000"]),
+    ("The final answer is: -3", GSM8K_SOLUTIONS["-3"]),
+    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)"),  # Minerva's format
+    ("The answer is not 5, it is 7.", "7"),  # the value no negation rules out
+]
+
+
+@pytest.mark.parametrize("completion, reference", PROSE_ANSWERS)
+def test_prose_answers_match_only_in_the_opt_in_free_text_mode(completion, reference):
+    assert not math_answers_match(completion, reference)
+    assert math_answers_match(completion, reference, free_text=True)
 
 
 @pytest.mark.parametrize(
@@ -97,6 +108,7 @@ def test_correct_answers_match(completion, reference):
 )
 def test_wrong_answers_do_not_match(completion, reference):
     assert not math_answers_match(completion, reference)
+    assert not math_answers_match(completion, reference, free_text=True)
 
 
 @pytest.mark.parametrize(

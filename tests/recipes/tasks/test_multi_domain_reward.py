@@ -42,7 +42,7 @@ MATH = [
     # issue 32's misses: each must score 1
     ("<answer>\\frac{1}{2}</answer>", "0.5", 1.0),
     ("Answer: **18**", "18", 1.0),
-    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)", 1.0),
+    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)", 0.0),  # prose: opt-in below
 ]
 
 
@@ -51,11 +51,18 @@ def test_math_answers(completion, truth, expected):
     assert score_math(completion, truth) == expected
 
 
+def test_prose_answers_score_only_in_the_opt_in_free_text_mode():
+    minerva = "Final Answer: The final answer is $(1,2)$. I hope it is correct."
+    assert score_math(minerva, "(1,2)", free_text=True) == 1.0
+    assert score_math("Reasoning ... Answer: 72", "72") == 0.0  # "Answer:" inside a sentence
+    assert score_math("Reasoning ... Answer: 72", "72", free_text=True) == 1.0
+
+
 @settings(max_examples=50, deadline=None)
 @given(st.integers(-(10**9), 10**9))
 def test_math_integer_answers_by_value(n):
-    assert score_math(f"Reasoning ... Answer: {n:,}", str(n)) == 1.0
-    assert score_math(f"Reasoning ... Answer: {n + 1}", str(n)) == 0.0
+    assert score_math(f"Reasoning ...\nAnswer: {n:,}", str(n)) == 1.0
+    assert score_math(f"Reasoning ...\nAnswer: {n + 1}", str(n)) == 0.0
 
 
 # ------------------------------------------------------------------ Knights and Knaves
@@ -215,6 +222,8 @@ def test_unknown_and_ambiguous_labels_list_the_families():
 
 def test_verl_compute_score_routes_by_data_source():
     assert compute_score("math_dapo", "Answer: 72", "72") == 1.0
+    assert compute_score("math_dapo", "The answer is 72", "72") == 0.0  # prose: only with free_text=True
+    assert compute_score("math_dapo", "The answer is 72", "72", free_text=True) == 1.0
     assert (
         compute_score(
             "kk_logic",

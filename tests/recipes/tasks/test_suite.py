@@ -4,6 +4,7 @@ import pytest
 
 pytest.importorskip("datasets")
 
+from dataflex_callbacks.errors import InputError  # noqa: E402
 from dataflex_callbacks.recipes.tasks import TASK_DOMAINS, load_task_suite, make_reward_fn  # noqa: E402
 
 
@@ -71,4 +72,15 @@ def test_noisy_domain_ignores_the_answer_but_is_reproducible():
 
 def test_user_verifier_for_unknown_domains():
     reward = make_reward_fn(verifier="numeric", builtin_domains=False)
-    assert reward(["q"] * 2, ["it is 4", "5"], answer=["4", "4"], domain=["echo", "math"]) == [1.0, 0.0]
+    assert reward(["q"] * 3, ["4", "5", "it is 4"], answer=["4", "4", "4"], domain=["echo", "math", "math"]) == [
+        1.0,
+        0.0,
+        0.0,  # prose: only the opt-in numeric_free_text verifier reads it
+    ]
+    free_text = make_reward_fn(verifier="numeric_free_text", builtin_domains=False)
+    assert free_text(["q"], ["it is 4"], answer=["4"], domain=["math"]) == [1.0]
+
+
+def test_a_domain_named_twice_is_refused_not_doubled():
+    with pytest.raises(InputError, match="'echo'.*twice|twice.*echo"):
+        load_task_suite(n_train=4, n_test=2, domains=["echo", "digit", "echo"])

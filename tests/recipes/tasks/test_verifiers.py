@@ -36,7 +36,7 @@ def test_extract_answer(text, expected):
         ("x = -3.5", -3.5),
         ("1,234 apples", 1234.0),
         ("#### 18", 18.0),
-        ("a 3 then 4", 4.0),
+        ("a 3 then 4", None),  # prose: no final-answer slot
         ("none", None),
         (None, None),
         (7, 7.0),
@@ -47,9 +47,17 @@ def test_extract_number(text, expected):
     assert extract_number(text) == expected
 
 
+@pytest.mark.parametrize(
+    "text, expected", [("a 3 then 4", 4.0), ("so it is 12.0", 12.0), ("The answer is 5 or 7", None)]
+)
+def test_extract_number_from_prose_in_the_opt_in_free_text_mode(text, expected):
+    assert extract_number(text, free_text=True) == expected
+
+
 def test_matchers():
     assert exact_match(" 12\n", "12") and not exact_match("123", "12")
-    assert numeric_match("so it is 12.0", "12") and not numeric_match("13", "12")
+    assert numeric_match("12.0", "12") and not numeric_match("13", "12")
+    assert not numeric_match("so it is 12.0", "12") and numeric_match("so it is 12.0", "12", free_text=True)
     assert not numeric_match("no number", "12")
     assert prefix_match(" 5555", "5") and not prefix_match("45", "5")
     assert not prefix_match("abc", "abcdefgh")

@@ -18,24 +18,26 @@ GSM8K_72 = (
 )
 GSM8K_1000 = "The club raised 4 * 250 = <<4*250=1000>>1000 dollars.\n#### 1000"
 
-# (completion, GSM8K reference, expected); the precedence rule: last box, else the last answer
-# marker (####, "answer is", "answer:"), else the last number.
+# (completion, GSM8K reference, expected); by default only the final-answer slot is read: an <answer>
+# block, the boxes (all must agree), the last "####" or "Answer:" line, or a completion that is the
+# bare answer. Prose answers score 0 here and 1 in the opt-in free-text mode (FREE_TEXT below).
 GSM8K = [
     ("48/2 = 24 in May, 48 + 24 = 72 in all.\n#### 72", GSM8K_72, 1.0),
-    ("The answer is 1e3", GSM8K_1000, 1.0),
-    ("So the club raised 1,000 dollars.", GSM8K_1000, 1.0),
+    ("The answer is 1e3", GSM8K_1000, 0.0),  # prose: FREE_TEXT
+    ("So the club raised 1,000 dollars.", GSM8K_1000, 0.0),
     ("**Answer:** 72", GSM8K_72, 1.0),
-    ("My answer is 72 clips, not 70", GSM8K_72, 1.0),  # any "answer is", first value of its sentence
-    ("The answer is 5 and then I checked 7", "#### 5", 1.0),  # the marker's value, not the last number
+    ("My answer is 72 clips, not 70", GSM8K_72, 0.0),
+    ("The answer is 5 and then I checked 7", "#### 5", 0.0),
     ("The answer is 5 and then I checked 7", "#### 7", 0.0),
-    ("The answer is 5. Checking again: 3 + 4 = 7. Final answer: 7", "#### 7", 1.0),  # the last marker wins
+    ("The answer is 5. Checking again: 3 + 4 = 7. Final answer: 7", "#### 7", 0.0),
+    ("The answer is 5. Checking again: 3 + 4 = 7.\nFinal answer: 7", "#### 7", 1.0),  # an answer line is a slot
     ("\\boxed{5} because the answer is 7 when rounded", "#### 5", 1.0),  # a box wins over any marker
-    ("It fell from 5 to 5 - 8 = -3 degrees.", "#### -3", 1.0),
+    ("It fell from 5 to 5 - 8 = -3 degrees.", "#### -3", 0.0),
     ("The answer is 25%.", "#### 25", 0.0),  # a percent against a plain number: 25% is 0.25
     ("Answer: **18**", "#### 18", 1.0),  # markdown emphasis around the answer
     ("<answer>7</answer> Check with 5.", "#### 5", 0.0),  # the answer block wins over a later number
     ("The answer is not 5, it is 7.", "#### 5", 0.0),  # a negated value is no answer
-    ("The answer is not 5, it is 7.", "#### 7", 1.0),
+    ("The answer is not 5, it is 7.", "#### 7", 0.0),
     ("The answer isn't 5.", "#### 5", 0.0),
     ("The answer is 5 or 7.", "#### 5", 0.0),  # a hedge
     ("\\boxed{5} or \\boxed{7}", "#### 7", 0.0),  # a hedge across boxes
@@ -48,7 +50,7 @@ MATH = [
     ("So $x = 4$.\n\\boxed{x=4}", "Solving, $x=4$. The answer is $\\boxed{4}$.", 1.0),  # an equation's last side
     ("\\boxed{48 + 24 = 72}", "\\boxed{72}", 1.0),
     ("\\boxed{\\frac{1}{2}}", "The probability is $\\boxed{\\frac{1}{2}}$.", 1.0),
-    ("The answer is 0.5", "$\\boxed{\\frac{1}{2}}$", 1.0),
+    ("The answer is 0.5", "$\\boxed{\\frac{1}{2}}$", 0.0),
     ("\\boxed{1/2}", "$\\boxed{\\frac12}$", 1.0),  # MATH's brace-less one-digit fractions
     ("\\boxed{-\\dfrac{3}{4}}", "$\\boxed{-\\frac34}$", 1.0),
     ("\\boxed{2 \\times 10^{3}}", "$\\boxed{2000}$", 1.0),
@@ -57,7 +59,7 @@ MATH = [
     ("\\boxed{25}", "$\\boxed{25\\%}$", 1.0),  # a bare number is read in the reference's unit
     ("\\boxed{0.25}", "$\\boxed{25\\%}$", 1.0),
     ("<answer>\\frac{1}{2}</answer>", "$\\boxed{0.5}$", 1.0),
-    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "$\\boxed{(1,2)}$", 1.0),  # Minerva's format
+    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "$\\boxed{(1,2)}$", 0.0),
     ("\\boxed{\\sqrt2}", "$\\boxed{\\sqrt{2}}$", 1.0),  # math-verify's equivalences
     ("\\boxed{10^3}", "$\\boxed{1000}$", 1.0),
     ("\\boxed{[1, 2)}", "$\\boxed{[1,2)}$", 1.0),
@@ -123,6 +125,38 @@ def test_written_answers_through_both_entry_points(source, completion, reference
     assert compute_score(source, completion, reference, extra_info={"index": 0}) == expected
 
 
+# Prose answers that paid by default before issue 38: now 1.0 only with free_text=True (0.0 in the tables above).
+# The free-text rules: last box, else the last answer marker (####, "answer is", "answer:"), else the last number.
+FREE_TEXT = [
+    ("openai/gsm8k", *row)
+    for row in [
+        ("The answer is 1e3", GSM8K_1000, 1.0),
+        ("So the club raised 1,000 dollars.", GSM8K_1000, 1.0),
+        ("My answer is 72 clips, not 70", GSM8K_72, 1.0),  # any "answer is", first value of its sentence
+        ("The answer is 5 and then I checked 7", "#### 5", 1.0),  # the marker's value, not the last number
+        ("The answer is 5. Checking again: 3 + 4 = 7. Final answer: 7", "#### 7", 1.0),  # the last marker wins
+        ("It fell from 5 to 5 - 8 = -3 degrees.", "#### -3", 1.0),
+        ("The answer is not 5, it is 7.", "#### 7", 1.0),
+    ]
+] + [
+    ("lighteval/MATH", *row)
+    for row in [
+        ("The answer is 0.5", "$\\boxed{\\frac{1}{2}}$", 1.0),
+        ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "$\\boxed{(1,2)}$", 1.0),  # Minerva's
+    ]
+]
+
+
+@pytest.mark.parametrize("source, completion, reference, expected", FREE_TEXT)
+def test_prose_answers_pay_only_in_the_opt_in_free_text_mode(source, completion, reference, expected):
+    trl = MultiDomainReward(free_text=True)(
+        ["q"], [completion], data_source=[source], reward_model=[{"ground_truth": reference}]
+    )
+    assert trl == [expected]
+    assert compute_score(source, completion, reference, free_text=True) == expected
+    assert compute_score(source, completion, reference) == 0.0
+
+
 UNREADABLE = [  # (data_source, reference no family can read)
     ("TIGER-Lab/MMLU-Pro", "K"),
     ("sciq", "Mitochondria"),
@@ -155,14 +189,19 @@ from hypothesis import strategies as st  # noqa: E402
 
 from dataflex_callbacks.recipes.tasks.multi_domain_reward import score_math, score_multiple_choice  # noqa: E402
 
-MATH_WRITINGS = [  # how a completion may state the integer n
+MATH_WRITINGS = [  # how a completion may state the integer n in its final-answer slot
     lambda n: f"#### {n}",
-    lambda n: f"The answer is {n:,}.",
     lambda n: f"\\boxed{{{n}}}",
     lambda n: f"\\boxed{{x = {n}}}",
     lambda n: f"Answer: {n}.0",
-    lambda n: f"The answer is {n}e0 and I checked {n + 7}",
+    lambda n: f"{n:,}",
+    lambda n: f"<answer>{n}</answer>",
     lambda n: f"\\boxed{{\\frac{{{2 * n}}}{{2}}}}",
+    lambda n: f"So the total is {n} apples.\n\\boxed{{{n} \\text{{ apples}}}}",
+]
+PROSE_WRITINGS = [  # how prose states it: read only with free_text=True
+    lambda n: f"The answer is {n:,}.",
+    lambda n: f"The answer is {n}e0 and I checked {n + 7}",
     lambda n: f"So the total is {n} apples.",
 ]
 
@@ -173,6 +212,15 @@ def test_every_writing_of_a_value_scores_one_and_of_its_neighbour_zero(n, writin
     write = MATH_WRITINGS[writing]
     assert score_math(write(n), f"#### {n}") == 1.0
     assert score_math(write(n + 1), f"#### {n}") == 0.0
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(-(10**6), 10**6), st.sampled_from(range(len(PROSE_WRITINGS))))
+def test_a_prose_writing_scores_only_in_the_opt_in_free_text_mode(n, writing):
+    write = PROSE_WRITINGS[writing]
+    assert score_math(write(n), f"#### {n}") == 0.0
+    assert score_math(write(n), f"#### {n}", free_text=True) == 1.0
+    assert score_math(write(n + 1), f"#### {n}", free_text=True) == 0.0
 
 
 LETTER_WRITINGS = [

@@ -287,6 +287,10 @@ def test_select_drops_rows_and_dropped_rows_get_no_gradient():
     assert any(0 < run.step(s)["dataflex/kept_frac"] < 1 for s in (1, 2)), (
         f"no step both kept and dropped rows: {[run.step(s)['dataflex/kept_frac'] for s in (1, 2)]}"
     )
+    # The train-end line (RunSummary) counts the steps the metrics show (Ray prefixes the actor's lines).
+    dropped = sum(int(run.step(s)["dataflex/dropped_all"]) for s in (1, 2))
+    end = [line for line in run.log().splitlines() if "dataflex: train end: strategy" in line]
+    assert len(end) == 1 and f": 2 steps, {dropped} kept nothing, mean kept fraction " in end[0], end
 
 
 def test_the_engine_samples_with_the_trainers_weights_despite_the_forced_repack():
@@ -320,7 +324,7 @@ def test_mix_moves_the_next_prompts_toward_the_target():
     # rollout's: the test reward passes `easy` more often on average, but 16 responses of an untrained
     # model are not independent draws, and vLLM's batching makes them differ from run to run.
     rewards = step_rewards(run, 1)
-    assert rewards == {d: pytest.approx(first[f"dataflex/reward/{d}"]) for d in rewards}, (rewards, first)
+    assert rewards == {d: pytest.approx(first[f"dataflex/selection_reward/{d}"]) for d in rewards}, (rewards, first)
     if rewards["easy"] == rewards["hard"]:
         assert target["easy"] == pytest.approx(target["hard"]), (rewards, target)
         return
