@@ -92,9 +92,14 @@ def _command_run(args) -> int:
     except RunInputError as error:
         return _fail(str(error))
     print(f"run folder: {result.output_dir} ({result.wall_seconds:.0f}s)")
-    print("held-out accuracy   before  after")
+    sampled = result.sampled  # sampled pass@1 columns beside the greedy ones, when it was computed
+    heading = "" if sampled is None else f"   sampled pass@1 (k={sampled['k']}, T={sampled['temperature']:g})"
+    print(f"held-out accuracy   before  after{heading}")
     for domain in result.eval_after:
-        print(f"  {domain:<16} {result.eval_before.get(domain, float('nan')):6.2f} {result.eval_after[domain]:6.2f}")
+        line = f"  {domain:<16} {result.eval_before.get(domain, float('nan')):6.2f} {result.eval_after[domain]:6.2f}"
+        if sampled is not None:
+            line += f"   {sampled['before'].get(domain, float('nan')):6.2f} {sampled['after'][domain]:6.2f}"
+        print(line)
     return 0
 
 

@@ -33,6 +33,9 @@ def step_record(step: int, logs: dict, domains: list[str]) -> dict:
 
 GENERATED_KEY = "dataflex/dynamic/generated"
 """The step's generated completions (all rounds), logged by a strategy with a ``dynamic_sampling`` part."""
+KEPT_TOKENS_KEY = "dataflex/kept_tokens"
+"""The completion tokens of the responses a strategy kept in the loss of a generation batch (all processes), logged by
+the TRL adapter; absent without a strategy (every response is trained)."""
 SIGNAL_GROUPS_KEY = "dataflex/dynamic/signal_groups"
 """The signal groups a dynamic-sampling step trained on, logged by a strategy with a ``dynamic_sampling`` part."""
 ZERO_STD_KEY = "frac_reward_zero_std"

@@ -254,7 +254,13 @@ class RunOptions:
         None,
         rule=_positive_int(optional=True),
         shown_default=f"max_completion_length, at least {MIN_EVAL_TOKENS}",
-        help="greedy tokens generated per held-out prompt",
+        help="tokens generated per held-out completion, greedy and sampled (--eval-samples)",
+    )
+    eval_samples: int = run_option(
+        4,
+        rule=NumberRule(integer=True, low=0),
+        help="samples per held-out prompt at --temperature for the held-out sampled pass@1 (the mean verifier "
+        "score of the samples), reported beside the greedy accuracy; 0 turns it off. Not computed with --reward",
     )
     use_vllm: bool = run_option(
         False,

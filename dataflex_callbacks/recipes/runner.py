@@ -65,6 +65,7 @@ class RunResult:
     eval_after: dict[str, float]
     wall_seconds: float
     files: dict[str, str] = field(default_factory=dict)
+    sampled: dict | None = None  # eval.json's `sampled_pass_at_1`: k, temperature, before, after; None when off
 
 
 # --------------------------------------------------------------------------- input checks
@@ -579,6 +580,11 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     # `tasks.evaluate` holds dtype, cache, padding and batching fixed.
     score = held_out_scorer(options, test, reward_settings)
     eval_before = score(trainer.model, tokenizer)
+    sampled = None  # sampled pass@1 (tasks.sampled_pass_at_1) with the built-in verifier; it forks the RNG
+    if options.eval_samples and user_rewards is None:
+        sampled = {"k": options.eval_samples, "temperature": options.temperature}
+        sampled_settings = dict(**sampled, max_new_tokens=eval_length, seed=options.seed, **reward_settings)
+        sampled["before"] = tasks.sampled_pass_at_1(trainer.model, tokenizer, test, **sampled_settings)
     trainer.train()
     if trainer.state.global_step == 0:
         raise RunInputError(
@@ -586,6 +592,8 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
             "per step): nothing was trained; add training rows or lower --prompts-per-step"
         )
     eval_after = score(trainer.model, tokenizer)
+    if sampled is not None:
+        sampled["after"] = tasks.sampled_pass_at_1(trainer.model, tokenizer, test, **sampled_settings)
     shutil.rmtree(trainer_dir, ignore_errors=True)
 
     config = {
@@ -636,8 +644,11 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     with open(files["metrics.jsonl"], "w") as handle:
         for record in records:
             handle.write(json.dumps(record, sort_keys=True) + "\n")
+    evaluation = {"before": eval_before, "after": eval_after}
+    if sampled is not None:  # --eval-samples 0 (or --reward) writes the greedy figures alone
+        evaluation["sampled_pass_at_1"] = sampled
     with open(files["eval.json"], "w") as handle:
-        json.dump({"before": eval_before, "after": eval_after}, handle, indent=2, sort_keys=True)
+        json.dump(evaluation, handle, indent=2, sort_keys=True)
     write_plot(files["plot.png"], records, domains)
     unscored = (
         None
@@ -652,6 +663,7 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         metrics=records,
         eval_before=eval_before,
         eval_after=eval_after,
+        sampled=sampled,
         wall_seconds=time.perf_counter() - started,
         files=files,
     )

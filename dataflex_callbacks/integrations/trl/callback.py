@@ -18,7 +18,7 @@ six trainer methods (`HOOKS`: wrapped by `attach`, overridden by `DataFlexTraine
   sampler (see `sampling`).
 
 The callback hooks themselves log nothing extra: metrics go into TRL's own ``_metrics``, so
-they appear in TRL's logs (``dataflex/kept_frac``, ``dataflex/mix/target/<domain>``,
+they appear in TRL's logs (``dataflex/kept_frac``, ``dataflex/kept_tokens``, ``dataflex/mix/target/<domain>``,
 ``dataflex/pre_select/skipped_prompts``, ...) on every logging step, and the strategy and
 sampler states are written into each checkpoint folder by ``on_save``.
 
@@ -525,6 +525,8 @@ class DataFlexCallback(TrainerCallback):
         metrics = trainer._metrics["train"]
         for name, value in {**decision.metrics, **(extra_metrics or {})}.items():
             metrics[f"dataflex/{name}"].append(float(value))
+        # The completion tokens left in the loss, all processes: `dataflex compare`'s trained tokens.
+        metrics["dataflex/kept_tokens"].append(float(output["num_items_in_batch"]))
 
     def write_decision(self, trainer, output: dict, decision, batch, rewards: torch.Tensor) -> None:
         """Fold a global decision into this rank's rows of TRL's batch dict (in place).

@@ -64,6 +64,7 @@ def compare(
     jobs: int = 1,
     eval_points: int = 4,
     target: float | None = None,
+    cost_model=None,
     overwrite: bool = False,
     progress: bool = True,
     on_warning: Callable[[str], None] | None = None,
@@ -98,9 +99,12 @@ def compare(
         ray_address: with ``executor="ray"``, a running Ray cluster to join; default: a local Ray.
         target: a held-out overall accuracy in (0, 1]; the report also gives the compute each strategy needs
             to reach it (it always gives the compute to reach the baseline's final accuracy).
+        cost_model: ``"gen_token=1.0,train_token=0.3"`` or a `CostModel`: relative cost per generated and per
+            trained completion token; the report adds compute to target in that "modelled cost" (report only).
         run_options: any other `RunOptions` field (``prompts_per_step``, ``learning_rate``, ...).
 
-    Raises `CompareInputError` (a `DataFlexError`) before anything is written when an input is unusable.
+    Raises `CompareInputError` (a `DataFlexError`; `CostModelError` for a bad `cost_model`) before anything is
+    written when an input is unusable.
 
     Example::
 
@@ -154,6 +158,7 @@ def compare(
         progress=progress,
         command="compare(...) from Python",
         target=target,
+        cost_model=cost_model,
     )
     if on_warning is None:
 

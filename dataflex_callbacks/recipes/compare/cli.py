@@ -56,6 +56,7 @@ def add_compare_parser(commands) -> None:
     compare.add_argument("--address", dest="ray_address", default=None, help=_help("ray_address", "none"))
     compare.add_argument("--eval-points", type=int, default=_SETTINGS["eval_points"].default, help=_help("eval_points"))
     compare.add_argument("--target", type=float, default=None, help=_help("target", "none"))
+    compare.add_argument("--cost-model", default=None, help=_help("cost_model", "none"))
     compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=_help("output_dir"))
     compare.add_argument(
         "--overwrite", action="store_true", help="discard the finished runs in --output-dir and start over"
@@ -99,6 +100,7 @@ def settings_from_args(args, argv: list[str] | None = None):
         progress=args.progress,
         command=command,
         target=args.target,
+        cost_model=args.cost_model,
     )
 
 
@@ -142,6 +144,7 @@ def command_compare(args, argv: list[str] | None = None) -> int:
     from dataflex_callbacks.recipes.runner import RunInputError
 
     from .api import run_comparison
+    from .cost_model import CostModelError
     from .grid import CompareInputError
     from .workers import WorkerDiedError
 
@@ -150,7 +153,7 @@ def command_compare(args, argv: list[str] | None = None) -> int:
 
     try:
         settings = settings_from_args(args, argv)  # numbers and names first: a typo costs no torch import
-    except (CompareInputError, RunInputError) as error:
+    except (CompareInputError, CostModelError, RunInputError) as error:
         return fail(str(error))
     import torch
 

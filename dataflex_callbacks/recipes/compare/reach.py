@@ -1,15 +1,18 @@
 """Compute to reach an accuracy level, the headline of a comparison's report.
 
 GRESO, AR3PO and SPEED-RL report a data strategy's saving as the compute it needs to reach a target
-accuracy, not as its accuracy at a fixed budget. For each strategy this module measures the
-completions, generated tokens and training seconds (`AXES`) its runs needed to reach the baseline's
+accuracy, not as its accuracy at a fixed budget. For each strategy this module measures the compute in
+every unit (`AXES`: completions, optimizer steps, generated tokens, training seconds, trained tokens,
+generation and update seconds, and with a `CostModel` the modelled cost) its runs needed to reach the baseline's
 final held-out accuracy on the same seed (each seed's own level, so the comparison is paired and the
 baseline reaches its level in every seed) and, with ``--target``, a given accuracy:
 per seed on that seed's own curve (`cost_to_reach`), then over seeds and, paired by seed, as a ratio
 to the baseline (`strategy_reach`). The method is written out in `stats`' docstring.
 
-A result written before curve points recorded ``completion_tokens`` and ``wall_seconds`` has no
-tokens or seconds to reach a level: those cells read "n/a (not recorded)".
+A strategy's saving shows in its own unit: dynamic sampling saves optimizer steps (each step generates
+more), skipping saves completions. A result written before curve points recorded ``completion_tokens``
+and ``wall_seconds`` (or ``trained_tokens``, ``generation_seconds`` and ``update_seconds``) has no such
+unit to reach a level: those cells read "n/a (not recorded)". Every curve point has its ``step``.
 """
 
 from __future__ import annotations
@@ -20,13 +23,29 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import stats
+from .cost_model import MODELLED_COST, CostModel, with_modelled_cost
 
 # Curve point field -> (what the report calls it, how a value is printed).
 AXES = {
     "completions": ("completions", "{:.0f}"),
+    "step": ("optimizer steps", "{:.0f}"),
     "completion_tokens": ("generated tokens", "{:.0f}"),
     "wall_seconds": ("training seconds", "{:.1f}"),
+    "trained_tokens": ("trained tokens", "{:.0f}"),
+    "generation_seconds": ("generation seconds", "{:.1f}"),
+    "update_seconds": ("update seconds", "{:.1f}"),
+    MODELLED_COST: ("modelled cost", "{:.0f}"),
 }
+HEADLINE_AXES = ("completions", "step", "completion_tokens", "wall_seconds")
+"""The headline's first table per level; `more_axes` gives its second."""
+CONSOLE_AXES = ("completions", "step")
+"""The units the console's headline prints."""
+
+
+def more_axes(cost_model: CostModel | None = None) -> tuple[str, ...]:
+    """The units of the headline's second table per level: trained tokens, generation and update seconds, and the
+    modelled cost when there is a cost model."""
+    return ("trained_tokens", "generation_seconds", "update_seconds") + ((MODELLED_COST,) if cost_model else ())
 
 
 def runs_by_seed(records: list[dict], strategy: str) -> dict[int, dict]:
@@ -208,13 +227,38 @@ def ratio_cell(reach: StrategyReach, baseline: str) -> str:
     return f"{reach.ratio.mean:.2f} [{reach.ratio.low:.2f}, {reach.ratio.high:.2f}]"
 
 
+def _reach_table(records: list[dict], strategies: list[str], baseline: str, level, axes) -> list[str]:
+    """Markdown lines: per strategy, the cost to reach `level` in each of `axes`, and its ratio to the baseline."""
+    header = ["strategy"]
+    for axis in axes:
+        header += [AXES[axis][0], "x baseline"]
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for strategy in strategies:
+        cells = [f"`{strategy}`"]
+        for axis in axes:
+            reach = strategy_reach(records, strategy, baseline, level, axis)
+            if reach is None:
+                break
+            cells += [reach_cell(reach), ratio_cell(reach, baseline)]
+        else:
+            out.append("| " + " | ".join(cells) + " |")
+    return out
+
+
 def headline_section(
-    records: list[dict], strategies: list[str], baseline: str, target: float | None, unavailable: str | None = None
+    records: list[dict],
+    strategies: list[str],
+    baseline: str,
+    target: float | None,
+    unavailable: str | None = None,
+    cost_model: CostModel | None = None,
 ) -> list[str]:
-    """The report's first section, "Compute to reach the target": one table per level (markdown lines).
+    """The report's first section, "Compute to reach the target": two tables per level (markdown lines), the
+    first in `HEADLINE_AXES`, the second in `more_axes` (the modelled cost of `cost_model` among them).
 
     `unavailable` replaces the tables with its reason (e.g. every accuracy is the same number).
     """
+    records = with_modelled_cost(records, cost_model)
     out = ["## Compute to reach the target", ""]
     levels = reach_levels(records, baseline, target)
     if unavailable or not levels:
@@ -226,46 +270,36 @@ def headline_section(
         "Cells: mean over seeds [Student-t 95% interval], given only when every seed reached the level. "
         f"`x baseline`: per seed strategy / `{baseline}`, geometric mean [paired 95% interval], below 1 when "
         "the strategy needs less; given only when both reached the level in every seed. Training seconds "
-        "exclude held-out evaluation.",
+        "exclude held-out evaluation; they are generation seconds plus update seconds (second table). A "
+        "strategy's saving shows in its own unit: dynamic sampling saves optimizer steps, skipping saves "
+        "completions, filtering after generation saves trained tokens.",
         "",
     ]
-    header = ["strategy"]
-    for axis in AXES:
-        header += [AXES[axis][0], "x baseline"]
     for name, level in levels:
-        out += [
-            f"### {name[0].upper()}{name[1:]}: {level_text(level)}",
-            "",
-            "| " + " | ".join(header) + " |",
-            "|" + "---|" * len(header),
-        ]
-        for strategy in strategies:
-            cells = [f"`{strategy}`"]
-            for axis in AXES:
-                reach = strategy_reach(records, strategy, baseline, level, axis)
-                if reach is None:
-                    break
-                cells += [reach_cell(reach), ratio_cell(reach, baseline)]
-            else:
-                out.append("| " + " | ".join(cells) + " |")
+        out += [f"### {name[0].upper()}{name[1:]}: {level_text(level)}", ""]
+        out += _reach_table(records, strategies, baseline, level, HEADLINE_AXES)
+        out += ["", "In the other units:", ""]
+        out += _reach_table(records, strategies, baseline, level, more_axes(cost_model))
         out.append("")
     return out
 
 
 def headline_console(records: list[dict], strategies: list[str], baseline: str, target: float | None) -> list[str]:
-    """The console's headline: per strategy, completions to reach each level, with the ratio to the baseline."""
+    """The console's headline: per strategy, the completions, then the optimizer steps (`CONSOLE_AXES`) to reach each
+    level, with the ratio to the baseline."""
     lines = []
-    for name, level in reach_levels(records, baseline, target):
-        lines.append(
-            f"completions to reach {name} ({level_text(level)}), mean over seeds [95% interval], "
-            "x baseline paired by seed:"
-        )
-        for strategy in strategies:
-            reach = strategy_reach(records, strategy, baseline, level)
-            if reach is None:
-                continue
-            ratio = "" if strategy == baseline else f"; x baseline: {ratio_cell(reach, baseline)}"
-            lines.append(f"  {strategy:<16} {reach_cell(reach)}{ratio}")
+    for axis in CONSOLE_AXES:
+        for name, level in reach_levels(records, baseline, target):
+            lines.append(
+                f"{AXES[axis][0]} to reach {name} ({level_text(level)}), mean over seeds [95% interval], "
+                "x baseline paired by seed:"
+            )
+            for strategy in strategies:
+                reach = strategy_reach(records, strategy, baseline, level, axis)
+                if reach is None:
+                    continue
+                ratio = "" if strategy == baseline else f"; x baseline: {ratio_cell(reach, baseline)}"
+                lines.append(f"  {strategy:<16} {reach_cell(reach)}{ratio}")
     return lines
 
 

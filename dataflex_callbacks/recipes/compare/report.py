@@ -372,6 +372,9 @@ def _settings_lines(settings, outcome) -> list[str]:
         + ", greedy decoding; accuracy is a fraction (0-1)",
         _reward_line(base),
         f"- learning rate: {base.learning_rate:g} (AdamW, constant; `--learning-rate`)",
+        None
+        if settings.cost_model is None
+        else f"- cost model: {settings.cost_model} (`--cost-model`; linear in tokens, no fixed cost per step)",
         f"- wall time: {outcome.wall_seconds:.0f} s for this invocation with {settings.jobs} job(s) "
         f"({len(outcome.computed)} runs computed, {len(outcome.reused)} reused from a previous invocation); "
         f"{total_run_seconds:.0f} s summed over runs",
@@ -397,6 +400,7 @@ def render_report(settings, outcome) -> str:
         settings.baseline,
         settings.target,
         "all held-out accuracies are equal (see the warning above)" if degenerate else None,
+        settings.cost_model,
     )
 
     out += [
@@ -527,6 +531,13 @@ def render_report(settings, outcome) -> str:
         "a dynamic-sampling step at the first round that reaches it, so a run overshoots N by less than one "
         "generation round. Intermediate evaluations are planned in the budget's unit: at N/(k+1), 2N/(k+1), ... "
         "completions for a completions budget, whatever a step costs each strategy.",
+        "- Optimizer steps are the trainer's. Trained tokens are the completion tokens of the responses the "
+        "strategy kept in the loss (`dataflex/kept_tokens`, logged by the TRL adapter; without a strategy every "
+        "generated response is trained). Generation seconds are the time in TRL's "
+        "`_generate_and_score_completions` (generation, reward scoring, the log-probabilities computed there, the "
+        "strategy's decision, every dynamic-sampling round); update seconds the rest of the training time "
+        "(forward and backward passes, optimizer steps). A cost model's modelled cost is gen_token x generated "
+        "tokens + train_token x trained tokens.",
         "- Completions per trained signal group: completions generated over the signal groups trained on "
         "(`dataflex/dynamic/signal_groups` with dynamic sampling; otherwise the generated groups whose rewards "
         "are not all equal, from TRL's `frac_reward_zero_std`). Completions in zero-signal groups: generated "

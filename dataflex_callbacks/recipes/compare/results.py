@@ -117,17 +117,28 @@ def _summarize(
     ledger: GenerationLedger,
     curve: list[dict],
     train_seconds: float | None = None,
+    seconds: dict | None = None,
 ) -> dict:
     """The run's result record. Its accuracy curve starts at step 0 (no completions, tokens or training time) and
     ends at the run's totals; a point's ``wall_seconds`` is training time (`budget_callback`), the final one
-    `train_seconds` (the whole run's `result.wall_seconds` when not given)."""
+    `train_seconds` (the whole run's `result.wall_seconds` when not given). `seconds`: the callback's final
+    ``generation_seconds`` and ``update_seconds`` (`budget_callback`), when it timed generation."""
     domains = list(result.config.get("domains") or [])
     metrics = result.metrics
     kept = [m["kept_frac"] for m in metrics if m.get("kept_frac") is not None]
     final_step = ledger.steps or (metrics[-1]["step"] if metrics else 0)
     final_seconds = result.wall_seconds if train_seconds is None else train_seconds
+    split = {k: v for k, v in (seconds or {}).items() if k in ("generation_seconds", "update_seconds")}
     points = [
-        {"step": 0, "completions": 0, "completion_tokens": 0, "wall_seconds": 0.0, "accuracy": result.eval_before}
+        {
+            "step": 0,
+            "completions": 0,
+            "completion_tokens": 0,
+            "trained_tokens": 0,
+            "wall_seconds": 0.0,
+            **{k: 0.0 for k in split},
+            "accuracy": result.eval_before,
+        }
     ]
     points += [p for p in curve if p["step"] < final_step]
     points.append(
@@ -135,7 +146,9 @@ def _summarize(
             "step": final_step,
             "completions": ledger.completions,
             "completion_tokens": int(round(ledger.completion_tokens)),
+            "trained_tokens": int(round(ledger.trained_tokens)),
             "wall_seconds": round(final_seconds, 3),
+            **split,
             "accuracy": result.eval_after,
         }
     )
@@ -174,6 +187,8 @@ def _summarize(
         # plan's spacing serves several thresholds with one evaluation).
         "eval_points": {"planned": planned, "evaluated": len(points) - 2},
         "completion_tokens": int(round(ledger.completion_tokens)),
+        # Completion tokens of the responses the strategy kept in the loss (`GenerationLedger.record_trained`).
+        "trained_tokens": int(round(ledger.trained_tokens)),
         # Trained signal groups and completions in zero-signal groups (runner.signal_accounting); None when the
         # run's logs could not tell them.
         "signal_groups": signal_groups,
@@ -209,7 +224,7 @@ def execute_run(
         # warnings (e.g. a mixer whose targets the sampler does not follow) go into the report instead.
         warnings.simplefilter("always")
         result = run_training(options, callbacks=[callback])
-    record = _summarize(settings, run, result, ledger, callback.curve, callback.train_seconds())
+    record = _summarize(settings, run, result, ledger, callback.curve, callback.train_seconds(), callback.seconds())
     notes = {str(w.message).strip() for w in caught if str(w.message).startswith("dataflex")}
     record["notes"] = sorted(notes)
     write_json_atomic(os.path.join(settings.run_dir(run), RESULT_FILE), record)

@@ -26,6 +26,7 @@ from ..options import (
     with_suite_defaults,
 )
 from .budget import Budget, EvalPlan
+from .cost_model import CostModel
 
 RUNS_FOLDER = "runs"
 EXECUTORS = ("processes", "ray")
@@ -159,6 +160,12 @@ class CompareSettings:
         help="a held-out overall accuracy (0 < target <= 1) to report the compute "
         "each strategy needs to reach, besides the baseline's final accuracy",
     )
+    cost_model: object = _setting(
+        None,
+        help="relative cost per generated and per trained completion token, e.g. "
+        "'gen_token=1.0,train_token=0.3' (a CostModel or that text): adds compute to target in "
+        "'modelled cost' (linear in tokens, no fixed cost per step; docs/compare.md); report only",
+    )
 
     def __post_init__(self):
         if self.base is None:
@@ -208,6 +215,9 @@ class CompareSettings:
                     f"--target must be a held-out accuracy above 0 and at most 1 (e.g. --target "
                     f"0.6), got {self.target!r}"
                 ) from None
+        if self.cost_model is not None:  # only the report reads it: not among the settings a resumed comparison shares
+            if not isinstance(self.cost_model, CostModel):
+                self.cost_model = CostModel.parse(self.cost_model)
         if not isinstance(self.budget, Budget):
             raise CompareInputError(f"budget must be a Budget (e.g. Budget.parse('steps:100')), got {self.budget!r}")
         if not str(self.output_dir or "").strip():

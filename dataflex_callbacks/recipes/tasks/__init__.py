@@ -1,7 +1,7 @@
 """Verifiable task domains for RL fine-tuning demos and tests, and a loader for user prompt datasets."""
 
 from .domains import TASK_DOMAINS, TaskDomain
-from .evaluation import evaluate, generate_greedy
+from .evaluation import evaluate, generate_greedy, generate_sampled, sampled_pass_at_1
 from .loading import load_prompt_dataset
 
 # The module's own name stays the module (verl loads it as pkg://dataflex_callbacks.recipes.tasks.multi_domain_reward).
@@ -32,6 +32,7 @@ __all__ = [
     "extract_answer",
     "extract_number",
     "generate_greedy",
+    "generate_sampled",
     "get_verifier",
     "load_prompt_dataset",
     "load_task_suite",
@@ -40,4 +41,5 @@ __all__ = [
     "numeric_match",
     "prefix_match",
     "prompt_key",
+    "sampled_pass_at_1",
 ]

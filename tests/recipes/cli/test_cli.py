@@ -35,10 +35,14 @@ def test_run_writes_the_run_folder(finished_run):
         assert 0.0 <= record["kept_frac"] <= 1.0 and "loss" in record
         assert abs(sum(record[f"mix/actual/{d}"] for d in config["domains"]) - 1.0) < 1e-6
     evaluation = json.loads((finished_run / "eval.json").read_text())
-    assert set(evaluation) == {"before", "after"}
+    assert set(evaluation) == {"before", "after", "sampled_pass_at_1"}
     from dataflex_callbacks.recipes.testbed import LEVELS
 
     assert set(evaluation["before"]) == {*LEVELS, "overall"}  # the default suite: the testbed's levels
+    sampled = evaluation["sampled_pass_at_1"]  # beside the greedy figures: k samples per prompt at the training T
+    assert sampled["k"] == 4 and sampled["temperature"] == config["options"]["temperature"] == 1.0
+    for when in ("before", "after"):
+        assert set(sampled[when]) == {*LEVELS, "overall"} and all(0.0 <= v <= 1.0 for v in sampled[when].values())
 
 
 @pytest.mark.slow
@@ -58,8 +62,9 @@ def test_existing_run_needs_overwrite(finished_run, tmp_path, capsys):
     assert _run(["--output-dir", str(target)]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert sorted(os.listdir(target)) == before
-    assert _run(["--output-dir", str(target), "--overwrite", "--strategy", "none"]) == 0
+    assert _run(["--output-dir", str(target), "--overwrite", "--strategy", "none", "--eval-samples", "0"]) == 0
     assert json.loads((target / "config.json").read_text())["strategy"] is None
+    assert set(json.loads((target / "eval.json").read_text())) == {"before", "after"}  # 0 samples: greedy only
 
 
 @pytest.mark.slow
@@ -86,6 +91,10 @@ def _assert_bad_input(args, tmp_path, capsys, expected):
 
 def test_unknown_strategy(tmp_path, capsys):
     _assert_bad_input(["--strategy", "no_such_preset"], tmp_path, capsys, "invalid strategy")
+
+
+def test_negative_eval_samples(tmp_path, capsys):
+    _assert_bad_input(["--eval-samples", "-1"], tmp_path, capsys, "--eval-samples must be an integer >= 0, got -1")
 
 
 def test_dataset_missing_column(tmp_path, capsys):

@@ -171,3 +171,40 @@ def test_a_reward_threshold_without_a_reward_is_refused_as_the_weights_are(comma
         assert main([command, flag, value, "--output-dir", out]) == 2
         error = capsys.readouterr().err
         assert error.startswith("dataflex: error: ") and flag in error and "--reward" in error
+
+
+def test_the_cost_model_is_read_from_the_command_line_and_only_changes_the_report(tmp_path):
+    from dataflex_callbacks.recipes.compare.cli import settings_from_args
+    from dataflex_callbacks.recipes.compare.cost_model import CostModel
+
+    argv = ["compare", "--output-dir", str(tmp_path / "c")]
+    plain = settings_from_args(build_parser().parse_args(argv))
+    modelled = settings_from_args(build_parser().parse_args([*argv, "--cost-model", "gen_token=1.0, train_token=0.3"]))
+    assert plain.cost_model is None and modelled.cost_model == CostModel(gen_token=1.0, train_token=0.3)
+    # Report-only: finished runs of the same comparison are reused whatever the cost model.
+    assert modelled.shared_key() == plain.shared_key()
+
+
+@pytest.mark.parametrize(
+    "bad, says",
+    [
+        ("gen_token=1.0", "train_token"),
+        ("gen_token=1.0,train_token=0.3,other=2", "other"),
+        ("gen_token=fast,train_token=0.3", "fast"),
+        ("gen_token=-1,train_token=0.3", "-1"),
+        ("gen_token=0,train_token=0", "above 0"),
+        ("gen_token=nan,train_token=1", "nan"),
+        ("gen_token 1.0", "gen_token 1.0"),
+        ("gen_token=1,gen_token=2,train_token=1", "twice"),
+    ],
+)
+def test_a_malformed_cost_model_is_refused_naming_the_fix(bad, says, tmp_path, capsys):
+    from dataflex_callbacks.errors import DataFlexError
+    from dataflex_callbacks.recipes.compare.cost_model import CostModel, CostModelError
+
+    with pytest.raises(CostModelError, match=re.escape(says)) as info:
+        CostModel.parse(bad)
+    assert isinstance(info.value, DataFlexError)
+    assert "--cost-model gen_token=1.0,train_token=0.3" in str(info.value)
+    assert main(["compare", "--cost-model", bad, "--output-dir", str(tmp_path / "c"), "--no-progress"]) == 2
+    assert "--cost-model" in capsys.readouterr().err and not (tmp_path / "c").exists()

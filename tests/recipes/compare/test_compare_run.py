@@ -44,8 +44,10 @@ def _rows(folder):
 
 
 def _without_times(record):
-    """A result record without its wall times (the run's and its curve points'), which differ between computations."""
-    curve = [{k: v for k, v in point.items() if k != "wall_seconds"} for point in record["curve"]]
+    """A result record without its wall times (the run's and its curve points', generation and update seconds
+    included), which differ between computations."""
+    times = ("wall_seconds", "generation_seconds", "update_seconds")
+    curve = [{k: v for k, v in point.items() if k not in times} for point in record["curve"]]
     return {**{k: v for k, v in record.items() if k != "wall_seconds"}, "curve": curve}
 
 

@@ -6,7 +6,7 @@ from dataflex_callbacks.recipes.compare.budget import Budget
 from dataflex_callbacks.recipes.compare.grid import CompareSettings, GridRun, execute_run
 from dataflex_callbacks.recipes.runner import RunOptions
 
-VARYING = ("wall_seconds", "run_dir", "step_time")
+VARYING = ("wall_seconds", "generation_seconds", "update_seconds", "run_dir", "step_time")
 
 
 def _run(folder):

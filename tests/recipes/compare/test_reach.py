@@ -301,7 +301,14 @@ def test_real_curve_points_record_completion_tokens_and_training_seconds(tmp_pat
     assert (curve[0]["completion_tokens"], curve[0]["wall_seconds"]) == (0, 0.0)
     assert 0 < curve[1]["completion_tokens"] < curve[2]["completion_tokens"] == result["completion_tokens"]
     assert 0 < curve[1]["wall_seconds"] < curve[2]["wall_seconds"] < result["wall_seconds"]
+    # Issue 39.5: trained tokens (plain GRPO trains every response) and the seconds split into generation and update.
+    assert 0 < curve[1]["trained_tokens"] <= curve[1]["completion_tokens"]
+    assert curve[2]["trained_tokens"] == result["trained_tokens"] <= result["completion_tokens"]
+    for point in curve[1:]:
+        assert point["generation_seconds"] > 0 and point["update_seconds"] > 0
+        assert point["generation_seconds"] + point["update_seconds"] == pytest.approx(point["wall_seconds"], abs=2e-3)
     out = capsys.readouterr().out
+    assert "optimizer steps to reach the target (0.900)" in out
     assert (
         "completions to reach the baseline's final accuracy" in out and "completions to reach the target (0.900)" in out
     )
@@ -326,3 +333,176 @@ def test_compute_to_reach_intervals_never_go_below_zero():
         reach = strategy_reach(records, "fast", "base", level, axis)
         assert reach.interval.low >= 0.0 and reach.interval.high > reach.interval.mean > 0
         assert "[-" not in reach_cell(reach)
+
+
+# --------------------------------------------------------------------------- every unit (issue 39.5)
+
+
+def unit_record(strategy, seed, points):
+    """A result record whose curve is `points` [(step, completions, tokens, trained, gen s, update s, accuracy)]."""
+    curve = [
+        {
+            "step": step,
+            "completions": completions,
+            "completion_tokens": tokens,
+            "trained_tokens": trained,
+            "wall_seconds": gen + update,
+            "generation_seconds": gen,
+            "update_seconds": update,
+            "accuracy": {"overall": a, "a": a},
+        }
+        for step, completions, tokens, trained, gen, update, a in points
+    ]
+    base = record(strategy, seed, [(p["completions"], p["accuracy"]["overall"]) for p in curve])
+    return {**base, "curve": curve, "steps": curve[-1]["step"]}
+
+
+def unit_records():
+    # `dyn` (dynamic sampling) takes more completions per step but fewer steps, and trains fewer tokens.
+    # Points: (step, completions, generated tokens, trained tokens, generation s, update s, accuracy).
+    return [
+        unit_record(
+            "base",
+            0,
+            [(0, 0, 0, 0, 0.0, 0.0, 0.5), (10, 640, 3200, 3200, 6.0, 2.0, 0.6), (20, 1280, 6400, 6400, 12.0, 4.0, 0.7)],
+        ),
+        unit_record(
+            "dyn",
+            0,
+            [(0, 0, 0, 0, 0.0, 0.0, 0.5), (4, 800, 4000, 1280, 7.5, 0.8, 0.8), (8, 1600, 8000, 2560, 15.0, 1.6, 0.8)],
+        ),
+    ]
+
+
+def test_every_unit_is_computed_from_the_curve_points_of_a_hand_made_record():
+    from dataflex_callbacks.recipes.compare.reach import AXES
+
+    records = unit_records()
+    # The level is the baseline's final 0.7; `dyn` crosses it between its first two points, at 2/3 of the way
+    # (0.5 -> 0.8): 2/3 of the second point's value in every unit, by hand.
+    expected = {
+        "step": 4 * 2 / 3,
+        "completions": 800 * 2 / 3,
+        "completion_tokens": 4000 * 2 / 3,
+        "trained_tokens": 1280 * 2 / 3,
+        "wall_seconds": 8.3 * 2 / 3,
+        "generation_seconds": 7.5 * 2 / 3,
+        "update_seconds": 0.8 * 2 / 3,
+    }
+    assert set(expected) <= set(AXES)
+    for axis, value in expected.items():
+        reach = strategy_reach(records, "dyn", "base", {0: 0.7}, axis)
+        assert reach.per_seed[0] == pytest.approx(value), axis
+    # The baseline reaches its own final accuracy at its end: 20 steps, 6400 trained tokens, 12 s + 4 s.
+    base = {axis: strategy_reach(records, "base", "base", {0: 0.7}, axis).per_seed[0] for axis in expected}
+    assert (base["step"], base["trained_tokens"], base["generation_seconds"], base["update_seconds"]) == (
+        20.0,
+        6400.0,
+        12.0,
+        4.0,
+    )
+
+
+def test_the_modelled_cost_is_linear_in_generated_and_trained_tokens():
+    from dataflex_callbacks.recipes.compare.cost_model import MODELLED_COST, CostModel, with_modelled_cost
+
+    records = with_modelled_cost(unit_records(), CostModel(gen_token=1.0, train_token=0.3))
+    # Point by point: 1.0 * generated tokens + 0.3 * trained tokens.
+    assert [p[MODELLED_COST] for p in records[1]["curve"]] == pytest.approx([0.0, 4000 + 384, 8000 + 768])
+    reach = strategy_reach(records, "dyn", "base", {0: 0.7}, MODELLED_COST)
+    assert reach.per_seed[0] == pytest.approx((4000 + 0.3 * 1280) * 2 / 3)
+    section = "\n".join(headline_section(unit_records(), ["base", "dyn"], "base", None, None, CostModel(1.0, 0.3)))
+    header = "| trained tokens | x baseline | generation seconds | x baseline | update seconds | x baseline |"
+    assert header + " modelled cost | x baseline |" in section
+    assert "| 2923 (interval n/a: needs >= 2 seeds) | 0.35 (interval n/a: needs >= 2 seeds) |" in section
+    # Without a cost model there is no such axis; a record lacking trained tokens gets no modelled cost.
+    assert "modelled cost" not in "\n".join(headline_section(unit_records(), ["base", "dyn"], "base", None))
+    old = grid_records()
+    assert MODELLED_COST not in with_modelled_cost(old, CostModel(1.0, 0.3))[0]["curve"][0]
+
+
+def test_the_report_and_the_console_give_steps_beside_completions(tmp_path):
+    from dataflex_callbacks.recipes.compare.cli import summary_lines
+    from dataflex_callbacks.recipes.compare.reach import headline_console
+
+    records = unit_records()
+    table = "\n".join(headline_section(records, ["base", "dyn"], "base", None))
+    header = next(line for line in table.splitlines() if line.startswith("| strategy |"))
+    assert "| completions | x baseline | optimizer steps | x baseline |" in header
+    # `dyn`: 2.67 steps against the baseline's 20 (x 0.13), 533 completions against 1280.
+    row = next(line for line in table.splitlines() if line.startswith("| `dyn` |"))
+    assert row.startswith("| `dyn` | 533 (interval n/a: needs >= 2 seeds) | 0.42 (interval n/a: needs >= 2 seeds) |")
+    assert "| 3 (interval n/a: needs >= 2 seeds) | 0.13 (interval n/a: needs >= 2 seeds) |" in row
+    for label in ("trained tokens", "generation seconds", "update seconds"):
+        assert label in table
+    lines = headline_console(records, ["base", "dyn"], "base", None)
+    steps = lines.index(
+        "optimizer steps to reach the baseline's final accuracy on the same seed (0.700), mean over "
+        "seeds [95% interval], x baseline paired by seed:"
+    )
+    assert lines[steps + 2].startswith("  dyn              3 (interval n/a") and "x baseline: 0.13" in lines[steps + 2]
+    outcome = GridOutcome(records=records, reused=[r["name"] for r in records])
+    settings = CompareSettings(
+        strategies=["base", "dyn"],
+        seeds=[0],
+        budget=Budget.parse("completions:1280"),
+        output_dir=str(tmp_path / "cmp"),
+        eval_points=1,
+        progress=False,
+    )
+    assert any(line.startswith("optimizer steps to reach") for line in summary_lines(settings, outcome))
+
+
+def test_results_without_the_new_units_read_n_a_and_steps_are_always_known():
+    records = grid_records()  # curve points with completions, tokens and wall seconds only, as written before 39.5
+    for axis in ("trained_tokens", "generation_seconds", "update_seconds"):
+        reach = strategy_reach(records, "fast", "base", 0.7, axis)
+        assert not reach.recorded and reach.per_seed == {}
+    table = "\n".join(headline_section(records, ["base", "fast"], "base", None))
+    first, other_units = [line for line in table.splitlines() if line.startswith("| `fast` |")]
+    assert "n/a (not recorded)" not in first
+    assert other_units == "| `fast` |" + " n/a (not recorded) | n/a (not recorded) |" * 3
+    # Every curve point always had its optimizer step: steps to reach are known for old results too.
+    assert strategy_reach(records, "fast", "base", 0.7, "step").per_seed == pytest.approx({0: 2 / 3, 1: 0.5})
+
+
+def test_curve_points_record_trained_tokens_and_generation_and_update_seconds():
+    import time
+
+    from dataflex_callbacks.recipes.compare.budget import KEPT_TOKENS_KEY, GenerationLedger, budget_callback
+
+    class Trainer:
+        def _generate_and_score_completions(self, inputs):
+            time.sleep(0.2)
+            return inputs
+
+    ledger = GenerationLedger(Budget.parse("steps:3"))
+    callback = budget_callback(ledger, lambda model, tokenizer: {"overall": 0.5}, eval_points=2)
+    trainer = Trainer()
+    callback.bind_trainer(trainer)
+    args = SimpleNamespace(
+        steps_per_generation=1, num_iterations=1, generation_batch_size=4, gradient_accumulation_steps=1
+    )
+    control = SimpleNamespace(should_log=True, should_training_stop=False)
+    callback.on_train_begin(args, None, control)
+    logs = [
+        # A strategy that logs its kept tokens: trained tokens are exactly those.
+        {"loss": 0.1, "completions/mean_length": 5.0, KEPT_TOKENS_KEY: 12.0, "dataflex/kept_frac": 0.5},
+        # Plain GRPO logs none: every generated response is trained, 4 x 6 tokens.
+        {"loss": 0.1, "completions/mean_length": 6.0},
+        {"loss": 0.1, "completions/mean_length": 6.0},
+    ]
+    for step, log in enumerate(logs, start=1):
+        assert trainer._generate_and_score_completions("batch") == "batch"
+        time.sleep(0.05)  # the update
+        state = SimpleNamespace(global_step=step)
+        callback.on_step_end(args, state, control)
+        callback.on_log(args, state, control, logs=log)
+    callback.on_train_end(args, None, control)
+    first, second = callback.curve
+    assert (first["trained_tokens"], second["trained_tokens"]) == (12, 36)
+    assert (first["completion_tokens"], second["completion_tokens"]) == (20, 44)
+    assert 0.2 <= first["generation_seconds"] < 0.3 and 0.4 <= second["generation_seconds"] < 0.55
+    assert 0.05 <= first["update_seconds"] < 0.15 and 0.1 <= second["update_seconds"] < 0.25
+    assert first["generation_seconds"] + first["update_seconds"] == pytest.approx(first["wall_seconds"], abs=2e-3)
+    assert ledger.trained_tokens == 12 + 24 + 24

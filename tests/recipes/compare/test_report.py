@@ -130,3 +130,33 @@ def test_the_accuracy_legend_does_not_cover_the_first_panel(tmp_path, monkeypatc
     box, panel_box = legend.get_window_extent(), panel.get_window_extent()
     assert not box.overlaps(panel_box)
     assert (tmp_path / "a.png").stat().st_size > 5000
+
+
+def test_the_report_states_compute_to_target_in_steps_and_the_cost_model_it_used(tmp_path):
+    from dataflex_callbacks.recipes.compare import Budget, CompareSettings
+    from dataflex_callbacks.recipes.compare.grid import GridOutcome
+    from dataflex_callbacks.recipes.compare.report import render_report
+
+    from .test_reach import unit_records
+
+    records = unit_records()
+    settings = CompareSettings(
+        strategies=["base", "dyn"],
+        seeds=[0],
+        budget=Budget.parse("completions:1280"),
+        output_dir=str(tmp_path / "cmp"),
+        eval_points=1,
+        progress=False,
+        cost_model="gen_token=1.0,train_token=0.3",
+    )
+    report = render_report(settings, GridOutcome(records=records, reused=[r["name"] for r in records]))
+    headline = report.split("## Compute to reach the target", 1)[1].split("\n## ", 1)[0]
+    assert "| completions | x baseline | optimizer steps | x baseline |" in headline
+    assert "| `dyn` | 533 (interval n/a: needs >= 2 seeds) | 0.42 (interval n/a: needs >= 2 seeds) | 3 (" in headline
+    # The second table: trained tokens, generation and update seconds, and the modelled cost.
+    for label in ("trained tokens", "generation seconds", "update seconds", "modelled cost"):
+        assert f"| {label} | x baseline |" in headline
+    # base reaches 0.7 at its end: 1.0 x 6400 + 0.3 x 6400 = 8320; dyn at 2/3 of 4000 + 0.3 x 1280.
+    base_row = next(line for line in headline.splitlines() if line.startswith("| `base` | 6400"))
+    assert "| 8320 (interval n/a: needs >= 2 seeds) | 1 (reference) |" in base_row
+    assert "- cost model: 1 per generated token, 0.3 per trained token" in report

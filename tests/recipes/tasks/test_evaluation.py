@@ -101,3 +101,62 @@ def test_accuracy_equals_a_loop_over_the_scored_rows():
     unlabelled = test.remove_columns("domain")  # every row in the library's NO_DOMAIN, scored by the verifier
     assert set(evaluate(model, tokenizer, unlabelled)) == {NO_DOMAIN, "overall"}
     assert evaluate(model, tokenizer, test.select([])) == {"overall": 0.0}
+
+
+def test_sampled_pass_at_1_equals_a_loop_over_the_scored_samples():
+    """Sampled pass@1: per row, the mean verifier score of its k samples; per domain and overall, the mean over rows."""
+    from dataflex_callbacks.recipes.tasks import TaskReward, generate_sampled, sampled_pass_at_1
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer)
+    test = load_task_suite(seed=0, n_train=1, n_test=12)["test"]
+    k, temperature, seed = 4, 1.0, 3
+    samples = generate_sampled(model, tokenizer, list(test["prompt"]), k=k, temperature=temperature, seed=seed)
+    assert len(samples) == len(test) and all(len(row) == k for row in samples)
+    reward = TaskReward(seed=seed)
+    row_means = []
+    for p, row, a, d in zip(test["prompt"], samples, test["answer"], test["domain"]):
+        row_means.append(sum(reward.score(p, c, str(a), d, salt=(seed, "sampled", j)) for j, c in enumerate(row)) / k)
+    expected = {}
+    for domain in sorted(set(test["domain"])):
+        values = [m for m, d in zip(row_means, test["domain"]) if d == domain]
+        expected[domain] = sum(values) / len(values)
+    expected["overall"] = sum(row_means) / len(row_means)
+    passed = sampled_pass_at_1(model, tokenizer, test, k=k, temperature=temperature, seed=seed)
+    assert list(passed) == list(expected)
+    assert all(abs(passed[name] - expected[name]) < 1e-12 for name in expected)
+    assert 0.0 < passed["overall"] < 1.0
+    assert passed["echo"] != evaluate(model, tokenizer, test)["echo"]  # sampling, not greedy: the prior's echo slips
+
+
+def test_sampled_pass_at_1_is_deterministic_and_leaves_the_global_rng_alone():
+    import torch
+
+    from dataflex_callbacks.recipes.tasks import generate_sampled, sampled_pass_at_1
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer)
+    model.train()
+    test = load_task_suite(seed=0, n_train=1, n_test=10)["test"]
+    prompts = list(test["prompt"])
+    torch.manual_seed(123)
+    state = torch.random.get_rng_state()
+    first = generate_sampled(model, tokenizer, prompts, k=3, temperature=1.0, seed=0)
+    assert torch.equal(torch.random.get_rng_state(), state)  # the training RNG goes on as if nothing ran
+    assert generate_sampled(model, tokenizer, prompts, k=3, temperature=1.0, seed=0) == first
+    assert generate_sampled(model, tokenizer, prompts, k=3, temperature=1.0, seed=1) != first
+    assert sampled_pass_at_1(model, tokenizer, test, k=3, temperature=1.0) == sampled_pass_at_1(
+        model, tokenizer, test, k=3, temperature=1.0
+    )
+    assert torch.equal(torch.random.get_rng_state(), state)
+    assert tokenizer.padding_side == "left" and model.training  # settings restored
+
+
+def test_zero_samples_skip_the_sampled_evaluation():
+    from dataflex_callbacks.recipes.tasks import generate_sampled, sampled_pass_at_1
+
+    tokenizer = build_tiny_tokenizer()
+    model = build_tiny_model(tokenizer)
+    test = load_task_suite(seed=0, n_train=1, n_test=3)["test"]
+    assert sampled_pass_at_1(model, tokenizer, test, k=0, temperature=1.0) is None
+    assert generate_sampled(model, tokenizer, list(test["prompt"]), k=0, temperature=1.0) == [[]] * len(test)
