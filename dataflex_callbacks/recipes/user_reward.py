@@ -14,57 +14,22 @@ from __future__ import annotations
 
 import inspect
 import math
-import numbers
 from typing import Callable
 
+from dataflex_callbacks.host.reward_values import reward_values
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
 from .options import RunInputError, reward_name
-
-EXPECTED_FORM = "a list of floats or None, one per completion"
 
 
 class RewardOutputError(RunInputError):
     """A user's reward function returned something other than one float (or None) per completion."""
 
 
-def _shown(value) -> str:
-    text = repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
 def checked_values(reward: Callable, values, count: int) -> list[float]:
     """`values` returned by `reward` for `count` completions as floats (None and NaN as NaN); raises
-    `RewardOutputError` for anything else: None, a bare number, text, a wrong length."""
-    name = reward_name(reward)
-    if values is None or isinstance(values, (str, bytes, dict, numbers.Number)) or not hasattr(values, "__len__"):
-        raise RewardOutputError(
-            f"reward {name!r} returned {_shown(values)} ({type(values).__name__}) for {count} completions; "
-            f"return {EXPECTED_FORM} (None: this completion is not scored)"
-        )
-    values = list(values)
-    if len(values) != count:
-        raise RewardOutputError(
-            f"reward {name!r} returned {len(values)} value(s) for {count} completions; return {EXPECTED_FORM}"
-        )
-    numbers_out = []
-    for index, value in enumerate(values):
-        if value is None:
-            numbers_out.append(math.nan)
-            continue
-        number = None
-        if not isinstance(value, (str, bytes)):  # float("1") would read text as a number
-            try:
-                number = float(value)  # int, bool, float, numpy or torch scalars; NaN stays NaN
-            except (TypeError, ValueError):
-                pass
-        if number is None:
-            raise RewardOutputError(
-                f"reward {name!r} returned {_shown(value)} ({type(value).__name__}) for completion {index} of "
-                f"{count} (all: {_shown(values)}); return {EXPECTED_FORM}"
-            )
-        numbers_out.append(number)
-    return numbers_out
+    `RewardOutputError` for anything else: None, a bare number, text, a wrong length (`host.reward_values`)."""
+    return reward_values(values, reward_name(reward), count, error=RewardOutputError)
 
 
 class ScoredRewards:

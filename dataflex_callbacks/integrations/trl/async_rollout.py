@@ -34,7 +34,6 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-import numbers
 import queue
 import time
 from typing import Callable, Iterator, Optional, Sequence
@@ -43,6 +42,7 @@ import numpy as np
 import torch
 
 from dataflex_callbacks.errors import ConfigError, HostError, InputError
+from dataflex_callbacks.host.reward_values import reward_values
 
 __all__ = [
     "EngineWeightTransfer",
@@ -315,8 +315,8 @@ class InProcessRolloutWorker:
 
     @staticmethod
     def _reward_values(func: Callable, name: str, arguments: dict, count: int) -> list:
-        """``func``'s rewards for one group, called as TRL calls it; refused unless one number (or None) per
-        completion."""
+        """``func``'s rewards for one group, called as TRL calls it, as floats (None as NaN); refused unless one
+        number (or None) per completion."""
         try:
             values = func(**arguments)
         except TypeError as error:
@@ -329,24 +329,7 @@ class InProcessRolloutWorker:
                     "completion_ids and every dataset column by name"
                 ) from error
             raise
-        expected = f"return one float (or None) per completion, a list of {count}"
-        if not isinstance(values, (list, tuple, np.ndarray, torch.Tensor)):
-            shown = (
-                repr(values) if values is None or isinstance(values, (numbers.Number, str)) else type(values).__name__
-            )
-            raise InputError(f"dataflex: InProcessRolloutWorker: reward {name!r} returned {shown}; {expected}")
-        values = values.tolist() if isinstance(values, (np.ndarray, torch.Tensor)) else list(values)
-        if len(values) != count:
-            raise InputError(
-                f"dataflex: InProcessRolloutWorker: reward {name!r} returned {len(values)} values for {count} "
-                f"completions; {expected}"
-            )
-        bad = next((v for v in values if v is not None and not isinstance(v, numbers.Real)), None)
-        if bad is not None:
-            raise InputError(
-                f"dataflex: InProcessRolloutWorker: reward {name!r} returned {bad!r} among its values; {expected}"
-            )
-        return values
+        return reward_values(values, name, count, where="dataflex: InProcessRolloutWorker: ")
 
     def _score_group(self, example: dict, prompt_ids: list[int], group, version: int, group_id: int, sample_class):
         """TRL's `_score_group` for one group: rewards summed over functions (NaN-aware), group-normalised advantage."""
@@ -356,7 +339,7 @@ class InProcessRolloutWorker:
         columns = {k: [v] * len(group) for k, v in example.items() if k != "prompt"}
         arguments = dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
         per_func = [
-            [r if r is not None else math.nan for r in self._reward_values(f, name, arguments, len(group))]
+            self._reward_values(f, name, arguments, len(group))
             for f, name in zip(self.reward_funcs, self.reward_func_names)
         ]
         arr = np.array(per_func, dtype=float)

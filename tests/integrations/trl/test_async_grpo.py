@@ -454,9 +454,16 @@ def none_reward(completions, **kwargs):
 @pytest.mark.parametrize(
     "reward, message",
     [
-        (double_reward, r"reward 'double_reward' returned 8 values for 4 completions; return one float \(or None\)"),
+        (
+            double_reward,
+            r"reward 'double_reward' returned 8 value\(s\) for 4 completions; return a list of floats or None",
+        ),
         (strict_reward, r"reward 'strict_reward' does not take TRL's keyword arguments .*\*\*kwargs"),
-        (none_reward, r"reward 'none_reward' returned None; return one float \(or None\) per completion"),
+        (
+            none_reward,
+            r"reward 'none_reward' returned None \(NoneType\) for 4 completions; "
+            r"return a list of floats or None, one per completion",
+        ),
     ],
     ids=["wrong_count", "no_kwargs", "returns_none"],
 )
