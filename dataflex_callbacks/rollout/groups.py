@@ -50,6 +50,14 @@ def segment_min(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> t
     return out.scatter_reduce_(0, index, values, reduce="amin")
 
 
+def every_group_equal(values: torch.Tensor, group_ids: torch.Tensor) -> bool:
+    """Whether every group of ``group_ids`` ``(N,)`` has one value in ``values`` ``(N,)``: no group carries a learning
+    signal (a group with a NaN counts as not equal). Rows of a group need not be adjacent."""
+    index, groups = dense_groups(group_ids.to(values.device))
+    values = values.to(torch.float32)
+    return bool((segment_min(values, index, groups) == segment_max(values, index, groups)).all())
+
+
 def segment_variance(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> torch.Tensor:
     """Population variance of ``values (N,)`` per group -> ``(G,)``; exactly 0 where a group's values are equal.
 

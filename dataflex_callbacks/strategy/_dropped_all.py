@@ -5,7 +5,6 @@ Runs only on a step that kept nothing; a fix is named only where a setting or th
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -13,7 +12,7 @@ import torch
 from dataflex_callbacks.config.fields import DynamicSamplingConfig
 from dataflex_callbacks.rollout.batch import RolloutBatch
 from dataflex_callbacks.errors import SELECTION_REWARD_TEXT
-from dataflex_callbacks.rollout.groups import dense_groups
+from dataflex_callbacks.rollout.groups import every_group_equal
 
 
 def dropped_all_reason(
@@ -62,7 +61,7 @@ def dropped_all_reason(
     if (
         batch.group_ids is not None
         and "rewards" in part.scorer.requires
-        and _every_group_equal(rewards, batch.group_ids)
+        and every_group_equal(rewards, batch.group_ids)
     ):
         searched = (
             ""
@@ -100,12 +99,3 @@ def dropped_all_reason(
             "all-equal groups)"
         )
     return cause, f"{kept_none}: {by} dropped them all", fix
-
-
-def _every_group_equal(values: torch.Tensor, group_ids: torch.Tensor) -> bool:
-    """Whether every group of ``group_ids`` ``(N,)`` has one value in ``values`` ``(N,)`` (no signal to keep)."""
-    index, groups = dense_groups(group_ids.to(values.device))
-    values = values.to(torch.float32)
-    low = torch.full((groups,), math.inf, device=values.device).scatter_reduce(0, index, values, "amin")
-    high = torch.full((groups,), -math.inf, device=values.device).scatter_reduce(0, index, values, "amax")
-    return bool((low == high).all())

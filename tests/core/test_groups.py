@@ -58,3 +58,15 @@ def test_empty_groups():
     index, count = dense_groups(torch.zeros(0, dtype=torch.long))
     assert count == 0 and index.shape == (0,)
     assert segment_variance(torch.zeros(0), index, count).shape == (0,)
+
+
+def test_every_group_equal_against_a_loop_over_groups():
+    from dataflex_callbacks.rollout.groups import every_group_equal
+
+    group_ids = torch.tensor([3, 1, 3, 1, 7])  # groups need not be adjacent
+    for values in ([0.0, 1.0, 0.0, 1.0, 5.0], [0.0, 1.0, 0.0, 0.0, 5.0], [float("nan")] * 5, [2.0] * 5):
+        values = torch.tensor(values)
+        expected = all(
+            bool((values[group_ids == g] == values[group_ids == g][0]).all()) for g in torch.unique(group_ids)
+        )
+        assert every_group_equal(values, group_ids) == expected, values

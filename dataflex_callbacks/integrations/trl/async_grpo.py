@@ -54,6 +54,7 @@ from transformers import TrainerCallback
 
 from dataflex_callbacks.config.fields import DynamicSamplingConfig
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+from dataflex_callbacks.rollout.groups import every_group_equal
 from dataflex_callbacks.host.checkpoints import checkpoint_state, read_state_file, restore_strategy
 from dataflex_callbacks.sampling.dynamic_sampling import signal_rows
 from dataflex_callbacks.errors import (
@@ -108,11 +109,6 @@ def check_async_strategy(strategy) -> None:
                 f"inside the loss, which {host} does not expose; "
                 "use a scorer of rollout signals under the async trainer"
             )
-
-
-def _group_values(values: torch.Tensor, group_ids: torch.Tensor) -> list[torch.Tensor]:
-    """``values`` ``(N,)`` split by ``group_ids`` ``(N,)`` (rows of a group need not be adjacent)."""
-    return [values[group_ids == g] for g in torch.unique(group_ids)]
 
 
 class _QueueArrivals:
@@ -552,7 +548,7 @@ class DataFlexAsyncCallback(TrainerCallback):
                 f"the reward functions {self._reward_names} returned None (or NaN) for every completion: return a "
                 "float for each completion you can score (None only for one you cannot)"
             )
-        elif all(float(v.min()) == float(v.max()) for v in _group_values(rewards, batch.group_ids)):
+        elif every_group_equal(rewards, batch.group_ids):
             cause = "equal_rewards"
             what = f"within every group the completions got one reward (rewards {sorted(set(rewards.tolist()))})"
             fix = (
