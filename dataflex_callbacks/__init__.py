@@ -3,10 +3,11 @@
 The core is framework-agnostic: build a `Strategy`, feed it a `RolloutBatch` of the signals
 your trainer already computed, and apply its `Decision` to the loss. Host adapters live in
 ``dataflex_callbacks.integrations`` (``trl``, ``lightning``, ``verl``). A new method subclasses
-`Scorer`, `Selector`, `Reweighter`, `Mixer` or `PreSelectFilter` and is named in configs through `register` or by
-its import path; ``dataflex_callbacks.testing`` checks it (docs/extending.md).
+`Scorer`, `Selector`, `Reweighter`, `Mixer`, `PreSelectFilter` or `Allocator` and is named in configs
+through `register` or by its import path; ``dataflex_callbacks.testing`` checks it (docs/extending.md).
 """
 
+from dataflex_callbacks.components.allocation import Allocator  # importing it registers the built-in allocators
 from dataflex_callbacks.components.pre_select import PreSelectFilter  # importing it registers the built-in filters
 from dataflex_callbacks.rollout.batch import RolloutBatch
 from dataflex_callbacks.config import list_presets
@@ -17,6 +18,7 @@ from dataflex_callbacks.config.fields import (
     SelectConfig,
     StrategyConfig,
 )
+from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
 from dataflex_callbacks.sampling.dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
 from dataflex_callbacks.errors import (
     ArgumentError,
@@ -47,6 +49,8 @@ from dataflex_callbacks.mixing.tracker import DomainTracker
 __version__ = "0.1.0"
 
 __all__ = [
+    "AllocationRounds",
+    "Allocator",
     "ArgumentError",
     "BatchError",
     "ComponentError",

@@ -20,7 +20,7 @@ from typing import Any, Callable
 
 from dataflex_callbacks.errors import ArgumentError, ConfigError, ParamError
 
-KINDS = ("scorer", "selector", "reweighter", "mixer", "pre_select")
+KINDS = ("scorer", "selector", "reweighter", "mixer", "pre_select", "allocation")
 
 _REGISTRY: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}
 _ALIASES: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
@@ -31,7 +31,7 @@ def register(kind: str, name: str, aliases: tuple[str, ...] = (), *, override: b
     """Class decorator: make ``cls`` buildable as ``build_component(kind, name)`` and nameable in configs.
 
     ``cls`` must subclass the kind's base class (`Scorer`, `Selector`, `Reweighter`, `Mixer`,
-    `PreSelectFilter`), as a class named by import path must. A name (or alias) already taken by
+    `PreSelectFilter`, `Allocator`), as a class named by import path must. A name (or alias) already taken by
     another class of that kind is refused with a `ConfigError`: registering replaces the class for
     the whole process, built-ins included. Pass ``override=True`` to replace it on purpose: the class
     it replaces is then replaced under every name and alias it had (``reward`` and ``reward_difficulty``
@@ -151,7 +151,8 @@ def _check_kind(kind: str) -> str:
 
 
 def list_components(kind: str, include_aliases: bool = False) -> list[str]:
-    """Registered names of one kind (``scorer``, ``selector``, ``reweighter``, ``mixer``, ``pre_select``), sorted."""
+    """Registered names of one kind (``scorer``, ``selector``, ``reweighter``, ``mixer``, ``pre_select``,
+    ``allocation``), sorted."""
     kind = _check_kind(kind)
     names = set(_REGISTRY[kind])
     if include_aliases:
@@ -343,5 +344,8 @@ def build_component(kind: str, name: str, **params: Any):
 
 def describe(kind: str, name: str) -> str:
     """First docstring line of a component: what it does, for ``dataflex list``."""
-    doc = inspect.getdoc(component_class(kind, name)) or ""
-    return doc.splitlines()[0] if doc else ""
+    cls = component_class(kind, name)
+    doc = inspect.getdoc(cls) or ""
+    line = doc.splitlines()[0] if doc else ""
+    paper = cls.__dict__.get("paper")  # a component that names its papers (the allocators) shows them too
+    return f"{line} ({paper})" if isinstance(paper, str) and paper else line

@@ -16,6 +16,7 @@ Two forms are accepted and resolve to one canonical (composable) dict:
        reweight: {scorer: ..., reweighter: ..., warmup_steps}
        mix:      {mixer: ..., domains, window, window_unit, quota, warmup_steps, update_every, smoothing, prior}
        pre_select: NAME|{name, params}   (pre-rollout prompt skipping, e.g. skip_predicted)
+       allocation: NAME|{name, params}   (completions per prompt, decided while generating: screen, adaptive)
        dynamic_sampling: true | {max_rounds, carry_over, max_age}   (DAPO dynamic sampling, see dynamic_sampling.py)
        nan_policy: zero|drop|raise
        domain_key: the dataset column holding the domain label (None: the host's default)
@@ -147,6 +148,20 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "greso": (
         "skip prompts whose groups keep having zero reward variance, before generation (GRESO's streak rule)",
         {"pre_select": {"name": "skip_zero_variance", "params": {}}},
+    ),
+    "screen": (
+        "a pilot of 2 completions per prompt; the rest of the group only where the pilot's rewards differ, the "
+        "pilot joining its group (SPEED-RL arXiv 2506.09016, Pilot-Commit arXiv 2605.26606)",
+        {"allocation": {"name": "screen", "params": {}}},
+    ),
+    "screen_posterior": (
+        "screen with a Beta posterior on each prompt's pass rate (its pilot, earlier pilots and its domain's fitted "
+        "spread): commit where the full group carries signal with probability >= 0.7 (Pilot-Commit arXiv 2605.26606)",
+        {"allocation": {"name": "screen", "params": {"rule": "posterior", "min_signal": 0.7}}},
+    ),
+    "adaptive": (
+        "stages of 4 completions per prompt until one is correct, up to 16 (AR3PO arXiv 2509.25808)",
+        {"allocation": {"name": "adaptive", "params": {}}},
     ),
     "static": ("fixed uniform domain proportions", _mix("static")),
     "reward_gap": ("more data for domains whose reward lags", _mix("reward_gap")),
@@ -426,6 +441,8 @@ def _typed(config: Mapping) -> StrategyConfig:
     typed = StrategyConfig(**{k: config[k] for k in ("nan_policy", "name", "domain_key") if k in config})
     pre_select = config.get("pre_select")
     typed.pre_select = None if pre_select is None else component_spec(pre_select, "pre_select")
+    allocation = config.get("allocation")
+    typed.allocation = None if allocation is None else component_spec(allocation, "allocation")
     typed.select = _section(config, "select", SelectConfig)
     typed.reweight = _section(config, "reweight", ReweightConfig)
     typed.mix = _section(config, "mix", MixConfig)

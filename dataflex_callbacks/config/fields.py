@@ -202,6 +202,13 @@ class StrategyConfig:
         help="pre-rollout prompt skipping, before generation (skip_predicted or skip_zero_variance); None: every drawn "
         "prompt is generated",
     )
+    allocation: ComponentSpec | None = config_field(
+        None,
+        paper="SPEED-RL arXiv 2506.09016; Pilot-Commit arXiv 2605.26606; AR3PO arXiv 2509.25808",
+        help="rollout allocation, while generating: how many completions each prompt gets (screen: a pilot of k, "
+        "the rest of the group only where it predicts signal; adaptive: stages until a correct answer, up to a cap); "
+        "None: every prompt gets the host's group size",
+    )
     select: SelectConfig | None = config_field(None, help="the select part (SelectConfig); None: keep every row")
     reweight: ReweightConfig | None = config_field(None, help="the reweight part (ReweightConfig); None: weight 1")
     mix: MixConfig | None = config_field(None, help="the mix part (MixConfig); None: the host's own sampling")

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from dataflex_callbacks.config.fields import MixConfig, ReweightConfig, SelectConfig
+from dataflex_callbacks.components.allocation import Allocator
+from dataflex_callbacks.config.fields import MixConfig, ReweightConfig, SelectConfig, StrategyConfig
 from dataflex_callbacks.rollout.batch import RolloutBatch
 from dataflex_callbacks.errors import ConfigError, ParamError
 from dataflex_callbacks.mixing.mixers import Mixer
@@ -97,3 +98,22 @@ def build_mixing(mix: MixConfig) -> DomainMixing:
         raise ParamError(f"mix: {error}", error.param) from error
     except ValueError as error:
         raise ConfigError(f"mix: {error}") from error
+
+
+def build_allocation(config: StrategyConfig) -> Allocator | None:
+    """The ``allocation`` part's `Allocator` (None without one); a part it cannot compose with is refused in one line.
+
+    Selection, reweighting, mixing and pre-rollout skipping compose with it: they act on the prompts drawn and on
+    the groups it completes. ``dynamic_sampling`` does not: both decide how many completions a step generates.
+    """
+    spec = config.allocation
+    if spec is None:
+        return None
+    if config.dynamic_sampling is not None:
+        raise ConfigError(
+            f"allocation {spec['name']!r} and dynamic_sampling cannot compose: both decide how many completions a step "
+            "generates (an allocator already screens rounds until the step holds its groups); drop dynamic_sampling"
+        )
+    allocator = build_component("allocation", spec["name"], **spec["params"])
+    assert isinstance(allocator, Allocator)
+    return allocator

@@ -37,7 +37,7 @@ from dataflex_callbacks.errors import (
     user_stacklevel,
 )
 from dataflex_callbacks.mixing.domain_mixing import DomainMixing
-from dataflex_callbacks.strategy.parts import POLICY_SIGNALS, Part, build_mixing
+from dataflex_callbacks.strategy.parts import POLICY_SIGNALS, Part, build_allocation, build_mixing
 from dataflex_callbacks.registry import build_component
 from dataflex_callbacks.components.reweighters import normalize_weights_
 
@@ -73,11 +73,13 @@ class Strategy:
         self._warned_dropped_all = False  # a step that keeps nothing warns once (`_warn_dropped_all`)
         self._host_settings: dict[str, str] = {}  # the host's spelling of the settings warnings name
         self._signal_buffer = None  # the SignalGroupBuffer driving the dynamic_sampling part, once one is bound
+        self._pilots_observed = False  # a host shows the pre_select filter every pilot round (`bind_pilot_observer`)
         self.select = Part("select", self.config.select) if self.config.select else None
         self.reweight = Part("reweight", self.config.reweight) if self.config.reweight else None
         pre = self.config.pre_select
         self.pre_select = build_component("pre_select", pre["name"], **pre["params"]) if pre else None
         self.mixing: DomainMixing | None = build_mixing(self.config.mix) if self.config.mix else None
+        self.allocation = build_allocation(self.config)  # an Allocator, or None
 
     # ------------------------------------------------------------ declarations
 
@@ -107,7 +109,7 @@ class Strategy:
 
     @property
     def is_noop(self) -> bool:
-        return not self.parts and self.mixing is None and self.pre_select is None
+        return not self.parts and self.mixing is None and self.pre_select is None and self.allocation is None
 
     @property
     def mix_enabled(self) -> bool:
@@ -169,6 +171,12 @@ class Strategy:
         that no buffer drives.
         """
         self._signal_buffer = buffer
+
+    def bind_pilot_observer(self) -> None:
+        """Record that the host's allocation rounds show the ``pre_select`` filter every pilot round (a host calls it
+        once), so `apply` does not show it the trained groups again: the filter then predicts pilot outcomes, the
+        completions a skipped prompt would cost."""
+        self._pilots_observed = True
 
     def check_host(self, available: set[str] | Sequence[str], host: str = "this host") -> None:
         """Fail at build time if the host cannot provide a field some part needs (e.g. groups in PPO)."""
@@ -333,7 +341,7 @@ class Strategy:
             metrics.update(self.mixing.metrics())
         if self.pre_select is not None:
             # A SignalGroupBuffer showed the filter every generated round already; this batch is a pick of them.
-            observed = self._signal_buffer is not None
+            observed = self._signal_buffer is not None or self._pilots_observed
             metrics.update(self.pre_select.metrics() if observed else self.pre_select.observe(batch, step, sync=sync))
         return Decision(
             keep=keep,
@@ -559,6 +567,7 @@ class Strategy:
             "config": self.config.to_dict(),
             "mixing": None if self.mixing is None else self.mixing.state_dict(),
             "pre_select": None if self.pre_select is None else self.pre_select.state_dict(),
+            "allocation": None if self.allocation is None else self.allocation.state_dict(),
             # A component without state (the base class's {}) is left out: loading nothing leaves it as it is.
             "components": {place: state for place, part in self._components() if (state := part.state_dict())},
         }
@@ -586,6 +595,8 @@ class Strategy:
             self.mixing.load_state_dict(state["mixing"])
         if self.pre_select is not None and state.get("pre_select") is not None:
             self.pre_select.load_state_dict(state["pre_select"])
+        if self.allocation is not None and state.get("allocation") is not None:
+            self.allocation.load_state_dict(state["allocation"])
         saved_components = state.get("components") or {}
         for place, component in self._components():
             if place in saved_components:
@@ -621,6 +632,8 @@ class Strategy:
             )
         if self.config.dynamic_sampling is not None:
             parts.append(f"dynamic_sampling(max_rounds={self.config.dynamic_sampling.max_rounds})")
+        if self.config.allocation is not None:
+            parts.append(f"allocation {_component_text(self.config.allocation)}")
         if self.pre_select is not None:
             text = f"pre_select {_component_text(self.config.pre_select)}"
             if self.pre_select.skipped:
@@ -647,6 +660,8 @@ class Strategy:
             parts.append("mix=" + self.mixing.mixer.name)
         if self.pre_select is not None:
             parts.append("pre_select=" + self.pre_select.name)
+        if self.allocation is not None:
+            parts.append("allocation=" + self.allocation.name)
         return f"Strategy({self.name!r}: {', '.join(parts) or 'no-op'})"
 
 

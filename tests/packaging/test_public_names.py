@@ -16,6 +16,8 @@ from dataflex_callbacks.config import REFERENCE_KEYS, from_dataflex_rl, load_con
 
 PUBLIC = {
     "dataflex_callbacks": [
+        "AllocationRounds",
+        "Allocator",
         "ArgumentError",
         "BatchError",
         "ComponentError",
@@ -72,17 +74,27 @@ PUBLIC = {
     ],
     "dataflex_callbacks.rollout": ["Decision", "NO_DOMAIN", "RolloutBatch"],
     "dataflex_callbacks.components": [
+        "AdaptiveAllocator",
+        "Allocator",
         "PreSelectFilter",
         "PromptHistory",
         "Reweighter",
         "Scorer",
+        "ScreenAllocator",
         "Selector",
         "SkipPredictedFilter",
         "SkipZeroVarianceFilter",
     ],
     "dataflex_callbacks.mixing": ["DomainMixing", "DomainTracker", "Mixer"],
     "dataflex_callbacks.strategy": ["Decision", "Strategy", "build_strategy"],
-    "dataflex_callbacks.sampling": ["DomainMixingSampler", "SignalGroupBuffer", "SignalGroups", "signal_rows"],
+    "dataflex_callbacks.sampling": [
+        "AllocatedGroups",
+        "AllocationRounds",
+        "DomainMixingSampler",
+        "SignalGroupBuffer",
+        "SignalGroups",
+        "signal_rows",
+    ],
     "dataflex_callbacks.host": [
         "AGGREGATIONS",
         "AcceptedPrompts",

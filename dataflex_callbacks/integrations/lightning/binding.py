@@ -3,17 +3,20 @@
 One line in ``training_step`` applies the strategy::
 
     loss = self.dataflex.loss(per_token_loss, RolloutBatch(rewards, group_ids=..., completion_mask=...))
+
+With an ``allocation`` part, ``self.dataflex.allocation_rounds(keys, domains)`` tells the module how many
+completions each prompt gets next (`dataflex_callbacks.sampling.AllocationRounds`).
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, Sequence
 
 import torch
 import torch.distributed as dist
 
-from dataflex_callbacks import DataFlexError, Decision, DomainMixingSampler, RolloutBatch
+from dataflex_callbacks import AllocationRounds, DataFlexError, Decision, DomainMixingSampler, RolloutBatch
 from dataflex_callbacks.errors import user_stacklevel
 from dataflex_callbacks.host import TENSOR_FIELDS, batch_fields, decide, finish_loss, local_decision, set_group_size
 
@@ -116,6 +119,26 @@ class BoundStrategy:
         self._callback._record(decision, everyone, detached, decided)
         self._last = (step, batch, decision)
         return decision
+
+    def allocation_rounds(self, keys: Sequence[Any], domains: Sequence[str] | None = None) -> AllocationRounds:
+        """The rounds of this step's rollout allocation over ``P`` prompts (``keys``, ``domains``: one per prompt).
+
+        ``rounds.start()`` and each ``rounds.add(rewards, prompt_index, sync=...)`` return ``(P,)``: how many
+        completions each prompt gets next (0: none); ``rounds.finish()`` says which groups train (and which reuse
+        an earlier response), and carries the ``alloc/*`` metrics. Under DDP pass ``sync=True`` and give every rank
+        the same ``keys``: the rewards of every rank decide, so every rank gets the same counts. The allocator's
+        state is in the strategy's, saved with Lightning's checkpoint. A strategy without an allocation part is an
+        error naming the fix.
+        """
+        self._trainer()
+        allocator = self._callback.strategy.allocation
+        if allocator is None:
+            raise DataFlexError(
+                f"dataflex: strategy {self._callback.strategy.name!r} has no allocation part, so nothing decides how "
+                "many completions each prompt gets; add one (e.g. the 'screen' or 'adaptive' preset), or generate "
+                "your group size for every prompt"
+            )
+        return AllocationRounds(allocator, keys, domains)
 
     def _prepare_pre_select(self, pre_select, everyone: RolloutBatch) -> None:
         """Check the step's prompt keys against the sampler's, and give the filter the group size.

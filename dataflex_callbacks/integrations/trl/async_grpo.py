@@ -52,6 +52,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 from transformers import TrainerCallback
 
+from dataflex_callbacks.components.allocation import ScreenAllocator
 from dataflex_callbacks.config.fields import DynamicSamplingConfig
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.rollout.groups import every_group_equal
@@ -96,6 +97,11 @@ def async_fields(domains: bool) -> set[str]:
 def check_async_strategy(strategy) -> None:
     """Refuse, in one line naming the part, what cannot run on the samples an ``AsyncGRPOTrainer`` consumes."""
     host = "TRL's AsyncGRPOTrainer"
+    if strategy.allocation is not None and not isinstance(strategy.allocation, ScreenAllocator):
+        raise ConfigError(
+            f"dataflex: allocation {strategy.allocation.name!r} is not supported by {host}: its groups differ in size "
+            "and the trainer's batches hold num_generations samples per prompt; use 'screen', or drop the part"
+        )
     for part in strategy.parts:
         kind = part.actuator_kind
         if part.token_level:
@@ -230,6 +236,16 @@ class DataFlexAsyncCallback(TrainerCallback):
         domains = sorted(set(self._labels)) if self._labels is not None else [NO_DOMAIN]
         if self.strategy.mix_enabled and self.strategy.domains is None:
             self.strategy.bind_domains(domains)
+        if self.strategy.allocation is not None:
+            if not isinstance(worker, InProcessRolloutWorker):
+                raise ConfigError(
+                    f"dataflex: allocation screens prompts with a pilot before the rest of their group, but the "
+                    f"trainer's {type(worker).__name__} asks its server for num_generations completions per prompt "
+                    "at once; pass rollout_worker=InProcessRolloutWorker(...) (dataflex_callbacks.integrations.trl), "
+                    "or drop the part"
+                )
+            self.strategy.allocation.bind_group_size(trainer.args.num_generations)
+            worker.set_allocation(self.strategy.allocation)
         if acts_before_rollout(self.strategy):
             if not hasattr(worker, "set_prompt_feed"):
                 raise ConfigError(

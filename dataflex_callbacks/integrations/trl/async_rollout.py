@@ -9,7 +9,9 @@ this module gives it
   exactly as TRL's worker does (rewards summed over the reward functions, NaN-aware; advantage
   ``(r - mean) / (std + 1e-8)`` within the group), tagging every sample with the policy version
   it was generated with. It takes its prompts from a *prompt feed*, which a data strategy
-  replaces (`set_prompt_feed`): a prompt the strategy skips is never sent to the engine.
+  replaces (`set_prompt_feed`): a prompt the strategy skips is never sent to the engine. With an
+  ``allocation`` part (`set_allocation`) a wave is screened: a pilot of k completions per prompt, then
+  the rest of the group for the prompts the allocator commits.
 - `VLLMEngine` (a ``vllm.LLM``, vLLM's CPU build in CI) and `TransformersEngine` (the model's own
   ``generate``, for the main test suite where vLLM is not installed): ``generate`` and ``load_weights``.
 - `EngineWeightTransfer`: the trainer's weight sync loads the new weights into the engine.
@@ -262,6 +264,7 @@ class InProcessRolloutWorker:
         self.next_group_id = 0
         self.group_rows: dict[int, int] = {}  # group id -> dataset row it was generated from
         self.fed_rows: list[int] = []  # every dataset row sent to the engine, in order
+        self.allocator = None  # a ScreenAllocator screening each wave's prompts (`set_allocation`), or None
 
     # -- RolloutWorkerProtocol
     def start(self) -> None:
@@ -283,6 +286,16 @@ class InProcessRolloutWorker:
         self._feed = feed
         self.next_group_id = int(next_group_id)
 
+    def set_allocation(self, allocator) -> None:
+        """Screen each wave's prompts with ``allocator`` (a ``ScreenAllocator`` of group size ``num_generations``).
+
+        A wave then asks the engine for a pilot of k completions per prompt, the allocator decides (`AllocationRounds`
+        on the pilots' rewards), and the engine is asked for the ``num_generations - k`` further completions of the
+        committed prompts; a committed group queues its pilot and commit completions, each tagged with the policy
+        version it was generated with. An uncommitted prompt's pilot is counted (``dataflex/alloc/*``) and dropped.
+        """
+        self.allocator = allocator
+
     def row_of(self, group_id: int) -> int:
         """The dataset row group ``group_id`` was generated from."""
         return self.group_rows[group_id]
@@ -297,6 +310,9 @@ class InProcessRolloutWorker:
         """Generate ``wave_groups`` groups with the current policy, score them and queue their samples."""
         from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
 
+        if self.allocator is not None:
+            self._generate_screened_wave(RolloutSample)
+            return
         rows = [next(self._feed) for _ in range(self.wave_groups)]
         group_ids = list(range(self.next_group_id, self.next_group_id + len(rows)))
         self.next_group_id += len(rows)
@@ -312,6 +328,63 @@ class InProcessRolloutWorker:
             for sample in self._score_group(example, ids, group, version, group_id, RolloutSample):
                 sample.enqueued_at = time.time()
                 self.rollout_buffer.put_nowait(sample)
+
+    def _generate_screened_wave(self, sample_class) -> None:
+        """One wave of `set_allocation`'s screening: pilots, the allocator's decision, commits, merged groups queued."""
+        from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
+
+        rows = [int(next(self._feed)) for _ in range(self.wave_groups)]
+        self.fed_rows.extend(rows)
+        examples = [self.dataset[r] for r in rows]
+        prompt_ids = [self._prompt_ids(example["prompt"]) for example in examples]
+        rounds = AllocationRounds(self.allocator, rows)
+        pilot = int(rounds.start()[0])
+        start, pilot_version = time.perf_counter(), self.model_version
+        pilots = self.engine.generate(prompt_ids, pilot, self.max_tokens, self.temperature)
+        pilot_scores = [self._group_rewards(example, group) for example, group in zip(examples, pilots)]
+        rewards = torch.tensor(np.concatenate([_summed(arr) for arr, _ in pilot_scores]))
+        counts = rounds.add(rewards, torch.arange(len(rows)).repeat_interleave(pilot))
+        committed = counts.nonzero().flatten().tolist()
+        more, commit_version = self.num_generations - pilot, self.model_version
+        commits = (
+            self.engine.generate([prompt_ids[i] for i in committed], more, self.max_tokens, self.temperature)
+            if committed
+            else []
+        )
+        self.metrics_queue.put({"rollout/generate_s": time.perf_counter() - start})
+        commit_scores = [self._group_rewards(examples[i], group) for i, group in zip(committed, commits)]
+        commit_rewards = [_summed(arr) for arr, _ in commit_scores]
+        rounds.add(
+            torch.tensor(np.concatenate(commit_rewards)) if commit_rewards else torch.zeros(0),
+            torch.tensor(committed, dtype=torch.long).repeat_interleave(more),
+        )
+        done = rounds.finish()
+        self.metrics_queue.put({f"dataflex/{name}": value for name, value in done.metrics.items()})
+        for i, group, (values, texts) in zip(committed, commits, commit_scores):
+            group_id, self.next_group_id = self.next_group_id, self.next_group_id + 1
+            self.group_rows[group_id] = rows[i]
+            merged = list(pilots[i]) + list(group)
+            scored = (np.concatenate([pilot_scores[i][0], values], axis=1), pilot_scores[i][1] + texts)
+            versions = [pilot_version] * pilot + [commit_version] * more
+            samples = self._score_group(
+                examples[i], prompt_ids[i], merged, pilot_version, group_id, sample_class, scored, versions
+            )
+            for sample in samples:
+                sample.enqueued_at = time.time()
+                self.rollout_buffer.put_nowait(sample)
+
+    def _group_rewards(self, example: dict, group) -> tuple[np.ndarray, list[str]]:
+        """``(F, n)`` each reward function's values for one group's ``n`` completions (None as NaN), and their texts."""
+        completion_ids = [ids for ids, _ in group]
+        completions = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
+        prompts = [example["prompt"]] * len(group)
+        columns = {k: [v] * len(group) for k, v in example.items() if k != "prompt"}
+        arguments = dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
+        per_func = [
+            self._reward_values(f, name, arguments, len(group))
+            for f, name in zip(self.reward_funcs, self.reward_func_names)
+        ]
+        return np.array(per_func, dtype=float).reshape(len(self.reward_funcs), len(group)), completions
 
     @staticmethod
     def _reward_values(func: Callable, name: str, arguments: dict, count: int) -> list:
@@ -331,26 +404,29 @@ class InProcessRolloutWorker:
             raise
         return reward_values(values, name, count, where="dataflex: InProcessRolloutWorker: ")
 
-    def _score_group(self, example: dict, prompt_ids: list[int], group, version: int, group_id: int, sample_class):
-        """TRL's `_score_group` for one group: rewards summed over functions (NaN-aware), group-normalised advantage."""
-        completion_ids = [ids for ids, _ in group]
-        completions = self.tokenizer.batch_decode(completion_ids, skip_special_tokens=True)
-        prompts = [example["prompt"]] * len(group)
-        columns = {k: [v] * len(group) for k, v in example.items() if k != "prompt"}
-        arguments = dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
-        per_func = [
-            self._reward_values(f, name, arguments, len(group))
-            for f, name in zip(self.reward_funcs, self.reward_func_names)
-        ]
-        arr = np.array(per_func, dtype=float)
-        all_nan = np.all(np.isnan(arr), axis=0)
-        rewards = np.nansum(arr, axis=0)
-        rewards[all_nan] = np.nan
+    def _score_group(
+        self,
+        example: dict,
+        prompt_ids: list[int],
+        group,
+        version: int,
+        group_id: int,
+        sample_class,
+        scored: Optional[tuple[np.ndarray, list[str]]] = None,
+        versions: Optional[list[int]] = None,
+    ):
+        """TRL's `_score_group` for one group: rewards summed over functions (NaN-aware), group-normalised advantage.
+
+        ``scored``: the group's `_group_rewards` when already computed (a screened group's pilot and commit);
+        ``versions``: each completion's policy version (default: ``version`` for all).
+        """
+        arr, completions = self._group_rewards(example, group) if scored is None else scored
+        rewards = _summed(arr)
         advantages = np.zeros_like(rewards)
-        scored = ~np.isnan(rewards)
-        reward_std = float(rewards[scored].std()) if scored.any() else math.nan
-        if scored.any():
-            advantages[scored] = (rewards[scored] - rewards[scored].mean()) / (rewards[scored].std() + 1e-8)
+        valid = ~np.isnan(rewards)
+        reward_std = float(rewards[valid].std()) if valid.any() else math.nan
+        if valid.any():
+            advantages[valid] = (rewards[valid] - rewards[valid].mean()) / (rewards[valid].std() + 1e-8)
         samples = []
         for i, (ids, logps) in enumerate(group):
             metrics = {
@@ -366,12 +442,19 @@ class InProcessRolloutWorker:
                     completion_mask=np.asarray([0] * len(prompt_ids) + [1] * len(ids), dtype=np.int64),
                     old_log_probs=np.asarray([0.0] * len(prompt_ids) + logps, dtype=np.float32),
                     advantage=float(advantages[i]),
-                    model_version=version,
+                    model_version=version if versions is None else versions[i],
                     group_id=group_id,
                     metrics=metrics,
                 )
             )
         return samples
+
+
+def _summed(arr: np.ndarray) -> np.ndarray:
+    """``(n,)`` the reward of each completion: the sum over ``arr (F, n)``'s functions, NaN where every one is NaN."""
+    rewards = np.nansum(arr, axis=0)
+    rewards[np.all(np.isnan(arr), axis=0)] = np.nan
+    return rewards
 
 
 # ---------------------------------------------------------------- TRL's packed attention on a CPU

@@ -70,6 +70,7 @@ from dataflex_callbacks.host import (
     restrict_rows,
 )
 
+from .allocation import Allocation, check_allocation
 from .dynamic import DynamicSampling, check_dynamic_sampling
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import DEFAULT_DOMAIN_SOURCE, check_sampling_dataset, check_shuffle, grpo_mixing_sampler, row_key
@@ -231,6 +232,7 @@ class DataFlexCallback(TrainerCallback):
         self.options = AdapterOptions().updated(options, f"{type(self).__name__}(...)")
         self.strategy = as_strategy(strategy)
         self.dynamic: Optional[DynamicSampling] = self._dynamic_sampling()
+        self.allocation: Optional[Allocation] = self._allocation()
         self.domain_key = self.options.domain_key  # the column; resolved against the config's domain_key in bind()
         self.decisions: list[dict[str, Any]] = []
         self.last_decision = None
@@ -259,6 +261,14 @@ class DataFlexCallback(TrainerCallback):
                     "loop (docs/dynamic_sampling.md)"
                 )
             check_dynamic_sampling(None, strategy)  # no trainer: the rules on the strategy alone
+        if strategy.allocation is not None:
+            if not cls.supports_dynamic_sampling:
+                raise ConfigError(
+                    f"allocation is not supported by the TRL adapter's {cls.trainer_name} yet; remove the "
+                    "allocation part, or use DataFlexGRPOTrainer or the core AllocationRounds in your own loop "
+                    "(docs/allocation.md)"
+                )
+            check_allocation(None, strategy)
         strategy.check_host(grpo_fields(domains=True), host=f"the TRL {cls.host_class.__name__}")
 
     def _dynamic_sampling(self) -> Optional[DynamicSampling]:
@@ -267,6 +277,10 @@ class DataFlexCallback(TrainerCallback):
         if self.strategy.config.dynamic_sampling is None:
             return None
         return DynamicSampling(self.strategy)
+
+    def _allocation(self) -> Optional[Allocation]:
+        """The screening rounds when the strategy has an allocation part (checked by `check_strategy`)."""
+        return None if self.strategy.allocation is None else Allocation(self.strategy)
 
     def reconfigure(self, strategy: Any = None, **options: Any) -> None:
         """Give a callback not attached yet another strategy and/or options (what `attach` does with one
@@ -372,6 +386,10 @@ class DataFlexCallback(TrainerCallback):
             self.dynamic = self._dynamic_sampling()
         if self.dynamic is not None:
             self.dynamic.bind(trainer, self.domain_key, self.options.prompt_key_column)
+        if self.allocation is None or self.allocation.strategy is not self.strategy:
+            self.allocation = self._allocation()
+        if self.allocation is not None:
+            self.allocation.bind(trainer, self.domain_key, self.options.prompt_key_column, self._reward_index)
         self.strategy.bind_host_settings(self.host_settings)
         self.trainer = trainer
 
@@ -421,6 +439,13 @@ class DataFlexCallback(TrainerCallback):
         """Wraps ``_generate_and_score_completions``: decide on the global batch, mask the local rows."""
         if not trainer.model.training:
             return original(inputs)
+        if self.allocation is not None:  # screening rounds replace TRL's generation of its batch
+            score_round = lambda round_inputs: self._scored_round(original, round_inputs)  # noqa: E731
+            inputs, output, rewards_per_func, metrics = self.allocation.generate(trainer, score_round, inputs)
+            self._gathered_rewards = rewards_per_func
+            self._apply_strategy(trainer, inputs, output, extra_metrics=metrics)
+            self._gathered_rewards = None
+            return output
         output, rewards_per_func = self._scored_round(original, inputs)
         signal, dynamic_metrics = None, None
         if self.dynamic is not None:
@@ -519,6 +544,7 @@ class DataFlexCallback(TrainerCallback):
                     "weights": decision.weights.detach().cpu(),
                     "metrics": dict(decision.metrics),
                     "prompt_keys": list(batch.prompt_keys),
+                    "rewards": rewards.detach().cpu(),
                     "dynamic": dict(extra_metrics or {}),
                 }
             )
@@ -629,6 +655,8 @@ class DataFlexCallback(TrainerCallback):
             parts["sampler"] = self.sampler.state_dict()
         if self.dynamic is not None:
             parts["dynamic"] = self.dynamic.state_dict()
+        if self.allocation is not None:
+            parts["allocation"] = self.allocation.state_dict()
         torch.save(checkpoint_state(self.strategy, **parts), path)
         return path
 
@@ -653,6 +681,8 @@ class DataFlexCallback(TrainerCallback):
         )
         if self.dynamic is not None and saved.get("dynamic") is not None:
             self.dynamic.load_state_dict(saved["dynamic"])
+        if self.allocation is not None and saved.get("allocation") is not None:
+            self.allocation.load_state_dict(saved["allocation"])
         sampler_state = saved.get("sampler")
         if sampler_state is not None and acts_before_rollout(self.strategy):
             # HF Trainer builds the dataloader before loading the checkpoint; keep the state if it did not.

@@ -49,6 +49,15 @@ DYNAMIC_SAMPLING_REFUSAL = (
     "or max_inflight_gen_batches, as in verl's DAPO recipe); a dataflex select part then runs after verl's filter, "
     "on the groups verl trains on (docs/dynamic_sampling.md)"
 )
+# A pilot of k per prompt is possible in verl 0.9.1 (a prompt's ``__rollout_n__``), a commit that joins its group is
+# not: docs/allocation.md, "verl", names the lines.
+ALLOCATION_REFUSAL = (
+    "verl config 'dataflex': allocation is not supported by verl's v1 trainer: a commit of G - k further completions "
+    "cannot join its pilot's group, since verl 0.9.1 numbers a prompt's sessions range(n) from 0 on every submission "
+    "(verl/trainer/ppo/v1/agent_loop_tq.py:123, keys {uid}_{session_id}_{index} at line 193) and marks the uid "
+    "finished after the pilot (line 142), so the ReplayBuffer takes the pilot alone as the group; remove the "
+    "allocation part (pre_select skips prompts before generation in verl: docs/pre_select.md)"
+)
 # DataFlex-RL's replay buffer, named by its mix scripts; the package is not installed with this library.
 REFERENCE_SAMPLER_PACKAGE = "dataflex_verl"
 _warned_reference_sampler = False
@@ -128,6 +137,8 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
         raise ConfigError(f"verl config 'dataflex': {error}") from error
     if strategy.config.dynamic_sampling is not None:
         raise ConfigError(DYNAMIC_SAMPLING_REFUSAL)
+    if strategy.allocation is not None:
+        raise ConfigError(ALLOCATION_REFUSAL)
     return strategy, options
 
 

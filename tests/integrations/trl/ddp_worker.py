@@ -46,6 +46,7 @@ STRATEGIES["dynamic"] = {
     },
     "dynamic_sampling": {"max_rounds": 4},
 }
+STRATEGIES["allocation"] = {"allocation": {"name": "screen", "params": {"pilot": 2}}}
 
 
 def parity_reward(completions, **kwargs):
@@ -73,10 +74,10 @@ def main(out_dir: str, mode: str = "select") -> None:
         output_dir=os.path.join(out_dir, "run"),
         # 3 rows per rank, 2 generations per prompt: the global batch is 6 rows in 3 groups and
         # group 1 holds the last row of rank 0 and the first row of rank 1.
-        per_device_train_batch_size=3,
-        num_generations=2,
+        per_device_train_batch_size=4 if mode == "allocation" else 3,
+        num_generations=4 if mode == "allocation" else 2,
         max_completion_length=6,
-        max_steps={"select": 3, "mixing": 12, "rloo": 8, "dynamic": 4}[mode],
+        max_steps={"select": 3, "mixing": 12, "rloo": 8, "dynamic": 4, "allocation": 3}[mode],
         learning_rate=1e-3,
         seed=0,
         **loss,
@@ -93,6 +94,16 @@ def main(out_dir: str, mode: str = "select") -> None:
     )
     if mode in ("mixing", "rloo"):
         record_train_sampler(trainer)
+    engine_rows = []
+    if mode == "allocation":  # the completions this rank's generation returned, to compare with the counts
+        generate = trainer._generate_single_turn
+
+        def counting(*args, **kwargs):
+            result = generate(*args, **kwargs)
+            engine_rows.append(len(result[0]))
+            return result
+
+        trainer._generate_single_turn = counting
     trainer.train()
     history = [
         {
@@ -113,7 +124,12 @@ def main(out_dir: str, mode: str = "select") -> None:
         for entry, decision in zip(history, trainer.dataflex.decisions):
             entry["dynamic"] = decision["dynamic"]
         record["totals"] = trainer.dataflex.dynamic.buffer.totals
-    if rloo or mode == "dynamic":
+    if mode == "allocation":
+        for entry, decision in zip(history, trainer.dataflex.decisions):
+            entry["alloc"] = decision["dynamic"]
+        record["engine_rows"] = sum(engine_rows)
+        record["strategy_state"] = json.loads(json.dumps(trainer.dataflex.strategy.state_dict(), default=str))
+    if rloo or mode in ("dynamic", "allocation"):
         record["parameters"] = [float(p.detach().double().sum()) for p in trainer.model.parameters()]
     with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as handle:
         json.dump(record, handle)

@@ -498,3 +498,29 @@ def test_the_dataflex_trainer_runs_on_a_cpu_without_the_cpu_helpers(model_path, 
     assert AttentionInterface._global_mapping[TREE_ATTENTION] is cpu_tree_attention
     train_within(trainer, worker, 60)
     assert trainer.state.global_step == 1
+
+
+def test_screening_asks_the_worker_for_k_then_more_and_counts_every_completion(model_path, prompts, tmp_path):
+    trainer, worker = build(model_path, prompts, tmp_path / "screen", strategy="screen", wave_groups=4)
+    asked, generate = [], worker.engine.generate
+
+    def recording(prompt_ids, n, max_tokens, temperature=1.0):
+        asked.append((len(prompt_ids), n))
+        return generate(prompt_ids, n, max_tokens, temperature)
+
+    worker.engine.generate = recording
+    trainer.train()
+    allocator = trainer.dataflex.strategy.allocation
+    assert {n for _, n in asked} <= {2}  # pilots of k = 2, commits of G - k = 2
+    assert (
+        allocator.totals["commit_completions"] > 0
+        and allocator.totals["pilot_completions"] == 2 * allocator.totals["prompts"]
+    )
+    assert allocator.totals["pilot_completions"] + allocator.totals["commit_completions"] == sum(
+        p * n for p, n in asked
+    )
+    decisions = trainer.dataflex.decisions
+    assert decisions and all(d["keep"].numel() == B * G for d in decisions)
+    # Every queued group is a committed one: its pilot differed, so it carries signal; staleness per completion.
+    assert allocator.totals["signal_groups"] == allocator.totals["trained_groups"] > 0
+    assert len(trainer.dataflex.consumed_staleness) >= len(decisions) * B * G

@@ -1,4 +1,5 @@
-"""Two CPU processes (torchrun, gloo): a group spans both ranks, every rank reaches the same decision."""
+"""Two CPU processes (torchrun, gloo): a group spans both ranks, every rank reaches the same decision (selection,
+mixing, dynamic sampling, allocation)."""
 
 import pytest
 
@@ -41,3 +42,15 @@ def test_two_ranks_take_the_same_dynamic_sampling_rounds_when_one_rank_has_no_si
     for h in history:
         if not h["dynamic"]["dynamic/short"]:
             assert h["dynamic"]["dynamic/signal_groups"] == 3 and all(h["keep"])
+
+
+@pytest.mark.slow
+def test_two_ranks_screen_the_same_prompts_and_count_every_completion(tmp_path):
+    ranks = run_two_ranks(tmp_path, "allocation")
+    assert ranks[0]["history"] == ranks[1]["history"]
+    assert ranks[0]["strategy_state"] == ranks[1]["strategy_state"]
+    assert ranks[0]["parameters"] == ranks[1]["parameters"]
+    history = ranks[0]["history"]
+    assert len(history) == 3 and all(len(h["keep"]) == 8 for h in history)  # B = 2 groups of 4, equal shapes
+    assert history[-1]["alloc"]["alloc/generated"] == ranks[0]["engine_rows"] + ranks[1]["engine_rows"]
+    assert ranks[0]["engine_rows"] == ranks[1]["engine_rows"]

@@ -1,4 +1,5 @@
-"""The verl adapter refuses a dynamic_sampling part and points to verl's own DAPO filter."""
+"""The verl adapter refuses a dynamic_sampling part (pointing to verl's own DAPO filter) and an allocation part (naming
+the verl lines that block it)."""
 
 import pytest
 
@@ -33,3 +34,12 @@ def test_dynamic_sampling_is_refused_with_verl_filter_groups_named():
     del config.dataflex.dynamic_sampling
     strategy, _ = strategy_from_verl_config(config)
     assert strategy.select is not None
+
+
+def test_allocation_is_refused_naming_the_verl_lines_that_block_it():
+    from dataflex_callbacks.integrations.verl.config import strategy_from_verl_config
+
+    with pytest.raises(ConfigError) as info:
+        strategy_from_verl_config(OmegaConf.create({"dataflex": {"strategy": "screen"}}))
+    message = str(info.value)
+    assert "\n" not in message and "agent_loop_tq.py:123" in message and "remove the allocation part" in message

@@ -1,0 +1,302 @@
+"""Rollout allocation in TRL's GRPOTrainer: screen prompts with a pilot, commit the rest of the group where it pays.
+
+`Allocation` runs inside the adapter's wrapper of ``_generate_and_score_completions``, in place of
+TRL's own generation of its batch. A step wants B groups of G completions (B = the prompts of TRL's
+generation batch, G = ``num_generations``). Each screening round:
+
+1. takes candidate prompts (round 0: the B prompts TRL's sampler drew, then further prompts from a
+   seeded `dynamic.PromptStream` over the train dataset, ``pre_select`` skipping there too), as many as
+   ``need * G / k`` (as many completions as ``need`` plain groups, `Allocation._candidates`);
+2. generates a pilot of k completions per candidate by TRL's own method, with ``num_generations``
+   set to k for that call (TRL groups rows, and a vLLM server dedupes prompts, by it);
+3. asks the allocator (`dataflex_callbacks.sampling.AllocationRounds` on the rewards of every rank)
+   which pilots commit, keeps the first ``need`` of them, and generates their ``G - k`` further
+   completions, again by TRL's method (``num_generations = G - k``).
+
+A committed prompt's k pilot rows and G - k commit rows form one group of G. The screening rounds
+repeat until B groups are in hand; the last one allowed (``max_screens``) commits whatever prompts
+the step still needs, the rule's first (``alloc/forced_groups`` counts the others). The batch TRL
+trains on is rebuilt from the B groups (`dynamic._assemble`) and their advantages are recomputed over
+the merged groups exactly as TRL computes them (`grpo_advantages`). Pilot and commit rows are
+generated in the same step, by the same policy; each row keeps the old log-probs TRL computed in
+its own round.
+
+Several processes: rounds are decided on the rewards of every rank (all-gathered), the rows of every
+rank are gathered into the payload, every rank assembles the same B groups and keeps its block.
+Refused in one line: an allocator other than ``screen`` (its groups differ in size), a ``mix`` part,
+a ``dynamic_sampling`` part, ``G - k`` not divisible by the number of processes.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+import torch
+
+from dataflex_callbacks.components.allocation import ScreenAllocator
+from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.host import set_group_size
+from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
+
+from .dynamic import PromptStream, _all_ranks, _assemble, _check_keys, _pad_id, _row_payload
+from .sampling import row_key
+from .signals import selection_rewards
+
+NOT_SUPPORTED = "allocation in the TRL adapter does not support {what}; {fix}"
+
+
+def check_allocation(trainer, strategy) -> None:
+    """Refuse, in one line naming the setting, what the TRL allocation rounds cannot run (``trainer`` may be None)."""
+    allocator = strategy.allocation
+    if not isinstance(allocator, ScreenAllocator):
+        raise ConfigError(
+            NOT_SUPPORTED.format(
+                what=f"allocation {allocator.name!r} (its groups differ in size, TRL's batch holds num_generations "
+                "completions per prompt)",
+                fix="use 'screen', or run it in Lightning or your own loop (AllocationRounds)",
+            )
+        )
+    if strategy.mix_enabled:
+        raise ConfigError(NOT_SUPPORTED.format(what="a strategy with a mix part", fix="drop the mix part"))
+    if trainer is None:
+        return
+    if getattr(trainer, "environment_factories", None) is not None:
+        raise ConfigError(NOT_SUPPORTED.format(what="environment_factories", fix="drop the allocation part"))
+    allocator.bind_group_size(trainer.num_generations)
+    remaining, processes = trainer.num_generations - allocator.pilot, trainer.accelerator.num_processes
+    if remaining % processes:
+        raise ConfigError(
+            NOT_SUPPORTED.format(
+                what=f"num_generations - pilot = {remaining} completions per commit on {processes} processes",
+                fix=f"choose pilot so that num_generations - pilot is a multiple of {processes}",
+            )
+        )
+
+
+def grpo_advantages(trainer, rewards_per_func: torch.Tensor, group_size: int) -> torch.Tensor:
+    """``(N,)`` TRL's advantages of ``rewards_per_func (N, F)`` in contiguous groups of ``group_size`` rows.
+
+    What ``GRPOTrainer._generate_and_score_completions`` computes (TRL 1.x), for every ``scale_rewards``
+    and ``multi_objective_aggregation``: a row whose reward functions all returned None is NaN in the
+    baseline and gets advantage 0.
+    """
+    from trl.trainer.utils import nanstd
+
+    device = rewards_per_func.device
+    weights = trainer.reward_weights.to(device).unsqueeze(0)
+    unscorable = torch.isnan(rewards_per_func).all(dim=1)
+    if trainer.multi_objective_aggregation == "normalize_then_sum":
+        grouped = rewards_per_func.view(-1, group_size, rewards_per_func.shape[1])
+        mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
+        std_k = nanstd(grouped, dim=1, keepdim=True)
+        rewards = (((grouped - mean_k) / (std_k + 1e-4)).view(-1, rewards_per_func.shape[1]) * weights).nansum(dim=1)
+        rewards[unscorable] = torch.nan
+        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+        return torch.nan_to_num((rewards - torch.nanmean(rewards)) / (std + 1e-4), nan=0.0)
+    rewards = (rewards_per_func * weights).nansum(dim=1)
+    rewards[unscorable] = torch.nan
+    mean = torch.nanmean(rewards.view(-1, group_size), dim=1).repeat_interleave(group_size)
+    if trainer.scale_rewards == "batch":
+        std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
+    else:
+        std = nanstd(rewards.view(-1, group_size), dim=1).repeat_interleave(group_size)
+    advantages = rewards - mean
+    if trainer.scale_rewards != "none":
+        advantages = advantages / (std + 1e-4)
+    return torch.nan_to_num(advantages, nan=0.0)
+
+
+@contextmanager
+def generations_per_prompt(trainer, count: int) -> Iterator[None]:
+    """TRL's ``num_generations`` set to ``count`` for one call of its scoring, then restored.
+
+    TRL groups rows (``view(-1, num_generations)``) and a vLLM server dedupes prompts by it; a pilot
+    round repeats each prompt k times, a commit round G - k times.
+    """
+    saved = trainer.num_generations
+    trainer.num_generations = count
+    try:
+        yield
+    finally:
+        trainer.num_generations = saved
+
+
+class Allocation:
+    """The TRL side of rollout allocation: screening rounds, commits, and TRL's batch rebuilt from B merged groups.
+
+    Args:
+        strategy: the bound strategy; its ``allocation`` part is a `ScreenAllocator`.
+    """
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+        self.allocator: ScreenAllocator = strategy.allocation
+        self.stream: Optional[PromptStream] = None
+        self._pending_stream: Optional[dict] = None
+        self.domain_key: Optional[str] = None
+        self.prompt_key_column: Optional[str] = None
+        self.reward_index: Optional[int] = None
+
+    def bind(
+        self,
+        trainer,
+        domain_key: Optional[str] = None,
+        prompt_key_column: Optional[str] = None,
+        reward_index: Optional[int] = None,
+    ) -> None:
+        """Check the trainer's settings, bind G, and open the prompt stream of further candidates.
+
+        ``reward_index``: the reward function the pilots are judged on (the adapter's ``selection_reward``);
+        None: TRL's weighted sum.
+        """
+        check_allocation(trainer, self.strategy)
+        if self.strategy.pre_select is not None:
+            self.strategy.bind_pilot_observer()
+        self.domain_key, self.prompt_key_column, self.reward_index = domain_key, prompt_key_column, reward_index
+        self.stream = PromptStream(
+            trainer.train_dataset,
+            trainer.args.seed,
+            pre_select=self.strategy.pre_select,
+            prompt_key_column=prompt_key_column,
+            domain_key=domain_key,
+        )
+        if self._pending_stream is not None:
+            self.stream.load_state_dict(self._pending_stream)
+            self._pending_stream = None
+
+    def _candidates(self, trainer, prompts: list, need: int) -> list:
+        """``prompts`` topped up from the stream to ``need * G / k`` candidates, a count whose k rows split evenly.
+
+        A screening round pilots as many completions as ``need`` plain groups would cost. A larger round
+        commits more pilots than the step needs more often, and each one declined wastes its k completions
+        (measured on the testbed: sizing rounds by the run's commit share doubled the declined pilots); a
+        smaller one costs further screening rounds, which cost no completions.
+        """
+        generations, pilot = trainer.num_generations, self.allocator.pilot
+        processes = trainer.accelerator.num_processes
+        count = max(-(-need * generations // pilot), need)
+        while (count * pilot) % processes:
+            count += 1
+        if len(prompts) < count:
+            prompts = prompts + self.stream.draw(count - len(prompts))
+        return prompts[:count]
+
+    def generate(self, trainer, score_round: Callable, inputs: list) -> tuple[list, dict, torch.Tensor, dict]:
+        """Run one step's screening rounds from TRL's drawn ``inputs``; return what the step trains on.
+
+        Args:
+            trainer: the TRL GRPOTrainer.
+            score_round: ``score_round(inputs) -> (output, rewards_per_func (N, F))``, TRL's own scoring.
+            inputs: this rank's rows of TRL's generation batch (B prompts, each ``num_generations`` times).
+
+        Returns:
+            ``(inputs, output, rewards_per_func, metrics)``: this rank's rows of the B merged groups, their batch dict
+            (advantages recomputed over the merged groups), the ``(N, F)`` rewards of every rank, and ``alloc/*``.
+        """
+        accelerator, generations, pilot = trainer.accelerator, trainer.num_generations, self.allocator.pilot
+        pad_id = _pad_id(trainer)
+        drawn = _gathered_inputs(accelerator, inputs)[::generations]  # TRL's B prompts, in its order
+        wanted = len(drawn)
+        max_screens = self.allocator.max_screens
+        groups: list[list[dict]] = []
+        forced = declined = screens = 0
+        candidates = drawn
+        while len(groups) < wanted:
+            need, last = wanted - len(groups), screens + 1 >= max_screens
+            prompts = self._candidates(trainer, candidates, need)
+            candidates = []
+            keys = [row_key(row, self.prompt_key_column) for row in prompts]
+            domains = [self._domain(row) for row in prompts]
+            rounds = AllocationRounds(self.allocator, keys, domains, new_step=screens == 0)
+            counts = rounds.start()
+            pilot_rows, pilot_rewards = self._round(trainer, score_round, prompts, counts, pad_id)
+            index = torch.repeat_interleave(torch.arange(len(prompts)), counts)
+            counts = rounds.add(pilot_rewards, index)
+            self._observe_pilots(trainer, pilot_rewards, index, keys, domains)
+            committing = counts > 0
+            order = torch.cat([committing.nonzero().flatten(), (~committing).nonzero().flatten()])
+            chosen = order[:need] if last else committing.nonzero().flatten()[:need]
+            forced += int((~committing[chosen]).sum())
+            declined += int(committing.sum()) - int(committing[chosen].sum())
+            rounds.set_next(_only(chosen, len(prompts), generations - pilot))
+            commit_counts = rounds.asked
+            commit_rows, commit_rewards = self._round(trainer, score_round, prompts, commit_counts, pad_id)
+            rounds.add(commit_rewards, torch.repeat_interleave(torch.arange(len(prompts)), commit_counts))
+            rounds.finish()
+            starts = torch.cumsum(commit_counts, 0) - commit_counts
+            for i in sorted(chosen.tolist()):
+                first, done = int(starts[i]), pilot * i
+                groups.append(pilot_rows[done : done + pilot] + commit_rows[first : first + generations - pilot])
+            screens += 1
+        rows = [row for group in groups for row in group]
+        inputs, output, rewards_per_func = _assemble(rows, pad_id=pad_id)
+        output["advantages"] = grpo_advantages(trainer, rewards_per_func, generations)
+        per_rank = len(rows) // accelerator.num_processes
+        local = slice(accelerator.process_index * per_rank, (accelerator.process_index + 1) * per_rank)
+        metrics = self.allocator.metrics()
+        metrics.update({"alloc/screens": float(screens), "alloc/forced_groups": float(forced)})
+        metrics["alloc/declined_prompts"] = float(declined)
+        return inputs[local], {key: value[local] for key, value in output.items()}, rewards_per_func, metrics
+
+    def _observe_pilots(self, trainer, rewards: torch.Tensor, index: torch.Tensor, keys: list, domains: list) -> None:
+        """Show a ``pre_select`` filter every pilot group (the prompts it paid k completions for), once."""
+        pre_select = self.strategy.pre_select
+        if pre_select is None:
+            return
+        rows = index.tolist()
+        batch = RolloutBatch(
+            rewards.float(),
+            group_ids=index,
+            prompt_keys=[keys[i] for i in rows],
+            domains=[domains[i] for i in rows],
+        )
+        set_group_size(pre_select, self.allocator.pilot)  # a skipped prompt saves its pilot
+        pre_select.observe(batch, int(trainer.state.global_step), sync=False)
+
+    def _domain(self, row: Mapping[str, Any]) -> str:
+        return str(row[self.domain_key]) if self.domain_key is not None and self.domain_key in row else NO_DOMAIN
+
+    def _round(self, trainer, score_round: Callable, prompts: list, counts: torch.Tensor, pad_id: int):
+        """Generate ``counts[i]`` completions of ``prompts[i]`` by TRL's method; every rank's rows and rewards."""
+        rows_global = [row for row, count in zip(prompts, counts.tolist()) for _ in range(count)]
+        if not rows_global:
+            return [], torch.zeros(0)
+        accelerator = trainer.accelerator
+        per_rank = len(rows_global) // accelerator.num_processes
+        mine = rows_global[accelerator.process_index * per_rank : (accelerator.process_index + 1) * per_rank]
+        with generations_per_prompt(trainer, int(counts[counts > 0][0])):
+            output, rewards_per_func = score_round(mine)
+        _check_keys(output)
+        rows = _row_payload(*_all_ranks(accelerator, mine, output, pad_id), rewards_per_func)
+        return rows, selection_rewards(rewards_per_func, trainer.reward_weights, self.reward_index)
+
+    # ------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict:
+        """The prompt stream's position (the allocator's counts and history are in the strategy's state)."""
+        return {"stream": None if self.stream is None else self.stream.state_dict()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        if state.get("stream") is None:
+            return
+        if self.stream is None:
+            self._pending_stream = dict(state["stream"])
+        else:
+            self.stream.load_state_dict(state["stream"])
+
+
+def _only(chosen: torch.Tensor, size: int, count: int) -> torch.Tensor:
+    """``(size,)`` long: ``count`` at the ``chosen`` prompts, 0 elsewhere."""
+    counts = torch.zeros(size, dtype=torch.long)
+    counts[chosen] = count
+    return counts
+
+
+def _gathered_inputs(accelerator, inputs: list) -> list:
+    if accelerator.num_processes == 1:
+        return list(inputs)
+    from accelerate.utils import gather_object
+
+    return gather_object(list(inputs))

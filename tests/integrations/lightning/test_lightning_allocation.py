@@ -1,0 +1,82 @@
+"""`examples/lightning_allocation.py` with the real Lightning Trainer: the strategy says how many completions each
+prompt gets next, and every completion is counted."""
+
+import importlib.util
+import os
+
+import pytest
+
+from dataflex_callbacks import DataFlexError
+from dataflex_callbacks.integrations.lightning import DataFlexCallback
+from dataflex_callbacks.recipes.tasks import load_task_suite
+from lightning_toy import toy_trainer
+
+EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "lightning_allocation.py")
+
+
+def load_example():
+    spec = importlib.util.spec_from_file_location("lightning_allocation", EXAMPLE)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
+    return example
+
+
+def fit(strategy, steps=3, n_train=16):
+    example = load_example()
+    train = load_task_suite(seed=0, n_train=n_train, n_test=1)["train"]
+    module = example.AllocatedGRPOModule(train, prompts_per_step=4)
+    asked = []
+    generate = module.generate
+
+    def recording(rows, counts, round_index):
+        asked.append(counts.clone())
+        return generate(rows, counts, round_index)
+
+    module.generate = recording
+    callback = DataFlexCallback(strategy)
+    trainer = toy_trainer([callback], max_steps=steps)
+    trainer.fit(module)
+    return module, callback, trainer, asked
+
+
+def test_screening_tells_the_module_the_counts_and_counts_every_completion():
+    module, callback, trainer, asked = fit("screen")
+    allocator = callback.strategy.allocation
+    assert allocator.group_size == module.group_size
+    assert all(set(counts.tolist()) <= {0, 2} for counts in asked[::2])  # pilots: 2 each
+    metrics = trainer.callback_metrics
+    assert metrics["dataflex/alloc/generated"].item() == module.generated_rows == sum(int(c.sum()) for c in asked)
+    assert allocator.totals["pilot_completions"] == 2 * 4 * 3
+    # A committed group holds its pilot and its commit: G rows; a unanimous pilot got no commit.
+    assert allocator.totals["commit_completions"] == 2 * allocator.totals["trained_groups"]
+    assert allocator.totals["signal_groups"] == allocator.totals["trained_groups"]
+
+
+def test_adaptive_stages_until_a_correct_answer_up_to_the_cap():
+    strategy = {"allocation": {"name": "adaptive", "params": {"stage": 2, "cap": 4}}}
+    module, callback, trainer, asked = fit(strategy, steps=4)
+    allocator = callback.strategy.allocation
+    assert allocator.totals["pilot_completions"] + allocator.totals["commit_completions"] == module.generated_rows
+    assert all(int(c.max()) <= 2 for c in asked) and allocator.totals["commit_completions"] > 0
+
+
+def test_reuse_gives_an_all_wrong_group_an_earlier_correct_response_counted_apart():
+    # One prompt per domain, the same four every step: the fair-coin prompt is solved one step, all wrong another.
+    strategy = {"allocation": {"name": "adaptive", "params": {"stage": 2, "cap": 2, "reuse": True}}}
+    module, callback, trainer, asked = fit(strategy, steps=8, n_train=1)
+    allocator = callback.strategy.allocation
+    reused = allocator.totals["reused_responses"]
+    assert reused > 0, "no group reused a response: the test is void"
+    assert reused == trainer.callback_metrics["dataflex/alloc/reused_responses"].item()
+    assert allocator.totals["pilot_completions"] + allocator.totals["commit_completions"] == module.generated_rows
+    assert trainer.callback_metrics["dataflex/alloc/reused_share"].item() == pytest.approx(
+        reused / (module.generated_rows + reused)
+    )
+
+
+def test_a_strategy_without_an_allocation_part_is_named():
+    example = load_example()
+    module = example.AllocatedGRPOModule(load_task_suite(seed=0, n_train=8, n_test=1)["train"], prompts_per_step=4)
+    trainer = toy_trainer([DataFlexCallback("diffband")], max_steps=1)
+    with pytest.raises(DataFlexError, match="no allocation part"):
+        trainer.fit(module)
