@@ -22,7 +22,8 @@ import time
 
 
 def measure_profile(folder: str, seed: int = 0, k: int = 8) -> dict:
-    """Greedy accuracy on the eval split and pass rates over `k` samples on the train split, per level."""
+    """Per level: greedy accuracy, sampled pass@1 and pass@k over `k` samples on the eval split, and the pass rates
+    over `k` samples on the train split (the shares of training groups solved k/k, 0/k and mixed)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -34,6 +35,7 @@ def measure_profile(folder: str, seed: int = 0, k: int = 8) -> dict:
     eval_rows = testbed.testbed_dataset(seed, "eval")
     completions = testbed.greedy_completions(model, tokenizer, [row["prompt"] for row in eval_rows])
     greedy = [testbed.verify(c, row["answer"]) for c, row in zip(completions, eval_rows)]
+    eval_counts = testbed.pass_counts(model, tokenizer, eval_rows, k=k, seed=seed)
     train_rows = testbed.testbed_dataset(seed, "train")
     counts = testbed.pass_counts(model, tokenizer, train_rows, k=k, seed=seed)
     digest = hashlib.sha256("\n".join(completions).encode("utf-8")).hexdigest()
@@ -43,6 +45,7 @@ def measure_profile(folder: str, seed: int = 0, k: int = 8) -> dict:
         "threads": torch.get_num_threads(),
         "seconds": time.perf_counter() - started,
         "eval_greedy": testbed.profile_table(eval_rows, greedy, None),
+        "eval_pass": testbed.profile_table(eval_rows, greedy, eval_counts, k=k),
         "eval_greedy_digest": digest,
         "train_pass": testbed.profile_table(train_rows, None, counts, k=k),
     }
@@ -73,7 +76,7 @@ def main(argv=None) -> int:
     profile = measure_profile(args.output)
     with open(os.path.join(args.output, "profile.json"), "w") as handle:
         json.dump(profile, handle, indent=2, sort_keys=True)
-    print("greedy accuracy on the eval split:\n" + testbed.format_table(profile["eval_greedy"]))
+    print(f"the eval split, greedy and over {profile['k']} samples:\n" + testbed.format_table(profile["eval_pass"]))
     print("pass rates over 8 samples on the train split:\n" + testbed.format_table(profile["train_pass"]))
     return 0
 

@@ -341,6 +341,7 @@ class Allocator(Component):
         out["alloc/step_generated"] = self.step_counts["pilot_completions"] + self.step_counts["commit_completions"]
         out["alloc/step_trained_groups"] = self.step_counts["trained_groups"]
         out["alloc/step_signal_groups"] = self.step_counts["signal_groups"]
+        out["alloc/step_reused_responses"] = self.step_counts["reused_responses"]
         generated = out["alloc/generated"]
         out["alloc/reused_share"] = self.totals["reused_responses"] / max(
             generated + self.totals["reused_responses"], 1.0
@@ -351,7 +352,7 @@ class Allocator(Component):
         return out
 
     def start_step(self) -> None:
-        """Start a step's counts (``alloc/step_generated``, ``alloc/step_trained_groups``); a host calls it first."""
+        """Start a step's counts (``alloc/step_generated``, ``alloc/step_signal_groups``...); a host calls it first."""
         self.step_counts = dict.fromkeys(COUNTERS, 0.0)
 
     def state_dict(self) -> dict:

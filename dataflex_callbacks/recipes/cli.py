@@ -92,14 +92,20 @@ def _command_run(args) -> int:
     except RunInputError as error:
         return _fail(str(error))
     print(f"run folder: {result.output_dir} ({result.wall_seconds:.0f}s)")
+    from .held_out import fallback_warning, headline_line
+
     sampled = result.sampled  # sampled pass@1 columns beside the greedy ones, when it was computed
     heading = "" if sampled is None else f"   sampled pass@1 (k={sampled['k']}, T={sampled['temperature']:g})"
-    print(f"held-out accuracy   before  after{heading}")
+    print(f"held-out greedy     before  after{heading}")
     for domain in result.eval_after:
         line = f"  {domain:<16} {result.eval_before.get(domain, float('nan')):6.2f} {result.eval_after[domain]:6.2f}"
         if sampled is not None:
             line += f"   {sampled['before'].get(domain, float('nan')):6.2f} {sampled['after'][domain]:6.2f}"
         print(line)
+    print(headline_line(result.headline))
+    fallback = fallback_warning(result.headline)  # --eval-samples 0: said, not switched silently
+    if fallback is not None:
+        print(f"dataflex run: warning: {fallback}", file=sys.stderr)
     return 0
 
 

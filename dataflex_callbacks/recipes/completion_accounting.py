@@ -2,7 +2,9 @@
 
 `RecordMetrics` (built by `metrics_callback`) is the trainer callback that keeps the records
 (the rows of metrics.jsonl) and drives the progress bar; `scheduled_completions` and
-`signal_accounting` are the counts it uses, and `dataflex compare`'s budget reads `GENERATED_KEY`.
+`signal_accounting` are the counts it uses. A strategy part that generates more than TRL's schedule (dynamic
+sampling's rounds, rollout allocation's pilots and commits) logs the step's generated completions (`GENERATED_KEYS`);
+`logged_generated` reads them here and in `dataflex compare`'s budget, so both count every completion alike.
 """
 
 from __future__ import annotations
@@ -31,15 +33,43 @@ def step_record(step: int, logs: dict, domains: list[str]) -> dict:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
 
 
-GENERATED_KEY = "dataflex/dynamic/generated"
-"""The step's generated completions (all rounds), logged by a strategy with a ``dynamic_sampling`` part."""
+GENERATED_KEYS = ("dataflex/dynamic/generated", "dataflex/alloc/step_generated")
+"""The step's generated completions, every round, logged by a strategy part that generates more than TRL's schedule:
+dynamic sampling (its rounds) and rollout allocation (its pilots and commits; never both, the two are refused together).
+`logged_generated` reads them."""
+GENERATED_TOKENS_KEY = "dataflex/alloc/step_generated_tokens"
+"""The completion tokens of every completion the step generated (pilots and commits), logged by the TRL adapter for a
+strategy with an ``allocation`` part, whose generation calls differ in size (TRL's logged mean length averages them)."""
+REUSED_KEY = "dataflex/alloc/step_reused_responses"
+"""Earlier responses an ``allocation`` part reused in the step's groups: trained, but not generated (no cost)."""
 KEPT_TOKENS_KEY = "dataflex/kept_tokens"
 """The completion tokens of the responses a strategy kept in the loss of a generation batch (all processes), logged by
 the TRL adapter; absent without a strategy (every response is trained)."""
 SIGNAL_GROUPS_KEY = "dataflex/dynamic/signal_groups"
 """The signal groups a dynamic-sampling step trained on, logged by a strategy with a ``dynamic_sampling`` part."""
+ALLOCATION_SIGNAL_GROUPS_KEY = "dataflex/alloc/step_signal_groups"
+"""The trained groups of an allocation step whose rewards differ, logged by a strategy with an ``allocation`` part."""
 ZERO_STD_KEY = "frac_reward_zero_std"
 """TRL's logged fraction of the generation batch's groups whose rewards are all equal (all processes)."""
+
+
+def logged_generated(logs: dict) -> int | None:
+    """The step's generated completions as its strategy logged them (`GENERATED_KEYS`), or None when it logged none
+    (TRL's schedule counts the step: `scheduled_completions`)."""
+    for key in GENERATED_KEYS:
+        if logs.get(key) is not None:
+            return int(round(float(logs[key])))
+    return None
+
+
+def generated_tokens(logs: dict, generated: int) -> float | None:
+    """The completion tokens of the step's `generated` completions: `GENERATED_TOKENS_KEY` where logged, else TRL's
+    logged ``completions/mean_length`` times `generated` (exact when every generation call of the step had the same
+    size); None when neither is logged or finite."""
+    for value, count in ((logs.get(GENERATED_TOKENS_KEY), 1), (logs.get("completions/mean_length"), generated)):
+        if value is not None and math.isfinite(float(value)):
+            return float(value) * count
+    return None
 
 
 def scheduled_completions(args, global_step: int) -> int:
@@ -47,7 +77,7 @@ def scheduled_completions(args, global_step: int) -> int:
 
     TRL generates ``generation_batch_size`` completions at micro-steps 0, G, 2G, ... with
     G = ``steps_per_generation * num_iterations``. Pre-rollout selection changes which prompts are
-    generated, never how many; dynamic sampling generates more (its logged `GENERATED_KEY` counts them).
+    generated, never how many; dynamic sampling and rollout allocation generate more (`logged_generated` counts them).
     """
     micro = int(args.gradient_accumulation_steps)
     every = int(args.steps_per_generation) * int(getattr(args, "num_iterations", 1) or 1)
@@ -74,6 +104,9 @@ def signal_accounting(
     Dynamic sampling (`SIGNAL_GROUPS_KEY` logged): the signal groups it trained, and the step's
     growth of its buffer's ``totals["zero_signal_completions"]`` (`zero_signal_total`, read after the
     step; the buffer judges every generated group, trained or not, with the strategy's select part).
+    Rollout allocation (`ALLOCATION_SIGNAL_GROUPS_KEY` logged): the trained groups whose rewards differ, each of
+    ``num_generations`` generated completions (its pilot and its commit); every other generated completion (pilots
+    not committed or not needed, groups trained without signal) is on the zero-signal side.
     Otherwise every generated group is trained, and a group carries signal when its rewards are not
     all equal: TRL's `ZERO_STD_KEY` (reward std close to 0) gives the share that are. None when the
     step's logs (or a missing buffer) cannot tell.
@@ -82,6 +115,9 @@ def signal_accounting(
     `user_reward.ScoredRewards`). TRL gives them a NaN spread, which `ZERO_STD_KEY` does not count, so
     they are moved to the zero-signal side here; never a signal group, with or without dynamic sampling.
     """
+    if logs.get(ALLOCATION_SIGNAL_GROUPS_KEY) is not None:
+        signal_groups = int(round(float(logs[ALLOCATION_SIGNAL_GROUPS_KEY])))
+        return signal_groups, max(int(generated) - signal_groups * int(num_generations), 0)
     if logs.get(SIGNAL_GROUPS_KEY) is not None:
         zero_signal = None if zero_signal_total is None else int(zero_signal_total - zero_signal_before)
         scored_groups = max(generated // num_generations - unscored_groups, 0)
@@ -106,14 +142,21 @@ def metrics_callback(records: list[dict], domains: list[str], steps: int, progre
     class RecordMetrics(TrainerCallback):
         """Keep one record per optimizer step, count generated completions and signal groups, drive the progress bar.
 
-        Each record holds the step's ``generated`` completions, the cumulative ``completions``, the
-        step's trained ``signal_groups`` and ``zero_signal_completions`` (`signal_accounting`).
+        Each record holds the step's ``generated`` completions (`logged_generated` where the strategy logged them:
+        every dynamic-sampling round, every allocation pilot and commit; else TRL's schedule) and their
+        ``generated_tokens`` (`generated_tokens`), the cumulative ``completions``, the step's trained
+        ``signal_groups`` and ``zero_signal_completions`` (`signal_accounting`), and with an allocation part the
+        step's ``reused_responses`` (trained, not generated: they count in neither ``generated`` nor ``completions``).
         ``buffer`` is the adapter's dynamic-sampling buffer, set once the trainer exists (None without one).
+        The totals: ``completions``, ``generated_tokens`` (None once a step's logs could not tell them) and
+        ``reused_responses``.
         """
 
         def __init__(self):
             self.bar = None
             self.completions = 0
+            self.generated_tokens: float | None = 0.0
+            self.reused_responses = 0
             self.signal_groups = 0
             self.zero_signal_completions = 0
             self.signal_counted = True  # False once a step's logs could not tell its signal groups
@@ -135,10 +178,18 @@ def metrics_callback(records: list[dict], domains: list[str], steps: int, progre
             if not logs or "loss" not in logs:
                 return  # the end-of-training summary has no per-step metrics
             generated = self._scheduled
-            if logs.get(GENERATED_KEY) is not None:  # dynamic sampling generated every round it needed
-                generated = int(round(logs[GENERATED_KEY]))
+            logged = logged_generated(logs)
+            if logged is not None:  # dynamic sampling's rounds, allocation's pilots and commits: every one counts
+                generated = logged
                 self.completions += generated - self._scheduled
             self._scheduled = 0
+            tokens = generated_tokens(logs, generated) if generated else 0.0
+            if tokens is None or self.generated_tokens is None:
+                self.generated_tokens = None
+            else:
+                self.generated_tokens += tokens
+            reused = None if logs.get(REUSED_KEY) is None else int(round(float(logs[REUSED_KEY])))
+            self.reused_responses += reused or 0
             zero_total = None if self.buffer is None else int(self.buffer.totals["zero_signal_completions"])
             unscored, unscored_groups = (None, 0) if scoring is None else scoring.take()
             signal_groups, zero_signal = signal_accounting(
@@ -155,9 +206,12 @@ def metrics_callback(records: list[dict], domains: list[str], steps: int, progre
             record.update(
                 completions=self.completions,
                 generated=generated,
+                generated_tokens=None if tokens is None else round(tokens, 3),
                 signal_groups=signal_groups,
                 zero_signal_completions=zero_signal,
             )
+            if reused is not None:  # an allocation part: responses reused, not generated
+                record["reused_responses"] = reused
             if unscored is not None:  # the user's reward: completions no function scored this step
                 record["unscored_completions"] = unscored
             records.append(record)

@@ -1,8 +1,9 @@
-"""The run folder of `dataflex run`: its path checks, its creation and clean-up, and the plot written into it."""
+"""The run folder of `dataflex run`: its path checks, its creation and clean-up, and the files written into it."""
 
 from __future__ import annotations
 
 import datetime as _datetime
+import json
 import os
 import shutil
 
@@ -96,6 +97,21 @@ class OutputFolder:
                 shutil.rmtree(target, ignore_errors=True)
             elif os.path.exists(target):
                 os.remove(target)
+
+
+def write_run_files(output_dir: str, config: dict, metrics: list[dict], evaluation: dict, domains: list[str]) -> dict:
+    """Write the run files (`RUN_FILES`) into `output_dir`: config.json, metrics.jsonl (one line per step), eval.json
+    (the held-out evaluation, `held_out.HeldOutEvaluation.record`) and plot.png; returns `name -> path`."""
+    files = {name: os.path.join(output_dir, name) for name in RUN_FILES}
+    with open(files["config.json"], "w") as handle:
+        json.dump(config, handle, indent=2, sort_keys=True, default=str)
+    with open(files["metrics.jsonl"], "w") as handle:
+        for record in metrics:
+            handle.write(json.dumps(record, sort_keys=True) + "\n")
+    with open(files["eval.json"], "w") as handle:
+        json.dump(evaluation, handle, indent=2, sort_keys=True)
+    write_plot(files["plot.png"], metrics, domains)
+    return files
 
 
 def domain_colors(domains: list[str]) -> dict[str, object]:

@@ -15,7 +15,6 @@ fails removes the folder it created.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import sys
@@ -41,14 +40,14 @@ from .options import (
     reward_name,
     with_suite_defaults,
 )
-from .user_reward import ScoredRewards, checked_values
+from .held_out import SAMPLED, HeldOutEvaluation
+from .user_reward import ScoredRewards
 from .run_folder import (
-    RUN_FILES,
     TRAINER_FOLDER,
     OutputFolder,
     check_folder_path,  # noqa: F401
     resolve_output_dir,
-    write_plot,
+    write_run_files,
 )
 
 NO_STRATEGY = ("none",)
@@ -64,6 +63,7 @@ class RunResult:
     eval_before: dict[str, float]
     eval_after: dict[str, float]
     wall_seconds: float
+    headline: dict  # eval.json's `headline`: metric, levels, rows, before, after (held_out.Headline.record)
     files: dict[str, str] = field(default_factory=dict)
     sampled: dict | None = None  # eval.json's `sampled_pass_at_1`: k, temperature, before, after; None when off
 
@@ -181,21 +181,25 @@ def load_data(options: RunOptions) -> RunData:
 
 
 def testbed_data(options: RunOptions) -> RunData:
-    """The testbed's `train` split (its calibrated mix per level, or `n_train` rows per level) and `eval` split
-    (`n_test` rows per level), levels as domains, answers checked exactly (docs/testbed.md)."""
+    """The testbed's `train` split (its mix per level, or `n_train` rows per level) and `eval` split (its held-out
+    rows per level, or `n_test`), levels as domains, answers checked exactly (docs/testbed.md).
+
+    Without `--domains` the levels are those of the train mix (`testbed.TRAIN_ROWS`); a level outside it gets
+    `testbed.OTHER_LEVEL_ROWS` rows of each split, or all its split holds when that is fewer."""
     from datasets import Dataset
 
     from dataflex_callbacks.recipes import testbed
     from dataflex_callbacks.recipes.tasks.suite import prompt_key
 
-    levels = list(testbed.LEVELS) if options.domains is None else list(options.domains)
+    levels = list(testbed.TRAIN_ROWS) if options.domains is None else list(options.domains)
     unknown = [name for name in levels if name not in testbed.LEVELS]
     if unknown:
         raise RunInputError(
             f"unknown testbed level(s) {unknown} in --domains; the levels are "
             f"{', '.join(testbed.LEVELS)} (--suite toy has the domains echo, digit, code, coin)"
         )
-    per_level = {name: testbed.TRAIN_ROWS[name] for name in levels} if options.n_train is None else options.n_train
+    per_level = testbed.default_rows("train", levels) if options.n_train is None else options.n_train
+    held_out = testbed.default_rows("eval", levels) if options.n_test is None else options.n_test
 
     def table(rows):
         return Dataset.from_dict(
@@ -208,7 +212,7 @@ def testbed_data(options: RunOptions) -> RunData:
         )
 
     train = testbed.testbed_dataset(options.seed, "train", per_level, levels=levels)
-    test = testbed.testbed_dataset(options.seed, "eval", options.n_test, levels=levels)
+    test = testbed.testbed_dataset(options.seed, "eval", held_out, levels=levels)
     return RunData(table(train), table(test), {"verifier": "exact", "builtin_domains": False}, "domain")
 
 
@@ -352,60 +356,6 @@ def model_path(options: RunOptions) -> str:
     return load_testbed_model_path()
 
 
-# --------------------------------------------------------------------------- held-out scoring
-
-
-def reward_accuracy(model, tokenizer, dataset, reward, threshold: float, max_new_tokens: int) -> dict[str, float]:
-    """Held-out accuracy under the user's reward: a row is correct when `reward` gives its greedy completion at least
-    `threshold` (None counts as wrong); per domain and `overall` (mean over rows).
-
-    `reward` is called once, as TRL calls a reward function: ``reward(prompts=..., completions=..., **columns)``
-    with every other column of `dataset` as a list (chat prompts get chat completions).
-    """
-    from dataflex_callbacks.recipes.tasks.evaluation import generate_greedy
-
-    prompts = list(dataset["prompt"])
-    texts = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens)
-    completions = [
-        text if isinstance(prompt, str) else [{"role": "assistant", "content": text}]
-        for prompt, text in zip(prompts, texts)
-    ]
-    columns = {name: list(dataset[name]) for name in dataset.column_names if name != "prompt"}
-    values = checked_values(reward, reward(prompts=prompts, completions=completions, **columns), len(prompts))
-    correct = [value >= threshold for value in values]  # NaN (None) compares False: wrong
-    domains = [str(d) for d in columns.get("domain", [NO_DOMAIN] * len(prompts))]
-    result = {
-        name: sum(c for c, d in zip(correct, domains) if d == name) / domains.count(name)
-        for name in sorted(set(domains))
-    }
-    result["overall"] = sum(correct) / len(correct) if correct else 0.0
-    return result
-
-
-def held_out_scorer(options: RunOptions, test, reward_settings: dict):
-    """`score(model, tokenizer) -> {domain: accuracy, "overall": ...}` on the held-out rows.
-
-    With `options.reward`, `reward_accuracy` under the first reward function and `options.reward_threshold`;
-    else the built-in verifier (`tasks.evaluate`).
-    """
-    from dataflex_callbacks.recipes import tasks
-
-    options = with_suite_defaults(options)  # the threshold's default with --reward
-    rewards = resolve_rewards(options)
-    if rewards is not None:
-
-        def score(model, tokenizer):
-            return reward_accuracy(model, tokenizer, test, rewards[0], options.reward_threshold, eval_tokens(options))
-
-        return score
-    eval_settings = dict(max_new_tokens=eval_tokens(options), seed=options.seed, **reward_settings)
-
-    def score(model, tokenizer):
-        return tasks.evaluate(model, tokenizer, test, **eval_settings)
-
-    return score
-
-
 # --------------------------------------------------------------------------- trainer
 
 
@@ -538,6 +488,8 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         output_dir=trainer_dir,
         max_steps=options.steps,
         per_device_train_batch_size=options.prompts_per_step * options.num_generations,
+        # Recomputing activations saves memory a 1M-parameter model does not need and costs a quarter of each step.
+        **({} if options.model is not None else {"gradient_checkpointing": False}),
         num_generations=options.num_generations,
         max_completion_length=completion_length,
         temperature=options.temperature,
@@ -576,24 +528,16 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
     for noisy_callback in (PrinterCallback, ProgressCallback):  # our callback prints the progress instead
         trainer.remove_callback(noisy_callback)
 
-    # Before and after are the same computation on the same device (the trainer has placed the model):
-    # `tasks.evaluate` holds dtype, cache, padding and batching fixed.
-    score = held_out_scorer(options, test, reward_settings)
-    eval_before = score(trainer.model, tokenizer)
-    sampled = None  # sampled pass@1 (tasks.sampled_pass_at_1) with the built-in verifier; it forks the RNG
-    if options.eval_samples and user_rewards is None:
-        sampled = {"k": options.eval_samples, "temperature": options.temperature}
-        sampled_settings = dict(**sampled, max_new_tokens=eval_length, seed=options.seed, **reward_settings)
-        sampled["before"] = tasks.sampled_pass_at_1(trainer.model, tokenizer, test, **sampled_settings)
+    # Before and after: one fixed computation on the device the trainer placed the model on (tasks/evaluation.py).
+    evaluation = HeldOutEvaluation(options, test, reward_settings)
+    before = evaluation(trainer.model, tokenizer)
     trainer.train()
     if trainer.state.global_step == 0:
         raise RunInputError(
             f"training performed 0 optimizer steps ({len(train)} training rows, {options.prompts_per_step} prompts "
             "per step): nothing was trained; add training rows or lower --prompts-per-step"
         )
-    eval_after = score(trainer.model, tokenizer)
-    if sampled is not None:
-        sampled["after"] = tasks.sampled_pass_at_1(trainer.model, tokenizer, test, **sampled_settings)
+    held_out = evaluation.record(before, evaluation(trainer.model, tokenizer))
     shutil.rmtree(trainer_dir, ignore_errors=True)
 
     config = {
@@ -610,6 +554,9 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         "n_test_rows": len(test),
         "n_test_rows_per_domain": {d: sum(1 for x in test["domain"] if x == d) for d in sorted(set(test["domain"]))},
         "completions_generated": callback.completions,
+        "generated_tokens": callback.generated_tokens,
+        # Earlier correct responses an allocation part reused: trained, not generated (docs/allocation.md).
+        "reused_responses": callback.reused_responses,
         "signal_groups_trained": callback.signal_groups if callback.signal_counted else None,
         "zero_signal_completions": callback.zero_signal_completions if callback.signal_counted else None,
         # Training completions to which no reward function gave a number (None or NaN from every one); None
@@ -638,18 +585,7 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         },
         "versions": _versions(),
     }
-    files = {name: os.path.join(output_dir, name) for name in RUN_FILES}
-    with open(files["config.json"], "w") as handle:
-        json.dump(config, handle, indent=2, sort_keys=True, default=str)
-    with open(files["metrics.jsonl"], "w") as handle:
-        for record in records:
-            handle.write(json.dumps(record, sort_keys=True) + "\n")
-    evaluation = {"before": eval_before, "after": eval_after}
-    if sampled is not None:  # --eval-samples 0 (or --reward) writes the greedy figures alone
-        evaluation["sampled_pass_at_1"] = sampled
-    with open(files["eval.json"], "w") as handle:
-        json.dump(evaluation, handle, indent=2, sort_keys=True)
-    write_plot(files["plot.png"], records, domains)
+    files = write_run_files(output_dir, config, records, held_out, domains)
     unscored = (
         None
         if scoring is None
@@ -661,9 +597,10 @@ def _train_and_record(options, callbacks, started, output_dir, strategy, train, 
         output_dir=output_dir,
         config=config,
         metrics=records,
-        eval_before=eval_before,
-        eval_after=eval_after,
-        sampled=sampled,
+        eval_before=held_out["before"],
+        eval_after=held_out["after"],
+        sampled=held_out.get(SAMPLED),
+        headline=held_out["headline"],
         wall_seconds=time.perf_counter() - started,
         files=files,
     )

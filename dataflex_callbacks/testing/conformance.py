@@ -1,4 +1,5 @@
-"""Conformance checks for strategy components: run your scorer, selector, reweighter or mixer through `check_component`.
+"""Conformance checks for strategy components: run your scorer, selector, reweighter, mixer or allocator through
+`check_component`.
 
 ``check_component`` feeds a component random batches (unequal, interleaved groups, variable
 lengths, NaN and infinite signals cleaned as a strategy's ``nan_policy`` cleans them) and
@@ -24,6 +25,9 @@ checks the contract its base class documents:
 * ``state_dict``: a second instance loading the first's state gives the same results (skipped
   for stateless components).
 
+A rollout allocator (kind ``allocation``) is driven through a host's rounds instead (`_allocator_checks`: its
+answers' contract, its counts of generated completions, per prompt as in the batch, CUDA, state).
+
 A failure raises `ConformanceError` (an ``AssertionError``) naming the check and the component.
 """
 
@@ -40,6 +44,7 @@ import torch
 from dataflex_callbacks.rollout.batch import RolloutBatch
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.mixing.mixers import Mixer
+from dataflex_callbacks.testing._allocator_checks import AllocatorChecks
 from dataflex_callbacks.testing._random_batches import (
     BATCH_FIELDS,
     batch_rows,
@@ -49,6 +54,7 @@ from dataflex_callbacks.testing._random_batches import (
     random_batch,
 )
 from dataflex_callbacks.registry import KINDS, Component, component_class
+from dataflex_callbacks.components.allocation import Allocator
 from dataflex_callbacks.components.reweighters import Reweighter
 from dataflex_callbacks.components.scorers import Scorer
 from dataflex_callbacks.components.selectors import Selector
@@ -66,7 +72,7 @@ __all__ = [
     "drop_policy_batch",
 ]
 
-BASES = {"scorer": Scorer, "selector": Selector, "reweighter": Reweighter, "mixer": Mixer}
+BASES = {"scorer": Scorer, "selector": Selector, "reweighter": Reweighter, "mixer": Mixer, "allocation": Allocator}
 SCOPES = ("row", "group", "batch")
 GRANULARITIES = ("response", "token")
 FLOAT_TOLERANCE = {"rtol": 1e-5, "atol": 1e-6}
@@ -110,14 +116,14 @@ def check_component(
 
     Args:
         component: a component class, an instance, or a registered name (then ``kind`` is needed).
-        kind: ``scorer``, ``selector``, ``reweighter`` or ``mixer``; inferred from the base class.
+        kind: ``scorer``, ``selector``, ``reweighter``, ``mixer`` or ``allocation``; inferred from the base class.
         params: constructor parameters when ``component`` is a class or a name.
         reference: a plain per-group function, called like the component on each part the group
             loop runs alone (a group; a row for a row-scope scorer or selector; the whole batch for
             ``scope="batch"``) and compared with the component's result there:
             ``reference(batch) -> scores`` for a scorer, ``reference(scores, batch) -> keep`` for a
             selector, ``reference(scores, batch, mask) -> weights`` for a reweighter and
-            ``reference(tracker) -> {domain: p}`` for a mixer.
+            ``reference(tracker) -> {domain: p}`` for a mixer; none for an allocator.
         seed: seeds the random batches.
         domains: the domains a mixer is bound to when it has none.
 
@@ -127,6 +133,12 @@ def check_component(
     """
     kind, initial = _build(component, kind, dict(params or {}))
     report = ConformanceReport(component=str(getattr(initial, "name", type(initial).__name__)), kind=kind)
+    if kind == "allocation":
+        if reference is not None:
+            raise ConfigError("check_component has no reference= check for an allocator; drop reference=")
+        shared = _Checker(kind, initial, report, None, seed, list(domains))
+        AllocatorChecks(initial, shared.fail, shared.passed, shared.skip, seed, cuda_device()).run()
+        return report
     checker = _MixerChecker if kind == "mixer" else _BatchChecker
     checker(kind, initial, report, reference, seed, list(domains)).run()
     return report

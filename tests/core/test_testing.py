@@ -11,6 +11,7 @@ import torch
 import custom_components
 from custom_components import BestOfGroup, GroupCenteredReward, LinearWeights, LowestRewardFirst, RunningBaselineReward
 from dataflex_callbacks import Mixer, Reweighter, Scorer, Selector, list_components
+from dataflex_callbacks.components.allocation import AdaptiveAllocator, ScreenAllocator
 from dataflex_callbacks.testing import ConformanceError, ConformanceReport, check_component
 from dataflex_callbacks.testing import conformance
 
@@ -256,3 +257,86 @@ def test_bad_arguments_are_errors():
         check_component("skip_zero_variance", kind="pre_select")
     with pytest.raises(ValueError, match="instance and params="):
         check_component(LinearWeights(), params={"offset": 1.0})
+
+
+# ---------------------------------------------------------------- allocators (kind "allocation")
+
+ALLOCATOR_CHECKS = ["declarations", "output contract", "counts", "group loop", "state_dict"]
+ALLOCATOR_VARIANTS = [
+    {},
+    {"pilot": 1},
+    {"rule": "posterior", "min_signal": 0.7},
+    {"rule": "posterior", "prior_strength": 4.0, "history_weight": 0.0},
+]
+
+
+@pytest.mark.parametrize("name", list_components("allocation"))
+def test_every_builtin_allocator_conforms(name):
+    report = check_component(name, kind="allocation")
+    assert report.kind == "allocation" and report.component == name
+    assert report.passed == ALLOCATOR_CHECKS + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("params", ALLOCATOR_VARIANTS)
+def test_screen_variants_conform(params):
+    check_component("screen", kind="allocation", params=params)
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_allocators_conform_on_other_rewards(seed):
+    check_component("adaptive", kind="allocation", params={"stage": 2, "cap": 6, "reuse": True}, seed=seed)
+    check_component("screen", kind="allocation", params={"rule": "posterior"}, seed=seed)
+
+
+def test_the_allocator_device_comparison_runs(monkeypatch):
+    monkeypatch.setattr(conformance, "cuda_device", lambda: "cpu")
+    assert "cuda" in check_component("screen", kind="allocation").passed
+
+
+class UncountedCommits(ScreenAllocator):
+    """Counts its pilots but not its commits: a run's compute would be undercounted."""
+
+    def record(self, pilot, commit, *args, **kwargs):
+        super().record(pilot, torch.zeros_like(commit), *args, **kwargs)
+
+
+class AboveTheBatchMedian(ScreenAllocator):
+    """Commits the prompts whose pilot passes more often than the batch's median: a prompt's answer reads others."""
+
+    def next_round(self, tally, keys=None, domains=None):
+        rate = tally.passes.double() / tally.trials.clamp(min=1)
+        chosen = (tally.trials == self.pilot) & (rate > rate.median())
+        return torch.where(chosen, self.group_size - self.pilot, 0).long()
+
+
+class FractionalCounts(ScreenAllocator):
+    def next_round(self, tally, keys=None, domains=None):
+        return super().next_round(tally, keys, domains).float() / 2
+
+
+class AsksForever(AdaptiveAllocator):
+    def next_round(self, tally, keys=None, domains=None):
+        return torch.ones(len(tally.trials), dtype=torch.long)
+
+
+@pytest.mark.parametrize(
+    "component, check, words",
+    [
+        (UncountedCommits, "counts", ["alloc/step_generated", "Allocator.record"]),
+        (AboveTheBatchMedian, "group loop", ["alone gets"]),
+        (FractionalCounts, "output contract", ["integer counts"]),
+        (AsksForever, "output contract", ["after 64 rounds"]),
+    ],
+)
+def test_a_broken_allocator_fails_naming_the_check(component, check, words):
+    with pytest.raises(ConformanceError) as info:
+        check_component(component)
+    message = str(info.value)
+    assert f"failed the {check!r} check" in message, message
+    for word in words:
+        assert word in message, message
+
+
+def test_an_allocator_takes_no_reference():
+    with pytest.raises(ValueError, match="no reference= check for an allocator"):
+        check_component("screen", kind="allocation", reference=lambda tally: tally.trials)

@@ -21,6 +21,12 @@ the merged groups exactly as TRL computes them (`grpo_advantages`). Pilot and co
 generated in the same step, by the same policy; each row keeps the old log-probs TRL computed in
 its own round.
 
+What a step generated is counted by the allocator (``alloc/step_generated``: every pilot and commit) and here its
+completion tokens (``alloc/step_generated_tokens``, from TRL's logged mean length of each call times the call's rows:
+the calls differ in size, so TRL's own step mean would weigh a small commit call like a large pilot call);
+`dataflex run` and `dataflex compare` count a run's compute by them. ``may_generate``, when set (a compare budget),
+makes the next screening round the step's last once it answers False.
+
 Several processes: rounds are decided on the rewards of every rank (all-gathered), the rows of every
 rank are gathered into the payload, every rank assembles the same B groups and keeps its block.
 Refused in one line: an allocator other than ``screen`` (its groups differ in size), a ``mix`` part,
@@ -138,6 +144,11 @@ class Allocation:
         self.domain_key: Optional[str] = None
         self.prompt_key_column: Optional[str] = None
         self.reward_index: Optional[int] = None
+        self.may_generate: Optional[Callable[[int], bool]] = None
+        """``may_generate(generated)``: asked before each further screening round with the completions (all
+        processes) the step generated so far; False makes that round the step's last (it commits what the step
+        still needs, as ``max_screens`` does). Must answer alike on every rank."""
+        self._step_tokens: Optional[float] = None  # completion tokens the step generated, while TRL reports them
 
     def bind(
         self,
@@ -201,10 +212,13 @@ class Allocation:
         wanted = len(drawn)
         max_screens = self.allocator.max_screens
         groups: list[list[dict]] = []
-        forced = declined = screens = 0
+        forced = declined = screens = generated = 0
+        self._step_tokens = 0.0
         candidates = drawn
         while len(groups) < wanted:
             need, last = wanted - len(groups), screens + 1 >= max_screens
+            if screens and self.may_generate is not None and not self.may_generate(generated):
+                last = True  # a compute budget is spent: this round commits what the step still needs
             prompts = self._candidates(trainer, candidates, need)
             candidates = []
             keys = [row_key(row, self.prompt_key_column) for row in prompts]
@@ -225,6 +239,7 @@ class Allocation:
             commit_rows, commit_rewards = self._round(trainer, score_round, prompts, commit_counts, pad_id)
             rounds.add(commit_rewards, torch.repeat_interleave(torch.arange(len(prompts)), commit_counts))
             rounds.finish()
+            generated += len(pilot_rows) + len(commit_rows)
             starts = torch.cumsum(commit_counts, 0) - commit_counts
             for i in sorted(chosen.tolist()):
                 first, done = int(starts[i]), pilot * i
@@ -238,6 +253,8 @@ class Allocation:
         metrics = self.allocator.metrics()
         metrics.update({"alloc/screens": float(screens), "alloc/forced_groups": float(forced)})
         metrics["alloc/declined_prompts"] = float(declined)
+        if self._step_tokens is not None:
+            metrics["alloc/step_generated_tokens"] = self._step_tokens
         return inputs[local], {key: value[local] for key, value in output.items()}, rewards_per_func, metrics
 
     def _observe_pilots(self, trainer, rewards: torch.Tensor, index: torch.Tensor, keys: list, domains: list) -> None:
@@ -266,8 +283,16 @@ class Allocation:
         accelerator = trainer.accelerator
         per_rank = len(rows_global) // accelerator.num_processes
         mine = rows_global[accelerator.process_index * per_rank : (accelerator.process_index + 1) * per_rank]
+        logged = len(_logged_lengths(trainer) or [])
         with generations_per_prompt(trainer, int(counts[counts > 0][0])):
             output, rewards_per_func = score_round(mine)
+        # TRL logs each call's mean completion length over every rank's rows and averages the calls at logging
+        # time; pilot and commit calls differ in size, so the step's tokens are summed here, call by call.
+        lengths = _logged_lengths(trainer) or []
+        if self._step_tokens is not None and len(lengths) > logged:
+            self._step_tokens += round(float(lengths[-1]) * len(rows_global))
+        else:
+            self._step_tokens = None
         _check_keys(output)
         rows = _row_payload(*_all_ranks(accelerator, mine, output, pad_id), rewards_per_func)
         return rows, selection_rewards(rewards_per_func, trainer.reward_weights, self.reward_index)
@@ -292,6 +317,15 @@ def _only(chosen: torch.Tensor, size: int, count: int) -> torch.Tensor:
     counts = torch.zeros(size, dtype=torch.long)
     counts[chosen] = count
     return counts
+
+
+def _logged_lengths(trainer) -> Optional[list]:
+    """TRL's list of this step's logged mean completion lengths (one per call of its scoring), or None without one."""
+    metrics = getattr(trainer, "_metrics", None)
+    if not isinstance(metrics, Mapping) or "train" not in metrics:
+        return None
+    lengths = metrics["train"].get("completions/mean_length")
+    return lengths if isinstance(lengths, list) else None
 
 
 def _gathered_inputs(accelerator, inputs: list) -> list:

@@ -74,7 +74,8 @@ def compare(
 
     Writes the same folder as the command (report.md, results.csv, figures, runs/) and returns its
     figures: `runs` (one dict per run, the results.csv row) and `differences` (per strategy, the
-    per-seed difference of held-out accuracy to the baseline, its paired interval and p-value).
+    per-seed difference of the headline to the baseline, its paired standard error, interval and p-value; the
+    headline is held-out sampled pass@1 on the testbed's headline levels, or on every held-out prompt of your data).
 
     Args:
         strategies: preset names, strategy files or 'none' (one name alone is one strategy); the first is the
@@ -97,8 +98,9 @@ def compare(
         executor: ``"processes"`` (worker processes on this machine) or ``"ray"`` (each run a Ray task,
             retried once if its worker dies; needs Ray: the ``[ray]`` extra).
         ray_address: with ``executor="ray"``, a running Ray cluster to join; default: a local Ray.
-        target: a held-out overall accuracy in (0, 1]; the report also gives the compute each strategy needs
-            to reach it (it always gives the compute to reach the baseline's final accuracy).
+        target: a headline value in (0, 1] (held-out sampled pass@1 on the headline's prompts); the report also
+            gives the compute each strategy needs to reach it (it always gives the compute to reach the
+            baseline's final headline).
         cost_model: ``"gen_token=1.0,train_token=0.3"`` or a `CostModel`: relative cost per generated and per
             trained completion token; the report adds compute to target in that "modelled cost" (report only).
         run_options: any other `RunOptions` field (``prompts_per_step``, ``learning_rate``, ...).

@@ -14,7 +14,8 @@ DEFAULT_STRATEGIES = "baseline,difffilter,ar,dump_ucb"
 DEFAULT_SEEDS = "3"
 # Sized so the default grid (4 strategies x 3 seeds) finishes well under 10 minutes on a 2-core CPU: the
 # testbed's main-job length (60 steps), and 100 steps of the toy suite's randomly initialised model.
-DEFAULT_BUDGETS = {"testbed": "steps:60", "toy": "steps:100"}
+# The testbed's: 400 steps of plain GRPO (16 prompts x 8 completions), 3 passes through its 2,100 training prompts.
+DEFAULT_BUDGETS = {"testbed": "completions:51200", "toy": "steps:100"}
 _SETTINGS = {f.name: f for f in fields(CompareSettings)}
 DEFAULT_OUTPUT_DIR = _SETTINGS["output_dir"].default
 
@@ -105,21 +106,23 @@ def settings_from_args(args, argv: list[str] | None = None):
 
 
 def summary_lines(settings, outcome) -> list[str]:
-    """The lines `dataflex compare` prints: completions each strategy needs to reach the baseline's final accuracy
-    (and `settings.target`), then the paired difference of each strategy's accuracy to the baseline.
+    """The lines `dataflex compare` prints: what the headline measures, the compute each strategy needs to reach
+    the baseline's final headline (and `settings.target`), then the paired difference of each strategy's headline to
+    the baseline with its paired standard error (the comparison's resolution).
 
     With one seed there is a difference but no interval and no test: the line says so instead of
     printing NaN bounds.
     """
-    from .reach import headline_console
+    from .reach import headline_console, headline_description
     from .report import comparison_warnings, paired_difference, verdict
 
     degenerate, cautions = comparison_warnings(settings, outcome.records)
     if degenerate:  # a "+0.000 ... not significant" line would read as a result
         return [f"warning: {text}" for text in [degenerate, *cautions]]
     lines = [f"warning: {text}" for text in cautions]
+    lines.append(f"headline: {headline_description(outcome.records)}")
     lines += headline_console(outcome.records, settings.strategies, settings.baseline, settings.target)
-    lines.append(f"held-out accuracy after training, strategy - {settings.baseline} paired by seed [95% interval]:")
+    lines.append(f"headline after training, strategy - {settings.baseline} paired by seed [95% interval], paired SE:")
     for strategy in settings.strategies:
         if strategy == settings.baseline:
             continue
@@ -130,8 +133,8 @@ def summary_lines(settings, outcome) -> list[str]:
             lines.append(f"{head} (interval and p-value n/a: needs >= 2 seeds, got {interval.n})")
             continue
         lines.append(
-            f"{head} [{interval.low:+.3f}, {interval.high:+.3f}] p={paired['p_value']:.3f} "
-            + verdict(paired).replace("**", "")
+            f"{head} [{interval.low:+.3f}, {interval.high:+.3f}] SE {paired['standard_error']:.4f} "
+            f"p={paired['p_value']:.3f} " + verdict(paired).replace("**", "")
         )
     return lines
 

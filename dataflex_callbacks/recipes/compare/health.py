@@ -4,26 +4,32 @@ Each check reads the per-run result records and returns a warning (one sentence 
 and the fix) or None. The report puts every warning above its tables and the console prints it, so
 a grid that cannot separate strategies never reads as a plain "not significant".
 
-- **All accuracies equal.** Every held-out accuracy of every run the same number: nothing separates
-  the strategies, whatever a paired test says (the report then gives no verdicts).
+- **All accuracies equal.** Every held-out figure of every run (greedy accuracy, sampled pass@1, the headline)
+  the same number: nothing separates the strategies, whatever a paired test says (the report then gives no
+  verdicts).
 - **A reward that scores nothing.** A run whose reward functions gave no number (None or NaN from
   every one) to any of its training completions learnt nothing from them: TRL trains such groups
   with zero advantage, and none counts as a signal group.
+- **A greedy headline.** With ``--eval-samples 0`` the headline falls back from sampled pass@1 to greedy
+  accuracy (`held_out.fallback_warning`), which moves later: the comparison says so instead of switching silently.
 - **Truncated completions.** A run whose training completions end at `max_completion_length`
   without an end-of-sequence token in more than `TRUNCATION_LIMIT` of cases (TRL's
   ``completions/clipped_ratio``, averaged over the run's steps) is flagged: its rewards score
   unfinished answers. The toy suite (`--suite toy`) is exempt: its completions are sized to its
   answers, which its verifier reads from the first tokens (the testbed's answers end with end-of-sequence).
-- **Held-out set too small.** One run's held-out accuracy ``p`` on ``n`` prompts carries binomial
-  noise ``sd = sqrt(p (1 - p) / n)``; the difference of two runs on the same prompts about
-  ``sqrt(2) sd``. When that noise, doubled (a 95% band), is larger than the largest mean paired
-  difference the grid measured (at least `RESOLUTION_FLOOR`), the held-out set cannot tell the
-  strategies apart, and the warning gives the size that would: ``n = 8 p (1 - p) / d^2``.
+- **Held-out set too small.** One run's headline ``p`` on its ``n`` held-out prompts carries evaluation
+  noise ``sd <= sqrt(p (1 - p) / n)`` (binomial for greedy accuracy; for sampled pass@1, a mean of per-prompt
+  pass rates in [0, 1], at most that); the difference of two runs on the same prompts about ``sqrt(2) sd``.
+  When that noise, doubled (a 95% band), is larger than the largest mean paired difference the grid measured
+  (at least `RESOLUTION_FLOOR`), the held-out set cannot tell the strategies apart, and the warning gives the
+  size that would: ``n = 8 p (1 - p) / d^2``.
 """
 
 from __future__ import annotations
 
 import math
+
+from ..held_out import SAMPLED, fallback_warning
 
 TRUNCATION_LIMIT = 0.5
 """Share of truncated training completions above which a run is flagged."""
@@ -33,12 +39,18 @@ CLIPPED_KEY = "completions/clipped_ratio"
 
 
 def equal_accuracy_warning(records: list[dict]) -> str | None:
-    """A warning when every held-out accuracy of every run (before, after, each curve point, each domain) is the same
-    number, or None: such a grid cannot separate strategies, whatever the paired test says."""
+    """A warning when every held-out figure of every run (greedy accuracy and sampled pass@1 per domain, the
+    headline; before, after, each curve point) is the same number, or None: such a grid cannot separate strategies,
+    whatever the paired test says."""
     values = set()
     for record in records:
-        for accuracy in [record["before"], record["after"], *(p["accuracy"] for p in record.get("curve", []))]:
-            values.update(round(float(v), 12) for v in accuracy.values() if isinstance(v, (int, float)))
+        sampled = record.get(SAMPLED) or {}
+        figures = [record["before"], record["after"], sampled.get("before") or {}, sampled.get("after") or {}]
+        for point in record.get("curve", []):
+            figures += [point["accuracy"], point.get(SAMPLED) or {}, {"headline": point.get("headline")}]
+        figures.append({when: record.get("headline", {}).get(when) for when in ("before", "after")})
+        for figure in figures:
+            values.update(round(float(v), 12) for v in figure.values() if isinstance(v, (int, float)))
     if len(values) != 1 or len(records) < 2:
         return None
     return (
@@ -48,6 +60,11 @@ def equal_accuracy_warning(records: list[dict]) -> str | None:
         "--reward-threshold or --verifier on a few completions), a model too weak or a budget too small for the "
         "task (a stronger --model, a larger --budget), or a held-out set too small (more rows or --n-test)"
     )
+
+
+def greedy_headline_warning(records: list[dict]) -> str | None:
+    """The warning that the runs' headline fell back to greedy accuracy (``--eval-samples 0``), or None."""
+    return fallback_warning(records[0]["headline"]) if records else None
 
 
 def unscored_reward_warning(records: list[dict], settings) -> str | None:
@@ -102,8 +119,8 @@ def truncation_warning(records: list[dict], settings) -> str | None:
     )
 
 
-def _held_out_rows(records: list[dict]) -> int | None:
-    sizes = [(r.get("held_out_rows") or {}).get("total") for r in records]
+def _headline_rows(records: list[dict]) -> int | None:
+    sizes = [r["headline"].get("rows") for r in records]
     sizes = [n for n in sizes if isinstance(n, int) and n > 0]
     return min(sizes) if sizes else None
 
@@ -121,18 +138,19 @@ def rows_to_resolve(accuracy: float, difference: float) -> int:
 
 
 def held_out_size_warning(records: list[dict], settings, differences: dict[str, float]) -> str | None:
-    """A warning when the held-out set's evaluation noise is larger than the differences the grid measured, or None.
+    """A warning when the evaluation noise of the headline's held-out prompts is larger than the differences the grid
+    measured, or None.
 
     Args:
-        records: the runs' result records (`held_out_rows`, `after`).
+        records: the runs' result records (their ``headline``: its ``rows`` and ``after``).
         settings: the comparison's settings (for the flags named in the fix).
-        differences: per strategy, its mean paired difference in overall held-out accuracy to the baseline.
+        differences: per strategy, its mean paired difference in the headline to the baseline.
     """
-    rows = _held_out_rows(records)
+    rows = _headline_rows(records)
     finite = [abs(d) for d in differences.values() if isinstance(d, (int, float)) and math.isfinite(d)]
     if rows is None or not finite:
         return None
-    accuracy = sum(r["after"]["overall"] for r in records) / len(records)
+    accuracy = sum(r["headline"]["after"] for r in records) / len(records)
     noise = held_out_noise(accuracy, rows)
     measured = max(max(finite), RESOLUTION_FLOOR)
     if noise <= measured or noise == 0.0:
@@ -144,7 +162,7 @@ def held_out_size_warning(records: list[dict], settings, differences: dict[str, 
         else "raise --n-test (with --dataset: add rows, or pass --eval-dataset)"
     )
     return (
-        f"the held-out set ({rows} prompts, mean accuracy {accuracy:.2f}) carries evaluation noise of "
+        f"the headline's held-out prompts ({rows}, mean headline {accuracy:.2f}) carry evaluation noise of "
         f"±{noise:.3f} on a difference between two runs, more than the largest difference measured "
         f"({max(finite):.3f}): it cannot separate these strategies; about {needed} held-out prompts would resolve "
         f"a difference of {measured:.3f}; {fix}"

@@ -1,11 +1,13 @@
 """Compute to reach an accuracy level, the headline of a comparison's report.
 
 GRESO, AR3PO and SPEED-RL report a data strategy's saving as the compute it needs to reach a target
-accuracy, not as its accuracy at a fixed budget. For each strategy this module measures the compute in
+accuracy, not as its accuracy at a fixed budget. The accuracy here is each run's headline (`held_out`: held-out
+sampled pass@1 on the testbed's headline levels, or on every held-out prompt of the user's data; each curve
+point's ``headline``). For each strategy this module measures the compute in
 every unit (`AXES`: completions, optimizer steps, generated tokens, training seconds, trained tokens,
 generation and update seconds, and with a `CostModel` the modelled cost) its runs needed to reach the baseline's
-final held-out accuracy on the same seed (each seed's own level, so the comparison is paired and the
-baseline reaches its level in every seed) and, with ``--target``, a given accuracy:
+final headline on the same seed (each seed's own level, so the comparison is paired and the
+baseline reaches its level in every seed) and, with ``--target``, a given value:
 per seed on that seed's own curve (`cost_to_reach`), then over seeds and, paired by seed, as a ratio
 to the baseline (`strategy_reach`). The method is written out in `stats`' docstring.
 
@@ -19,9 +21,11 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
+from ..held_out import headline_text
 from . import stats
 from .cost_model import MODELLED_COST, CostModel, with_modelled_cost
 
@@ -73,22 +77,37 @@ def recorded(runs: list[dict], axis: str) -> bool:
     return all(isinstance(point.get(axis), (int, float)) for run in runs for point in run["curve"])
 
 
+def headline_value(point: dict) -> float:
+    """A curve point's headline (`held_out.HeldOutScores.curve_fields`)."""
+    return float(point["headline"])
+
+
+def headline_description(records: list[dict]) -> str:
+    """What the runs' headline measures (`held_out.headline_text`), per seed where the runs' headlines differ:
+    ``held-out sampled pass@1 (k=4, T=1) on add2, add3 (100 prompts)``."""
+    seeds: dict[str, set] = {}
+    for record in records:
+        seeds.setdefault(headline_text(record["headline"]), set()).add(record["seed"])
+    if len(seeds) == 1:
+        return next(iter(seeds))
+    return "; ".join(f"seed {', '.join(str(s) for s in sorted(found))}: {text}" for text, found in seeds.items())
+
+
 def seed_cost_to_reach(record: dict, level: float, axis: str = "completions") -> float | None:
-    """`cost_to_reach` on one run's own overall curve:
+    """`cost_to_reach` on one run's own headline curve:
     NaN when it ends below `level`, None when `axis` is not recorded."""
     if not recorded([record], axis):
         return None
     curve = record["curve"]
-    return cost_to_reach([p[axis] for p in curve], [p["accuracy"].get("overall", math.nan) for p in curve], level)
+    return cost_to_reach([p[axis] for p in curve], [headline_value(p) for p in curve], level)
 
 
-def mean_curve(runs: list[dict], domain: str, axis: str = "completions"):
-    """(mean `axis` value, mean accuracy, low, high) at each evaluation point, averaged over seeds."""
+def mean_curve(runs: list[dict], axis: str = "completions", value: Callable[[dict], float] = headline_value):
+    """(mean `axis` value, mean of `value` (a curve point's figure; default its headline), low, high) at each
+    evaluation point, averaged over seeds."""
     length = min(len(r["curve"]) for r in runs)
     x = np.array([[r["curve"][i][axis] for i in range(length)] for r in runs], dtype=float).mean(axis=0)
-    intervals = [
-        stats.accuracy_interval([r["curve"][i]["accuracy"].get(domain, math.nan) for r in runs]) for i in range(length)
-    ]
+    intervals = [stats.accuracy_interval([value(r["curve"][i]) for r in runs]) for i in range(length)]
     return x, [iv.mean for iv in intervals], [iv.low for iv in intervals], [iv.high for iv in intervals]
 
 
@@ -175,15 +194,15 @@ def strategy_reach(
 
 
 def reach_levels(records: list[dict], baseline: str, target: float | None) -> list[tuple[str, object]]:
-    """The levels of the headline, named: the baseline's final overall accuracy on each seed (seed -> level),
-    then `target`."""
+    """The levels of the headline, named: the baseline's final headline on each seed (seed -> level), then
+    `target`."""
     levels = []
     base_runs = runs_by_seed(records, baseline)
     if base_runs:
         levels.append(
             (
                 "the baseline's final accuracy on the same seed",
-                {seed: float(r["after"]["overall"]) for seed, r in sorted(base_runs.items())},
+                {seed: float(r["headline"]["after"]) for seed, r in sorted(base_runs.items())},
             )
         )
     if target is not None:
@@ -264,7 +283,8 @@ def headline_section(
     if unavailable or not levels:
         return out + [f"n/a: {unavailable or 'no baseline runs and no --target'}.", ""]
     out += [
-        "This section is the headline answer. Per seed, on its own overall held-out curve (linear between "
+        f"This section is the headline answer; accuracy here is the headline, {headline_description(records)}. "
+        "Per seed, on its own headline curve (linear between "
         "evaluation points): the compute from which the curve stays at or above the level (0: it never fell "
         "below, the untrained model already had it); a seed whose curve ends below it has not reached it. "
         "Cells: mean over seeds [Student-t 95% interval], given only when every seed reached the level. "
@@ -304,7 +324,7 @@ def headline_console(records: list[dict], strategies: list[str], baseline: str, 
 
 
 def reach_table(records: list[dict], strategies: list[str], baseline: str) -> tuple[float, list[str]]:
-    """The baseline's final mean accuracy, and markdown rows: completions each strategy's seed-mean curve
+    """The baseline's final mean headline, and markdown rows: completions each strategy's seed-mean headline curve
     needs to reach it (none without baseline runs).
 
     The baseline's own row is where its mean curve reached that level for good, the reference of the ratio.
@@ -312,7 +332,7 @@ def reach_table(records: list[dict], strategies: list[str], baseline: str) -> tu
     base_runs = list(runs_by_seed(records, baseline).values())
     if not base_runs:
         return math.nan, []
-    x, y, _, _ = mean_curve(base_runs, "overall")
+    x, y, _, _ = mean_curve(base_runs)
     level = float(y[-1])
     reference = cost_to_reach(x, y, level)
     rows = ["| strategy | completions to reach | share of the baseline's |", "|---|---|---|"]
@@ -320,7 +340,7 @@ def reach_table(records: list[dict], strategies: list[str], baseline: str) -> tu
         runs = list(runs_by_seed(records, strategy).values())
         if not runs:
             continue
-        sx, sy, _, _ = mean_curve(runs, "overall")
+        sx, sy, _, _ = mean_curve(runs)
         reach = cost_to_reach(sx, sy, level)
         cells = [
             "never" if math.isnan(reach) else f"{reach:.0f}",

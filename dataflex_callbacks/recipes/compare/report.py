@@ -1,4 +1,8 @@
-"""Write a comparison's `results.csv`, `report.md` and figures from the per-run result records."""
+"""Write a comparison's `results.csv`, `report.md` and figures from the per-run result records.
+
+The report leads with each run's headline (`held_out`: held-out sampled pass@1 on the testbed's headline levels,
+or on every held-out prompt of the user's data), with greedy accuracy and every domain beside it.
+"""
 
 from __future__ import annotations
 
@@ -8,25 +12,30 @@ import os
 
 import numpy as np
 
-from ..run_folder import domain_colors
+from ..held_out import SAMPLED
 from . import health, stats
-from .reach import headline_section, level_text, mean_curve, reach_levels, reach_table, recorded
+from .figures import ACCURACY_FIGURES, FIGURES_FOLDER, PROPORTIONS_FIGURE, X_LABELS, domains_of, write_figures
+from .reach import headline_description, headline_section, reach_levels, reach_table, runs_by_seed
 
 REPORT_FILE = "report.md"
 RESULTS_FILE = "results.csv"
-FIGURES_FOLDER = "figures"
-ACCURACY_FIGURE = "accuracy_vs_completions.png"
-TOKENS_FIGURE = "accuracy_vs_tokens.png"
-PROPORTIONS_FIGURE = "domain_proportions.png"
 RUN_COLUMNS = (
     "strategy",
     "seed",
     "budget",
     "steps",
     "completions",
+    "reused_responses",
     "completion_tokens",
+    "trained_tokens",
+    "generation_seconds",
+    "update_seconds",
     "wall_seconds",
     "kept_frac",
+    "headline_metric",
+    "headline_before",
+    "headline_after",
+    "headline_gain",
     "accuracy_before_overall",
     "accuracy_after_overall",
     "accuracy_gain_overall",
@@ -36,41 +45,53 @@ RUN_COLUMNS = (
     "overshoot",
     "eval_points",
 )
-SIGNAL_FIELDS = ("signal_groups", "zero_signal_completions", "completions_per_signal_group", "overshoot")
-"""Per-run fields a result written before they existed lacks; the report shows n/a for them."""
-
-
-def domains_of(records: list[dict]) -> list[str]:
-    """Domains evaluated in any run, sorted (without `overall`)."""
-    return sorted({d for r in records for d in r["after"] if d != "overall"})
+OPTIONAL_FIELDS = (
+    "reused_responses",
+    "trained_tokens",
+    "generation_seconds",
+    "update_seconds",
+    "signal_groups",
+    "zero_signal_completions",
+    "completions_per_signal_group",
+    "overshoot",
+)
+"""Per-run fields a result may lack (written before they existed, or not measured: generation untimed); the
+report and results.csv show n/a or leave them empty."""
+RESOLUTION_TARGET = 0.02
+"""The paired difference in the headline a comparison should resolve; the report says which strategies it does."""
 
 
 def results_columns(records: list[dict]) -> list[str]:
-    per_domain = [f"accuracy_{when}_{d}" for d in domains_of(records) for when in ("before", "after")]
-    return [*RUN_COLUMNS, *per_domain, "run_dir"]
+    """results.csv's columns: `RUN_COLUMNS`, then greedy accuracy and sampled pass@1 per domain, then the run folder."""
+    domains = domains_of(records)
+    greedy = [f"accuracy_{when}_{d}" for d in domains for when in ("before", "after")]
+    sampled = [f"{SAMPLED}_{when}_{d}" for d in ["overall", *domains] for when in ("before", "after")]
+    return [*RUN_COLUMNS, *greedy, *(sampled if any(r.get(SAMPLED) for r in records) else []), "run_dir"]
 
 
 def result_row(record: dict) -> dict:
-    """One results.csv row: a run's budget use and held-out accuracy before and after."""
+    """One results.csv row: a run's budget use in every unit, its headline, and its held-out greedy accuracy and
+    sampled pass@1 per domain, before and after."""
     row = {
         key: record[key]
-        for key in (
-            "strategy",
-            "seed",
-            "budget",
-            "steps",
-            "completions",
-            "completion_tokens",
-            "wall_seconds",
-            "kept_frac",
-            "run_dir",
-        )
+        for key in ("strategy", "seed", "budget", "steps", "completions", "completion_tokens", "wall_seconds")
     }
-    row.update({key: record.get(key) for key in SIGNAL_FIELDS})
+    row.update({key: record.get(key) for key in OPTIONAL_FIELDS})
+    row.update(kept_frac=record["kept_frac"], run_dir=record["run_dir"])
     row["eval_points"] = (record.get("eval_points") or {}).get("evaluated", len(record["curve"]) - 2)
+    headline = record["headline"]
+    row.update(
+        headline_metric=headline["metric"],
+        headline_before=headline["before"],
+        headline_after=headline["after"],
+        headline_gain=headline["after"] - headline["before"],
+    )
+    sampled = record.get(SAMPLED) or {}
     for when in ("before", "after"):
         for domain, value in record[when].items():
             row[f"accuracy_{when}_{domain}"] = value
+        for domain, value in (sampled.get(when) or {}).items():
+            row[f"{SAMPLED}_{when}_{domain}"] = value
     row["accuracy_gain_overall"] = record["after"]["overall"] - record["before"]["overall"]
     return row
 
@@ -87,24 +108,40 @@ def write_results_csv(path: str, records: list[dict]) -> None:
 # --------------------------------------------------------------------------- statistics
 
 
-def _by_strategy(records: list[dict], strategy: str) -> dict[int, dict]:
-    return {r["seed"]: r for r in records if r["strategy"] == strategy}
+def headline_after(record: dict) -> float:
+    """A run's headline after training."""
+    return float(record["headline"]["after"])
 
 
-def paired_difference(records: list[dict], strategy: str, baseline: str, domain: str = "overall") -> dict:
-    """Per-seed `after` accuracy of `strategy` minus `baseline` (seeds both have), interval, p-value, verdict."""
-    ours, theirs = _by_strategy(records, strategy), _by_strategy(records, baseline)
+def after_training(field: str, domain: str):
+    """`record -> its figure after training`: ``accuracy`` (greedy) or ``sampled_pass_at_1`` of `domain`."""
+    if field == "accuracy":
+        return lambda record: float(record["after"].get(domain, math.nan))
+    return lambda record: float(((record.get(SAMPLED) or {}).get("after") or {}).get(domain, math.nan))
+
+
+def paired_difference(records: list[dict], strategy: str, baseline: str, value=headline_after) -> dict:
+    """Per-seed `value` (a record's figure after training; default its headline) of `strategy` minus `baseline`
+    (seeds both have): the differences, their paired standard error and 95% interval, the p-value, the verdict."""
+    ours, theirs = runs_by_seed(records, strategy), runs_by_seed(records, baseline)
     seeds = sorted(set(ours) & set(theirs))
-    differences = [ours[s]["after"].get(domain, math.nan) - theirs[s]["after"].get(domain, math.nan) for s in seeds]
+    differences = [value(ours[s]) - value(theirs[s]) for s in seeds]
     interval = stats.paired_bootstrap_interval(differences).clipped(-1.0, 1.0)  # differences of accuracies
     p_value = stats.sign_flip_pvalue(differences)
     return {
         "seeds": seeds,
         "differences": differences,
+        "standard_error": stats.paired_standard_error(differences),
         "interval": interval,
         "p_value": p_value,
         "significant": stats.significant(interval, p_value),
     }
+
+
+def resolution(paired: dict) -> float:
+    """The smallest paired difference a comparison resolves: ``t(n-1) * SE``, the half-width of its 95% interval
+    (NaN with fewer than 2 seeds)."""
+    return stats.t_critical(len(paired["seeds"]) - 1) * paired["standard_error"]
 
 
 def verdict(paired: dict) -> str:
@@ -148,121 +185,6 @@ def method_text() -> str:
     return doc.split(marker, 1)[1].strip() if marker in doc else doc.strip()
 
 
-# --------------------------------------------------------------------------- figures
-
-
-X_LABELS = {"completions": "completions generated", "completion_tokens": "completion tokens generated"}
-
-
-def plot_accuracy(
-    path: str,
-    records: list[dict],
-    strategies: list[str],
-    baseline: str | None = None,
-    axis: str = "completions",
-    levels: list[tuple[str, object]] = (),
-) -> None:
-    """Held-out accuracy against `axis` (a curve point field): mean over seeds, shaded 95% interval, and each
-    named accuracy level of `levels` as a dashed horizontal line on the overall panel.
-
-    The baseline is drawn as a thick black line under the others, so a strategy that matches it
-    exactly stays visible on top of it. A strategy whose results did not record `axis` is left out.
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    panels = ["overall", *domains_of(records)]
-    figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
-    drawn = 0
-    for panel, domain in zip(axes[0], panels):
-        for strategy in strategies:
-            runs = list(_by_strategy(records, strategy).values())
-            if not runs or not recorded(runs, axis):
-                continue
-            drawn += 1
-            x, mean, low, high = mean_curve(runs, domain, axis)
-            style = dict(color="black", linewidth=3.0, zorder=1) if strategy == baseline else dict(zorder=2)
-            (line,) = panel.plot(x, mean, marker="o", markersize=3, label=strategy, **style)
-            if len(runs) > 1:
-                panel.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
-        panel.set(title=f"held-out accuracy: {domain}", xlabel=X_LABELS.get(axis, axis), ylim=(-0.05, 1.05))
-    for (name, level), color in zip(levels, ("dimgray", "firebrick")):
-        mean_level = float(np.mean(list(level.values()))) if isinstance(level, dict) else float(level)
-        axes[0][0].axhline(
-            mean_level, color=color, linestyle="--", linewidth=1.2, zorder=0, label=f"{name} ({level_text(level)})"
-        )
-    if not drawn:  # results written before curve points recorded this axis
-        axes[0][0].text(
-            0.5,
-            0.5,
-            f"{X_LABELS.get(axis, axis)}:\nnot recorded in these results",
-            ha="center",
-            va="center",
-            transform=axes[0][0].transAxes,
-        )
-    axes[0][0].set_ylabel("accuracy (mean over seeds, 95% band)")
-    legend = None
-    if axes[0][0].get_legend_handles_labels()[0]:  # below the panels, where it hides no curve
-        legend = axes[0][0].legend(
-            fontsize="small", loc="upper left", bbox_to_anchor=(0.0, -0.2), borderaxespad=0.0, frameon=False
-        )
-    figure.tight_layout()
-    figure.savefig(path, dpi=80, bbox_inches="tight", bbox_extra_artists=[legend] if legend else None)
-    plt.close(figure)
-
-
-def _rolling(values: np.ndarray, window: int) -> np.ndarray:
-    if window <= 1 or values.size == 0:
-        return values
-    kernel = np.ones(window)
-    sums = np.convolve(values, kernel, mode="full")[: values.size]
-    counts = np.convolve(np.ones(values.size), kernel, mode="full")[: values.size]
-    return sums / counts
-
-
-def plot_proportions(path: str, records: list[dict], strategies: list[str]) -> None:
-    """Domain proportions over steps per strategy: sampled (solid, rolling mean) and mixer target (dashed)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    domains = domains_of(records)
-    colors = domain_colors(domains)
-    figure, axes = plt.subplots(1, len(strategies), figsize=(3.6 * len(strategies), 3.4), squeeze=False)
-    for axis, strategy in zip(axes[0], strategies):
-        runs = list(_by_strategy(records, strategy).values())
-        length = min((len(r["proportions"]) for r in runs), default=0)
-        if length == 0:
-            axis.set(title=strategy)
-            continue
-        steps = np.array([p["step"] for p in runs[0]["proportions"][:length]])
-        window = max(1, length // 15)
-        has_target = False
-        for domain in domains:
-            sampled = np.array([[r["proportions"][i]["sampled"].get(domain, 0.0) for i in range(length)] for r in runs])
-            axis.plot(steps, _rolling(sampled.mean(axis=0), window), color=colors[domain], label=domain)
-            targets = [[(r["proportions"][i]["target"] or {}).get(domain) for i in range(length)] for r in runs]
-            target = np.array([[math.nan if v is None else v for v in row] for row in targets], dtype=float)
-            if np.isfinite(target).any():
-                has_target = True
-                axis.plot(
-                    steps,
-                    np.nanmean(np.where(np.isfinite(target), target, np.nan), axis=0),
-                    color=colors[domain],
-                    linestyle="--",
-                )
-        note = "solid: sampled, dashed: target" if has_target else "sampled (no mixer target)"
-        axis.set(title=f"{strategy}\n{note}", xlabel="step", ylim=(0, 1))
-    axes[0][0].set_ylabel("share of prompts")
-    axes[0][0].legend(fontsize="small", loc="upper right")
-    figure.tight_layout()
-    figure.savefig(path, dpi=80)
-    plt.close(figure)
-
-
 # --------------------------------------------------------------------------- report.md
 
 
@@ -275,7 +197,7 @@ def budget_lines(settings, records: list[dict]) -> list[str]:
         round_text = f"one generation round is {', '.join(str(n) for n in rounds)} completions" if rounds else ""
         lines.append(
             f"- overshoot beyond the budget of {settings.budget.amount} completions (a run stops at the "
-            f"first step, or dynamic-sampling round, that reaches it; {round_text}):"
+            f"first step, dynamic-sampling round or allocation screening round that reaches it; {round_text}):"
         )
         for strategy in settings.strategies:
             values = [r.get("overshoot") for r in records if r["strategy"] == strategy]
@@ -309,25 +231,27 @@ def _reward_line(base) -> str:
 
     weights = "" if base.reward_weights is None else f" with weights {', '.join(f'{w:g}' for w in base.reward_weights)}"
     return (
-        f"- reward: {', '.join(f'`{reward_name(r)}`' for r in base.reward)}{weights}; a held-out completion is "
-        f"correct when `{reward_name(base.reward[0])}` gives it at least {base.reward_threshold:g}"
+        f"- reward: {', '.join(f'`{reward_name(r)}`' for r in base.reward)}{weights}; a held-out completion (greedy "
+        f"or sampled) is correct when `{reward_name(base.reward[0])}` gives it at least {base.reward_threshold:g}"
     )
 
 
 def comparison_warnings(settings, records: list[dict]) -> tuple[str | None, list[str]]:
     """`(all_equal, others)`: the all-equal-accuracies warning (which voids the paired verdicts), and the other
-    health warnings (`health`): a reward that scored nothing, truncated completions, a held-out set too small for
-    the differences measured."""
+    health warnings (`health`): a headline fallen back to greedy accuracy, a reward that scored nothing, truncated
+    completions, a held-out set too small for the differences measured."""
     all_equal = health.equal_accuracy_warning(records)
+    greedy = health.greedy_headline_warning(records)
     unscored = health.unscored_reward_warning(records, settings)
     if all_equal:
-        return all_equal, [w for w in [unscored, health.truncation_warning(records, settings)] if w]
+        return all_equal, [w for w in [greedy, unscored, health.truncation_warning(records, settings)] if w]
     differences = {
         s: paired_difference(records, s, settings.baseline)["interval"].mean
         for s in settings.strategies
         if s != settings.baseline
     }
     others = [
+        greedy,
         unscored,
         health.truncation_warning(records, settings),
         health.held_out_size_warning(records, settings, differences),
@@ -369,7 +293,9 @@ def _settings_lines(settings, outcome) -> list[str]:
         "data and reward noise for every strategy of a seed); baseline: `" + settings.baseline + "`",
         f"- held-out set: {held_out_sizes(outcome.records)}"
         + ("" if base.eval_dataset is None else f" from {base.eval_dataset}")
-        + ", greedy decoding; accuracy is a fraction (0-1)",
+        + "; accuracies are fractions (0-1)",
+        f"- headline: {headline_description(outcome.records)}, the figure RL moves first (it sharpens the "
+        "distribution before the greedy answer flips); greedy accuracy and every domain are reported beside it",
         _reward_line(base),
         f"- learning rate: {base.learning_rate:g} (AdamW, constant; `--learning-rate`)",
         None
@@ -383,12 +309,182 @@ def _settings_lines(settings, outcome) -> list[str]:
     return [line for line in lines if line]
 
 
+def _table(header: list[str]) -> list[str]:
+    return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+
+
+def _sampled(records: list[dict]) -> bool:
+    """Whether the runs measured sampled pass@1 (not with ``--eval-samples 0``)."""
+    return all(r.get(SAMPLED) for r in records)
+
+
+def _accuracy_section(records: list[dict], strategies: list[str]) -> list[str]:
+    """ "Held-out accuracy after training": per strategy the headline and its change, greedy accuracy overall, each
+    domain (sampled pass@1 / greedy), and the compute each run spent."""
+    domains, sampled = domains_of(records), _sampled(records)
+    out = [
+        "## Held-out accuracy after training",
+        "",
+        "Mean over seeds with the Student-t 95% interval `[low, high]`; `change` is after minus before. "
+        + (
+            "Per domain: sampled pass@1 / greedy accuracy."
+            if sampled
+            else "Per domain: greedy accuracy (no sampled pass@1: `--eval-samples 0`)."
+        ),
+        "",
+    ]
+    out += _table(
+        [
+            "strategy",
+            "seeds",
+            "headline",
+            "change",
+            "greedy overall",
+            *domains,
+            "completions",
+            "completion tokens",
+            "kept fraction",
+            "wall s/run",
+            "completions per trained signal group",
+            "completions in zero-signal groups",
+        ]
+    )
+    for strategy in strategies:
+        runs = list(runs_by_seed(records, strategy).values())
+        if not runs:
+            continue
+        headline = stats.accuracy_interval([r["headline"]["after"] for r in runs])
+        change = stats.mean_interval([r["headline"]["after"] - r["headline"]["before"] for r in runs])
+        cells = [f"`{strategy}`", str(len(runs)), _fmt_interval(headline)]
+        cells += [_fmt_interval(change.clipped(-1.0, 1.0), signed=True)]
+        cells += [_fmt(float(np.mean([r["after"]["overall"] for r in runs])))]
+        for domain in domains:
+            greedy = _fmt(float(np.mean([after_training("accuracy", domain)(r) for r in runs])))
+            cells.append(
+                f"{_fmt(float(np.mean([after_training(SAMPLED, domain)(r) for r in runs])))} / {greedy}"
+                if sampled
+                else greedy
+            )
+        cells += [
+            f"{np.mean([r['completions'] for r in runs]):.0f}",
+            f"{np.mean([r['completion_tokens'] for r in runs]):.0f}",
+            _fmt(float(np.mean([r["kept_frac"] for r in runs])), 2),
+            f"{np.mean([r['wall_seconds'] for r in runs]):.0f}",
+        ]
+        per_signal_group, zero_signal = signal_means(runs)
+        cells += [_fmt(per_signal_group, 2), _fmt(zero_signal, 0)]
+        out.append("| " + " | ".join(cells) + " |")
+    return out + [""]
+
+
+def _paired_section(settings, records: list[dict], degenerate: bool) -> list[str]:
+    """ "Paired difference to the baseline": the headline's per seed, with its paired SE (the resolution), interval,
+    p-value and verdict; then per domain, sampled pass@1 and greedy accuracy."""
+    others = [s for s in settings.strategies if s != settings.baseline]
+    if not others:
+        return []
+    n_seeds = len(settings.seeds)
+    out = [
+        f"## Paired difference to the baseline `{settings.baseline}`",
+        "",
+        "The headline after training, strategy minus baseline, paired by seed. `paired SE` is the standard error "
+        "of the mean paired difference over seeds (paired bootstrap): the comparison's resolution. `resolves` is "
+        "t(n-1) x SE, the half-width of the 95% interval: a smaller difference is not resolved (more seeds shrink "
+        "it as 1/sqrt(seeds); more held-out prompts shrink the evaluation noise within it). "
+        f"**significant** means the 95% paired interval excludes 0 and the sign-flip p-value is below "
+        f"{stats.ALPHA:g}. With {n_seeds} seeds the smallest possible sign-flip p-value is "
+        f"{_fmt(stats.min_attainable_pvalue(n_seeds))}"
+        + (" (6 seeds or more can be significant)." if stats.min_attainable_pvalue(n_seeds) >= stats.ALPHA else "."),
+        "",
+    ]
+    out += _table(
+        ["strategy", "difference per seed", "mean [95% paired interval]", "paired SE", "resolves", "sign-flip p"]
+        + ["verdict"]
+    )
+    resolved = {}
+    for strategy in others:
+        paired = paired_difference(records, strategy, settings.baseline)
+        per_seed = ", ".join(f"{s}: {_fmt(d, signed=True)}" for s, d in zip(paired["seeds"], paired["differences"]))
+        verdict_text, p_value = verdict(paired), _fmt(paired["p_value"])
+        smallest = resolution(paired)
+        resolved[strategy] = smallest
+        if len(paired["seeds"]) < 2:  # one pair: no interval, and a sign-flip test of one value says nothing
+            verdict_text = p_value = "n/a (needs >= 2 seeds)"
+        if degenerate:
+            verdict_text = p_value = "n/a (all accuracies equal: see the warning above)"
+        standard_error = _fmt(paired["standard_error"], 4)
+        shown = "n/a" if not math.isfinite(smallest) else f"±{smallest:.3f}"
+        out.append(
+            f"| `{strategy}` | {per_seed} | {_fmt_interval(paired['interval'], signed=True)} | {standard_error} | "
+            f"{shown} | {p_value} | {verdict_text} |"
+        )
+    fine = [f"`{s}`" for s, value in resolved.items() if math.isfinite(value) and value < RESOLUTION_TARGET]
+    coarse = [f"`{s}`" for s in resolved if f"`{s}`" not in fine]
+    out += [
+        "",
+        f"A difference of {RESOLUTION_TARGET:g} in the headline is resolved (t(n-1) x SE < {RESOLUTION_TARGET:g}) "
+        f"for: {', '.join(fine) or 'none'}; not for: {', '.join(coarse) or 'none'}.",
+        "",
+    ]
+    domains = domains_of(records)
+    metrics = [(SAMPLED, "sampled pass@1")] if _sampled(records) else []
+    for field, name in [*metrics, ("accuracy", "greedy accuracy")]:
+        out += [
+            f"Per domain, {name} (mean paired difference [95% interval]; `*` marks a significant difference, "
+            "as above):",
+            "",
+        ]
+        out += _table(["strategy", *domains])
+        for strategy in others:
+            cells = []
+            for domain in domains:
+                paired = paired_difference(records, strategy, settings.baseline, after_training(field, domain))
+                cells.append(_fmt_interval(paired["interval"], signed=True) + (" *" if paired["significant"] else ""))
+            out.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
+        out.append("")
+    return out
+
+
+METHOD_NOTES = [
+    '- The "before" figures of a seed are the same for every strategy (same initial weights), so the '
+    "paired difference of figures after training is also the paired difference of gains.",
+    "- The headline is held-out sampled pass@1: per prompt the share of `--eval-samples` completions sampled at "
+    "the training temperature that the verifier (or `--reward` at `--reward-threshold`) passes, averaged over the "
+    "headline's prompts (the testbed's headline levels; every held-out prompt of your data). The samples are "
+    "seeded, so the same weights give the same figure, and every evaluation point uses the same seed. Greedy "
+    "accuracy is the share of prompts whose greedy completion passes.",
+    "- Completions are counted from TRL's generation schedule (`generation_batch_size` completions every "
+    "`steps_per_generation * num_iterations` micro-steps); completion tokens from TRL's logged mean "
+    "completion length. A strategy with dynamic sampling counts every round it generated "
+    "(`dataflex/dynamic/generated`), one with rollout allocation every pilot and commit "
+    "(`dataflex/alloc/step_generated`, their tokens exactly: `dataflex/alloc/step_generated_tokens`); responses "
+    "an allocation part reused from earlier steps cost no generation and are counted apart (`reused_responses`). "
+    "A `completions:N` budget stops a run at the first step that reaches N, "
+    "a dynamic-sampling step at the first round that reaches it and an allocation step at its next screening "
+    "round, so a run overshoots N by less than one generation (or screening) round. "
+    "Intermediate evaluations are planned in the budget's unit: at N/(k+1), 2N/(k+1), ... "
+    "completions for a completions budget, whatever a step costs each strategy.",
+    "- Optimizer steps are the trainer's. Trained tokens are the completion tokens of the responses the "
+    "strategy kept in the loss (`dataflex/kept_tokens`, logged by the TRL adapter; without a strategy every "
+    "generated response is trained). Generation seconds are the time in TRL's "
+    "`_generate_and_score_completions` (generation, reward scoring, the log-probabilities computed there, the "
+    "strategy's decision, every dynamic-sampling round); update seconds the rest of the training time "
+    "(forward and backward passes, optimizer steps). A cost model's modelled cost is gen_token x generated "
+    "tokens + train_token x trained tokens.",
+    "- Completions per trained signal group: completions generated over the signal groups trained on "
+    "(`dataflex/dynamic/signal_groups` with dynamic sampling; otherwise the generated groups whose rewards "
+    "are not all equal, from TRL's `frac_reward_zero_std`). Completions in zero-signal groups: generated "
+    "completions whose group's rewards were all equal (with dynamic sampling, as the strategy's select "
+    "part judged them, every round included).",
+    "- Runs of one invocation share the machine when `--jobs` > 1, so wall times are comparable only roughly.",
+]
+
+
 def render_report(settings, outcome) -> str:
-    """The markdown report: compute to reach the target accuracies first, then per-strategy intervals, paired
-    differences to the baseline, figures, method."""
+    """The markdown report: compute to reach the target headline first, then per-strategy intervals, paired
+    differences to the baseline with their resolution, figures, method."""
     records = outcome.records
     strategies = settings.strategies
-    domains = domains_of(records)
     out = ["# Strategy comparison", "", *_settings_lines(settings, outcome), ""]
     degenerate, cautions = comparison_warnings(settings, records)
     for text in [degenerate, *cautions]:
@@ -402,100 +498,19 @@ def render_report(settings, outcome) -> str:
         "all held-out accuracies are equal (see the warning above)" if degenerate else None,
         settings.cost_model,
     )
-
-    out += [
-        "## Held-out accuracy after training",
-        "",
-        "Mean over seeds with the Student-t 95% interval `[low, high]`; `change` is after minus before.",
-        "",
-    ]
-    header = [
-        "strategy",
-        "seeds",
-        "overall",
-        "change",
-        *domains,
-        "completions",
-        "completion tokens",
-        "kept fraction",
-        "wall s/run",
-        "completions per trained signal group",
-        "completions in zero-signal groups",
-    ]
-    out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for strategy in strategies:
-        runs = list(_by_strategy(records, strategy).values())
-        if not runs:
-            continue
-        overall = stats.accuracy_interval([r["after"]["overall"] for r in runs])
-        change = stats.mean_interval([r["after"]["overall"] - r["before"]["overall"] for r in runs]).clipped(-1.0, 1.0)
-        cells = [f"`{strategy}`", str(len(runs)), _fmt_interval(overall), _fmt_interval(change, signed=True)]
-        cells += [_fmt(float(np.mean([r["after"].get(d, math.nan) for r in runs]))) for d in domains]
-        cells += [
-            f"{np.mean([r['completions'] for r in runs]):.0f}",
-            f"{np.mean([r['completion_tokens'] for r in runs]):.0f}",
-            _fmt(float(np.mean([r["kept_frac"] for r in runs])), 2),
-            f"{np.mean([r['wall_seconds'] for r in runs]):.0f}",
-        ]
-        per_signal_group, zero_signal = signal_means(runs)
-        cells += [_fmt(per_signal_group, 2), _fmt(zero_signal, 0)]
-        out.append("| " + " | ".join(cells) + " |")
-    out.append("")
-
-    others = [s for s in strategies if s != settings.baseline]
-    if others:
-        n_seeds = len(settings.seeds)
-        out += [
-            f"## Paired difference to the baseline `{settings.baseline}`",
-            "",
-            "Overall held-out accuracy after training, strategy minus baseline, paired by seed. "
-            f"**significant** means the 95% paired interval excludes 0 and the sign-flip p-value is below "
-            f"{stats.ALPHA:g}. With {n_seeds} seeds the smallest possible sign-flip p-value is "
-            f"{_fmt(stats.min_attainable_pvalue(n_seeds))}"
-            + (
-                " (6 seeds or more can be significant)." if stats.min_attainable_pvalue(n_seeds) >= stats.ALPHA else "."
-            ),
-            "",
-        ]
-        header = ["strategy", "difference per seed", "mean [95% paired interval]", "sign-flip p", "verdict"]
-        out += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        for strategy in others:
-            paired = paired_difference(records, strategy, settings.baseline)
-            per_seed = ", ".join(f"{s}: {_fmt(d, signed=True)}" for s, d in zip(paired["seeds"], paired["differences"]))
-            verdict_text = verdict(paired)
-            p_value = _fmt(paired["p_value"])
-            if len(paired["seeds"]) < 2:  # one pair: no interval, and a sign-flip test of one value says nothing
-                verdict_text = p_value = "n/a (needs >= 2 seeds)"
-            if degenerate:
-                verdict_text = p_value = "n/a (all accuracies equal: see the warning above)"
-            out.append(
-                f"| `{strategy}` | {per_seed} | {_fmt_interval(paired['interval'], signed=True)} | "
-                f"{p_value} | {verdict_text} |"
-            )
-        out.append("")
-        out += [
-            "Per domain (mean paired difference [95% interval]; `*` marks a significant difference, as above):",
-            "",
-        ]
-        out += ["| strategy | " + " | ".join(domains) + " |", "|" + "---|" * (len(domains) + 1)]
-        for strategy in others:
-            cells = []
-            for domain in domains:
-                paired = paired_difference(records, strategy, settings.baseline, domain)
-                cells.append(_fmt_interval(paired["interval"], signed=True) + (" *" if paired["significant"] else ""))
-            out.append(f"| `{strategy}` | " + " | ".join(cells) + " |")
-        out.append("")
+    out += _accuracy_section(records, strategies)
+    out += _paired_section(settings, records, bool(degenerate))
 
     base_level, reach = reach_table(records, strategies, settings.baseline)
     if reach and not degenerate:  # reaching a level every run holds from the start says nothing
         out += [
             "## Secondary view (not the headline): completions for the seed-mean curve to reach the baseline's "
-            f"final mean accuracy ({_fmt(base_level)})",
+            f"final mean headline ({_fmt(base_level)})",
             "",
-            "The first section is the answer; this table asks it of the curves averaged over seeds (evaluation "
-            "points, linear in between) instead of each seed's own curve, so its numbers can differ from the "
-            "first section's. The completions from which a seed-mean curve stays at or above the baseline's "
-            "final mean; the baseline's own row is the reference. No interval: one curve per strategy.",
+            "The first section is the answer; this table asks it of the headline curves averaged over seeds "
+            "(evaluation points, linear in between) instead of each seed's own curve, so its numbers can differ "
+            "from the first section's. The completions from which a seed-mean curve stays at or above the "
+            "baseline's final mean; the baseline's own row is the reference. No interval: one curve per strategy.",
             "",
             *reach,
             "",
@@ -507,14 +522,13 @@ def render_report(settings, outcome) -> str:
         out += [f"- `{strategy}`: {note}" for strategy, note in notes]
         out.append("")
 
+    out += ["## Figures", ""]
+    for axis, name in ACCURACY_FIGURES.items():
+        out += [f"![held-out accuracy against {X_LABELS[axis]}]({FIGURES_FOLDER}/{name})", ""]
     out += [
-        "## Figures",
-        "",
-        f"![held-out accuracy against completions generated]({FIGURES_FOLDER}/{ACCURACY_FIGURE})",
-        "",
-        f"![held-out accuracy against completion tokens generated]({FIGURES_FOLDER}/{TOKENS_FIGURE})",
-        "",
-        "Dashed lines: the accuracy levels of the first section.",
+        "Panels: the headline (dashed: the levels of the first section), greedy accuracy overall, then each domain "
+        "in the headline's metric; mean over seeds with its 95% band. Each curve has the evaluation points of "
+        "`--eval-points`, before and after training.",
         "",
         f"![domain proportions over steps]({FIGURES_FOLDER}/{PROPORTIONS_FIGURE})",
         "",
@@ -522,50 +536,25 @@ def render_report(settings, outcome) -> str:
         "",
         method_text(),
         "",
-        '- The "before" accuracy of a seed is the same for every strategy (same initial weights), so the '
-        "paired difference of accuracies after training is also the paired difference of gains.",
-        "- Completions are counted from TRL's generation schedule (`generation_batch_size` completions every "
-        "`steps_per_generation * num_iterations` micro-steps); completion tokens from TRL's logged mean "
-        "completion length. A strategy with dynamic sampling counts every round it generated "
-        "(`dataflex/dynamic/generated`). A `completions:N` budget stops a run at the first step that reaches N, and "
-        "a dynamic-sampling step at the first round that reaches it, so a run overshoots N by less than one "
-        "generation round. Intermediate evaluations are planned in the budget's unit: at N/(k+1), 2N/(k+1), ... "
-        "completions for a completions budget, whatever a step costs each strategy.",
-        "- Optimizer steps are the trainer's. Trained tokens are the completion tokens of the responses the "
-        "strategy kept in the loss (`dataflex/kept_tokens`, logged by the TRL adapter; without a strategy every "
-        "generated response is trained). Generation seconds are the time in TRL's "
-        "`_generate_and_score_completions` (generation, reward scoring, the log-probabilities computed there, the "
-        "strategy's decision, every dynamic-sampling round); update seconds the rest of the training time "
-        "(forward and backward passes, optimizer steps). A cost model's modelled cost is gen_token x generated "
-        "tokens + train_token x trained tokens.",
-        "- Completions per trained signal group: completions generated over the signal groups trained on "
-        "(`dataflex/dynamic/signal_groups` with dynamic sampling; otherwise the generated groups whose rewards "
-        "are not all equal, from TRL's `frac_reward_zero_std`). Completions in zero-signal groups: generated "
-        "completions whose group's rewards were all equal (with dynamic sampling, as the strategy's select "
-        "part judged them, every round included).",
-        "- Runs of one invocation share the machine when `--jobs` > 1, so wall times are comparable only roughly.",
+        *METHOD_NOTES,
         "",
     ]
     return "\n".join(out)
 
 
 def write_report(settings, outcome) -> dict[str, str]:
-    """Write results.csv, report.md and the figures into the comparison folder; returns their paths."""
+    """Write results.csv, report.md and the figures into the comparison folder; returns their paths: ``results``,
+    ``report`` and each figure by its file name (`figures.write_figures`)."""
     folder = settings.output_dir
-    figures = os.path.join(folder, FIGURES_FOLDER)
-    os.makedirs(figures, exist_ok=True)
-    paths = {
-        "results": os.path.join(folder, RESULTS_FILE),
-        "report": os.path.join(folder, REPORT_FILE),
-        "accuracy_figure": os.path.join(figures, ACCURACY_FIGURE),
-        "tokens_figure": os.path.join(figures, TOKENS_FIGURE),
-        "proportions_figure": os.path.join(figures, PROPORTIONS_FIGURE),
-    }
+    paths = {"results": os.path.join(folder, RESULTS_FILE), "report": os.path.join(folder, REPORT_FILE)}
+    os.makedirs(folder, exist_ok=True)
     write_results_csv(paths["results"], outcome.records)
     levels = reach_levels(outcome.records, settings.baseline, settings.target)
-    for key, axis in (("accuracy_figure", "completions"), ("tokens_figure", "completion_tokens")):
-        plot_accuracy(paths[key], outcome.records, settings.strategies, settings.baseline, axis, levels)
-    plot_proportions(paths["proportions_figure"], outcome.records, settings.strategies)
+    paths.update(
+        write_figures(
+            os.path.join(folder, FIGURES_FOLDER), outcome.records, settings.strategies, settings.baseline, levels
+        )
+    )
     with open(paths["report"], "w") as handle:
         handle.write(render_report(settings, outcome))
     return paths

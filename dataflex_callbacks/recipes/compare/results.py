@@ -12,6 +12,7 @@ import os
 import warnings
 from typing import TYPE_CHECKING, Callable
 
+from ..held_out import SAMPLED, HeldOutEvaluation, HeldOutScores
 from .budget import GenerationLedger, budget_callback
 from .health import truncated_share
 
@@ -49,6 +50,7 @@ RESULT_FIELDS = {
     "kept_frac": (int, float),
     "before": dict,
     "after": dict,
+    "headline": dict,
     "curve": list,
     "proportions": list,
 }
@@ -66,13 +68,16 @@ def result_problem(record) -> str | None:
     for when in ("before", "after"):
         if not isinstance(record[when].get("overall"), (int, float)):
             return f"its {when!r} accuracy has no number 'overall'"
+        if not isinstance(record["headline"].get(when), (int, float)):
+            return f"its headline has no number {when!r}"
     # A curve point without "completion_tokens" or "wall_seconds" (written before they were recorded) is complete:
     # the report shows n/a for those axes rather than training the run again.
     for point in record["curve"]:
         if not (
             isinstance(point, dict)
-            and {"step", "completions", "accuracy"} <= set(point)
+            and {"step", "completions", "accuracy", "headline"} <= set(point)
             and isinstance(point["accuracy"], dict)
+            and isinstance(point["headline"], (int, float))
         ):
             return "its accuracy curve has a malformed point"
     return None
@@ -120,7 +125,8 @@ def _summarize(
     seconds: dict | None = None,
 ) -> dict:
     """The run's result record. Its accuracy curve starts at step 0 (no completions, tokens or training time) and
-    ends at the run's totals; a point's ``wall_seconds`` is training time (`budget_callback`), the final one
+    ends at the run's totals, each point with the held-out greedy accuracy, sampled pass@1 and headline
+    (`HeldOutScores.curve_fields`); a point's ``wall_seconds`` is training time (`budget_callback`), the final one
     `train_seconds` (the whole run's `result.wall_seconds` when not given). `seconds`: the callback's final
     ``generation_seconds`` and ``update_seconds`` (`budget_callback`), when it timed generation."""
     domains = list(result.config.get("domains") or [])
@@ -129,6 +135,12 @@ def _summarize(
     final_step = ledger.steps or (metrics[-1]["step"] if metrics else 0)
     final_seconds = result.wall_seconds if train_seconds is None else train_seconds
     split = {k: v for k, v in (seconds or {}).items() if k in ("generation_seconds", "update_seconds")}
+    sampled = result.sampled or {}
+    greedy = {"before": result.eval_before, "after": result.eval_after}
+
+    def scores(when: str) -> dict:
+        return HeldOutScores(greedy[when], sampled.get(when), result.headline[when]).curve_fields()
+
     points = [
         {
             "step": 0,
@@ -137,7 +149,7 @@ def _summarize(
             "trained_tokens": 0,
             "wall_seconds": 0.0,
             **{k: 0.0 for k in split},
-            "accuracy": result.eval_before,
+            **scores("before"),
         }
     ]
     points += [p for p in curve if p["step"] < final_step]
@@ -149,7 +161,7 @@ def _summarize(
             "trained_tokens": int(round(ledger.trained_tokens)),
             "wall_seconds": round(final_seconds, 3),
             **split,
-            "accuracy": result.eval_after,
+            **scores("after"),
         }
     )
     planned = len(settings.eval_plan().thresholds())
@@ -178,7 +190,10 @@ def _summarize(
             "per_domain": result.config.get("n_test_rows_per_domain") or {},
         },
         "steps": final_step,
+        # Completions generated (every dynamic-sampling round, every allocation pilot and commit), and the earlier
+        # responses an allocation part reused in its groups, apart: trained, but not generated (no generation cost).
         "completions": ledger.completions,
+        "reused_responses": ledger.reused_responses,
         # Completions beyond a completions budget (None for a steps budget) and one generation round's
         # completions: a run stops within one round of its budget.
         "overshoot": ledger.overshoot,
@@ -197,11 +212,18 @@ def _summarize(
         # Training completions no reward function scored (None or NaN from each); None with the built-in verifier.
         "unscored_completions": result.config.get("unscored_completions"),
         "wall_seconds": round(result.wall_seconds, 3),
+        # Training seconds in generation and in the update (`budget_callback`); None where generation was not timed.
+        "generation_seconds": split.get("generation_seconds"),
+        "update_seconds": split.get("update_seconds"),
         "kept_frac": sum(kept) / len(kept) if kept else 1.0,
         # Share of training completions cut at max_completion_length (TRL's clipped_ratio, mean over steps).
         "truncated_share": truncated_share(metrics),
+        # Held-out greedy accuracy, sampled pass@1 (k, temperature, before, after; None with --eval-samples 0) and
+        # the headline (what it measures, before, after: held_out.Headline.record), as in the run's eval.json.
         "before": result.eval_before,
         "after": result.eval_after,
+        SAMPLED: result.sampled,
+        "headline": result.headline,
         "curve": points,
         "proportions": proportions,
     }
@@ -211,11 +233,11 @@ def execute_run(
     settings: CompareSettings, run: GridRun, pre_select: bool = False, on_step: Callable[[int], None] | None = None
 ) -> dict:
     """Train one grid run, write its `result.json` atomically and return the result record."""
-    from dataflex_callbacks.recipes.runner import held_out_scorer, load_data, run_training
+    from dataflex_callbacks.recipes.runner import load_data, run_training
 
     options = settings.options_for(run, pre_select)
     data = load_data(options)
-    evaluate = held_out_scorer(options, data.test, data.reward_settings)
+    evaluate = HeldOutEvaluation(options, data.test, data.reward_settings)
 
     ledger = GenerationLedger(settings.budget)
     callback = budget_callback(ledger, evaluate, settings.eval_points, on_step)

@@ -150,15 +150,15 @@ class CompareSettings:
     )
     eval_points: int = _setting(
         4,
-        help="held-out evaluations during each run, besides before and after, for the "
-        "accuracy-against-completions figure",
+        help="held-out evaluations during each run (greedy accuracy, sampled pass@1, the headline), besides before "
+        "and after, for the curves: compute to target and the accuracy figures",
     )
     progress: bool = _setting(True, help="show a progress bar over the whole grid")
     command: str = _setting("", help="the command line that started the comparison (written into the report)")
     target: float | None = _setting(
         None,
-        help="a held-out overall accuracy (0 < target <= 1) to report the compute "
-        "each strategy needs to reach, besides the baseline's final accuracy",
+        help="a headline value (0 < target <= 1: held-out sampled pass@1 on the headline's prompts) to report the "
+        "compute each strategy needs to reach, besides the baseline's final headline",
     )
     cost_model: object = _setting(
         None,
@@ -212,8 +212,7 @@ class CompareSettings:
                 )
             except CompareInputError:
                 raise CompareInputError(
-                    f"--target must be a held-out accuracy above 0 and at most 1 (e.g. --target "
-                    f"0.6), got {self.target!r}"
+                    f"--target must be a headline value above 0 and at most 1 (e.g. --target 0.6), got {self.target!r}"
                 ) from None
         if self.cost_model is not None:  # only the report reads it: not among the settings a resumed comparison shares
             if not isinstance(self.cost_model, CostModel):

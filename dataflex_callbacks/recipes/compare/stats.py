@@ -7,7 +7,9 @@ Method (also written into every report):
   differences ``d_s``; a paired bootstrap (seeds resampled with replacement) estimates the
   standard error of their mean, corrected by ``sqrt(n / (n - 1))`` for the plug-in bias, and the
   interval is ``mean(d) ± t(n-1) * SE``. A plain percentile bootstrap covers far below 95% with
-  the 3-5 seeds people can afford; Student-t critical values keep coverage near nominal.
+  the 3-5 seeds people can afford; Student-t critical values keep coverage near nominal. The report
+  prints the paired SE beside each difference: it is the comparison's resolution (a difference of
+  0.02 is resolved when ``t(n-1) * SE`` is below 0.02).
 - A paired sign-flip permutation test (exact over all ``2^n`` sign patterns for n <= 16,
   otherwise 20,000 random patterns). With n seeds the smallest attainable two-sided p-value is
   ``2 / 2^n`` (0.25 for 3 seeds): few seeds cannot show significance with this test, by design.
@@ -20,7 +22,7 @@ Method (also written into every report):
   3 seeds ``t(2) = 4.30`` can stretch a t interval past the values an accuracy can take, and the
   clipped interval covers whatever the unclipped one covered.
 - Compute to reach an accuracy level (the report's first table): per seed, on that seed's own
-  overall held-out curve (linear between evaluation points), the completions, generated tokens or
+  headline curve (linear between evaluation points), the completions, generated tokens or
   training seconds from which the curve stays at or above the level (its last crossing from
   below); a curve that ends below the level has not reached it. Per strategy: the mean over seeds
   with the Student-t interval, only when every seed reached the level ("reached in k of n seeds"
@@ -121,18 +123,30 @@ def mean_interval(values) -> Interval:
     return Interval(mean, mean - half, mean + half, n)
 
 
+def paired_standard_error(differences, resamples: int = 10_000, seed: int = 0) -> float:
+    """Standard error of the mean paired difference over seeds: the standard deviation of the mean over `resamples`
+    bootstrap resamples of the seeds, corrected by ``sqrt(n / (n - 1))`` for the plug-in bias (close to
+    ``sd(d) / sqrt(n)``); NaN with fewer than 2 differences. The resolution of a comparison: its paired 95% interval
+    is ``mean(d) ± t(n-1) * SE`` (`paired_bootstrap_interval`)."""
+    d = np.asarray(differences, dtype=np.float64)
+    n = d.size
+    if n < 2:
+        return float("nan")
+    rng = np.random.default_rng(seed)
+    means = d[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
+    return float(means.std(ddof=1)) * math.sqrt(n / (n - 1))
+
+
 def paired_bootstrap_interval(differences, resamples: int = 10_000, seed: int = 0) -> Interval:
-    """Interval for the mean paired difference: bootstrap standard error, Student-t critical value."""
+    """Interval for the mean paired difference: bootstrap standard error (`paired_standard_error`), Student-t
+    critical value."""
     d = np.asarray(differences, dtype=np.float64)
     n = d.size
     if n < 2:
         mean = float(d.mean()) if n else float("nan")
         return Interval(mean, float("nan"), float("nan"), n)
-    rng = np.random.default_rng(seed)
-    means = d[rng.integers(0, n, size=(resamples, n))].mean(axis=1)
-    standard_error = float(means.std(ddof=1)) * math.sqrt(n / (n - 1))
     mean = float(d.mean())
-    half = t_critical(n - 1) * standard_error
+    half = t_critical(n - 1) * paired_standard_error(d, resamples, seed)
     return Interval(mean, mean - half, mean + half, n)
 
 

@@ -71,10 +71,11 @@ def pass_counts(
 
 
 def profile_table(rows: list[dict], greedy: list[bool] | None, counts: list[int] | None, k: int = 8) -> dict:
-    """Per level and `overall`: rows, greedy accuracy, mean sampled pass rate, and shares solved k/k, 0/k, mixed.
+    """Per level and `overall`: rows, greedy accuracy, mean sampled pass rate (sampled pass@1), pass@k, and the
+    shares solved k/k, 0/k, mixed.
 
-    Returns ``{level: {"rows", "greedy", "pass_rate", "all", "none", "mixed"}}`` (fractions in [0, 1]); a field
-    whose input is None is left out.
+    Returns ``{level: {"rows", "greedy", "pass_rate", "pass_at_k", "all", "none", "mixed"}}`` (fractions in
+    [0, 1]); a field whose input is None is left out.
     """
     groups: dict[str, list[int]] = defaultdict(list)
     for index, row in enumerate(rows):
@@ -90,13 +91,14 @@ def profile_table(rows: list[dict], greedy: list[bool] | None, counts: list[int]
             entry["all"] = sum(counts[i] == k for i in indices) / len(indices)
             entry["none"] = sum(counts[i] == 0 for i in indices) / len(indices)
             entry["mixed"] = 1.0 - entry["all"] - entry["none"]
+            entry["pass_at_k"] = 1.0 - entry["none"]
         table[name] = entry
     return table
 
 
 def format_table(table: dict) -> str:
     """The profile as a markdown table (levels in their order, `overall` last)."""
-    columns = [c for c in ("rows", "greedy", "pass_rate", "all", "none", "mixed") if c in table["overall"]]
+    columns = [c for c in ("rows", "greedy", "pass_rate", "pass_at_k", "all", "none", "mixed") if c in table["overall"]]
     header = "| level | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns) + "\n"
     lines = []
     for name in [n for n in table if n != "overall"] + ["overall"]:

@@ -10,7 +10,7 @@ pytest.importorskip("trl")
 
 from dataflex_callbacks.recipes.cli import main  # noqa: E402
 
-SHORT = ["--steps", "3", "--no-progress", "--prompts-per-step", "4", "--num-generations", "4"]
+SHORT = ["--steps", "3", "--no-progress", "--prompts-per-step", "4", "--num-generations", "4", "--n-test", "20"]
 
 
 def _run(args):
@@ -35,14 +35,23 @@ def test_run_writes_the_run_folder(finished_run):
         assert 0.0 <= record["kept_frac"] <= 1.0 and "loss" in record
         assert abs(sum(record[f"mix/actual/{d}"] for d in config["domains"]) - 1.0) < 1e-6
     evaluation = json.loads((finished_run / "eval.json").read_text())
-    assert set(evaluation) == {"before", "after", "sampled_pass_at_1"}
-    from dataflex_callbacks.recipes.testbed import LEVELS
+    assert set(evaluation) == {"before", "after", "sampled_pass_at_1", "headline"}
+    from dataflex_callbacks.recipes.testbed import HEADLINE_LEVELS, TRAIN_ROWS
 
-    assert set(evaluation["before"]) == {*LEVELS, "overall"}  # the default suite: the testbed's levels
+    assert set(evaluation["before"]) == {*TRAIN_ROWS, "overall"}  # the default suite: the levels of the testbed's mix
     sampled = evaluation["sampled_pass_at_1"]  # beside the greedy figures: k samples per prompt at the training T
     assert sampled["k"] == 4 and sampled["temperature"] == config["options"]["temperature"] == 1.0
     for when in ("before", "after"):
-        assert set(sampled[when]) == {*LEVELS, "overall"} and all(0.0 <= v <= 1.0 for v in sampled[when].values())
+        assert set(sampled[when]) == {*TRAIN_ROWS, "overall"} and all(0.0 <= v <= 1.0 for v in sampled[when].values())
+    # The headline: sampled pass@1 over the held-out prompts of the headline levels (each prompt weighs the same).
+    headline = evaluation["headline"]
+    rows = config["n_test_rows_per_domain"]
+    assert (headline["metric"], headline["k"], headline["levels"]) == ("sampled_pass_at_1", 4, list(HEADLINE_LEVELS))
+    assert headline["rows"] == sum(rows[level] for level in HEADLINE_LEVELS)
+    for when in ("before", "after"):
+        pooled = sum(rows[level] * sampled[when][level] for level in HEADLINE_LEVELS) / headline["rows"]
+        assert headline[when] == pytest.approx(pooled, abs=1e-12)
+        assert headline[when] != pytest.approx(sampled[when]["overall"])  # the headline levels, not every level
 
 
 @pytest.mark.slow
@@ -53,7 +62,9 @@ def test_same_seed_same_metrics(finished_run, tmp_path):
 
 
 @pytest.mark.slow
-def test_existing_run_needs_overwrite(finished_run, tmp_path, capsys):
+def test_existing_run_needs_overwrite_and_zero_samples_fall_back_to_a_greedy_headline_with_a_warning(
+    finished_run, tmp_path, capsys
+):
     import shutil
 
     target = tmp_path / "copy"
@@ -62,9 +73,22 @@ def test_existing_run_needs_overwrite(finished_run, tmp_path, capsys):
     assert _run(["--output-dir", str(target)]) == 2
     assert "--overwrite" in capsys.readouterr().err
     assert sorted(os.listdir(target)) == before
+    capsys.readouterr()
     assert _run(["--output-dir", str(target), "--overwrite", "--strategy", "none", "--eval-samples", "0"]) == 0
     assert json.loads((target / "config.json").read_text())["strategy"] is None
-    assert set(json.loads((target / "eval.json").read_text())) == {"before", "after"}  # 0 samples: greedy only
+    evaluation = json.loads((target / "eval.json").read_text())
+    assert set(evaluation) == {"before", "after", "headline"}  # 0 samples: greedy only
+    from dataflex_callbacks.recipes.testbed import HEADLINE_LEVELS
+
+    rows = json.loads((target / "config.json").read_text())["n_test_rows_per_domain"]
+    headline = evaluation["headline"]
+    assert headline["metric"] == "greedy_accuracy" and headline["levels"] == list(HEADLINE_LEVELS)
+    pooled = sum(rows[level] * evaluation["after"][level] for level in HEADLINE_LEVELS) / headline["rows"]
+    assert headline["after"] == pytest.approx(pooled, abs=1e-12)
+    captured = capsys.readouterr()
+    warnings = [line for line in captured.err.splitlines() if line.startswith("dataflex run: warning:")]
+    assert len(warnings) == 1 and "the headline falls back to held-out greedy accuracy" in warnings[0]
+    assert "headline: held-out greedy accuracy (--eval-samples 0) on " in captured.out
 
 
 @pytest.mark.slow

@@ -9,7 +9,7 @@ pytest.importorskip("trl")
 from dataflex_callbacks.recipes.cli import main  # noqa: E402
 from dataflex_callbacks.recipes.completion_accounting import signal_accounting  # noqa: E402
 
-SHORT = ["--steps", "3", "--no-progress", "--prompts-per-step", "4", "--num-generations", "4"]
+SHORT = ["--steps", "3", "--no-progress", "--prompts-per-step", "4", "--num-generations", "4", "--n-test", "20"]
 PER_STEP = 16
 
 

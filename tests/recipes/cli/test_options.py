@@ -142,8 +142,12 @@ def test_each_suite_has_its_defaults_and_a_users_model_or_data_keeps_the_toy_one
     from dataflex_callbacks.recipes.options import with_suite_defaults
 
     testbed, toy = with_suite_defaults(RunOptions()), with_suite_defaults(RunOptions(suite="toy"))
-    assert (testbed.steps, testbed.learning_rate, testbed.n_train) == (60, 3e-5, None)  # a pretrained model
-    assert (toy.steps, toy.learning_rate, toy.n_train) == (150, 3e-3, 200)
+    # A pretrained model; the testbed's own mix and held-out rows per level (None), 16 prompts a step.
+    assert (testbed.steps, testbed.learning_rate, testbed.n_train, testbed.n_test) == (120, 1e-5, None, None)
+    assert testbed.prompts_per_step == 16
+    assert (toy.steps, toy.learning_rate, toy.n_train, toy.n_test, toy.prompts_per_step) == (150, 3e-3, 200, 50, 8)
+    assert with_suite_defaults(RunOptions(dataset="d.jsonl")).n_test == 50  # rows held out of a user's data
+    assert with_suite_defaults(RunOptions(model="m")).prompts_per_step == 8
     # A user's --model is pretrained: TRL's own default rate (GRPOConfig.learning_rate), not the toy model's 3e-3.
     assert with_suite_defaults(RunOptions(model="m")).learning_rate == 1e-6
     assert with_suite_defaults(RunOptions(model="m", dataset="d.jsonl")).learning_rate == 1e-6

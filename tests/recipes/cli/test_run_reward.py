@@ -44,6 +44,13 @@ def test_run_trains_and_scores_with_the_users_reward_from_the_current_directory(
         assert main([*base, "--reward-threshold", threshold, "--output-dir", str(out)]) == 0
         held_out = json.loads((out / "eval.json").read_text())
         assert held_out["before"]["overall"] == held_out["after"]["overall"] == accuracy
+        # Sampled pass@1 under the user's reward and threshold too (k samples per prompt), and it is the headline:
+        # every held-out prompt of data that is not the testbed's.
+        sampled = held_out["sampled_pass_at_1"]
+        assert sampled["k"] == 4 and sampled["before"] == sampled["after"] == {"digit": accuracy, "overall": accuracy}
+        headline = held_out["headline"]
+        assert (headline["metric"], headline["levels"], headline["rows"]) == ("sampled_pass_at_1", None, 2)
+        assert headline["before"] == headline["after"] == accuracy
         config = json.loads((out / "config.json").read_text())
         assert config["reward"]["functions"] == ["run_rewards_t30:half"]
         assert json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["reward"] == 0.5

@@ -48,7 +48,7 @@ def _without_times(record):
     included), which differ between computations."""
     times = ("wall_seconds", "generation_seconds", "update_seconds")
     curve = [{k: v for k, v in point.items() if k not in times} for point in record["curve"]]
-    return {**{k: v for k, v in record.items() if k != "wall_seconds"}, "curve": curve}
+    return {**{k: v for k, v in record.items() if k not in times}, "curve": curve}
 
 
 def _result_times(folder):
@@ -74,12 +74,17 @@ def test_all_report_files_with_the_expected_columns(compare_dir):
         "results.csv",
         "compare.json",
         "figures/accuracy_vs_completions.png",
+        "figures/accuracy_vs_steps.png",
         "figures/domain_proportions.png",
     ):
         assert (compare_dir / name).stat().st_size > 0, name
     columns, rows = _rows(compare_dir)
     per_domain = [f"accuracy_{when}_{d}" for d in DOMAINS for when in ("before", "after")]
-    assert columns == [*RUN_COLUMNS, *per_domain, "run_dir"]
+    sampled = [f"sampled_pass_at_1_{when}_{d}" for d in ("overall", *DOMAINS) for when in ("before", "after")]
+    assert columns == [*RUN_COLUMNS, *per_domain, *sampled, "run_dir"]
+    for column in ("steps", "completions", "completion_tokens", "trained_tokens", "generation_seconds"):
+        assert column in columns and all(float(row[column]) > 0 for row in rows), column
+    assert all(float(row["update_seconds"]) > 0 for row in rows)
     assert sorted((r["strategy"], r["seed"]) for r in rows) == [
         ("baseline", "0"),
         ("baseline", "1"),
@@ -91,6 +96,9 @@ def test_all_report_files_with_the_expected_columns(compare_dir):
         assert int(row["completions"]) == 3 * 8 * 8
         assert 0 < int(row["completion_tokens"]) <= 3 * 8 * 8 * 4
         assert 0.0 <= float(row["kept_frac"]) <= 1.0 and float(row["wall_seconds"]) > 0
+        # The toy suite's headline: sampled pass@1 over every held-out prompt.
+        assert row["headline_metric"] == "sampled_pass_at_1"
+        assert float(row["headline_after"]) == float(row["sampled_pass_at_1_after_overall"])
     report = (compare_dir / "report.md").read_text()
     for text in (
         "Held-out accuracy after training",
@@ -100,6 +108,9 @@ def test_all_report_files_with_the_expected_columns(compare_dir):
         "Student-t",
         "## Method",
         "figures/accuracy_vs_completions.png",
+        "figures/accuracy_vs_steps.png",
+        "- headline: held-out sampled pass@1 (k=4, T=1) on every held-out prompt (200 prompts)",
+        "| paired SE | resolves |",
     ):
         assert text in report, text
     assert "not significant" in report or "**significant**" in report
@@ -120,6 +131,13 @@ def test_runs_of_one_seed_start_from_the_same_weights_and_data(compare_dir):
         for key in ("reward", "completions/mean_length", *(f"mix/actual/{d}" for d in DOMAINS)):
             assert first_steps[0][key] == first_steps[1][key], key
         assert [p["step"] for p in results[0]["curve"]] == [0, 1, 3]
+        # Every evaluation point has the headline and, per domain, greedy accuracy and sampled pass@1.
+        for result in results:
+            for point in result["curve"]:
+                assert set(point["accuracy"]) == set(point["sampled_pass_at_1"]) == {*DOMAINS, "overall"}
+                assert point["headline"] == point["sampled_pass_at_1"]["overall"]
+            assert result["curve"][-1]["headline"] == result["headline"]["after"]
+            assert result["curve"][-1]["sampled_pass_at_1"] == result["sampled_pass_at_1"]["after"]
 
 
 def test_resuming_a_finished_compare_recomputes_nothing(compare_dir, monkeypatch, capsys):

@@ -15,7 +15,7 @@ def _run(folder):
         seeds=[1],
         budget=Budget("completions", 150),
         output_dir=str(folder),
-        base=RunOptions(n_train=40, n_test=20),
+        base=RunOptions(n_train=40, n_test=20, prompts_per_step=8),
         eval_points=1,
         progress=False,
     )

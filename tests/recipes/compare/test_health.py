@@ -23,10 +23,13 @@ def _settings(dataset="mine.jsonl", eval_dataset=None, max_completion_length=64,
 
 
 def _record(name, after=0.5, rows=8, truncated=None):
+    """A result whose headline after training is `after` on `rows` held-out prompts (greedy accuracy is 0.9: the
+    size check reads the headline)."""
     return {
         "name": name,
-        "after": {"overall": after},
-        "held_out_rows": {"total": rows, "per_domain": {}},
+        "after": {"overall": 0.9},
+        "held_out_rows": {"total": 2 * rows, "per_domain": {}},
+        "headline": {"metric": "sampled_pass_at_1", "levels": ["a"], "rows": rows, "before": 0.5, "after": after},
         "truncated_share": truncated,
     }
 
@@ -61,12 +64,12 @@ def test_a_held_out_set_too_small_for_the_measured_differences_is_flagged_with_t
     warning = held_out_size_warning(records, _settings(), {"x": 0.1})
     noise = held_out_noise(0.5, 8)
     assert noise == pytest.approx(2 * math.sqrt(2 * 0.25 / 8))
-    assert f"({8} prompts, mean accuracy 0.50)" in warning and f"±{noise:.3f}" in warning
+    assert f"headline's held-out prompts ({8}, mean headline 0.50)" in warning and f"±{noise:.3f}" in warning
     assert f"about {rows_to_resolve(0.5, 0.1)} held-out prompts would resolve a difference of 0.100" in warning
     assert rows_to_resolve(0.5, 0.1) == 200
     assert "raise --n-test" in warning
     # The same difference on 800 prompts is resolved: no warning.
-    big = [dict(r, held_out_rows={"total": 800}) for r in records]
+    big = [dict(r, headline={**r["headline"], "rows": 800}) for r in records]
     assert held_out_size_warning(big, _settings(), {"x": 0.1}) is None
 
 

@@ -45,13 +45,17 @@ def test_a_40_row_dataset_reports_the_held_out_rows_config_json_has(tmp_path, ca
 
 
 def _record(strategy, seed, accuracy):
+    from .test_reach import headline_block
+
     point = {"overall": accuracy, "a": accuracy}
     return {
         "strategy": strategy,
         "seed": seed,
         "before": point,
         "after": point,
-        "curve": [{"step": 0, "completions": 0, "accuracy": point}],
+        "sampled_pass_at_1": {"k": 4, "temperature": 1.0, "before": point, "after": point},
+        "headline": headline_block(accuracy, accuracy),
+        "curve": [{"step": 0, "completions": 0, "accuracy": point, "sampled_pass_at_1": point, "headline": accuracy}],
     }
 
 

@@ -14,15 +14,25 @@ from dataflex_callbacks.recipes.compare.reach import headline_section, strategy_
 from dataflex_callbacks.recipes.compare.results import result_problem
 
 
-def record(strategy, seed, points, tokens_per_completion=4.0, seconds_per_completion=0.01):
-    """A result record whose overall curve is `points` [(completions, accuracy)]; tokens and seconds proportional."""
+def headline_block(before, after, metric="sampled_pass_at_1", rows=100):
+    """A result's ``headline`` (eval.json's): sampled pass@1 on every held-out prompt, unless `metric` says greedy."""
+    sampled = {"k": 4, "temperature": 1.0} if metric == "sampled_pass_at_1" else {}
+    return {"metric": metric, **sampled, "levels": None, "rows": rows, "before": before, "after": after}
+
+
+def record(strategy, seed, points, tokens_per_completion=4.0, seconds_per_completion=0.01, greedy_offset=0.0):
+    """A result record whose headline curve is `points` [(completions, accuracy)] (sampled pass@1 on every held-out
+    prompt, overall and of its one domain `a`), greedy accuracy `greedy_offset` above it; tokens and seconds
+    proportional to the completions."""
     curve = [
         {
             "step": i,
             "completions": c,
             "completion_tokens": int(c * tokens_per_completion),
             "wall_seconds": c * seconds_per_completion,
-            "accuracy": {"overall": a, "a": a},
+            "accuracy": {"overall": a + greedy_offset, "a": a + greedy_offset},
+            "sampled_pass_at_1": {"overall": a, "a": a},
+            "headline": a,
         }
         for i, (c, a) in enumerate(points)
     ]
@@ -38,12 +48,26 @@ def record(strategy, seed, points, tokens_per_completion=4.0, seconds_per_comple
         "kept_frac": 1.0,
         "before": curve[0]["accuracy"],
         "after": curve[-1]["accuracy"],
+        "sampled_pass_at_1": {
+            "k": 4,
+            "temperature": 1.0,
+            "before": curve[0]["sampled_pass_at_1"],
+            "after": curve[-1]["sampled_pass_at_1"],
+        },
+        "headline": headline_block(curve[0]["headline"], curve[-1]["headline"]),
         "curve": curve,
         "proportions": [{"step": 1, "sampled": {"a": 1.0}, "target": None}],
         "run_dir": "runs/x",
         "domains": ["a"],
         "shared_key": "k",
     }
+
+
+def scores(value):
+    """A held-out evaluation (`HeldOutScores`) whose every figure is `value`."""
+    from dataflex_callbacks.recipes.held_out import HeldOutScores
+
+    return HeldOutScores({"overall": value}, {"overall": value}, value)
 
 
 def grid_records():
@@ -135,7 +159,7 @@ def test_the_baseline_level_is_each_seeds_own_final_accuracy_so_the_baseline_rea
 
 @pytest.mark.parametrize("bad", [0, -0.1, 1.5, float("nan"), "high", True])
 def test_a_target_outside_0_1_is_refused(tmp_path, bad):
-    with pytest.raises(CompareInputError, match=r"--target must be a held-out accuracy above 0 and at most 1"):
+    with pytest.raises(CompareInputError, match=r"--target must be a headline value above 0 and at most 1"):
         settings_for(tmp_path, target=bad)
 
 
@@ -147,7 +171,7 @@ def test_the_target_flag_reaches_the_settings_the_api_and_the_report(tmp_path, c
     args = build_parser().parse_args(["compare", "--target", "0.85", "--output-dir", str(tmp_path / "c")])
     assert settings_from_args(args).target == pytest.approx(0.85)
     assert main(["compare", "--target", "1.5", "--output-dir", str(tmp_path / "c"), "--no-progress"]) == 2
-    assert "--target must be a held-out accuracy" in capsys.readouterr().err and not (tmp_path / "c").exists()
+    assert "--target must be a headline value" in capsys.readouterr().err and not (tmp_path / "c").exists()
     with pytest.raises(CompareInputError, match="--target"):
         compare(["baseline"], target=0, output_dir=str(tmp_path / "c"), progress=False)
     assert not (tmp_path / "c").exists()
@@ -178,22 +202,23 @@ def test_the_headline_is_the_reports_first_section_and_the_console_prints_it(tmp
     )
     assert "figures/accuracy_vs_tokens.png" in report and "figures/accuracy_vs_completions.png" in report
     lines = summary_lines(settings_for(tmp_path, target=0.85), outcome)
-    assert lines[0].startswith(
+    assert lines[0] == "headline: held-out sampled pass@1 (k=4, T=1) on every held-out prompt (100 prompts)"
+    assert lines[1].startswith(
         "completions to reach the baseline's final accuracy on the same seed (0.700 (per seed: 0.600-0.800))"
     )
-    assert lines[1] == "  base             400 [400, 400]"  # each seed reaches its own final accuracy at its end
-    assert lines[2].startswith("  fast             71 [")  # mean of 66.7 (0.6 on seed 0) and 75 (0.8 on seed 1)
-    assert lines[2].endswith("x baseline: 0.18 [0.08, 0.37]")  # paired: 1/6 on seed 0, 3/16 on seed 1
-    assert lines[3].startswith("completions to reach the target (0.850)") and lines[4].endswith("not reached")
-    assert any(line.startswith("  fast             - base: ") for line in lines[5:])
+    assert lines[2] == "  base             400 [400, 400]"  # each seed reaches its own final accuracy at its end
+    assert lines[3].startswith("  fast             71 [")  # mean of 66.7 (0.6 on seed 0) and 75 (0.8 on seed 1)
+    assert lines[3].endswith("x baseline: 0.18 [0.08, 0.37]")  # paired: 1/6 on seed 0, 3/16 on seed 1
+    assert lines[4].startswith("completions to reach the target (0.850)") and lines[5].endswith("not reached")
+    assert any(line.startswith("  fast             - base: ") for line in lines[6:])
 
 
-def test_both_figures_name_the_strategies_and_draw_the_levels_dashed(tmp_path, monkeypatch):
+def test_every_accuracy_figure_names_the_strategies_and_draws_the_levels_dashed(tmp_path, monkeypatch):
     from matplotlib.figure import Figure
 
     from dataflex_callbacks.recipes.compare.report import write_report
 
-    drawn = {}
+    drawn, titles = {}, {}
     real_savefig = Figure.savefig
 
     def savefig(figure, path, *args, **kwargs):
@@ -201,18 +226,22 @@ def test_both_figures_name_the_strategies_and_draw_the_levels_dashed(tmp_path, m
         dashed = [line.get_ydata()[0] for line in axis.get_lines() if line.get_linestyle() == "--"]
         legend = axis.get_legend()
         drawn[str(path).rsplit("/", 1)[-1]] = (axis.get_xlabel(), [t.get_text() for t in legend.get_texts()], dashed)
+        titles[str(path).rsplit("/", 1)[-1]] = [panel.get_title() for panel in figure.axes]
         return real_savefig(figure, path, *args, **kwargs)
 
     monkeypatch.setattr(Figure, "savefig", savefig)
     records = grid_records()
     paths = write_report(settings_for(tmp_path, target=0.85), GridOutcome(records=records))
-    for key, name, label in (
-        ("accuracy_figure", "accuracy_vs_completions.png", "completions generated"),
-        ("tokens_figure", "accuracy_vs_tokens.png", "completion tokens generated"),
+    for name, label in (
+        ("accuracy_vs_steps.png", "optimizer steps"),
+        ("accuracy_vs_completions.png", "completions generated"),
+        ("accuracy_vs_tokens.png", "completion tokens generated"),
     ):
-        assert paths[key].endswith(f"figures/{name}") and (tmp_path / "cmp" / "figures" / name).stat().st_size > 5000
+        assert paths[name].endswith(f"figures/{name}") and (tmp_path / "cmp" / "figures" / name).stat().st_size > 5000
         xlabel, legend, dashed = drawn[name]
         assert xlabel == label
+        # The headline first (the levels are drawn on it), greedy accuracy beside it, then each domain.
+        assert titles[name] == ["headline", "greedy accuracy: overall", "sampled pass@1: a"]
         assert legend == [
             "base",
             "fast",
@@ -235,7 +264,8 @@ def test_results_written_before_tokens_and_seconds_load_and_read_n_a(tmp_path):
     table = "\n".join(headline_section(records, ["base", "fast"], "base", None))
     assert "| `fast` | 71 [" in table and "n/a (not recorded) | n/a (not recorded) |" in table
     paths = write_report(settings_for(tmp_path), GridOutcome(records=records))
-    assert (tmp_path / "cmp" / "figures" / "accuracy_vs_tokens.png").stat().st_size > 0 and paths["tokens_figure"]
+    assert paths["accuracy_vs_tokens.png"] == str(tmp_path / "cmp" / "figures" / "accuracy_vs_tokens.png")
+    assert (tmp_path / "cmp" / "figures" / "accuracy_vs_tokens.png").stat().st_size > 0
 
 
 def test_training_seconds_exclude_the_evaluations_along_the_way():
@@ -245,7 +275,7 @@ def test_training_seconds_exclude_the_evaluations_along_the_way():
 
     def slow_evaluate(model, tokenizer):
         time.sleep(0.3)
-        return {"overall": 0.5}
+        return scores(0.5)
 
     ledger = GenerationLedger(Budget.parse("steps:3"))
     callback = budget_callback(ledger, slow_evaluate, eval_points=2)
@@ -350,10 +380,12 @@ def unit_record(strategy, seed, points):
             "generation_seconds": gen,
             "update_seconds": update,
             "accuracy": {"overall": a, "a": a},
+            "sampled_pass_at_1": {"overall": a, "a": a},
+            "headline": a,
         }
         for step, completions, tokens, trained, gen, update, a in points
     ]
-    base = record(strategy, seed, [(p["completions"], p["accuracy"]["overall"]) for p in curve])
+    base = record(strategy, seed, [(p["completions"], p["headline"]) for p in curve])
     return {**base, "curve": curve, "steps": curve[-1]["step"]}
 
 
@@ -477,7 +509,7 @@ def test_curve_points_record_trained_tokens_and_generation_and_update_seconds():
             return inputs
 
     ledger = GenerationLedger(Budget.parse("steps:3"))
-    callback = budget_callback(ledger, lambda model, tokenizer: {"overall": 0.5}, eval_points=2)
+    callback = budget_callback(ledger, lambda model, tokenizer: scores(0.5), eval_points=2)
     trainer = Trainer()
     callback.bind_trainer(trainer)
     args = SimpleNamespace(

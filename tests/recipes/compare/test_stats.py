@@ -87,11 +87,24 @@ def test_accuracy_intervals_stay_inside_the_values_an_accuracy_can_take():
 
 
 def _paired_records(differences, base=0.5):
+    """Records whose headline after training differs from the baseline's by `differences`, seed by seed."""
     records = []
     for seed, difference in enumerate(differences):
-        records.append({"strategy": "base", "seed": seed, "after": {"overall": base}})
-        records.append({"strategy": "other", "seed": seed, "after": {"overall": base + difference}})
+        records.append({"strategy": "base", "seed": seed, "headline": {"after": base}})
+        records.append({"strategy": "other", "seed": seed, "headline": {"after": base + difference}})
     return records
+
+
+@pytest.mark.parametrize("n", [3, 5, 10])
+def test_the_paired_standard_error_is_the_t_intervals_and_the_intervals_half_width_over_t(n):
+    d = np.random.default_rng(n).normal(0.01, 0.02, size=n)
+    standard_error = stats.paired_standard_error(d, resamples=200_000)
+    # The bootstrap's plug-in SE, sd(ddof=0)/sqrt(n), corrected by sqrt(n/(n-1)): the analytic sd(ddof=1)/sqrt(n).
+    assert standard_error == pytest.approx(d.std(ddof=1) / np.sqrt(n), rel=0.01)
+    interval = stats.paired_bootstrap_interval(d)
+    half = (interval.high - interval.low) / 2
+    assert half == pytest.approx(stats.t_critical(n - 1) * stats.paired_standard_error(d), rel=1e-12)
+    assert np.isnan(stats.paired_standard_error(d[:1]))
 
 
 def test_two_seeds_with_identical_differences_are_not_significant_beside_p_one_half():

@@ -36,7 +36,7 @@ def test_shipped_model_is_small_and_vllm_shaped(shipped):
     config = model.config
     assert config.model_type == "qwen2"
     assert config.hidden_size // config.num_attention_heads >= 32
-    assert os.path.getsize(os.path.join(FOLDER, "model.safetensors")) < 8 * 2**20
+    assert os.path.getsize(os.path.join(FOLDER, "model.safetensors")) < 20 * 2**20
     assert tokenizer("47+38=")["input_ids"] == testbed.build_tokenizer()("47+38=")["input_ids"]
 
 
@@ -54,9 +54,20 @@ def test_shipped_model_reproduces_its_documented_greedy_accuracies(shipped):
 
 def test_documented_profile_is_a_realistic_start():
     shares = PROFILE["train_pass"]["overall"]
-    assert shares["all"] >= 0.20 and shares["none"] >= 0.20 and shares["mixed"] >= 0.30
+    # At least half the training groups carry no signal at the start, as in real RLVR data, and many do.
+    assert shares["all"] + shares["none"] >= 0.50 and shares["mixed"] >= 0.30
+    assert shares["all"] >= 0.10 and shares["none"] >= 0.10  # both kinds of zero-signal prompt
     levels = [entry["greedy"] for name, entry in PROFILE["eval_greedy"].items() if name != "overall"]
     assert max(levels) >= 0.8 and min(levels) <= 0.2  # from mostly solved to mostly unsolved
+
+
+def test_headline_levels_have_headroom_that_sampling_already_reaches():
+    """RLVR mostly turns pass@k into pass@1: on each headline level the model samples the right answer on most
+    prompts (pass@8) and gives it greedily more often than it samples it, so RL has a distribution to sharpen."""
+    for name in testbed.HEADLINE_LEVELS:
+        entry = PROFILE["eval_pass"][name]
+        assert 0.1 <= entry["pass_rate"] <= 0.7, (name, entry)
+        assert entry["pass_at_k"] >= 0.9 and entry["greedy"] >= entry["pass_rate"], (name, entry)
 
 
 def test_first_build_steps_reproduce_the_documented_losses():
