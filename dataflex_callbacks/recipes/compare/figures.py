@@ -20,6 +20,7 @@ ACCURACY_FIGURES = {
 }
 """Curve point field -> the file of the accuracy figure drawn against it."""
 PROPORTIONS_FIGURE = "domain_proportions.png"
+PANELS_PER_ROW = 3  # the accuracy figures' grid
 X_LABELS = {
     "step": "optimizer steps",
     "completions": "completions generated",
@@ -65,9 +66,14 @@ def plot_accuracy(
     import matplotlib.pyplot as plt
 
     panels = accuracy_panels(records)
-    figure, axes = plt.subplots(1, len(panels), figsize=(3.6 * len(panels), 3.4), squeeze=False)
+    # A grid of at most 3 panels a row: the headline first, then greedy overall, then each level.
+    columns = min(PANELS_PER_ROW, len(panels))
+    rows = -(-len(panels) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), squeeze=False)
+    for unused in axes.flat[len(panels) :]:
+        unused.set_visible(False)
     drawn = 0
-    for panel, (title, value) in zip(axes[0], panels):
+    for panel, (title, value) in zip(axes.flat, panels):
         for strategy in strategies:
             runs = list(runs_by_seed(records, strategy).values())
             if not runs or not recorded(runs, axis):
@@ -95,9 +101,10 @@ def plot_accuracy(
         )
     axes[0][0].set_ylabel("held-out (mean over seeds, 95% band)")
     legend = None
-    if axes[0][0].get_legend_handles_labels()[0]:  # below the panels, where it hides no curve
-        legend = axes[0][0].legend(
-            fontsize="small", loc="upper left", bbox_to_anchor=(0.0, -0.2), borderaxespad=0.0, frameon=False
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:  # below the panels, where it hides no curve
+        legend = figure.legend(
+            handles, labels, fontsize="small", loc="upper left", bbox_to_anchor=(0.0, 0.0), frameon=False
         )
     figure.tight_layout()
     figure.savefig(path, dpi=80, bbox_inches="tight", bbox_extra_artists=[legend] if legend else None)
