@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Check the CUDA path in one run (at most 8 minutes on one GPU): the core's component tests with CUDA
-# tensors, TRL GRPO with the testbed model in bf16 (baseline equals stock, every preset trains), the async
+# tensors, TRL GRPO with the testbed model in bf16 (baseline equals stock, every preset trains or is refused by
+# the TRL adapter in one line, as `adaptive` is), the async
 # adapter with its in-process worker, and benchmarks/bench_core.py. CI runs it on a CPU so it cannot rot.
 #
 #   bash scripts/gpu_check.sh                        # --device cuda
