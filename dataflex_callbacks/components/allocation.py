@@ -22,6 +22,7 @@ responses apart, overall and per domain.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Hashable, NamedTuple, Sequence
 
 import numpy as np
@@ -389,6 +390,8 @@ class ScreenAllocator(Allocator):
     """
 
     paper = f"{SPEED_RL}; {PILOT_COMMIT}"
+    SHARE_MEMORY = 0.9
+    """Decay per screening round of the counts behind `commit_share` (it follows the rule as the policy moves)."""
 
     def __init__(
         self,
@@ -411,6 +414,7 @@ class ScreenAllocator(Allocator):
         )
         self.history_weight = check_number("history_weight", history_weight, low=0.0)
         self.history = PassHistory()
+        self._screened = self._kept = 0.0  # decayed counts of piloted prompts and of those the rule kept
         if group_size is not None:
             self.bind_group_size(group_size)
 
@@ -476,12 +480,44 @@ class ScreenAllocator(Allocator):
         if self.rule == "posterior":
             self.history.record(keys, [NO_DOMAIN] * len(keys) if domains is None else domains, *tally[:2])
 
+    # ------------------------------------------------------------ sizing a screening round
+    def note_screen(self, screened: int, kept: int) -> None:
+        """Count one screening round: ``screened`` prompts piloted, ``kept`` of them committed by the rule."""
+        if not 0 <= kept <= screened:
+            raise BatchError(f"note_screen needs 0 <= kept <= screened; got kept={kept}, screened={screened}")
+        self._screened = self.SHARE_MEMORY * self._screened + screened
+        self._kept = self.SHARE_MEMORY * self._kept + kept
+
+    def commit_share(self) -> float | None:
+        """The share of piloted prompts the rule committed in this run (recent rounds count most); None before any."""
+        return self._kept / self._screened if self._screened > 0 else None
+
+    def candidates_for(self, need: int, last: bool = False) -> int:
+        """How many prompts to pilot for ``need`` more groups: ``need`` over the run's `commit_share`.
+
+        A committable pilot the step does not need wastes its k completions, and a round short of groups
+        costs one more screening round, which costs no completions: so a round pilots as many prompts as
+        the rule is expected to commit ``need`` of, between ``need`` and ``need * G / k`` (as many
+        completions as ``need`` plain groups). The first round of a run, before any share is known, and
+        the ``last`` round of a step (which must fill the batch) pilot ``need * G / k``.
+        """
+        most = max(-(-need * self._size() // self.pilot), need)
+        share = self.commit_share()
+        if last or not share:
+            return most
+        return min(most, max(need, math.ceil(need / share)))
+
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "history": self.history.state_dict()}
+        return {
+            **super().state_dict(),
+            "history": self.history.state_dict(),
+            "share": [self._screened, self._kept],
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.history.load_state_dict(state["history"])
+        self._screened, self._kept = (float(v) for v in state["share"])
 
 
 @register("allocation", "adaptive")

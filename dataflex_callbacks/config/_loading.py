@@ -159,6 +159,15 @@ PRESETS: dict[str, tuple[str, dict]] = {
         "spread): commit where the full group carries signal with probability >= 0.7 (Pilot-Commit arXiv 2605.26606)",
         {"allocation": {"name": "screen", "params": {"rule": "posterior", "min_signal": 0.7}}},
     ),
+    "screen_greso": (
+        "greso's skip before generation, then screen_posterior's pilot of 2: a prompt whose groups keep having zero "
+        "reward variance costs nothing, any other its pilot, the rest of the group only where signal is likely "
+        "(GRESO arXiv 2506.02177, Pilot-Commit arXiv 2605.26606)",
+        {
+            "allocation": {"name": "screen", "params": {"rule": "posterior", "min_signal": 0.7}},
+            "pre_select": {"name": "skip_zero_variance", "params": {}},
+        },
+    ),
     "adaptive": (
         "stages of 4 completions per prompt until one is correct, up to 16 (AR3PO arXiv 2509.25808)",
         {"allocation": {"name": "adaptive", "params": {}}},

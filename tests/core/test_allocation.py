@@ -259,3 +259,37 @@ def test_the_fitted_prior_tells_extreme_prompts_from_coin_flips():
     assert float(passes + fails) == PassHistory.MAX_STRENGTH and float(passes / (passes + fails)) == pytest.approx(
         0.5, abs=0.05
     )
+
+
+# ------------------------------------------------------------------ sizing a screening round
+
+
+def test_a_round_pilots_need_over_the_commit_share_between_need_and_a_plain_groups_cost():
+    screen = ScreenAllocator(pilot=2, group_size=8)
+    assert screen.commit_share() is None
+    assert screen.candidates_for(16) == 64  # no share yet: as many completions as 16 plain groups
+    screen.note_screen(64, 26)
+    assert screen.commit_share() == pytest.approx(26 / 64)
+    assert screen.candidates_for(16) == math.ceil(16 / (26 / 64))  # 40, not 64
+    assert screen.candidates_for(16, last=True) == 64  # the step's last round must fill the batch
+    every = ScreenAllocator(pilot=2, group_size=8)
+    every.note_screen(40, 40)  # a rule that commits everything: never fewer than need
+    assert every.candidates_for(16) == 16
+    rare = ScreenAllocator(pilot=2, group_size=8)
+    rare.note_screen(100, 1)
+    assert rare.candidates_for(16) == 64  # a rare commit: never more than need * G / k
+
+
+def test_the_commit_share_follows_recent_rounds_and_resumes_exactly():
+    screen = ScreenAllocator(pilot=2, group_size=8)
+    for _ in range(30):
+        screen.note_screen(40, 4)
+    for _ in range(30):
+        screen.note_screen(40, 36)
+    assert screen.commit_share() > 0.85  # the old rounds have faded (a plain running share would say 0.5)
+    resumed = ScreenAllocator(pilot=2, group_size=8)
+    resumed.load_state_dict(screen.state_dict())
+    assert resumed.commit_share() == screen.commit_share()
+    assert resumed.candidates_for(11) == screen.candidates_for(11)
+    with pytest.raises(DataFlexError, match="kept <= screened"):
+        screen.note_screen(4, 5)

@@ -6,7 +6,8 @@ generation batch, G = ``num_generations``). Each screening round:
 
 1. takes candidate prompts (round 0: the B prompts TRL's sampler drew, then further prompts from a
    seeded `dynamic.PromptStream` over the train dataset, ``pre_select`` skipping there too), as many as
-   ``need * G / k`` (as many completions as ``need`` plain groups, `Allocation._candidates`);
+   the rule is expected to commit ``need`` of (`ScreenAllocator.candidates_for`: ``need`` over the run's
+   commit share, at most ``need * G / k``, as many completions as ``need`` plain groups);
 2. generates a pilot of k completions per candidate by TRL's own method, with ``num_generations``
    set to k for that call (TRL groups rows, and a vLLM server dedupes prompts, by it);
 3. asks the allocator (`dataflex_callbacks.sampling.AllocationRounds` on the rewards of every rank)
@@ -30,7 +31,8 @@ makes the next screening round the step's last once it answers False.
 Several processes: rounds are decided on the rewards of every rank (all-gathered), the rows of every
 rank are gathered into the payload, every rank assembles the same B groups and keeps its block.
 Refused in one line: an allocator other than ``screen`` (its groups differ in size), a ``mix`` part,
-a ``dynamic_sampling`` part, ``G - k`` not divisible by the number of processes.
+a ``dynamic_sampling`` part, a ``pre_select`` part with a pilot of 1, ``G - k`` not divisible by the number of
+processes.
 """
 
 from __future__ import annotations
@@ -66,6 +68,14 @@ def check_allocation(trainer, strategy) -> None:
         )
     if strategy.mix_enabled:
         raise ConfigError(NOT_SUPPORTED.format(what="a strategy with a mix part", fix="drop the mix part"))
+    if strategy.pre_select is not None and allocator.pilot < 2:
+        raise ConfigError(
+            NOT_SUPPORTED.format(
+                what="a pre_select part with a pilot of 1 completion (pre_select learns which prompts to skip from "
+                "the pilots' reward variance, and one completion never varies: it would learn to skip everything)",
+                fix="use pilot >= 2 or drop pre_select",
+            )
+        )
     if trainer is None:
         return
     if getattr(trainer, "environment_factories", None) is not None:
@@ -177,18 +187,16 @@ class Allocation:
             self.stream.load_state_dict(self._pending_stream)
             self._pending_stream = None
 
-    def _candidates(self, trainer, prompts: list, need: int) -> list:
-        """``prompts`` topped up from the stream to ``need * G / k`` candidates, a count whose k rows split evenly.
+    def _candidates(self, trainer, prompts: list, need: int, last: bool) -> list:
+        """``prompts`` topped up from the stream to `ScreenAllocator.candidates_for` ``need`` candidates (``need``
+        over the run's commit share, at most ``need * G / k``), a count whose k rows split evenly over processes.
 
-        A screening round pilots as many completions as ``need`` plain groups would cost. A larger round
-        commits more pilots than the step needs more often, and each one declined wastes its k completions
-        (measured on the testbed: sizing rounds by the run's commit share doubled the declined pilots); a
-        smaller one costs further screening rounds, which cost no completions.
+        Measured on the testbed (issue 40): piloting ``need * G / k`` every round left about 10 of 16 committable
+        pilots a step unneeded, 20 of its ~220 completions wasted.
         """
-        generations, pilot = trainer.num_generations, self.allocator.pilot
         processes = trainer.accelerator.num_processes
-        count = max(-(-need * generations // pilot), need)
-        while (count * pilot) % processes:
+        count = self.allocator.candidates_for(need, last)
+        while (count * self.allocator.pilot) % processes:
             count += 1
         if len(prompts) < count:
             prompts = prompts + self.stream.draw(count - len(prompts))
@@ -219,7 +227,7 @@ class Allocation:
             need, last = wanted - len(groups), screens + 1 >= max_screens
             if screens and self.may_generate is not None and not self.may_generate(generated):
                 last = True  # a compute budget is spent: this round commits what the step still needs
-            prompts = self._candidates(trainer, candidates, need)
+            prompts = self._candidates(trainer, candidates, need, last)
             candidates = []
             keys = [row_key(row, self.prompt_key_column) for row in prompts]
             domains = [self._domain(row) for row in prompts]
@@ -230,6 +238,7 @@ class Allocation:
             counts = rounds.add(pilot_rewards, index)
             self._observe_pilots(trainer, pilot_rewards, index, keys, domains)
             committing = counts > 0
+            self.allocator.note_screen(len(prompts), int(committing.sum()))
             order = torch.cat([committing.nonzero().flatten(), (~committing).nonzero().flatten()])
             chosen = order[:need] if last else committing.nonzero().flatten()[:need]
             forced += int((~committing[chosen]).sum())

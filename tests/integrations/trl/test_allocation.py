@@ -179,6 +179,14 @@ def test_what_cannot_run_is_refused_in_one_line(make_trainer):
             trainer_kwargs={"strategy": {"allocation": {"name": "screen", "params": {"pilot": 4}}}},
             **SETTINGS,
         )
+    one = {"allocation": {"name": "screen", "params": {"pilot": 1, "rule": "posterior"}}}
+    with pytest.raises(ConfigError, match="one completion never varies") as error:
+        make_trainer(
+            cls=DataFlexGRPOTrainer,
+            trainer_kwargs={"strategy": {**one, "pre_select": {"name": "skip_zero_variance", "params": {}}}},
+            **SETTINGS,
+        )
+    assert "\n" not in str(error.value) and "pilot >= 2" in str(error.value)
 
 
 def test_the_async_trainer_and_rloo_refuse_the_part_in_one_line():
