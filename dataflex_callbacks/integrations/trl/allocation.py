@@ -191,8 +191,8 @@ class Allocation:
         """``prompts`` topped up from the stream to `ScreenAllocator.candidates_for` ``need`` candidates (``need``
         over the run's commit share, at most ``need * G / k``), a count whose k rows split evenly over processes.
 
-        Measured on the testbed (issue 40): piloting ``need * G / k`` every round left about 10 of 16 committable
-        pilots a step unneeded, 20 of its ~220 completions wasted.
+        Measured on the testbed (issue 40, `screen_posterior`, 120 steps): piloting ``need * G / k`` every round left
+        951 committable pilots unneeded (1,902 of 26,960 completions); sizing by the share, 234.
         """
         processes = trainer.accelerator.num_processes
         count = self.allocator.candidates_for(need, last)
