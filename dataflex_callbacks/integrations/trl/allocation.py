@@ -48,7 +48,16 @@ from dataflex_callbacks.host import set_group_size
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
 
-from .dynamic import PromptStream, _all_ranks, _assemble, _check_keys, _pad_id, _row_payload
+from .dynamic import (
+    PromptStream,
+    _all_ranks,
+    _assemble,
+    _check_keys,
+    _pad_id,
+    _row_payload,
+    open_stream,
+    restore_stream,
+)
 from .sampling import row_key
 from .signals import selection_rewards
 
@@ -176,16 +185,10 @@ class Allocation:
         if self.strategy.pre_select is not None:
             self.strategy.bind_pilot_observer()
         self.domain_key, self.prompt_key_column, self.reward_index = domain_key, prompt_key_column, reward_index
-        self.stream = PromptStream(
-            trainer.train_dataset,
-            trainer.args.seed,
-            pre_select=self.strategy.pre_select,
-            prompt_key_column=prompt_key_column,
-            domain_key=domain_key,
+        self.stream = open_stream(
+            trainer, self.strategy.pre_select, prompt_key_column, domain_key, self._pending_stream
         )
-        if self._pending_stream is not None:
-            self.stream.load_state_dict(self._pending_stream)
-            self._pending_stream = None
+        self._pending_stream = None
 
     def _candidates(self, trainer, prompts: list, need: int, last: bool) -> list:
         """``prompts`` topped up from the stream to `ScreenAllocator.candidates_for` ``need`` candidates (``need``
@@ -313,12 +316,7 @@ class Allocation:
         return {"stream": None if self.stream is None else self.stream.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        if state.get("stream") is None:
-            return
-        if self.stream is None:
-            self._pending_stream = dict(state["stream"])
-        else:
-            self.stream.load_state_dict(state["stream"])
+        self._pending_stream = restore_stream(self.stream, state.get("stream"))
 
 
 def _only(chosen: torch.Tensor, size: int, count: int) -> torch.Tensor:

@@ -252,16 +252,10 @@ class DynamicSampling:
         ``domain_key`` and ``prompt_key_column`` name each prompt's domain and key for a ``pre_select`` filter.
         """
         check_dynamic_sampling(trainer, self.strategy)
-        self.stream = PromptStream(
-            trainer.train_dataset,
-            trainer.args.seed,
-            pre_select=self.strategy.pre_select,
-            prompt_key_column=prompt_key_column,
-            domain_key=domain_key,
+        self.stream = open_stream(
+            trainer, self.strategy.pre_select, prompt_key_column, domain_key, self._pending_stream
         )
-        if self._pending_stream is not None:
-            self.stream.load_state_dict(self._pending_stream)
-            self._pending_stream = None
+        self._pending_stream = None
 
     @staticmethod
     def num_groups(trainer) -> int:
@@ -334,11 +328,33 @@ class DynamicSampling:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.buffer.load_state_dict(state["buffer"])
-        if state.get("stream") is not None:
-            if self.stream is None:
-                self._pending_stream = dict(state["stream"])
-            else:
-                self.stream.load_state_dict(state["stream"])
+        self._pending_stream = restore_stream(self.stream, state.get("stream"))
+
+
+def open_stream(
+    trainer, pre_select, prompt_key_column: Optional[str], domain_key: Optional[str], pending: Optional[dict]
+) -> PromptStream:
+    """The seeded `PromptStream` over ``trainer``'s train dataset, at the ``pending`` saved position if one is given."""
+    stream = PromptStream(
+        trainer.train_dataset,
+        trainer.args.seed,
+        pre_select=pre_select,
+        prompt_key_column=prompt_key_column,
+        domain_key=domain_key,
+    )
+    if pending is not None:
+        stream.load_state_dict(pending)
+    return stream
+
+
+def restore_stream(stream: Optional[PromptStream], state: Optional[Mapping[str, Any]]) -> Optional[dict]:
+    """Load a saved stream position into ``stream``; before the stream is open, return it for `open_stream`."""
+    if state is None:
+        return None
+    if stream is None:
+        return dict(state)
+    stream.load_state_dict(state)
+    return None
 
 
 # ---------------------------------------------------------------- rows in and out of the buffer
