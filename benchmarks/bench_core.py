@@ -24,6 +24,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "core"))
 
 import core_reference as ref  # noqa: E402
+
 from dataflex_callbacks import DomainTracker, RolloutBatch, build_component, build_strategy, list_presets  # noqa: E402
 from dataflex_callbacks.components.reweighters import normalize_weights  # noqa: E402
 from dataflex_callbacks.components.scorers import check_finite_scores  # noqa: E402

@@ -93,7 +93,7 @@ def main() -> None:
     schedule = []
     for p in rng.dirichlet(np.ones(args.domains), size=997):
         p = p / p.sum()
-        schedule.append({d: float(v) for d, v in zip(names, p)})
+        schedule.append({d: float(v) for d, v in zip(names, p, strict=True)})
 
     print(
         f"{args.draws:,} indices, {args.domains} domains, set_proportions every {args.update_every:,} draws, "

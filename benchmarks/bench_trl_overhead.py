@@ -216,7 +216,7 @@ def compare(options, passed: list[str]) -> None:
             f"{name:<12}"
             + "".join(
                 f"{v:>{w}.2f}" if i % 3 != 2 else f"{v:>+{w}.2f}"
-                for i, (v, w) in enumerate(zip(row, (13, 12, 9, 12, 11, 9, 16, 15, 9)))
+                for i, (v, w) in enumerate(zip(row, (13, 12, 9, 12, 11, 9, 16, 15, 9), strict=True))
             )
         )
     print(

@@ -7,7 +7,7 @@ scripts/gpu_check.sh is the entry point. Four parts, each in its own process (a 
 one part is that part's failure, and the others still run):
 
   core   tests/core's component tests with their tensors on the device (DATAFLEX_TEST_DEVICE,
-         tests/core/conftest.py), including test_device.py, which asserts every output's device;
+         tests/core/conftest.py), including test_device_placement.py, which asserts every output's device;
   trl    TRL GRPO with the shipped testbed model on the device (bf16 on CUDA, fp32 on a CPU): the
          `baseline` strategy equals the stock trainer (same seed: same losses, same parameters), and
          every preset trains a few steps;
@@ -33,17 +33,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PARTS = ("core", "trl", "async", "bench")
 FIGURES = "GPU_CHECK_FIGURES "  # a part's child process prints its figures on one line after this
 CORE_TESTS = [
-    "tests/core/test_device.py",
-    "tests/core/test_scorers.py",
-    "tests/core/test_selectors.py",
-    "tests/core/test_reweighters.py",
-    "tests/core/test_groups.py",
-    "tests/core/test_mixers.py",
-    "tests/core/test_tracker.py",
-    "tests/core/test_strategy.py",
-    "tests/core/test_dynamic_sampling.py",
+    "tests/core/test_device_placement.py",
+    "tests/core/components/test_scorers.py",
+    "tests/core/components/test_selectors.py",
+    "tests/core/components/test_reweighters.py",
+    "tests/core/rollout/test_groups.py",
+    "tests/core/mixing/test_mixers.py",
+    "tests/core/mixing/test_tracker.py",
+    "tests/core/strategy/test_strategy.py",
+    "tests/core/sampling/test_dynamic_sampling.py",
 ]
-QUICK_CORE_TESTS = ["tests/core/test_device.py", "tests/core/test_groups.py"]
+QUICK_CORE_TESTS = ["tests/core/test_device_placement.py", "tests/core/rollout/test_groups.py"]
 # Seconds each part may take before it is stopped (CUDA run; the whole check stays under 8 minutes).
 PART_TIMEOUTS = {"core": 120, "trl": 150, "async": 60, "bench": 120}
 
@@ -161,7 +161,8 @@ def run_trl(device: str, quick: bool, scratch: str) -> dict:
     stock, stock_s = train(None)
     ours, ours_s = train("baseline")
     differences = [
-        float((a.float() - b.float()).abs().max()) for a, b in zip(stock.model.parameters(), ours.model.parameters())
+        float((a.float() - b.float()).abs().max())
+        for a, b in zip(stock.model.parameters(), ours.model.parameters(), strict=True)
     ]
     figures = {
         "dtype": str(next(stock.model.parameters()).dtype).replace("torch.", ""),

@@ -56,7 +56,7 @@ def plot(path: str, before: dict, after: dict) -> None:
     x = np.arange(len(levels))
     figure, axes = plt.subplots(1, 2, figsize=(12, 3.8), sharey=True)
     for axis, (title, table) in zip(
-        axes, (("start: the shipped model", before), ("after plain GRPO, 60 steps", after))
+        axes, (("start: the shipped model", before), ("after plain GRPO, 60 steps", after)), strict=False
     ):
         bottom = np.zeros(len(levels))
         for index, (name, color) in enumerate(

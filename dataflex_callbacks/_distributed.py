@@ -55,7 +55,7 @@ def all_gather_rows(rows: torch.Tensor) -> torch.Tensor:
     padded[: rows.shape[0]] = rows.to(device)
     gathered = [torch.zeros_like(padded) for _ in counts]
     dist.all_gather(gathered, padded)
-    return torch.cat([g[: int(c.item())] for g, c in zip(gathered, counts)]).to(rows.device)
+    return torch.cat([g[: int(c.item())] for g, c in zip(gathered, counts, strict=True)]).to(rows.device)
 
 
 def all_gather_objects(value: Any) -> list:

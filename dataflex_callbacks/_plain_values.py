@@ -6,7 +6,8 @@ parameter checks turn them into plain ints, floats, bools, strings, lists and di
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 
 def plain(value: Any) -> Any:

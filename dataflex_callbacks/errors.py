@@ -4,7 +4,8 @@ keeps nothing."""
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from dataflex_callbacks._plain_values import plain_scalar
 
@@ -24,11 +25,11 @@ class ParamError(ConfigError):
     component, when a config builds it. Attributes: ``param``, the parameter's name.
     """
 
-    def __init__(self, message: str, param: str | None = None):
+    def __init__(self, message: str, param: str | None = None) -> None:
         super().__init__(message)
         self.param = param
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (str(self), self.param)
 
 
@@ -74,9 +75,8 @@ class ComponentError(DataFlexError, ValueError):
     """
 
 
-# A host-neutral concept a core message may name as part of a fix; each host adapter sets it its own
-# way (TRL: ``selection_reward=``), so an adapter can read it from ``host_setting`` and name its own.
-SELECTION_REWARD = "selection_reward"
+# How a core message names the reward a strategy selects on when the host named no setting of its own
+# (`Strategy.bind_selection_reward`: TRL names ``selection_reward=``).
 SELECTION_REWARD_TEXT = "a selection reward (the reward the strategy selects on, set in the host adapter)"
 
 
@@ -89,8 +89,6 @@ class DroppedAllWarning(UserWarning):
         cause: why, one of `DROPPED_ALL_CAUSES`.
         fix: the setting or code change that changes it, or None where none can (e.g. a step whose
             groups all had equal rewards under a preset that exists to drop such groups).
-        host_setting: the host-neutral concept the fix names (`SELECTION_REWARD`), or None; an
-            adapter maps it to its own setting's name.
     """
 
     def __init__(
@@ -100,14 +98,12 @@ class DroppedAllWarning(UserWarning):
         strategy: str | None = None,
         cause: str | None = None,
         fix: str | None = None,
-        host_setting: str | None = None,
-    ):
+    ) -> None:
         super().__init__(message)
         self.step, self.strategy, self.cause, self.fix = step, strategy, cause, fix
-        self.host_setting = host_setting
 
-    def __reduce__(self):
-        return type(self), (str(self), self.step, self.strategy, self.cause, self.fix, self.host_setting)
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.step, self.strategy, self.cause, self.fix)
 
 
 class RepeatedRowWarning(UserWarning):
@@ -118,23 +114,16 @@ class RepeatedRowWarning(UserWarning):
         domains: ``{domain: (rows drawn in the batch, rows the domain has)}`` for each domain that repeated.
     """
 
-    def __init__(self, message: str, domains: Mapping[str, tuple[int, int]] | None = None):
+    def __init__(self, message: str, domains: Mapping[str, tuple[int, int]] | None = None) -> None:
         super().__init__(message)
         self.domains = dict(domains or {})
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (str(self), self.domains)
 
 
 class RewardScaleWarning(UserWarning):
-    """A solve rate was read on rewards that are not all 0 or 1 with the default threshold; shown once per scorer.
-
-    Attributes:
-        host_setting: `SELECTION_REWARD`, the concept the fix names (select on a 0/1 reward); an
-            adapter maps it to its own setting's name.
-    """
-
-    host_setting = SELECTION_REWARD
+    """A solve rate was read on rewards that are not all 0 or 1 with the default threshold; shown once per scorer."""
 
 
 # Causes a `DroppedAllWarning` names: every row had a NaN/inf signal under nan_policy='drop'; every
@@ -241,11 +230,11 @@ class NoSignalStepWarning(UserWarning):
         fix: what to change.
     """
 
-    def __init__(self, message: str, step: int | None = None, cause: str | None = None, fix: str | None = None):
+    def __init__(self, message: str, step: int | None = None, cause: str | None = None, fix: str | None = None) -> None:
         super().__init__(message)
         self.step, self.cause, self.fix = step, cause, fix
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Any, ...]:
         return type(self), (str(self), self.step, self.cause, self.fix)
 
 

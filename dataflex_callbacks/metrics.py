@@ -14,14 +14,17 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torchmetrics import Metric
 
-from dataflex_callbacks.errors import BatchError, user_stacklevel
 from dataflex_callbacks.config.params import check_number
 from dataflex_callbacks.config.proportions import check_domains
+from dataflex_callbacks.errors import BatchError, user_stacklevel
+from dataflex_callbacks.rollout.batch import RolloutBatch
+from dataflex_callbacks.rollout.decision import Decision
 from dataflex_callbacks.rollout.groups import dense_groups, segment_max, segment_min
 
 # Columns of `domain_reward_sums`, in order; every one is a state reduced with "sum".
@@ -55,7 +58,7 @@ def domain_reward_sums(
     weight = (
         torch.ones_like(rewards) if weights is None else weights.detach().to(rewards.device, torch.float64).reshape(-1)
     )
-    if weight.shape != rewards.shape:
+    if weights is not None and weight.shape != rewards.shape:  # ones_like(rewards) fits by construction
         raise BatchError(
             f"weights must have one value per reward ({rewards.shape[0]}); got shape {tuple(weights.shape)}"
         )
@@ -80,6 +83,12 @@ class _DomainSums(Metric):
 
     full_state_update = False
     is_differentiable = False
+    # The states `add_state` declares (one per name in `SUMS`), annotated as torchmetrics' own metrics do.
+    responses: torch.Tensor
+    reward_sum: torch.Tensor
+    solved: torch.Tensor
+    kept: torch.Tensor
+    nonfinite: torch.Tensor
 
     def __init__(self, domains: Sequence[str], threshold: float = 0.5, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -244,6 +253,12 @@ class DomainStalenessStats(Metric):
     full_state_update = False
     is_differentiable = False
     higher_is_better = None
+    # The states `add_state` declares (one per name in `STALENESS_SUMS`).
+    arrived: torch.Tensor
+    dropped_stale: torch.Tensor
+    consumed: torch.Tensor
+    staleness_sum: torch.Tensor
+    dropped_strategy: torch.Tensor
 
     def __init__(
         self,
@@ -315,7 +330,7 @@ class DomainStalenessStats(Metric):
             staleness * consumed,
             strategy * consumed,
         )
-        for name, column in zip(STALENESS_SUMS, columns):
+        for name, column in zip(STALENESS_SUMS, columns, strict=True):
             getattr(self, name).index_add_(0, index, column)
 
     def compute(self) -> dict[str, float]:
@@ -412,7 +427,7 @@ class RunSummary:
         self._trained = False
         self._open = False
 
-    def update(self, batch: Any, decision: Any) -> None:
+    def update(self, batch: RolloutBatch, decision: Decision) -> None:
         """Add one decision of the current step: ``batch`` the `RolloutBatch` decided on (``rewards (N,)``,
         ``group_ids (N,)`` or None), ``decision`` its `Decision` (``keep (N,)``, ``metrics``)."""
         keep = decision.keep.detach().reshape(-1).bool()

@@ -15,19 +15,24 @@ import inspect
 import os
 import re
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from types import ModuleType
+from typing import Any, TypeVar
 
 from dataflex_callbacks.errors import ArgumentError, ConfigError, ParamError
 
 KINDS = ("scorer", "selector", "reweighter", "mixer", "pre_select", "allocation")
 
-_REGISTRY: dict[str, dict[str, type]] = {kind: {} for kind in KINDS}
+_REGISTRY: dict[str, dict[str, type[Component]]] = {kind: {} for kind in KINDS}
 _ALIASES: dict[str, dict[str, str]] = {kind: {} for kind in KINDS}
-_BASES: dict[str, type] = {}
+_BASES: dict[str, type[Component]] = {}
+_ComponentClass = TypeVar("_ComponentClass", bound="type[Component]")
 
 
-def register(kind: str, name: str, aliases: tuple[str, ...] = (), *, override: bool = False) -> Callable[[type], type]:
+def register(
+    kind: str, name: str, aliases: tuple[str, ...] = (), *, override: bool = False
+) -> Callable[[_ComponentClass], _ComponentClass]:
     """Class decorator: make ``cls`` buildable as ``build_component(kind, name)`` and nameable in configs.
 
     ``cls`` must subclass the kind's base class (`Scorer`, `Selector`, `Reweighter`, `Mixer`,
@@ -48,7 +53,7 @@ def register(kind: str, name: str, aliases: tuple[str, ...] = (), *, override: b
     for alias in aliases:
         _check_name(alias, "aliases", where)
 
-    def decorate(cls: type) -> type:
+    def decorate(cls: _ComponentClass) -> _ComponentClass:
         if not override:
             for taken in (name, *aliases):
                 _check_free(kind, taken, cls)
@@ -93,7 +98,7 @@ def _check_component_class(kind: str, what: str, found: Any) -> None:
     )
 
 
-def _check_free(kind: str, name: str, cls: type) -> None:
+def _check_free(kind: str, name: str, cls: type[Component]) -> None:
     """Refuse ``name`` when another class of ``kind`` holds it (as a name or an alias);
     the same class may register again."""
     holder = _REGISTRY[kind].get(_ALIASES[kind].get(name, name))
@@ -107,11 +112,11 @@ def _check_free(kind: str, name: str, cls: type) -> None:
     )
 
 
-def register_base(kind: str) -> Callable[[type], type]:
+def register_base(kind: str) -> Callable[[_ComponentClass], _ComponentClass]:
     """Class decorator for the base class of a kind: a class named by import path must subclass it."""
     kind = _check_kind(kind)
 
-    def decorate(cls: type) -> type:
+    def decorate(cls: _ComponentClass) -> _ComponentClass:
         _BASES[kind] = cls
         return cls
 
@@ -128,7 +133,7 @@ class Component:
 
     name = "component"
 
-    def __init_subclass__(cls, **kwargs):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         if "name" not in cls.__dict__:
             cls.name = import_path(cls)
@@ -160,7 +165,7 @@ def list_components(kind: str, include_aliases: bool = False) -> list[str]:
     return sorted(names)
 
 
-def component_class(kind: str, name: str) -> type:
+def component_class(kind: str, name: str) -> type[Component]:
     """The class registered as ``name`` (aliases resolved), or imported from the path ``name``.
 
     A name with a ``:`` or a ``.`` that is not registered is read as ``module:Class`` or
@@ -180,7 +185,7 @@ def component_class(kind: str, name: str) -> type:
     )
 
 
-def import_module_from_cwd(module_name: str):
+def import_module_from_cwd(module_name: str) -> ModuleType:
     """Import `module_name` from sys.path or, as a user running a script there expects, the current directory.
 
     A console script such as `dataflex` starts with its own bin folder on sys.path, not the current
@@ -230,7 +235,7 @@ def import_object(path: str, *, what: str, error: type, form: str, missing: str,
     return found
 
 
-def _import_component(kind: str, path: str) -> type:
+def _import_component(kind: str, path: str) -> type[Component]:
     """The class at ``module:Class`` or ``module.Class``, checked to subclass the kind's base class."""
     found = import_object(
         path,
@@ -249,7 +254,7 @@ def _import_component(kind: str, path: str) -> type:
     return found
 
 
-def accepted_params(cls: type) -> list[str]:
+def accepted_params(cls: type[Component]) -> list[str]:
     """Keyword parameters a component's constructor accepts."""
     signature = inspect.signature(cls.__init__)
     return [
@@ -322,8 +327,12 @@ def component_params(kind: str, name: str) -> list[ParamInfo]:
     return [ParamInfo(param, signature.parameters[param].default, help_of(param)) for param in accepted_params(cls)]
 
 
-def build_component(kind: str, name: str, **params: Any):
-    """Build a registered (or import-path) component; unknown or invalid parameters are named in the error."""
+def build_component(kind: str, name: str, **params: Any) -> Any:
+    """Build a registered (or import-path) component; unknown or invalid parameters are named in the error.
+
+    Returns an instance of the kind's base class (`Scorer`, `Selector`, ...); the kind is a string
+    known at run time, so the return type is left to the caller.
+    """
     cls = component_class(kind, name)
     accepted = accepted_params(cls)
     unknown = [key for key in params if key not in accepted]

@@ -304,7 +304,10 @@ def heldout_accuracy(model, dataset) -> dict:
         model, tokenizer, texts, max_new_tokens=MAX_COMPLETION_LENGTH, batch_size=EVAL_BATCH_SIZE
     )
     scores = math_answer_reward(completions, list(dataset["answer"]))
-    by_domain = {d: [s for s, dd in zip(scores, dataset["domain"]) if dd == d] for d in sorted(set(dataset["domain"]))}
+    by_domain = {
+        d: [s for s, dd in zip(scores, dataset["domain"], strict=True) if dd == d]
+        for d in sorted(set(dataset["domain"]))
+    }
     accuracy = {d: sum(v) / len(v) for d, v in by_domain.items()}
     accuracy["overall"] = sum(scores) / len(scores)
     return accuracy

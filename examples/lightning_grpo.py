@@ -36,10 +36,10 @@ from torch.utils.data import DataLoader
 
 from dataflex_callbacks import DomainMixingSampler, RolloutBatch
 from dataflex_callbacks.config import load_config
-from dataflex_callbacks.sampling.dynamic_sampling import SignalGroupBuffer
 from dataflex_callbacks.integrations.lightning import DataFlexCallback, build_sampler
 from dataflex_callbacks.recipes.tasks import evaluate, load_task_suite, make_reward_fn
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer
+from dataflex_callbacks.sampling.dynamic_sampling import SignalGroupBuffer
 
 # Drop groups that all agree (no learning signal), weight the rest by |advantage|, and sample
 # more prompts from the domains whose reward lags.

@@ -43,7 +43,7 @@ def build_dataset(rows: int = 64, seed: int = 0) -> Dataset:
 # Reward functions take TRL's keyword arguments: the completions, and every dataset column by name.
 def correct_answer(completions: list[str], answer: list[str], **kwargs) -> list[float]:
     """1.0 when the completion starts with the answer (after spaces), else 0.0."""
-    return [float(text.strip().startswith(expected)) for text, expected in zip(completions, answer)]
+    return [float(text.strip().startswith(expected)) for text, expected in zip(completions, answer, strict=True)]
 
 
 def short_completion(completions: list[str], **kwargs) -> list[float]:

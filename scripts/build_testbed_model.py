@@ -34,7 +34,7 @@ def measure_profile(folder: str, seed: int = 0, k: int = 8) -> dict:
     started = time.perf_counter()
     eval_rows = testbed.testbed_dataset(seed, "eval")
     completions = testbed.greedy_completions(model, tokenizer, [row["prompt"] for row in eval_rows])
-    greedy = [testbed.verify(c, row["answer"]) for c, row in zip(completions, eval_rows)]
+    greedy = [testbed.verify(c, row["answer"]) for c, row in zip(completions, eval_rows, strict=True)]
     eval_counts = testbed.pass_counts(model, tokenizer, eval_rows, k=k, seed=seed)
     train_rows = testbed.testbed_dataset(seed, "train")
     counts = testbed.pass_counts(model, tokenizer, train_rows, k=k, seed=seed)

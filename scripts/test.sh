@@ -89,6 +89,8 @@ main_failed=0
 # ruff (pinned by the dev extra, configured in pyproject.toml): the linter, and the layout ruff format writes.
 stage "lint" "$PY" -m ruff check --no-cache . || main_failed=1
 stage "format" "$PY" -m ruff format --check --no-cache . || main_failed=1
+# mypy (pinned by the dev extra; [tool.mypy] in pyproject.toml: the core, disallow_untyped_defs), clean.
+stage "types" "$PY" -m mypy || main_failed=1
 stage "main suite" "$PY" -m pytest -q -p no:cacheprovider tests \
     --ignore=tests/integrations/verl --ignore=tests/integrations/trl/test_vllm_colocate.py "$@" || main_failed=1
 

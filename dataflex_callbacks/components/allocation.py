@@ -23,7 +23,8 @@ responses apart, overall and per domain.
 from __future__ import annotations
 
 import math
-from typing import Any, Hashable, NamedTuple, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -146,7 +147,7 @@ class PassHistory:
     MIN_STRENGTH, MAX_STRENGTH = 0.05, 100.0
     """Bounds of a fitted ``a + b``: a domain whose prompts all pass alike would give an infinite one."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._slots: dict[Hashable, int] = {}
         self.counts = np.zeros((0, 2), dtype=np.float64)  # (prompts, [passes, fails])
         self.domains: dict[str, list[float]] = {}  # domain -> [passes, trials, passing pairs, pairs]
@@ -185,13 +186,13 @@ class PassHistory:
             grown = np.zeros((max(len(self._slots), 2 * self.counts.shape[0]), 2))
             grown[: self.counts.shape[0]] = self.counts
             self.counts = grown
-        np.add.at(self.counts, (slots, 0), passes_np)
-        np.add.at(self.counts, (slots, 1), trials_np - passes_np)
+        np.add.at(self.counts[:, 0], slots, passes_np)  # column views: the adds land in self.counts
+        np.add.at(self.counts[:, 1], slots, trials_np - passes_np)
         columns = np.stack([passes_np, trials_np, passes_np * (passes_np - 1.0), trials_np * (trials_np - 1.0)], axis=1)
         labels, codes = np.unique(np.asarray([str(d) for d in domains], dtype=object), return_inverse=True)
         sums = np.zeros((len(labels), 4))
         np.add.at(sums, codes, columns)
-        for label, row in zip(labels.tolist(), sums.tolist()):
+        for label, row in zip(labels.tolist(), sums.tolist(), strict=True):
             pooled = self.domains.setdefault(label, [0.0] * 4)
             for column, value in enumerate(row):
                 pooled[column] += value
@@ -221,12 +222,12 @@ class ResponseBank:
     A response is whatever the host stores for a row (completion token ids ``(L,)``), with its reward.
     """
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.responses: dict[Hashable, tuple[torch.Tensor, float]] = {}
 
     def store(self, keys: Sequence[Any], responses: Sequence[torch.Tensor], rewards: Sequence[float]) -> None:
         """Keep ``responses[i]`` (a tensor) with ``rewards[i]`` as prompt ``keys[i]``'s latest correct response."""
-        for key, response, reward in zip(keys, responses, rewards):
+        for key, response, reward in zip(keys, responses, rewards, strict=True):
             self.responses[hashable_key(key)] = (torch.as_tensor(response).detach().cpu().clone(), float(reward))
 
     def holds(self, keys: Sequence[Any]) -> torch.Tensor:
@@ -248,7 +249,7 @@ class ResponseBank:
     def load_state_dict(self, state: dict) -> None:
         self.responses = {
             key: (torch.as_tensor(response), float(reward))
-            for key, response, reward in zip(state["keys"], state["responses"], state["rewards"])
+            for key, response, reward in zip(state["keys"], state["responses"], state["rewards"], strict=True)
         }
 
 
@@ -270,7 +271,7 @@ class Allocator(Component):
     paper = ""
     """The papers the rule comes from, for `dataflex list` and the docs."""
 
-    def __init__(self, threshold: float = 0.5):
+    def __init__(self, threshold: float = 0.5) -> None:
         self.threshold = check_number("threshold", threshold)
         self.group_size: int | None = None
         self.totals = dict.fromkeys(COUNTERS, 0.0)
@@ -328,9 +329,9 @@ class Allocator(Component):
         sums = torch.zeros(len(names), len(COUNTERS), dtype=torch.float64).index_add_(
             0, torch.from_numpy(codes.astype(np.int64)), values
         )
-        for label, row in zip(names.tolist(), sums.tolist()):
+        for label, row in zip(names.tolist(), sums.tolist(), strict=True):
             counts = self.per_domain.setdefault(label, dict.fromkeys(COUNTERS, 0.0))
-            for name, value in zip(COUNTERS, row):
+            for name, value in zip(COUNTERS, row, strict=True):
                 counts[name] += value
                 self.totals[name] += value
                 self.step_counts[name] += value
@@ -403,7 +404,7 @@ class ScreenAllocator(Allocator):
         group_size: int | None = None,
         max_screens: int = 4,
         threshold: float = 0.5,
-    ):
+    ) -> None:
         super().__init__(threshold)
         self.pilot = check_int("pilot", pilot, low=1)
         self.max_screens = check_int("max_screens", max_screens, low=1)
@@ -463,7 +464,9 @@ class ScreenAllocator(Allocator):
         )
         return probability >= self.min_signal
 
-    def next_round(self, tally, keys=None, domains=None) -> torch.Tensor:
+    def next_round(
+        self, tally: GroupTally, keys: Sequence[Any] | None = None, domains: Sequence[str] | None = None
+    ) -> torch.Tensor:
         size = self._size()
         pilot_done = tally.trials == self.pilot
         more = torch.where(
@@ -539,7 +542,7 @@ class AdaptiveAllocator(Allocator):
 
     paper = AR3PO
 
-    def __init__(self, stage: int = 4, cap: int = 16, reuse: bool = False, threshold: float = 0.5):
+    def __init__(self, stage: int = 4, cap: int = 16, reuse: bool = False, threshold: float = 0.5) -> None:
         super().__init__(threshold)
         self.stage = check_int("stage", stage, low=1)
         self.cap = check_int("cap", cap, low=1)
@@ -555,7 +558,9 @@ class AdaptiveAllocator(Allocator):
     def first_round(self) -> int:
         return self.stage
 
-    def next_round(self, tally, keys=None, domains=None) -> torch.Tensor:
+    def next_round(
+        self, tally: GroupTally, keys: Sequence[Any] | None = None, domains: Sequence[str] | None = None
+    ) -> torch.Tensor:
         return adaptive_more(tally, self.stage, self.cap)
 
     def reuses(self, tally: GroupTally, keys: Sequence[Any]) -> torch.Tensor:

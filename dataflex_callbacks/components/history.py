@@ -11,14 +11,16 @@ call it with ``sync=True`` to all-gather the per-group outcomes first.
 
 from __future__ import annotations
 
-from typing import Hashable, NamedTuple, Sequence
+from collections.abc import Hashable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 import torch
+from numpy.typing import ArrayLike, DTypeLike
 
 from dataflex_callbacks._distributed import all_gather_objects, world_size_and_rank
-from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.errors import BatchError, StateError
+from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.rollout.groups import dense_groups, segment_mean, segment_variance
 from dataflex_callbacks.rollout.prompt_keys import hashable_key
 
@@ -28,7 +30,7 @@ ZERO_VARIANCE_EPS = 1e-12
 class PromptHistory:
     """Per-prompt outcome history: zero-variance streaks, solve rates, last step seen."""
 
-    def __init__(self, capacity: int = 1024, prior_rate: float = 0.2):
+    def __init__(self, capacity: int = 1024, prior_rate: float = 0.2) -> None:
         self.prior_rate = float(prior_rate)
         self.domain_prior: dict[str, float] = {}  # domain -> moving average of its no-signal share
         self.domain_noise: dict[str, float] = {}  # domain -> moving average of its reward-noise estimate 2 * rho
@@ -37,7 +39,7 @@ class PromptHistory:
         self._allocate(max(int(capacity), 1))
 
     def _allocate(self, capacity: int) -> None:
-        def grow(old, dtype, fill):
+        def grow(old: np.ndarray | None, dtype: DTypeLike, fill: float) -> np.ndarray:
             new = np.full(capacity, fill, dtype=dtype)
             if old is not None:
                 new[: old.shape[0]] = old
@@ -76,7 +78,7 @@ class PromptHistory:
         return out
 
     @staticmethod
-    def group_outcomes(batch: RolloutBatch, threshold: float = 0.5, count_pairs: bool = True) -> "GroupOutcomes":
+    def group_outcomes(batch: RolloutBatch, threshold: float = 0.5, count_pairs: bool = True) -> GroupOutcomes:
         """Per group: its prompt key, domain (`NO_DOMAIN` without ``domains``), solve rate, reward variance, and
         its identical-answer pairs (`identical_pairs`; zero when ``count_pairs`` is False or without
         ``completion_ids``)."""
@@ -101,7 +103,7 @@ class PromptHistory:
             pairs = disagreeing = np.zeros(groups)
         return GroupOutcomes(keys, labels, solve.numpy(), variance.numpy(), pairs, disagreeing)
 
-    def gathered_outcomes(self, batch: RolloutBatch, sync: bool = False, noise_check: bool = True) -> "GroupOutcomes":
+    def gathered_outcomes(self, batch: RolloutBatch, sync: bool = False, noise_check: bool = True) -> GroupOutcomes:
         """`group_outcomes` of the batch; with ``sync=True``, every rank's groups (all-gathered, rank order)."""
         outcomes = self.group_outcomes(batch, count_pairs=noise_check)
         return _all_gather_outcomes(outcomes) if sync else outcomes
@@ -113,7 +115,7 @@ class PromptHistory:
         """
         return self.record_outcomes(self.gathered_outcomes(batch, sync=sync, noise_check=noise_check), step)
 
-    def record_outcomes(self, outcomes: "GroupOutcomes", step: int) -> dict[str, float]:
+    def record_outcomes(self, outcomes: GroupOutcomes, step: int) -> dict[str, float]:
         """`record` the groups of ``outcomes`` (`group_outcomes` or `gathered_outcomes`) seen at ``step``."""
         return self.record(
             outcomes.keys,
@@ -154,7 +156,7 @@ class PromptHistory:
         no_signal = zero | noisy
         pairs = np.zeros(n) if pairs is None else np.asarray(pairs, dtype=np.float64)
         disagreeing = np.zeros(n) if disagreeing is None else np.asarray(disagreeing, dtype=np.float64)
-        for key, rate, empty in zip(keys, np.asarray(solve_rate), no_signal):
+        for key, rate, empty in zip(keys, np.asarray(solve_rate), no_signal, strict=True):
             slot = self._slot(hashable_key(key))
             self.streak[slot] = self.streak[slot] + 1 if empty else 0
             self.seen[slot] += 1
@@ -229,7 +231,7 @@ class PromptHistory:
             self._allocate(capacity)
 
 
-def no_signal_flags(variance, disagreeing=None) -> tuple[np.ndarray, np.ndarray]:
+def no_signal_flags(variance: ArrayLike, disagreeing: ArrayLike | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per group: ``(zero, noisy)``. Zero: its rewards all agree. Noisy: they do not, but two
     identical completions got different rewards (``disagreeing > 0``). Either gives no signal."""
     zero = np.asarray(variance, dtype=np.float64) <= ZERO_VARIANCE_EPS
@@ -238,7 +240,7 @@ def no_signal_flags(variance, disagreeing=None) -> tuple[np.ndarray, np.ndarray]
     return zero, (np.asarray(disagreeing, dtype=np.float64) > 0) & ~zero
 
 
-def _numpy(state: dict, name: str, dtype) -> np.ndarray:
+def _numpy(state: dict, name: str, dtype: DTypeLike) -> np.ndarray:
     """A writable numpy copy of the saved tensor ``state[name]`` (on any device), or a `StateError`."""
     value = state[name]
     if not isinstance(value, torch.Tensor):

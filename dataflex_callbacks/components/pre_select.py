@@ -31,17 +31,17 @@ is the filter of the ``skip`` preset; ``skip_zero_variance`` is GRESO's rule as 
 from __future__ import annotations
 
 import warnings
-from typing import Hashable, Sequence
+from collections.abc import Hashable, Sequence
 
 import numpy as np
 import torch
 
-from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
-from dataflex_callbacks.errors import user_stacklevel
 from dataflex_callbacks.components.history import PromptHistory, no_signal_flags
-from dataflex_callbacks.rollout.prompt_keys import hashable_key
 from dataflex_callbacks.config.params import check_bool, check_number
+from dataflex_callbacks.errors import user_stacklevel
 from dataflex_callbacks.registry import Component, register, register_base
+from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+from dataflex_callbacks.rollout.prompt_keys import hashable_key
 
 SILENT_OBSERVATIONS = 8
 """Batches observed in a row with prompts or states to skip and no prompt skipped
@@ -77,7 +77,7 @@ class PreSelectFilter(Component):
     name = "pre_select"
     requires: tuple[str, ...] = ("rewards", "group_ids", "prompt_keys")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.skipped = 0  # prompts skipped so far
         self.drawn = 0  # prompts the sampler generated
         self.num_generations = 1  # set by the sampler: completions a skipped prompt would have cost
@@ -114,7 +114,7 @@ class _PreSelectRule(PreSelectFilter):
     rollouts' prompt keys are never the ones the sampler drew.
     """
 
-    def __init__(self, history: PromptHistory):
+    def __init__(self, history: PromptHistory) -> None:
         super().__init__()
         self.history = history
         self.rechecked = 0
@@ -259,7 +259,7 @@ class SkipZeroVarianceFilter(_PreSelectRule):
         domain_prior: bool = True,
         prior_rate: float = 0.2,
         noise_check: bool = True,
-    ):
+    ) -> None:
         self.target_share = check_number("target_share", target_share, low=0.0, high=1.0)
         self.explore = check_number("explore", explore, low=0.0, high=1.0)
         self.min_keep = check_number("min_keep", min_keep, low=0.0, high=1.0, low_open=True)
@@ -284,7 +284,7 @@ class SkipZeroVarianceFilter(_PreSelectRule):
         keep = np.where(streak > 0, np.maximum(self.min_keep, self.explore**streak), 1.0)
         if self.domain_prior and labels is not None and not seen.all():
             unseen = ~seen
-            share = self.history.prior([labels[i] for i in np.flatnonzero(unseen)])
+            share = self.history.prior([labels[i] for i in np.flatnonzero(unseen).tolist()])
             predicted = np.maximum(self.min_keep, 1.0 - np.nan_to_num(share, nan=0.0) * (1.0 - self.explore))
             keep[unseen] = predicted
         return keep
@@ -331,7 +331,7 @@ UNSEEN = STATES - 1
 SOLVED_ABOVE = 0.5  # a zero-variance group is solved when its solve rate is above this (all its rewards above 0.5)
 
 
-def _ratio(numerator: np.ndarray, denominator: np.ndarray, empty) -> np.ndarray:
+def _ratio(numerator: np.ndarray, denominator: np.ndarray, empty: float | np.ndarray) -> np.ndarray:
     """``numerator / denominator``, and ``empty`` where there is nothing to divide (no groups, no prior)."""
     empty = np.broadcast_to(empty, np.broadcast_shapes(np.shape(numerator), np.shape(empty)))
     return np.where(denominator > 0, numerator / np.where(denominator > 0, denominator, 1.0), empty)
@@ -381,7 +381,7 @@ class SkipPredictedFilter(_PreSelectRule):
         decay: float = 0.01,
         prior_groups: float = 10.0,
         noise_check: bool = False,
-    ):
+    ) -> None:
         self.skip_above = check_number("skip_above", skip_above, low=0.0, high=1.0, high_open=True)
         self.skip_solved_above = check_number("skip_solved_above", skip_solved_above, low=0.0, high=1.0, high_open=True)
         self.min_keep = check_number("min_keep", min_keep, low=0.0, high=1.0, low_open=True)

@@ -12,12 +12,12 @@ import math
 
 import torch
 
-from dataflex_callbacks.rollout.batch import RolloutBatch, row_block_bounds, row_counts, true_count
-from dataflex_callbacks.errors import BatchError, ParamError
-from dataflex_callbacks.rollout.groups import dense_groups, segment_sum
-from dataflex_callbacks.config.params import check_choice, check_number
-from dataflex_callbacks.registry import Component, register, register_base
 from dataflex_callbacks.components._score_shape import check_score_shape
+from dataflex_callbacks.config.params import check_choice, check_number
+from dataflex_callbacks.errors import BatchError, ParamError
+from dataflex_callbacks.registry import Component, register, register_base
+from dataflex_callbacks.rollout.batch import RolloutBatch, row_block_bounds, row_counts, true_count
+from dataflex_callbacks.rollout.groups import dense_groups, segment_sum
 
 NORMALIZE_MODES = ("mean_one", "per_group_mean_one", "none")
 
@@ -74,15 +74,15 @@ def normalize_weights_(
     index, groups = dense_groups(group_ids)
     row_total = weights.sum(dim=1) if weights.dim() == 2 else weights
     row_count = row_counts(mask) if mask.dim() == 2 else mask.to(torch.float32)
-    total = segment_sum(row_total, index, groups)[index]
-    count = segment_sum(row_count, index, groups)[index]
+    group_total = segment_sum(row_total, index, groups)[index]
+    group_count = segment_sum(row_count, index, groups)[index]
     # A group summing to < 0 (or NaN) keeps its raw weights, negatives visible to Strategy's check.
-    scale = torch.where(total > 0, count / total.clamp_min(1e-30), torch.ones_like(total))
-    fallback = (total == 0) & (count > 0)
+    group_scale = torch.where(group_total > 0, group_count / group_total.clamp_min(1e-30), torch.ones_like(group_total))
+    fallback = (group_total == 0) & (group_count > 0)
     if weights.dim() == 1:
         signed = segment_sum((weights < 0).to(torch.float32), index, groups)[index] > 0  # + and - cancelling to 0
-        return torch.where(fallback & ~signed, mask.to(torch.float32), weights.mul_(scale))
-    weights.mul_(scale.unsqueeze(1))
+        return torch.where(fallback & ~signed, mask.to(torch.float32), weights.mul_(group_scale))
+    weights.mul_(group_scale.unsqueeze(1))
     rows = torch.nonzero(fallback).flatten()
     if rows.numel() and not bool((weights[rows] < 0).any()):
         weights[rows] = mask[rows].to(torch.float32)
@@ -125,7 +125,7 @@ class Reweighter(Component):
     needs_groups = False
     scope = "group"
 
-    def __init__(self, normalize: str = "mean_one"):
+    def __init__(self, normalize: str = "mean_one") -> None:
         self.normalize = check_choice("normalize", normalize, NORMALIZE_MODES)
         if self.normalize == "per_group_mean_one":
             self.needs_groups = True
@@ -144,8 +144,10 @@ class Reweighter(Component):
         if mask is None:
             mask = batch.valid_mask if want_dim == 2 else torch.ones(batch.n, dtype=torch.bool, device=batch.device)
         elif want_dim == 2 and mask.dim() == 1:
-            mask = mask.unsqueeze(1) & batch.valid_mask
-        if want_dim == 1 and bool(mask.all()):
+            valid = batch.valid_mask
+            assert valid is not None, "(N, L) scores come from a batch with a token axis"
+            mask = mask.unsqueeze(1) & valid
+        if want_dim == 1 and mask is not None and bool(mask.all()):
             mask = None  # every response counts: skip all masking work
         return mask
 
@@ -165,18 +167,18 @@ class SoftmaxReweighter(Reweighter):
 
     scope = "row"
 
-    def __init__(self, temperature: float = 1.0, normalize: str = "mean_one"):
+    def __init__(self, temperature: float = 1.0, normalize: str = "mean_one") -> None:
         super().__init__(normalize)
         self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
 
-    def weights(self, scores, batch, mask=None):
+    def weights(self, scores: torch.Tensor, batch: RolloutBatch, mask: torch.Tensor | None = None) -> torch.Tensor:
         """As `Reweighter.weights`; all responses at mean 1: softmax times N (a softmax already sums to 1)."""
         if scores.dim() == 1 and self.normalize == "mean_one" and scores.numel() and (mask is None or bool(mask.all())):
             check_score_shape("reweighter", self.name, self.granularity, scores)
             return torch.softmax(scores.to(torch.float32) / self.temperature, dim=0).mul_(scores.shape[0])
         return super().weights(scores, batch, mask)
 
-    def _raw(self, scores, mask):
+    def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         # exp(logit - max): the same raw weights with or without a mask (normalize='none' returns them as they are).
         logits = scores / self.temperature
         if mask is not None:
@@ -203,7 +205,7 @@ class DifficultyBandReweighter(Reweighter):
 
     def __init__(
         self, low_q: float = 0.25, high_q: float = 0.75, focus_weight: float = 2.0, normalize: str = "mean_one"
-    ):
+    ) -> None:
         super().__init__(normalize)
         self.low_q = check_number("low_q", low_q, low=0.0, high=1.0)
         self.high_q = check_number("high_q", high_q, low=0.0, high=1.0)
@@ -211,7 +213,7 @@ class DifficultyBandReweighter(Reweighter):
             raise ParamError(f"parameter 'low_q' ({self.low_q}) must not exceed 'high_q' ({self.high_q})", "low_q")
         self.focus_weight = check_number("focus_weight", focus_weight, low=0.0)
 
-    def _raw(self, scores, mask):
+    def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         inside_values = scores if mask is None else scores[mask]
         if inside_values.numel() == 0:
             return torch.zeros_like(scores)
@@ -235,7 +237,7 @@ def linear_quantiles(values: torch.Tensor, qs: tuple[float, ...]) -> list[torch.
     below, above = ranks.floor().long().tolist(), ranks.ceil().long().tolist()
     weights = ranks - ranks.floor()
     out = []
-    for rank_below, rank_above, weight in zip(below, above, weights):
+    for rank_below, rank_above, weight in zip(below, above, weights, strict=True):
         low = torch.kthvalue(values, rank_below + 1).values
         high = low if rank_above == rank_below else torch.kthvalue(values, rank_above + 1).values
         out.append(torch.lerp(low, high, weight.to(values.device)))
@@ -264,7 +266,7 @@ class RewardRangeReweighter(Reweighter):
         inside: float = 2.0,
         outside: float = 1.0,
         normalize: str = "mean_one",
-    ):
+    ) -> None:
         super().__init__(normalize)
         self.low = check_number("low", low)
         self.high = check_number("high", high)
@@ -273,7 +275,7 @@ class RewardRangeReweighter(Reweighter):
         self.inside = check_number("inside", inside, low=0.0)
         self.outside = check_number("outside", outside, low=0.0)
 
-    def _raw(self, scores, mask):
+    def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         in_range = (scores >= self.low) & (scores <= self.high)
         return torch.where(in_range, torch.full_like(scores, self.inside), torch.full_like(scores, self.outside))
 
@@ -291,14 +293,14 @@ class AdvantageReweighter(Reweighter):
     scope = "row"
     granularity = "token"
 
-    def __init__(self, alpha: float = 0.3, normalize: str = "mean_one"):
+    def __init__(self, alpha: float = 0.3, normalize: str = "mean_one") -> None:
         super().__init__(normalize)
         self.alpha = check_number("alpha", alpha, low=0.0, high=1.0)
 
-    def _raw(self, scores, mask):
+    def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return (scores * self.alpha).add_(1.0 - self.alpha)
 
-    def weights(self, scores, batch, mask=None):
+    def weights(self, scores: torch.Tensor, batch: RolloutBatch, mask: torch.Tensor | None = None) -> torch.Tensor:
         """As `Reweighter.weights`; on CPU one blocked pass makes, masks and sums the raw weights."""
         check_score_shape("reweighter", self.name, self.granularity, scores)
         mask = self._entries(scores, batch, mask)
@@ -310,7 +312,7 @@ class AdvantageReweighter(Reweighter):
             and mask.shape == scores.shape
             and mask.device.type == "cpu"
         )
-        if not blocked:
+        if not blocked or mask is None:  # (blocked implies a mask; the test narrows it for the type checker)
             return super().weights(scores, batch, mask)
         raw, total = self._masked_raw_blocked(scores.to(torch.float32), mask)
         if not math.isfinite(total):  # an inf or NaN probability: 0 * inf outside the mask would be NaN
@@ -362,11 +364,11 @@ class StalenessDiscountReweighter(Reweighter):
 
     scope = "row"
 
-    def __init__(self, gamma: float = 0.5, normalize: str = "mean_one"):
+    def __init__(self, gamma: float = 0.5, normalize: str = "mean_one") -> None:
         super().__init__(normalize)
         self.gamma = check_number("gamma", gamma, low=0.0, high=1.0, low_open=True)
 
-    def _raw(self, scores, mask):
+    def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return torch.pow(torch.full_like(scores, self.gamma), scores.clamp_min(0.0))
 
 
@@ -387,9 +389,9 @@ class PERAdvantageReweighter(Reweighter):
 
     scope = "row"
 
-    def __init__(self, alpha: float = 0.6, normalize: str = "mean_one"):
+    def __init__(self, alpha: float = 0.6, normalize: str = "mean_one") -> None:
         super().__init__(normalize)
         self.alpha = check_number("alpha", alpha, low=0.0)
 
-    def _raw(self, scores, mask):
+    def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return (scores.abs() + PER_EPSILON).pow_(self.alpha)

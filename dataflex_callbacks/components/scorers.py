@@ -1,16 +1,19 @@
 """Scorers: turn the signals of a `RolloutBatch` into one score per response ``(N,)`` or token ``(N, L)``.
 
-Pure tensor functions do the math; the registered classes declare what they need
-(``requires``, ``granularity``, ``needs_groups``) so a strategy can check a host once, at build time.
+Pure tensor functions do the math (the per-row reductions the domain tracker shares,
+`group_solve_rate`, `group_reward_variance` and `advantage_magnitude`, live in `rollout/groups.py`);
+the registered classes declare what they need (``requires``, ``granularity``, ``needs_groups``) so a
+strategy can check a host once, at build time.
 """
 
 from __future__ import annotations
 
 import warnings
+from typing import TypeVar
 
 import torch
 
-from dataflex_callbacks.rollout.batch import RolloutBatch, masked_abs_row_reduce, row_counts
+from dataflex_callbacks.config.params import check_choice, check_number
 from dataflex_callbacks.errors import (
     SELECTION_REWARD_TEXT,
     BatchError,
@@ -19,47 +22,14 @@ from dataflex_callbacks.errors import (
     RewardScaleWarning,
     user_stacklevel,
 )
-from dataflex_callbacks.rollout.groups import dense_groups, segment_mean, segment_variance
-from dataflex_callbacks.config.params import check_choice, check_number
 from dataflex_callbacks.registry import Component, register, register_base
+from dataflex_callbacks.rollout.batch import RolloutBatch
+from dataflex_callbacks.rollout.groups import advantage_magnitude, group_reward_variance, group_solve_rate
 
 REDUCE_MODES = ("mean", "sum", "max")
+_T = TypeVar("_T")
 
 # ---------------------------------------------------------------- pure functions
-
-
-def group_solve_rate(rewards: torch.Tensor, group_ids: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
-    """Share of responses in each row's group with reward above ``threshold``: ``(N,)``."""
-    index, count = dense_groups(group_ids)
-    solved = (rewards > threshold).to(torch.float32)
-    return segment_mean(solved, index, count)[index]
-
-
-def group_reward_variance(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
-    """Population variance of rewards in each row's group: ``(N,)``."""
-    index, count = dense_groups(group_ids)
-    return segment_variance(rewards.to(torch.float32), index, count)[index]
-
-
-def advantage_magnitude(
-    advantages: torch.Tensor, valid_mask: torch.Tensor | None, reduce: str = "mean"
-) -> torch.Tensor:
-    """Mean, sum or max over valid tokens of ``|A_it|``: ``(N,)``; ``(N,)`` advantages count per token.
-
-    Args:
-        advantages: ``(N,)`` or ``(N, L)`` float.
-        valid_mask: ``(N, L)`` bool, or None (every token valid).
-        reduce: ``mean`` (a row without valid tokens scores 0), ``sum`` or ``max``.
-    """
-    if advantages.dim() == 1:
-        magnitude = advantages.to(torch.float32).abs()
-        if reduce == "sum" and valid_mask is not None:
-            return magnitude * row_counts(valid_mask)
-        return magnitude
-    total, counts = masked_abs_row_reduce(advantages, valid_mask, reduce)
-    if reduce == "mean":
-        return total / counts.clamp_min(1)
-    return total
 
 
 def rewards_are_binary(rewards: torch.Tensor) -> bool:
@@ -174,11 +144,11 @@ class RewardScorer(Scorer):
 
     scope = "row"
 
-    def _score(self, batch):
+    def _score(self, batch: RolloutBatch) -> torch.Tensor:
         return batch.rewards.to(torch.float32)
 
 
-def _one_of(name: str, value, alias: str, alias_value):
+def _one_of(name: str, value: _T | None, alias: str, alias_value: _T | None) -> _T | None:
     """The value of a parameter given under its name or its alias (None if neither); both is an error."""
     if value is not None and alias_value is not None:
         raise ParamError(f"parameter {name!r} was given twice, also as its alias {alias!r}; keep one of them", name)
@@ -204,20 +174,21 @@ class GroupSolveRateScorer(Scorer):
     requires = ("rewards", "group_ids")
     needs_groups = True
 
-    def __init__(self, threshold: float | None = None, success_threshold: float | None = None):
+    def __init__(self, threshold: float | None = None, success_threshold: float | None = None) -> None:
         given = "success_threshold" if success_threshold is not None else "threshold"
         threshold = _one_of("threshold", threshold, "success_threshold", success_threshold)
         self.explicit_threshold = threshold is not None
         self.threshold = check_number(given, 0.5 if threshold is None else threshold)
         self._warned = False
 
-    def _score(self, batch):
+    def _score(self, batch: RolloutBatch) -> torch.Tensor:
         if not self.explicit_threshold and not self._warned and not rewards_are_binary(batch.rewards):
             self._warned = True
             warnings.warn(
                 RewardScaleWarning(non_binary_solve_rate_message(batch.rewards, self.threshold)),
                 stacklevel=user_stacklevel(),
             )
+        assert batch.group_ids is not None  # in `requires`, checked by `score`
         return group_solve_rate(batch.rewards, batch.group_ids, self.threshold)
 
 
@@ -248,7 +219,8 @@ class GroupRewardVarianceScorer(Scorer):
     requires = ("rewards", "group_ids")
     needs_groups = True
 
-    def _score(self, batch):
+    def _score(self, batch: RolloutBatch) -> torch.Tensor:
+        assert batch.group_ids is not None  # in `requires`, checked by `score`
         return group_reward_variance(batch.rewards, batch.group_ids)
 
 
@@ -265,12 +237,13 @@ class AdvantageMagnitudeScorer(Scorer):
     scope = "row"
     requires = ("advantages",)
 
-    def __init__(self, reduce: str | None = None, agg: str | None = None):
+    def __init__(self, reduce: str | None = None, agg: str | None = None) -> None:
         given = "agg" if agg is not None else "reduce"
         reduce = _one_of("reduce", reduce, "agg", agg)
         self.reduce = check_choice(given, "mean" if reduce is None else reduce, REDUCE_MODES)
 
-    def _score(self, batch):
+    def _score(self, batch: RolloutBatch) -> torch.Tensor:
+        assert batch.advantages is not None  # in `requires`, checked by `score`
         return advantage_magnitude(batch.advantages, batch.valid_mask, self.reduce)
 
 
@@ -282,7 +255,8 @@ class TokenProbScorer(Scorer):
     requires = ("logprobs",)
     granularity = "token"
 
-    def _score(self, batch):
+    def _score(self, batch: RolloutBatch) -> torch.Tensor:
+        assert batch.logprobs is not None  # in `requires`, checked by `score`
         return batch.logprobs.to(torch.float32).exp()
 
 
@@ -294,7 +268,8 @@ class TokenEntropyScorer(Scorer):
     requires = ("entropies",)
     granularity = "token"
 
-    def _score(self, batch):
+    def _score(self, batch: RolloutBatch) -> torch.Tensor:
+        assert batch.entropies is not None  # in `requires`, checked by `score`
         return batch.entropies.to(torch.float32)
 
 
@@ -305,7 +280,7 @@ class ResponseLengthScorer(Scorer):
     scope = "row"
     requires = ("completion_mask",)
 
-    def _score(self, batch):
+    def _score(self, batch: RolloutBatch) -> torch.Tensor:
         return batch.lengths
 
 
@@ -316,7 +291,7 @@ class RewardEfficiencyScorer(Scorer):
     scope = "row"
     requires = ("rewards", "completion_mask")
 
-    def _score(self, batch):
+    def _score(self, batch: RolloutBatch) -> torch.Tensor:
         return batch.rewards.to(torch.float32) / batch.lengths.clamp_min(1)
 
 
@@ -338,5 +313,7 @@ class StalenessScorer(Scorer):
     scope = "row"
     requires = ("policy_versions",)
 
-    def _score(self, batch):
+    def _score(self, batch: RolloutBatch) -> torch.Tensor:
+        # In `requires`, checked by `score`; a batch with policy_versions has a trainer_version.
+        assert batch.policy_versions is not None and batch.trainer_version is not None
         return staleness(batch.policy_versions, batch.trainer_version)

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import torch
 
-from dataflex_callbacks.rollout.batch import RolloutBatch, true_count
-from dataflex_callbacks.errors import BatchError, ParamError
-from dataflex_callbacks.rollout.groups import dense_groups, rank_within_groups, sort_within_groups
-from dataflex_callbacks.config.params import check_bool, check_choice, check_int, check_number
-from dataflex_callbacks.registry import Component, register, register_base
 from dataflex_callbacks.components._score_shape import check_score_shape
+from dataflex_callbacks.config.params import check_bool, check_choice, check_int, check_number
+from dataflex_callbacks.errors import BatchError, ParamError
+from dataflex_callbacks.registry import Component, register, register_base
+from dataflex_callbacks.rollout.batch import RolloutBatch, true_count
+from dataflex_callbacks.rollout.groups import dense_groups, rank_within_groups, sort_within_groups
 
 
 def round_count(fraction: float, size: int) -> int:
@@ -218,7 +218,9 @@ def _top_tokens_blocked(scores: torch.Tensor, valid_mask: torch.Tensor, k: int, 
     keep = torch.empty(n_rows, length, dtype=torch.bool)
     rows = max(1, (1 << 17) // max(length, 1))
     flags = torch.empty(min(rows, n_rows), length, dtype=torch.bool)
-    above, positions, values = 0, [], []
+    above = 0
+    position_parts: list[torch.Tensor] = []
+    value_parts: list[torch.Tensor] = []
     for start in range(0, n_rows, rows):
         block, part, inside = (
             scores[start : start + rows],
@@ -233,9 +235,9 @@ def _top_tokens_blocked(scores: torch.Tensor, valid_mask: torch.Tensor, k: int, 
         inside &= block_mask
         inside &= ~part
         where = torch.nonzero(inside.view(-1)).flatten()
-        values.append(block.reshape(-1)[where])
-        positions.append(where + start * length)
-    values, positions = torch.cat(values), torch.cat(positions)
+        value_parts.append(block.reshape(-1)[where])
+        position_parts.append(where + start * length)
+    values, positions = torch.cat(value_parts), torch.cat(position_parts)
     need = k - above  # how many of the bracket's entries (largest first) are kept
     if need < 0 or need > values.numel():
         return None  # the sample's bracket missed the k-th value
@@ -322,7 +324,7 @@ class Selector(Component):
                 )
         return self._select(scores, batch)
 
-    def _select(self, scores, batch):  # pragma: no cover - abstract
+    def _select(self, scores: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:  # pragma: no cover - abstract
         """Keep mask shaped like ``scores``: ``(N,)`` or ``(N, L)`` bool."""
         raise NotImplementedError
 
@@ -342,13 +344,13 @@ class ThresholdBandSelector(Selector):
 
     scope = "row"
 
-    def __init__(self, low: float = 0.0, high: float = 1.0):
+    def __init__(self, low: float = 0.0, high: float = 1.0) -> None:
         self.low = check_number("low", low)
         self.high = check_number("high", high)
         if self.low >= self.high:
             raise ParamError(f"parameter 'low' ({self.low}) must be below 'high' ({self.high})", "low")
 
-    def _select(self, scores, batch):
+    def _select(self, scores: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
         return threshold_band(scores, self.low, self.high)
 
 
@@ -364,11 +366,11 @@ class TopkFractionSelector(Selector):
 
     scope = "batch"
 
-    def __init__(self, fraction: float = 0.5, largest: bool = True):
+    def __init__(self, fraction: float = 0.5, largest: bool = True) -> None:
         self.fraction = check_number("fraction", fraction, low=0.0, high=1.0, low_open=True)
         self.largest = check_bool("largest", largest)
 
-    def _select(self, scores, batch):
+    def _select(self, scores: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
         return topk_fraction(scores, self.fraction, self.largest)
 
 
@@ -389,15 +391,15 @@ class GFPOSelector(Selector):
 
     scope = "group"
     needs_groups = True
-    requires = ("group_ids",)
+    requires: tuple[str, ...] = ("group_ids",)
 
-    def __init__(self, k: int = 3, metric: str = "efficiency"):
+    def __init__(self, k: int = 3, metric: str = "efficiency") -> None:
         self.k = check_int("k", k, low=1)
         self.metric = check_choice("metric", metric, ("short", "efficiency", "score"))
         if self.metric != "score":
             self.requires = ("group_ids", "completion_mask")
 
-    def _select(self, scores, batch):
+    def _select(self, scores: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
         if self.metric == "short":
             metric = -batch.lengths
         elif self.metric == "efficiency":
@@ -405,6 +407,7 @@ class GFPOSelector(Selector):
             metric = scores.to(torch.float32) / batch.lengths.clamp_min(1)
         else:
             metric = scores
+        assert batch.group_ids is not None  # in `requires`, checked by `select`
         return top_within_groups(metric, batch.group_ids, self.k)
 
 
@@ -421,10 +424,11 @@ class MaxVarianceSelector(Selector):
     needs_groups = True
     requires = ("group_ids",)
 
-    def __init__(self, keep_fraction: float = 0.5):
+    def __init__(self, keep_fraction: float = 0.5) -> None:
         self.keep_fraction = check_number("keep_fraction", keep_fraction, low=0.0, high=1.0, low_open=True)
 
-    def _select(self, scores, batch):
+    def _select(self, scores: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
+        assert batch.group_ids is not None  # in `requires`, checked by `select`
         return max_variance_subset(scores, batch.group_ids, self.keep_fraction)
 
 
@@ -442,8 +446,9 @@ class EntropyTopTokensSelector(Selector):
     granularity = "token"
     requires = ("completion_mask",)
 
-    def __init__(self, fraction: float = 0.2):
+    def __init__(self, fraction: float = 0.2) -> None:
         self.fraction = check_number("fraction", fraction, low=0.0, high=1.0, low_open=True)
 
-    def _select(self, scores, batch):
+    def _select(self, scores: torch.Tensor, batch: RolloutBatch) -> torch.Tensor:
+        assert batch.valid_mask is not None  # completion_mask is in `requires`, checked by `select`
         return top_tokens(scores, batch.valid_mask, self.fraction)

@@ -31,8 +31,10 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
+from dataflex_callbacks._plain_values import plain  # noqa: F401 (re-exported)
 from dataflex_callbacks.config.fields import (
     DynamicSamplingConfig,  # noqa: F401 (re-exported)
     MixConfig,
@@ -42,7 +44,6 @@ from dataflex_callbacks.config.fields import (
     required_fields,
 )
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks._plain_values import plain  # noqa: F401 (re-exported)
 
 TOP_LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(StrategyConfig))
 # The keys of DataFlex-RL's single-mechanism block (the reference form), read by `from_dataflex_rl`.
@@ -77,14 +78,14 @@ HOST_KEYS = {"enable": bool, "seed": int}
 REFERENCE_MIX = {"warmup_steps": 0, "update_every": 1, "window": 50, "window_unit": "rows", "quota": "exact"}
 
 
-def _part(scorer, actuator_key, actuator):
+def _part(scorer: tuple[str, dict], actuator_key: str, actuator: tuple[str, dict]) -> dict:
     return {
         "scorer": {"name": scorer[0], "params": scorer[1]},
         actuator_key: {"name": actuator[0], "params": actuator[1]},
     }
 
 
-def _mix(mixer: str, **params) -> dict:
+def _mix(mixer: str, **params: Any) -> dict:
     return {"mix": {"mixer": {"name": mixer, "params": params}}}
 
 

@@ -2,18 +2,20 @@
 
 A field's help, default, accepted choices and source paper are written once, here;
 `config.load_config` reads either config form into these classes and returns their plain-dict
-form, and `DomainMixing` takes its defaults from `MixConfig`. Read them with `field_help` and
+form, and `DomainMixing` takes its settings as one checked `MixConfig`. Read them with `field_help` and
 `field_defaults`, e.g. ``field_help(MixConfig, "window")``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Mapping
+from typing import Any
 
-from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.config.params import check_int, check_number
 from dataflex_callbacks.config.proportions import check_domains, check_proportions_form
+from dataflex_callbacks.errors import ConfigError, ParamError
 
 NAN_POLICIES = ("zero", "drop", "raise")
 WINDOW_UNITS = ("steps", "rows")
@@ -38,9 +40,14 @@ def config_field(
     return field(default=default, metadata=metadata)
 
 
+def _field(cls: type, name: str) -> dataclasses.Field:
+    """Field ``name`` of config dataclass ``cls`` (a `KeyError` for a name it does not have)."""
+    return {f.name: f for f in fields(cls)}[name]
+
+
 def field_help(cls: type, name: str) -> str:
     """The help text of field ``name`` of config dataclass ``cls``."""
-    return cls.__dataclass_fields__[name].metadata["help"]
+    return _field(cls, name).metadata["help"]
 
 
 def field_defaults(cls: type) -> dict[str, Any]:
@@ -54,7 +61,7 @@ def required_fields(cls: type) -> tuple[str, ...]:
 
 
 def _check_choice(cls: type, name: str, value: Any, where: str) -> None:
-    info = cls.__dataclass_fields__[name].metadata
+    info = _field(cls, name).metadata
     choices = info["choices"]
     if not isinstance(value, str) or value not in choices:
         raise ConfigError(f"{where} must be one of {', '.join(choices)} ({info['help']}); got {value!r}")
@@ -84,7 +91,7 @@ class SelectConfig:
     )
     warmup_steps: int = config_field(0, help="optimizer steps before the selector acts; until then every row trains")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_warmup("select", self.warmup_steps)
 
 
@@ -101,7 +108,7 @@ class ReweightConfig:
     )
     warmup_steps: int = config_field(0, help="optimizer steps before the reweighter acts; until then every weight is 1")
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_warmup("reweight", self.warmup_steps)
 
 
@@ -140,13 +147,21 @@ class MixConfig:
         "None: the mixer's own start, else uniform",
     )
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
+        # The one check of a mix part's settings: `DomainMixing` takes the checked config whole.
         if self.domains is not None:
             self.domains = check_domains(self.domains, "mix.domains")
         _check_choice(MixConfig, "window_unit", self.window_unit, "mix.window_unit")
         _check_choice(MixConfig, "quota", self.quota, "mix.quota")
         if self.prior is not None:
             self.prior = check_proportions_form(self.prior, "mix.prior")
+        try:
+            self.window = check_int("window", self.window, low=1)
+            self.warmup_steps = check_int("warmup_steps", self.warmup_steps, low=0)
+            self.update_every = check_int("update_every", self.update_every, low=1)
+            check_number("smoothing", self.smoothing, low=0.0, high=1.0, high_open=True)
+        except ParamError as error:
+            raise ParamError(f"mix: {error}", error.param) from error
 
 
 @dataclass
@@ -174,7 +189,7 @@ class DynamicSamplingConfig:
         "carried group at the next step); None: never drop carried groups for staleness",
     )
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         if isinstance(self.max_rounds, bool) or not isinstance(self.max_rounds, int) or self.max_rounds < 1:
             raise ConfigError(
                 f"dynamic_sampling.max_rounds must be an integer >= 1 (generation rounds per step at "
@@ -229,7 +244,7 @@ class StrategyConfig:
         "(verl: data_source, else domain)",
     )
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         _check_choice(StrategyConfig, "nan_policy", self.nan_policy, "nan_policy")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"'name' must be a non-empty string; got {self.name!r}")

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
-from dataflex_callbacks.errors import ParamError
 from dataflex_callbacks._plain_values import plain_scalar  # also re-exported: its home before plain_values
+from dataflex_callbacks.errors import ParamError
 
 
 def check_number(

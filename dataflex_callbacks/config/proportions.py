@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks._plain_values import plain_scalar
+from dataflex_callbacks.errors import ConfigError
 
 
 def check_domains(domains: Any, what: str = "domains") -> list[str]:
@@ -68,20 +69,20 @@ def check_proportions(proportions: Any, domains: Sequence[str], what: str = "pro
             f"{what} must be a mapping {{domain: proportion}} or a list in domain order {domains}; got {proportions!r}"
         )
     else:
-        values = list(proportions)
-        if len(values) != len(domains):
+        listed = list(proportions)
+        if len(listed) != len(domains):
             raise ConfigError(
-                f"{what}: the list has {len(values)} value(s) but there are {len(domains)} domain(s) "
+                f"{what}: the list has {len(listed)} value(s) but there are {len(domains)} domain(s) "
                 f"{domains}; give one proportion per domain in that order, or a mapping {{domain: p}}"
             )
-        given = dict(zip(domains, values))
+        given = dict(zip(domains, listed, strict=True))
     unknown = sorted(set(given) - set(domains))
     if unknown:
         raise ConfigError(f"{what}: unknown domain(s) {unknown}; known domains: {domains}")
     missing = [d for d in domains if d not in given]
     if missing:
         raise ConfigError(f"{what}: no proportion for domain(s) {missing}; give one for each of {domains}")
-    values = {}
+    values: dict[str, float] = {}
     for d in domains:
         value = plain_scalar(given[d])
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(float(value)):

@@ -1,10 +1,16 @@
 """The host contract: what every adapter (TRL, Lightning, verl) does with a strategy, written once."""
 
+from dataflex_callbacks.components.prompt_acceptance import (
+    AcceptedPrompts,
+    BatchFeed,
+    Candidates,
+    PromptAcceptance,
+    PromptSource,
+)
 from dataflex_callbacks.host.checkpoints import checkpoint_state, load_state_file, read_state_file, restore_strategy
 from dataflex_callbacks.host.contract import (
     AGGREGATIONS,
     DEFAULT_DOMAIN_KEY,
-    HOST_LOSSES,
     ROLLOUT_FIELDS,
     ROW_NORMALISED,
     TENSOR_FIELDS,
@@ -17,24 +23,16 @@ from dataflex_callbacks.host.contract import (
     decide,
     finish_loss,
     grpo_fields,
+    host_losses,
     kept_token_mask,
     local_decision,
     loss_aggregation,
     micro_batch_decision,
     prompt_choosing_parts,
+    register_host_losses,
     removal_scale,
     resolve_domain_key,
     restrict_rows,
-)
-from dataflex_callbacks.sampling.prompt_acceptance import (
-    AcceptedPrompts,
-    BatchFeed,
-    Candidates,
-    PromptAcceptance,
-    PromptSource,
-    accept_from,
-    accept_prompts,
-    set_group_size,
 )
 
 __all__ = [
@@ -43,15 +41,12 @@ __all__ = [
     "BatchFeed",
     "Candidates",
     "DEFAULT_DOMAIN_KEY",
-    "HOST_LOSSES",
     "HostLosses",
     "PromptAcceptance",
     "PromptSource",
     "ROLLOUT_FIELDS",
     "ROW_NORMALISED",
     "TENSOR_FIELDS",
-    "accept_from",
-    "accept_prompts",
     "acts_before_rollout",
     "aggregate",
     "as_strategy",
@@ -61,16 +56,17 @@ __all__ = [
     "decide",
     "finish_loss",
     "grpo_fields",
+    "host_losses",
     "kept_token_mask",
     "load_state_file",
     "local_decision",
     "loss_aggregation",
     "micro_batch_decision",
     "prompt_choosing_parts",
+    "register_host_losses",
     "read_state_file",
     "removal_scale",
     "resolve_domain_key",
     "restore_strategy",
     "restrict_rows",
-    "set_group_size",
 ]

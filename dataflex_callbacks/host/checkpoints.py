@@ -20,7 +20,8 @@ from __future__ import annotations
 import os
 import pickle
 import warnings
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 

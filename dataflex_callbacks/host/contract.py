@@ -13,7 +13,7 @@ A host adapter builds a `RolloutBatch` from its trainer's tensors, asks ``Strate
 - `kept_token_mask`: which tokens stay in the loss (and its normaliser);
 - `AGGREGATIONS`, `aggregate` and `removal_scale`: how a loss is normalised, and the ``B / K``
   factor that makes masking rows out of a row-normalised loss equal to removing them;
-  `HOST_LOSSES` / `loss_aggregation`: each host's loss names mapped onto those kinds;
+  `register_host_losses` / `loss_aggregation`: each adapter's loss names mapped onto those kinds;
 - `acts_before_rollout` / `prompt_choosing_parts`: whether prompts must come through the sampler;
 - `accept_from` (with `accept_prompts`, `BatchFeed`) and `set_group_size`: the pre-rollout
   acceptance loop that skips prompts a filter predicts to be useless (`prompt_acceptance`);
@@ -27,13 +27,14 @@ across ranks, which hook writes the loss fields back.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Mapping
+from typing import Any
 
 import torch
 
-from dataflex_callbacks.rollout.batch import ROLLOUT_FIELDS, RolloutBatch
 from dataflex_callbacks.errors import BatchError, ConfigError
+from dataflex_callbacks.rollout.batch import ROLLOUT_FIELDS, RolloutBatch
 from dataflex_callbacks.strategy.strategy import Decision, Strategy, build_strategy
 
 # ------------------------------------------------------------ building the strategy
@@ -121,19 +122,18 @@ def local_decision(decision: Decision, rows: slice, num_tokens: int | None = Non
         ``response_weights`` are ``decision``'s at ``rows`` (views, no copy); metrics are a copy.
     """
 
-    def cut(value: torch.Tensor | None) -> torch.Tensor | None:
-        if value is None:
-            return None
+    def cut(value: torch.Tensor) -> torch.Tensor:
         value = value[rows]
         return value[:, :num_tokens] if value.dim() == 2 and num_tokens is not None else value
 
+    response_weights = getattr(decision, "response_weights", None)
     return replace(
         decision,
         keep=cut(decision.keep),
         weights=cut(decision.weights),
-        token_keep=cut(decision.token_keep),
+        token_keep=None if decision.token_keep is None else cut(decision.token_keep),
         metrics=dict(decision.metrics),
-        response_weights=cut(getattr(decision, "response_weights", None)),
+        response_weights=None if response_weights is None else cut(response_weights),
     )
 
 
@@ -190,9 +190,10 @@ def micro_batch_decision(
 def _with_changes(decision: Any, changes: Mapping[str, Any]) -> Any:
     """A copy of ``decision`` with the fields in ``changes`` replaced
     (a `Decision`, or any object with a ``__dict__``)."""
-    if dataclasses.is_dataclass(decision):
+    if dataclasses.is_dataclass(decision) and not isinstance(decision, type):
         return dataclasses.replace(decision, **changes)
-    changed = type(decision).__new__(type(decision))
+    kind: Any = type(decision)
+    changed = kind.__new__(kind)
     changed.__dict__.update(decision.__dict__)
     changed.__dict__.update(changes)
     return changed
@@ -220,7 +221,7 @@ def decide(
     statistics are not all-reduced again (``sync=False``). Whether the pre-rollout filter observes
     the batch is the strategy's own rule: not when a `SignalGroupBuffer` drives it (the buffer
     showed the filter every generated round already). A host that names its own settings in the
-    strategy's warnings binds them once, with ``Strategy.bind_host_settings``.
+    strategy's warnings binds them once, with ``Strategy.bind_selection_reward``.
 
     Args:
         strategy: the run's strategy.
@@ -415,48 +416,45 @@ class HostLosses:
         return self.kinds[name]
 
 
-HOST_LOSSES = {
-    "trl": HostLosses(
-        "TRL GRPOTrainer",
-        "loss_type",
-        {
-            "grpo": "sequence_mean",
-            "sapo": "sequence_mean",
-            "luspo": "sequence_sum",
-            "dr_grpo": "fixed_length",
-            "bnpo": "token_mean",
-            "dapo": "token_mean_global",
-            "cispo": "token_mean_global",
-            "vespo": "token_mean_global",
-        },
-        "GRPOConfig(loss_type=...)",
-    ),
-    # TRL's RLOOTrainer has one loss and no setting naming it: the mean over the micro-batch's rows.
-    "trl-rloo": HostLosses("TRL RLOOTrainer", "loss", {"rloo": "sequence_mean"}, "RLOOConfig"),
-    "lightning": HostLosses(
-        "Lightning",
-        "loss_type",
-        {name: name for name in ("token_mean", "sequence_mean", "sequence_sum", "fixed_length")},
-        "self.dataflex.loss(..., loss_type=...)",
-    ),
-    # verl's token-mean recounts its tokens from loss_mask, i.e. the kept ones.
-    "verl": HostLosses(
-        "verl",
-        "loss_agg_mode",
-        {
-            "token-mean": "token_mean_global",
-            "token-sum": "token_sum",
-            "seq-mean-token-sum": "sequence_sum",
-            "seq-mean-token-mean": "sequence_mean",
-            "seq-mean-token-sum-norm": "fixed_length",
-        },
-        "actor_rollout_ref.actor.loss_agg_mode",
-    ),
-}
-"""Every host's loss names -> the core's loss aggregation: the one registry adapters look their losses up in."""
+_HOST_LOSSES: dict[str, HostLosses] = {}
+"""Every registered host's losses (`register_host_losses`), by its key."""
+
+
+def register_host_losses(key: str, losses: HostLosses) -> HostLosses:
+    """Declare a host's loss names (an adapter does it once, where it reads its host's loss setting), as verl's
+    ``register_policy_loss`` declares a policy loss; returns ``losses``.
+
+    Args:
+        key: the host's key for `loss_aggregation` (``"trl"``, ``"verl"``, a user's own host).
+        losses: its `HostLosses`; every kind must be one of `AGGREGATIONS`.
+
+    A key registered again with other losses is a `ConfigError` (two adapters would disagree).
+    """
+    if not isinstance(losses, HostLosses):
+        raise ConfigError(f"register_host_losses({key!r}, ...): expected a HostLosses, got {type(losses).__name__}")
+    unknown = sorted({kind for kind in losses.kinds.values() if kind not in AGGREGATIONS})
+    if unknown:
+        raise ConfigError(
+            f"register_host_losses({key!r}, ...): unknown aggregation kind(s) {unknown}; "
+            f"choose from {list(AGGREGATIONS)}"
+        )
+    known = _HOST_LOSSES.setdefault(key, losses)
+    if known != losses:
+        raise ConfigError(f"register_host_losses: host {key!r} is registered already, with other losses: {known}")
+    return losses
+
+
+def host_losses(key: str) -> HostLosses:
+    """The losses registered for host ``key``; a `ConfigError` naming the registered hosts when there are none."""
+    if key not in _HOST_LOSSES:
+        raise ConfigError(
+            f"dataflex: no loss names registered for host {key!r} (registered: {sorted(_HOST_LOSSES)}); its "
+            "adapter registers them when imported (register_host_losses)"
+        )
+    return _HOST_LOSSES[key]
 
 
 def loss_aggregation(host: str, name: str) -> str:
-    """The aggregation kind of ``host``'s loss ``name`` (`HOST_LOSSES`);
+    """The aggregation kind of ``host``'s loss ``name`` (`register_host_losses`);
     a `ConfigError` naming the choices when unknown."""
-    return HOST_LOSSES[host].aggregation(name)
+    return host_losses(host).aggregation(name)

@@ -9,18 +9,21 @@ from __future__ import annotations
 
 import math
 import numbers
+from typing import Any
 
 from dataflex_callbacks.errors import InputError
 
 EXPECTED_FORM = "a list of floats or None, one per completion"
 
 
-def _shown(value) -> str:
+def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
 
 
-def reward_values(values, name: str, count: int, error: type[InputError] = InputError, where: str = "") -> list[float]:
+def reward_values(
+    values: Any, name: str, count: int, error: type[InputError] = InputError, where: str = ""
+) -> list[float]:
     """``values`` returned by reward ``name`` for ``count`` completions, as floats (None and NaN as NaN).
 
     Args:

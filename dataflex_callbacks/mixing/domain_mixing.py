@@ -10,56 +10,56 @@ tracker's window counts: steps (default) or response rows (DataFlex-RL's meaning
 from __future__ import annotations
 
 from collections import deque
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from dataflex_callbacks.rollout.batch import RolloutBatch
-from dataflex_callbacks.config.fields import WINDOW_UNITS, MixConfig, field_defaults
-from dataflex_callbacks.errors import ConfigError, StateError, check_state
+from dataflex_callbacks.config.fields import MixConfig
+from dataflex_callbacks.config.proportions import check_domains, check_proportions
+from dataflex_callbacks.errors import ConfigError, StateError, check_argument, check_state
 from dataflex_callbacks.mixing.mixers import Mixer
-from dataflex_callbacks.config.params import check_choice, check_int, check_number
-from dataflex_callbacks.config.proportions import check_domains, check_proportions, check_proportions_form
 from dataflex_callbacks.mixing.tracker import DomainTracker
+from dataflex_callbacks.rollout.batch import RolloutBatch
 
 RECENT_DRAWS = 20  # sampler batches in the "recent" actual-proportion window
-_DEFAULTS = field_defaults(MixConfig)  # one set of defaults for the config loader and direct construction
 
 
 class DomainMixing:
     """Schedule that turns tracked per-domain statistics into target sampling proportions.
 
-    The arguments are the fields of `MixConfig` (their help and defaults live there).
+    Args:
+        mixer: the built `Mixer` (``build_component("mixer", name, **params)``), the one ``config.mixer`` names.
+        config: the mix part's settings, a `MixConfig` (checked when it was built; their help and defaults
+            live there). ``quota`` is the sampler's; ``domains``, when given, are bound now.
     """
 
-    def __init__(
-        self,
-        mixer: Mixer,
-        domains: Sequence[str] | None = _DEFAULTS["domains"],
-        window: int = _DEFAULTS["window"],
-        warmup_steps: int = _DEFAULTS["warmup_steps"],
-        update_every: int = _DEFAULTS["update_every"],
-        smoothing: float = _DEFAULTS["smoothing"],
-        prior: Mapping[str, float] | Sequence[float] | None = _DEFAULTS["prior"],
-        window_unit: str = _DEFAULTS["window_unit"],
-    ):
+    def __init__(self, mixer: Mixer, config: MixConfig) -> None:
         if not isinstance(mixer, Mixer):
             raise ConfigError(
                 f"DomainMixing needs a Mixer (e.g. build_component('mixer', 'reward_gap')); got {mixer!r}"
             )
+        check_argument(
+            config,
+            MixConfig,
+            "config",
+            "DomainMixing",
+            "the mix part's MixConfig",
+            "Pass MixConfig(mixer=..., domains=..., ...), or build a strategy with a 'mix' part",
+        )
         self.mixer = mixer
-        self.window = check_int("window", window, low=1)
-        self.window_unit = check_choice("window_unit", window_unit, WINDOW_UNITS)
-        self.warmup_steps = check_int("warmup_steps", warmup_steps, low=0)
-        self.update_every = check_int("update_every", update_every, low=1)
-        self.smoothing = check_number("smoothing", smoothing, low=0.0, high=1.0, high_open=True)
-        self.prior_config = None if prior is None else check_proportions_form(prior, "mix 'prior'")
+        self.window = config.window
+        self.window_unit = config.window_unit
+        self.warmup_steps = config.warmup_steps
+        self.update_every = config.update_every
+        self.smoothing = float(config.smoothing)
+        self.prior_config = config.prior
         self.domains: list[str] | None = None
         self.tracker: DomainTracker | None = None
         self.target: dict[str, float] | None = None
         self.last_update_step: int | None = None
         self.drawn_total: dict[str, int] = {}
         self.drawn_recent: deque = deque(maxlen=RECENT_DRAWS)
-        if domains is not None:
-            self.bind(domains)
+        if config.domains is not None:
+            self.bind(config.domains)
 
     @property
     def bound(self) -> bool:
@@ -85,58 +85,62 @@ class DomainMixing:
         self.target = dict(self.prior)
         self.drawn_total = {d: 0 for d in domains}
 
-    def _require_bound(self) -> None:
-        if self.domains is None:
+    def _bound(self) -> tuple[list[str], DomainTracker, dict[str, float]]:
+        """The bound domains, tracker and target (`bind` sets the three together); a `ConfigError` before."""
+        if self.domains is None or self.tracker is None or self.target is None:
             raise ConfigError(
                 "the strategy mixes domains but no domains are known; give mix.domains in the config, or let the "
                 "host adapter bind them from the dataset's domain column (strategy.bind_domains([...]))"
             )
+        return self.domains, self.tracker, self.target
 
     def observe(self, batch: RolloutBatch, step: int, sync: bool = True) -> bool:
         """Feed one batch; returns True when the target proportions were recomputed at this step."""
-        self._require_bound()
-        self.tracker.update(batch, step=step, sync=sync)
+        domains, tracker, target = self._bound()
+        tracker.update(batch, step=step, sync=sync)
         # Due at warmup_steps, then once update_every steps have passed since the last update: a
         # host that calls at strided steps (one call per generation round) still gets updates.
         if step < self.warmup_steps:
             return False
         if self.last_update_step is not None and step < self.last_update_step + self.update_every:
             return False
-        fresh = self.mixer.proportions(self.tracker)
+        fresh = self.mixer.proportions(tracker)
         if self.smoothing > 0:
-            fresh = {d: self.smoothing * self.target[d] + (1 - self.smoothing) * fresh[d] for d in self.domains}
+            fresh = {d: self.smoothing * target[d] + (1 - self.smoothing) * fresh[d] for d in domains}
         self.target = fresh
         self.last_update_step = int(step)
         return True
 
     def observe_sampled(self, counts: Mapping[str, int]) -> None:
         """Record how many prompts of each domain the sampler actually drew (the ``mix/actual/<d>`` metrics)."""
-        self._require_bound()
-        unknown = sorted(set(counts) - set(self.domains))
+        domains, _, _ = self._bound()
+        unknown = sorted(set(counts) - set(domains))
         if unknown:
-            raise ConfigError(f"drawn counts name unknown domain(s) {unknown}; known: {self.domains}")
+            raise ConfigError(f"drawn counts name unknown domain(s) {unknown}; known: {domains}")
         for d, c in counts.items():
             self.drawn_total[d] += int(c)
-        self.drawn_recent.append({d: int(counts.get(d, 0)) for d in self.domains})
+        self.drawn_recent.append({d: int(counts.get(d, 0)) for d in domains})
 
     def actual(self, recent: bool = False) -> dict[str, float]:
         """Share of each domain among drawn prompts (overall, or over the last few sampler batches)."""
-        self._require_bound()
+        domains, _, _ = self._bound()
         if recent:
-            totals = {d: sum(c[d] for c in self.drawn_recent) for d in self.domains}
+            totals = {d: sum(c[d] for c in self.drawn_recent) for d in domains}
         else:
             totals = self.drawn_total
         n = sum(totals.values())
-        return {d: (totals[d] / n if n else 0.0) for d in self.domains}
+        return {d: (totals[d] / n if n else 0.0) for d in domains}
 
     def metrics(self) -> dict[str, float]:
+        """``mix/target/<d>``, ``mix/actual/<d>`` (recent draws) and ``mix/signal/<d>``; empty before `bind`."""
         if self.domains is None:
             return {}
-        out = {f"mix/target/{d}": p for d, p in self.target.items()}
+        _, tracker, target = self._bound()
+        out = {f"mix/target/{d}": p for d, p in target.items()}
         if sum(self.drawn_total.values()):
             out.update({f"mix/actual/{d}": p for d, p in self.actual(recent=True).items()})
-        if self.tracker.updates:
-            out.update({f"mix/signal/{d}": float(v) for d, v in self.mixer.signal(self.tracker).items()})
+        if tracker.updates:
+            out.update({f"mix/signal/{d}": float(v) for d, v in self.mixer.signal(tracker).items()})
         return out
 
     def state_dict(self) -> dict:
@@ -150,7 +154,7 @@ class DomainMixing:
             "drawn_recent": [{d: int(c) for d, c in draw.items()} for draw in self.drawn_recent],
         }
 
-    def load_state_dict(self, state: dict) -> None:
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Restore `state_dict` output; the domains must match those already bound (if any)."""
         check_state(
             state, ("domains", "target", "last_update_step", "tracker", "drawn_total", "drawn_recent"), "DomainMixing"
@@ -173,7 +177,8 @@ class DomainMixing:
                 f"got {state['drawn_recent']!r}"
             )
         self.bind(domains)
-        self.tracker.load_state_dict(state["tracker"])
+        _, tracker, _ = self._bound()
+        tracker.load_state_dict(state["tracker"])
         self.target = {d: float(target[d]) for d in domains}
         self.last_update_step = None if state["last_update_step"] is None else int(state["last_update_step"])
         self.drawn_total = {d: int(drawn_total[d]) for d in domains}

@@ -9,15 +9,15 @@ for the mixer's signal, so each domain gets explored.
 from __future__ import annotations
 
 import math
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 
-from dataflex_callbacks.errors import ComponentError, ConfigError
 from dataflex_callbacks.config.params import check_bool, check_number
 from dataflex_callbacks.config.proportions import check_domains, check_proportions
-from dataflex_callbacks.registry import Component, register, register_base
+from dataflex_callbacks.errors import ComponentError, ConfigError
 from dataflex_callbacks.mixing.tracker import DomainTracker
+from dataflex_callbacks.registry import Component, register, register_base
 
 
 def apply_floor(q: torch.Tensor, floor: float) -> torch.Tensor:
@@ -39,7 +39,7 @@ def fill_unobserved(values: torch.Tensor, fill: str) -> torch.Tensor:
     return torch.where(torch.isnan(values), value, values)
 
 
-def check_raw_proportions(raw, mixer: str, domains: Sequence[str]) -> torch.Tensor:
+def check_raw_proportions(raw: object, mixer: str, domains: Sequence[str]) -> torch.Tensor:
     """``raw`` ``(K,)`` as a float64 tensor if its values are finite, >= 0 and not all 0, else a `ComponentError`.
 
     Normalising would hide a sign (all -1 become 1/K each) and spread a NaN over every domain,
@@ -53,7 +53,7 @@ def check_raw_proportions(raw, mixer: str, domains: Sequence[str]) -> torch.Tens
         )
     bad = ~torch.isfinite(q) | (q < 0)
     if bool(bad.any()) or not float(q.sum()) > 0:
-        values = {d: float(v) for d, v in zip(domains, q.tolist())}
+        values = {d: float(v) for d, v in zip(domains, q.tolist(), strict=True)}
         what = "negative or not finite" if bool(bad.any()) else "all 0"
         raise ComponentError(
             f"mixer {mixer!r}: raw_proportions returned {values}, {what}; a mixer's raw proportions "
@@ -96,8 +96,8 @@ class Mixer(Component):
 
     name = "mixer"
 
-    def __init__(self, domains: Sequence[str] | None = None, floor: float = 0.05):
-        self.domains = None
+    def __init__(self, domains: Sequence[str] | None = None, floor: float = 0.05) -> None:
+        self.domains: list[str] | None = None
         self.floor = check_number("floor", floor, low=0.0)
         if domains is not None:
             self.bind(domains)
@@ -151,7 +151,7 @@ class StaticMixer(Mixer):
         domains: Sequence[str] | None = None,
         proportions: dict[str, float] | Sequence[float] | None = None,
         floor: float = 0.0,
-    ):
+    ) -> None:
         if (
             proportions is not None
             and not isinstance(proportions, Mapping)
@@ -161,26 +161,33 @@ class StaticMixer(Mixer):
                 f"static mixer 'proportions' must be a mapping {{domain: p}} or a list in domain order; "
                 f"got {proportions!r}"
             )
-        self.fixed = (
+        # A list (domain order) until `bind` checks it into {domain: p}.
+        self.fixed: dict[str, float] | list[float] | None = (
             None
             if proportions is None
             else (dict(proportions) if isinstance(proportions, Mapping) else list(proportions))
         )
         super().__init__(domains, floor)
 
-    def bind(self, domains):
+    def bind(self, domains: Sequence[str]) -> None:
         super().bind(domains)
+        assert self.domains is not None  # set by Mixer.bind
         if self.fixed is not None:
             self.fixed = check_proportions(self.fixed, self.domains, "static mixer 'proportions'")
 
-    def starting_proportions(self):
+    def starting_proportions(self) -> dict[str, float] | None:
         # Fixed proportions hold from the first draw, not only from the first update.
-        return None if self.fixed is None else dict(self.fixed)
+        if self.fixed is None:
+            return None
+        assert isinstance(self.fixed, dict), "the strategy binds the domains before the first draw"
+        return dict(self.fixed)
 
-    def raw_proportions(self, tracker):
+    def raw_proportions(self, tracker: DomainTracker) -> torch.Tensor:
+        assert self.domains is not None, "proportions() refuses a mixer without domains"
         k = len(self.domains)
         if self.fixed is None:
             return torch.full((k,), 1.0 / k, dtype=torch.float64)
+        assert isinstance(self.fixed, dict)  # bound: checked into {domain: p}
         return torch.tensor([self.fixed[d] for d in self.domains], dtype=torch.float64)
 
 
@@ -193,7 +200,7 @@ class SoftmaxMixer(Mixer):
             concentrates the data on the top domain.
     """
 
-    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, floor: float = 0.05):
+    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, floor: float = 0.05) -> None:
         self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
         super().__init__(domains, floor)
 
@@ -201,11 +208,12 @@ class SoftmaxMixer(Mixer):
         """``(K,)`` the per-domain value the softmax ranks domains by."""
         raise NotImplementedError
 
-    def raw_proportions(self, tracker):
+    def raw_proportions(self, tracker: DomainTracker) -> torch.Tensor:
         return softmax_temperature(self.value(tracker), self.temperature)
 
-    def signal(self, tracker):
-        return dict(zip(self.domains, self.value(tracker).tolist()))
+    def signal(self, tracker: DomainTracker) -> dict[str, float]:
+        assert self.domains is not None, "a mixer is bound to its domains before it is asked"
+        return dict(zip(self.domains, self.value(tracker).tolist(), strict=True))
 
 
 @register("mixer", "reward_gap")
@@ -219,10 +227,10 @@ class RewardGapMixer(SoftmaxMixer):
             mean reward R_d to the best domain's).
     """
 
-    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, floor: float = 0.05):
+    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, floor: float = 0.05) -> None:
         super().__init__(domains, temperature, floor)
 
-    def value(self, tracker):
+    def value(self, tracker: DomainTracker) -> torch.Tensor:
         reward = fill_unobserved(tracker.mean_reward(), "min")
         return reward.max() - reward
 
@@ -240,11 +248,11 @@ class DumpUCBMixer(SoftmaxMixer):
 
     def __init__(
         self, domains: Sequence[str] | None = None, temperature: float = 0.1, c: float = 0.1, floor: float = 0.05
-    ):
+    ) -> None:
         self.c = check_number("c", c, low=0.0)
         super().__init__(domains, temperature, floor)
 
-    def value(self, tracker):
+    def value(self, tracker: DomainTracker) -> torch.Tensor:
         mean_abs_advantage = fill_unobserved(tracker.mean_abs_advantage(), "max")
         seen = tracker.total_count
         bonus = self.c * torch.sqrt(2.0 * math.log(float(seen.sum()) + 1.0) / (seen + 1.0))
@@ -265,16 +273,19 @@ class TSCLMixer(SoftmaxMixer):
 
     def __init__(
         self, domains: Sequence[str] | None = None, temperature: float = 0.01, floor: float = 0.05, signed: bool = False
-    ):
+    ) -> None:
         self.signed = check_bool("signed", signed)
         super().__init__(domains, temperature, floor)
 
-    def value(self, tracker):
+    def value(self, tracker: DomainTracker) -> torch.Tensor:
         slope = tracker.reward_slope()
         return slope.clamp_min(0.0) if self.signed else slope.abs()
 
-    def signal(self, tracker):
-        return dict(zip(self.domains, tracker.reward_slope().tolist()))  # the signed slope reads better in logs
+    def signal(self, tracker: DomainTracker) -> dict[str, float]:
+        assert self.domains is not None, "a mixer is bound to its domains before it is asked"
+        return dict(
+            zip(self.domains, tracker.reward_slope().tolist(), strict=True)
+        )  # the signed slope reads better in logs
 
 
 @register("mixer", "learnability")
@@ -289,8 +300,8 @@ class LearnabilityMixer(SoftmaxMixer):
             rewards).
     """
 
-    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.05, floor: float = 0.05):
+    def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.05, floor: float = 0.05) -> None:
         super().__init__(domains, temperature, floor)
 
-    def value(self, tracker):
+    def value(self, tracker: DomainTracker) -> torch.Tensor:
         return fill_unobserved(tracker.mean_group_variance(), "max")

@@ -17,17 +17,18 @@ no count, and a domain with no finite row in a step keeps its previous statistic
 
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch
 
 from dataflex_callbacks._distributed import all_gather_rows, all_reduce_sum, world_size_and_rank
-from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.config.fields import WINDOW_UNITS
-from dataflex_callbacks.errors import BatchError, ConfigError, StateError, check_state
 from dataflex_callbacks.config.params import check_choice, check_int
 from dataflex_callbacks.config.proportions import check_domains
+from dataflex_callbacks.errors import BatchError, ConfigError, StateError, check_state
+from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+from dataflex_callbacks.rollout.groups import advantage_magnitude
 
 # Per-step sums gathered per domain; every one is reduced across ranks with "sum".
 _STEP_SUMS = ("count", "reward_sum", "abs_adv_sum", "group_var_sum", "group_count", "nonfinite")
@@ -47,7 +48,7 @@ class DomainTracker:
             DataFlex-RL.
     """
 
-    def __init__(self, domains: Sequence[str], window: int = 50, window_unit: str = "steps"):
+    def __init__(self, domains: Sequence[str], window: int = 50, window_unit: str = "steps") -> None:
         self.domains = check_domains(domains, "DomainTracker domains")
         self.window = check_int("window", window, low=1)
         self.window_unit = check_choice("window_unit", window_unit, WINDOW_UNITS)
@@ -61,7 +62,7 @@ class DomainTracker:
 
     # ------------------------------------------------------------ feeding
 
-    def _rows(self, batch: RolloutBatch):
+    def _rows(self, batch: RolloutBatch) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
         """Per-row arrays of one batch: tracker domain index ``(N,)``, rewards, |advantage|, finite mask."""
         if not isinstance(batch, RolloutBatch):
             raise BatchError(f"DomainTracker.update expects a RolloutBatch; got {type(batch).__name__}")
@@ -85,13 +86,11 @@ class DomainTracker:
         # fraction of the per-call overhead of small torch kernels (and one host copy on a GPU).
         rewards = batch.rewards.detach().to("cpu", torch.float64).numpy()
         finite = np.isfinite(rewards)
-        magnitude = None
+        magnitude: np.ndarray | None = None
         if batch.advantages is not None:
-            from dataflex_callbacks.components.scorers import advantage_magnitude
-
             advantages, mask = batch.advantages.detach(), batch.valid_mask
-            magnitude = advantage_magnitude(advantages, mask)
-            bad = ~torch.isfinite(magnitude)
+            row_magnitude = advantage_magnitude(advantages, mask)
+            bad = ~torch.isfinite(row_magnitude)
             if advantages.dim() == 2 and mask is not None and bool(bad.any()):
                 # NaN in padding must not void a row: recompute only the affected rows with padding zeroed.
                 rows = bad.nonzero().squeeze(1)
@@ -99,8 +98,10 @@ class DomainTracker:
                 clean = torch.where(
                     sub_mask, advantages[rows], torch.zeros((), dtype=advantages.dtype, device=advantages.device)
                 )
-                magnitude = magnitude.index_put((rows,), advantage_magnitude(clean, sub_mask).to(magnitude.dtype))
-            magnitude = magnitude.to("cpu", torch.float64).numpy()
+                row_magnitude = row_magnitude.index_put(
+                    (rows,), advantage_magnitude(clean, sub_mask).to(row_magnitude.dtype)
+                )
+            magnitude = row_magnitude.to("cpu", torch.float64).numpy()
             finite &= np.isfinite(magnitude)
         return domain_index, rewards, magnitude, finite
 
@@ -313,7 +314,7 @@ class DomainTracker:
 
 def _group_variance(
     group_ids: np.ndarray, rewards: np.ndarray, domain_index: np.ndarray, weight: np.ndarray | None = None
-):
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Population reward variance per group over its finite rows.
 
     Returns variance ``(G,)``, each group's domain ``(G,)``, its finite-row count ``(G,)`` and
@@ -322,6 +323,8 @@ def _group_variance(
     groups (the GRPO layout) reduce over a ``(G, s)`` view; any other layout goes through ids.
     """
     n = group_ids.shape[0]
+    row_group: np.ndarray
+    w: np.ndarray  # (G, s) on the contiguous path, (N,) on the general one
     changes = np.flatnonzero(group_ids[1:] != group_ids[:-1])
     size = int(changes[0]) + 1 if changes.size else n
     if (
@@ -353,7 +356,9 @@ def _group_variance(
     return variance, group_domain, members, row_group
 
 
-def _rows_of_all_ranks(domain_index: np.ndarray, values: np.ndarray, k: int, window: int):
+def _rows_of_all_ranks(
+    domain_index: np.ndarray, values: np.ndarray, k: int, window: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Every rank's rows, in rank order (each rank sends at most its last ``window`` rows per domain)."""
     if world_size_and_rank()[0] == 1:
         return domain_index, values

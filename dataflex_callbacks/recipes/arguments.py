@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from dataclasses import fields
-from typing import Iterable
 
 from .options import RunOptions, option_flag
 

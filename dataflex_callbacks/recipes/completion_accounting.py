@@ -131,7 +131,94 @@ def signal_accounting(
     return groups - zero_groups, zero_groups * num_generations
 
 
-def metrics_callback(records: list[dict], domains: list[str], steps: int, progress: bool, scoring=None):
+class StepRecorder:
+    """Keep one record per optimizer step, count generated completions and signal groups, drive the progress bar.
+
+    Each record holds the step's ``generated`` completions (`logged_generated` where the strategy logged them:
+    every dynamic-sampling round, every allocation pilot and commit; else TRL's schedule) and their
+    ``generated_tokens`` (`generated_tokens`), the cumulative ``completions``, the step's trained
+    ``signal_groups`` and ``zero_signal_completions`` (`signal_accounting`), and with an allocation part the
+    step's ``reused_responses`` (trained, not generated: they count in neither ``generated`` nor ``completions``).
+    ``buffer`` is the adapter's dynamic-sampling buffer, set once the trainer exists (None without one).
+    The totals: ``completions``, ``generated_tokens`` (None once a step's logs could not tell them) and
+    ``reused_responses``.
+    """
+
+    def __init__(self, records: list[dict], domains: list[str], steps: int, progress: bool, scoring: Any = None):
+        self.records, self.domains, self.steps, self.progress, self.scoring = records, domains, steps, progress, scoring
+        self.bar: Any = None
+        self.completions = 0
+        self.generated_tokens: float | None = 0.0
+        self.reused_responses = 0
+        self.signal_groups = 0
+        self.zero_signal_completions = 0
+        self.signal_counted = True  # False once a step's logs could not tell its signal groups
+        self.buffer = None
+        self._scheduled = 0  # this step's completions by TRL's schedule, until its logs say otherwise
+        self._zero_signal_seen = 0
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._scheduled = scheduled_completions(args, state.global_step)
+        self.completions += self._scheduled
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.progress:
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=self.steps, desc="dataflex run", unit="step", dynamic_ncols=True)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "loss" not in logs:
+            return  # the end-of-training summary has no per-step metrics
+        generated = self._scheduled
+        logged = logged_generated(logs)
+        if logged is not None:  # dynamic sampling's rounds, allocation's pilots and commits: every one counts
+            generated = logged
+            self.completions += generated - self._scheduled
+        self._scheduled = 0
+        tokens = generated_tokens(logs, generated) if generated else 0.0
+        if tokens is None or self.generated_tokens is None:
+            self.generated_tokens = None
+        else:
+            self.generated_tokens += tokens
+        reused = None if logs.get(REUSED_KEY) is None else int(round(float(logs[REUSED_KEY])))
+        self.reused_responses += reused or 0
+        zero_total = None if self.buffer is None else int(self.buffer.totals["zero_signal_completions"])
+        unscored, unscored_groups = (None, 0) if self.scoring is None else self.scoring.take()
+        signal_groups, zero_signal = signal_accounting(
+            logs, generated, int(args.num_generations), zero_total, self._zero_signal_seen, unscored_groups
+        )
+        if zero_total is not None:
+            self._zero_signal_seen = zero_total
+        if signal_groups is None or zero_signal is None:
+            self.signal_counted = False
+        else:
+            self.signal_groups += signal_groups
+            self.zero_signal_completions += zero_signal
+        record = step_record(state.global_step, logs, self.domains)
+        record.update(
+            completions=self.completions,
+            generated=generated,
+            generated_tokens=None if tokens is None else round(tokens, 3),
+            signal_groups=signal_groups,
+            zero_signal_completions=zero_signal,
+        )
+        if reused is not None:  # an allocation part: responses reused, not generated
+            record["reused_responses"] = reused
+        if unscored is not None:  # the user's reward: completions no function scored this step
+            record["unscored_completions"] = unscored
+        self.records.append(record)
+        if self.bar is not None:
+            self.bar.update(record["step"] - self.bar.n)
+            shown = {"reward": record["reward"], "kept": record["kept_frac"]}
+            self.bar.set_postfix({k: f"{v:.2f}" for k, v in shown.items() if v is not None})
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def metrics_callback(records: list[dict], domains: list[str], steps: int, progress: bool, scoring: Any = None) -> Any:
     """A `RecordMetrics` trainer callback appending one record per optimizer step to `records`.
 
     `scoring`: the run's `user_reward.ScoredRewards` (the user's reward functions), whose count of unscored
@@ -139,89 +226,7 @@ def metrics_callback(records: list[dict], domains: list[str], steps: int, progre
     """
     from transformers import TrainerCallback
 
-    class RecordMetrics(TrainerCallback):
-        """Keep one record per optimizer step, count generated completions and signal groups, drive the progress bar.
+    class RecordMetrics(StepRecorder, TrainerCallback):
+        pass
 
-        Each record holds the step's ``generated`` completions (`logged_generated` where the strategy logged them:
-        every dynamic-sampling round, every allocation pilot and commit; else TRL's schedule) and their
-        ``generated_tokens`` (`generated_tokens`), the cumulative ``completions``, the step's trained
-        ``signal_groups`` and ``zero_signal_completions`` (`signal_accounting`), and with an allocation part the
-        step's ``reused_responses`` (trained, not generated: they count in neither ``generated`` nor ``completions``).
-        ``buffer`` is the adapter's dynamic-sampling buffer, set once the trainer exists (None without one).
-        The totals: ``completions``, ``generated_tokens`` (None once a step's logs could not tell them) and
-        ``reused_responses``.
-        """
-
-        def __init__(self):
-            self.bar = None
-            self.completions = 0
-            self.generated_tokens: float | None = 0.0
-            self.reused_responses = 0
-            self.signal_groups = 0
-            self.zero_signal_completions = 0
-            self.signal_counted = True  # False once a step's logs could not tell its signal groups
-            self.buffer = None
-            self._scheduled = 0  # this step's completions by TRL's schedule, until its logs say otherwise
-            self._zero_signal_seen = 0
-
-        def on_step_end(self, args, state, control, **kwargs):
-            self._scheduled = scheduled_completions(args, state.global_step)
-            self.completions += self._scheduled
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            if progress:
-                from tqdm.auto import tqdm
-
-                self.bar = tqdm(total=steps, desc="dataflex run", unit="step", dynamic_ncols=True)
-
-        def on_log(self, args, state, control, logs=None, **kwargs):
-            if not logs or "loss" not in logs:
-                return  # the end-of-training summary has no per-step metrics
-            generated = self._scheduled
-            logged = logged_generated(logs)
-            if logged is not None:  # dynamic sampling's rounds, allocation's pilots and commits: every one counts
-                generated = logged
-                self.completions += generated - self._scheduled
-            self._scheduled = 0
-            tokens = generated_tokens(logs, generated) if generated else 0.0
-            if tokens is None or self.generated_tokens is None:
-                self.generated_tokens = None
-            else:
-                self.generated_tokens += tokens
-            reused = None if logs.get(REUSED_KEY) is None else int(round(float(logs[REUSED_KEY])))
-            self.reused_responses += reused or 0
-            zero_total = None if self.buffer is None else int(self.buffer.totals["zero_signal_completions"])
-            unscored, unscored_groups = (None, 0) if scoring is None else scoring.take()
-            signal_groups, zero_signal = signal_accounting(
-                logs, generated, int(args.num_generations), zero_total, self._zero_signal_seen, unscored_groups
-            )
-            if zero_total is not None:
-                self._zero_signal_seen = zero_total
-            if signal_groups is None or zero_signal is None:
-                self.signal_counted = False
-            else:
-                self.signal_groups += signal_groups
-                self.zero_signal_completions += zero_signal
-            record = step_record(state.global_step, logs, domains)
-            record.update(
-                completions=self.completions,
-                generated=generated,
-                generated_tokens=None if tokens is None else round(tokens, 3),
-                signal_groups=signal_groups,
-                zero_signal_completions=zero_signal,
-            )
-            if reused is not None:  # an allocation part: responses reused, not generated
-                record["reused_responses"] = reused
-            if unscored is not None:  # the user's reward: completions no function scored this step
-                record["unscored_completions"] = unscored
-            records.append(record)
-            if self.bar is not None:
-                self.bar.update(record["step"] - self.bar.n)
-                shown = {"reward": record["reward"], "kept": record["kept_frac"]}
-                self.bar.set_postfix({k: f"{v:.2f}" for k, v in shown.items() if v is not None})
-
-        def on_train_end(self, args, state, control, **kwargs):
-            if self.bar is not None:
-                self.bar.close()
-
-    return RecordMetrics()
+    return RecordMetrics(records, domains, steps, progress, scoring)

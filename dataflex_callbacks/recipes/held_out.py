@@ -12,8 +12,8 @@ and `fallback_warning` says so.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
@@ -134,7 +134,7 @@ def reward_pass_rate(
     rows = [i for i, row in enumerate(samples) for _ in row]  # the row of each completion
     completions = [
         text if isinstance(prompts[i], str) else [{"role": "assistant", "content": text}]
-        for i, text in zip(rows, (text for row in samples for text in row))
+        for i, text in zip(rows, (text for row in samples for text in row), strict=True)
     ]
     columns = {name: list(dataset[name]) for name in dataset.column_names if name != "prompt"}
     columns = {name: [values[i] for i in rows] for name, values in columns.items()}
@@ -142,12 +142,12 @@ def reward_pass_rate(
         reward, reward(prompts=[prompts[i] for i in rows], completions=completions, **columns), len(rows)
     )
     passes = [0] * len(prompts)
-    for i, value in zip(rows, values):
+    for i, value in zip(rows, values, strict=True):
         passes[i] += value >= threshold  # NaN (None) compares False: failed
-    passed = [count / len(row) for count, row in zip(passes, samples)]
+    passed = [count / len(row) for count, row in zip(passes, samples, strict=True)]
     domains = [str(d) for d in dataset["domain"]] if "domain" in dataset.column_names else [NO_DOMAIN] * len(prompts)
     result = {
-        name: sum(p for p, d in zip(passed, domains) if d == name) / domains.count(name)
+        name: sum(p for p, d in zip(passed, domains, strict=True) if d == name) / domains.count(name)
         for name in sorted(set(domains))
     }
     result["overall"] = sum(passed) / len(passed) if passed else 0.0

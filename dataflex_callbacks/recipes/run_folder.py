@@ -59,7 +59,7 @@ class OutputFolder:
         self.leftovers = tuple(leftovers)
         self.created: str | None = None  # topmost folder this job created
 
-    def create(self) -> "OutputFolder":
+    def create(self) -> OutputFolder:
         """Make the folder and check a file can be written in it; raises the job's input error if not."""
         check_folder_path(self.path, self.flag, self.error)
         absolute = os.path.abspath(self.path)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import inspect
 import math
-from typing import Callable
+from collections.abc import Callable
 
 from dataflex_callbacks.host.reward_values import reward_values
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
@@ -80,7 +80,7 @@ class ScoredRewards:
         count = len(self._batch[0])
         scored = [any(not math.isnan(values[i]) for values in self._batch) for i in range(count)]
         totals = [
-            sum(w * values[i] for w, values in zip(self.weights, self._batch) if not math.isnan(values[i]))
+            sum(w * values[i] for w, values in zip(self.weights, self._batch, strict=True) if not math.isnan(values[i]))
             for i in range(count)
         ]
         self.completions += count

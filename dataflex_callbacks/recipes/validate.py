@@ -18,7 +18,8 @@ trainer, its data or its dataloader run when training starts):
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from dataflex_callbacks.errors import ConfigError
 

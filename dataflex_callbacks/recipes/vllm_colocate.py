@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from typing import Iterator
+from collections.abc import Iterator
 
 from dataflex_callbacks.recipes.vllm_cpu import keep_live_weights
 

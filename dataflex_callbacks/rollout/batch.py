@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable, Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Hashable, Optional, Sequence
+from typing import Any
 
 import numpy as np
 import torch
@@ -70,17 +71,17 @@ class RolloutBatch:
     """
 
     rewards: torch.Tensor
-    group_ids: Optional[torch.Tensor] = None
-    completion_mask: Optional[torch.Tensor] = None
-    advantages: Optional[torch.Tensor] = None
-    logprobs: Optional[torch.Tensor] = None
-    entropies: Optional[torch.Tensor] = None
-    domains: Optional[Sequence[str]] = None
-    prompt_keys: Optional[Sequence[Hashable]] = None
-    completion_ids: Optional[torch.Tensor] = None
-    policy_versions: Optional[torch.Tensor] = None
-    trainer_version: Optional[int] = None
-    _cache: dict = field(default_factory=dict, init=False, repr=False)
+    group_ids: torch.Tensor | None = None
+    completion_mask: torch.Tensor | None = None
+    advantages: torch.Tensor | None = None
+    logprobs: torch.Tensor | None = None
+    entropies: torch.Tensor | None = None
+    domains: Sequence[str] | None = None
+    prompt_keys: Sequence[Hashable] | None = None
+    completion_ids: torch.Tensor | None = None
+    policy_versions: torch.Tensor | None = None
+    trainer_version: int | None = None
+    _cache: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.rewards, torch.Tensor):
@@ -154,7 +155,7 @@ class RolloutBatch:
             bad = next(d for d in self.domains if not isinstance(d, str))
             raise BatchError(f"RolloutBatch.domains must hold strings; found {bad!r} ({type(bad).__name__})")
 
-    def _check_versions(self, check_tensor) -> None:
+    def _check_versions(self, check_tensor: Callable[[str, torch.Tensor, tuple[int, ...]], None]) -> None:
         """Validate ``trainer_version`` and ``policy_versions`` (integers, no response newer than the trainer)."""
         version = self.trainer_version
         if version is not None:
@@ -183,10 +184,11 @@ class RolloutBatch:
             )
 
     @property
-    def staleness(self) -> Optional[torch.Tensor]:
+    def staleness(self) -> torch.Tensor | None:
         """``(N,)`` int64 policy versions each response lags the trainer by; None without ``policy_versions``."""
         if self.policy_versions is None:
             return None
+        assert self.trainer_version is not None  # __post_init__ refuses policy_versions without it
         return self.trainer_version - self.policy_versions.to(torch.int64)
 
     @property
@@ -199,7 +201,7 @@ class RolloutBatch:
         return self.rewards.device
 
     @property
-    def num_tokens(self) -> Optional[int]:
+    def num_tokens(self) -> int | None:
         """L, the padded completion length, when any token-level field is present."""
         for name in ("completion_mask", "logprobs", "entropies", "advantages"):
             value = getattr(self, name)
@@ -208,9 +210,10 @@ class RolloutBatch:
         return None
 
     @property
-    def valid_mask(self) -> Optional[torch.Tensor]:
+    def valid_mask(self) -> torch.Tensor | None:
         """``(N, L)`` bool mask of valid tokens, or None when the batch has no token axis."""
         if "valid_mask" not in self._cache:
+            mask: torch.Tensor | None
             if self.completion_mask is not None:
                 mask = self.completion_mask if self.completion_mask.dtype == torch.bool else self.completion_mask != 0
             else:
@@ -247,7 +250,7 @@ class RolloutBatch:
         """Each row's domain: ``domains``, or `NO_DOMAIN` for every row of a batch without them."""
         return [NO_DOMAIN] * self.n if self.domains is None else list(self.domains)
 
-    def replace(self, **changes) -> "RolloutBatch":
+    def replace(self, **changes: Any) -> RolloutBatch:
         """A copy with some fields replaced (validated again);
         cached derived values whose sources did not change carry over."""
         values = {name: getattr(self, name) for name in ROLLOUT_FIELDS}
@@ -404,7 +407,7 @@ def masked_centered_square_sum(values: torch.Tensor, mask: torch.Tensor, center:
     return total
 
 
-def _label_codes(values, labels: list) -> np.ndarray:
+def _label_codes(values: Sequence[str], labels: list[str]) -> np.ndarray:
     """Each of ``values``' index into ``labels`` as int64 ``(len(values),)``; ``labels`` holds every value."""
     if len(values) < 2:
         return np.array([labels.index(v) for v in values], dtype=np.int64)
@@ -413,13 +416,13 @@ def _label_codes(values, labels: list) -> np.ndarray:
         lookup = {label: bytes((i,)) for i, label in enumerate(labels)}
         joined = b"".join(operator.itemgetter(*values)(lookup))
         return np.frombuffer(joined, dtype=np.uint8).astype(np.int64)
-    lookup = {label: i for i, label in enumerate(labels)}
-    return np.fromiter(map(lookup.__getitem__, values), dtype=np.int64, count=len(values))
+    index_of = {label: i for i, label in enumerate(labels)}
+    return np.fromiter(map(index_of.__getitem__, values), dtype=np.int64, count=len(values))
 
 
 def clean_signals(
-    batch: "RolloutBatch", names: Sequence[str], nan_policy: str
-) -> tuple["RolloutBatch", torch.Tensor | None, dict]:
+    batch: RolloutBatch, names: Sequence[str], nan_policy: str
+) -> tuple[RolloutBatch, torch.Tensor | None, dict[str, float]]:
     """Apply ``nan_policy`` (``"zero"``, ``"drop"`` or ``"raise"``) to the signals ``names`` of ``batch``.
 
     Returns the batch with every non-finite entry set to 0, the ``(N,)`` bool rows that held one
@@ -427,7 +430,9 @@ def clean_signals(
     the signal instead. What a bad row then means (counted as 0, or left out) is the caller's.
     ``-inf`` log-probs (impossible tokens, probability 0) are values, not errors.
     """
-    bad_any, counts, cleaned = None, {}, {}
+    bad_any: torch.Tensor | None = None
+    counts: dict[str, float] = {}
+    cleaned: dict[str, torch.Tensor] = {}
     for name in names:
         value = getattr(batch, name)
         mask = batch.valid_mask if value.dim() == 2 else None
@@ -436,7 +441,7 @@ def clean_signals(
         counts[f"nonfinite_{name}"] = float(n_bad)
         if fixed is not value:
             cleaned[name] = fixed
-        if n_bad:
+        if bad is not None and n_bad:
             if nan_policy == "raise":
                 what = f"{name} are" if name == "rewards" else f"responses have {name} that are"
                 raise BatchError(

@@ -28,3 +28,18 @@ class Decision:
     deferred: tuple[str, ...] = ()
     response_weights: torch.Tensor | None = field(default=None, repr=False)
     step: int | None = field(default=None, repr=False)
+
+    def weighted(self, valid_mask: torch.Tensor | None = None) -> bool:
+        """Whether some weight differs from the keep mask (1 kept, 0 dropped): a host then weights the gradient;
+        otherwise masking alone carries the decision.
+
+        Args:
+            valid_mask: ``(N, L)`` bool, the real tokens, for token-level weights: padding is not compared.
+        """
+        weights = self.weights
+        keep = self.keep.to(device=weights.device, dtype=weights.dtype)
+        if weights.dim() == 2:
+            keep = keep.unsqueeze(1).expand_as(weights)
+            if valid_mask is not None:
+                weights = torch.where(valid_mask.to(weights.device), weights, keep)
+        return bool((weights != keep).any())

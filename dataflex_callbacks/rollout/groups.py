@@ -1,12 +1,16 @@
 """Vectorised per-group reductions (segment ops): no Python loop over groups.
 
-Every function takes a dense group index ``(N,)`` in ``[0, G)`` from `dense_groups` and works the
-same on CPU and CUDA tensors.
+The segment ops take a dense group index ``(N,)`` in ``[0, G)`` from `dense_groups`; the per-row
+reductions at the end (`group_solve_rate`, `group_reward_variance`, `advantage_magnitude`) take
+the batch's signals directly, and are what the scorers and the domain tracker both compute. All work
+the same on CPU and CUDA tensors.
 """
 
 from __future__ import annotations
 
 import torch
+
+from dataflex_callbacks.rollout.batch import masked_abs_row_reduce, row_counts
 
 
 def dense_groups(group_ids: torch.Tensor) -> tuple[torch.Tensor, int]:
@@ -94,3 +98,40 @@ def rank_within_groups(order: torch.Tensor, index: torch.Tensor, num_groups: int
     ranks = torch.empty_like(positions)
     ranks[order] = positions - starts[index[order]]
     return ranks
+
+
+# ---------------------------------------------------------------- per-row reductions of a batch's signals
+
+
+def group_solve_rate(rewards: torch.Tensor, group_ids: torch.Tensor, threshold: float = 0.5) -> torch.Tensor:
+    """Share of responses in each row's group with reward above ``threshold``: ``(N,)``."""
+    index, count = dense_groups(group_ids)
+    solved = (rewards > threshold).to(torch.float32)
+    return segment_mean(solved, index, count)[index]
+
+
+def group_reward_variance(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Population variance of rewards in each row's group: ``(N,)``."""
+    index, count = dense_groups(group_ids)
+    return segment_variance(rewards.to(torch.float32), index, count)[index]
+
+
+def advantage_magnitude(
+    advantages: torch.Tensor, valid_mask: torch.Tensor | None, reduce: str = "mean"
+) -> torch.Tensor:
+    """Mean, sum or max over valid tokens of ``|A_it|``: ``(N,)``; ``(N,)`` advantages count per token.
+
+    Args:
+        advantages: ``(N,)`` or ``(N, L)`` float.
+        valid_mask: ``(N, L)`` bool, or None (every token valid).
+        reduce: ``mean`` (a row without valid tokens scores 0), ``sum`` or ``max``.
+    """
+    if advantages.dim() == 1:
+        magnitude = advantages.to(torch.float32).abs()
+        if reduce == "sum" and valid_mask is not None:
+            return magnitude * row_counts(valid_mask)
+        return magnitude
+    total, counts = masked_abs_row_reduce(advantages, valid_mask, reduce)
+    if reduce == "mean":
+        return total / counts.clamp_min(1)
+    return total

@@ -6,14 +6,15 @@ A `RolloutBatch` carries them in ``prompt_keys``; the pre-rollout filter's `Prom
 
 from __future__ import annotations
 
-from typing import Hashable
+from collections.abc import Hashable
+from typing import Any
 
 from dataflex_callbacks._plain_values import plain_scalar
 
 KEY_COLUMNS = ("prompt_key", "prompt")  # where a row's prompt key is read from, in order
 
 
-def hashable_key(value) -> Hashable:
+def hashable_key(value: object) -> Hashable:
     """A prompt key usable in a dict: strings and ints as they are, anything else as canonical JSON.
 
     A numpy scalar or 0-d tensor (what a collate function makes of an int column) counts as its
@@ -27,7 +28,7 @@ def hashable_key(value) -> Hashable:
     return json.dumps(value, sort_keys=True, default=str)
 
 
-def row_prompt_key(row, index: int) -> Hashable:
+def row_prompt_key(row: Any, index: int) -> Hashable:
     """The stable key of one dataset row: its ``prompt_key``, else its ``prompt``, else its index.
 
     Samplers and host adapters both use this rule, so the history they share agrees on keys.

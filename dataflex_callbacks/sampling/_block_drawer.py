@@ -3,18 +3,24 @@
 Rows are drawn without replacement within a block, which is reshuffled when it runs out. Every
 chunk reads one stream of uniforms (drawn from the generator in blocks), and small chunks are drawn
 ahead several at a time while the proportions stay the same (the draw-ahead cache); the rows and
-the random state are the same whichever path served a chunk.
+the random state are the same whichever path served a chunk. The drawer owns the generator, the
+passes and the per-domain counts; `DomainMixingSampler` holds one and asks it for each chunk.
 """
 
 from __future__ import annotations
 
 import warnings
-from typing import Sequence
+from collections import deque
+from collections.abc import Hashable, Sequence
+from typing import TYPE_CHECKING, Any, TypedDict
 
 import numpy as np
 
-from dataflex_callbacks.errors import RepeatedRowWarning, user_stacklevel
-from dataflex_callbacks.sampling.prompt_acceptance import Candidates, accept_from
+from dataflex_callbacks.components.prompt_acceptance import Candidates
+from dataflex_callbacks.errors import ConfigError, RepeatedRowWarning, user_stacklevel
+
+if TYPE_CHECKING:  # pragma: no cover
+    from dataflex_callbacks.strategy.strategy import Strategy
 
 RECENT_CHUNKS = 20  # chunks in the "recent" actual-proportion window
 UNIFORM_BLOCK = 4096  # uniforms drawn per generator call
@@ -23,7 +29,7 @@ PREFETCH_CHUNKS = 64  # small chunks drawn in one vectorised step while the prop
 TIE_TOLERANCE = 1e-9  # quota remainders this close count as equal (float noise, e.g. 0.1 * 30)
 
 
-def largest_remainder_quotas(proportions: Sequence[float], n: int) -> np.ndarray:
+def largest_remainder_quotas(proportions: Sequence[float] | np.ndarray, n: int) -> np.ndarray:
     """Per-domain counts that sum to ``n`` and follow ``proportions`` as closely as whole numbers can.
 
     Hamilton's (largest-remainder) rule, as DataFlex-RL's replay buffer fills a batch: each domain
@@ -49,16 +55,145 @@ def largest_remainder_quotas(proportions: Sequence[float], n: int) -> np.ndarray
     return counts
 
 
-class BlockDrawer:
-    """The drawing half of `DomainMixingSampler`: blocks, passes, uniforms, quotas, the draw-ahead cache.
+class _Ahead(TypedDict):
+    """The drawn-ahead block of small chunks: ``chunks`` chunks of ``n`` rows under one proportions array."""
 
-    A mixin: the sampler sets what it reads (``domains``, ``strategy``, ``quota``, ``layout``, ``_mixing``,
-    ``_pre_select``, ``_keys``, ``_prompt_labels``, ``_domain_of_row``, ``_domain_sizes``, ``_rng``,
-    ``_uniform_buffer``, ``_uniform_pos``, ``_ahead``, ``_cumulative_of``, ``_quota_of``, ``_drawn_total``,
-    ``_drawn_recent``, ``_warned_repeated_rows``) and calls `_build_blocks` once before drawing.
+    proportions: np.ndarray  # the array the block was drawn under (identity: a new array ends the block)
+    rows: list[int]  # (chunks * n,) the rows, chunk after chunk
+    chosen: np.ndarray  # (chunks * n,) each draw's block
+    domains: np.ndarray  # (chunks * n,) each draw's domain, what the bookkeeping counts
+    chunks: int
+    pos: int  # chunks served
+    booked: int  # chunks counted in drawn_total / drawn_recent
+    n: int
+
+
+class BlockDrawer:
+    """The drawing half of `DomainMixingSampler`: blocks, passes, uniforms, quotas, the draw-ahead cache, counts.
+
+    Args:
+        domains: the ``K`` domains drawn, in order.
+        domain_of_row: ``(N,)`` int64, each row's index into ``domains`` (-1: a row never drawn).
+        domain_sizes: ``(K,)`` int64, rows of each domain.
+        pooled: draw from all rows as one block (else one block per domain); `start_mixing` switches.
+        quota: ``"independent"`` or ``"exact"`` (see `DomainMixingSampler`).
+        seed: seeds the generator of every draw; building the drawer shuffles every block, its first use.
+        strategy: with a mix part it hears of every chunk's per-domain counts (``observe_sampled``);
+            with a pre-rollout filter (``skips_prompts``) it accepts the rows of each block.
+        keys: ``(N,)`` each row's prompt key, for the filter (needed with one).
+        prompt_labels: ``(N,)`` each row's domain for the filter's prior on unseen prompts (None: no prior).
+        labels_while_pooled: ``prompt_labels`` are the pool's default prior, dropped once draws go by domain.
+        shard: the chunk is every rank's prompts of one step (a warning's wording).
     """
 
-    def _blocks_for(self, pooled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def __init__(
+        self,
+        domains: Sequence[str],
+        domain_of_row: np.ndarray,
+        domain_sizes: np.ndarray,
+        *,
+        pooled: bool,
+        quota: str,
+        seed: int,
+        strategy: Strategy | None = None,
+        keys: Sequence[Hashable] | None = None,
+        prompt_labels: Sequence[str] | None = None,
+        labels_while_pooled: bool = False,
+        shard: bool = False,
+    ) -> None:
+        self.domains = list(domains)
+        self.quota = quota
+        self._domain_of_row = domain_of_row
+        self._domain_sizes = domain_sizes
+        self._mixing_strategy = strategy if strategy is not None and strategy.mix_enabled else None
+        self._filter: tuple[Strategy, Sequence[Hashable]] | None = None  # the filtering strategy, each row's key
+        if strategy is not None and strategy.skips_prompts:
+            if keys is None:
+                raise ConfigError("BlockDrawer: a strategy that skips prompts needs each row's prompt key (keys=...)")
+            self._filter = (strategy, keys)
+        self._prompt_labels = prompt_labels
+        self._labels_while_pooled = labels_while_pooled
+        self._shard = shard
+        self._cumulative_of: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
+        self._quota_of: tuple[np.ndarray | None, int | None, np.ndarray | None] = (None, None, None)
+        # Per-domain bookkeeping as plain int lists: cheaper than numpy for a few domains per chunk.
+        self._drawn_total = [0] * len(self.domains)
+        self._drawn_recent: deque[list[int]] = deque(maxlen=RECENT_CHUNKS)  # per-chunk counts, lists of K ints
+        self._rng = np.random.Generator(np.random.PCG64(seed))
+        self._uniform_buffer = np.empty(0)  # uniforms drawn ahead in blocks (one generator call per block)
+        self._uniform_pos = 0  # next unused entry of the buffer
+        self._ahead: _Ahead | None = None  # small chunks drawn ahead under one proportions array
+        self._pool_array = np.ones(1)  # a pooled drawer draws its one block with probability 1
+        self._warned_repeated_rows = False  # a batch that must repeat rows warns once (`RepeatedRowWarning`)
+        self._build_blocks(pooled)  # shuffles every block: the stream's first use of the generator
+
+    # ------------------------------------------------------------ what the sampler reads and switches
+
+    @property
+    def pooled(self) -> bool:
+        """True while all rows are one block (no draw by domain)."""
+        return self._pooled
+
+    @property
+    def prompt_labels(self) -> Sequence[str] | None:
+        """``(N,)`` each row's domain as the filter's prior reads it (None: no prior)."""
+        return self._prompt_labels
+
+    def start_mixing(self) -> None:
+        """Go from one pool to one block per domain before the next chunk (the served chunks stay counted)."""
+        self._rollback_ahead()
+        self._build_blocks(pooled=False)
+        if self._labels_while_pooled:  # the draw now fixes the domain: no domain prior
+            self._prompt_labels = None
+
+    def drawn_total(self) -> np.ndarray:
+        """``(K,)`` prompts drawn per domain since the start."""
+        self._book_served()
+        return np.array(self._drawn_total, dtype=np.int64)
+
+    def drawn_recent(self) -> deque[list[int]]:
+        """Per-domain counts of the last few chunks (lists of K ints), oldest first."""
+        self._book_served()
+        return self._drawn_recent
+
+    def state_dict(self) -> dict[str, Any]:
+        """``pooled``, ``rng``, ``perm``, ``pointers``, ``drawn_total``, ``drawn_recent``, ``uniforms``: as if only
+        the served chunks had been drawn, in plain values; reading it changes nothing."""
+        drawn_total, drawn_recent = self._booked_counts()
+        pointers, uniform_pos = self._unserved()
+        return {
+            "pooled": self._pooled,
+            "rng": self._rng.bit_generator.state,
+            "perm": self._perm.tolist(),
+            "pointers": pointers,
+            "drawn_total": drawn_total,
+            "drawn_recent": drawn_recent,
+            "uniforms": self._uniform_buffer[uniform_pos:].tolist(),
+        }
+
+    def restore(
+        self,
+        *,
+        pooled: bool,
+        perm: np.ndarray,
+        rng: np.random.Generator,
+        uniforms: np.ndarray,
+        pointers: list[int],
+        drawn_total: list[int],
+        drawn_recent: list[list[int]],
+    ) -> None:
+        """Continue from a saved state (checked by the caller against `blocks_for`); no chunk is drawn ahead."""
+        self._set_blocks(pooled, perm)
+        if not pooled and self._labels_while_pooled:  # switched to mixing: no domain prior
+            self._prompt_labels = None
+        self._ahead = None
+        self._rng = rng
+        self._uniform_buffer, self._uniform_pos = uniforms, 0
+        self._pointers = pointers
+        self._drawn_total = drawn_total
+        self._drawn_recent = deque(drawn_recent, maxlen=RECENT_CHUNKS)
+
+    def blocks_for(self, pooled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(block of each row (N,), block sizes (B,), block offsets (B,))``: one block per domain, or one pool."""
         block_of_row = np.where(self._domain_of_row >= 0, 0, -1) if pooled else self._domain_of_row
         sizes = np.array([self._domain_sizes.sum()]) if pooled else self._domain_sizes
@@ -68,7 +203,7 @@ class BlockDrawer:
     def _set_blocks(self, pooled: bool, perm: np.ndarray | None = None) -> None:
         """Switch the draw structure; with ``perm`` None, rows in index order (to be shuffled)."""
         self._pooled = pooled
-        self._block_of_row, self._sizes, self._offsets = self._blocks_for(pooled)
+        self._block_of_row, self._sizes, self._offsets = self.blocks_for(pooled)
         self._sizes_list, self._offsets_list = self._sizes.tolist(), self._offsets.tolist()
         if perm is None:
             order = np.argsort(self._block_of_row, kind="stable")
@@ -105,7 +240,7 @@ class BlockDrawer:
 
     def _take(self, k: int, count: int) -> np.ndarray:
         """The next ``count`` rows of block ``k``, reshuffling the block whenever it runs out."""
-        taken = []
+        taken: list[np.ndarray] = []
         while count > 0:
             if self._pointers[k] == self._sizes_list[k]:
                 self._new_pass(k, taken)
@@ -116,10 +251,10 @@ class BlockDrawer:
             count -= size
         return np.concatenate(taken)
 
-    def _take_filtered(self, k: int, need: int) -> tuple[np.ndarray, int]:
+    def _take_filtered(self, strategy: Strategy, keys: Sequence[Hashable], k: int, need: int) -> tuple[np.ndarray, int]:
         """``need`` rows of block ``k`` that pass the pre-rollout filter, and how many were skipped."""
-        block = _BlockCandidates(self, k)
-        drawn = accept_from(block, self._pre_select, need, self._rng, record=False)
+        block = _BlockCandidates(self, k, keys)
+        drawn = strategy.accept_from(block, need, self._rng, record=False)  # one report per chunk: `draw`
         return np.asarray(block.taken, dtype=np.int64), drawn.skipped
 
     def _uniforms(self, n: int) -> np.ndarray:
@@ -138,19 +273,22 @@ class BlockDrawer:
 
     def _cumulative(self, proportions: np.ndarray) -> np.ndarray:
         """Cumulative proportions, cached while ``proportions`` is the same object."""
-        if self._cumulative_of[0] is not proportions:
+        cached_for, cumulative = self._cumulative_of
+        if cached_for is not proportions or cumulative is None:
             cumulative = np.cumsum(proportions)
             cumulative /= cumulative[-1]
             cumulative[-1] = 1.0
             self._cumulative_of = (proportions, cumulative)
-        return self._cumulative_of[1]
+        return cumulative
 
     def _quota_layout(self, proportions: np.ndarray, n: int) -> np.ndarray:
         """``(n,)`` block ids, each block ``largest_remainder_quotas`` times; cached per proportions object."""
-        if self._quota_of[0] is not proportions or self._quota_of[1] != n:
+        cached_for, size, layout = self._quota_of
+        if cached_for is not proportions or size != n or layout is None:
             quotas = largest_remainder_quotas(proportions, n)
-            self._quota_of = (proportions, n, np.repeat(np.arange(quotas.shape[0]), quotas))
-        return self._quota_of[2]
+            layout = np.repeat(np.arange(quotas.shape[0]), quotas)
+            self._quota_of = (proportions, n, layout)
+        return layout
 
     def _choose(self, proportions: np.ndarray, uniforms: np.ndarray, n: int) -> np.ndarray:
         """The block of each draw of ``len(uniforms) // n`` chunks of ``n``: one uniform per draw either way.
@@ -168,14 +306,18 @@ class BlockDrawer:
             return np.bincount(self._domain_of_row[rows], minlength=len(self.domains)).tolist()
         return block_counts.tolist()
 
-    def _draw_chunk(self, proportions: np.ndarray, n: int):
+    def draw(self, proportions: np.ndarray, n: int) -> list[int] | np.ndarray:
         """``n`` dataset rows (a list for small chunks, drawn ahead in blocks; else an array): blocks
-        by ``proportions``, rows without replacement within a block. A small chunk whose block would
-        run a domain out takes the general path, which reshuffles; both read the same uniforms."""
-        if n <= SMALL_CHUNK and self._pre_select is None:
-            rows = self._next_ahead(proportions, n)
-            if rows is not None:
-                return rows
+        by ``proportions`` ``(K,)`` over the domains (pooled: the one block), rows without replacement
+        within a block. Pass the same array object while the proportions stay the same (the draw-ahead
+        cache keys on it). A small chunk whose block would run a domain out takes the general path,
+        which reshuffles; both read the same uniforms."""
+        if self._pooled:
+            proportions = self._pool_array
+        if n <= SMALL_CHUNK and self._filter is None:
+            ahead = self._next_ahead(proportions, n)
+            if ahead is not None:
+                return ahead
         chosen = self._choose(proportions, self._uniforms(n), n)
         counts = np.bincount(chosen, minlength=len(self._sizes_list))
         if not self._warned_repeated_rows and (counts > self._sizes).any():
@@ -184,10 +326,13 @@ class BlockDrawer:
         rows = np.empty(n, dtype=np.int64)
         pointers = np.array(self._pointers, dtype=np.int64)
         end = pointers + counts
-        if self._pre_select is not None:
-            taken, skipped = zip(*(self._take_filtered(k, int(c)) for k, c in enumerate(counts) if c))
+        if self._filter is not None:
+            strategy, keys = self._filter
+            taken, skipped = zip(
+                *(self._take_filtered(strategy, keys, k, int(c)) for k, c in enumerate(counts) if c), strict=True
+            )
             rows[order] = np.concatenate(taken)
-            self._pre_select.record_draws([self._keys[r] for r in rows.tolist()], sum(skipped))
+            strategy.record_prompt_draws([keys[r] for r in rows.tolist()], sum(skipped))
         elif (end <= self._sizes).all():
             # The j-th draw of block k takes the row at pointer_k + j of k's shuffled block.
             base = self._offsets + pointers - (np.cumsum(counts) - counts)
@@ -216,7 +361,7 @@ class BlockDrawer:
             fix = f"add rows to {', '.join(repr(self.domains[k]) for k in over)}, lower batch_size, or lower " + (
                 "that domain's proportion" if len(over) == 1 else "their proportions"
             )
-        where = " (all ranks' prompts of one step)" if self.layout == "shard" else ""
+        where = " (all ranks' prompts of one step)" if self._shard else ""
         warnings.warn(
             RepeatedRowWarning(
                 f"dataflex: DomainMixingSampler: one batch of {n} prompts{where} holds some rows more than once: "
@@ -244,11 +389,12 @@ class BlockDrawer:
                 return None
         pos = ahead["pos"]
         ahead["pos"] = pos + 1
-        if self._mixing:  # the strategy hears of every chunk as it is drawn; otherwise book lazily
+        if self._mixing_strategy is not None:  # the strategy hears of every chunk as it is drawn; else book lazily
             self._book_served()
         return ahead["rows"][pos * n : (pos + 1) * n]
 
-    def _draw_ahead(self, proportions: np.ndarray, n: int) -> dict | None:
+    def _draw_ahead(self, proportions: np.ndarray, n: int) -> _Ahead | None:
+        """Draw `PREFETCH_CHUNKS` small chunks of ``n`` in one step; None (nothing drawn) when a block would run out."""
         chunks = PREFETCH_CHUNKS
         chosen = self._choose(proportions, self._uniforms(chunks * n), n)
         counts = np.bincount(chosen, minlength=len(self._sizes_list))
@@ -292,14 +438,14 @@ class BlockDrawer:
         """``(drawn_total, drawn_recent)`` with every served chunk counted, as new lists; changes nothing."""
         total, chunks = self._unbooked()
         recent = [list(c) for c in self._drawn_recent] + chunks
-        return [t + c for t, c in zip(self._drawn_total, total)], recent[-RECENT_CHUNKS:]
+        return [t + c for t, c in zip(self._drawn_total, total, strict=True)], recent[-RECENT_CHUNKS:]
 
     def _book_served(self) -> None:
         """Count the served chunks of the drawn-ahead block that are not counted yet."""
         ahead = self._ahead
         if ahead is None or ahead["booked"] == ahead["pos"]:
             return
-        if self._mixing:  # the strategy is told chunk by chunk (every chunk is booked as it is served)
+        if self._mixing_strategy is not None:  # the strategy is told chunk by chunk (each booked as it is served)
             n, k = ahead["n"], len(self.domains)
             chosen = ahead["domains"][ahead["booked"] * n : ahead["pos"] * n]
             for c in range(ahead["pos"] - ahead["booked"]):
@@ -335,20 +481,21 @@ class BlockDrawer:
             if c:
                 total[k] += c
         self._drawn_recent.append(counts)
-        if self._mixing:
-            self.strategy.observe_sampled(dict(zip(self.domains, counts)))
+        if self._mixing_strategy is not None:
+            self._mixing_strategy.observe_sampled(dict(zip(self.domains, counts, strict=True)))
 
 
 class _BlockCandidates:
     """The `PromptSource` of one domain block: its shuffled rows from the pointer on, a window at a time."""
 
-    def __init__(self, drawer: "BlockDrawer", k: int):
-        self.drawer, self.k = drawer, k
+    def __init__(self, drawer: BlockDrawer, k: int, keys: Sequence[Hashable]) -> None:
+        self.drawer, self.k, self.keys = drawer, k, keys
         self.taken: list[int] = []
         self.in_chunk: set[int] = set()
         self._rows = np.empty(0, dtype=np.int64)
 
     def offer(self, need: int) -> Candidates:
+        """The block's next rows from its pointer on (a new pass when it is spent), a window of ``2 * need``."""
         drawer, k = self.drawer, self.k
         if drawer._pointers[k] == drawer._sizes_list[k]:
             drawer._new_pass(k, self.taken)
@@ -363,9 +510,10 @@ class _BlockCandidates:
         repeat = None
         if self.in_chunk and len(self.in_chunk) < drawer._sizes_list[k]:
             repeat = np.fromiter((r in self.in_chunk for r in rows), dtype=bool, count=len(rows))
-        return Candidates(keys=[drawer._keys[r] for r in rows], labels=labels, exclude=repeat)
+        return Candidates(keys=[self.keys[r] for r in rows], labels=labels, exclude=repeat)
 
     def take(self, accepted: np.ndarray, considered: int) -> None:
+        """Take the accepted rows into the chunk and move the block's pointer past the considered ones."""
         chosen = self._rows[accepted].tolist()
         self.taken.extend(chosen)
         self.in_chunk.update(chosen)

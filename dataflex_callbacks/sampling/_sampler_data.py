@@ -1,4 +1,5 @@
-"""What `DomainMixingSampler` reads from a dataset: domain labels, prompt keys, null checks, a fingerprint.
+"""What `DomainMixingSampler` reads from a dataset: domain labels, each row's domain, prompt keys, null checks,
+a fingerprint.
 
 The fingerprint (row count, rows per label, a digest of the labels and of the prompt keys) lets a
 restored sampler refuse a state saved for other data; `data_change` says what changed.
@@ -8,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import math
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from torch.utils.data import IterableDataset as TorchIterableDataset
 
 from dataflex_callbacks.errors import ArgumentError, ConfigError
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.rollout.prompt_keys import KEY_COLUMNS, hashable_key, row_prompt_key
 
 
@@ -21,7 +24,7 @@ def _is_null(value: Any) -> bool:
     return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
 
 
-def _null_rows(values: Sequence) -> list[int]:
+def _null_rows(values: Sequence[Any]) -> list[int]:
     return [i for i, v in enumerate(values) if _is_null(v)]
 
 
@@ -35,13 +38,14 @@ def _refuse_nulls(rows: list[int], column: str, what: str) -> None:
         )
 
 
-def _column(dataset: Any, column: str) -> list:
+def _column(dataset: Any, column: str) -> list[Any]:
     """All values of a column as a list (``datasets`` >= 4 returns a lazy column, slow to iterate)."""
     values = dataset[column]
     return values if isinstance(values, list) else list(values[:])
 
 
-def labels_from(values: Sequence, column: str) -> list[str]:
+def labels_from(values: Sequence[Any], column: str) -> list[str]:
+    """``values`` as domain labels (strings); a null one is refused with its row."""
     labels = [str(v) for v in values]
     if "None" in labels or "nan" in labels:  # what str() makes of a null; the strings themselves are fine
         _refuse_nulls(_null_rows(values), column, "domain label")
@@ -132,7 +136,49 @@ def domain_labels(dataset: Any, domain_key: str, *, required: bool = True) -> li
     return labels_from(values, domain_key)
 
 
-def row_keys(dataset: Any, n: int, prompt_key_column: str | None = None) -> list:
+def read_labels(
+    dataset: Any, labels: Sequence[Any] | None, domain_key: str, *, optional: bool
+) -> tuple[list[str], str | None]:
+    """Each row's domain label, and the column it was read from (None: ``labels`` were given).
+
+    ``optional``: data without the ``domain_key`` column is one pool, every row in `NO_DOMAIN` (a
+    one-pool sampler needs no domains; for any other, a missing column is more likely a wrong
+    ``domain_key``). An empty dataset is refused.
+    """
+    column = None
+    if labels is None:
+        if dataset is None:
+            raise ConfigError("DomainMixingSampler needs a dataset or labels=[...]")
+        read = domain_labels(dataset, domain_key, required=not optional)
+        if read is None:  # one pool over data without a domain column: every row in NO_DOMAIN
+            read = [NO_DOMAIN] * len(dataset)
+        else:
+            column = domain_key
+    else:
+        if isinstance(labels, (str, Mapping)) or not (hasattr(labels, "__len__") and hasattr(labels, "__iter__")):
+            raise ArgumentError(
+                f"DomainMixingSampler: argument 'labels' must be a list of per-row domain labels; "
+                f"got {labels!r:.80}. Pass one label per row, or the dataset whose rows carry them"
+            )
+        read = labels_from(list(labels), "labels")
+    if not read:
+        raise ConfigError("DomainMixingSampler got an empty dataset")
+    return read, column
+
+
+def row_domains(labels: list[str], present: list[str], domains: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(codes (N,), domain_of_row (N,), domain_sizes (K,))``, int64: each row's label as an index into
+    ``present`` (the sorted labels, for the fingerprint) and into ``domains`` (-1: a row of a domain not
+    drawn), and the rows of each of the ``K`` domains."""
+    codes_of = {label: i for i, label in enumerate(present)}
+    codes = np.fromiter(map(codes_of.__getitem__, labels), dtype=np.int64, count=len(labels))
+    domain_of_code = np.array([domains.index(p) if p in domains else -1 for p in present], dtype=np.int64)
+    domain_of_row = domain_of_code[codes]
+    sizes = np.bincount(domain_of_row[domain_of_row >= 0], minlength=len(domains)).astype(np.int64)
+    return codes, domain_of_row, sizes
+
+
+def row_keys(dataset: Any, n: int, prompt_key_column: str | None = None) -> list[Any]:
     """Each row's prompt key: ``prompt_key_column`` if given, else the rule the adapters use (`row_prompt_key`).
 
     A null key (None / NaN) is refused with its row.
@@ -167,8 +213,8 @@ def row_keys(dataset: Any, n: int, prompt_key_column: str | None = None) -> list
 
 
 def data_fingerprint(
-    dataset: Any, present: list[str], codes: np.ndarray, prompt_key_column: str | None, keys_read: list | None
-) -> dict:
+    dataset: Any, present: list[str], codes: np.ndarray, prompt_key_column: str | None, keys_read: list[Any] | None
+) -> dict[str, Any]:
     """Row count, rows per label, a digest of every row's label and (when readable cheaply) of its prompt key."""
     counts = np.bincount(codes, minlength=len(present)).tolist()
     labels = _digest("\x1f".join(present).encode(), codes.astype("<i8").tobytes())
@@ -185,10 +231,15 @@ def data_fingerprint(
         keys = _arrow_key_digest(dataset, source)
     if keys is None and keys_read is not None:  # read for the pre-rollout filter anyway
         keys = _digest(repr(keys_read).encode())
-    return {"rows": int(codes.shape[0]), "domain_rows": dict(zip(present, counts)), "labels": labels, "keys": keys}
+    return {
+        "rows": int(codes.shape[0]),
+        "domain_rows": dict(zip(present, counts, strict=True)),
+        "labels": labels,
+        "keys": keys,
+    }
 
 
-def data_change(saved: Any, mine: Mapping) -> str | None:
+def data_change(saved: Any, mine: Mapping[str, Any]) -> str | None:
     """What differs between the data a state was saved for and this sampler's data; None if nothing."""
     if not isinstance(saved, Mapping):
         return f"its data fingerprint is malformed ({type(saved).__name__})"
@@ -198,7 +249,8 @@ def data_change(saved: Any, mine: Mapping) -> str | None:
         delta = mine["rows"] - rows if isinstance(rows, int) else None
         what = f"{abs(delta)} row(s) {'added' if delta > 0 else 'removed'}" if delta else "the row count differs"
         changes.append(f"{what} ({rows} rows then, {mine['rows']} now)")
-    saved_rows = saved.get("domain_rows") if isinstance(saved.get("domain_rows"), Mapping) else {}
+    domain_rows = saved.get("domain_rows")
+    saved_rows: Mapping[str, Any] = domain_rows if isinstance(domain_rows, Mapping) else {}
     for label in sorted(set(saved_rows) | set(mine["domain_rows"])):
         then, now = saved_rows.get(label, 0), mine["domain_rows"].get(label, 0)
         if then != now:

@@ -20,8 +20,9 @@ then generates its own share of each round (any split, e.g. a contiguous block o
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 
@@ -70,7 +71,7 @@ class AllocationRounds:
         domains: Sequence[str] | None = None,
         max_rounds: int | None = None,
         new_step: bool = True,
-    ):
+    ) -> None:
         if not isinstance(allocator, Allocator):
             raise BatchError(
                 f"AllocationRounds needs the strategy's Allocator (strategy.allocation); got {type(allocator).__name__}"

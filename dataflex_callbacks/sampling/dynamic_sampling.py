@@ -29,16 +29,25 @@ zero-signal groups then keeps generating with the others and cannot hang a colle
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import torch
 
-from dataflex_callbacks.rollout.batch import RolloutBatch, clean_signals
+from dataflex_callbacks.components.scorers import group_reward_variance
 from dataflex_callbacks.config.fields import NAN_POLICIES, DynamicSamplingConfig
 from dataflex_callbacks.errors import BatchError, ConfigError, StateError, check_state
+from dataflex_callbacks.rollout.batch import RolloutBatch, clean_signals
 from dataflex_callbacks.rollout.groups import dense_groups, segment_max
-from dataflex_callbacks.components.scorers import group_reward_variance
+from dataflex_callbacks.sampling._payloads import (
+    compact_copy,
+    concat_payloads,
+    index_payload,
+    payload_rows,
+    slice_payload,
+)
+from dataflex_callbacks.strategy.parts import Part
 from dataflex_callbacks.strategy.strategy import Strategy, build_strategy
 
 DYNAMIC_METRICS = (
@@ -80,8 +89,7 @@ def signal_rows(
     """
     if not isinstance(batch, RolloutBatch):
         raise BatchError(f"signal_rows expects a RolloutBatch; got {type(batch).__name__}")
-    if batch.group_ids is None:
-        raise BatchError("dynamic sampling judges groups: give the RolloutBatch group_ids (N,), one id per prompt")
+    group_ids = _group_ids(batch)
     policy = nan_policy or (strategy.nan_policy if strategy is not None else "drop")
     if policy not in NAN_POLICIES:
         raise ConfigError(f"nan_policy must be one of {', '.join(NAN_POLICIES)}; got {policy!r}")
@@ -94,9 +102,9 @@ def signal_rows(
         name for name in _JUDGED_SIGNALS if getattr(batch, name) is not None and (name == "rewards" or name in read)
     ]
     batch, bad, _ = clean_signals(batch, judged, policy)
-    index, count = dense_groups(batch.group_ids)
+    index, count = dense_groups(group_ids)
     if part is None:
-        kept = group_reward_variance(batch.rewards, batch.group_ids) > 0
+        kept = group_reward_variance(batch.rewards, group_ids) > 0
     elif step is not None and not part.active(step):
         kept = torch.ones(n, dtype=torch.bool, device=batch.device)
     else:
@@ -106,12 +114,19 @@ def signal_rows(
     return _any_in_group(kept, index, count)[index]
 
 
+def _group_ids(batch: RolloutBatch) -> torch.Tensor:
+    """``batch.group_ids (N,)``; a `BatchError` without them (dynamic sampling judges groups)."""
+    if batch.group_ids is None:
+        raise BatchError("dynamic sampling judges groups: give the RolloutBatch group_ids (N,), one id per prompt")
+    return batch.group_ids
+
+
 def _any_in_group(rows: torch.Tensor, index: torch.Tensor, count: int) -> torch.Tensor:
     """Whether any row of each group is True: ``rows (N,)`` bool -> ``(G,)`` bool."""
     return segment_max(rows.to(torch.float32), index, count) > 0
 
 
-def _judging_part(strategy: Strategy | None):
+def _judging_part(strategy: Strategy | None) -> Part | None:
     """The strategy's select part, checked to judge whole rollouts (None: the reward-spread rule)."""
     part = None if strategy is None else strategy.select
     if part is None:
@@ -124,75 +139,6 @@ def _judging_part(strategy: Strategy | None):
             "select part (e.g. diffband, difffilter) or none (groups whose rewards differ carry signal)"
         )
     return part
-
-
-# ---------------------------------------------------------------- row payloads
-
-
-def _payload_rows(payload: Any) -> int | None:
-    """Rows of a payload: a tensor ``(N, ...)``, a list of N items, or a dict of those (None: no payload)."""
-    if payload is None:
-        return None
-    if isinstance(payload, torch.Tensor):
-        return payload.shape[0] if payload.dim() else -1
-    if isinstance(payload, (list, tuple)):
-        return len(payload)
-    if isinstance(payload, Mapping):
-        counts = {key: _payload_rows(value) for key, value in payload.items()}
-        if len(set(counts.values())) > 1:
-            raise BatchError(f"the payload's entries must hold one row per rollout; got rows {counts}")
-        return next(iter(counts.values()), None)
-    raise BatchError(
-        f"a payload must be a tensor (N, ...), a list of N items or a dict of those; got {type(payload).__name__}"
-    )
-
-
-def _index_payload(payload: Any, rows: torch.Tensor) -> Any:
-    """The payload's ``rows (M,)`` (long), in that order."""
-    if payload is None:
-        return None
-    if isinstance(payload, torch.Tensor):
-        return payload.index_select(0, rows.to(payload.device))
-    if isinstance(payload, Mapping):
-        return {key: _index_payload(value, rows) for key, value in payload.items()}
-    return [payload[i] for i in rows.tolist()]  # a list has no vectorised gather
-
-
-def _slice_payload(payload: Any, rows: slice) -> Any:
-    """The payload's consecutive ``rows``."""
-    if payload is None:
-        return None
-    if isinstance(payload, Mapping):
-        return {key: _slice_payload(value, rows) for key, value in payload.items()}
-    return payload[rows]
-
-
-def _concat_payloads(parts: Sequence[Any]) -> Any:
-    """The payloads of ``parts`` one after the other (all of one kind, with the same keys and trailing shapes)."""
-    first = parts[0]
-    if first is None:
-        if any(part is not None for part in parts):
-            raise BatchError("some rounds were added with a payload and some without; give one every time or never")
-        return None
-    if isinstance(first, torch.Tensor):
-        if not all(isinstance(part, torch.Tensor) for part in parts):
-            raise BatchError("the payload changed kind between rounds (a tensor, then something else)")
-        shapes = {tuple(part.shape[1:]) for part in parts}
-        if len(shapes) > 1:
-            raise BatchError(
-                f"payload tensors of different rounds have different trailing shapes {sorted(shapes)}; "
-                "pad them to one width before add() (e.g. completions to max_new_tokens), or pass a list"
-            )
-        return torch.cat(list(parts))
-    if isinstance(first, Mapping):
-        keys = [sorted(part) if isinstance(part, Mapping) else None for part in parts]
-        changed = next((k for k in keys if k != keys[0]), keys[0])
-        if changed != keys[0]:
-            raise BatchError(
-                f"the payload's keys changed between rounds: {keys[0]} then {changed}; give the same keys every round"
-            )
-        return {key: _concat_payloads([part[key] for part in parts]) for key in first}
-    return [item for part in parts for item in part]
 
 
 # ---------------------------------------------------------------- buffer
@@ -216,17 +162,17 @@ class _Round:
     def num_groups(self) -> int:
         return self.sizes.shape[0]
 
-    def split(self, groups: int) -> tuple["_Round", "_Round"]:
+    def split(self, groups: int) -> tuple[_Round, _Round]:
         """The first ``groups`` groups and the rest."""
         cut = int(self.sizes[:groups].sum())
         head, tail = slice(0, cut), slice(cut, None)
 
-        def make(sizes, rows):
+        def make(sizes: torch.Tensor, rows: slice) -> _Round:
             return _Round(
                 self.rewards[rows],
                 sizes,
                 self.source_rows[rows],
-                _slice_payload(self.payload, rows),
+                slice_payload(self.payload, rows),
                 self.round_index,
                 self.born,
             )
@@ -300,7 +246,7 @@ class SignalGroupBuffer:
         max_rounds: int | None = None,
         carry_over: bool | None = None,
         max_age: Any = _FROM_CONFIG,
-    ):
+    ) -> None:
         if strategy is not None and not isinstance(strategy, Strategy):
             strategy = build_strategy(strategy)
         self.strategy = strategy
@@ -393,21 +339,21 @@ class SignalGroupBuffer:
             )
         if not isinstance(batch, RolloutBatch):
             raise BatchError(f"add() expects a RolloutBatch; got {type(batch).__name__}")
-        rows_in_payload = _payload_rows(payload)
+        rows_in_payload = payload_rows(payload)
         if rows_in_payload is not None and rows_in_payload != batch.n:
             raise BatchError(f"the payload holds {rows_in_payload} rows but the batch {batch.n}; give one per rollout")
-        pre_select = None if self.strategy is None else self.strategy.pre_select
-        if pre_select is not None and batch.prompt_keys is None:
+        skipping = self.strategy if self.strategy is not None and self.strategy.skips_prompts else None
+        if skipping is not None and batch.prompt_keys is None:
             raise BatchError(
                 "the strategy's pre_select part learns from every generated round: give add() the "
                 "RolloutBatch with prompt_keys=[...] (one per rollout, the keys the prompt sampler "
                 "draws by) and domains=[...] when the data has a domain column"
             )
         signal = signal_rows(batch, self.strategy, step=self._step)
-        if pre_select is not None:  # every generated group, trained or not: the filter sees what it paid for
-            pre_select.observe(batch, self._takes if self._step is None else self._step)
+        if skipping is not None:  # every generated group, trained or not: the filter sees what it paid for
+            skipping.observe_prompt_groups(batch, self._takes if self._step is None else self._step, sync=False)
         if payload is not None:  # what a take of no group hands back: the payload's kind with 0 rows
-            self._empty_payload = _index_payload(payload, torch.zeros(0, dtype=torch.long))
+            self._empty_payload = index_payload(payload, torch.zeros(0, dtype=torch.long))
         self._step_counts["rounds"] += 1
         self._step_counts["generated"] += batch.n
         self.totals["generated"] += batch.n
@@ -418,7 +364,7 @@ class SignalGroupBuffer:
 
     def _signal_round(self, batch: RolloutBatch, signal: torch.Tensor, payload: Any) -> _Round:
         """The signal rows of ``batch``, grouped in order of each group's first row."""
-        index, count = dense_groups(batch.group_ids)
+        index, count = dense_groups(_group_ids(batch))
         n = batch.n
         positions = torch.arange(n, device=index.device)
         first = torch.full((count,), n, dtype=torch.long, device=index.device)
@@ -433,7 +379,7 @@ class SignalGroupBuffer:
             batch.rewards.index_select(0, rows.to(batch.device)),
             sizes,
             rows,
-            _index_payload(payload, rows),
+            index_payload(payload, rows),
             self._step_counts["rounds"] - 1,
             self._takes,
         )
@@ -499,28 +445,29 @@ class SignalGroupBuffer:
 
     def _assemble(self, taken: list[_Round], carried_flags: list[bool], short: bool) -> SignalGroups:
         device = taken[0].rewards.device if taken else torch.device("cpu")
-        long = dict(dtype=torch.long, device=device)
         if taken:
             sizes = torch.cat([c.sizes.to(device) for c in taken])
-            ages = torch.cat([torch.full((c.num_groups,), self._takes - c.born, **long) for c in taken])
+            ages = torch.cat(
+                [torch.full((c.num_groups,), self._takes - c.born, dtype=torch.long, device=device) for c in taken]
+            )
             rows = [c.rewards.shape[0] for c in taken]
             source_round = torch.cat(
                 [
-                    torch.full((r,), -1 if flag else c.round_index, **long)
-                    for c, r, flag in zip(taken, rows, carried_flags)
+                    torch.full((r,), -1 if flag else c.round_index, dtype=torch.long, device=device)
+                    for c, r, flag in zip(taken, rows, carried_flags, strict=True)
                 ]
             )
             rewards = torch.cat([c.rewards for c in taken])
             source_rows = torch.cat([c.source_rows.to(device) for c in taken])
-            payload = _concat_payloads([c.payload for c in taken])
+            payload = concat_payloads([c.payload for c in taken])
             carried = torch.cat(
                 [
                     torch.full((c.num_groups,), flag, dtype=torch.bool, device=device)
-                    for c, flag in zip(taken, carried_flags)
+                    for c, flag in zip(taken, carried_flags, strict=True)
                 ]
             )
         else:
-            sizes = ages = source_round = source_rows = torch.zeros(0, **long)
+            sizes = ages = source_round = source_rows = torch.zeros(0, dtype=torch.long, device=device)
             rewards, carried = torch.zeros(0, device=device), torch.zeros(0, dtype=torch.bool)
             payload = self._empty_payload
         group_index = torch.repeat_interleave(torch.arange(sizes.shape[0], device=device), sizes)
@@ -560,7 +507,7 @@ class SignalGroupBuffer:
         own, so a carried row that is a view of a whole round's tensor saves only its own entries.
         """
 
-        def saved(c):
+        def saved(c: _Round) -> dict[str, Any]:
             return {
                 "rewards": c.rewards,
                 "sizes": c.sizes,
@@ -570,7 +517,7 @@ class SignalGroupBuffer:
                 "born": c.born,
             }
 
-        return _compact_copy(
+        return compact_copy(
             {
                 "config": asdict(self.config),
                 "carried": [saved(c) for c in self._carried],
@@ -595,7 +542,7 @@ class SignalGroupBuffer:
         state = copy.deepcopy(dict(state))
         try:
 
-            def rounds(saved):
+            def rounds(saved: list[dict[str, Any]]) -> list[_Round]:
                 return [
                     _Round(c["rewards"], c["sizes"], c["source_rows"], c["payload"], int(c["round"]), int(c["born"]))
                     for c in saved
@@ -620,15 +567,3 @@ class SignalGroupBuffer:
             f"SignalGroupBuffer(max_rounds={self.max_rounds}, carry_over={self.carry_over}, "
             f"max_age={self.max_age}, carried_groups={sum(c.num_groups for c in self._carried)})"
         )
-
-
-def _compact_copy(value: Any) -> Any:
-    """A deep copy in which every tensor is a compact copy of its own entries (``deepcopy`` would copy a
-    view's whole storage: a row of a round's batch would bring the round along)."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, Mapping):
-        return {key: _compact_copy(item) for key, item in value.items()}
-    if type(value) in (list, tuple):
-        return type(value)(_compact_copy(item) for item in value)
-    return copy.deepcopy(value)

@@ -41,58 +41,48 @@ from __future__ import annotations
 
 from array import array
 from collections import deque
+from collections.abc import Hashable, Iterator, Mapping, Sequence
 from operator import length_hint
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from torch.utils.data import Sampler
 
-from dataflex_callbacks._distributed import world_size_and_rank
-from dataflex_callbacks.rollout.batch import NO_DOMAIN
-from dataflex_callbacks.sampling._block_drawer import RECENT_CHUNKS, BlockDrawer, largest_remainder_quotas
-from dataflex_callbacks.config.fields import QUOTAS
-from dataflex_callbacks.errors import ArgumentError, ConfigError, StateError, check_argument, check_state
 from dataflex_callbacks.config.params import check_bool, check_choice, check_int
-from dataflex_callbacks.config.proportions import check_domains, check_proportions
-from dataflex_callbacks.sampling.prompt_acceptance import set_group_size
+from dataflex_callbacks.config.proportions import check_proportions
+from dataflex_callbacks.errors import ConfigError, StateError, check_state
+from dataflex_callbacks.sampling._block_drawer import BlockDrawer, largest_remainder_quotas
 from dataflex_callbacks.sampling._sampler_data import (
-    labels_from,
     data_change,
     data_fingerprint,
     domain_labels,
+    read_labels,
+    row_domains,
     row_keys,
 )
-
-if TYPE_CHECKING:  # pragma: no cover
-    from dataflex_callbacks.strategy.strategy import Strategy
+from dataflex_callbacks.sampling._sampler_setup import (
+    TooFewPromptsError,
+    checked_quota,
+    checked_strategy,
+    drawn_domains,
+    draws_pooled,
+    filter_labels,
+    mixing_strategy,
+    replicas,
+)
+from dataflex_callbacks.sampling._sampler_state import (
+    STATE_KEYS,
+    SavedDraws,
+    check_draw_settings,
+    check_saved_rows,
+    read_saved_draws,
+)
+from dataflex_callbacks.strategy.strategy import Strategy
 
 __all__ = ["DomainMixingSampler", "domain_labels", "largest_remainder_quotas"]
 
-STATE_KEYS = (
-    "domains",
-    "seed",
-    "draw_size",
-    "layout",
-    "num_generations",
-    "repeat_count",
-    "chunks_per_epoch",
-    "quota",
-    "data",
-    "pooled",
-    "epoch",
-    "rng",
-    "perm",
-    "pointers",
-    "drawn_total",
-    "drawn_recent",
-    "epoch_rows",
-    "uniforms",
-    "position",
-    "proportions",
-)
 
-
-class DomainMixingSampler(BlockDrawer, Sampler[int]):
+class DomainMixingSampler(Sampler[int]):
     """Sample dataset rows so that each batch follows per-domain proportions (or the data's own mix).
 
     Args:
@@ -146,7 +136,7 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         labels: Sequence[str] | None = None,
         domain_key: str = "domain",
         domains: Sequence[str] | None = None,
-        proportions: Mapping[str, float] | None = None,
+        proportions: Mapping[str, float] | Sequence[float] | None = None,
         batch_size: int = 8,
         num_generations: int = 1,
         repeat_count: int = 1,
@@ -154,158 +144,82 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         layout: str = "grpo",
         num_replicas: int | None = None,
         rank: int | None = None,
-        strategy: "Strategy | None" = None,
+        strategy: Strategy | None = None,
         seed: int = 0,
         resume: str = "replay",
         prompt_key_column: str | None = None,
         prompt_labels: Sequence[str] | None = None,
         mixing: bool | None = None,
         quota: str | None = None,
-    ):
-        if strategy is not None:
-            from dataflex_callbacks.strategy.strategy import (
-                Strategy,
-            )  # the strategy module builds components; the sampler is imported beside it
-
-            check_argument(
-                strategy,
-                Strategy,
-                "strategy",
-                "DomainMixingSampler",
-                "a Strategy or None",
-                "Build one with build_strategy(preset | dict | YAML path)",
-            )
-        self.strategy = strategy
-        self._mixing = strategy is not None and strategy.mix_enabled  # the strategy's mixer sets the targets
-        self._mixing_option = mixing = None if mixing is None else check_bool("mixing", mixing)
-        if mixing is False and self._mixing:
-            raise ConfigError(
-                f"mixing=False asks for one pool, but strategy {strategy.name!r} has a mix part that "
-                "chooses domains; drop mixing=False, or use a strategy without a mix part"
-            )
-        pooled = (not self._mixing and proportions is None) if mixing is None else not mixing
-        if quota is None:  # the strategy's mix.quota, else independent draws
-            quota = strategy.config.mix.quota if self._mixing else "independent"
-        self.quota = check_choice("quota", quota, QUOTAS)
-        if pooled and self.quota == "exact":
-            raise ConfigError(
-                "quota='exact' splits each batch among domains by proportions, but this sampler draws "
-                "from one pool (no proportions, no mix part, or mixing=False); pass proportions={...} "
-                "or mixing=True, or a strategy with a mix part"
-            )
+    ) -> None:
+        self.strategy = strategy = checked_strategy(strategy)
+        self._mixer = mixing_strategy(strategy)  # a strategy whose mix part sets the targets, else None
+        self._mixing_option = None if mixing is None else check_bool("mixing", mixing)
+        pooled = draws_pooled(strategy, self._mixing_option, proportions)
+        self.quota = checked_quota(quota, strategy, pooled)
         self.seed = check_int("seed", seed, low=0)
-        self.domain_key = None  # the column the labels were read from (None: labels=[...] given)
-        if labels is None:
-            if dataset is None:
-                raise ConfigError("DomainMixingSampler needs a dataset or labels=[...]")
-            # A pool needs no domains; a plain sampler without the column is more likely a wrong domain_key.
-            optional = pooled and (mixing is False or strategy is not None)
-            labels = domain_labels(dataset, domain_key, required=not optional)
-            if labels is None:  # one pool over data without a domain column: every row in NO_DOMAIN
-                labels = [NO_DOMAIN] * len(dataset)
-            else:
-                self.domain_key = domain_key
-        else:
-            if isinstance(labels, (str, Mapping)) or not (hasattr(labels, "__len__") and hasattr(labels, "__iter__")):
-                raise ArgumentError(
-                    f"DomainMixingSampler: argument 'labels' must be a list of per-row domain labels; "
-                    f"got {labels!r:.80}. Pass one label per row, or the dataset whose rows carry them"
-                )
-            labels = labels_from(list(labels), "labels")
-        if not labels:
-            raise ConfigError("DomainMixingSampler got an empty dataset")
-        if domains is None and self._mixing and strategy.domains is not None:
-            domains = strategy.domains  # the config's domain order wins over the sorted labels
+        # A pool needs no domains; a plain sampler without the column is more likely a wrong domain_key.
+        optional = pooled and (self._mixing_option is False or strategy is not None)
+        labels, self.domain_key = read_labels(dataset, labels, domain_key, optional=optional)
         present = sorted(set(labels))
-        if isinstance(domains, (str, Mapping)) or (domains is not None and not hasattr(domains, "__iter__")):
-            domains = check_domains(domains, "DomainMixingSampler domains")  # one name is one domain; others refused
-        self.domains = [str(d) for d in domains] if domains is not None else present
-        check_domains(self.domains, "DomainMixingSampler domains")
-        empty = [d for d in self.domains if d not in present]
-        if empty:
-            raise ConfigError(
-                f"domain(s) {empty} have no rows in the dataset; domains with rows: {present}; "
-                "remove them from the domain list or add data for them"
-            )
+        self.domains = drawn_domains(domains, present, strategy)
         self.batch_size = check_int("batch_size", batch_size, low=1)
         self.num_generations = check_int("num_generations", num_generations, low=1)
         self.repeat_count = check_int("repeat_count", repeat_count, low=1)
         self.layout = check_choice("layout", layout, ("grpo", "shard"))
         self.resume = check_choice("resume", resume, ("replay", "continue"))
-        self.num_replicas, self.rank = self._replicas(num_replicas, rank)
-        if self._mixing:
-            strategy.bind_domains(self.domains)
-        self._pre_select = getattr(strategy, "pre_select", None)
-        set_group_size(self._pre_select, self.num_generations)
+        self.num_replicas, self.rank = replicas(num_replicas, rank)
+        if self._mixer is not None:
+            self._mixer.bind_domains(self.domains)
+        if strategy is not None:  # what a skipped prompt saves, for the pre-rollout filter's metrics
+            strategy.set_completions_per_prompt(self.num_generations)
+        codes, domain_of_row, self._domain_sizes = row_domains(labels, present, self.domains)
+        self._size_epoch(num_samples)
+        self._proportions = self._uniform() if proportions is None else check_proportions(proportions, self.domains)
+        self._proportions_array = self._as_array(self._proportions)
+        self._strategy_target: tuple[dict[str, float], np.ndarray] | None = None  # last target seen, its array
+        self.epoch = 0
+        # Prompt keys are only needed by a pre-rollout filter; reading them can be costly.
+        skips = strategy is not None and strategy.skips_prompts
+        self._keys = row_keys(dataset, len(labels), prompt_key_column) if skips else None
+        self.prompt_key_column = prompt_key_column
+        filter_prior, while_pooled = filter_labels(prompt_labels, labels, pooled)
+        self._fingerprint = data_fingerprint(dataset, present, codes, prompt_key_column, self._keys)
+        self._drawer = BlockDrawer(
+            self.domains,
+            domain_of_row,
+            self._domain_sizes,
+            pooled=pooled,
+            quota=self.quota,
+            seed=self.seed,
+            strategy=strategy,
+            keys=self._keys,
+            prompt_labels=filter_prior,
+            labels_while_pooled=while_pooled,
+            shard=self.layout == "shard",
+        )
+        self._start_epoch_log(array("q"), resumed=False, skip=0, position=0)
 
-        # Rows as codes over all labels present (for the fingerprint), then as indices into self.domains.
-        codes_of = {label: i for i, label in enumerate(present)}
-        codes = np.fromiter(map(codes_of.__getitem__, labels), dtype=np.int64, count=len(labels))
-        domain_of_code = np.array([self.domains.index(p) if p in self.domains else -1 for p in present], dtype=np.int64)
-        self._domain_of_row = domain_of_code[codes]  # (N,) index into self.domains, -1: never drawn
-        self._domain_sizes = np.bincount(
-            self._domain_of_row[self._domain_of_row >= 0], minlength=len(self.domains)
-        ).astype(np.int64)
+    def _size_epoch(self, num_samples: int | None) -> None:
+        """``num_samples`` (default: rows of the drawn domains), ``draw_size`` and ``chunks_per_epoch``."""
         total = int(self._domain_sizes.sum())
         self.num_samples = check_int("num_samples", num_samples, low=1) if num_samples is not None else total
         self.draw_size = self.batch_size * (self.num_replicas if self.layout == "shard" else 1)
         self.chunks_per_epoch = self.num_samples // self.draw_size
         if self.chunks_per_epoch == 0:
             # The core names the concept; a host adapter re-raises it in its own settings (prompts_* attributes).
-            error = ConfigError(
-                f"the sampler has {self.num_samples} prompt(s) to draw from (num_samples) but one batch "
-                f"needs {self.draw_size} distinct prompts (batch_size"
-                f"{' x num_replicas' if self.layout == 'shard' else ''}); lower batch_size or add "
-                "rows (raise num_samples)"
-            )
-            error.prompts_available, error.prompts_needed = self.num_samples, self.draw_size
-            raise error
+            raise TooFewPromptsError(self.num_samples, self.draw_size, shard=self.layout == "shard")
 
-        self._proportions = self._uniform() if proportions is None else check_proportions(proportions, self.domains)
-        self._proportions_array = self._as_array(self._proportions)
-        self._pool_array = np.ones(1)  # a pooled sampler draws its one block with probability 1
-        self._strategy_target: dict | None = None  # last strategy target seen, and its array
-        self._strategy_array: np.ndarray | None = None
-        self._cumulative_of: tuple = (None, None)
-        self._quota_of: tuple = (None, None, None)
-        self.epoch = 0
-        # Per-domain bookkeeping as plain int lists: cheaper than numpy for a few domains per chunk.
-        self._drawn_total = [0] * len(self.domains)
-        self._drawn_recent: deque = deque(maxlen=RECENT_CHUNKS)  # per-chunk counts, lists of K ints
-        self._rng = np.random.Generator(np.random.PCG64(self.seed))
-        self._uniform_buffer = np.empty(0)  # uniforms drawn ahead in blocks (one generator call per block)
-        self._uniform_pos = 0  # next unused entry of the buffer
-        self._ahead: dict | None = None  # small chunks drawn ahead under one proportions array
-        self._warned_repeated_rows = False  # a batch that must repeat rows warns once (`RepeatedRowWarning`)
-        # Prompt keys are only needed by a pre-rollout filter; reading them can be costly.
-        self._keys = row_keys(dataset, len(labels), prompt_key_column) if self._pre_select is not None else None
-        self.prompt_key_column = prompt_key_column
-        if prompt_labels is not None and len(prompt_labels) != len(labels):
-            raise ConfigError(f"prompt_labels has {len(prompt_labels)} entries but the dataset has {len(labels)} rows")
-        self._prompt_labels_default = prompt_labels is None and pooled
-        if self._prompt_labels_default:  # one pool: the domain tells the filter about unseen prompts
-            prompt_labels = labels
-        self._prompt_labels = None if prompt_labels is None else [str(v) for v in prompt_labels]
-        self._fingerprint = data_fingerprint(dataset, present, codes, prompt_key_column, self._keys)
-        self._build_blocks(pooled)  # shuffles every block: the stream's first use of the generator
+    def _start_epoch_log(self, rows: array, *, resumed: bool, skip: int, position: int) -> None:
+        """Set the epoch's log of drawn rows and where the next ``__iter__`` starts (a restore, or a fresh start)."""
         # Rows of every chunk drawn in the current epoch, flat (chunks are draw_size long): a typed
         # array, not a list of lists, so the garbage collector never scans an epoch's worth of lists.
-        self._epoch_rows = array("q")
-        self._resumed = False
-        self._pending_skip = 0
+        self._epoch_rows = rows
+        self._resumed = resumed
+        self._pending_skip = skip
         # Indices yielded in this epoch = _position_base + _chunk_length - (items left in _chunk_iter).
-        self._position_base, self._chunk_length, self._chunk_iter = 0, 0, iter(())
-
-    @staticmethod
-    def _replicas(num_replicas, rank):
-        if num_replicas is None or rank is None:
-            world_size, own_rank = world_size_and_rank()
-            num_replicas = num_replicas if num_replicas is not None else world_size
-            rank = rank if rank is not None else own_rank
-        check_int("num_replicas", num_replicas, low=1)
-        if not 0 <= rank < num_replicas:
-            raise ConfigError(f"rank must be in [0, num_replicas={num_replicas}); got {rank}")
-        return int(num_replicas), int(rank)
+        self._position_base, self._chunk_length = position, 0
+        self._chunk_iter: Iterator[int] = iter(())
 
     def _uniform(self) -> dict[str, float]:
         return {d: 1.0 / len(self.domains) for d in self.domains}
@@ -313,25 +227,35 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
     def _as_array(self, proportions: Mapping[str, float]) -> np.ndarray:
         return np.array([proportions[d] for d in self.domains], dtype=np.float64)
 
+    def _mix_target(self) -> dict[str, float] | None:
+        """The mix part's target proportions (None: no mix part, the sampler's own proportions count)."""
+        return None if self._mixer is None else self._mixer.target_proportions
+
     @property
     def target_proportions(self) -> dict[str, float]:
         """Proportions the next chunk will be drawn with (a one-pool sampler: each domain's share of the rows)."""
-        if self._mixing and self.strategy.target_proportions is not None:
-            return dict(self.strategy.target_proportions)
-        if self._pooled:
+        target = self._mix_target()
+        if target is not None:
+            return dict(target)
+        if self.pooled:
             total = int(self._domain_sizes.sum())
-            return {d: int(c) / total for d, c in zip(self.domains, self._domain_sizes.tolist())}
+            return {d: int(c) / total for d, c in zip(self.domains, self._domain_sizes.tolist(), strict=True)}
         return dict(self._proportions)
 
     @property
-    def prompt_keys(self) -> list | None:
+    def prompt_keys(self) -> list[Hashable] | None:
         """Each row's prompt key as the pre-rollout filter sees it (None without a filter: keys are not read)."""
         return self._keys
 
     @property
+    def prompt_labels(self) -> Sequence[str] | None:
+        """Each row's domain as the pre-rollout filter's prior sees it (None: no prior; see ``prompt_labels``)."""
+        return self._drawer.prompt_labels
+
+    @property
     def pooled(self) -> bool:
         """True while the sampler draws from all rows as one pool (no proportions, no mix part)."""
-        return self._pooled
+        return self._drawer.pooled
 
     @property
     def sizes(self) -> np.ndarray:
@@ -339,34 +263,30 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
         return self._domain_sizes.copy()
 
     def _target_array(self) -> np.ndarray:
-        """The next chunk's proportions over the draw blocks; the same array object while they do not change."""
-        if self._pooled:
-            return self._pool_array
-        if not self._mixing:
+        """The next chunk's proportions over ``domains`` (a pooled drawer reads none); the same array object while
+        they do not change."""
+        target = self._mix_target()
+        if target is None:
             return self._proportions_array
-        target = self.strategy.target_proportions
-        if target != self._strategy_target:
-            self._strategy_target, self._strategy_array = target, self._as_array(target)
-        return self._strategy_array
+        if self._strategy_target is None or target != self._strategy_target[0]:
+            self._strategy_target = (target, self._as_array(target))
+        return self._strategy_target[1]
 
-    def set_proportions(self, proportions: Mapping[str, float]) -> None:
+    def set_proportions(self, proportions: Mapping[str, float] | Sequence[float]) -> None:
         """Change the proportions for the following chunks (validated: known domains, >= 0, sum 1).
 
         A one-pool sampler built without proportions (``mixing=None``) starts mixing by domain here.
         """
-        if self._mixing:
+        if self._mixer is not None:
             raise ConfigError("this sampler follows its strategy's mixer; change the strategy, not the sampler")
         checked = check_proportions(proportions, self.domains, "set_proportions")
-        if self._pooled:
+        if self.pooled:
             if self._mixing_option is False:
                 raise ConfigError(
                     "this sampler draws from one pool (mixing=False), so it has no proportions to set; "
                     "build it with mixing=True (or proportions={...}) to mix by domain"
                 )
-            self._rollback_ahead()
-            self._build_blocks(pooled=False)
-            if self._prompt_labels_default:  # the draw now fixes the domain: no domain prior (see prompt_labels)
-                self._prompt_labels = None
+            self._drawer.start_mixing()  # the draw now fixes the domain: no domain prior (see prompt_labels)
         self._proportions = checked
         self._proportions_array = self._as_array(self._proportions)
 
@@ -379,19 +299,17 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
     @property
     def drawn_total(self) -> np.ndarray:
         """``(K,)`` prompts drawn per domain since the start."""
-        self._book_served()
-        return np.array(self._drawn_total, dtype=np.int64)
+        return self._drawer.drawn_total()
 
     @property
-    def drawn_recent(self) -> deque:
+    def drawn_recent(self) -> deque[list[int]]:
         """Per-domain counts of the last few chunks (lists of K ints), oldest first."""
-        self._book_served()
-        return self._drawn_recent
+        return self._drawer.drawn_recent()
 
     def set_epoch(self, epoch: int) -> None:
         """Compatibility with DistributedSampler users; the stream already advances every epoch."""
 
-    def _layout(self, rows) -> list[int]:
+    def _layout(self, rows: list[int] | np.ndarray) -> list[int]:
         """The indices one chunk of drawn rows (array or list) yields, in the configured layout."""
         if self.layout == "shard":
             rows = rows[self.rank :: self.num_replicas]
@@ -408,10 +326,11 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             skip = self._pending_skip if self._resumed else 0
             self._resumed, self._pending_skip, self._epoch_rows = False, 0, array("q")
             self._position_base, self._chunk_length, self._chunk_iter = 0, 0, iter(())
-            epoch_rows, draw, target, size = self._epoch_rows, self._draw_chunk, self._target_array, self.draw_size
+            epoch_rows, draw, target, size = self._epoch_rows, self._drawer.draw, self._target_array, self.draw_size
             replayed = len(replay) // size
             plain = self.layout == "grpo" and self.num_generations == 1 and self.repeat_count == 1
             for c in range(self.chunks_per_epoch):
+                rows: list[int] | np.ndarray
                 if c < replayed:
                     rows = replay[c * size : (c + 1) * size].tolist()
                 else:
@@ -441,6 +360,7 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             # The restored epoch had been fully consumed: go on with the next one in this iterator.
 
     def __len__(self) -> int:
+        """Indices one epoch yields (``layout="grpo"``: each prompt ``num_generations * repeat_count`` times)."""
         per_chunk = (
             self.batch_size if self.layout == "shard" else self.batch_size * self.num_generations * self.repeat_count
         )
@@ -453,7 +373,8 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
 
     # ------------------------------------------------------------ state
 
-    def _draw_config(self) -> dict:
+    def _draw_config(self) -> dict[str, Any]:
+        """The settings a saved state must have been drawn with."""
         return {
             "domains": list(self.domains),
             "seed": self.seed,
@@ -465,31 +386,30 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
             "quota": self.quota,
         }
 
-    def state_dict(self) -> dict:
+    def state_dict(self) -> dict[str, Any]:
         """Random state, per-domain passes, counts, the rows of every chunk drawn in this epoch, a data fingerprint.
 
         Only Python ints, floats, strings, bools and lists / dicts of them, so a checkpoint holding
         it loads with ``torch.load(..., weights_only=True)``. Reading it does not change the sampler.
         """
         # Counts of the chunks served so far, as if only those had been drawn; the sampler is left as it is.
-        drawn_total, drawn_recent = self._booked_counts()
-        pointers, uniform_pos = self._unserved()
+        draws = self._drawer.state_dict()
         fingerprint = {**self._fingerprint, "domain_rows": dict(self._fingerprint["domain_rows"])}
         return {
             **self._draw_config(),
             "data": fingerprint,
-            "pooled": self._pooled,
+            "pooled": draws["pooled"],
             "epoch": self.epoch,
-            "rng": self._rng.bit_generator.state,
-            "perm": self._perm.tolist(),
-            "pointers": pointers,
-            "drawn_total": drawn_total,
-            "drawn_recent": drawn_recent,
+            "rng": draws["rng"],
+            "perm": draws["perm"],
+            "pointers": draws["pointers"],
+            "drawn_total": draws["drawn_total"],
+            "drawn_recent": draws["drawn_recent"],
             "epoch_rows": [
                 self._epoch_rows[i : i + self.draw_size].tolist()
                 for i in range(0, len(self._epoch_rows), self.draw_size)
             ],
-            "uniforms": self._uniform_buffer[uniform_pos:].tolist(),
+            "uniforms": draws["uniforms"],
             "position": self.position,
             "proportions": dict(self._proportions),
         }
@@ -510,97 +430,52 @@ class DomainMixingSampler(BlockDrawer, Sampler[int]):
                 f"{change}. Resume on the same dataset (same rows, same order, same domain labels), "
                 "or start this sampler fresh instead of loading the state"
             )
-        for key, mine in self._draw_config().items():
-            saved = state[key]
-            if key == "domains" and isinstance(saved, (list, tuple)):
-                saved = [str(d) for d in saved]
-            if saved != mine:
-                error = ConfigError(
-                    f"sampler state was saved with {key}={saved!r}, this sampler has {mine!r}; "
-                    "resume with the same sampler configuration"
-                )
-                # A host adapter re-raises it naming its own settings for `key`.
-                error.sampler_setting, error.saved, error.current = key, saved, mine
-                raise error
-        pooled = state["pooled"]
-        if pooled != self._pooled:
+        check_draw_settings(state, self._draw_config())  # a host adapter re-raises it naming its own settings
+        pooled = self._saved_pooling(state["pooled"])
+        saved = read_saved_draws(state)
+        proportions = check_proportions(state["proportions"], self.domains, "saved sampler proportions")
+        block_of_row, sizes, _ = self._drawer.blocks_for(pooled)
+        check_saved_rows(
+            saved,
+            block_of_row,
+            sizes,
+            domains=self.domains,
+            draw_size=self.draw_size,
+            chunks_per_epoch=self.chunks_per_epoch,
+            epoch_length=len(self),
+        )
+        # Everything checked: restore.
+        self._restore(pooled, saved, proportions)
+
+    def _saved_pooling(self, pooled: Any) -> bool:
+        """Whether the saved state drew from one pool; refused when this sampler cannot continue it."""
+        if pooled != self.pooled:
             # Built without proportions (one pool until set_proportions): adopt a state saved after the switch.
-            adopt = self._pooled and pooled is False and self._mixing_option is None and not self._mixing
+            adopt = self.pooled and pooled is False and self._mixing_option is None and self._mixer is None
             if not adopt:
                 raise ConfigError(
                     f"sampler state was saved {'from one pool' if pooled else 'mixing by domain'}, "
-                    f"this sampler {'draws from one pool' if self._pooled else 'mixes by domain'}; "
+                    f"this sampler {'draws from one pool' if self.pooled else 'mixes by domain'}; "
                     "resume with the same proportions / mixing setting"
                 )
-        try:
-            rng = np.random.Generator(np.random.PCG64())
-            rng.bit_generator.state = state["rng"]
-            perm = np.asarray(state["perm"], dtype=np.int64)
-            uniforms = np.asarray(state["uniforms"], dtype=np.float64)
-            pointers = [int(p) for p in state["pointers"]]
-            drawn_total = [int(c) for c in state["drawn_total"]]
-            drawn_recent = [[int(c) for c in counts] for counts in state["drawn_recent"]]
-            epoch_rows = np.asarray([int(r) for rows in state["epoch_rows"] for r in rows], dtype=np.int64)
-            epoch, position = int(state["epoch"]), int(state["position"])
-            if not isinstance(state["proportions"], Mapping):
-                raise TypeError(f"proportions is a {type(state['proportions']).__name__}")
-        except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as error:
-            raise StateError(
-                f"DomainMixingSampler.load_state_dict: the state is malformed ({type(error).__name__}: "
-                f"{error}); load a dict returned by DomainMixingSampler.state_dict()"
-            ) from error
-        proportions = check_proportions(state["proportions"], self.domains, "saved sampler proportions")
-        block_of_row, sizes, _ = self._blocks_for(pooled)
-        self._check_layout(
-            perm, pointers, drawn_total, drawn_recent, epoch_rows, position, uniforms, block_of_row, sizes
+        return bool(pooled)
+
+    def _restore(self, pooled: bool, saved: SavedDraws, proportions: dict[str, float]) -> None:
+        """Continue from a checked saved state."""
+        self._drawer.restore(
+            pooled=pooled,
+            perm=saved.perm,
+            rng=saved.rng,
+            uniforms=saved.uniforms,
+            pointers=saved.pointers,
+            drawn_total=saved.drawn_total,
+            drawn_recent=saved.drawn_recent,
         )
-        # Everything checked: restore.
-        self._set_blocks(pooled, perm)
-        if not pooled and self._prompt_labels_default:  # switched to mixing: no domain prior (see prompt_labels)
-            self._prompt_labels = None
-        self._ahead = None
-        self._rng = rng
-        self._uniform_buffer, self._uniform_pos = uniforms, 0
-        self._pointers = pointers
-        self._drawn_total = drawn_total
-        self._drawn_recent = deque(drawn_recent, maxlen=RECENT_CHUNKS)
-        self._epoch_rows = array("q", epoch_rows.tobytes())
-        self.epoch = epoch
+        self.epoch = saved.epoch
         self._proportions = proportions
         self._proportions_array = self._as_array(self._proportions)
         # A fully consumed epoch is closed on the next iter() in both modes; "continue" also skips
         # what was yielded of a partial epoch, "replay" leaves skipping to the host.
-        self._pending_skip = position if self.resume == "continue" or position >= len(self) else 0
-        self._resumed = True
-        self._position_base, self._chunk_length, self._chunk_iter = position, 0, iter(())
-
-    def _check_layout(
-        self, perm, pointers, drawn_total, drawn_recent, epoch_rows, position, uniforms, block_of_row, sizes
-    ) -> None:
-        """Refuse a state whose rows do not fit this dataset."""
-        n_rows = block_of_row.shape[0]
-        blocks = np.repeat(np.arange(sizes.shape[0]), sizes)
-        problem = None
-        if perm.shape != blocks.shape or (perm.size and (perm.min() < 0 or perm.max() >= n_rows)):
-            problem = f"its row order covers {perm.shape[0]} rows, this dataset draws {blocks.shape[0]} of {n_rows}"
-        elif (block_of_row[perm] != blocks).any() or (np.bincount(perm, minlength=n_rows) > 1).any():
-            problem = "its row order puts rows in other domains than this dataset's labels do"
-        elif len(pointers) != sizes.shape[0] or any(not 0 <= p <= s for p, s in zip(pointers, sizes.tolist())):
-            problem = f"its pass positions {pointers} do not fit domain sizes {sizes.tolist()}"
-        elif len(drawn_total) != len(self.domains) or any(len(c) != len(self.domains) for c in drawn_recent):
-            problem = f"its draw counts are not over the {len(self.domains)} domains {self.domains}"
-        elif epoch_rows.shape[0] % self.draw_size or epoch_rows.shape[0] > self.chunks_per_epoch * self.draw_size:
-            problem = f"it logs {epoch_rows.shape[0]} rows this epoch, not whole chunks of {self.draw_size}"
-        elif epoch_rows.size and (
-            epoch_rows.min() < 0 or epoch_rows.max() >= n_rows or (block_of_row[epoch_rows] < 0).any()
-        ):
-            problem = "its rows drawn this epoch are not rows this sampler draws"
-        elif not 0 <= position <= len(self):
-            problem = f"its position {position} is outside the epoch of {len(self)} indices"
-        elif uniforms.ndim != 1 or not ((uniforms >= 0) & (uniforms < 1)).all():
-            problem = "its buffered random numbers are malformed"
-        if problem is not None:
-            raise StateError(
-                f"DomainMixingSampler.load_state_dict: the state does not fit this sampler's data: "
-                f"{problem}. Resume on the same dataset, or start this sampler fresh"
-            )
+        position = saved.position
+        skip = position if self.resume == "continue" or position >= len(self) else 0
+        self._start_epoch_log(array("q", saved.epoch_rows.tobytes()), resumed=True, skip=skip, position=position)

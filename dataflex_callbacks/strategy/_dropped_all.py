@@ -10,8 +10,8 @@ from typing import Any
 import torch
 
 from dataflex_callbacks.config.fields import DynamicSamplingConfig
-from dataflex_callbacks.rollout.batch import RolloutBatch
 from dataflex_callbacks.errors import SELECTION_REWARD_TEXT
+from dataflex_callbacks.rollout.batch import RolloutBatch
 from dataflex_callbacks.rollout.groups import every_group_equal
 
 
@@ -29,7 +29,7 @@ def dropped_all_reason(
     ``part``: the strategy's select part (None without one); ``dynamic_sampling``: its
     ``dynamic_sampling`` part (None without one); ``n_bad``: rows left out for a non-finite
     signal; ``selection_reward``: how the fix names the reward the strategy selects on (the host's
-    setting, when the host named it: `Strategy.bind_host_settings`). Scores are never the cause: a
+    setting, when the host named it: `Strategy.bind_selection_reward`). Scores are never the cause: a
     scorer's non-finite scores stop the step first (`Part.score`). A fix is given only where a
     setting or the code can change the outcome.
     """

@@ -10,13 +10,13 @@ from __future__ import annotations
 import torch
 
 from dataflex_callbacks.components.allocation import Allocator
-from dataflex_callbacks.config.fields import MixConfig, ReweightConfig, SelectConfig, StrategyConfig
-from dataflex_callbacks.rollout.batch import RolloutBatch
-from dataflex_callbacks.errors import ConfigError, ParamError
-from dataflex_callbacks.mixing.mixers import Mixer
-from dataflex_callbacks.mixing.domain_mixing import DomainMixing
-from dataflex_callbacks.registry import build_component
 from dataflex_callbacks.components.scorers import check_finite_scores
+from dataflex_callbacks.config.fields import MixConfig, ReweightConfig, SelectConfig, StrategyConfig
+from dataflex_callbacks.errors import ConfigError, ParamError
+from dataflex_callbacks.mixing.domain_mixing import DomainMixing
+from dataflex_callbacks.mixing.mixers import Mixer
+from dataflex_callbacks.registry import build_component
+from dataflex_callbacks.rollout.batch import RolloutBatch
 
 POLICY_SIGNALS = ("logprobs", "entropies")
 
@@ -24,7 +24,7 @@ POLICY_SIGNALS = ("logprobs", "entropies")
 class Part:
     """A scorer paired with its actuator (selector or reweighter), active from ``warmup_steps``."""
 
-    def __init__(self, kind: str, config: SelectConfig | ReweightConfig):
+    def __init__(self, kind: str, config: SelectConfig | ReweightConfig) -> None:
         """Build part ``kind`` ("select" or "reweight") from its resolved config."""
         self.kind = kind
         scorer, actuator = config.scorer, getattr(config, self.actuator_kind)
@@ -83,17 +83,8 @@ def build_mixing(mix: MixConfig) -> DomainMixing:
     """The `DomainMixing` of a resolved ``mix`` part; an error names the part ("mix: ...")."""
     mixer = build_component("mixer", mix.mixer["name"], **mix.mixer["params"])
     assert isinstance(mixer, Mixer)
-    try:
-        return DomainMixing(
-            mixer,
-            domains=mix.domains,
-            window=mix.window,
-            warmup_steps=mix.warmup_steps,
-            update_every=mix.update_every,
-            smoothing=mix.smoothing,
-            prior=mix.prior,
-            window_unit=mix.window_unit,
-        )
+    try:  # the config was checked when built; binding its domains checks the prior and the mixer against them
+        return DomainMixing(mixer, mix)
     except ParamError as error:
         raise ParamError(f"mix: {error}", error.param) from error
     except ValueError as error:

@@ -7,24 +7,30 @@ log-probs or entropies can be deferred to the loss (``defer_policy=True`` then
 ``apply_policy``), which is how host adapters avoid an extra forward pass.
 
 A strategy's state is written by its own methods only: a host binds what it tells the strategy
-once (`bind_domains`, `bind_host_settings`, `bind_signal_buffer`) and passes the rest with each
+once (`bind_domains`, `bind_selection_reward`, `bind_signal_buffer`) and passes the rest with each
 call (``warn``, ``sync``, ``host_step``).
 """
 
 from __future__ import annotations
 
-import math
 import warnings
-from typing import Any, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
 
+import numpy as np
 import torch
 
-from dataflex_callbacks.rollout.batch import RolloutBatch, clean_signals, masked_centered_square_sum, true_count
+from dataflex_callbacks.components.prompt_acceptance import (
+    AcceptedPrompts,
+    PromptAcceptance,
+    PromptSource,
+    accept_from,
+    accept_prompts,
+    set_group_size,
+)
+from dataflex_callbacks.components.reweighters import normalize_weights_
 from dataflex_callbacks.config import StrategyConfig, load_config, read_config
-from dataflex_callbacks.rollout.decision import Decision
-from dataflex_callbacks.strategy._dropped_all import dropped_all_reason
 from dataflex_callbacks.errors import (
-    SELECTION_REWARD,
     SELECTION_REWARD_TEXT,
     ArgumentError,
     BatchError,
@@ -37,16 +43,16 @@ from dataflex_callbacks.errors import (
     user_stacklevel,
 )
 from dataflex_callbacks.mixing.domain_mixing import DomainMixing
-from dataflex_callbacks.strategy.parts import POLICY_SIGNALS, Part, build_allocation, build_mixing
 from dataflex_callbacks.registry import build_component
-from dataflex_callbacks.components.reweighters import normalize_weights_
+from dataflex_callbacks.rollout.batch import RolloutBatch, clean_signals
+from dataflex_callbacks.rollout.decision import Decision
+from dataflex_callbacks.strategy._decision_metrics import decision_metrics, kept_metrics, token_mask, weight_metrics
+from dataflex_callbacks.strategy._dropped_all import dropped_all_reason
+from dataflex_callbacks.strategy._summary import summary_line
+from dataflex_callbacks.strategy.parts import POLICY_SIGNALS, Part, build_allocation, build_mixing
 
 # Float signals `nan_policy` covers; each gets a ``nonfinite_<name>`` counter (responses) in the metrics.
 CHECKED_SIGNALS = ("rewards", "advantages", "logprobs", "entropies")
-
-SETTING_WORDS = {SELECTION_REWARD: ("a selection reward", SELECTION_REWARD_TEXT)}
-"""Each host-neutral setting a warning names -> (what it is, the core's words for it); a host's own spelling
-follows what it is (`Strategy.bind_host_settings`)."""
 
 
 class Strategy:
@@ -71,7 +77,7 @@ class Strategy:
         self.nan_policy = self.config.nan_policy
         self.domain_key = self.config.domain_key
         self._warned_dropped_all = False  # a step that keeps nothing warns once (`_warn_dropped_all`)
-        self._host_settings: dict[str, str] = {}  # the host's spelling of the settings warnings name
+        self._selection_reward_text = SELECTION_REWARD_TEXT  # how warnings name it (`bind_selection_reward`)
         self._signal_buffer = None  # the SignalGroupBuffer driving the dynamic_sampling part, once one is bound
         self._pilots_observed = False  # a host shows the pre_select filter every pilot round (`bind_pilot_observer`)
         self.select = Part("select", self.config.select) if self.config.select else None
@@ -122,41 +128,21 @@ class Strategy:
     @property
     def target_proportions(self) -> dict[str, float] | None:
         """Current target sampling proportions per domain (None without a mix part)."""
-        return None if self.mixing is None or not self.mixing.bound else dict(self.mixing.target)
+        if self.mixing is None or not self.mixing.bound or self.mixing.target is None:
+            return None
+        return dict(self.mixing.target)
 
     def bind_domains(self, domains: Sequence[str]) -> None:
         """Tell the mix part which domains the data has (adapters call this from the dataset)."""
         if self.mixing is not None:
             self.mixing.bind(domains)
 
-    def bind_host_settings(self, settings: Mapping[str, str]) -> None:
-        """Name the host's own settings in this strategy's warnings; a host adapter calls it once, when it binds.
-
-        Args:
-            settings: each host-neutral setting a warning may name (`errors.SELECTION_REWARD`) -> how
-                this host sets it, e.g. ``{SELECTION_REWARD: "DataFlexGRPOTrainer(..., selection_reward=...)"}``.
-                A setting left out is named in the core's words (``errors.SELECTION_REWARD_TEXT``).
-        """
-        check_argument(
-            settings,
-            Mapping,
-            "settings",
-            "Strategy.bind_host_settings",
-            "a mapping {errors.SELECTION_REWARD: 'how the host sets it'}",
-        )
-        unknown = sorted(set(settings) - set(SETTING_WORDS))
-        if unknown:
-            raise ConfigError(
-                f"Strategy.bind_host_settings: unknown setting(s) {unknown}; the settings warnings "
-                f"name are {sorted(SETTING_WORDS)}"
-            )
-        self._host_settings = {concept: str(spelled) for concept, spelled in settings.items()}
-
-    def _setting_text(self, concept: str) -> str:
-        """How a warning names ``concept``: the host's spelling when it bound one, else the core's words."""
-        noun, words = SETTING_WORDS[concept]
-        spelled = self._host_settings.get(concept)
-        return words if spelled is None else f"{noun} ({spelled})"
+    def bind_selection_reward(self, setting: str) -> None:
+        """Name, in this strategy's warnings, how the host sets the reward the strategy selects on (e.g.
+        ``"DataFlexGRPOTrainer(..., selection_reward=...)"``); a host adapter calls it once, when it binds.
+        Unbound, warnings name it in the core's words (``errors.SELECTION_REWARD_TEXT``)."""
+        check_argument(setting, str, "setting", "Strategy.bind_selection_reward", "how the host sets it, a string")
+        self._selection_reward_text = f"a selection reward ({setting})"
 
     @property
     def signal_buffer(self) -> Any:
@@ -219,6 +205,62 @@ class Strategy:
         if self.mixing is not None:
             self.mixing.observe_sampled(domain_counts)
 
+    # ------------------------------------------------------------ pre-rollout selection (hosts that draw prompts)
+
+    @property
+    def skips_prompts(self) -> bool:
+        """Whether a ``pre_select`` part may skip prompts before generation (the host then draws through
+        `accept_from` / `accept_prompts` and reports what it drew)."""
+        return self.pre_select is not None
+
+    @property
+    def wants_completion_ids(self) -> bool:
+        """Whether the ``pre_select`` part reads the completions' token ids (its noise check)."""
+        return self.pre_select is not None and bool(getattr(self.pre_select, "noise_check", False))
+
+    def set_completions_per_prompt(self, completions: int) -> None:
+        """Tell the ``pre_select`` part what a skipped prompt saves: ``completions`` generated per prompt (the
+        host's group size, or an allocation pilot); nothing to tell without one."""
+        set_group_size(self.pre_select, completions)
+
+    def accept_prompts(
+        self,
+        keys: Sequence[Hashable],
+        need: int,
+        rng: np.random.Generator,
+        *,
+        labels: Sequence[str] | None = None,
+        exclude: np.ndarray | None = None,
+    ) -> PromptAcceptance:
+        """One pass over candidate prompts, each taken with the ``pre_select`` part's keep probability
+        (`components.prompt_acceptance.accept_prompts`); the host reports the draw with `record_prompt_draws`."""
+        return accept_prompts(self._prompt_filter("accept_prompts"), keys, need, rng, labels=labels, exclude=exclude)
+
+    def accept_from(
+        self, source: PromptSource, need: int, rng: np.random.Generator, *, record: bool = True
+    ) -> AcceptedPrompts:
+        """Draw ``need`` prompts the ``pre_select`` part accepts from a host's `PromptSource`: the one acceptance
+        loop of every host (`components.prompt_acceptance.accept_from`); ``record=False`` leaves the report to
+        the caller (`record_prompt_draws`)."""
+        return accept_from(source, self._prompt_filter("accept_from"), need, rng, record=record)
+
+    def record_prompt_draws(self, keys: Sequence[Hashable], skipped: int) -> None:
+        """Report a draw to the ``pre_select`` part: the prompts taken (in draw order) and how many it skipped."""
+        self._prompt_filter("record_prompt_draws").record_draws(list(keys), int(skipped))
+
+    def observe_prompt_groups(self, batch: RolloutBatch, step: int, *, sync: bool = True) -> dict[str, float]:
+        """Show the ``pre_select`` part generated groups that `apply` will not see (every dynamic-sampling round,
+        allocation pilots, groups an asynchronous host drops as stale); returns its metrics."""
+        return self._prompt_filter("observe_prompt_groups").observe(batch, step, sync=sync)
+
+    def _prompt_filter(self, method: str) -> Any:
+        if self.pre_select is None:
+            raise ConfigError(
+                f"Strategy.{method}: strategy {self.name!r} has no pre_select part; check "
+                "strategy.skips_prompts before drawing prompts through it"
+            )
+        return self.pre_select
+
     # ------------------------------------------------------------ decisions
 
     def _checked_signals(self, batch: RolloutBatch, policy_only: bool = False) -> list[str]:
@@ -254,12 +296,11 @@ class Strategy:
             batch,
             counts,
             token_level,
-            self._setting_text(SELECTION_REWARD),
+            self._selection_reward_text,
         )
         text = f"dataflex: step {step}: strategy {self.name!r} {what}."
         if fix:
             text += f" This step trains nothing (metric dropped_all=1); if it repeats, nothing trains. Fix: {fix}."
-        host_setting = SELECTION_REWARD if fix and cause in ("selector", "reward_scale") else None
         warnings.warn(
             DroppedAllWarning(
                 text + " This warning is shown once.",
@@ -267,7 +308,6 @@ class Strategy:
                 strategy=self.name,
                 cause=cause,
                 fix=fix,
-                host_setting=host_setting,
             ),
             stacklevel=user_stacklevel(),
         )
@@ -325,14 +365,14 @@ class Strategy:
             else:
                 scores = reweight_scores = self.reweight.score(batch)
                 if self.reweight.token_level:
-                    token_w = self.reweight.actuator.weights(
-                        scores, batch, mask=self._token_mask(batch, keep, token_keep)
-                    )
+                    token_w = self.reweight.actuator.weights(scores, batch, mask=token_mask(batch, keep, token_keep))
                 else:
                     response_w = self.reweight.actuator.weights(scores, batch, mask=keep)
         weights = self._combine(batch, keep, token_keep, response_w, token_w)
 
-        metrics = self._metrics(batch, keep, token_keep, weights, counts, stats_batch.rewards, reweight_scores)
+        metrics = decision_metrics(
+            batch, keep, token_keep, weights, counts, stats_batch.rewards, self.reweight, self.name, reweight_scores
+        )
         if metrics["dropped_all"]:
             self._warn_dropped_all(shown_step, batch, bad_rows, counts, token_keep is not None, warn)
         if self.mixing is not None:
@@ -385,21 +425,21 @@ class Strategy:
             token_keep = None if token_keep is None else token_keep & keep.unsqueeze(1)
         select_scores = reweight_scores = None
         if "select" in decision.deferred:
+            assert self.select is not None  # a deferred part is one the strategy has
             select_scores = self.select.score(batch)
             token_keep = self.select.actuator.select(select_scores, batch) & batch.valid_mask & keep.unsqueeze(1)
         if "reweight" in decision.deferred:
+            assert self.reweight is not None  # a deferred part is one the strategy has
             reweight_scores = self.reweight.score(batch)
-            token_w = self.reweight.actuator.weights(
-                reweight_scores, batch, mask=self._token_mask(batch, keep, token_keep)
-            )
+            token_w = self.reweight.actuator.weights(reweight_scores, batch, mask=token_mask(batch, keep, token_keep))
         weights = self._combine(batch, keep, token_keep, decision.response_weights, token_w)
         metrics = dict(decision.metrics)
         metrics.update(counts)
-        metrics.update(self._weight_metrics(keep, token_keep, weights, batch, reweight_scores))
+        metrics.update(weight_metrics(keep, token_keep, weights, batch, self.reweight, self.name, reweight_scores))
         was_dropped = bool(metrics.get("dropped_all", 0.0))
         if keep is not decision.keep or select_scores is not None:
             # The deferred selection decides which tokens stay; dropped rows change what is kept.
-            kept = self._kept_metrics(batch, keep, token_keep if select_scores is not None else None)
+            kept = kept_metrics(batch, keep, token_keep if select_scores is not None else None)
             if keep is decision.keep:  # the same rows: the decision's kept_frac, of the batch it was made on, stands
                 del kept["kept_frac"]
             kept["dropped_all"] = float(was_dropped or kept["dropped_all"])
@@ -416,25 +456,21 @@ class Strategy:
             step=decision.step,
         )
 
-    @staticmethod
-    def _token_mask(batch: RolloutBatch, keep: torch.Tensor, token_keep: torch.Tensor | None) -> torch.Tensor:
-        """``(N, L)`` tokens the weights are normalised over while deciding: ``token_keep`` (already valid
-        and kept), else the valid tokens of kept responses. Hosts read a finished decision's kept tokens
-        with `dataflex_callbacks.host.kept_token_mask` (which cannot be imported here: it builds strategies)."""
-        if token_keep is not None:
-            return token_keep
-        if batch.valid_mask is None:
-            raise BatchError("token-level parts need RolloutBatch.completion_mask (or another (N, L) field)")
-        if bool(keep.all()):
-            return batch.valid_mask  # read-only here: no (N, L) copy when every response stays
-        return batch.valid_mask & keep.unsqueeze(1)
-
-    def _combine(self, batch, keep, token_keep, response_w, token_w) -> torch.Tensor:
+    def _combine(
+        self,
+        batch: RolloutBatch,
+        keep: torch.Tensor,
+        token_keep: torch.Tensor | None,
+        response_w: torch.Tensor | None,
+        token_w: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """The decision's weights: the response and token weights over the kept tokens, normalised as the
+        reweighter says (0/1 over the kept rows or tokens when nothing reweights)."""
         if token_keep is None and token_w is None:
             return response_w if response_w is not None else keep.to(torch.float32)
         if token_w is not None and response_w is None:
             return token_w  # already zero outside its mask (the kept tokens) and normalised
-        mask = self._token_mask(batch, keep, token_keep)
+        mask = token_mask(batch, keep, token_keep)
         if mask.dtype == torch.bool and mask.device.type == "cpu" and mask.is_contiguous():
             # A bool -> float copy through the uint8 view is about 2x faster on CPU (same 0/1 values).
             weights = torch.empty(mask.shape, dtype=torch.float32).copy_(mask.view(torch.uint8))
@@ -451,38 +487,13 @@ class Strategy:
 
     # ------------------------------------------------------------ component output checks
 
-    def _refuse_weights(self, weights: torch.Tensor, mask: torch.Tensor, scores: torch.Tensor | None) -> None:
-        """Raise the `ComponentError` for weights ``(N,)`` or ``(N, L)`` holding a negative or non-finite value
-        (failure path only)."""
-        flat = weights.detach().reshape(-1)
-        bad = ~torch.isfinite(flat) | (flat < 0)
-        first = int(torch.nonzero(bad)[0])
-        at = tuple(int(i) for i in torch.unravel_index(torch.tensor(first), tuple(weights.shape)))
-        found = (
-            f"weight {float(flat[first]):.6g} at {at[0] if len(at) == 1 else at} "
-            f"({int(bad.sum())} of {flat.numel()} negative or not finite)"
-        )
-        if self.reweight is None:
-            raise ComponentError(f"strategy {self.name!r} produced {found}; weights must be finite and >= 0")
-        reweighter, scorer = self.reweight.actuator.name, self.reweight.scorer.name
-        if scores is not None and not bool(torch.isfinite(scores).all()):
-            raise ComponentError(
-                f"scorer {scorer!r} returned NaN or infinite scores, which reweighter {reweighter!r} "
-                f"turned into {found}; a scorer must return finite scores (nan_policy cleans the "
-                "batch's signals before scoring, so these come from the scorer itself)"
-            )
-        raise ComponentError(
-            f"reweighter {reweighter!r} (on scorer {scorer!r}) returned {found}; loss weights must be "
-            "finite and >= 0: make its raw weights >= 0 (e.g. exp(score), or score - score.min()); "
-            "dataflex_callbacks.testing.check_component shows the failing input"
-        )
-
     def _check_proportions(self, step: int) -> None:
         """Refuse (`ComponentError`) target proportions that are negative or not finite, naming the mixer.
 
         Runs after each mixing update (K values, once per update): a mixer's raw values are checked
         by `Mixer.proportions`; this catches a mixer that replaces ``proportions`` itself.
         """
+        assert self.mixing is not None and self.mixing.target is not None  # called after a mixing update
         target = self.mixing.target
         values = torch.tensor(list(target.values()), dtype=torch.float64)
         if bool((torch.isfinite(values) & (values >= 0)).all()):
@@ -492,72 +503,6 @@ class Strategy:
             "must be finite and >= 0: implement raw_proportions (the base class normalises and floors "
             "it) rather than proportions"
         )
-
-    # ------------------------------------------------------------ metrics
-
-    def _weight_metrics(self, keep, token_keep, weights, batch, reweight_scores=None) -> dict[str, float]:
-        """Weight statistics for the metrics; refuses (`ComponentError`) negative or non-finite weights.
-
-        This is the one place every decision's weights pass, so the check of any reweighter's output
-        (built-in or a user's) lives here: the minimum comes from the same pass as the maximum the
-        metrics need, and the three sums are read with one device sync. ``reweight_scores`` (the
-        reweighter's input, or None) only serves the error message.
-        """
-        # Weights are 0 outside their mask, so plain sums over all entries are sums over the kept
-        # ones: no gather of the kept entries, no (N, L) temporary.
-        mask = self._token_mask(batch, keep, token_keep) if weights.dim() == 2 else keep
-        n = true_count(mask)
-        if n == 0:
-            return {"weight_mean": 0.0, "weight_std": 0.0, "weight_max": 0.0, "ess": 0.0}
-        values = weights if weights.dim() == 2 else weights.to(torch.float64)
-        total, minimum, maximum = torch.stack((values.sum(), *torch.aminmax(values))).tolist()
-        if not (minimum >= 0 and maximum < math.inf):  # NaN fails both comparisons
-            self._refuse_weights(weights, mask, reweight_scores)
-        mean = total / n
-        if weights.dim() == 2:
-            spread = masked_centered_square_sum(weights, mask, mean)
-        else:
-            spread = float(((values - mean) * keep).square().sum())
-        square = spread + n * mean * mean  # sum of squared weights over the mask
-        std = (spread / n) ** 0.5
-        ess = total * total / (n * square) if square > 0 else 0.0
-        return {"weight_mean": mean, "weight_std": std, "weight_max": maximum, "ess": ess}
-
-    @staticmethod
-    def _kept_metrics(batch: RolloutBatch, keep: torch.Tensor, token_keep: torch.Tensor | None) -> dict[str, float]:
-        """``kept_frac`` and ``dropped_all`` of ``keep`` ``(N,)``,
-        with ``kept_token_frac`` of ``token_keep`` ``(N, L)``.
-
-        A step keeps nothing (``dropped_all`` 1) when no response stays, or no token of the kept ones.
-        """
-        n = batch.n
-        kept = int(keep.sum()) if n else 0
-        metrics = {"kept_frac": kept / n if n else 0.0, "dropped_all": float(n > 0 and kept == 0)}
-        if token_keep is not None:
-            n_valid = float(batch.lengths[keep].sum())
-            n_tok = true_count(token_keep)
-            metrics["kept_token_frac"] = n_tok / n_valid if n_valid else 0.0
-            metrics["dropped_all"] = float(metrics["dropped_all"] or (n > 0 and n_tok == 0))
-        return metrics
-
-    def _metrics(
-        self, batch, keep, token_keep, weights, counts, observed_rewards, reweight_scores=None
-    ) -> dict[str, float]:
-        n = batch.n
-        metrics = {**self._kept_metrics(batch, keep, token_keep), "nonfinite_rewards": 0.0}
-        metrics.update(counts)
-        metrics.update(self._weight_metrics(keep, token_keep, weights, batch, reweight_scores))
-        if batch.domains is not None and n:
-            labels, codes = batch.domain_codes()
-            index = torch.from_numpy(codes)
-            rewards = observed_rewards.detach().to("cpu", torch.float64)
-            seen = torch.isfinite(rewards)  # rows left out under nan_policy='drop' are not observations
-            sums = torch.zeros(len(labels), dtype=torch.float64).index_add_(0, index, rewards.where(seen, 0.0))
-            rows = torch.zeros(len(labels), dtype=torch.float64).index_add_(0, index, seen.to(torch.float64))
-            for label, total, count in zip(labels, sums.tolist(), rows.tolist()):
-                if count:
-                    metrics[f"selection_reward/{label}"] = total / count
-        return metrics
 
     # ------------------------------------------------------------ state
 
@@ -603,56 +548,9 @@ class Strategy:
                 component.load_state_dict(saved_components[place])
 
     def summary_line(self, domains: Sequence[str] | None = None, domain_key: str | None = None) -> str:
-        """The one console line a host prints when training starts: the strategy, its parts and the domains seen.
-
-        A pre-rollout filter that has not skipped a prompt yet is said to be warming up: its
-        ``pre_select/*`` metrics read 0 until it first skips, which is expected, not a fault.
-
-        Args:
-            domains: the domain labels of the host's data; empty: the data has none; None: not known
-                before the first batch (a stream, or batches the user's own code builds).
-            domain_key: the column the host reads domains from, named in the line so a user sees which
-                column was read, or that the data has none (then every prompt is in one pool).
-        """
-        parts = []
-        for part in self.parts:
-            config = getattr(self.config, part.kind)
-            text = (
-                f"{part.kind} {_component_text(config.scorer)} -> "
-                f"{_component_text(getattr(config, part.actuator_kind))}"
-            )
-            if part.warmup_steps:
-                text += f" from step {part.warmup_steps}"
-            parts.append(text)
-        if self.mixing is not None:
-            mix = self.config.mix
-            parts.append(
-                f"mix {_component_text(mix.mixer)} (target proportions fixed for the first "
-                f"{mix.warmup_steps} steps, then updated every {mix.update_every})"
-            )
-        if self.config.dynamic_sampling is not None:
-            parts.append(f"dynamic_sampling(max_rounds={self.config.dynamic_sampling.max_rounds})")
-        if self.config.allocation is not None:
-            parts.append(f"allocation {_component_text(self.config.allocation)}")
-        if self.pre_select is not None:
-            text = f"pre_select {_component_text(self.config.pre_select)}"
-            if self.pre_select.skipped:
-                text += f" (acting: {self.pre_select.skipped} prompts skipped so far)"
-            else:
-                text += (
-                    " (warming up: it skips a prompt only once the run's groups predict it gives no signal, "
-                    "so its pre_select/* metrics read 0 until it first skips)"
-                )
-            parts.append(text)
-        column = "" if domain_key is None else f" (column {domain_key!r})"
-        if domains is None:
-            seen = f"domains{column}: not known before the first batch"
-        elif not domains:
-            none = "one pool of prompts" if domain_key is None else f"no {domain_key!r} column: one pool of prompts"
-            seen = f"domains: none ({none})"
-        else:
-            seen = f"domains{column}: " + ", ".join(sorted({str(domain) for domain in domains}))
-        return f"dataflex: strategy {self.name!r}: {'; '.join(parts) or 'no parts (plain training)'}; {seen}"
+        """The one console line a host prints when training starts (`_summary.summary_line`): the strategy, its
+        parts and the domains seen (``domains``: empty when the data has none, None when not known yet)."""
+        return summary_line(self, domains, domain_key)
 
     def __repr__(self) -> str:
         parts = [p.kind + "=" + p.scorer.name + "->" + p.actuator.name for p in self.parts]
@@ -663,14 +561,6 @@ class Strategy:
         if self.allocation is not None:
             parts.append("allocation=" + self.allocation.name)
         return f"Strategy({self.name!r}: {', '.join(parts) or 'no-op'})"
-
-
-def _component_text(spec: Mapping[str, Any]) -> str:
-    """``name(param=value, ...)`` of a resolved component spec, ``name`` alone without parameters."""
-    params = ", ".join(
-        f"{key}={value:g}" if isinstance(value, float) else f"{key}={value}" for key, value in spec["params"].items()
-    )
-    return f"{spec['name']}({params})" if params else spec["name"]
 
 
 def _comparable_config(saved: Any) -> dict:

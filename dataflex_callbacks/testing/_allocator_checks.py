@@ -19,7 +19,8 @@ everywhere) on seeded 0/1 and real-valued rewards of prompts in several domains,
 from __future__ import annotations
 
 import copy
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -53,7 +54,7 @@ class AllocatorChecks:
         skip: Callable[[str, str], None],
         seed: int,
         device: str | None,
-    ):
+    ) -> None:
         self.initial, self.fail, self.passed, self.skip = initial, fail, passed, skip
         self.seed, self.device = seed, device
 
@@ -119,7 +120,7 @@ class AllocatorChecks:
             self.check_counts(done.metrics, generated, before, step)
         return answers
 
-    def check_answer(self, allocator: Any, tally: GroupTally, keys: list, domains: list, where: str) -> None:
+    def check_answer(self, allocator: Any, tally: GroupTally, keys: list[str], domains: list[str], where: str) -> None:
         """``next_round`` on ``tally``: its contract, the same when asked again, per prompt as in the batch, on CUDA."""
         saved = [t.clone() for t in tally]
         answer = allocator.next_round(tally, keys, domains)
@@ -130,7 +131,7 @@ class AllocatorChecks:
             self.fail("output contract", f"{where}: next_round returned {answer.tolist()}; return integer counts >= 0")
         if answer.device != tally.trials.device:
             self.fail("output contract", f"{where}: next_round answered on {answer.device}, the tally is on the CPU")
-        if any(not torch.equal(a, b) for a, b in zip(tally, saved)):
+        if any(not torch.equal(a, b) for a, b in zip(tally, saved, strict=True)):
             self.fail("output contract", f"{where}: next_round changed the tally passed in; leave it unchanged")
         again = allocator.next_round(tally, keys, domains)
         if not torch.equal(again, answer):
@@ -154,7 +155,7 @@ class AllocatorChecks:
             if not torch.equal(got.long(), answer.long()):
                 self.fail("cuda", f"{where}: next_round on CUDA gave {got.tolist()}, on the CPU {answer.tolist()}")
 
-    def check_counts(self, metrics: dict, generated: int, before: float, step: int) -> None:
+    def check_counts(self, metrics: dict[str, float], generated: int, before: float, step: int) -> None:
         """``alloc/step_generated`` and the growth of ``alloc/generated`` are the step's generated completions."""
         step_generated = metrics.get("alloc/step_generated")
         total = metrics.get("alloc/generated")
@@ -175,7 +176,7 @@ class AllocatorChecks:
         second = self.fresh()
         second.load_state_dict(copy.deepcopy(first.state_dict()))
         want, got = self.step(first, 2), self.step(second, 2)
-        if len(want) != len(got) or any(not torch.equal(a, b) for a, b in zip(want, got)):
+        if len(want) != len(got) or any(not torch.equal(a, b) for a, b in zip(want, got, strict=True)):
             self.fail(
                 "state_dict",
                 f"a fresh allocator after load_state_dict answered {[a.tolist() for a in got]}, the saved one "

@@ -6,7 +6,8 @@ What `dataflex_callbacks.testing.check_component` feeds a component; usable in a
 from __future__ import annotations
 
 import dataclasses
-from typing import Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -88,7 +89,7 @@ def drop_policy_batch(batch: RolloutBatch) -> RolloutBatch:
 
 def batch_rows(batch: RolloutBatch, rows: torch.Tensor) -> RolloutBatch:
     """The sub-batch of ``rows`` ``(n,)`` long, in that order."""
-    values = {}
+    values: dict[str, Any] = {}
     for name in BATCH_FIELDS:
         value = getattr(batch, name)
         if isinstance(value, torch.Tensor):
@@ -101,7 +102,8 @@ def batch_rows(batch: RolloutBatch, rows: torch.Tensor) -> RolloutBatch:
 
 def batch_to(batch: RolloutBatch, device: str | torch.device) -> RolloutBatch:
     """``batch`` with every tensor moved to ``device``."""
-    values = {name: getattr(batch, name) for name in BATCH_FIELDS}
-    return RolloutBatch(
-        **{name: value.to(device) if isinstance(value, torch.Tensor) else value for name, value in values.items()}
-    )
+    values: dict[str, Any] = {name: getattr(batch, name) for name in BATCH_FIELDS}
+    moved: dict[str, Any] = {
+        name: value.to(device) if isinstance(value, torch.Tensor) else value for name, value in values.items()
+    }
+    return RolloutBatch(**moved)

@@ -29,8 +29,8 @@ Why each part exists (verl 0.9.1):
 
 from __future__ import annotations
 
-import os
 import functools
+import os
 from contextlib import nullcontext
 from types import ModuleType
 from typing import Any

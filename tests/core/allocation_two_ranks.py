@@ -1,4 +1,5 @@
-"""Run by test_allocation.py: a few steps of allocation rounds, alone or as two gloo processes each reporting its share.
+"""Run by components/test_allocation.py: a few steps of allocation rounds, alone or as two gloo processes each
+reporting its share.
 
 Every round's rewards are drawn from a generator seeded by (step, round) over the rows the round asked for,
 so one process and two processes see the same rewards; each rank reports the rows of its own prompts.

@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-
 from device_tensors import TensorsOnDevice, device_from_environment
 
 

@@ -14,11 +14,10 @@ from collections import OrderedDict
 import numpy as np
 import torch
 
-
 # ---------------------------------------------------------------- groups
 
 
-def groups_of(group_ids) -> "OrderedDict[int, list[int]]":
+def groups_of(group_ids) -> OrderedDict[int, list[int]]:
     """{group id: [row indices]} in first-appearance order, by a plain Python loop."""
     out: OrderedDict[int, list[int]] = OrderedDict()
     for row, gid in enumerate(torch.as_tensor(group_ids).tolist()):
@@ -210,7 +209,9 @@ def softmax_raw(scores: torch.Tensor, mask: torch.Tensor, temperature: float) ->
     s = scores.double()
     if not bool(mask.any()):
         return torch.zeros_like(s)
-    top = max(float(v) / temperature for v, m in zip(s.reshape(-1).tolist(), mask.reshape(-1).tolist()) if m)
+    top = max(
+        float(v) / temperature for v, m in zip(s.reshape(-1).tolist(), mask.reshape(-1).tolist(), strict=True) if m
+    )
     return torch.where(mask, torch.exp(s / temperature - top), torch.zeros_like(s))
 
 

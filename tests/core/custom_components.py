@@ -1,8 +1,9 @@
 """New strategy components written as a user would: with the public ``dataflex_callbacks`` API only.
 
-test_testing.py runs each through ``dataflex_callbacks.testing.check_component`` and checks that
-this module imports nothing else; test_registry.py names them in configs by import path
-(``custom_components:GroupCenteredReward``) and by a registered name.
+testing/test_conformance.py runs each (but `RandomScore`) through ``dataflex_callbacks.testing.check_component``
+and checks that this module imports nothing else; test_registry.py names them in configs by import path
+(``custom_components:GroupCenteredReward``) and by a registered name; host/test_contract.py names
+``custom_components:RandomScore`` (a strategy with CPU randomness) in a config.
 """
 
 import torch
@@ -90,3 +91,12 @@ class LowestRewardFirst(Mixer):
     def raw_proportions(self, tracker):
         reward = torch.nan_to_num(tracker.mean_reward(), nan=0.0).clamp(0.0, 1.0)
         return 1.1 - reward
+
+
+class RandomScore(Scorer):
+    """A score drawn from torch's default CPU generator: a strategy with CPU randomness."""
+
+    scope = "batch"
+
+    def _score(self, batch):
+        return torch.rand(batch.n)

@@ -1,7 +1,7 @@
 """The core tests' device: ``DATAFLEX_TEST_DEVICE=cuda pytest tests/core`` builds the tests' tensors on CUDA.
 
 Unset (the default), nothing changes: every tensor is built on the CPU. Set (``cpu`` too), every tensor
-factory called from a file in this folder (the tests and their references, never the package) without
+factory called from a file in this folder or below it (the tests and their references, never the package) without
 a ``device=`` gets that device (`TensorsOnDevice`, entered by conftest.py for the session), so the
 package receives device tensors exactly as a host passes them and its own constructors behave as in
 production. A factory given a CPU ``torch.Generator`` draws on the CPU and moves the result, so a seed
@@ -36,7 +36,7 @@ def device_from_environment() -> torch.device | None:
 
 
 class TensorsOnDevice(TorchFunctionMode):
-    """Give ``device`` to tensor factories called from this folder's files (the caller's frame decides)."""
+    """Give ``device`` to tensor factories called from files under this folder (the caller's frame decides)."""
 
     def __init__(self, device: torch.device):
         super().__init__()

@@ -1,4 +1,4 @@
-"""Run by test_pre_select.py: two gloo processes update a PromptHistory with ``sync=True``,
+"""Run by components/test_pre_select.py: two gloo processes update a PromptHistory with ``sync=True``,
 each from its half of a batch.
 """
 
@@ -10,7 +10,6 @@ import torch
 import torch.distributed as dist
 
 from dataflex_callbacks import RolloutBatch, build_component
-
 
 STEPS = 3
 

@@ -3,9 +3,9 @@
 import json
 
 import torch
+from processes import run_ranks
 
 from dataflex_callbacks._distributed import all_gather_objects, all_gather_rows, all_reduce_sum, world_size_and_rank
-from processes import run_ranks
 
 
 def test_without_a_process_group_every_collective_returns_its_argument():

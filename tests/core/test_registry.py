@@ -7,10 +7,10 @@ import re
 import subprocess
 import sys
 
+import custom_components
 import pytest
 import torch
 
-import custom_components
 from dataflex_callbacks import (
     ArgumentError,
     ConfigError,
@@ -20,8 +20,8 @@ from dataflex_callbacks import (
     build_strategy,
     list_components,
     register,
+    registry,
 )
-from dataflex_callbacks import registry
 
 EXPECTED = {
     "scorer": [

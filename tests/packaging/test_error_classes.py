@@ -21,7 +21,7 @@ BUILTIN_ERRORS = {
 # (file, line text) of raises that never reach a user: converted on the spot by the enclosing handler.
 INTERNAL = {
     (
-        "dataflex_callbacks/sampling/sampler.py",
+        "dataflex_callbacks/sampling/_sampler_state.py",
         "raise TypeError(f\"proportions is a {type(state['proportions']).__name__}\")",
     ),
     # A module __getattr__ must raise AttributeError: that is how `hasattr` and `from ... import` ask.

@@ -197,8 +197,7 @@ LAYERS = (
     ("dataflex_callbacks.config",),
     ("dataflex_callbacks.rollout",),
     ("dataflex_callbacks.metrics",),
-    ("dataflex_callbacks.components",),
-    ("dataflex_callbacks.mixing",),
+    ("dataflex_callbacks.components", "dataflex_callbacks.mixing"),
     ("dataflex_callbacks.strategy",),
     ("dataflex_callbacks.sampling",),
     ("dataflex_callbacks.host",),
@@ -231,6 +230,27 @@ def test_every_module_has_a_layer_and_imports_no_later_one():
     edges = import_edges(find_modules(PACKAGE_DIRS))
     assert [m for m in edges if m != "dataflex_callbacks" and layer_of(m) is None] == []
     assert upward_imports(edges) == []
+
+
+# Folders that share a layer and stay independent: neither imports the other.
+SIBLINGS = (("dataflex_callbacks.components", "dataflex_callbacks.mixing"),)
+
+
+def sibling_imports(edges: dict[str, set[str]]) -> list[str]:
+    """``module -> target`` for each import between two sibling folders of `SIBLINGS`."""
+    found = []
+    for module, targets in sorted(edges.items()):
+        for pair in SIBLINGS:
+            for own, other in (pair, pair[::-1]):
+                if module == own or module.startswith(own + "."):
+                    found += [f"{module} -> {t}" for t in sorted(targets) if t == other or t.startswith(other + ".")]
+    return found
+
+
+def test_sibling_folders_do_not_import_each_other():
+    assert sibling_imports(import_edges(find_modules(PACKAGE_DIRS))) == []
+    edges = {"dataflex_callbacks.mixing.tracker": {"dataflex_callbacks.components.scorers"}}
+    assert sibling_imports(edges) == ["dataflex_callbacks.mixing.tracker -> dataflex_callbacks.components.scorers"]
 
 
 def test_an_import_up_the_layers_is_found():

@@ -101,15 +101,12 @@ PUBLIC = {
         "BatchFeed",
         "Candidates",
         "DEFAULT_DOMAIN_KEY",
-        "HOST_LOSSES",
         "HostLosses",
         "PromptAcceptance",
         "PromptSource",
         "ROLLOUT_FIELDS",
         "ROW_NORMALISED",
         "TENSOR_FIELDS",
-        "accept_from",
-        "accept_prompts",
         "acts_before_rollout",
         "aggregate",
         "as_strategy",
@@ -119,6 +116,7 @@ PUBLIC = {
         "decide",
         "finish_loss",
         "grpo_fields",
+        "host_losses",
         "kept_token_mask",
         "load_state_file",
         "local_decision",
@@ -126,11 +124,11 @@ PUBLIC = {
         "micro_batch_decision",
         "prompt_choosing_parts",
         "read_state_file",
+        "register_host_losses",
         "removal_scale",
         "resolve_domain_key",
         "restore_strategy",
         "restrict_rows",
-        "set_group_size",
     ],
     "dataflex_callbacks.testing": ["ConformanceError", "ConformanceReport", "check_component"],
     "dataflex_callbacks.integrations.trl": [
@@ -308,7 +306,7 @@ def test_observe_drawn_is_gone():
     from dataflex_callbacks.mixing import DomainMixing
 
     with pytest.raises(AttributeError):
-        DomainMixing.observe_drawn
+        _ = DomainMixing.observe_drawn
 
 
 def test_the_sampler_has_no_key_column():
@@ -341,8 +339,7 @@ def test_the_recipes_take_no_domain_column():
 
 def test_the_trl_adapter_takes_no_domain_column():
     pytest.importorskip("trl")
-    from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
-    from dataflex_callbacks.integrations.trl import callback
+    from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach, callback
 
     for function in (DataFlexCallback.__init__, DataFlexGRPOTrainer.__init__, attach):
         assert "domain_column" not in inspect.signature(function).parameters, function.__qualname__

@@ -14,6 +14,7 @@ import site
 import subprocess
 import sys
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -30,7 +31,7 @@ def outer_site_packages() -> list[str]:
 
 
 def can_build_without_isolation() -> bool:
-    """True when this interpreter has the build backend pyproject.toml asks for (setuptools >= 69, wheel).
+    """True when this interpreter has the build backend pyproject.toml asks for (setuptools >= 77, wheel).
 
     A fresh venv on Python 3.12 has no setuptools, one on 3.11 an older one: pip then builds in an
     isolated environment, fetching them from the configured index as `pip install -e .` just did.
@@ -39,7 +40,7 @@ def can_build_without_isolation() -> bool:
         return False
     import setuptools
 
-    return int(setuptools.__version__.split(".")[0]) >= 69
+    return int(setuptools.__version__.split(".")[0]) >= 77
 
 
 def run(cmd, **kwargs):
@@ -79,6 +80,9 @@ def test_wheel_installs_and_imports_outside_the_repo(tmp_path):
     )
     wheels = list(dist.glob("dataflex_callbacks-*.whl"))
     assert len(wheels) == 1, list(dist.iterdir())
+    # PEP 561: without py.typed a user's type checker treats the installed package as untyped.
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        assert "dataflex_callbacks/py.typed" in wheel.namelist()
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(system_site_packages=False, with_pip=False).create(env_dir)

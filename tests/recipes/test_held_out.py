@@ -91,7 +91,7 @@ def test_the_evaluation_gives_greedy_and_sampled_figures_and_their_headline():
 
 def _varied(prompts, completions, answer, **columns):
     """A reward that varies with the completion and reads the answer column, so each sample counts."""
-    return [float(c[:1] == str(a)[:1]) + len(set(c)) / 10 for c, a in zip(completions, answer)]
+    return [float(c[:1] == str(a)[:1]) + len(set(c)) / 10 for c, a in zip(completions, answer, strict=True)]
 
 
 @pytest.mark.parametrize("k", [None, 3])
@@ -105,12 +105,12 @@ def test_pass_rate_under_a_users_reward_equals_a_loop_over_the_samples(k):
         samples = generate_sampled(model, tokenizer, prompts, k, 1.0, max_new_tokens=6, seed=2)
     threshold = 1.0
     row_rates = []
-    for prompt, row, answer in zip(prompts, samples, test["answer"]):
+    for prompt, row, answer in zip(prompts, samples, test["answer"], strict=True):
         passed = [_varied([prompt], [text], [answer])[0] >= threshold for text in row]
         row_rates.append(sum(passed) / len(row))
     expected = {}
     for domain in sorted(set(test["domain"])):
-        rates = [r for r, d in zip(row_rates, test["domain"]) if d == domain]
+        rates = [r for r, d in zip(row_rates, test["domain"], strict=True) if d == domain]
         expected[domain] = sum(rates) / len(rates)
     expected["overall"] = sum(row_rates) / len(row_rates)
     got = reward_pass_rate(model, tokenizer, test, _varied, threshold, 6, k=k, temperature=1.0, seed=2)

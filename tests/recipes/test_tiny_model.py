@@ -26,8 +26,8 @@ def test_model_is_tiny_and_seeded():
     tokenizer = build_tiny_tokenizer()
     first, again, other = (build_tiny_model(tokenizer, seed=s) for s in (0, 0, 1))
     assert 10_000 < sum(p.numel() for p in first.parameters()) < 200_000
-    assert all(torch.equal(a, b) for a, b in zip(first.parameters(), again.parameters()))
-    assert not all(torch.equal(a, b) for a, b in zip(first.parameters(), other.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(first.parameters(), again.parameters(), strict=True))
+    assert not all(torch.equal(a, b) for a, b in zip(first.parameters(), other.parameters(), strict=True))
     assert build_tiny_model(tokenizer, num_hidden_layers=1).config.num_hidden_layers == 1
 
 
@@ -48,7 +48,7 @@ def test_save_and_reload(tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(tmp_path)
     model = AutoModelForCausalLM.from_pretrained(tmp_path)
     reference = build_tiny_model(build_tiny_tokenizer(), seed=3)
-    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(model.parameters(), reference.parameters(), strict=True))
     text = "code 1 2 3: abc"
     assert tokenizer(text)["input_ids"] == build_tiny_tokenizer()(text)["input_ids"]
     assert tokenizer.decode(tokenizer(text)["input_ids"]) == text

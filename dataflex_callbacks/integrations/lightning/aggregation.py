@@ -15,8 +15,8 @@ loss_type          loss over the kept entries                                   
 =================  =============================================================  ===========
 
 Each ``loss_type`` is the core loss aggregation of the same name (`dataflex_callbacks.host.AGGREGATIONS`),
-which is also what TRL's ``loss_type`` and verl's ``loss_agg_mode`` map onto; the names are looked up
-in the core's registry of every host's losses (`dataflex_callbacks.host.HOST_LOSSES`).
+which is also what TRL's ``loss_type`` and verl's ``loss_agg_mode`` map onto; the names are
+declared here (`LIGHTNING_LOSSES`, `dataflex_callbacks.host.register_host_losses`).
 
 A response stays in the ``sequence_*`` and ``fixed_length`` normalisers while it keeps at least
 one token (token-level selection can empty a response). When nothing is kept the loss is an
@@ -28,19 +28,30 @@ from __future__ import annotations
 import torch
 
 from dataflex_callbacks import Decision
-from dataflex_callbacks.host import HOST_LOSSES, aggregate, finish_loss, kept_token_mask
+from dataflex_callbacks.host import HostLosses, aggregate, finish_loss, kept_token_mask, register_host_losses
 
-LOSS_AGGREGATION = HOST_LOSSES["lightning"].kinds
+LIGHTNING_LOSSES = register_host_losses(
+    "lightning",
+    HostLosses(
+        "Lightning",
+        "loss_type",
+        {name: name for name in ("token_mean", "sequence_mean", "sequence_sum", "fixed_length")},
+        "self.dataflex.loss(..., loss_type=...)",
+    ),
+)
+"""Lightning's ``loss_type`` names: the core's own aggregation names (`host.register_host_losses`)."""
+
+LOSS_AGGREGATION = LIGHTNING_LOSSES.kinds
 """Lightning ``loss_type`` -> the core's loss aggregation (`dataflex_callbacks.host.AGGREGATIONS`)."""
 
-LOSS_TYPES = HOST_LOSSES["lightning"].names
+LOSS_TYPES = LIGHTNING_LOSSES.names
 
 __all__ = ["LOSS_TYPES", "check_loss_type", "finish_loss", "kept_token_mask", "loss_sum_and_count"]
 
 
 def check_loss_type(loss_type: str) -> str:
     """The core aggregation of ``loss_type``; a `ConfigError` naming the valid choices when it is unknown."""
-    return HOST_LOSSES["lightning"].aggregation(loss_type)
+    return LIGHTNING_LOSSES.aggregation(loss_type)
 
 
 def loss_sum_and_count(

@@ -11,14 +11,15 @@ completions each prompt gets next (`dataflex_callbacks.sampling.AllocationRounds
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from dataflex_callbacks import AllocationRounds, DataFlexError, Decision, DomainMixingSampler, RolloutBatch
+from dataflex_callbacks import AllocationRounds, DataFlexError, Decision, DomainMixingSampler, RolloutBatch, Strategy
 from dataflex_callbacks.errors import user_stacklevel
-from dataflex_callbacks.host import TENSOR_FIELDS, batch_fields, decide, finish_loss, local_decision, set_group_size
+from dataflex_callbacks.host import TENSOR_FIELDS, batch_fields, decide, finish_loss, local_decision
 
 from .aggregation import loss_sum_and_count
 from .gather import distributed_world, gather_rollouts
@@ -111,8 +112,8 @@ class BoundStrategy:
             **{name: getattr(batch, name).detach() for name in TENSOR_FIELDS if getattr(batch, name) is not None}
         )
         everyone, rows = gather_rollouts(detached)
-        if strategy.pre_select is not None:
-            self._prepare_pre_select(strategy.pre_select, everyone)
+        if strategy.skips_prompts:
+            self._prepare_pre_select(strategy, everyone)
         # The gathered batch is the same on every rank; only rank 0 says when a step keeps nothing.
         decided = decide(strategy, everyone, step, warn=trainer.is_global_zero)
         decision = local_decision(decided, rows, batch.num_tokens)
@@ -140,7 +141,7 @@ class BoundStrategy:
             )
         return AllocationRounds(allocator, keys, domains)
 
-    def _prepare_pre_select(self, pre_select, everyone: RolloutBatch) -> None:
+    def _prepare_pre_select(self, strategy: Strategy, everyone: RolloutBatch) -> None:
         """Check the step's prompt keys against the sampler's, and give the filter the group size.
 
         Both read the gathered batch, identical on every rank, so every rank raises alike.
@@ -151,7 +152,7 @@ class BoundStrategy:
         if everyone.group_ids is not None and everyone.n:
             # A skipped prompt saves one group of completions: the mean group size of the step.
             groups = int(torch.unique(everyone.group_ids).numel())
-            set_group_size(pre_select, max(1, round(everyone.n / groups)))
+            strategy.set_completions_per_prompt(max(1, round(everyone.n / groups)))
 
     def loss(
         self,

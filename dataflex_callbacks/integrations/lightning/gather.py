@@ -36,7 +36,7 @@ def _gather_padded(value: torch.Tensor, sizes: list[tuple[int, int]], n_max: int
         padded[: value.shape[0], : value.shape[1]] = send
     pieces = [torch.empty_like(padded) for _ in sizes]
     dist.all_gather(pieces, padded)
-    rows = [piece[:n] for piece, (n, _) in zip(pieces, sizes)]
+    rows = [piece[:n] for piece, (n, _) in zip(pieces, sizes, strict=True)]
     return torch.cat(rows).to(dtype)
 
 
@@ -98,4 +98,4 @@ def gather_rollouts(batch: RolloutBatch) -> tuple[RolloutBatch, slice]:
 
 
 def _describe(layout: list[int]) -> str:
-    return ", ".join(["rewards"] + [name for name, flag in zip(ROLLOUT_FIELDS[1:], layout[2:]) if flag])
+    return ", ".join(["rewards"] + [name for name, flag in zip(ROLLOUT_FIELDS[1:], layout[2:], strict=True) if flag])

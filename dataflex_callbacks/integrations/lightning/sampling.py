@@ -16,13 +16,14 @@ dataset, batch_size=B)`` in a data module build the same thing: a `DomainMixingS
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from typing import Any
 
 from torch.utils.data.distributed import DistributedSampler
 
 from dataflex_callbacks import ConfigError, DataFlexError, DomainMixingSampler, Strategy
-from dataflex_callbacks.rollout.prompt_keys import KEY_COLUMNS, hashable_key
 from dataflex_callbacks.host import resolve_domain_key
+from dataflex_callbacks.rollout.prompt_keys import KEY_COLUMNS, hashable_key
 
 SAMPLER_FIXED = ("layout", "resume", "strategy", "num_replicas", "rank")
 

@@ -21,7 +21,7 @@ responses, which makes it the share over all the epoch's rows of the domain); ru
 
 from __future__ import annotations
 
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import torch
 from torchmetrics.aggregation import MeanMetric

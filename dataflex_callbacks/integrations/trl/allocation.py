@@ -37,14 +37,14 @@ processes.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any
 
 import torch
 
 from dataflex_callbacks.components.allocation import ScreenAllocator
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.host import set_group_size
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
 
@@ -77,7 +77,7 @@ def check_allocation(trainer, strategy) -> None:
         )
     if strategy.mix_enabled:
         raise ConfigError(NOT_SUPPORTED.format(what="a strategy with a mix part", fix="drop the mix part"))
-    if strategy.pre_select is not None and allocator.pilot < 2:
+    if strategy.skips_prompts and allocator.pilot < 2:
         raise ConfigError(
             NOT_SUPPORTED.format(
                 what="a pre_select part with a pilot of 1 completion (pre_select learns which prompts to skip from "
@@ -158,23 +158,23 @@ class Allocation:
     def __init__(self, strategy):
         self.strategy = strategy
         self.allocator: ScreenAllocator = strategy.allocation
-        self.stream: Optional[PromptStream] = None
-        self._pending_stream: Optional[dict] = None
-        self.domain_key: Optional[str] = None
-        self.prompt_key_column: Optional[str] = None
-        self.reward_index: Optional[int] = None
-        self.may_generate: Optional[Callable[[int], bool]] = None
+        self.stream: PromptStream | None = None
+        self._pending_stream: dict | None = None
+        self.domain_key: str | None = None
+        self.prompt_key_column: str | None = None
+        self.reward_index: int | None = None
+        self.may_generate: Callable[[int], bool] | None = None
         """``may_generate(generated)``: asked before each further screening round with the completions (all
         processes) the step generated so far; False makes that round the step's last (it commits what the step
         still needs, as ``max_screens`` does). Must answer alike on every rank."""
-        self._step_tokens: Optional[float] = None  # completion tokens the step generated, while TRL reports them
+        self._step_tokens: float | None = None  # completion tokens the step generated, while TRL reports them
 
     def bind(
         self,
         trainer,
-        domain_key: Optional[str] = None,
-        prompt_key_column: Optional[str] = None,
-        reward_index: Optional[int] = None,
+        domain_key: str | None = None,
+        prompt_key_column: str | None = None,
+        reward_index: int | None = None,
     ) -> None:
         """Check the trainer's settings, bind G, and open the prompt stream of further candidates.
 
@@ -182,12 +182,10 @@ class Allocation:
         None: TRL's weighted sum.
         """
         check_allocation(trainer, self.strategy)
-        if self.strategy.pre_select is not None:
+        if self.strategy.skips_prompts:
             self.strategy.bind_pilot_observer()
         self.domain_key, self.prompt_key_column, self.reward_index = domain_key, prompt_key_column, reward_index
-        self.stream = open_stream(
-            trainer, self.strategy.pre_select, prompt_key_column, domain_key, self._pending_stream
-        )
+        self.stream = open_stream(trainer, self.strategy, prompt_key_column, domain_key, self._pending_stream)
         self._pending_stream = None
 
     def _candidates(self, trainer, prompts: list, need: int, last: bool) -> list:
@@ -271,8 +269,7 @@ class Allocation:
 
     def _observe_pilots(self, trainer, rewards: torch.Tensor, index: torch.Tensor, keys: list, domains: list) -> None:
         """Show a ``pre_select`` filter every pilot group (the prompts it paid k completions for), once."""
-        pre_select = self.strategy.pre_select
-        if pre_select is None:
+        if not self.strategy.skips_prompts:
             return
         rows = index.tolist()
         batch = RolloutBatch(
@@ -281,15 +278,15 @@ class Allocation:
             prompt_keys=[keys[i] for i in rows],
             domains=[domains[i] for i in rows],
         )
-        set_group_size(pre_select, self.allocator.pilot)  # a skipped prompt saves its pilot
-        pre_select.observe(batch, int(trainer.state.global_step), sync=False)
+        self.strategy.set_completions_per_prompt(self.allocator.pilot)  # a skipped prompt saves its pilot
+        self.strategy.observe_prompt_groups(batch, int(trainer.state.global_step), sync=False)
 
     def _domain(self, row: Mapping[str, Any]) -> str:
         return str(row[self.domain_key]) if self.domain_key is not None and self.domain_key in row else NO_DOMAIN
 
     def _round(self, trainer, score_round: Callable, prompts: list, counts: torch.Tensor, pad_id: int):
         """Generate ``counts[i]`` completions of ``prompts[i]`` by TRL's method; every rank's rows and rewards."""
-        rows_global = [row for row, count in zip(prompts, counts.tolist()) for _ in range(count)]
+        rows_global = [row for row, count in zip(prompts, counts.tolist(), strict=True) for _ in range(count)]
         if not rows_global:
             return [], torch.zeros(0)
         accelerator = trainer.accelerator
@@ -326,7 +323,7 @@ def _only(chosen: torch.Tensor, size: int, count: int) -> torch.Tensor:
     return counts
 
 
-def _logged_lengths(trainer) -> Optional[list]:
+def _logged_lengths(trainer) -> list | None:
     """TRL's list of this step's logged mean completion lengths (one per call of its scoring), or None without one."""
     metrics = getattr(trainer, "_metrics", None)
     if not isinstance(metrics, Mapping) or "train" not in metrics:

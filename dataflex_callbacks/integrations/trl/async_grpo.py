@@ -45,19 +45,13 @@ from __future__ import annotations
 
 import collections
 import inspect
-import os
 import warnings
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import torch
-from transformers import TrainerCallback
 
-from dataflex_callbacks.components.allocation import ScreenAllocator
 from dataflex_callbacks.config.fields import DynamicSamplingConfig
-from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
-from dataflex_callbacks.rollout.groups import every_group_equal
-from dataflex_callbacks.host.checkpoints import checkpoint_state, read_state_file, restore_strategy
-from dataflex_callbacks.sampling.dynamic_sampling import signal_rows
 from dataflex_callbacks.errors import (
     ConfigError,
     HostError,
@@ -65,66 +59,29 @@ from dataflex_callbacks.errors import (
     WrongHostError,
     user_stacklevel,
 )
-from dataflex_callbacks.host import acts_before_rollout, as_strategy, decide, prompt_choosing_parts, resolve_domain_key
-from dataflex_callbacks.metrics import DomainStalenessStats, RunSummary
+from dataflex_callbacks.host import acts_before_rollout, decide, prompt_choosing_parts, resolve_domain_key
+from dataflex_callbacks.metrics import DomainStalenessStats
+from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+from dataflex_callbacks.rollout.groups import every_group_equal
+from dataflex_callbacks.sampling.dynamic_sampling import signal_rows
 from dataflex_callbacks.sampling.sampler import DomainMixingSampler, domain_labels
 
+from .async_host import async_fields, async_trainer_class, check_async_strategy, is_async_trainer
 from .async_rollout import InProcessRolloutWorker, cpu_device_name, use_cpu_tree_attention
-from .callback import STATE_FILE, AdapterOptions, save_into_checkpoint
+from .lifecycle import StrategyCallback
+from .options import AdapterOptions
 from .sampling import row_key
 from .signals import resolve_reward_index, selection_reward_text
-
-
-def async_trainer_class() -> type:
-    """``trl.experimental.async_grpo.AsyncGRPOTrainer`` (imported on first use: TRL warns on experimental imports)."""
-    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
-    from trl.experimental.async_grpo import AsyncGRPOTrainer
-
-    return AsyncGRPOTrainer
-
-
-def is_async_trainer(trainer) -> bool:
-    """Whether ``trainer`` is a TRL ``AsyncGRPOTrainer``."""
-    return isinstance(trainer, async_trainer_class())
-
-
-def async_fields(domains: bool) -> set[str]:
-    """The `RolloutBatch` fields this host builds for every consumed batch."""
-    fields = {"rewards", "group_ids", "completion_mask", "advantages", "prompt_keys", "policy_versions"}
-    return fields | ({"domains"} if domains else set())
-
-
-def check_async_strategy(strategy) -> None:
-    """Refuse, in one line naming the part, what cannot run on the samples an ``AsyncGRPOTrainer`` consumes."""
-    host = "TRL's AsyncGRPOTrainer"
-    if strategy.allocation is not None and not isinstance(strategy.allocation, ScreenAllocator):
-        raise ConfigError(
-            f"dataflex: allocation {strategy.allocation.name!r} is not supported by {host}: its groups differ in size "
-            "and the trainer's batches hold num_generations samples per prompt; use 'screen', or drop the part"
-        )
-    for part in strategy.parts:
-        kind = part.actuator_kind
-        if part.token_level:
-            raise ConfigError(
-                f"dataflex: {part.kind}: {kind} {part.actuator.name!r} works on tokens, but {host} packs one "
-                f"advantage per sample into its loss; use a response-level {part.kind} part under the async trainer"
-            )
-        if part.needs_policy:
-            raise ConfigError(
-                f"dataflex: {part.kind}: scorer {part.scorer.name!r} reads the current policy's log-probs or entropies "
-                f"inside the loss, which {host} does not expose; "
-                "use a scorer of rollout signals under the async trainer"
-            )
 
 
 class _QueueArrivals:
     """The trainer's rollout queue, seen through: each sample taken is reported to the callback first (same thread)."""
 
-    def __init__(self, inner, callback: "DataFlexAsyncCallback"):
+    def __init__(self, inner, callback: DataFlexAsyncCallback):
         self._inner = inner
         self.callback = callback
 
-    def get(self, block: bool = True, timeout: Optional[float] = None):
+    def get(self, block: bool = True, timeout: float | None = None):
         sample = self._inner.get(block, timeout)
         self.callback.arrived(sample)
         return sample
@@ -140,7 +97,7 @@ class ConsumedSamples(torch.utils.data.IterableDataset):
     """The stage between TRL's ``RolloutQueueDataset`` and its batcher:
     decide on whole groups, pass the kept samples on."""
 
-    def __init__(self, source, callback: "DataFlexAsyncCallback"):
+    def __init__(self, source, callback: DataFlexAsyncCallback):
         self.source = source
         self.callback = callback
 
@@ -153,7 +110,7 @@ class ConsumedSamples(torch.utils.data.IterableDataset):
             yield ready.popleft()
 
 
-class DataFlexAsyncCallback(TrainerCallback):
+class DataFlexAsyncCallback(StrategyCallback):
     """Apply a data strategy to the samples a TRL ``AsyncGRPOTrainer`` consumes, and to the prompts its worker is fed.
 
     Use it through `attach(trainer, strategy)` or `DataFlexAsyncGRPOTrainer(..., strategy=...)`
@@ -161,28 +118,23 @@ class DataFlexAsyncCallback(TrainerCallback):
 
     Args:
         strategy: a `Strategy`, preset name, config dict or YAML path.
-        **options: the adapter's options, `callback.AdapterOptions`, kept as ``self.options``; the
+        **options: the adapter's options, `options.AdapterOptions`, kept as ``self.options``; the
             selection reward is read from each sample's metrics (TRL's weighted sum: its ``reward``).
     """
 
     trainer_name = "DataFlexAsyncGRPOTrainer"
 
     def __init__(self, strategy: Any, **options: Any):
-        self.options = AdapterOptions().updated(options, f"{type(self).__name__}(...)")
-        self.strategy = as_strategy(strategy)
+        super().__init__(strategy, **options)
         check_async_strategy(self.strategy)
-        self.domain_key = self.options.domain_key  # the column; resolved against the config's domain_key in bind()
-        self.decisions: list[dict[str, Any]] = []
-        self.trainer = None
-        self.sampler: Optional[DomainMixingSampler] = None
-        self.staleness: Optional[DomainStalenessStats] = None
+        self.staleness: DomainStalenessStats | None = None
         # With record_decisions: the staleness of every sample taken and not dropped as stale, in order (it grows
         # with the run, so only tests and benchmarks keep it; the logged per-domain means come from `staleness`).
         self.consumed_staleness: list[int] = []
         self._versions: dict[int, int] = {}  # group id -> policy version it was generated with
         self._stale_groups: dict[int, list] = {}  # group id -> its samples TRL dropped as stale (for the filter)
         self._open_group: list = []  # samples of the group being read from the queue
-        self._last_arrival: Optional[int] = None  # the group id of the last sample taken from the queue
+        self._last_arrival: int | None = None  # the group id of the last sample taken from the queue
         self._dynamic = self.strategy.config.dynamic_sampling is not None
         # A step takes at most this many steps' worth of groups looking for signal (the dynamic_sampling part's
         # max_rounds; its default without one), then trains on zero-signal groups masked out.
@@ -191,15 +143,10 @@ class DataFlexAsyncCallback(TrainerCallback):
         self._taken_without_training = 0  # groups taken since a decision last passed a sample on
         self._warned_no_signal = False
         self._reward_names: list[str] = []  # the worker's reward functions, named in warnings
-        self.summary = RunSummary()  # what the strategy kept, printed at train end
         # The decisions of each step the dataloader assembled, oldest first, and of the one being assembled: a step
         # enters the summary when the optimizer takes it (the dataloader fetches one ahead).
         self._assembled: collections.deque[list] = collections.deque()
         self._assembling: list = []
-
-    @property
-    def attached(self) -> bool:
-        return self.trainer is not None
 
     # ------------------------------------------------------------------ binding
     def bind(self, trainer) -> None:
@@ -209,10 +156,7 @@ class DataFlexAsyncCallback(TrainerCallback):
                 f"dataflex: {type(self).__name__} works with TRL's AsyncGRPOTrainer; got "
                 f"{type(trainer).__name__}. attach(trainer, strategy) picks the callback for each TRL trainer."
             )
-        if self.trainer is not None and self.trainer is not trainer:
-            raise HostError(
-                f"dataflex: this {type(self).__name__} is already attached to another trainer; create a new one."
-            )
+        self.refuse_other_trainer(trainer)
         if isinstance(trainer.rollout_queue, _QueueArrivals):
             raise HostError(
                 f"dataflex: this {type(trainer).__name__} already applies strategy "
@@ -234,8 +178,7 @@ class DataFlexAsyncCallback(TrainerCallback):
             [str(d) for d in domain_labels(dataset, self.domain_key, required=False)] if has_domains else None
         )
         domains = sorted(set(self._labels)) if self._labels is not None else [NO_DOMAIN]
-        if self.strategy.mix_enabled and self.strategy.domains is None:
-            self.strategy.bind_domains(domains)
+        self.bind_mix_domains(domains)
         if self.strategy.allocation is not None:
             if not isinstance(worker, InProcessRolloutWorker):
                 raise ConfigError(
@@ -378,7 +321,7 @@ class DataFlexAsyncCallback(TrainerCallback):
         self._last_arrival = sample.group_id
         if staleness > trainer.args.max_staleness:  # RolloutQueueDataset's own rule, applied right after this get
             self.staleness.update([self.domain_of(sample.group_id)], torch.tensor([staleness]), torch.tensor([True]))
-            if self.strategy.pre_select is not None:
+            if self.strategy.skips_prompts:
                 self._stale_groups.setdefault(sample.group_id, []).append(sample)
         elif self.options.record_decisions:
             self.consumed_staleness.append(staleness)
@@ -453,7 +396,7 @@ class DataFlexAsyncCallback(TrainerCallback):
             ]
             for g in done
         ]
-        self.strategy.pre_select.observe(self._batch(groups), step)
+        self.strategy.observe_prompt_groups(self._batch(groups), step)
 
     def _take_groups(self, samples: Iterator[dict], step: int, wanted: int) -> tuple[list, list, dict[str, float]]:
         """``(groups to decide on, zero-signal groups to fill a step that finds none, dynamic metrics)``.
@@ -498,7 +441,7 @@ class DataFlexAsyncCallback(TrainerCallback):
         groups, fillers, extra = self._take_groups(samples, step, wanted)
         self._taken_without_training += int(extra.get("dynamic/groups_taken_window_total", len(groups)))
         groups = groups or fillers
-        if self.strategy.pre_select is not None:
+        if self.strategy.skips_prompts:
             self._observe_stale(step)
         rows = [s for group in groups for s in group]
         batch = self._batch(groups)
@@ -542,7 +485,7 @@ class DataFlexAsyncCallback(TrainerCallback):
             )
         if masked:
             return [{**sample, "advantage": 0.0} for sample in rows]
-        weighted = bool((weights != keep.to(weights.dtype)).any())
+        weighted = decision.weighted()
         kept = []
         for row, sample in enumerate(rows):
             if bool(keep[row]):
@@ -595,34 +538,16 @@ class DataFlexAsyncCallback(TrainerCallback):
         )
 
     # ------------------------------------------------------------------ checkpoints
-    def on_save(self, args, state, control, **kwargs):
-        save_into_checkpoint(self, args, state)
-        return control
-
-    def save_state(self, folder: str) -> str:
-        """Write the strategy, the prompt feed (sampler and next group id) and the counters into a checkpoint folder."""
+    def checkpoint_parts(self) -> dict[str, Any]:
+        """The counters and the prompt feed (sampler and next group id), beside the strategy's state."""
         parts: dict[str, Any] = {"groups_spent": self.groups_spent}
         if self.sampler is not None:
             parts["sampler"] = self.sampler.state_dict()
             parts["next_group_id"] = int(self.trainer.rollout_worker.next_group_id)
             parts["group_rows"] = dict(self.trainer.rollout_worker.group_rows)
-        path = os.path.join(folder, STATE_FILE)
-        torch.save(checkpoint_state(self.strategy, **parts), path)
-        return path
+        return parts
 
-    def load_state(self, folder: str) -> bool:
-        """Restore what `save_state` wrote; False (with a warning) when the folder has none."""
-        saved = read_state_file(folder, STATE_FILE, saved_by="the DataFlex adapter")
-        if saved is None:
-            return False
-        restore_strategy(
-            self.strategy,
-            saved,
-            source=folder,
-            strict=self.options.strict,
-            writer=f"{self.trainer_name} or attach()",
-            strict_setting=f"{self.trainer_name}(..., strict=False) or attach(trainer, strategy, strict=False)",
-        )
+    def restore_parts(self, saved: Mapping[str, Any], folder: str) -> None:
         self.groups_spent = int(saved.get("groups_spent", 0))
         if self.sampler is not None:
             if saved.get("sampler") is None:
@@ -635,13 +560,6 @@ class DataFlexAsyncCallback(TrainerCallback):
                 worker = self.trainer.rollout_worker
                 worker.group_rows.update(saved.get("group_rows", {}))
                 worker.set_prompt_feed(self._feed(), next_group_id=int(saved["next_group_id"]))
-        return True
-
-    def load_optimizer_and_scheduler(self, trainer, original: Callable, checkpoint: Optional[str]) -> None:
-        """Wraps ``_load_optimizer_and_scheduler``: the hook that receives the resume checkpoint."""
-        original(checkpoint)
-        if checkpoint is not None:
-            self.load_state(checkpoint)
 
 
 class DataFlexAsyncGRPOTrainer(async_trainer_class()):
@@ -652,7 +570,7 @@ class DataFlexAsyncGRPOTrainer(async_trainer_class()):
 
     Equivalent to a stock ``AsyncGRPOTrainer`` plus ``attach(trainer, strategy)``; the callback is
     ``trainer.dataflex`` (`DataFlexAsyncCallback`, whose arguments ``strategy`` and the
-    `callback.AdapterOptions` are taken here).
+    `options.AdapterOptions` are taken here).
     """
 
     def __init__(self, *args, strategy: Any = None, **kwargs):

@@ -38,7 +38,7 @@ import inspect
 import math
 import queue
 import time
-from typing import Callable, Iterator, Optional, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -107,7 +107,7 @@ class TransformersEngine:
                 logps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in result.scores], dim=1)
                 picked = logps.gather(2, tokens.unsqueeze(2)).squeeze(2)
                 group = []
-                for row, row_logps in zip(tokens.tolist(), picked.tolist()):
+                for row, row_logps in zip(tokens.tolist(), picked.tolist(), strict=True):
                     length = next((i + 1 for i, t in enumerate(row) if t in self.eos_token_ids), len(row))
                     group.append((row[:length], row_logps[:length]))
                 out.append(group)
@@ -156,7 +156,7 @@ class VLLMEngine:
             group = []
             for completion in output.outputs:
                 ids = list(completion.token_ids)
-                logps = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids)]
+                logps = [float(step[token].logprob) for step, token in zip(completion.logprobs, ids, strict=True)]
                 group.append((ids, logps))
             groups.append(group)
         return groups
@@ -206,11 +206,11 @@ def dataset_order_feed(dataset, start: int = 0) -> Iterator[int]:
 class _GeneratingQueue(queue.Queue):
     """The worker's ``rollout_buffer``: when the trainer finds it empty, the worker generates one wave first."""
 
-    def __init__(self, worker: "InProcessRolloutWorker"):
+    def __init__(self, worker: InProcessRolloutWorker):
         super().__init__()
         self._worker = worker
 
-    def get(self, block: bool = True, timeout: Optional[float] = None):
+    def get(self, block: bool = True, timeout: float | None = None):
         if self.empty() and self._worker.running:
             self._worker.generate_wave()
         return super().get(block, timeout)
@@ -323,7 +323,7 @@ class InProcessRolloutWorker:
         start = time.perf_counter()
         generated = self.engine.generate(prompt_ids, self.num_generations, self.max_tokens, self.temperature)
         self.metrics_queue.put({"rollout/generate_s": time.perf_counter() - start})
-        for row, group_id, example, ids, group in zip(rows, group_ids, examples, prompt_ids, generated):
+        for row, group_id, example, ids, group in zip(rows, group_ids, examples, prompt_ids, generated, strict=True):
             self.group_rows[group_id] = int(row)
             for sample in self._score_group(example, ids, group, version, group_id, RolloutSample):
                 sample.enqueued_at = time.time()
@@ -341,7 +341,7 @@ class InProcessRolloutWorker:
         pilot = int(rounds.start()[0])
         start, pilot_version = time.perf_counter(), self.model_version
         pilots = self.engine.generate(prompt_ids, pilot, self.max_tokens, self.temperature)
-        pilot_scores = [self._group_rewards(example, group) for example, group in zip(examples, pilots)]
+        pilot_scores = [self._group_rewards(example, group) for example, group in zip(examples, pilots, strict=True)]
         rewards = torch.tensor(np.concatenate([_summed(arr) for arr, _ in pilot_scores]))
         counts = rounds.add(rewards, torch.arange(len(rows)).repeat_interleave(pilot))
         committed = counts.nonzero().flatten().tolist()
@@ -352,7 +352,7 @@ class InProcessRolloutWorker:
             else []
         )
         self.metrics_queue.put({"rollout/generate_s": time.perf_counter() - start})
-        commit_scores = [self._group_rewards(examples[i], group) for i, group in zip(committed, commits)]
+        commit_scores = [self._group_rewards(examples[i], group) for i, group in zip(committed, commits, strict=True)]
         commit_rewards = [_summed(arr) for arr, _ in commit_scores]
         rounds.add(
             torch.tensor(np.concatenate(commit_rewards)) if commit_rewards else torch.zeros(0),
@@ -360,7 +360,7 @@ class InProcessRolloutWorker:
         )
         done = rounds.finish()
         self.metrics_queue.put({f"dataflex/{name}": value for name, value in done.metrics.items()})
-        for i, group, (values, texts) in zip(committed, commits, commit_scores):
+        for i, group, (values, texts) in zip(committed, commits, commit_scores, strict=True):
             group_id, self.next_group_id = self.next_group_id, self.next_group_id + 1
             self.group_rows[group_id] = rows[i]
             merged = list(pilots[i]) + list(group)
@@ -382,7 +382,7 @@ class InProcessRolloutWorker:
         arguments = dict(prompts=prompts, completions=completions, completion_ids=completion_ids, **columns)
         per_func = [
             self._reward_values(f, name, arguments, len(group))
-            for f, name in zip(self.reward_funcs, self.reward_func_names)
+            for f, name in zip(self.reward_funcs, self.reward_func_names, strict=True)
         ]
         return np.array(per_func, dtype=float).reshape(len(self.reward_funcs), len(group)), completions
 
@@ -412,8 +412,8 @@ class InProcessRolloutWorker:
         version: int,
         group_id: int,
         sample_class,
-        scored: Optional[tuple[np.ndarray, list[str]]] = None,
-        versions: Optional[list[int]] = None,
+        scored: tuple[np.ndarray, list[str]] | None = None,
+        versions: list[int] | None = None,
     ):
         """TRL's `_score_group` for one group: rewards summed over functions (NaN-aware), group-normalised advantage.
 

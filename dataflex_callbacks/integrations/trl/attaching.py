@@ -3,21 +3,23 @@ in one line."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from dataflex_callbacks.errors import ConfigError, HostError
 
-from .callback import HOOKS, DataFlexCallback, check_callback_host
+from .callback import HOOKS, DataFlexCallback
 from .compat import check_trl_trainer
 from .rloo import DataFlexRLOOCallback
 from .streaming import stream_train_dataloader
+from .trainer import check_callback_host
 
 
 def is_async_trainer(trainer) -> bool:
     """Whether ``trainer`` is TRL's ``AsyncGRPOTrainer`` (by class name first: a synchronous run never imports it)."""
     if not any(cls.__name__ == "AsyncGRPOTrainer" for cls in type(trainer).__mro__):
         return False
-    from .async_grpo import is_async_trainer as check
+    from .async_host import is_async_trainer as check
 
     return check(trainer)
 
@@ -58,7 +60,7 @@ def callback_for(trainer) -> type[DataFlexCallback]:
 
 
 def attach(
-    trainer, strategy: Any = None, *, callback_class: Optional[type[DataFlexCallback]] = None, **options
+    trainer, strategy: Any = None, *, callback_class: type[DataFlexCallback] | None = None, **options
 ) -> DataFlexCallback:
     """Plug a data strategy into an existing TRL ``GRPOTrainer``, ``RLOOTrainer`` or ``AsyncGRPOTrainer``;
     returns the callback.
@@ -68,7 +70,7 @@ def attach(
     ``attach(trainer, "difffilter")`` adds the callback for the trainer's host (`callback_for`:
     `DataFlexCallback` for GRPO, `DataFlexRLOOCallback` for RLOO); if one was already passed in
     ``callbacks=[...]``, that one is bound (``strategy`` and ``options``, when given, replace its
-    own: `DataFlexCallback.reconfigure`). ``options`` are the adapter's, `callback.AdapterOptions`
+    own: `DataFlexCallback.reconfigure`). ``options`` are the adapter's, `options.AdapterOptions`
     (``selection_reward``, ``domain_key``, ``strict``, ...). ``callback_class`` names the callback
     to build for a trainer of your own.
     """

@@ -30,26 +30,18 @@ subclass: `DataFlexCallback.host_class` and ``trainer_name`` (which trainer, nam
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import os
 import warnings
 from collections import Counter
-from dataclasses import dataclass
-from typing import Any, Callable, Collection, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import torch
-from transformers import TrainerCallback
 from trl import GRPOTrainer
 
-from dataflex_callbacks.config.fields import config_field
-from dataflex_callbacks.host.context_length import check_context_length
-from dataflex_callbacks.metrics import RunSummary
 from dataflex_callbacks.errors import (
-    SELECTION_REWARD,
     ConfigError,
     HostError,
-    ParamError,
     WrongHostError,
     user_stacklevel,
 )
@@ -57,35 +49,29 @@ from dataflex_callbacks.host import (
     ROW_NORMALISED,
     acts_before_rollout,
     as_strategy,
-    checkpoint_state,
     decide,
     grpo_fields,
     kept_token_mask,
     local_decision,
     micro_batch_decision,
-    read_state_file,
     removal_scale,
     resolve_domain_key,
-    restore_strategy,
     restrict_rows,
 )
 
 from .allocation import Allocation, check_allocation
 from .dynamic import DynamicSampling, check_dynamic_sampling
+from .lifecycle import StrategyCallback
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import DEFAULT_DOMAIN_SOURCE, check_sampling_dataset, check_shuffle, grpo_mixing_sampler, row_key
 from .signals import (
     global_rollout_batch,
     local_policy_batch,
-    longest_prompt_tokens,
     resolve_reward_index,
     selection_reward_text,
     selection_rewards,
 )
-from .train_data import check_enough_prompts, check_stream, is_stream, sampler_resume_message
-
-STATE_FILE = "dataflex_strategy.pt"
-"""File name of the strategy (and sampler) state inside each ``checkpoint-<step>`` folder."""
+from .train_data import check_enough_prompts, check_prompt_positions, check_stream, is_stream, sampler_resume_message
 
 # Keys the adapter adds to TRL's per-row batch dict; tensors, so TRL's shuffle/split carry them.
 KEEP_KEY = "dataflex_keep"
@@ -114,85 +100,7 @@ HOOKS = {
 """TRL trainer method -> the `DataFlexCallback` method that wraps it (``hook(trainer, original, *args)``)."""
 
 
-@dataclass(frozen=True)
-class AdapterOptions:
-    """The TRL adapter's options, each written once here with its default and help.
-
-    Give them as keyword arguments wherever the strategy goes in: ``attach(trainer, strategy,
-    **options)``, ``DataFlexGRPOTrainer(..., strategy=..., **options)`` (RLOO and async alike) or
-    ``DataFlexCallback(strategy, **options)``; the callback keeps them as ``callback.options``.
-    ``field_help(AdapterOptions, "strict")`` reads a field's help.
-    """
-
-    selection_reward: Optional[str] = config_field(
-        None,
-        help='reward function the strategy scores on, by name (`"accuracy"`); '
-        "`None` = TRL's weighted sum of all reward functions. An unknown name is an error listing the "
-        "trainer's reward functions.",
-    )
-    domain_key: Optional[str] = config_field(
-        None,
-        help="dataset column with each prompt's domain (per-domain reward metrics, mixing). `None`: the strategy "
-        "config's `domain_key` when it sets one (so a DataFlex-RL YAML means the same column as in verl and "
-        'Lightning), else `"domain"`. Giving both with different names is an error.',
-    )
-    prompt_key_column: Optional[str] = config_field(
-        None,
-        help="dataset column with a stable prompt id (default: the `prompt_key` column if present, else the "
-        "prompt); the mixing sampler and the rollout batch use the same key",
-    )
-    record_decisions: bool = config_field(
-        False,
-        help="keep every decision in `callback.decisions` (on CPU), for tests and analysis; the asynchronous "
-        "callback also keeps each consumed sample's staleness in `callback.consumed_staleness`",
-    )
-    strict: bool = config_field(
-        True,
-        help="on `resume_from_checkpoint`, refuse a checkpoint saved with a different strategy config; "
-        "`strict=False` restores only the mixing and pre-rollout state (and starts a fresh prompt stream "
-        "if the saved one does not fit)",
-    )
-
-    @classmethod
-    def names(cls) -> tuple[str, ...]:
-        """Every option's name, in declaration order."""
-        return tuple(option.name for option in dataclasses.fields(cls))
-
-    @classmethod
-    def check_names(cls, given: Mapping[str, Any], where: str, also: Collection[str] = (), also_text: str = "") -> None:
-        """Refuse, naming the valid options, a name in ``given`` that is no option; ``where`` names the call.
-
-        ``also``: further names the call takes (a TRL trainer's own arguments), described by ``also_text``.
-        """
-        unknown = [name for name in given if name not in cls.names() and name not in also]
-        if unknown:
-            raise ParamError(
-                f"dataflex: {where} got an unknown option {unknown[0]!r}; the options are "
-                f"{', '.join(cls.names())} (AdapterOptions)" + (f" and {also_text}" if also else ""),
-                param=unknown[0],
-            )
-
-    @classmethod
-    def take(cls, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The options among a trainer's keyword arguments, taken out of ``kwargs`` (the rest go to TRL)."""
-        return {name: kwargs.pop(name) for name in cls.names() if name in kwargs}
-
-    def updated(self, given: Mapping[str, Any], where: str) -> "AdapterOptions":
-        """These options with those in ``given`` changed (each name checked, see `check_names`)."""
-        self.check_names(given, where)
-        return dataclasses.replace(self, **given)
-
-
-def save_into_checkpoint(callback, args, state) -> None:
-    """``callback.save_state(folder)`` into the checkpoint folder TRL has just written (main process only);
-    the ``on_save`` of the synchronous and the asynchronous callbacks."""
-    if state.is_world_process_zero:
-        folder = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
-        if os.path.isdir(folder):
-            callback.save_state(folder)
-
-
-class DataFlexCallback(TrainerCallback):
+class DataFlexCallback(StrategyCallback):
     """Apply a data strategy (selection, reweighting, mixing targets) to a TRL ``GRPOTrainer``.
 
     Use it through `attach(trainer, strategy)` or `DataFlexGRPOTrainer(..., strategy=...)`. A
@@ -211,40 +119,23 @@ class DataFlexCallback(TrainerCallback):
     host_class: type = GRPOTrainer
     """The TRL trainer class this callback serves (subclasses included); `attach` picks the callback by it."""
 
-    trainer_name = "DataFlexGRPOTrainer"
-    """The DataFlex trainer class for this host, named in error messages."""
-
     exact_removal_advice = "Use loss_type='dapo' or 'bnpo' for exact equivalence."
     """How to make dropping rows exactly equal to removing them when an extra loss term is rescaled by B/K."""
 
     supports_dynamic_sampling = True
     """Whether this host runs a strategy's ``dynamic_sampling`` part (`dynamic.DynamicSampling`)."""
 
-    @property
-    def host_settings(self) -> dict[str, str]:
-        """How this adapter spells the settings the core's warnings name (`dataflex_callbacks.host.decide`)."""
-        return {
-            SELECTION_REWARD: f"{self.trainer_name}(..., selection_reward=<one of the trainer's reward_func_names>)"
-            " or attach(trainer, strategy, selection_reward=...)"
-        }
-
     def __init__(self, strategy: Any, **options: Any):
-        self.options = AdapterOptions().updated(options, f"{type(self).__name__}(...)")
-        self.strategy = as_strategy(strategy)
-        self.dynamic: Optional[DynamicSampling] = self._dynamic_sampling()
-        self.allocation: Optional[Allocation] = self._allocation()
-        self.domain_key = self.options.domain_key  # the column; resolved against the config's domain_key in bind()
-        self.decisions: list[dict[str, Any]] = []
+        super().__init__(strategy, **options)
+        self.dynamic: DynamicSampling | None = self._dynamic_sampling()
+        self.allocation: Allocation | None = self._allocation()
         self.last_decision = None
-        self.trainer = None
-        self._domains_seen: Optional[list[str]] = None
-        self._reward_index: Optional[int] = None
-        self._gathered_rewards: Optional[torch.Tensor] = None
+        self._domains_seen: list[str] | None = None
+        self._reward_index: int | None = None
+        self._gathered_rewards: torch.Tensor | None = None
         self._weighted = False
-        self._loss_inputs: Optional[dict] = None
-        self.sampler = None  # the DomainMixingSampler installed in _get_train_sampler, if any
-        self._pending_sampler_state: Optional[dict] = None
-        self.summary = RunSummary()  # what the strategy kept, printed at train end
+        self._loss_inputs: dict | None = None
+        self._pending_sampler_state: dict | None = None
 
     @classmethod
     def check_strategy(cls, strategy: Any) -> None:
@@ -271,14 +162,14 @@ class DataFlexCallback(TrainerCallback):
             check_allocation(None, strategy)
         strategy.check_host(grpo_fields(domains=True), host=f"the TRL {cls.host_class.__name__}")
 
-    def _dynamic_sampling(self) -> Optional[DynamicSampling]:
+    def _dynamic_sampling(self) -> DynamicSampling | None:
         """The dynamic-sampling loop when the strategy has the part; refused by hosts that cannot run it."""
         self.check_strategy(self.strategy)
         if self.strategy.config.dynamic_sampling is None:
             return None
         return DynamicSampling(self.strategy)
 
-    def _allocation(self) -> Optional[Allocation]:
+    def _allocation(self) -> Allocation | None:
         """The screening rounds when the strategy has an allocation part (checked by `check_strategy`)."""
         return None if self.strategy.allocation is None else Allocation(self.strategy)
 
@@ -324,11 +215,6 @@ class DataFlexCallback(TrainerCallback):
         output["tool_mask"] = base_tool_mask * token_keep.to(base_tool_mask.dtype)
 
     # ------------------------------------------------------------------ binding
-    @property
-    def attached(self) -> bool:
-        """True once the callback is bound to a trainer (by `attach` or a DataFlex trainer)."""
-        return self.trainer is not None
-
     def bind(self, trainer) -> None:
         """Check the trainer's configuration against the strategy and remember the trainer."""
         if not isinstance(trainer, self.host_class):
@@ -337,10 +223,7 @@ class DataFlexCallback(TrainerCallback):
                 f"{type(trainer).__name__}. attach(trainer, strategy) picks the callback for a TRL GRPOTrainer or "
                 "RLOOTrainer; for other trainers use the Lightning or verl adapters, or the core API directly."
             )
-        if self.trainer is not None and self.trainer is not trainer:
-            raise HostError(
-                f"dataflex: this {type(self).__name__} is already attached to another trainer; create a new one."
-            )
+        self.refuse_other_trainer(trainer)
         aggregation = self.loss_aggregation(trainer)
         self._reward_index = resolve_reward_index(self.options.selection_reward, trainer.reward_func_names)
         self.domain_key, domain_source = resolve_domain_key(self.strategy, self.domain_key)
@@ -380,8 +263,8 @@ class DataFlexCallback(TrainerCallback):
             self._domains_seen = None
         else:
             self._domains_seen = sorted({str(d) for d in dataset[self.domain_key]}) if "domains" in available else []
-        if self.strategy.mix_enabled and self.strategy.domains is None and "domains" in available:
-            self.strategy.bind_domains(self._domains_seen)
+        if "domains" in available:
+            self.bind_mix_domains(self._domains_seen)
         if self.dynamic is None or self.dynamic.strategy is not self.strategy:  # attach() may replace the strategy
             self.dynamic = self._dynamic_sampling()
         if self.dynamic is not None:
@@ -390,7 +273,10 @@ class DataFlexCallback(TrainerCallback):
             self.allocation = self._allocation()
         if self.allocation is not None:
             self.allocation.bind(trainer, self.domain_key, self.options.prompt_key_column, self._reward_index)
-        self.strategy.bind_host_settings(self.host_settings)
+        self.strategy.bind_selection_reward(
+            f"{self.trainer_name}(..., selection_reward=<one of the trainer's reward_func_names>)"
+            " or attach(trainer, strategy, selection_reward=...)"
+        )
         self.trainer = trainer
 
     def on_train_begin(self, args, state, control, **kwargs):
@@ -482,8 +368,7 @@ class DataFlexCallback(TrainerCallback):
         has_domains = len(inputs) > 0 and self.domain_key in inputs[0]
         domains = [row[self.domain_key] for row in inputs] if has_domains else None
         prompt_keys = [row_key(row, self.options.prompt_key_column) for row in inputs]
-        pre_select = self.strategy.pre_select
-        wants_ids = pre_select is not None and getattr(pre_select, "noise_check", False)
+        wants_ids = self.strategy.wants_completion_ids
         batch = global_rollout_batch(
             accelerator,
             rewards,
@@ -501,8 +386,8 @@ class DataFlexCallback(TrainerCallback):
         trainer,
         inputs: list,
         output: dict,
-        signal: Optional[torch.Tensor] = None,
-        extra_metrics: Optional[dict] = None,
+        signal: torch.Tensor | None = None,
+        extra_metrics: dict | None = None,
     ) -> None:
         """Decide on the global batch and write the decision into this rank's rows of ``output``.
 
@@ -589,13 +474,7 @@ class DataFlexCallback(TrainerCallback):
             output[RESPONSE_WEIGHTS_KEY] = local.response_weights.to(device=device, dtype=torch.float32)
 
         # Decided on the global tensors, so every rank takes the same branch in the loss.
-        full_weights = decision.weights
-        keep_float = decision.keep.to(full_weights.dtype)
-        if full_weights.dim() == 2:
-            valid = batch.valid_mask.to(full_weights.device)
-            keep_float = keep_float.unsqueeze(1).expand_as(full_weights)
-            full_weights = torch.where(valid, full_weights, keep_float)
-        self._weighted = bool((full_weights != keep_float).any())
+        self._weighted = decision.weighted(batch.valid_mask)
 
     # ------------------------------------------------------------------ loss side
     def compute_loss(self, trainer, original: Callable, model, inputs: dict) -> torch.Tensor:
@@ -643,13 +522,8 @@ class DataFlexCallback(TrainerCallback):
         return logps, entropies, aux_loss
 
     # ------------------------------------------------------------------ checkpoints
-    def on_save(self, args, state, control, **kwargs):
-        save_into_checkpoint(self, args, state)
-        return control
-
-    def save_state(self, folder: str) -> str:
-        """Write the strategy state (and the mixing sampler's, when installed) into a checkpoint folder."""
-        path = os.path.join(folder, STATE_FILE)
+    def checkpoint_parts(self) -> dict[str, Any]:
+        """The mixing sampler's, dynamic sampling's and allocation's state, beside the strategy's."""
         parts = {}
         if self.sampler is not None:
             parts["sampler"] = self.sampler.state_dict()
@@ -657,28 +531,9 @@ class DataFlexCallback(TrainerCallback):
             parts["dynamic"] = self.dynamic.state_dict()
         if self.allocation is not None:
             parts["allocation"] = self.allocation.state_dict()
-        torch.save(checkpoint_state(self.strategy, **parts), path)
-        return path
+        return parts
 
-    def load_state(self, folder: str, weights_only: bool = True) -> bool:
-        """Restore the strategy (and sampler) state from a checkpoint folder; False (with a warning) when it has none.
-
-        The file is read with ``torch.load(weights_only=True)``, the safe loading TRL and torch use
-        by default; ``weights_only=False`` reads a trusted file written by an older version that
-        stored numpy values.
-        """
-        saved = read_state_file(folder, STATE_FILE, weights_only=weights_only, saved_by="the DataFlex adapter")
-        if saved is None:
-            return False
-        writer = f"{self.trainer_name} or attach()"
-        restore_strategy(
-            self.strategy,
-            saved,
-            source=folder,
-            strict=self.options.strict,
-            writer=writer,
-            strict_setting=f"{self.trainer_name}(..., strict=False) or attach(trainer, strategy, strict=False)",
-        )
+    def restore_parts(self, saved: Mapping[str, Any], folder: str) -> None:
         if self.dynamic is not None and saved.get("dynamic") is not None:
             self.dynamic.load_state_dict(saved["dynamic"])
         if self.allocation is not None and saved.get("allocation") is not None:
@@ -694,7 +549,6 @@ class DataFlexCallback(TrainerCallback):
                 "prompt sampling restarts from a fresh stream.",
                 stacklevel=user_stacklevel(),
             )
-        return True
 
     def _restore_sampler(self) -> None:
         if self.sampler is not None and self._pending_sampler_state is not None:
@@ -716,12 +570,6 @@ class DataFlexCallback(TrainerCallback):
                     stacklevel=user_stacklevel(),
                 )
 
-    def load_optimizer_and_scheduler(self, trainer, original: Callable, checkpoint: Optional[str]) -> None:
-        """Wraps ``_load_optimizer_and_scheduler``: the one trainer hook that receives the resume checkpoint."""
-        original(checkpoint)
-        if checkpoint is not None:
-            self.load_state(checkpoint)
-
     # ------------------------------------------------------------------ sampling
     def train_sampler(self, trainer, original: Callable, dataset=None):
         """Wraps ``_get_train_sampler``: a `DomainMixingSampler` when the strategy chooses prompts before rollout.
@@ -738,41 +586,3 @@ class DataFlexCallback(TrainerCallback):
         )
         self._restore_sampler()
         return self.sampler
-
-
-def check_prompt_positions(trainer) -> None:
-    """Refuse, at train start, a train dataset whose longest prompt plus ``max_completion_length`` exceeds the
-    model's ``max_position_embeddings`` (a `ContextLengthError` naming both numbers).
-
-    Past the model's positions every completion is cut or generated on positions it never learned, and
-    transformers only logs a reminder. A stream is not read ahead, and a model whose config names no
-    positions is not checked.
-    """
-    dataset = getattr(trainer, "train_dataset", None)
-    config = getattr(getattr(trainer, "model", None), "config", None)
-    positions = getattr(config, "max_position_embeddings", None)
-    completion = getattr(trainer.args, "max_completion_length", None)
-    if not positions or completion is None or is_stream(dataset) or "prompt" not in (dataset.column_names or []):
-        return
-    longest = longest_prompt_tokens(trainer, dataset["prompt"])
-    if longest is None:
-        return
-    check_context_length(
-        longest,
-        int(completion),
-        int(positions),
-        prompts="the train dataset",
-        setting=f"max_completion_length ({type(trainer.args).__name__}, now {int(completion)})",
-    )
-
-
-def check_callback_host(callback: DataFlexCallback, trainer, wanted: type) -> None:
-    """Refuse a callback in ``callbacks=[...]`` that serves another TRL trainer; the error names ``wanted``."""
-    if not isinstance(trainer, callback.host_class):
-        raise WrongHostError(
-            f"dataflex: callbacks=[...] holds a {type(callback).__name__}, which is for "
-            f"trl.{callback.host_class.__name__}; this {type(trainer).__name__} needs "
-            f"{wanted.__name__}(strategy, ...), "
-            "or no callback and the strategy given once (strategy=... on a DataFlex trainer, or "
-            "attach(trainer, strategy))."
-        )

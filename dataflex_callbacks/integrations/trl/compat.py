@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import inspect
 from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Optional
+from typing import Any
 
 from dataflex_callbacks.errors import HostError
 
@@ -61,7 +61,7 @@ def installed_trl_version() -> str:
         return getattr(trl, "__version__", "unknown")
 
 
-def check_trl_trainer(trainer_class: type, host_class: type, after: Optional[type] = None) -> None:
+def check_trl_trainer(trainer_class: type, host_class: type, after: type | None = None) -> None:
     """Raise a one-line ``RuntimeError`` unless the installed TRL is supported and every wrapped method fits.
 
     Args:
@@ -94,7 +94,7 @@ def check_trl_trainer(trainer_class: type, host_class: type, after: Optional[typ
             )
 
 
-def _lookup(mro: tuple[type, ...], name: str) -> tuple[Optional[str], Any]:
+def _lookup(mro: tuple[type, ...], name: str) -> tuple[str | None, Any]:
     """The name of the first class in ``mro`` defining ``name``, and its raw class attribute (None, None if none)."""
     for cls in mro:
         if name in vars(cls):
@@ -102,7 +102,7 @@ def _lookup(mro: tuple[type, ...], name: str) -> tuple[Optional[str], Any]:
     return None, None
 
 
-def _mismatch(method: Any, wanted: tuple[str, ...]) -> Optional[str]:
+def _mismatch(method: Any, wanted: tuple[str, ...]) -> str | None:
     """Why ``method`` (a raw class attribute) cannot be called as the adapter calls it; None when it can."""
     if method is None or not callable(method):
         return "is missing"

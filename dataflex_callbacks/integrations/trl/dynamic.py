@@ -38,15 +38,18 @@ The rest is refused by `check_dynamic_sampling` with a line naming the setting.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping, Optional
+import itertools
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 import torch
 
+from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.host import Candidates
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.sampling.dynamic_sampling import SignalGroupBuffer, SignalGroups
-from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.host import Candidates, accept_from
+from dataflex_callbacks.strategy import Strategy
 
 from .sampling import row_key
 from .train_data import is_stream
@@ -96,14 +99,14 @@ class PromptStream:
     the iteration TRL's dataloader makes of it. The state is the pass and the rows consumed in it; a
     resumed stream re-reads its pass and skips those rows, so it continues exactly.
 
-    With a ``pre_select`` filter, each candidate is generated with the filter's keep probability
-    (`dataflex_callbacks.host.accept_from`, the loop the mixing sampler runs; the stream is its
-    `dataflex_callbacks.host.PromptSource`), and skipped ones are counted by the filter (``record_draws``).
+    With a ``pre_select`` part, each candidate is generated with its keep probability
+    (`Strategy.accept_from`, the loop the mixing sampler runs; the stream is its
+    `dataflex_callbacks.host.PromptSource`), and skipped ones are counted by the part.
 
     Args:
         dataset: the train dataset (map-style, or a ``datasets.IterableDataset``).
         seed: the run's seed (``args.seed``).
-        pre_select: the strategy's pre-rollout filter, or None.
+        strategy: the `Strategy` whose ``pre_select`` part judges the candidates, or None (no skipping).
         prompt_key_column: the column naming each prompt for the filter (None: `sampling.row_key`'s rule).
         domain_key: the column holding each prompt's domain for the filter's prior; rows without it are in
             `NO_DOMAIN`, as in the sampler of round 0.
@@ -116,9 +119,9 @@ class PromptStream:
         self,
         dataset: Any,
         seed: int,
-        pre_select: Any = None,
-        prompt_key_column: Optional[str] = None,
-        domain_key: Optional[str] = None,
+        strategy: Strategy | None = None,
+        prompt_key_column: str | None = None,
+        domain_key: str | None = None,
     ):
         self.dataset, self.seed = dataset, int(seed)
         self.streaming = is_stream(dataset)
@@ -126,10 +129,11 @@ class PromptStream:
         if self.size == 0:
             raise ConfigError("dynamic_sampling draws further prompts from the train dataset, which is empty")
         self.epoch, self.position = 0, 0
-        self.pre_select, self.prompt_key_column = pre_select, prompt_key_column
+        self.strategy = strategy if strategy is not None and strategy.skips_prompts else None
+        self.prompt_key_column = prompt_key_column
         self.domain_key = domain_key
         self._rng = np.random.Generator(np.random.PCG64(self.seed * 1_000_003 + 104_729))
-        self._rows: Optional[Iterator] = None  # the streamed pass being read
+        self._rows: Iterator | None = None  # the streamed pass being read
         self._ahead: list = []  # rows read from the streamed pass but not yet consumed
         self._offered: list = []  # the candidates offered last (see `offer`)
         self._taken: list = []  # the rows the draw in progress accepted so far
@@ -180,9 +184,9 @@ class PromptStream:
 
     def draw(self, count: int) -> list:
         """The next ``count`` rows (a new pass starts when one ends)."""
-        if self.pre_select is not None:
+        if self.strategy is not None:
             self._taken = []
-            accept_from(self, self.pre_select, count, self._rng)
+            self.strategy.accept_from(self, count, self._rng)
             return self._taken
         rows: list = []
         while len(rows) < count:
@@ -239,22 +243,20 @@ class DynamicSampling:
     def __init__(self, strategy):
         self.strategy = strategy
         self.buffer = SignalGroupBuffer(strategy)
-        self.stream: Optional[PromptStream] = None
-        self._pending_stream: Optional[dict] = None
-        self.last: Optional[SignalGroups] = None
-        self.may_generate: Optional[Callable[[int], bool]] = None
+        self.stream: PromptStream | None = None
+        self._pending_stream: dict | None = None
+        self.last: SignalGroups | None = None
+        self.may_generate: Callable[[int], bool] | None = None
         """``may_generate(generated)``: asked before each further round with the completions (all processes) the
         step generated so far; False ends the step's rounds as ``max_rounds`` does. Must answer alike on every rank."""
 
-    def bind(self, trainer, domain_key: Optional[str] = None, prompt_key_column: Optional[str] = None) -> None:
+    def bind(self, trainer, domain_key: str | None = None, prompt_key_column: str | None = None) -> None:
         """Check the trainer's settings and open the prompt stream over its train dataset.
 
         ``domain_key`` and ``prompt_key_column`` name each prompt's domain and key for a ``pre_select`` filter.
         """
         check_dynamic_sampling(trainer, self.strategy)
-        self.stream = open_stream(
-            trainer, self.strategy.pre_select, prompt_key_column, domain_key, self._pending_stream
-        )
+        self.stream = open_stream(trainer, self.strategy, prompt_key_column, domain_key, self._pending_stream)
         self._pending_stream = None
 
     @staticmethod
@@ -332,13 +334,13 @@ class DynamicSampling:
 
 
 def open_stream(
-    trainer, pre_select, prompt_key_column: Optional[str], domain_key: Optional[str], pending: Optional[dict]
+    trainer, strategy: Strategy, prompt_key_column: str | None, domain_key: str | None, pending: dict | None
 ) -> PromptStream:
     """The seeded `PromptStream` over ``trainer``'s train dataset, at the ``pending`` saved position if one is given."""
     stream = PromptStream(
         trainer.train_dataset,
         trainer.args.seed,
-        pre_select=pre_select,
+        strategy=strategy,
         prompt_key_column=prompt_key_column,
         domain_key=domain_key,
     )
@@ -347,7 +349,7 @@ def open_stream(
     return stream
 
 
-def restore_stream(stream: Optional[PromptStream], state: Optional[Mapping[str, Any]]) -> Optional[dict]:
+def restore_stream(stream: PromptStream | None, state: Mapping[str, Any] | None) -> dict | None:
     """Load a saved stream position into ``stream``; before the stream is open, return it for `open_stream`."""
     if state is None:
         return None
@@ -406,11 +408,9 @@ def _ordered_groups(taken: SignalGroups, fillers: list, wanted: int, generations
     A short step adds zero-signal groups (earliest rounds first) until it holds ``wanted`` groups.
     """
     sizes = taken.group_sizes.tolist()
-    starts = [0]
-    for size in sizes[:-1]:
-        starts.append(starts[-1] + size)
+    starts = list(itertools.accumulate([0, *sizes]))[:-1]  # each group's first row
     carried, fresh = [], []
-    for start, size in zip(starts, sizes):
+    for start, size in zip(starts, sizes, strict=True):
         rows = taken.payload[start : start + size]
         round_index = int(taken.source_round[start])
         if round_index < 0:

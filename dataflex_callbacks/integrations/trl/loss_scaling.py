@@ -16,7 +16,7 @@ dapo, cispo, ``num_items_in_batch``: unmasked tokens of the whole        recount
 vespo        generation batch, all processes                         (``kept_token_count``)
 ===========  =====================================================  ===========================
 
-Each loss type is one of the core's loss aggregations (the core's registry `dataflex_callbacks.host.HOST_LOSSES`,
+Each loss type is one of the core's loss aggregations (declared here, `GRPO_LOSSES`, in the core's terms,
 `dataflex_callbacks.host.AGGREGATIONS`), which say what each normaliser needs; a row-normalised
 loss is multiplied by `dataflex_callbacks.host.removal_scale` in `DataFlexCallback.compute_loss`.
 RLOO's one loss is ``sequence_mean`` (see `rloo`).
@@ -33,11 +33,28 @@ from __future__ import annotations
 
 import torch
 
-from dataflex_callbacks.host import HOST_LOSSES, ROW_NORMALISED
+from dataflex_callbacks.host import ROW_NORMALISED, HostLosses, register_host_losses
 
-GRPO_LOSSES = HOST_LOSSES["trl"]
-"""TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation, from the core's registry
-(`dataflex_callbacks.host.HOST_LOSSES`)."""
+GRPO_LOSSES = register_host_losses(
+    "trl",
+    HostLosses(
+        "TRL GRPOTrainer",
+        "loss_type",
+        {
+            "grpo": "sequence_mean",
+            "sapo": "sequence_mean",
+            "luspo": "sequence_sum",
+            "dr_grpo": "fixed_length",
+            "bnpo": "token_mean",
+            "dapo": "token_mean_global",
+            "cispo": "token_mean_global",
+            "vespo": "token_mean_global",
+        },
+        "GRPOConfig(loss_type=...)",
+    ),
+)
+"""TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation, registered with the core
+(`dataflex_callbacks.host.register_host_losses`): a new TRL loss type is added here."""
 
 LOSS_AGGREGATION = GRPO_LOSSES.kinds
 """TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation (`dataflex_callbacks.host.AGGREGATIONS`)."""

@@ -23,14 +23,15 @@ so the history a pre-rollout filter keeps from rollouts is the one the sampler r
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Mapping, Optional
+from collections.abc import Hashable, Mapping
+from typing import Any
 
 from dataflex_callbacks import DomainMixingSampler, Strategy
-from dataflex_callbacks.rollout.batch import NO_DOMAIN
-from dataflex_callbacks.sampling.sampler import domain_labels
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.rollout.prompt_keys import hashable_key, row_prompt_key
 from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY, acts_before_rollout
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
+from dataflex_callbacks.rollout.prompt_keys import hashable_key, row_prompt_key
+from dataflex_callbacks.sampling.sampler import domain_labels
 
 DEFAULT_DOMAIN_SOURCE = f"the default domain column {DEFAULT_DOMAIN_KEY!r}"
 """What `dataflex_callbacks.host.resolve_domain_key` says when no setting names the domain column."""
@@ -45,7 +46,7 @@ __all__ = [
 ]
 
 
-def row_key(row: Mapping[str, Any], prompt_key_column: Optional[str]) -> Hashable:
+def row_key(row: Mapping[str, Any], prompt_key_column: str | None) -> Hashable:
     """A dataset row's prompt key: its ``prompt_key_column`` value, else the `row_prompt_key` rule."""
     if prompt_key_column is not None:
         return hashable_key(row[prompt_key_column])
@@ -71,8 +72,8 @@ def check_sampling_dataset(
     dataset: Any,
     strategy: Strategy,
     domain_key: str,
-    prompt_key_column: Optional[str],
-    domain_source: Optional[str] = None,
+    prompt_key_column: str | None,
+    domain_source: str | None = None,
 ) -> None:
     """Fail at build time when the train dataset cannot feed a mixing / pre-rollout sampler.
 
@@ -106,7 +107,7 @@ def check_sampling_dataset(
 
 
 def grpo_mixing_sampler(
-    trainer, dataset: Any, strategy: Strategy, domain_key: str, prompt_key_column: Optional[str]
+    trainer, dataset: Any, strategy: Strategy, domain_key: str, prompt_key_column: str | None
 ) -> DomainMixingSampler:
     """A `DomainMixingSampler` with TRL's ``RepeatSampler`` layout for ``trainer`` (see module docstring)."""
     args = trainer.args

@@ -10,7 +10,8 @@ mixing sampler draws by (`sampling.row_key`), gathered as Python objects.
 
 from __future__ import annotations
 
-from typing import Any, Hashable, Optional, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import torch
 
@@ -18,7 +19,7 @@ from dataflex_callbacks import RolloutBatch
 from dataflex_callbacks.errors import ConfigError
 
 
-def resolve_reward_index(reward_name: Optional[str], reward_func_names: Sequence[str]) -> Optional[int]:
+def resolve_reward_index(reward_name: str | None, reward_func_names: Sequence[str]) -> int | None:
     """Index of the reward function named ``reward_name`` (None: use the weighted sum of all of them).
 
     Raises:
@@ -35,7 +36,7 @@ def resolve_reward_index(reward_name: Optional[str], reward_func_names: Sequence
     return names.index(reward_name)
 
 
-def selection_reward_text(reward_name: Optional[str], reward_func_names: Sequence[str], reward_weights: Any) -> str:
+def selection_reward_text(reward_name: str | None, reward_func_names: Sequence[str], reward_weights: Any) -> str:
     """The reward the strategy selects on, in words, for the train-start line.
 
     Args:
@@ -49,14 +50,14 @@ def selection_reward_text(reward_name: Optional[str], reward_func_names: Sequenc
     weights = [float(w) for w in (reward_weights.tolist() if hasattr(reward_weights, "tolist") else reward_weights)]
     if len(names) == 1 and weights == [1.0]:
         return f"reward function {names[0]!r} (the trainer's only one)"
-    terms = " + ".join(f"{weight:g} * {name}" for weight, name in zip(weights, names))
+    terms = " + ".join(f"{weight:g} * {name}" for weight, name in zip(weights, names, strict=True))
     return (
         f"the weighted sum of the reward functions {terms} (TRL's reward_weights; selection_reward=<name> "
         "selects on one)"
     )
 
 
-def longest_prompt_tokens(trainer, prompts: Sequence[Any]) -> Optional[int]:
+def longest_prompt_tokens(trainer, prompts: Sequence[Any]) -> int | None:
     """Tokens of the longest of ``prompts`` as TRL's ``trainer`` tokenizes them for generation.
 
     Text prompts go through the processing class as they are; conversational ones (lists of messages)
@@ -87,7 +88,7 @@ def longest_prompt_tokens(trainer, prompts: Sequence[Any]) -> Optional[int]:
 
 
 def selection_rewards(
-    rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, reward_index: Optional[int]
+    rewards_per_func: torch.Tensor, reward_weights: torch.Tensor, reward_index: int | None
 ) -> torch.Tensor:
     """The ``(N,)`` reward the strategy selects on.
 
@@ -119,9 +120,9 @@ def global_rollout_batch(
     num_generations: int,
     loss_mask: torch.Tensor,
     advantages: torch.Tensor,
-    domains: Optional[Sequence[str]],
+    domains: Sequence[str] | None,
     prompt_keys: Sequence[Hashable],
-    completion_ids: Optional[torch.Tensor] = None,
+    completion_ids: torch.Tensor | None = None,
 ) -> RolloutBatch:
     """The whole generation batch of all processes, identical on every rank.
 
@@ -169,7 +170,7 @@ def local_policy_batch(
     loss_mask: torch.Tensor,
     advantages: torch.Tensor,
     logprobs: torch.Tensor,
-    entropies: Optional[torch.Tensor],
+    entropies: torch.Tensor | None,
 ) -> RolloutBatch:
     """One micro-batch with the current policy's detached signals, for ``strategy.apply_policy``.
 

@@ -23,12 +23,13 @@ sampler resumes exactly).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Mapping, Optional
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 import numpy as np
 
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
-from dataflex_callbacks.host import accept_prompts, set_group_size
+from dataflex_callbacks.strategy import Strategy
 
 from .sampling import row_key
 from .train_data import is_stream
@@ -38,29 +39,29 @@ class StreamFilter:
     """Keep a streamed prompt with the pre-rollout filter's keep probability; count what it skips.
 
     The stream decides one prompt at a time, as the dataloader reads it, so it applies the core's
-    acceptance rule (`dataflex_callbacks.host.accept_prompts`) to each row rather than the
-    loop over candidates (`dataflex_callbacks.host.accept_from`); `FilteredStream` replaces the
+    acceptance rule (`Strategy.accept_prompts`) to each row rather than the
+    loop over candidates (`Strategy.accept_from`); `FilteredStream` replaces the
     prompts it skips.
 
     Args:
-        pre_select: the strategy's pre-rollout filter.
+        strategy: the `Strategy`, with a ``pre_select`` part.
         seed: the run's seed (``args.seed``); the same on every process, so every process keeps the same prompts.
         prompt_key_column: the column naming each prompt (None: `sampling.row_key`'s rule).
         domain_key: the column holding each prompt's domain (rows without it are in `NO_DOMAIN`).
     """
 
     def __init__(
-        self, pre_select: Any, seed: int, prompt_key_column: Optional[str] = None, domain_key: Optional[str] = None
+        self, strategy: Strategy, seed: int, prompt_key_column: str | None = None, domain_key: str | None = None
     ):
-        self.pre_select, self.prompt_key_column, self.domain_key = pre_select, prompt_key_column, domain_key
+        self.strategy, self.prompt_key_column, self.domain_key = strategy, prompt_key_column, domain_key
         self._rng = np.random.Generator(np.random.PCG64(int(seed) * 1_000_003 + 271_828))
 
     def __call__(self, row: Mapping[str, Any]) -> bool:
         key = row_key(row, self.prompt_key_column)
         label = str(row[self.domain_key]) if self.domain_key is not None and self.domain_key in row else NO_DOMAIN
-        passed = accept_prompts(self.pre_select, [key], 1, self._rng, labels=[label])
+        passed = self.strategy.accept_prompts([key], 1, self._rng, labels=[label])
         kept = len(passed.accepted) == 1
-        self.pre_select.record_draws([key] if kept else [], passed.skipped)
+        self.strategy.record_prompt_draws([key] if kept else [], passed.skipped)
         return kept
 
 
@@ -115,11 +116,11 @@ def stream_train_dataloader(trainer, original: Callable, callback) -> Any:
 
     strategy = callback.strategy
     dataset = trainer.train_dataset
-    if not is_stream(dataset) or strategy.pre_select is None:
+    if not is_stream(dataset) or not strategy.skips_prompts:
         return original()
-    set_group_size(strategy.pre_select, trainer.num_generations)  # what a skipped prompt would have cost
+    strategy.set_completions_per_prompt(trainer.num_generations)  # what a skipped prompt would have cost
     args = trainer.args
-    accept = StreamFilter(strategy.pre_select, args.seed, callback.options.prompt_key_column, callback.domain_key)
+    accept = StreamFilter(strategy, args.seed, callback.options.prompt_key_column, callback.domain_key)
     filtered = FilteredStream(dataset, args.seed, getattr(trainer, "shuffle_dataset", True), accept)
     callback.stream_filter = filtered
     stream = IterableDataset.from_generator(filtered.rows, features=dataset.features)

@@ -11,9 +11,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.host.context_length import check_context_length
+
+from .signals import longest_prompt_tokens
 
 
 def is_stream(dataset: Any) -> bool:
@@ -57,7 +60,7 @@ def too_few_prompts_message(trainer, available: int, rows: str = "") -> str:
     )
 
 
-def check_enough_prompts(trainer, dataset: Any, strategy, domain_key: Optional[str]) -> None:
+def check_enough_prompts(trainer, dataset: Any, strategy, domain_key: str | None) -> None:
     """Refuse a train dataset with fewer prompts than one generation batch needs (a stream is not counted).
 
     With a ``mix`` part that lists its domains, only the rows of those domains count.
@@ -109,4 +112,30 @@ def sampler_resume_message(trainer, error: Exception) -> str:
         f"dataflex: cannot resume the prompt sampler: the checkpoint was saved with {what} = {error.saved!r}, this "
         f"run has {error.current!r} ({batch_settings(trainer)}, {len(trainer.train_dataset)} prompts); resume "
         f"with the {type(trainer.args).__name__} settings and dataset of the checkpoint's run"
+    )
+
+
+def check_prompt_positions(trainer) -> None:
+    """Refuse, at train start, a train dataset whose longest prompt plus ``max_completion_length`` exceeds the
+    model's ``max_position_embeddings`` (a `ContextLengthError` naming both numbers).
+
+    Past the model's positions every completion is cut or generated on positions it never learned, and
+    transformers only logs a reminder. A stream is not read ahead, and a model whose config names no
+    positions is not checked.
+    """
+    dataset = getattr(trainer, "train_dataset", None)
+    config = getattr(getattr(trainer, "model", None), "config", None)
+    positions = getattr(config, "max_position_embeddings", None)
+    completion = getattr(trainer.args, "max_completion_length", None)
+    if not positions or completion is None or is_stream(dataset) or "prompt" not in (dataset.column_names or []):
+        return
+    longest = longest_prompt_tokens(trainer, dataset["prompt"])
+    if longest is None:
+        return
+    check_context_length(
+        longest,
+        int(completion),
+        int(positions),
+        prompts="the train dataset",
+        setting=f"max_completion_length ({type(trainer.args).__name__}, now {int(completion)})",
     )

@@ -12,11 +12,12 @@ from typing import Any
 from trl import GRPOTrainer
 
 from dataflex_callbacks.config.fields import field_defaults
-from dataflex_callbacks.errors import ConfigError, HostError
+from dataflex_callbacks.errors import ConfigError, HostError, WrongHostError
 from dataflex_callbacks.host import as_strategy
 
-from .callback import AdapterOptions, DataFlexCallback, check_callback_host
+from .callback import DataFlexCallback
 from .compat import check_trl_trainer
+from .options import AdapterOptions
 from .streaming import stream_train_dataloader
 
 
@@ -30,7 +31,7 @@ class DataFlexTrainerMixin:
     Args:
         strategy: a `Strategy`, preset name (``"difffilter"``), config dict or YAML path. May be left
             out when a callback of `callback_class` is passed in ``callbacks=[...]``: that callback is used.
-        **kwargs: the adapter's options, `callback.AdapterOptions` (``selection_reward``,
+        **kwargs: the adapter's options, `options.AdapterOptions` (``selection_reward``,
             ``domain_key``, ``prompt_key_column``, ``record_decisions``, ``strict``), go to the
             callback; ``*args`` and the other keyword arguments to the TRL trainer.
     """
@@ -94,7 +95,7 @@ class DataFlexGRPOTrainer(DataFlexTrainerMixin, GRPOTrainer):
 
     Equivalent to a stock ``GRPOTrainer`` plus ``attach(trainer, strategy)``; the callback is
     available as ``trainer.dataflex``. Arguments: `DataFlexTrainerMixin`'s (``strategy`` and the
-    `callback.AdapterOptions`), the rest go to ``trl.GRPOTrainer``.
+    `options.AdapterOptions`), the rest go to ``trl.GRPOTrainer``.
     """
 
     callback_class = DataFlexCallback
@@ -162,4 +163,16 @@ def _check_host_arguments(trainer_class: type, host_class: type, kwargs: dict[st
     if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters.values()):
         AdapterOptions.check_names(
             kwargs, f"{trainer_class.__name__}(...)", parameters, f"{host_class.__name__}'s own arguments"
+        )
+
+
+def check_callback_host(callback: DataFlexCallback, trainer, wanted: type) -> None:
+    """Refuse a callback in ``callbacks=[...]`` that serves another TRL trainer; the error names ``wanted``."""
+    if not isinstance(trainer, callback.host_class):
+        raise WrongHostError(
+            f"dataflex: callbacks=[...] holds a {type(callback).__name__}, which is for "
+            f"trl.{callback.host_class.__name__}; this {type(trainer).__name__} needs "
+            f"{wanted.__name__}(strategy, ...), "
+            "or no callback and the strategy given once (strategy=... on a DataFlex trainer, or "
+            "attach(trainer, strategy))."
         )

@@ -27,7 +27,8 @@ mixes in the prompt dataloader with ``quota="exact"`` unless ``quota`` says othe
 from __future__ import annotations
 
 import logging
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from dataflex_callbacks import Strategy, build_strategy
 from dataflex_callbacks.config import check_block_alone, host_options

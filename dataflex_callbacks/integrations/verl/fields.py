@@ -17,27 +17,43 @@ How a `Decision` reaches verl's loss (`loss_fields_from_decision`):
   ``loss_mask`` zeroed, exactly like verl's own no-op padding rows. That removes them from the
   entropy and KL-loss terms (which ignore ``rollout_is_weights``) and from the token count that
   the engine sums from ``loss_mask`` for the ``token-mean`` denominator.
-- Each ``loss_agg_mode`` is one of the core's loss aggregations (`LOSS_AGG_KINDS`, from the core's registry
-  `dataflex_callbacks.host.HOST_LOSSES`;
-  `dataflex_callbacks.host.AGGREGATIONS`). The ``seq-mean-*`` modes (row-normalised) divide by a
-  sequence count the trainer fixes (``ppo_mini_batch_size * rollout.n``), so the policy-gradient
-  weights are scaled by `removal_scale` ``rows / kept rows``. The entropy and
-  KL terms of those modes keep verl's fixed denominator (they are not weighted).
+- Each ``loss_agg_mode`` is one of the core's loss aggregations (`LOSS_AGG_KINDS`, declared here
+  with `dataflex_callbacks.host.register_host_losses`; `dataflex_callbacks.host.AGGREGATIONS`). The
+  ``seq-mean-*`` modes (row-normalised) divide by a sequence count the trainer fixes
+  (``ppo_mini_batch_size * rollout.n``), so the policy-gradient weights are scaled by `removal_scale`
+  ``rows / kept rows``. The entropy and KL terms of those modes keep verl's fixed denominator
+  (they are not weighted).
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from dataflex_callbacks import Decision, RolloutBatch
 from dataflex_callbacks.errors import BatchError
-from dataflex_callbacks.host import HOST_LOSSES, ROW_NORMALISED, kept_token_mask, removal_scale
+from dataflex_callbacks.host import ROW_NORMALISED, HostLosses, kept_token_mask, register_host_losses, removal_scale
 
-VERL_LOSSES = HOST_LOSSES["verl"]
-"""verl's ``loss_agg_mode`` names in the core's registry of every host's losses."""
+# verl's token-mean recounts its tokens from loss_mask, i.e. the kept ones.
+VERL_LOSSES = register_host_losses(
+    "verl",
+    HostLosses(
+        "verl",
+        "loss_agg_mode",
+        {
+            "token-mean": "token_mean_global",
+            "token-sum": "token_sum",
+            "seq-mean-token-sum": "sequence_sum",
+            "seq-mean-token-mean": "sequence_mean",
+            "seq-mean-token-sum-norm": "fixed_length",
+        },
+        "actor_rollout_ref.actor.loss_agg_mode",
+    ),
+)
+"""verl's ``loss_agg_mode`` names, registered with the core (`dataflex_callbacks.host.register_host_losses`)."""
 LOSS_AGG_KINDS = VERL_LOSSES.kinds
 """verl ``loss_agg_mode`` -> the core's loss aggregation (``token-mean``: verl recounts tokens from ``loss_mask``)."""
 LOSS_AGG_MODES = VERL_LOSSES.names
@@ -103,7 +119,7 @@ def rollout_batch_from_fields(
     prompt_keys = _as_list(non_tensors["index"]) if "index" in non_tensors else None
     if prompt_keys is not None and uids is not None:
         # The dataset index identifies a prompt across epochs; the uid only within one batch.
-        prompt_keys = [key if key is not None else uid for key, uid in zip(prompt_keys, _as_list(uids))]
+        prompt_keys = [key if key is not None else uid for key, uid in zip(prompt_keys, _as_list(uids), strict=True)]
 
     def optional(name: str) -> torch.Tensor | None:
         value = tensors.get(name)

@@ -45,20 +45,18 @@ from verl.utils import tensordict_utils as tu
 from verl.workers.utils.padding import response_to_nested
 
 from dataflex_callbacks import DomainMixingSampler, RolloutBatch
-from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import (
     BatchFeed,
     Candidates,
-    accept_from,
     checkpoint_state,
     decide,
     read_state_file,
     resolve_domain_key,
     restore_strategy,
-    set_group_size,
 )
 from dataflex_callbacks.metrics import DomainStalenessStats, RunSummary
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.sampling.sampler import domain_labels
 
 from .config import check_verl_config, drop_reference_sampler
@@ -120,10 +118,6 @@ class DataFlexSteps:
         self.staleness_stats: DomainStalenessStats | None = None  # built at the first batch that has versions
         self.dataflex_summary = RunSummary()  # what the strategy kept, printed when fit() returns
         super().__init__(config)
-
-    @property
-    def pre_select(self):
-        return None if self.strategy is None else self.strategy.pre_select
 
     def _sampler_seed(self, config) -> int:
         seed = self.dataflex_options.get("seed")
@@ -245,19 +239,19 @@ class DataFlexSteps:
         return quota
 
     def _fetch_one_gen_batch(self) -> TensorDict:
-        if self.pre_select is None:
+        if self.strategy is None or not self.strategy.skips_prompts:
             return super()._fetch_one_gen_batch()
         size = self.config.data.get("gen_batch_size", None) or self.config.data.train_batch_size
         # Rows after the last accepted one wait in the feed's carry for the next step's fetch.
         feed = BatchFeed(super()._fetch_one_gen_batch, self._candidates, tu.index_select_tensor_dict)
         feed.carry, self._prompt_carry = self._prompt_carry, None
-        set_group_size(self.pre_select, self.config.actor_rollout_ref.rollout.n)
-        accept_from(feed, self.pre_select, size, self._prompt_rng)
+        self.strategy.set_completions_per_prompt(self.config.actor_rollout_ref.rollout.n)
+        self.strategy.accept_from(feed, size, self._prompt_rng)
         self._prompt_carry = feed.carry
         return feed.accepted[0] if len(feed.accepted) == 1 else tu.concat_tensordict(feed.accepted)
 
     def _candidates(self, batch: TensorDict) -> Candidates:
-        """A fetched prompt batch as `accept_from` candidates: verl's ``index`` as key, the domains for the prior."""
+        """A fetched prompt batch as `Strategy.accept_from` candidates: verl's ``index`` keys, domains for the prior."""
         if "index" not in batch.keys():
             raise ConfigError(
                 "dataflex pre_select needs a stable per-prompt key: give every training row "
@@ -421,7 +415,7 @@ TRAINERS = {
 def policy_versions(tags: list[dict], real: np.ndarray) -> torch.Tensor | None:
     """``(N,)`` policy versions of the real rows: verl's ``max_global_steps`` tag (the newest weights a response was
     generated with, so ``global_steps - 1 - version`` is verl's ``trajectory_staleness``); None when a row lacks it."""
-    versions = [tag.get("max_global_steps") for tag, is_real in zip(tags, real) if is_real]
+    versions = [tag.get("max_global_steps") for tag, is_real in zip(tags, real, strict=True) if is_real]
     if any(v is None for v in versions):
         return None
     return torch.tensor([int(v) for v in versions], dtype=torch.int64)

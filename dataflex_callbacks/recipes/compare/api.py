@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .budget import Budget
 from .grid import CompareInputError, GridOutcome, parse_seeds, run_grid

@@ -42,8 +42,10 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
+
+from dataflex_callbacks.errors import InputError
 
 from ..completion_accounting import (
     KEPT_TOKENS_KEY,
@@ -51,7 +53,6 @@ from ..completion_accounting import (
     generated_tokens,
     logged_generated,
 )
-from dataflex_callbacks.errors import InputError
 
 BUDGET_UNITS = ("steps", "completions")
 PRE_SELECT_STEP_HEADROOM = 4
@@ -71,7 +72,7 @@ class Budget:
             raise InputError(f"budget amount must be at least 1, got {self.amount} (e.g. steps:300)")
 
     @classmethod
-    def parse(cls, text: str) -> "Budget":
+    def parse(cls, text: str) -> Budget:
         """Read `steps:300` or `completions:20000`; raises ValueError naming the valid forms."""
         unit, sep, amount = str(text).strip().partition(":")
         if not sep or not amount.strip().isdigit():
@@ -231,6 +232,126 @@ class GenerationLedger:
         return self.completions + int(generated_this_step) < int(self.budget.amount)
 
 
+class BudgetTracker:
+    """Count generated completions and tokens, stop at the budget, evaluate along the way (the hooks of
+    `budget_callback`'s ``TrainerCallback``, which adds no state of its own).
+
+    A step whose logs follow (``control.should_log``; the runner logs every step) is decided in
+    `on_log`, once its logged count of generated completions is known; any other step at its end.
+    """
+
+    def __init__(
+        self,
+        ledger: GenerationLedger,
+        evaluate: Callable | None,
+        plan: EvalPlan,
+        on_step: Callable[[int], None] | None,
+    ):
+        self.ledger, self.evaluate, self.on_step = ledger, evaluate, on_step
+        self.curve: list[dict] = []
+        self.plan = plan
+        self.served = 0  # thresholds of the plan already served
+        self.started: float | None = None  # perf_counter() when training began
+        self.eval_seconds = 0.0  # spent in the evaluations along the way, not counted as training
+        self.ended: float | None = None  # perf_counter() when training ended
+        self.generation_seconds: float | None = None  # in the trainer's generation, once bound to a trainer
+
+    def seconds(self) -> dict:
+        """The training time so far as curve point fields: ``wall_seconds``, and where generation was timed,
+        ``generation_seconds`` and ``update_seconds`` (the rest)."""
+        total = self.train_seconds()
+        out = {"wall_seconds": round(total, 3)}
+        if self.generation_seconds is not None:
+            generation = min(self.generation_seconds, total)
+            out.update(generation_seconds=round(generation, 3), update_seconds=round(total - generation, 3))
+        return out
+
+    def train_seconds(self) -> float:
+        """Seconds of training so far (until training ended, once it has), evaluations along the way excluded."""
+        if self.started is None:
+            return 0.0
+        now = self.ended if self.ended is not None else time.perf_counter()
+        return max(0.0, now - self.started - self.eval_seconds)
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self.started, self.eval_seconds, self.ended = time.perf_counter(), 0.0, None
+        if self.generation_seconds is not None:
+            self.generation_seconds = 0.0
+        return control
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.ended = time.perf_counter()
+        return control
+
+    def bind_trainer(self, trainer) -> None:
+        """Stop a dynamic-sampling step's further rounds, and end an allocation step's screening, once the budget
+        is reached (a TRL DataFlex trainer), and time the trainer's generation (``_generate_and_score_completions``,
+        where it has one)."""
+        adapter = getattr(trainer, "dataflex", None)
+        for part in (getattr(adapter, "dynamic", None), getattr(adapter, "allocation", None)):
+            if part is not None:
+                part.may_generate = self.ledger.may_generate
+        generate = getattr(trainer, "_generate_and_score_completions", None)
+        if generate is None:
+            return
+        self.generation_seconds = 0.0
+
+        def timed_generation(*args, **kwargs):
+            began = time.perf_counter()
+            try:
+                return generate(*args, **kwargs)
+            finally:
+                self.generation_seconds += time.perf_counter() - began
+
+        # The only way in between generation and update: TRL calls this method from `_prepare_inputs`.
+        trainer._generate_and_score_completions = timed_generation
+
+    def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
+        generate_every = int(args.steps_per_generation) * int(getattr(args, "num_iterations", 1) or 1)
+        self.ledger.round_size = int(args.generation_batch_size)
+        self.ledger.record_step(
+            state.global_step,
+            int(args.generation_batch_size),
+            int(args.gradient_accumulation_steps),
+            generate_every,
+        )
+        if not control.should_log:
+            self._finish_step(state, control, model, processing_class)
+        return control
+
+    def on_log(self, args, state, control, logs=None, model=None, processing_class=None, **kwargs):
+        if not logs or "loss" not in logs:
+            return control
+        generated = logged_generated(logs)
+        if generated is not None:  # every dynamic-sampling round, every allocation pilot and commit
+            self.ledger.record_generated(state.global_step, generated)
+        self.ledger.record_tokens(state.global_step, logs)
+        self.ledger.record_trained(state.global_step, logs)
+        self._finish_step(state, control, model, processing_class)
+        return control
+
+    def _finish_step(self, state, control, model, processing_class) -> None:
+        if self.ledger.spent:
+            control.should_training_stop = True
+        elif self.evaluate is not None:
+            due = self.plan.due(self.served, state.global_step, self.ledger.completions)
+            if due:
+                point = {
+                    "step": state.global_step,
+                    "completions": self.ledger.completions,
+                    "completion_tokens": int(round(self.ledger.completion_tokens)),
+                    "trained_tokens": int(round(self.ledger.trained_tokens)),
+                    **self.seconds(),
+                }
+                evaluating = time.perf_counter()
+                point.update(self.evaluate(model, processing_class).curve_fields())
+                self.eval_seconds += time.perf_counter() - evaluating
+                self.curve.append({**point, "planned": due})
+                self.served += len(due)
+        if self.on_step is not None:
+            self.on_step(state.global_step)
+
+
 def budget_callback(
     ledger: GenerationLedger,
     evaluate: Callable | None = None,
@@ -258,117 +379,7 @@ def budget_callback(
     """
     from transformers import TrainerCallback
 
-    plan = EvalPlan(ledger.budget, int(eval_points))
+    class BudgetCallback(BudgetTracker, TrainerCallback):
+        pass
 
-    class BudgetCallback(TrainerCallback):
-        """Count generated completions and tokens, stop at the budget, evaluate along the way.
-
-        A step whose logs follow (``control.should_log``; the runner logs every step) is decided in
-        `on_log`, once its logged count of generated completions is known; any other step at its end.
-        """
-
-        def __init__(self):
-            self.curve: list[dict] = []
-            self.plan = plan
-            self.served = 0  # thresholds of the plan already served
-            self.started: float | None = None  # perf_counter() when training began
-            self.eval_seconds = 0.0  # spent in the evaluations along the way, not counted as training
-            self.ended: float | None = None  # perf_counter() when training ended
-            self.generation_seconds: float | None = None  # in the trainer's generation, once bound to a trainer
-
-        def seconds(self) -> dict:
-            """The training time so far as curve point fields: ``wall_seconds``, and where generation was timed,
-            ``generation_seconds`` and ``update_seconds`` (the rest)."""
-            total = self.train_seconds()
-            out = {"wall_seconds": round(total, 3)}
-            if self.generation_seconds is not None:
-                generation = min(self.generation_seconds, total)
-                out.update(generation_seconds=round(generation, 3), update_seconds=round(total - generation, 3))
-            return out
-
-        def train_seconds(self) -> float:
-            """Seconds of training so far (until training ended, once it has), evaluations along the way excluded."""
-            if self.started is None:
-                return 0.0
-            now = self.ended if self.ended is not None else time.perf_counter()
-            return max(0.0, now - self.started - self.eval_seconds)
-
-        def on_train_begin(self, args, state, control, **kwargs):
-            self.started, self.eval_seconds, self.ended = time.perf_counter(), 0.0, None
-            if self.generation_seconds is not None:
-                self.generation_seconds = 0.0
-            return control
-
-        def on_train_end(self, args, state, control, **kwargs):
-            self.ended = time.perf_counter()
-            return control
-
-        def bind_trainer(self, trainer) -> None:
-            """Stop a dynamic-sampling step's further rounds, and end an allocation step's screening, once the budget
-            is reached (a TRL DataFlex trainer), and time the trainer's generation (``_generate_and_score_completions``,
-            where it has one)."""
-            adapter = getattr(trainer, "dataflex", None)
-            for part in (getattr(adapter, "dynamic", None), getattr(adapter, "allocation", None)):
-                if part is not None:
-                    part.may_generate = ledger.may_generate
-            generate = getattr(trainer, "_generate_and_score_completions", None)
-            if generate is None:
-                return
-            self.generation_seconds = 0.0
-
-            def timed_generation(*args, **kwargs):
-                began = time.perf_counter()
-                try:
-                    return generate(*args, **kwargs)
-                finally:
-                    self.generation_seconds += time.perf_counter() - began
-
-            # The only way in between generation and update: TRL calls this method from `_prepare_inputs`.
-            trainer._generate_and_score_completions = timed_generation
-
-        def on_step_end(self, args, state, control, model=None, processing_class=None, **kwargs):
-            generate_every = int(args.steps_per_generation) * int(getattr(args, "num_iterations", 1) or 1)
-            ledger.round_size = int(args.generation_batch_size)
-            ledger.record_step(
-                state.global_step,
-                int(args.generation_batch_size),
-                int(args.gradient_accumulation_steps),
-                generate_every,
-            )
-            if not control.should_log:
-                self._finish_step(state, control, model, processing_class)
-            return control
-
-        def on_log(self, args, state, control, logs=None, model=None, processing_class=None, **kwargs):
-            if not logs or "loss" not in logs:
-                return control
-            generated = logged_generated(logs)
-            if generated is not None:  # every dynamic-sampling round, every allocation pilot and commit
-                ledger.record_generated(state.global_step, generated)
-            ledger.record_tokens(state.global_step, logs)
-            ledger.record_trained(state.global_step, logs)
-            self._finish_step(state, control, model, processing_class)
-            return control
-
-        def _finish_step(self, state, control, model, processing_class) -> None:
-            if ledger.spent:
-                control.should_training_stop = True
-            elif evaluate is not None:
-                due = plan.due(self.served, state.global_step, ledger.completions)
-                if due:
-                    point = {
-                        "step": state.global_step,
-                        "completions": ledger.completions,
-                        "completion_tokens": int(round(ledger.completion_tokens)),
-                        "trained_tokens": int(round(ledger.trained_tokens)),
-                        **self.seconds(),
-                    }
-                    evaluating = time.perf_counter()
-                    point.update(evaluate(model, processing_class).curve_fields())
-                    self.eval_seconds += time.perf_counter() - evaluating
-                    self.curve.append({**point, "planned": due})
-                    self.served += len(due)
-            if on_step is not None:
-                on_step(state.global_step)
-
-    return BudgetCallback()
+    return BudgetCallback(ledger, evaluate, EvalPlan(ledger.budget, int(eval_points)), on_step)

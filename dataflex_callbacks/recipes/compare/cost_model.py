@@ -52,7 +52,7 @@ class CostModel:
             raise CostModelError(f"--cost-model needs a weight above 0 (both are 0); e.g. {EXAMPLE}")
 
     @classmethod
-    def parse(cls, text: str) -> "CostModel":
+    def parse(cls, text: str) -> CostModel:
         """Read ``gen_token=1.0,train_token=0.3``; raises `CostModelError` naming the bad part and the fix."""
         weights: dict[str, float] = {}
         for part in (p.strip() for p in str(text).split(",")):

@@ -73,7 +73,7 @@ def plot_accuracy(
     for unused in axes.flat[len(panels) :]:
         unused.set_visible(False)
     drawn = 0
-    for panel, (title, value) in zip(axes.flat, panels):
+    for panel, (title, value) in zip(axes.flat, panels, strict=False):  # the grid may hold unused axes
         for strategy in strategies:
             runs = list(runs_by_seed(records, strategy).values())
             if not runs or not recorded(runs, axis):
@@ -85,7 +85,7 @@ def plot_accuracy(
             if len(runs) > 1:
                 panel.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
         panel.set(title=title, xlabel=X_LABELS.get(axis, axis), ylim=(-0.05, 1.05))
-    for (name, level), color in zip(levels, ("dimgray", "firebrick")):
+    for (name, level), color in zip(levels, ("dimgray", "firebrick"), strict=False):  # one or two levels
         mean_level = float(np.mean(list(level.values()))) if isinstance(level, dict) else float(level)
         axes[0][0].axhline(
             mean_level, color=color, linestyle="--", linewidth=1.2, zorder=0, label=f"{name} ({level_text(level)})"
@@ -130,7 +130,7 @@ def plot_proportions(path: str, records: list[dict], strategies: list[str]) -> N
     domains = domains_of(records)
     colors = domain_colors(domains)
     figure, axes = plt.subplots(1, len(strategies), figsize=(3.6 * len(strategies), 3.4), squeeze=False)
-    for axis, strategy in zip(axes[0], strategies):
+    for axis, strategy in zip(axes[0], strategies, strict=True):
         runs = list(runs_by_seed(records, strategy).values())
         length = min((len(r["proportions"]) for r in runs), default=0)
         if length == 0:

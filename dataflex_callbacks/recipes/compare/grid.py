@@ -22,8 +22,8 @@ import re
 import shutil
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 from ..options import OPTION_RULES, check_option_number
 from .results import RESULT_FILE, execute_run, load_result, result_problem, write_json_atomic
@@ -115,7 +115,7 @@ class FolderLock:
         self.path = os.path.join(folder, LOCK_FILE)
         self.handle = None
 
-    def acquire(self) -> "FolderLock":
+    def acquire(self) -> FolderLock:
         try:
             import fcntl
         except ImportError:

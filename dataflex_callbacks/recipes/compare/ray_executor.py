@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Callable
+from collections.abc import Callable
 
 from ..runner import first_line
 from .results import execute_run

@@ -20,8 +20,8 @@ unit to reach a level: those cells read "n/a (not recorded)". Every curve point 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

@@ -404,7 +404,9 @@ def _paired_section(settings, records: list[dict], degenerate: bool) -> list[str
     resolved = {}
     for strategy in others:
         paired = paired_difference(records, strategy, settings.baseline)
-        per_seed = ", ".join(f"{s}: {_fmt(d, signed=True)}" for s, d in zip(paired["seeds"], paired["differences"]))
+        per_seed = ", ".join(
+            f"{s}: {_fmt(d, signed=True)}" for s, d in zip(paired["seeds"], paired["differences"], strict=True)
+        )
         verdict_text, p_value = verdict(paired), _fmt(paired["p_value"])
         smallest = resolution(paired)
         resolved[strategy] = smallest

@@ -10,7 +10,8 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from typing import TYPE_CHECKING, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from ..held_out import SAMPLED, HeldOutEvaluation, HeldOutScores
 from .budget import GenerationLedger, budget_callback
@@ -135,46 +136,9 @@ def _summarize(
     final_step = ledger.steps or (metrics[-1]["step"] if metrics else 0)
     final_seconds = result.wall_seconds if train_seconds is None else train_seconds
     split = {k: v for k, v in (seconds or {}).items() if k in ("generation_seconds", "update_seconds")}
-    sampled = result.sampled or {}
-    greedy = {"before": result.eval_before, "after": result.eval_after}
-
-    def scores(when: str) -> dict:
-        return HeldOutScores(greedy[when], sampled.get(when), result.headline[when]).curve_fields()
-
-    points = [
-        {
-            "step": 0,
-            "completions": 0,
-            "completion_tokens": 0,
-            "trained_tokens": 0,
-            "wall_seconds": 0.0,
-            **{k: 0.0 for k in split},
-            **scores("before"),
-        }
-    ]
-    points += [p for p in curve if p["step"] < final_step]
-    points.append(
-        {
-            "step": final_step,
-            "completions": ledger.completions,
-            "completion_tokens": int(round(ledger.completion_tokens)),
-            "trained_tokens": int(round(ledger.trained_tokens)),
-            "wall_seconds": round(final_seconds, 3),
-            **split,
-            **scores("after"),
-        }
-    )
+    points = _curve_points(result, ledger, curve, final_step, round(final_seconds, 3), split)
     planned = len(settings.eval_plan().thresholds())
-    proportions = []
-    for m in metrics:
-        target = {d: m.get(f"dataflex/mix/target/{d}") for d in domains}
-        proportions.append(
-            {
-                "step": m["step"],
-                "sampled": {d: m.get(f"mix/actual/{d}") or 0.0 for d in domains},
-                "target": target if any(v is not None for v in target.values()) else None,
-            }
-        )
+    proportions = _proportions(metrics, domains)
     signal_groups = result.config.get("signal_groups_trained")
     return {
         "strategy": run.strategy,
@@ -227,6 +191,57 @@ def _summarize(
         "curve": points,
         "proportions": proportions,
     }
+
+
+def _curve_points(
+    result, ledger: GenerationLedger, curve: list[dict], final_step: int, final_seconds: float, split: dict
+) -> list[dict]:
+    """The accuracy curve of a result record: step 0 (before training), the callback's points, the run's totals."""
+    sampled = result.sampled or {}
+    greedy = {"before": result.eval_before, "after": result.eval_after}
+
+    def scores(when: str) -> dict:
+        return HeldOutScores(greedy[when], sampled.get(when), result.headline[when]).curve_fields()
+
+    points = [
+        {
+            "step": 0,
+            "completions": 0,
+            "completion_tokens": 0,
+            "trained_tokens": 0,
+            "wall_seconds": 0.0,
+            **{k: 0.0 for k in split},
+            **scores("before"),
+        }
+    ]
+    points += [p for p in curve if p["step"] < final_step]
+    points.append(
+        {
+            "step": final_step,
+            "completions": ledger.completions,
+            "completion_tokens": int(round(ledger.completion_tokens)),
+            "trained_tokens": int(round(ledger.trained_tokens)),
+            "wall_seconds": final_seconds,
+            **split,
+            **scores("after"),
+        }
+    )
+    return points
+
+
+def _proportions(metrics: list[dict], domains: list[str]) -> list[dict]:
+    """Each step's sampled and target domain proportions (the target None while the mix part set none)."""
+    proportions = []
+    for m in metrics:
+        target = {d: m.get(f"dataflex/mix/target/{d}") for d in domains}
+        proportions.append(
+            {
+                "step": m["step"],
+                "sampled": {d: m.get(f"mix/actual/{d}") or 0.0 for d in domains},
+                "target": target if any(v is not None for v in target.values()) else None,
+            }
+        )
+    return proportions
 
 
 def execute_run(

@@ -100,7 +100,7 @@ class Interval:
     def excludes_zero(self) -> bool:
         return self.n >= 2 and (self.low > 0 or self.high < 0)
 
-    def clipped(self, low: float, high: float) -> "Interval":
+    def clipped(self, low: float, high: float) -> Interval:
         """The interval cut to `[low, high]`, the values the quantity can take (an accuracy: [0, 1])."""
         return Interval(self.mean, min(max(self.low, low), high), max(min(self.high, high), low), self.n)
 

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import random
 import string
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from .verifiers import coin_flip, prefix_match
 

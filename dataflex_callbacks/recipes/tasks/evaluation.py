@@ -10,7 +10,7 @@ completions, and the "before" and "after" columns of a run differ only by what t
 from __future__ import annotations
 
 import contextlib
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 
@@ -174,7 +174,8 @@ def evaluate(
     completions = generate_greedy(model, tokenizer, prompts, max_new_tokens=max_new_tokens, batch_size=batch_size)
     reward = TaskReward(seed=seed, verifier=verifier, builtin_domains=builtin_domains)
     scores = [
-        reward.score(p, c, a, d, salt=(seed, "eval")) for p, c, a, d in zip(prompts, completions, answers, domains)
+        reward.score(p, c, a, d, salt=(seed, "eval"))
+        for p, c, a, d in zip(prompts, completions, answers, domains, strict=True)
     ]
     return _mean_per_domain(scores, domains)
 
@@ -207,7 +208,7 @@ def sampled_pass_at_1(
     reward = TaskReward(seed=seed, verifier=verifier, builtin_domains=builtin_domains)
     scores = [
         reward.score(p, c, a, d, salt=(seed, "sampled", j))  # the noisy coin drawn afresh per sample
-        for p, row, a, d in zip(prompts, samples, answers, domains)
+        for p, row, a, d in zip(prompts, samples, answers, domains, strict=True)
         for j, c in enumerate(row)
     ]
     return _mean_per_domain(scores, [d for d in domains for _ in range(k)])

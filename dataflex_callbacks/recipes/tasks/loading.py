@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import os
 
-from dataflex_callbacks.rollout.batch import NO_DOMAIN
+from dataflex_callbacks.errors import InputError
 from dataflex_callbacks.host import DEFAULT_DOMAIN_KEY
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
 from .suite import prompt_key
-from dataflex_callbacks.errors import InputError
 
 _LOCAL_FORMATS = {".jsonl": "json", ".json": "json", ".parquet": "parquet", ".csv": "csv"}
 
@@ -231,6 +231,6 @@ def load_prompt_table(
 
     from datasets import Dataset
 
-    keys = [prompt_key(d, p if isinstance(p, str) else repr(p)) for d, p in zip(domains, prompts)]
+    keys = [prompt_key(d, p if isinstance(p, str) else repr(p)) for d, p in zip(domains, prompts, strict=True)]
     dataset = Dataset.from_dict({"prompt": prompts, "answer": answers, "domain": domains, "prompt_key": keys})
     return dataset, domain_key

@@ -47,8 +47,9 @@ from __future__ import annotations
 
 import re
 import warnings
+from collections.abc import Callable, Mapping, Sequence
 from numbers import Integral
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any
 
 # Absolute imports: verl may load this file by path (``custom_reward_function.path=/.../multi_domain_reward.py``),
 # outside its package, where relative imports fail.
@@ -525,12 +526,12 @@ class MultiDomainReward:
         families = {label: task_family(label, self.routes) for label in set(map(str, labels))}
         rewards = [
             score_or_zero(families[str(label)], completion, reference, self._warned, self.free_text)
-            for completion, label, reference in zip(completions, labels, references)
+            for completion, label, reference in zip(completions, labels, references, strict=True)
         ]
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and rewards:
             for family in sorted(set(families.values())):
-                values = [r for r, label in zip(rewards, labels) if families[str(label)] == family]
+                values = [r for r, label in zip(rewards, labels, strict=True) if families[str(label)] == family]
                 log_metric(f"multi_domain/{family}", sum(values) / len(values))
         return rewards
 

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import hashlib
 import random
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
+from dataflex_callbacks.errors import InputError
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
 from .domains import TASK_DOMAINS, TaskDomain
 from .verifiers import completion_text, get_verifier
-from dataflex_callbacks.errors import InputError
 
 
 def prompt_key(domain: str, prompt: str) -> str:
     """Return a stable key for a prompt (same text, same key, in every process and run)."""
-    digest = hashlib.sha1(f"{domain}\x1f{prompt}".encode("utf-8")).hexdigest()[:12]
+    digest = hashlib.sha1(f"{domain}\x1f{prompt}".encode()).hexdigest()[:12]
     return f"{domain}-{digest}"
 
 
@@ -113,7 +113,7 @@ class TaskReward:
         log_metric = kwargs.get("log_metric")
         if callable(log_metric) and n:
             for name in sorted(set(domains)):
-                values = [r for r, d in zip(rewards, domains) if d == name]
+                values = [r for r, d in zip(rewards, domains, strict=True) if d == name]
                 log_metric(f"tasks/reward/{name}", sum(values) / len(values))
                 log_metric(f"tasks/share/{name}", len(values) / n)
         return rewards

@@ -27,7 +27,7 @@ def greedy_completions(
 def greedy_correct(model, tokenizer, rows: list[dict], max_new_tokens: int = ANSWER_TOKENS) -> list[bool]:
     """Whether the greedy completion of each row is its answer (`verify`)."""
     completions = greedy_completions(model, tokenizer, [row["prompt"] for row in rows], max_new_tokens)
-    return [verify(c, row["answer"]) for c, row in zip(completions, rows)]
+    return [verify(c, row["answer"]) for c, row in zip(completions, rows, strict=True)]
 
 
 def pass_counts(

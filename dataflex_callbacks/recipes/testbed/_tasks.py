@@ -30,8 +30,8 @@ import hashlib
 import itertools
 import math
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 from dataflex_callbacks.errors import InputError
 
@@ -246,7 +246,7 @@ def _expected_size(level: Level, split: str) -> tuple[float, float]:
     return count * share, math.sqrt(count * share * (1 - share))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _exact_split_size(level: str, split: str) -> int:
     return sum(split_of(prompt) == split for prompt in LEVELS[level].make_example.prompts())
 
@@ -358,7 +358,7 @@ def slipped_answer(prompt: str, rng: random.Random, slip: float) -> str:
         width = max(len(a), len(b))
         a, b = a + [0] * (width - len(a)), b + [0] * (width - len(b))
         out, carry = [], 0
-        for x, y in zip(a, b):
+        for x, y in zip(a, b, strict=True):
             value = x + y + carry if symbol == "+" else x - y - carry
             if symbol == "+":
                 out.append(value % 10)

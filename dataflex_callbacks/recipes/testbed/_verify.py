@@ -19,4 +19,4 @@ def verify(completion, answer) -> bool:
 def testbed_reward(prompts, completions, answer, **columns) -> list[float]:
     """A TRL reward function (``dataflex run --reward dataflex_callbacks.recipes.testbed:testbed_reward``):
     1.0 or 0.0 per completion."""
-    return [float(verify(completion, reference)) for completion, reference in zip(completions, answer)]
+    return [float(verify(completion, reference)) for completion, reference in zip(completions, answer, strict=True)]

@@ -17,9 +17,9 @@ import torch
 torch.set_num_threads(1)
 
 import lightning.pytorch as pl  # noqa: E402
+from lightning_toy import STRATEGY, ToyGRPO, toy_rows  # noqa: E402
 
 from dataflex_callbacks.integrations.lightning import DataFlexCallback  # noqa: E402
-from lightning_toy import STRATEGY, ToyGRPO, toy_rows  # noqa: E402
 
 SKIP_AND_MIX = {**STRATEGY, "pre_select": {"name": "skip_zero_variance", "params": {}}}
 

@@ -7,9 +7,9 @@ the per-token loss is a REINFORCE term on the policy's token log-probabilities.
 
 from __future__ import annotations
 
+import lightning.pytorch as pl
 import torch
 import torch.nn.functional as F
-import lightning.pytorch as pl
 from torch.utils.data import DataLoader
 
 from dataflex_callbacks import RolloutBatch

@@ -4,11 +4,11 @@ import math
 
 import pytest
 import torch
+from lightning_loss_reference import reduced_batch, reference_loss
 
 from dataflex_callbacks import RolloutBatch, build_strategy
 from dataflex_callbacks.integrations.lightning import LOSS_TYPES
 from dataflex_callbacks.integrations.lightning.aggregation import finish_loss, loss_sum_and_count
-from lightning_loss_reference import reduced_batch, reference_loss
 
 N_GROUPS, GROUP, LENGTH, FEATURES = 4, 4, 6, 3
 

@@ -5,11 +5,11 @@ import importlib.util
 import os
 
 import pytest
+from lightning_toy import toy_trainer
 
 from dataflex_callbacks import DataFlexError
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
 from dataflex_callbacks.recipes.tasks import load_task_suite
-from lightning_toy import toy_trainer
 
 EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "lightning_allocation.py")
 

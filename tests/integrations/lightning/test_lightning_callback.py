@@ -2,14 +2,14 @@
 
 import pytest
 import torch
+from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
+from lightning_loss_reference import reference_from_record
+from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 from torch.utils.data import DataLoader
 
 from dataflex_callbacks import ConfigError, DataFlexError, DomainMixingSampler, build_strategy
 from dataflex_callbacks.integrations.lightning import BoundStrategy, DataFlexCallback
 from dataflex_callbacks.integrations.lightning.sampler_checks import check_mixing_sampler, find_mixing_sampler
-from lightning.fabric.utilities.distributed import DistributedSamplerWrapper
-from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
-from lightning_loss_reference import reference_from_record
 
 pytestmark = pytest.mark.slow
 
@@ -24,10 +24,12 @@ def test_selection_reweighting_and_mixing_in_a_real_trainer(loss_type):
     records = module.records
     assert [r["step"] for r in records] == list(range(8))
     assert any(0 < sum(r["keep"]) < len(r["keep"]) for r in records), "some step drops some groups"
-    assert any(len({round(w, 6) for w, k in zip(r["weights"], r["keep"]) if k}) > 1 for r in records), "reweighting"
+    assert any(len({round(w, 6) for w, k in zip(r["weights"], r["keep"], strict=True) if k}) > 1 for r in records), (
+        "reweighting"
+    )
     for record in records:  # the handle's loss is the loss of the physically reduced batch
         assert record["loss"] == pytest.approx(reference_from_record(record, loss_type), rel=1e-5, abs=1e-7)
-        for keep, weight in zip(record["keep"], record["weights"]):
+        for keep, weight in zip(record["keep"], record["weights"], strict=True):
             assert keep or weight == 0.0
 
     # Mixing: after warm-up the lagging (hard) domain gets most of the draws, and the sampler follows.
@@ -155,7 +157,7 @@ def test_an_exception_in_training_step_unbinds_the_module():
         toy_trainer([callback], max_steps=4).fit(module)
     assert not module.dataflex.bound and callback.trainer is None
     with pytest.raises(DataFlexError, match="not attached"):
-        module.dataflex.strategy
+        _ = module.dataflex.strategy
 
 
 def test_the_callbacks_state_dict_changes_neither_the_callback_nor_its_sampler():
@@ -179,7 +181,10 @@ def test_the_callbacks_state_dict_changes_neither_the_callback_nor_its_sampler()
 
     callback, sampler, iterator, _ = run()
     twin_callback, twin, twin_iterator, _ = run()
-    internals = lambda s: (list(s._drawn_total), [list(c) for c in s._drawn_recent], dict(s._ahead))  # noqa: E731
+
+    def internals(s):
+        return list(s._drawer._drawn_total), [list(c) for c in s._drawer._drawn_recent], dict(s._drawer._ahead)
+
     before = internals(sampler)
     state = callback.state_dict()
     assert internals(sampler) == before and callback.batches_this_epoch == 5

@@ -9,10 +9,10 @@ import sys
 
 import pytest
 import torch
+from lightning_loss_reference import reduced_batch, reference_loss
+from lightning_toy import STRATEGY, toy_rows
 
 from dataflex_callbacks import RolloutBatch, build_strategy
-from lightning_toy import STRATEGY, toy_rows
-from lightning_loss_reference import reduced_batch, reference_loss
 
 pytestmark = pytest.mark.slow
 
@@ -61,7 +61,7 @@ def test_the_sampler_needs_no_trainer_flag_and_skipping_agrees_across_ranks(rank
 def test_a_plain_dataloader_trains_different_prompts_on_each_rank(tmp_path):
     zero, one = (rank["records"] for rank in run_ranks(tmp_path, "plain"))
     assert len(zero) == len(one) == 4
-    for a, b in zip(zero, one):
+    for a, b in zip(zero, one, strict=True):
         assert not set(a["rows"]) & set(b["rows"]), f"both ranks trained on prompts {set(a['rows']) & set(b['rows'])}"
 
 
@@ -83,18 +83,18 @@ def test_the_tracker_counts_every_response_once(ranks):
 def test_both_ranks_decide_alike_on_disjoint_rows(ranks):
     zero, one = (rank["records"] for rank in ranks)
     assert len(zero) == len(one) == 4
-    for a, b in zip(zero, one):
+    for a, b in zip(zero, one, strict=True):
         assert a["step"] == b["step"]
         assert not set(a["rows"]) & set(b["rows"]), "the shard layout gives ranks different prompts"
         assert a["target"] == b["target"], "mixing targets are identical on every rank"
         assert len(a["mask"][0]) != len(b["mask"][0]), "the ranks' completion lengths differ (padding is exercised)"
-    kept = [sum(a["keep"] + b["keep"]) for a, b in zip(zero, one)]
+    kept = [sum(a["keep"] + b["keep"]) for a, b in zip(zero, one, strict=True)]
     assert any(0 < k < 2 * len(zero[0]["keep"]) for k in kept), "some step drops part of the global batch"
 
 
 def test_decisions_equal_one_process_deciding_on_the_gathered_step(ranks):
     strategy = build_strategy({key: STRATEGY[key] for key in ("select", "reweight")})
-    for a, b in zip(*(rank["records"] for rank in ranks)):
+    for a, b in zip(*(rank["records"] for rank in ranks), strict=True):
         width = max(len(a["mask"][0]), len(b["mask"][0]))
         n_groups = max(a["group_ids"]) + 1
         batch = RolloutBatch(
@@ -122,12 +122,12 @@ def test_logged_domain_statistics_are_those_of_all_ranks_rows(ranks):
     logged = [rank["logged"] for rank in ranks]
     assert len(logged[0]) == len(logged[1]) == len(zero)
     local_differs = False
-    for index, (a, b) in enumerate(zip(zero, one)):
+    for index, (a, b) in enumerate(zip(zero, one, strict=True)):
         for domain in sorted(set(a["domains"] + b["domains"])):
             rows = [
                 (r, k)
                 for record in (a, b)
-                for r, k, d in zip(record["rewards"], record["keep"], record["domains"])
+                for r, k, d in zip(record["rewards"], record["keep"], record["domains"], strict=True)
                 if d == domain
             ]
             expected = {
@@ -140,6 +140,6 @@ def test_logged_domain_statistics_are_those_of_all_ranks_rows(ranks):
                 for name, value in expected.items():
                     got = logged[rank][index][f"dataflex/{name}/{domain}_step"]
                     assert got == pytest.approx(value, rel=1e-6), (rank, index, name, domain)
-            mine = [r for r, d in zip(a["rewards"], a["domains"]) if d == domain]
+            mine = [r for r, d in zip(a["rewards"], a["domains"], strict=True) if d == domain]
             local_differs |= not mine or sum(mine) / len(mine) != pytest.approx(expected["selection_reward"], rel=1e-6)
     assert local_differs, "the case must tell rank 0's own rows from the whole step"

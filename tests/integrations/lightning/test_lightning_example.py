@@ -6,10 +6,10 @@ import os
 
 import pytest
 import torch
+from lightning_toy import toy_trainer
 
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
 from dataflex_callbacks.recipes.tasks import load_task_suite
-from lightning_toy import toy_trainer
 
 pytestmark = pytest.mark.slow
 

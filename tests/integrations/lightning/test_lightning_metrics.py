@@ -5,9 +5,9 @@ import csv
 
 import pytest
 from lightning.pytorch.loggers import CSVLogger
+from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
-from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 
 pytestmark = pytest.mark.slow
 

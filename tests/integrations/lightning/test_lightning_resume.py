@@ -7,9 +7,9 @@ tensors and Python scalars, for every preset family.
 import pytest
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
-from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def run(tmp_path, max_steps, strategy=STRATEGY, save_every=None, ckpt_path=None)
 
 def assert_same_steps(full, resumed, resume_step):
     assert [r["step"] for r in resumed] == list(range(resume_step, TOTAL_STEPS))
-    for want, got in zip(full[resume_step:], resumed):
+    for want, got in zip(full[resume_step:], resumed, strict=True):
         assert got["rows"] == want["rows"], f"sampler stream differs at step {want['step']}"
         assert got["keep"] == want["keep"]
         torch.testing.assert_close(torch.tensor(got["weights"]), torch.tensor(want["weights"]))

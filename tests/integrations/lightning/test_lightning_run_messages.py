@@ -3,9 +3,9 @@ draws from.
 """
 
 import pytest
+from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
-from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 
 pytestmark = pytest.mark.slow
 

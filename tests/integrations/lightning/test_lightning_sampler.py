@@ -6,12 +6,12 @@ import math
 import lightning.pytorch as pl
 import pytest
 from lightning.pytorch.callbacks import ModelCheckpoint
+from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 from torch.utils.data import DataLoader
 
 from dataflex_callbacks import ConfigError, DataFlexError, build_strategy
 from dataflex_callbacks.integrations.lightning import DataFlexCallback, ShardedSampler, build_sampler
 from dataflex_callbacks.integrations.lightning.sampling import make_sampler
-from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +50,7 @@ def test_the_domain_column_is_the_configs_domain_key():
     # Without a mix part: one pool; the config's column only labels prompts for the pre-rollout prior.
     skipping = build_strategy({"pre_select": {"name": "skip_zero_variance", "params": {}}, "domain_key": "topic"})
     sampler = make_sampler(skipping, rows, batch_size=4, seed=0, world_size=2, rank=1, options={})
-    assert sampler.pooled and sampler._prompt_labels[:3] == ["t-easy", "t-mid", "t-hard"]
+    assert sampler.pooled and sampler.prompt_labels[:3] == ["t-easy", "t-mid", "t-hard"]
     assert (sampler.num_replicas, sampler.rank) == (2, 1)
     # Explicit proportions ask for a draw by domain even without a mix part.
     sampler = make_sampler(

@@ -2,10 +2,10 @@
 world size), never the sampler's internal chunk."""
 
 import pytest
+from lightning_toy import ToyGRPO, toy_rows, toy_trainer
 
 from dataflex_callbacks import ConfigError
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
-from lightning_toy import ToyGRPO, toy_rows, toy_trainer
 
 
 @pytest.mark.parametrize("strategy", ["skip", "difffilter", "static"])

@@ -7,11 +7,11 @@ import random
 import pytest
 import torch
 from lightning.pytorch.loggers import CSVLogger
+from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
 from dataflex_callbacks.integrations.lightning.step_metrics import StepMetrics, cover_domains, domain_log_groups
 from dataflex_callbacks.metrics import DomainRewardStats
-from lightning_toy import STRATEGY, ToyGRPO, toy_rows, toy_trainer
 
 DOMAINS = ["easy", "mid", "hard", "rare"]
 
@@ -121,7 +121,7 @@ def domain_values(records, domain):
     rows = [
         (reward, keep)
         for record in records
-        for reward, keep, label in zip(record["rewards"], record["keep"], record["domains"])
+        for reward, keep, label in zip(record["rewards"], record["keep"], record["domains"], strict=True)
         if label == domain
     ]
     if not rows:

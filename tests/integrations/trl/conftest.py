@@ -19,10 +19,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.insert(0, _HERE)
 
-from datasets import Dataset  # noqa: E402
-
 from cpu_settings import CPU_RUN_SETTINGS  # noqa: E402
+from datasets import Dataset  # noqa: E402
 from toy_rewards import checksum_reward, digit_reward, parity_reward  # noqa: E402
+
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 

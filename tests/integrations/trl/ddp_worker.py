@@ -20,12 +20,12 @@ import torch  # noqa: E402
 
 torch.set_num_threads(1)
 
+from cpu_settings import CPU_RUN_SETTINGS  # noqa: E402
 from datasets import Dataset  # noqa: E402
+from mixing_runs import record_train_sampler  # noqa: E402
 from trl import GRPOConfig, RLOOConfig  # noqa: E402
 
-from cpu_settings import CPU_RUN_SETTINGS  # noqa: E402
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer, DataFlexRLOOTrainer  # noqa: E402
-from mixing_runs import record_train_sampler  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 STRATEGIES = {
@@ -121,11 +121,11 @@ def main(out_dir: str, mode: str = "select") -> None:
         record["sampler_state"] = json.loads(json.dumps(trainer.dataflex.sampler.state_dict(), default=str))
         record["strategy_state"] = json.loads(json.dumps(trainer.dataflex.strategy.state_dict(), default=str))
     if mode == "dynamic":
-        for entry, decision in zip(history, trainer.dataflex.decisions):
+        for entry, decision in zip(history, trainer.dataflex.decisions, strict=True):
             entry["dynamic"] = decision["dynamic"]
         record["totals"] = trainer.dataflex.dynamic.buffer.totals
     if mode == "allocation":
-        for entry, decision in zip(history, trainer.dataflex.decisions):
+        for entry, decision in zip(history, trainer.dataflex.decisions, strict=True):
             entry["alloc"] = decision["dynamic"]
         record["engine_rows"] = sum(engine_rows)
         record["strategy_state"] = json.loads(json.dumps(trainer.dataflex.strategy.state_dict(), default=str))

@@ -4,12 +4,12 @@ the sampler.
 
 import os
 
+from cpu_settings import CPU_RUN_SETTINGS
 from torch.utils.data import Sampler
 from trl import GRPOConfig
 
-from cpu_settings import CPU_RUN_SETTINGS
-from dataflex_callbacks.recipes import tasks
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
+from dataflex_callbacks.recipes import tasks
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer
 
 

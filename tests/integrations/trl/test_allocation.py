@@ -6,8 +6,8 @@ batch (B = 2 groups).
 
 import pytest
 import torch
-
 from toy_rewards import checksum_reward, parity_reward
+
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.integrations.trl.allocation import grpo_advantages
@@ -191,7 +191,7 @@ def test_what_cannot_run_is_refused_in_one_line(make_trainer):
 
 def test_the_async_trainer_and_rloo_refuse_the_part_in_one_line():
     from dataflex_callbacks import build_strategy
-    from dataflex_callbacks.integrations.trl.async_grpo import check_async_strategy
+    from dataflex_callbacks.integrations.trl.async_host import check_async_strategy
     from dataflex_callbacks.integrations.trl.rloo import DataFlexRLOOCallback
 
     check_async_strategy(build_strategy("screen"))  # runs through the in-process worker (test_async_grpo.py)

@@ -17,9 +17,10 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 from datasets import Dataset  # noqa: E402
-from transformers import AutoModelForCausalLM  # noqa: E402
-
 from toy_rewards import checksum_reward  # noqa: E402
+from transformers import AutoModelForCausalLM  # noqa: E402
+from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer  # noqa: E402
+
 from dataflex_callbacks.errors import (  # noqa: E402
     ConfigError,
     HostError,
@@ -36,7 +37,6 @@ from dataflex_callbacks.integrations.trl.async_rollout import (  # noqa: E402
     use_cpu_tree_attention,
 )
 from dataflex_callbacks.recipes.tiny_model import build_tiny_tokenizer, save_tiny  # noqa: E402
-from trl.experimental.async_grpo import AsyncGRPOConfig, AsyncGRPOTrainer  # noqa: E402
 
 G = 4  # num_generations
 B = 2  # groups per step: per_device_train_batch_size 4 x gradient_accumulation_steps 2 / G
@@ -44,7 +44,7 @@ B = 2  # groups per step: per_device_train_batch_size 4 x gradient_accumulation_
 
 def echo_zero_reward(completions, domain, **kwargs):
     """checksum_reward, but 0 for every completion of an 'echo' prompt: those groups never carry signal."""
-    return [0.0 if d == "echo" else float(sum(map(ord, c)) % 2) for c, d in zip(completions, domain)]
+    return [0.0 if d == "echo" else float(sum(map(ord, c)) % 2) for c, d in zip(completions, domain, strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -216,7 +216,7 @@ def test_a_skipped_prompt_never_reaches_the_engine(model_path, prompts, tmp_path
     tokenizer = build_tiny_tokenizer()
     seen = [tokenizer.decode(ids) for ids in worker.engine.prompts_seen]
     assert seen == [prompts[r]["prompt"] for r in worker.fed_rows]  # the engine saw exactly the fed prompts
-    echo = {p for p, d in zip(prompts["prompt"], prompts["domain"]) if d == "echo"}
+    echo = {p for p, d in zip(prompts["prompt"], prompts["domain"], strict=True) if d == "echo"}
     observed = trainer.dataflex.strategy.pre_select.history
     streaks = {key: int(observed.streaks([key])[0]) for key in echo if observed.lookup([key])[0] >= 0}
     assert streaks and all(s >= 1 for s in streaks.values())

@@ -19,15 +19,15 @@ else:
     pytest.importorskip("vllm")
 
 import torch  # noqa: E402
-
+from test_async_grpo import SKIP_SEEN_PROMPTS, G, build, echo_zero_reward, losses, params  # noqa: E402
 from toy_rewards import checksum_reward  # noqa: E402
+
 from dataflex_callbacks.errors import ConfigError  # noqa: E402
 from dataflex_callbacks.integrations.trl import attach  # noqa: E402
 from dataflex_callbacks.integrations.trl.async_rollout import EngineWeightTransfer, VLLMEngine, cpu_device_name  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import build_tiny_tokenizer, save_tiny  # noqa: E402
 from dataflex_callbacks.recipes.vllm_colocate import CPU_ENGINE_SETTINGS  # noqa: E402
 from dataflex_callbacks.recipes.vllm_cpu import keep_live_weights  # noqa: E402
-from test_async_grpo import SKIP_SEEN_PROMPTS, G, build, echo_zero_reward, losses, params  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -81,7 +81,7 @@ def test_a_skipped_prompt_never_reaches_the_vllm_engine(model_path, prompts, llm
     tokenizer = build_tiny_tokenizer()
     seen = [tokenizer.decode(ids) for ids in engine.prompts_seen]
     assert seen == [prompts[r]["prompt"] for r in worker.fed_rows]
-    echo = {p for p, d in zip(prompts["prompt"], prompts["domain"]) if d == "echo"}
+    echo = {p for p, d in zip(prompts["prompt"], prompts["domain"], strict=True) if d == "echo"}
     assert len(seen) >= len(prompts) + 16 and not any(p in echo for p in seen[len(prompts) + 8 :])
     assert sum(p not in echo for p in seen) > len(prompts) - len(echo)
 

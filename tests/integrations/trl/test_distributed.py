@@ -2,7 +2,6 @@
 mixing, dynamic sampling, allocation)."""
 
 import pytest
-
 from two_ranks import run_two_ranks
 
 

@@ -4,11 +4,11 @@
 """
 
 import pytest
+from cpu_settings import CPU_RUN_SETTINGS
 from datasets import Dataset
+from toy_rewards import parity_reward
 from trl import GRPOConfig, GRPOTrainer
 
-from cpu_settings import CPU_RUN_SETTINGS
-from toy_rewards import parity_reward
 from dataflex_callbacks.errors import ConfigError, ParamError
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model

@@ -6,12 +6,12 @@ generation batch, so B = 4 groups and zero-signal groups (both completions score
 
 import pytest
 import torch
+from toy_rewards import checksum_reward
 from transformers import TrainerCallback
 
-from toy_rewards import checksum_reward
-from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
-from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.components.scorers import group_reward_variance
+from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 
 DIFFBAND_SELECT = {
     "scorer": "group_reward_variance",
@@ -81,13 +81,13 @@ def test_one_round_without_carry_over_equals_zero_variance_selection(make_traine
     plain = run(make_trainer, "diffband", loss_type=loss_type)
     assert any(not bool(d["keep"].all()) for d in plain.dataflex.decisions), "no zero-signal group: the test is void"
     assert len(dynamic.recorder.grads) == len(plain.recorder.grads) == 3
-    for a, b in zip(dynamic.recorder.grads, plain.recorder.grads):
+    for a, b in zip(dynamic.recorder.grads, plain.recorder.grads, strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
     assert losses(dynamic) == pytest.approx(losses(plain), abs=1e-6)
-    for a, b in zip(dynamic.dataflex.decisions, plain.dataflex.decisions):
+    for a, b in zip(dynamic.dataflex.decisions, plain.dataflex.decisions, strict=True):
         assert torch.equal(a["keep"], b["keep"])
         assert a["dynamic"]["dynamic/short"] == float(not bool(b["keep"].all()))
-    for a, b in zip(dynamic.model.parameters(), plain.model.parameters()):
+    for a, b in zip(dynamic.model.parameters(), plain.model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
 
 
@@ -99,7 +99,7 @@ def test_one_round_without_carry_over_equals_zero_variance_selection(make_traine
 def test_every_full_step_trains_exactly_B_signal_groups(make_trainer, strategy):
     trainer = run(make_trainer, strategy, steps=4)
     full = 0
-    for decision, take in zip(trainer.dataflex.decisions, trainer.takes):
+    for decision, take in zip(trainer.dataflex.decisions, trainer.takes, strict=True):
         metrics, taken = decision["dynamic"], take["taken"]
         assert decision["keep"].shape == (B * GENERATIONS,)
         if metrics["dynamic/short"]:
@@ -122,7 +122,7 @@ def test_every_full_step_trains_exactly_B_signal_groups(make_trainer, strategy):
 def test_carried_groups_are_trained_first_on_the_next_step(make_trainer):
     trainer = run(make_trainer, {"select": DIFFBAND_SELECT, "dynamic_sampling": {"max_rounds": 8}}, steps=5)
     used = 0
-    for previous, take, decision in zip(trainer.takes, trainer.takes[1:], trainer.dataflex.decisions[1:]):
+    for previous, take, decision in zip(trainer.takes, trainer.takes[1:], trainer.dataflex.decisions[1:], strict=False):
         carried = int(decision["dynamic"]["dynamic/carried"])
         if not previous["carried_after"]:
             assert carried == 0
@@ -149,7 +149,7 @@ def test_a_short_step_masks_its_zero_signal_groups(make_trainer):
     # One round and the reward-spread rule (no select part): the masking is the adapter's own.
     trainer = run(make_trainer, {"dynamic_sampling": {"max_rounds": 1, "carry_over": False}}, steps=3)
     shorts = 0
-    for decision, take in zip(trainer.dataflex.decisions, trainer.takes):
+    for decision, take in zip(trainer.dataflex.decisions, trainer.takes, strict=True):
         signal = take["signal"]
         assert signal.shape == (B * GENERATIONS,)
         if decision["dynamic"]["dynamic/short"]:
@@ -188,7 +188,7 @@ def test_trains_with_kl_reused_and_split_generation_batches(make_trainer, varian
     generation_rows = trainer.args.generation_batch_size
     wanted = generation_rows // GENERATIONS
     assert trainer.dataflex.decisions
-    for decision, take in zip(trainer.dataflex.decisions, trainer.takes):
+    for decision, take in zip(trainer.dataflex.decisions, trainer.takes, strict=True):
         assert decision["keep"].shape == (generation_rows,)
         if not decision["dynamic"]["dynamic/short"]:
             assert take["taken"].num_groups == wanted and bool(decision["keep"].all())
@@ -213,12 +213,12 @@ def test_resume_equals_the_uninterrupted_run(make_trainer, tmp_path):
     )
     resumed.train(resume_from_checkpoint=str(tmp_path / "full" / "checkpoint-3"))
     assert len(resumed.dataflex.decisions) == 1 and resumed.dataflex.decisions[0]["dynamic"]["dynamic/carried"] > 0
-    for a, b in zip(full.dataflex.decisions[3:], resumed.dataflex.decisions):
+    for a, b in zip(full.dataflex.decisions[3:], resumed.dataflex.decisions, strict=True):
         assert a["step"] == b["step"] and a["prompt_keys"] == b["prompt_keys"]
         assert torch.equal(a["keep"], b["keep"]) and a["dynamic"] == b["dynamic"]
     assert losses(resumed)[-1:] == pytest.approx(losses(full)[-1:], abs=1e-6)
     assert full.dataflex.dynamic.state_dict()["stream"] == resumed.dataflex.dynamic.state_dict()["stream"]
-    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+    for a, b in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
 
 
@@ -261,9 +261,9 @@ def build_streamed(
     tiny_tokenizer, tmp_path, data, strategy, way_in="trainer", reward=checksum_reward, steps=3, **config
 ):
     """``(trainer, its DataFlexCallback)`` on ``data``: a DataFlexGRPOTrainer, or a stock GRPOTrainer + attach()."""
+    from cpu_settings import CPU_RUN_SETTINGS
     from trl import GRPOConfig, GRPOTrainer
 
-    from cpu_settings import CPU_RUN_SETTINGS
     from dataflex_callbacks.integrations.trl import attach
     from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 

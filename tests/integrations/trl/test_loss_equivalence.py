@@ -8,12 +8,12 @@ the rows' gradients).
 
 import pytest
 import torch
+from loss_checks import loss_and_grad, masked_inputs, policy_weighted_step
 from trl import GRPOTrainer
 
 from dataflex_callbacks import build_strategy
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.integrations.trl.loss_scaling import ROW_COUNT_LOSSES
-from loss_checks import loss_and_grad, masked_inputs, policy_weighted_step
 
 LOSS_TYPES = ["grpo", "bnpo", "dr_grpo", "dapo", "cispo", "sapo", "vespo", "luspo"]
 BETAS = [0.0, 0.04]

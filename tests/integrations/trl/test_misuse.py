@@ -5,11 +5,11 @@ import warnings
 import pytest
 import torch
 from datasets import Dataset
+from mixing_runs import record_train_sampler
 
 from dataflex_callbacks.errors import ConfigError, DroppedAllWarning
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, attach
-from dataflex_callbacks.integrations.trl.callback import STATE_FILE
-from mixing_runs import record_train_sampler
+from dataflex_callbacks.integrations.trl.lifecycle import STATE_FILE
 
 RESCALE_WARNING = "rescaled by B/K"
 MIX = {"mix": {"mixer": "reward_gap", "warmup_steps": 1, "update_every": 1}}
@@ -128,7 +128,7 @@ def assert_same_state(a, b, where="state"):
             assert_same_state(a[key], b[key], f"{where}.{key}")
     elif isinstance(a, (list, tuple)):
         assert isinstance(b, (list, tuple)) and len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             assert_same_state(x, y, f"{where}[{i}]")
     else:
         assert a == b, where
@@ -157,10 +157,10 @@ def test_strict_false_resumes_a_changed_config_with_the_mixing_state(make_traine
 
 # ---------------------------------------------------------------- domain column named in the error
 def test_mix_preset_without_a_domain_column_names_domain_column(make_trainer, tiny_tokenizer):
+    from cpu_settings import CPU_RUN_SETTINGS
     from trl import GRPOConfig
 
     from dataflex_callbacks.recipes.tiny_model import build_tiny_model
-    from cpu_settings import CPU_RUN_SETTINGS
 
     data = Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3=", "4+4="], "topic": ["a", "b", "a", "b"]})
     args = GRPOConfig(
@@ -179,10 +179,10 @@ def test_mix_preset_without_a_domain_column_names_domain_column(make_trainer, ti
 
 @pytest.mark.parametrize("strategy", ["static", "skip"])
 def test_a_null_domain_label_is_refused_with_its_row(tiny_tokenizer, strategy):
+    from cpu_settings import CPU_RUN_SETTINGS
     from trl import GRPOConfig
 
     from dataflex_callbacks.recipes.tiny_model import build_tiny_model
-    from cpu_settings import CPU_RUN_SETTINGS
 
     data = Dataset.from_dict({"prompt": ["1+1=", "2+2=", "3+3=", "4+4="], "domain": ["a", None, "a", "b"]})
     args = GRPOConfig(
@@ -261,9 +261,9 @@ def test_no_dropped_all_warning_when_something_trains(make_trainer):
 def test_a_mixing_generation_batch_holds_each_prompt_once(make_trainer, tiny_tokenizer):
     """One generation batch holds each drawn prompt exactly num_generations times, also when a small domain's pass
     wraps around inside the batch (5 rows drawn at 50%, 4 prompts per batch)."""
+    from cpu_settings import CPU_RUN_SETTINGS
     from trl import GRPOConfig
 
-    from cpu_settings import CPU_RUN_SETTINGS
     from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 
     data = Dataset.from_dict({"prompt": [f"q{i}=" for i in range(30)], "domain": ["small"] * 5 + ["big"] * 25})
@@ -307,10 +307,10 @@ def test_a_mixing_generation_batch_holds_each_prompt_once(make_trainer, tiny_tok
 
 
 def test_mix_quota_from_the_config_reaches_the_trl_sampler(tiny_tokenizer):
+    from cpu_settings import CPU_RUN_SETTINGS
     from trl import GRPOConfig
 
     from dataflex_callbacks.recipes.tiny_model import build_tiny_model
-    from cpu_settings import CPU_RUN_SETTINGS
 
     data = Dataset.from_dict({"prompt": [f"q{i}=" for i in range(12)], "domain": ["a", "b", "c"] * 4})
     args = GRPOConfig(
@@ -379,10 +379,10 @@ THREE_PROMPTS = {"prompt": ["1+1=", "2+2=", "3+3="], "domain": ["add", "mul", "a
 
 def build_on(tiny_tokenizer, tmp_path, data, strategy=None, way_in="trainer", **config):
     """A tiny trainer on ``data``: a DataFlexGRPOTrainer, or (``way_in="attach"``) a stock GRPOTrainer + attach()."""
+    from cpu_settings import CPU_RUN_SETTINGS
     from trl import GRPOConfig, GRPOTrainer
 
     from dataflex_callbacks.recipes.tiny_model import build_tiny_model
-    from cpu_settings import CPU_RUN_SETTINGS
 
     args = GRPOConfig(
         output_dir=str(tmp_path), max_steps=1, **{"max_completion_length": 4, **CPU_RUN_SETTINGS, **config}

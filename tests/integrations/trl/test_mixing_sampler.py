@@ -4,14 +4,14 @@ resume, keys.
 
 import pytest
 import torch
+from mixing_runs import logged, suite_trainer
 from trl import GRPOTrainer
 from trl.trainer.utils import RepeatSampler
 
 from dataflex_callbacks import DomainMixingSampler
-from dataflex_callbacks.rollout.prompt_keys import row_prompt_key
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer, attach
-from dataflex_callbacks.integrations.trl.callback import STATE_FILE
-from mixing_runs import logged, suite_trainer
+from dataflex_callbacks.integrations.trl.lifecycle import STATE_FILE
+from dataflex_callbacks.rollout.prompt_keys import row_prompt_key
 
 MIX = {"mix": {"mixer": "learnability", "warmup_steps": 1, "update_every": 1}}
 DOMAINS = ("code", "coin", "digit", "echo")
@@ -103,7 +103,7 @@ def test_resumed_run_continues_the_sampler_stream_and_decisions(tmp_path):
     # The resumed trainer re-iterates the epoch and skips 4 batches: from there on, the same rows.
     assert resumed.recorder.indices[4 * size : 8 * size] == full.recorder.indices[4 * size : 8 * size]
     assert len(resumed.dataflex.decisions) == 4
-    for a, b in zip(full.dataflex.decisions[4:], resumed.dataflex.decisions):
+    for a, b in zip(full.dataflex.decisions[4:], resumed.dataflex.decisions, strict=True):
         assert a["step"] == b["step"] and a["prompt_keys"] == b["prompt_keys"]
         assert torch.equal(a["keep"], b["keep"]) and torch.equal(a["weights"], b["weights"])
         assert a["metrics"] == b["metrics"]

@@ -10,14 +10,14 @@ one-value domain column and (c) with two domains.
 import os
 
 import pytest
+from cpu_settings import CPU_RUN_SETTINGS
 from datasets import Dataset
+from mixing_runs import logged
 from trl import GRPOConfig
 
-from cpu_settings import CPU_RUN_SETTINGS
-from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer
-from mixing_runs import logged
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
 pytestmark = pytest.mark.slow
 

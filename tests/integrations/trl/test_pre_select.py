@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 from datasets import Dataset
+from mixing_runs import logged, suite_trainer
 
 from dataflex_callbacks import build_strategy
-from dataflex_callbacks.integrations.trl.callback import STATE_FILE
-from dataflex_callbacks.rollout.batch import NO_DOMAIN
+from dataflex_callbacks.integrations.trl.lifecycle import STATE_FILE
 from dataflex_callbacks.integrations.trl.sampling import grpo_mixing_sampler, row_key
-from mixing_runs import logged, suite_trainer
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
 SETTINGS = dict(steps=16, n_train=6, save_strategy="steps", save_steps=8)  # 24 prompts: each drawn ~3 times
 
@@ -21,7 +21,9 @@ SETTINGS = dict(steps=16, n_train=6, save_strategy="steps", save_steps=8)  # 24 
 def streaks_by_domain(pre_select):
     history = pre_select.history
     out: dict = {}
-    for key, streak, seen in zip(history.keys, history.streak[: history.size], history.seen[: history.size]):
+    for key, streak, seen in zip(
+        history.keys, history.streak[: history.size], history.seen[: history.size], strict=True
+    ):
         out.setdefault(key.split("-")[0], []).append((int(streak), int(seen)))
     return out
 
@@ -67,7 +69,7 @@ def test_zero_variance_prompts_are_skipped_and_the_history_resumes(tmp_path, pre
     resumed.train(resume_from_checkpoint=str(checkpoint))
     # 24 prompts / 4 per step: 6 steps an epoch; the resumed trainer starts iterating at epoch 1 (step 6).
     assert resumed.recorder.indices[2 * size : 10 * size] == rows[8 * size : 16 * size]
-    for a, b in zip(full.dataflex.decisions[8:], resumed.dataflex.decisions):
+    for a, b in zip(full.dataflex.decisions[8:], resumed.dataflex.decisions, strict=True):
         assert a["prompt_keys"] == b["prompt_keys"] and a["metrics"] == b["metrics"]
     after = resumed.dataflex.strategy.pre_select.state_dict()
     before = pre_select.state_dict()

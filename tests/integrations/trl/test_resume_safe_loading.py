@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
-from dataflex_callbacks.integrations.trl.callback import STATE_FILE
+from dataflex_callbacks.integrations.trl.lifecycle import STATE_FILE
 
 MIX = {"mixer": "learnability", "warmup_steps": 1, "update_every": 1}
 FAMILIES = {
@@ -56,7 +56,7 @@ def test_checkpoint_state_loads_safely_and_resumes_to_the_same_decisions(make_tr
     resumed = make_trainer(**settings)
     resumed.train(resume_from_checkpoint=str(path.parent))
     assert [h["step"] for h in resumed.dataflex.decisions] == [2, 3]
-    for a, b in zip(full.dataflex.decisions[2:], resumed.dataflex.decisions):
+    for a, b in zip(full.dataflex.decisions[2:], resumed.dataflex.decisions, strict=True):
         assert a["step"] == b["step"] and a["prompt_keys"] == b["prompt_keys"]
         assert torch.equal(a["keep"], b["keep"]) and torch.equal(a["weights"], b["weights"])
         assert a["metrics"] == b["metrics"]

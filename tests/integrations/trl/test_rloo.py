@@ -9,7 +9,9 @@ import warnings
 
 import pytest
 import torch
+from loss_checks import loss_and_grad, masked_inputs, policy_weighted_step
 from trl import RLOOTrainer
+from two_ranks import run_two_ranks
 
 from dataflex_callbacks import build_strategy
 from dataflex_callbacks.errors import ConfigError
@@ -22,8 +24,6 @@ from dataflex_callbacks.integrations.trl import (
     attach,
 )
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model
-from loss_checks import loss_and_grad, masked_inputs, policy_weighted_step
-from two_ranks import run_two_ranks
 
 TOLERANCE = 1e-6
 ROWS, PROMPT_LEN, COMPLETION_LEN = 6, 4, 5
@@ -43,12 +43,12 @@ def logged(trainer, key):
 
 
 def same_parameters(first, second) -> bool:
-    return all(torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters()))
+    return all(torch.equal(a, b) for a, b in zip(first.parameters(), second.parameters(), strict=True))
 
 
 def assert_same_history(first, second):
     assert [h["step"] for h in first] == [h["step"] for h in second]
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert torch.equal(a["keep"], b["keep"]) and torch.equal(a["weights"], b["weights"])
         assert a["metrics"] == b["metrics"]
 
@@ -72,7 +72,9 @@ def test_baseline_is_bit_identical_to_stock_rloo(make_rloo, extra):
     stock = make_rloo(**extra)
     before = [p.detach().clone() for p in stock.model.parameters()]
     stock.train()
-    assert any(not torch.equal(a, b) for a, b in zip(before, stock.model.parameters()))  # training moved them
+    assert any(
+        not torch.equal(a, b) for a, b in zip(before, stock.model.parameters(), strict=True)
+    )  # training moved them
     extra["trainer_kwargs"] = dict(extra.get("trainer_kwargs", {}), strategy="baseline")
     ours = make_rloo(cls=DataFlexRLOOTrainer, **extra)
     ours.train()

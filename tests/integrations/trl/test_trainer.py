@@ -2,10 +2,10 @@
 
 import pytest
 import torch
-
 from toy_rewards import same_state
+
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, DataFlexRLOOTrainer, attach
-from dataflex_callbacks.integrations.trl.callback import STATE_FILE
+from dataflex_callbacks.integrations.trl.lifecycle import STATE_FILE
 from dataflex_callbacks.integrations.trl.signals import resolve_reward_index, selection_rewards
 
 MIXED_STRATEGY = {
@@ -16,7 +16,7 @@ MIXED_STRATEGY = {
 
 def assert_same_history(first, second):
     assert [h["step"] for h in first] == [h["step"] for h in second]
-    for a, b in zip(first, second):
+    for a, b in zip(first, second, strict=True):
         assert torch.equal(a["keep"], b["keep"]) and torch.equal(a["weights"], b["weights"])
         assert a["metrics"] == b["metrics"]
 
@@ -36,7 +36,7 @@ def test_both_ways_in_make_the_same_decisions_and_log_metrics(make_trainer):
 
     assert len(subclass.dataflex.decisions) == 2
     assert_same_history(subclass.dataflex.decisions, callback.decisions)
-    for a, b in zip(subclass.model.parameters(), stock.model.parameters()):
+    for a, b in zip(subclass.model.parameters(), stock.model.parameters(), strict=True):
         assert torch.equal(a, b)
     for key in ("dataflex/kept_frac", "dataflex/ess", "dataflex/weight_mean", "dataflex/weight_std"):
         assert len(logged(subclass, key)) == 2, key  # one value per logging step
@@ -123,7 +123,7 @@ def test_a_resumed_run_equals_the_uninterrupted_run(host, request, tmp_path):
     ]
     assert resumed.dataflex.sampler.state_dict() == full.dataflex.sampler.state_dict()
     assert same_state(resumed.dataflex.strategy.state_dict(), full.dataflex.strategy.state_dict())
-    assert all(torch.equal(a, b) for a, b in zip(full.model.parameters(), resumed.model.parameters()))
+    assert all(torch.equal(a, b) for a, b in zip(full.model.parameters(), resumed.model.parameters(), strict=True))
 
 
 def test_peft_lora_with_reused_generations_and_kl(make_trainer, reward_functions):
@@ -183,6 +183,6 @@ def test_baseline_is_bit_identical_to_stock_trl(make_trainer, loss_type, extra):
     stock.train()
     ours = make_trainer(cls=DataFlexGRPOTrainer, loss_type=loss_type, trainer_kwargs={"strategy": "baseline"}, **extra)
     ours.train()
-    for a, b in zip(stock.model.parameters(), ours.model.parameters()):
+    for a, b in zip(stock.model.parameters(), ours.model.parameters(), strict=True):
         assert torch.equal(a, b)
     assert logged(stock, "loss") == logged(ours, "loss")

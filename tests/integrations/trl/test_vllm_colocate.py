@@ -26,9 +26,12 @@ if os.environ.get("DATAFLEX_REQUIRE_VLLM") == "1":
 else:
     pytest.importorskip("vllm")
 
-from trl import GRPOTrainer  # noqa: E402
-
+from loss_checks import loss_and_grad, masked_inputs  # noqa: E402
+from mixing_runs import record_train_sampler  # noqa: E402
 from toy_rewards import checksum_reward  # noqa: E402
+from trl import GRPOTrainer  # noqa: E402
+from vllm.model_executor.layers import utils as layer_utils  # noqa: E402
+
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import save_tiny  # noqa: E402
 from dataflex_callbacks.recipes.vllm_colocate import CPU_ENGINE_SETTINGS, colocate_config, cpu_engine  # noqa: E402
@@ -38,9 +41,6 @@ from dataflex_callbacks.recipes.vllm_cpu import (  # noqa: E402
     force_repacking_dispatch,
     multiply_with_live_weights,
 )
-from vllm.model_executor.layers import utils as layer_utils  # noqa: E402
-from loss_checks import loss_and_grad, masked_inputs  # noqa: E402
-from mixing_runs import record_train_sampler  # noqa: E402
 
 STEPS = 3
 LOGPROB_TOLERANCE = 1e-4  # float32 on both sides: measured max |trainer - vLLM| 7e-7
@@ -360,15 +360,15 @@ def _same_tokens(output, batch, row) -> list[int]:
 
 def half_solved_reward(completions, domain, **kwargs):
     """1 on the `solved` domain (solved groups: a pre-rollout filter learns to skip them), else the checksum."""
-    return [1.0 if d == "solved" else r for d, r in zip(domain, checksum_reward(completions))]
+    return [1.0 if d == "solved" else r for d, r in zip(domain, checksum_reward(completions), strict=True)]
 
 
 @pytest.mark.parametrize("strategy", ["skip", "dapo+skip", "static"])
 def test_prompts_reach_vllm_through_the_samplers_draws(engine, tiny_tokenizer, tmp_path, strategy):
+    from cpu_settings import CPU_RUN_SETTINGS
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from cpu_settings import CPU_RUN_SETTINGS
     from dataflex_callbacks.recipes.tiny_model import build_tiny_model
 
     # 4 prompts, 2 a step: each is seen 6 times in 12 steps, enough for skip_predicted to learn to skip `solved`.
@@ -433,10 +433,10 @@ def test_resume_mid_run_equals_the_uninterrupted_run_with_vllm(make_trainer, eng
     assert [d["prompt_keys"] for d in resumed.dataflex.decisions] == [
         d["prompt_keys"] for d in full.dataflex.decisions[2:]
     ]
-    for a, b in zip(full.dataflex.decisions[2:], resumed.dataflex.decisions):
+    for a, b in zip(full.dataflex.decisions[2:], resumed.dataflex.decisions, strict=True):
         assert torch.equal(a["keep"], b["keep"])
     assert logged_losses(resumed)[-2:] == pytest.approx(logged_losses(full)[-2:], abs=LOSS_TOLERANCE)
-    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+    for a, b in zip(full.model.parameters(), resumed.model.parameters(), strict=True):
         assert torch.allclose(a, b, atol=1e-6, rtol=0)
 
 

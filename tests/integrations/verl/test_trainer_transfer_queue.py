@@ -21,9 +21,8 @@ from dataflex_callbacks.errors import ConfigError  # noqa: E402
 
 
 def verl_config(*overrides):
-    from hydra import compose, initialize_config_dir
-
     import verl
+    from hydra import compose, initialize_config_dir
 
     config_dir = os.path.join(os.path.dirname(verl.__file__), "trainer", "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
@@ -231,9 +230,8 @@ def test_domains_are_read_from_the_domain_key_column(transfer_queue):
 
 
 def test_fit_prints_the_strategy_its_parts_and_the_domains_first(transfer_queue, monkeypatch, capsys):
-    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
-
     from datasets import Dataset
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
 
     trainer = build_trainer("+dataflex.strategy=greso")
     monkeypatch.setattr(PPOTrainerSync, "fit", lambda self, *args, **kwargs: "verl's loop")

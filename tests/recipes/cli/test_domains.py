@@ -9,7 +9,8 @@ pytest.importorskip("trl")
 
 from dataflex_callbacks.recipes.cli import main  # noqa: E402
 from dataflex_callbacks.recipes.options import RunOptions  # noqa: E402
-from dataflex_callbacks.recipes.runner import data_line, load_data  # noqa: E402
+from dataflex_callbacks.recipes.run_inputs import load_data  # noqa: E402
+from dataflex_callbacks.recipes.runner import data_line  # noqa: E402
 
 
 def _write(path, with_domain: bool, rows: int = 20):

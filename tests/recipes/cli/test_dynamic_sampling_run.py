@@ -30,7 +30,7 @@ def test_dapo_run_counts_every_round_and_its_signal_groups(tmp_path):
     assert [m["signal_groups"] for m in metrics] == [m["dataflex/dynamic/signal_groups"] for m in metrics]
     assert config["signal_groups_trained"] == sum(m["dataflex/dynamic/signal_groups"] for m in metrics)
     # TRL's frac_reward_zero_std is the mean over the step's rounds, which all hold B groups.
-    zero = [round(m["frac_reward_zero_std"] * g) for m, g in zip(metrics, generated)]
+    zero = [round(m["frac_reward_zero_std"] * g) for m, g in zip(metrics, generated, strict=True)]
     assert [m["zero_signal_completions"] for m in metrics] == zero
     assert config["zero_signal_completions"] == sum(zero)
 

@@ -58,11 +58,11 @@ def _hand_counts(metrics, dynamic):
     times the step's completions is the step's completions in zero-signal groups.
     """
     generated = [m["dataflex/dynamic/generated"] if dynamic else PER_STEP for m in metrics]
-    zero = [m["frac_reward_zero_std"] * g for m, g in zip(metrics, generated)]
+    zero = [m["frac_reward_zero_std"] * g for m, g in zip(metrics, generated, strict=True)]
     if dynamic:
         groups = [m["dataflex/dynamic/signal_groups"] for m in metrics]
     else:
-        groups = [g / 4 - z / 4 for g, z in zip(generated, zero)]
+        groups = [g / 4 - z / 4 for g, z in zip(generated, zero, strict=True)]
     return sum(generated), sum(groups), sum(zero)
 
 
@@ -98,7 +98,7 @@ def test_signal_group_columns_match_the_per_step_metrics(compare_dir, strategy):
     header = next(line for line in report.splitlines() if line.startswith("| strategy | seeds |"))
     cells = [c.strip() for c in header.strip("|").split("|")]
     line = next(line for line in report.splitlines() if line.startswith(f"| `{strategy}` | 1 |"))
-    values = dict(zip(cells, (c.strip() for c in line.strip("|").split("|"))))
+    values = dict(zip(cells, (c.strip() for c in line.strip("|").split("|")), strict=True))
     assert values["completions per trained signal group"] == f"{completions / groups:.2f}"
     assert values["completions in zero-signal groups"] == f"{zero:.0f}"
     assert values["completions"] == f"{completions:.0f}"

@@ -73,7 +73,7 @@ def test_every_strategy_is_evaluated_at_the_planned_completions(compare_dir, str
     middle = result["curve"][1:-1]
     assert len(middle) == POINTS, [(p["step"], p["completions"]) for p in result["curve"]]
     cumulative = {m["step"]: m["completions"] for m in metrics}
-    for point, threshold in zip(middle, (65, 130, 195)):
+    for point, threshold in zip(middle, (65, 130, 195), strict=True):
         assert point["planned"] == [threshold]
         # The first step at or past the threshold: the step before it had not reached it.
         assert point["completions"] == cumulative[point["step"]] >= threshold

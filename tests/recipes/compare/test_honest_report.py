@@ -119,8 +119,8 @@ def test_an_all_zero_grid_is_flagged_in_the_report_and_on_the_console(tmp_path, 
 
 
 def test_prompts_plus_completions_past_the_models_positions_are_refused_before_training(tmp_path, capsys):
-    from dataflex_callbacks.recipes.compare import CompareInputError
     from dataflex_callbacks.errors import DataFlexError
+    from dataflex_callbacks.recipes.compare import CompareInputError
 
     assert issubclass(CompareInputError, DataFlexError)
     data = tmp_path / "long.jsonl"

@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from dataflex_callbacks.recipes.compare.reach import cost_to_reach as completions_to_reach, reach_table
+from dataflex_callbacks.recipes.compare.reach import cost_to_reach as completions_to_reach
+from dataflex_callbacks.recipes.compare.reach import reach_table
 
 from .test_reach import headline_block
 

@@ -4,9 +4,9 @@ import pytest
 
 pytest.importorskip("transformers")
 
-from dataflex_callbacks.rollout.batch import NO_DOMAIN  # noqa: E402
 from dataflex_callbacks.recipes.tasks import evaluate, load_task_suite  # noqa: E402
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
+from dataflex_callbacks.rollout.batch import NO_DOMAIN  # noqa: E402
 
 
 def test_untrained_model_accuracy_per_domain():
@@ -87,11 +87,11 @@ def test_accuracy_equals_a_loop_over_the_scored_rows():
     reward = TaskReward(seed=0)
     scores = [
         reward.score(p, c, str(a), d, salt=(0, "eval"))
-        for p, c, a, d in zip(test["prompt"], completions, test["answer"], test["domain"])
+        for p, c, a, d in zip(test["prompt"], completions, test["answer"], test["domain"], strict=True)
     ]
     expected = {}
     for domain in sorted(set(test["domain"])):
-        values = [s for s, d in zip(scores, test["domain"]) if d == domain]
+        values = [s for s, d in zip(scores, test["domain"], strict=True) if d == domain]
         expected[domain] = sum(values) / len(values)
     expected["overall"] = sum(scores) / len(scores)
     accuracy = evaluate(model, tokenizer, test)
@@ -115,11 +115,11 @@ def test_sampled_pass_at_1_equals_a_loop_over_the_scored_samples():
     assert len(samples) == len(test) and all(len(row) == k for row in samples)
     reward = TaskReward(seed=seed)
     row_means = []
-    for p, row, a, d in zip(test["prompt"], samples, test["answer"], test["domain"]):
+    for p, row, a, d in zip(test["prompt"], samples, test["answer"], test["domain"], strict=True):
         row_means.append(sum(reward.score(p, c, str(a), d, salt=(seed, "sampled", j)) for j, c in enumerate(row)) / k)
     expected = {}
     for domain in sorted(set(test["domain"])):
-        values = [m for m, d in zip(row_means, test["domain"]) if d == domain]
+        values = [m for m, d in zip(row_means, test["domain"], strict=True) if d == domain]
         expected[domain] = sum(values) / len(values)
     expected["overall"] = sum(row_means) / len(row_means)
     passed = sampled_pass_at_1(model, tokenizer, test, k=k, temperature=temperature, seed=seed)

@@ -6,9 +6,9 @@ import pytest
 
 pytest.importorskip("datasets")
 
-from dataflex_callbacks.rollout.batch import NO_DOMAIN  # noqa: E402
 from dataflex_callbacks.recipes.tasks import load_prompt_dataset  # noqa: E402
 from dataflex_callbacks.recipes.tasks.loading import DatasetColumnError, DatasetError, load_prompt_table  # noqa: E402
+from dataflex_callbacks.rollout.batch import NO_DOMAIN  # noqa: E402
 
 ROWS = [{"question": f"what is {i}+1?", "solution": str(i + 1), "topic": "add" if i % 2 else "inc"} for i in range(6)]
 

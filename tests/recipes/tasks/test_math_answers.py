@@ -2,16 +2,10 @@
 
 import pytest
 
-from dataflex_callbacks.recipes.tasks.math_answers import (
-    extract_final_answer,
-    last_boxed,
-    math_answer_reward,
-    math_answers_match,
-    parse_number,
-    reference_answer,
-    split_unit,
-    too_costly,
-)
+from dataflex_callbacks.recipes.tasks.final_answer import last_boxed
+from dataflex_callbacks.recipes.tasks.math_answers import math_answer_reward, math_answers_match
+from dataflex_callbacks.recipes.tasks.math_extraction import extract_final_answer, reference_answer
+from dataflex_callbacks.recipes.tasks.math_values import parse_number, split_unit, too_costly
 
 # Solutions as GSM8K's `answer` column writes them (calculator annotations, `#### N` last).
 GSM8K_SOLUTIONS = {

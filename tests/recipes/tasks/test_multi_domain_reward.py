@@ -137,7 +137,7 @@ def test_kk_stated_truth_scores_one_and_any_flip_scores_zero(roles, data):
     people = NAMES[: len(roles)]
 
     def sentence(values):
-        parts = [f"{p} is a {'knight' if v else 'knave'}" for p, v in zip(people, values)]
+        parts = [f"{p} is a {'knight' if v else 'knave'}" for p, v in zip(people, values, strict=True)]
         return ", ".join(parts[:-1]) + f", and {parts[-1]}."
 
     truth = sentence(roles)

@@ -45,7 +45,7 @@ def test_shipped_model_reproduces_its_documented_greedy_accuracies(shipped):
     rows = testbed.testbed_dataset(PROFILE["seed"], "eval")
     completions = testbed.greedy_completions(model, tokenizer, [row["prompt"] for row in rows])
     assert hashlib.sha256("\n".join(completions).encode("utf-8")).hexdigest() == PROFILE["eval_greedy_digest"]
-    greedy = [testbed.verify(c, row["answer"]) for c, row in zip(completions, rows)]
+    greedy = [testbed.verify(c, row["answer"]) for c, row in zip(completions, rows, strict=True)]
     table = testbed.profile_table(rows, greedy, None)
     assert {name: entry["greedy"] for name, entry in table.items()} == {
         name: entry["greedy"] for name, entry in PROFILE["eval_greedy"].items()

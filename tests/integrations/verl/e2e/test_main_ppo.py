@@ -267,7 +267,7 @@ def test_select_drops_rows_and_dropped_rows_get_no_gradient():
     run = run_main_ppo("select_mix", *SELECT_MIX, probe=True)
     per_step = probe_per_step(run)
     assert len(per_step) == 2, per_step
-    for step, seen in zip((1, 2), per_step):
+    for step, seen in zip((1, 2), per_step, strict=True):
         metrics = run.step(step)
         kept = round(metrics["dataflex/kept_frac"] * ROWS)
         passes = passes_per_group(run, step)

@@ -1,0 +1,51 @@
+"""TRL's ``AsyncGRPOTrainer`` as a host: its class (imported on first use), the fields it provides, and the
+strategies it refuses in one line."""
+
+from __future__ import annotations
+
+import os
+
+from dataflex_callbacks.components.allocation import ScreenAllocator
+from dataflex_callbacks.errors import ConfigError
+
+
+def async_trainer_class() -> type:
+    """``trl.experimental.async_grpo.AsyncGRPOTrainer`` (imported on first use: TRL warns on experimental imports)."""
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    from trl.experimental.async_grpo import AsyncGRPOTrainer
+
+    return AsyncGRPOTrainer
+
+
+def is_async_trainer(trainer) -> bool:
+    """Whether ``trainer`` is a TRL ``AsyncGRPOTrainer``."""
+    return isinstance(trainer, async_trainer_class())
+
+
+def async_fields(domains: bool) -> set[str]:
+    """The `RolloutBatch` fields this host builds for every consumed batch."""
+    fields = {"rewards", "group_ids", "completion_mask", "advantages", "prompt_keys", "policy_versions"}
+    return fields | ({"domains"} if domains else set())
+
+
+def check_async_strategy(strategy) -> None:
+    """Refuse, in one line naming the part, what cannot run on the samples an ``AsyncGRPOTrainer`` consumes."""
+    host = "TRL's AsyncGRPOTrainer"
+    if strategy.allocation is not None and not isinstance(strategy.allocation, ScreenAllocator):
+        raise ConfigError(
+            f"dataflex: allocation {strategy.allocation.name!r} is not supported by {host}: its groups differ in size "
+            "and the trainer's batches hold num_generations samples per prompt; use 'screen', or drop the part"
+        )
+    for part in strategy.parts:
+        kind = part.actuator_kind
+        if part.token_level:
+            raise ConfigError(
+                f"dataflex: {part.kind}: {kind} {part.actuator.name!r} works on tokens, but {host} packs one "
+                f"advantage per sample into its loss; use a response-level {part.kind} part under the async trainer"
+            )
+        if part.needs_policy:
+            raise ConfigError(
+                f"dataflex: {part.kind}: scorer {part.scorer.name!r} reads the current policy's log-probs or entropies "
+                f"inside the loss, which {host} does not expose; "
+                "use a scorer of rollout signals under the async trainer"
+            )
