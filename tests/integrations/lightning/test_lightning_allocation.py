@@ -1,28 +1,17 @@
 """`examples/lightning_allocation.py` with the real Lightning Trainer: the strategy says how many completions each
 prompt gets next, and every completion is counted."""
 
-import importlib.util
-import os
-
 import pytest
+from lightning_examples import load_example
 from lightning_toy import toy_trainer
 
 from dataflex_callbacks import DataFlexError
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
 from dataflex_callbacks.recipes.tasks import load_task_suite
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "lightning_allocation.py")
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("lightning_allocation", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
-
 
 def fit(strategy, steps=3, n_train=16):
-    example = load_example()
+    example = load_example("lightning_allocation")
     train = load_task_suite(seed=0, n_train=n_train, n_test=1)["train"]
     module = example.AllocatedGRPOModule(train, prompts_per_step=4)
     asked = []
@@ -75,7 +64,7 @@ def test_reuse_gives_an_all_wrong_group_an_earlier_correct_response_counted_apar
 
 
 def test_a_strategy_without_an_allocation_part_is_named():
-    example = load_example()
+    example = load_example("lightning_allocation")
     module = example.AllocatedGRPOModule(load_task_suite(seed=0, n_train=8, n_test=1)["train"], prompts_per_step=4)
     trainer = toy_trainer([DataFlexCallback("diffband")], max_steps=1)
     with pytest.raises(DataFlexError, match="no allocation part"):

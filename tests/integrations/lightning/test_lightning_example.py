@@ -1,11 +1,10 @@
 """`examples/lightning_grpo.py` trains a few real GRPO steps with the tiny model and the task suite."""
 
-import importlib.util
 import math
-import os
 
 import pytest
 import torch
+from lightning_examples import load_example
 from lightning_toy import toy_trainer
 
 from dataflex_callbacks.integrations.lightning import DataFlexCallback
@@ -13,18 +12,9 @@ from dataflex_callbacks.recipes.tasks import load_task_suite
 
 pytestmark = pytest.mark.slow
 
-EXAMPLE = os.path.join(os.path.dirname(__file__), "..", "..", "..", "examples", "lightning_grpo.py")
-
-
-def load_example():
-    spec = importlib.util.spec_from_file_location("lightning_grpo", EXAMPLE)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-    return example
-
 
 def test_example_module_trains_with_the_callback():
-    example = load_example()
+    example = load_example("lightning_grpo")
     module = example.GRPOModule(load_task_suite(seed=0, n_train=8, n_test=1)["train"], prompts_per_step=4)
     trainer = toy_trainer([DataFlexCallback(example.STRATEGY)], max_steps=3)
     trainer.fit(module)
@@ -34,7 +24,7 @@ def test_example_module_trains_with_the_callback():
 
 
 def test_example_skips_prompts_with_its_data_module():
-    example = load_example()
+    example = load_example("lightning_grpo")
     train = load_task_suite(seed=0, n_train=16, n_test=1)["train"]
     module = example.GRPOModule(train, prompts_per_step=4)
     callback = DataFlexCallback("skip")
@@ -51,7 +41,7 @@ def test_example_skips_prompts_with_its_data_module():
 def test_example_dynamic_sampling_trains_exactly_b_signal_groups():
     from dataflex_callbacks.config import load_config
 
-    example = load_example()
+    example = load_example("lightning_grpo")
     train = load_task_suite(seed=0, n_train=16, n_test=1)["train"]
     module = example.GRPOModule(train, prompts_per_step=4, dynamic_sampling=True)
     taken_per_step = []
@@ -95,7 +85,7 @@ def test_example_dynamic_sampling_trains_exactly_b_signal_groups():
 
 
 def test_example_without_the_flag_builds_no_buffer():
-    example = load_example()
+    example = load_example("lightning_grpo")
     module = example.GRPOModule(load_task_suite(seed=0, n_train=8, n_test=1)["train"], prompts_per_step=4)
     trainer = toy_trainer([DataFlexCallback("difffilter")], max_steps=2)
     trainer.fit(module)
@@ -108,7 +98,7 @@ def dynamic_skip_run(tmp_path, max_steps, save_every=None, ckpt_path=None):
 
     from dataflex_callbacks.config import load_config
 
-    example = load_example()
+    example = load_example("lightning_grpo")
     train = load_task_suite(seed=0, n_train=8, n_test=1)["train"]
     module = example.GRPOModule(train, prompts_per_step=4, dynamic_sampling=True)
     rounds = []

@@ -7,38 +7,17 @@ import pytest
 
 pytest.importorskip("trl")
 
-from dataflex_callbacks.recipes.cli import main  # noqa: E402
 from dataflex_callbacks.recipes.compare.budget import Budget, GenerationLedger  # noqa: E402
 
 BUDGET = 100
 PER_STEP = 4 * 4  # prompts per step x generations: TRL's schedule, which an allocation step exceeds
-ARGS = [
-    "compare",
-    "--strategies",
-    "none,screen",
-    "--seeds",
-    "1",
-    "--budget",
-    f"completions:{BUDGET}",
-    "--eval-points",
-    "0",
-    "--no-progress",
-    "--jobs",
-    "1",
-    "--prompts-per-step",
-    "4",
-    "--num-generations",
-    "4",
-    "--eval-samples",
-    "0",
-]
 
 
 @pytest.fixture(scope="module")
-def compare_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("compare-allocation") / "cmp"
-    assert main([*ARGS, "--output-dir", str(folder)]) == 0
-    return folder
+def compare_dir(small_compare):
+    return small_compare(
+        "compare-allocation", "none,screen", f"completions:{BUDGET}", "--eval-points", "0", "--eval-samples", "0"
+    )
 
 
 def _run(folder, name):

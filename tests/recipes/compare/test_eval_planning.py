@@ -12,42 +12,22 @@ import pytest
 
 pytest.importorskip("trl")
 
-from dataflex_callbacks.recipes.cli import main  # noqa: E402
 from dataflex_callbacks.recipes.compare.budget import Budget, EvalPlan, GenerationLedger, budget_callback  # noqa: E402
 
 BUDGET = 260  # not a multiple of a round, so a run overshoots; spacing 65 > the 64 a dapo step can generate
 POINTS = 3
 ROUND = 4 * 4
 STRATEGIES = ("baseline", "dapo")
-ARGS = [
-    "compare",
-    "--strategies",
-    ",".join(STRATEGIES),
-    "--seeds",
-    "1",
-    "--budget",
-    f"completions:{BUDGET}",
-    "--eval-points",
-    str(POINTS),
-    "--no-progress",
-    "--jobs",
-    "1",
-    "--prompts-per-step",
-    "4",
-    "--num-generations",
-    "4",
-    "--n-test",
-    "6",
-    "--n-train",
-    "40",
-]
 
 
 @pytest.fixture(scope="module")
-def compare_dir(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("compare-eval-plan") / "cmp"
-    assert main([*ARGS, "--output-dir", str(folder)]) == 0
-    return folder
+def compare_dir(small_compare):
+    return small_compare(
+        "compare-eval-plan",
+        ",".join(STRATEGIES),
+        f"completions:{BUDGET}",
+        *("--eval-points", str(POINTS), "--n-test", "6", "--n-train", "40"),
+    )
 
 
 def _result(folder, strategy):
