@@ -48,23 +48,16 @@ from .run_inputs import (
 )
 from .user_reward import ScoredRewards
 
-# The job and its console lines; the input checks `dataflex compare` and the CLI reach through this module too.
+# The job and its console lines (its inputs: `run_inputs`; its options: `options`).
 __all__ = [
-    "RunData",
     "RunInputError",
     "RunOptions",
     "RunResult",
-    "check_context",
     "check_run_options",
-    "check_trainable",
     "data_line",
-    "first_line",
     "learning_rate_line",
-    "load_data",
     "load_model",
     "make_trainer",
-    "model_path",
-    "resolve_strategy",
     "run_training",
     "unscored_line",
 ]

@@ -18,6 +18,7 @@ import numpy as np
 
 from dataflex_callbacks.components.prompt_acceptance import Candidates
 from dataflex_callbacks.errors import ConfigError, RepeatedRowWarning, user_stacklevel
+from dataflex_callbacks.sampling._sampler_state import SavedDraws
 
 if TYPE_CHECKING:  # pragma: no cover
     from dataflex_callbacks.strategy.strategy import Strategy
@@ -171,27 +172,17 @@ class BlockDrawer:
             "uniforms": self._uniform_buffer[uniform_pos:].tolist(),
         }
 
-    def restore(
-        self,
-        *,
-        pooled: bool,
-        perm: np.ndarray,
-        rng: np.random.Generator,
-        uniforms: np.ndarray,
-        pointers: list[int],
-        drawn_total: list[int],
-        drawn_recent: list[list[int]],
-    ) -> None:
+    def restore(self, pooled: bool, saved: SavedDraws) -> None:
         """Continue from a saved state (checked by the caller against `blocks_for`); no chunk is drawn ahead."""
-        self._set_blocks(pooled, perm)
+        self._set_blocks(pooled, saved.perm)
         if not pooled and self._labels_while_pooled:  # switched to mixing: no domain prior
             self._prompt_labels = None
         self._ahead = None
-        self._rng = rng
-        self._uniform_buffer, self._uniform_pos = uniforms, 0
-        self._pointers = pointers
-        self._drawn_total = drawn_total
-        self._drawn_recent = deque(drawn_recent, maxlen=RECENT_CHUNKS)
+        self._rng = saved.rng
+        self._uniform_buffer, self._uniform_pos = saved.uniforms, 0
+        self._pointers = saved.pointers
+        self._drawn_total = saved.drawn_total
+        self._drawn_recent = deque(saved.drawn_recent, maxlen=RECENT_CHUNKS)
 
     def blocks_for(self, pooled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``(block of each row (N,), block sizes (B,), block offsets (B,))``: one block per domain, or one pool."""

@@ -462,15 +462,7 @@ class DomainMixingSampler(Sampler[int]):
 
     def _restore(self, pooled: bool, saved: SavedDraws, proportions: dict[str, float]) -> None:
         """Continue from a checked saved state."""
-        self._drawer.restore(
-            pooled=pooled,
-            perm=saved.perm,
-            rng=saved.rng,
-            uniforms=saved.uniforms,
-            pointers=saved.pointers,
-            drawn_total=saved.drawn_total,
-            drawn_recent=saved.drawn_recent,
-        )
+        self._drawer.restore(pooled, saved)
         self.epoch = saved.epoch
         self._proportions = proportions
         self._proportions_array = self._as_array(self._proportions)

@@ -62,7 +62,8 @@ def check_strategies(settings: CompareSettings) -> dict[str, bool]:
 
 def build_strategies(settings: CompareSettings) -> dict:
     """`spec -> built strategy (None for plain GRPO)` for every strategy; a bad one raises `CompareInputError`."""
-    from dataflex_callbacks.recipes.runner import RunInputError, resolve_strategy
+    from dataflex_callbacks.recipes.options import RunInputError
+    from dataflex_callbacks.recipes.run_inputs import resolve_strategy
 
     found = {}
     for spec in settings.strategies:
@@ -80,7 +81,9 @@ def check_data(settings: CompareSettings, strategies: dict) -> str:
     Raises `CompareInputError` for unusable data (missing file or column, malformed rows, too few
     rows for one step, mix domains the data lacks, prompts plus completions past the model's positions).
     """
-    from dataflex_callbacks.recipes.runner import RunInputError, check_context, check_trainable, data_line, load_data
+    from dataflex_callbacks.recipes.options import RunInputError
+    from dataflex_callbacks.recipes.run_inputs import check_context, check_trainable, load_data
+    from dataflex_callbacks.recipes.runner import data_line
 
     options = settings.options_for(settings.grid()[0])
     try:

@@ -24,7 +24,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from ..runner import first_line
+from ..run_inputs import first_line
 from .results import execute_run
 from .settings import RAY_MISSING, CompareInputError
 from .workers import WorkerDiedError, prepare_run_process

@@ -248,7 +248,8 @@ def execute_run(
     settings: CompareSettings, run: GridRun, pre_select: bool = False, on_step: Callable[[int], None] | None = None
 ) -> dict:
     """Train one grid run, write its `result.json` atomically and return the result record."""
-    from dataflex_callbacks.recipes.runner import load_data, run_training
+    from dataflex_callbacks.recipes.run_inputs import load_data
+    from dataflex_callbacks.recipes.runner import run_training
 
     options = settings.options_for(run, pre_select)
     data = load_data(options)

@@ -57,24 +57,11 @@ import threading
 
 from dataflex_callbacks.errors import DataFlexError
 
-from .final_answer import last_boxed, offers_alternatives, split_alternatives
-from .math_extraction import extract_final_answer, final_answers, reference_answer, unwrap_answer
-from .math_values import parse_number, plain_decimal, split_unit, too_costly, units_agree
+from .final_answer import offers_alternatives, split_alternatives
+from .math_extraction import final_answers, reference_answer, unwrap_answer
+from .math_values import plain_decimal, split_unit, too_costly, units_agree
 
-__all__ = [
-    "MathVerifyMissing",
-    "extract_final_answer",
-    "final_answers",
-    "last_boxed",
-    "math_answer_reward",
-    "math_answer_reward_free_text",
-    "math_answers_match",
-    "parse_number",
-    "reference_answer",
-    "split_unit",
-    "too_costly",
-    "units_agree",
-]
+__all__ = ["MathVerifyMissing", "math_answer_reward", "math_answer_reward_free_text", "math_answers_match"]
 
 
 class MathVerifyMissing(DataFlexError, ImportError):

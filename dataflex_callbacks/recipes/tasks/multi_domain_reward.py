@@ -55,7 +55,8 @@ from typing import Any
 # outside its package, where relative imports fail.
 from dataflex_callbacks.errors import InputError
 from dataflex_callbacks.recipes.tasks.final_answer import completion_text, last_answer_tag, last_boxed, strip_emphasis
-from dataflex_callbacks.recipes.tasks.math_answers import math_answers_match, reference_answer
+from dataflex_callbacks.recipes.tasks.math_answers import math_answers_match
+from dataflex_callbacks.recipes.tasks.math_extraction import reference_answer
 
 FAMILIES = ("math", "knights_knaves", "multiple_choice")
 

@@ -13,7 +13,8 @@ import re
 from dataflex_callbacks.errors import InputError
 
 from .final_answer import completion_text
-from .math_answers import extract_final_answer, final_answers, parse_number, reference_answer, split_unit, units_agree
+from .math_extraction import extract_final_answer, final_answers, reference_answer
+from .math_values import parse_number, split_unit, units_agree
 
 # Markers that introduce a final answer in common datasets (GSM8K's "####") and in prompts
 # that ask for "Answer: ...".
