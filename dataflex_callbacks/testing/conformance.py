@@ -59,8 +59,6 @@ from dataflex_callbacks.testing._random_batches import (
 )
 
 __all__ = [
-    "ConformanceError",
-    "ConformanceReport",
     "check_component",
     "cuda_device",
     "random_batch",
