@@ -36,6 +36,7 @@ from dataflex_callbacks.errors import (
     RewardScaleWarning,
     StateError,
     WrongHostError,
+    ZeroRewardWarning,
 )
 from dataflex_callbacks.mixing.mixers import Mixer
 from dataflex_callbacks.mixing.tracker import DomainTracker
@@ -81,6 +82,7 @@ __all__ = [
     "Selector",
     "StateError",
     "WrongHostError",
+    "ZeroRewardWarning",
     "Strategy",
     "StrategyConfig",
     "build_component",

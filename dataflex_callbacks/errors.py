@@ -238,6 +238,25 @@ class NoSignalStepWarning(UserWarning):
         return type(self), (str(self), self.step, self.cause, self.fix)
 
 
+class ZeroRewardWarning(UserWarning):
+    """Every reward of a run's first steps was 0 or unscored (None/NaN), so GRPO's advantages were all 0 and
+    nothing trained; shown once per run, naming the likely causes (the prompt format the model reads, the
+    answer the reward compares with).
+
+    Attributes:
+        steps: the steps watched (`dataflex_callbacks.host.zero_rewards.DEFAULT_WATCH_STEPS` by default).
+        completions: the completions they scored.
+        unscored: those no reward function gave a number (None or NaN from every one).
+    """
+
+    def __init__(self, message: str, steps: int = 0, completions: int = 0, unscored: int = 0) -> None:
+        super().__init__(message)
+        self.steps, self.completions, self.unscored = steps, completions, unscored
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return type(self), (str(self), self.steps, self.completions, self.unscored)
+
+
 class ContextLengthError(InputError):
     """The longest prompt plus the completion length exceeds the model's positions (``max_position_embeddings``).
 

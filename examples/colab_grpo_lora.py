@@ -60,12 +60,14 @@ if importlib.util.find_spec("dataflex_callbacks") is None or importlib.util.find
 # flags (`--steps 100`, `--mix-dataset HuggingFaceH4/MATH-500`).
 
 # %% tags=["parameters"]
+# One "=" a line: papermill reads each line as a name, its default and, after the "#", its help
+# (`papermill --help-notebook`); a second "=" in a comment hides that parameter from it.
 MODEL = "Qwen/Qwen2.5-0.5B-Instruct"  # hub id or local folder (anything `from_pretrained` reads)
 DATASET = "openai/gsm8k"  # hub name, or a local .jsonl/.json/.parquet/.csv with question/answer columns
 DATASET_CONFIG = "main"  # hub config name ("" for none)
 QUESTION_COLUMN = "question"
 ANSWER_COLUMN = "answer"  # GSM8K solutions end in "#### <number>"; a bare answer or \boxed{} works too
-MIX_DATASET = ""  # second domain for the mixing variant, e.g. "HuggingFaceH4/MATH-500" ("" = off)
+MIX_DATASET = ""  # second domain for the mixing variant, e.g. "HuggingFaceH4/MATH-500" (empty: off)
 MIX_DATASET_CONFIG = ""
 MIX_QUESTION_COLUMN = "problem"
 MIX_ANSWER_COLUMN = "answer"
@@ -78,8 +80,8 @@ MICRO_BATCH = 8  # completions per forward/backward pass; lower it if the GPU ru
 MAX_COMPLETION_LENGTH = 256  # tokens per completion (GSM8K reasoning fits in about 200)
 LEARNING_RATE = 5e-5
 LORA_R = 16
-N_TRAIN = 2000  # training questions per domain (0 = all)
-N_EVAL = 100  # held-out questions per domain (0 = skip the evaluation)
+N_TRAIN = 2000  # training questions per domain (0: all)
+N_EVAL = 100  # held-out questions per domain (0: skip the evaluation)
 EVAL_BATCH_SIZE = 32
 PRECISION = "auto"  # auto (bf16 where the GPU has it, else fp16; fp32 on CPU), bf16, fp16, fp32
 DEVICE = "auto"  # auto, cuda, cpu

@@ -23,18 +23,18 @@ responses apart, overall and per domain.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from dataflex_callbacks.components.allocation_memory import PassHistory, ResponseBank, saved_field, saved_numbers, shown
 from dataflex_callbacks.config.params import check_bool, check_choice, check_int, check_number
-from dataflex_callbacks.errors import BatchError, ParamError, StateError
+from dataflex_callbacks.errors import BatchError, ParamError, StateError, check_state
 from dataflex_callbacks.registry import Component, register, register_base
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.rollout.groups import segment_max, segment_min, segment_sum
-from dataflex_callbacks.rollout.prompt_keys import hashable_key
 
 SPEED_RL = "SPEED-RL arXiv 2506.09016"
 PILOT_COMMIT = "Pilot-Commit arXiv 2605.26606"
@@ -132,125 +132,15 @@ def last_passing_rows(
     return out.scatter_reduce_(0, group_index.to(rewards.device, torch.long), candidate, reduce="amax")
 
 
-class PassHistory:
-    """The run's pilot outcomes: per prompt (its earlier pilots) and per domain (a Beta fitted to its prompts).
-
-    The posterior rule's prior for a prompt is its domain's Beta over prompt pass rates, fitted by
-    the method of moments: the mean pass rate ``m`` from every pilot completion, the second moment
-    ``E[p^2]`` from pairs of completions of one pilot (two completions of one prompt both pass with
-    probability ``p^2``), so ``a + b = m (1 - m) / (E[p^2] - m^2) - 1``. A fixed ``strength`` replaces
-    ``a + b``. Plus the prompt's own earlier pilots, times ``weight``. Pilots only: a commit follows
-    from its pilot's outcome, so committed completions would bias the fit. Updated from the gathered
-    tallies, so it is the same on every rank.
-    """
-
-    MIN_STRENGTH, MAX_STRENGTH = 0.05, 100.0
-    """Bounds of a fitted ``a + b``: a domain whose prompts all pass alike would give an infinite one."""
-
-    def __init__(self) -> None:
-        self._slots: dict[Hashable, int] = {}
-        self.counts = np.zeros((0, 2), dtype=np.float64)  # (prompts, [passes, fails])
-        self.domains: dict[str, list[float]] = {}  # domain -> [passes, trials, passing pairs, pairs]
-
-    def prior(
-        self, keys: Sequence[Any], domains: Sequence[str], strength: float | None, weight: float
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(P,)`` prior passes and fails for ``keys``: the domain's Beta (``a``, ``b``; ``strength``: None fits
-        ``a + b``), plus ``weight`` times the prompt's own earlier pilot counts."""
-        slots = np.fromiter((self._slots.get(hashable_key(k), -1) for k in keys), dtype=np.int64, count=len(keys))
-        own = np.zeros((len(keys), 2))
-        known = slots >= 0
-        own[known] = self.counts[slots[known]]
-        pooled = np.array([self.domains.get(str(d), [0.0] * 4) for d in domains], dtype=np.float64).reshape(-1, 4)
-        passes, trials, pair_passes, pairs = pooled.T
-        mean = np.where(trials > 0, passes / np.maximum(trials, 1.0), 0.5)
-        if strength is None:
-            second = np.where(pairs > 0, pair_passes / np.maximum(pairs, 1.0), mean)
-            spread = second - mean * mean
-            fitted = mean * (1.0 - mean) / np.maximum(spread, 1e-9) - 1.0
-            total = np.where(pairs > 0, np.clip(fitted, self.MIN_STRENGTH, self.MAX_STRENGTH), 2.0)
-        else:
-            total = np.full(len(keys), float(strength))
-        base = np.stack([mean * total, (1.0 - mean) * total], axis=1)
-        prior = torch.from_numpy(base + weight * own)
-        return prior[:, 0], prior[:, 1]
-
-    def record(self, keys: Sequence[Any], domains: Sequence[str], passes: torch.Tensor, trials: torch.Tensor) -> None:
-        """Add each prompt's pilot (``(P,)`` passes of ``trials``) to its own and its domain's counts."""
-        passes_np = passes.detach().cpu().double().numpy()
-        trials_np = trials.detach().cpu().double().numpy()
-        slots = np.empty(len(keys), dtype=np.int64)
-        for i, key in enumerate(keys):
-            slots[i] = self._slots.setdefault(hashable_key(key), len(self._slots))
-        if len(self._slots) > self.counts.shape[0]:
-            grown = np.zeros((max(len(self._slots), 2 * self.counts.shape[0]), 2))
-            grown[: self.counts.shape[0]] = self.counts
-            self.counts = grown
-        np.add.at(self.counts[:, 0], slots, passes_np)  # column views: the adds land in self.counts
-        np.add.at(self.counts[:, 1], slots, trials_np - passes_np)
-        columns = np.stack([passes_np, trials_np, passes_np * (passes_np - 1.0), trials_np * (trials_np - 1.0)], axis=1)
-        labels, codes = np.unique(np.asarray([str(d) for d in domains], dtype=object), return_inverse=True)
-        sums = np.zeros((len(labels), 4))
-        np.add.at(sums, codes, columns)
-        for label, row in zip(labels.tolist(), sums.tolist(), strict=True):
-            pooled = self.domains.setdefault(label, [0.0] * 4)
-            for column, value in enumerate(row):
-                pooled[column] += value
-
-    def state_dict(self) -> dict:
-        return {
-            "keys": list(self._slots),
-            "counts": torch.from_numpy(self.counts[: len(self._slots)].copy()),
-            "domains": {label: list(values) for label, values in self.domains.items()},
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        keys, counts = list(state["keys"]), torch.as_tensor(state["counts"], dtype=torch.float64)
-        if counts.shape != (len(keys), 2):
-            raise StateError(
-                f"allocation history: {len(keys)} prompt keys but counts of shape {tuple(counts.shape)}; the "
-                "checkpoint is damaged: resume from another one"
-            )
-        self._slots = {key: slot for slot, key in enumerate(keys)}
-        self.counts = counts.numpy().copy()
-        self.domains = {str(label): [float(v) for v in values] for label, values in state["domains"].items()}
-
-
-class ResponseBank:
-    """The latest correct response of each prompt, for AR3PO's reuse in an all-wrong group.
-
-    A response is whatever the host stores for a row (completion token ids ``(L,)``), with its reward.
-    """
-
-    def __init__(self) -> None:
-        self.responses: dict[Hashable, tuple[torch.Tensor, float]] = {}
-
-    def store(self, keys: Sequence[Any], responses: Sequence[torch.Tensor], rewards: Sequence[float]) -> None:
-        """Keep ``responses[i]`` (a tensor) with ``rewards[i]`` as prompt ``keys[i]``'s latest correct response."""
-        for key, response, reward in zip(keys, responses, rewards, strict=True):
-            self.responses[hashable_key(key)] = (torch.as_tensor(response).detach().cpu().clone(), float(reward))
-
-    def holds(self, keys: Sequence[Any]) -> torch.Tensor:
-        """``(P,)`` bool: a stored response exists for each key."""
-        return torch.tensor([hashable_key(k) in self.responses for k in keys], dtype=torch.bool)
-
-    def get(self, key: Any) -> tuple[torch.Tensor, float]:
-        """The stored ``(response, reward)`` of prompt ``key``."""
-        return self.responses[hashable_key(key)]
-
-    def state_dict(self) -> dict:
-        keys = list(self.responses)
-        return {
-            "keys": keys,
-            "responses": [self.responses[k][0] for k in keys],
-            "rewards": [self.responses[k][1] for k in keys],
-        }
-
-    def load_state_dict(self, state: dict) -> None:
-        self.responses = {
-            key: (torch.as_tensor(response), float(reward))
-            for key, response, reward in zip(state["keys"], state["responses"], state["rewards"], strict=True)
-        }
+def _counters(values: Any, name: str, what: str) -> dict[str, float]:
+    """The `COUNTERS` saved as ``name`` (a mapping from each counter to a finite number); else a `StateError`."""
+    if not isinstance(values, Mapping) or set(values) != set(COUNTERS):
+        raise StateError(
+            f"{what} state: '{name}' must map each of {list(COUNTERS)} to a count; got {shown(values)}"
+            + (f" with keys {sorted(map(str, values))}" if isinstance(values, Mapping) else "")
+            + ". The checkpoint is damaged: resume from another one"
+        )
+    return dict(zip(COUNTERS, saved_numbers([values[n] for n in COUNTERS], len(COUNTERS), name, what), strict=True))
 
 
 @register_base("allocation")
@@ -272,7 +162,7 @@ class Allocator(Component):
     """The papers the rule comes from, for `dataflex list` and the docs."""
 
     def __init__(self, threshold: float = 0.5) -> None:
-        self.threshold = check_number("threshold", threshold)
+        self.threshold = check_number("threshold", threshold, finite=True)
         self.group_size: int | None = None
         self.totals = dict.fromkeys(COUNTERS, 0.0)
         self.per_domain: dict[str, dict[str, float]] = {}
@@ -361,8 +251,11 @@ class Allocator(Component):
         return {"totals": dict(self.totals), "per_domain": {k: dict(v) for k, v in self.per_domain.items()}}
 
     def load_state_dict(self, state: dict) -> None:
-        self.totals = {name: float(state["totals"][name]) for name in COUNTERS}
-        self.per_domain = {str(k): {n: float(v[n]) for n in COUNTERS} for k, v in state["per_domain"].items()}
+        what = type(self).__name__
+        check_state(state, ("totals", "per_domain"), what)
+        per_domain = saved_field(state, "per_domain", dict, what)
+        self.totals = _counters(state["totals"], "totals", what)
+        self.per_domain = {str(k): _counters(v, f"per_domain[{k!r}]", what) for k, v in per_domain.items()}
 
 
 @register("allocation", "screen")
@@ -409,11 +302,11 @@ class ScreenAllocator(Allocator):
         self.pilot = check_int("pilot", pilot, low=1)
         self.max_screens = check_int("max_screens", max_screens, low=1)
         self.rule = check_choice("rule", rule, SCREEN_RULES)
-        self.min_signal = check_number("min_signal", min_signal, low=0.0, high=1.0, low_open=True)
+        self.min_signal = check_number("min_signal", min_signal, low=0.0, high=1.0, low_open=True, finite=True)
         self.prior_strength = (
-            None if prior_strength is None else check_number("prior_strength", prior_strength, low=0.0)
+            None if prior_strength is None else check_number("prior_strength", prior_strength, low=0.0, finite=True)
         )
-        self.history_weight = check_number("history_weight", history_weight, low=0.0)
+        self.history_weight = check_number("history_weight", history_weight, low=0.0, finite=True)
         self.history = PassHistory()
         self._screened = self._kept = 0.0  # decayed counts of piloted prompts and of those the rule kept
         if group_size is not None:
@@ -518,9 +411,10 @@ class ScreenAllocator(Allocator):
         }
 
     def load_state_dict(self, state: dict) -> None:
+        check_state(state, ("history", "share"), type(self).__name__)
         super().load_state_dict(state)
         self.history.load_state_dict(state["history"])
-        self._screened, self._kept = (float(v) for v in state["share"])
+        self._screened, self._kept = saved_numbers(state["share"], 2, "share", type(self).__name__)
 
 
 @register("allocation", "adaptive")
@@ -573,5 +467,6 @@ class AdaptiveAllocator(Allocator):
         return {**super().state_dict(), "bank": self.bank.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
+        check_state(state, ("bank",), type(self).__name__)
         super().load_state_dict(state)
         self.bank.load_state_dict(state["bank"])

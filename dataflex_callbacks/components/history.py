@@ -19,6 +19,7 @@ import torch
 from numpy.typing import ArrayLike, DTypeLike
 
 from dataflex_callbacks._distributed import all_gather_objects, world_size_and_rank
+from dataflex_callbacks.config.params import check_number
 from dataflex_callbacks.errors import BatchError, StateError
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 from dataflex_callbacks.rollout.groups import dense_groups, segment_mean, segment_variance
@@ -28,10 +29,16 @@ ZERO_VARIANCE_EPS = 1e-12
 
 
 class PromptHistory:
-    """Per-prompt outcome history: zero-variance streaks, solve rates, last step seen."""
+    """Per-prompt outcome history: zero-variance streaks, solve rates, last step seen.
+
+    Args:
+        capacity: prompt slots allocated up front; the arrays double when they fill.
+        prior_rate: moving-average rate, in (0, 1], of each domain's no-signal share (the weight of
+            the newest batch).
+    """
 
     def __init__(self, capacity: int = 1024, prior_rate: float = 0.2) -> None:
-        self.prior_rate = float(prior_rate)
+        self.prior_rate = check_number("prior_rate", prior_rate, low=0.0, high=1.0, low_open=True)
         self.domain_prior: dict[str, float] = {}  # domain -> moving average of its no-signal share
         self.domain_noise: dict[str, float] = {}  # domain -> moving average of its reward-noise estimate 2 * rho
         self._slots: dict[Hashable, int] = {}

@@ -266,9 +266,7 @@ class SkipZeroVarianceFilter(_PreSelectRule):
         self.adapt_rate = check_number("adapt_rate", adapt_rate, low=0.0, high=1.0)
         self.domain_prior = check_bool("domain_prior", domain_prior)
         self.noise_check = check_bool("noise_check", noise_check)
-        super().__init__(
-            PromptHistory(prior_rate=check_number("prior_rate", prior_rate, low=0.0, high=1.0, low_open=True))
-        )
+        super().__init__(PromptHistory(prior_rate=prior_rate))
 
     def keep_probability(self, keys: Sequence[Hashable], labels: Sequence[str] | None = None) -> np.ndarray:
         """Probability that each candidate prompt is generated now.
@@ -386,7 +384,7 @@ class SkipPredictedFilter(_PreSelectRule):
         self.skip_solved_above = check_number("skip_solved_above", skip_solved_above, low=0.0, high=1.0, high_open=True)
         self.min_keep = check_number("min_keep", min_keep, low=0.0, high=1.0, low_open=True)
         self.decay = check_number("decay", decay, low=0.0, high=1.0, high_open=True)
-        self.prior_groups = check_number("prior_groups", prior_groups, low=0.0)
+        self.prior_groups = check_number("prior_groups", prior_groups, low=0.0, finite=True)
         self.noise_check = check_bool("noise_check", noise_check)
         super().__init__(PromptHistory())
         self.domains: dict[str, int] = {}

@@ -13,7 +13,7 @@ import math
 import torch
 
 from dataflex_callbacks.components._score_shape import check_score_shape
-from dataflex_callbacks.config.params import check_choice, check_number
+from dataflex_callbacks.config.params import check_bound, check_choice, check_number
 from dataflex_callbacks.errors import BatchError, ParamError
 from dataflex_callbacks.registry import Component, register, register_base
 from dataflex_callbacks.rollout.batch import RolloutBatch, row_block_bounds, row_counts, true_count
@@ -169,7 +169,7 @@ class SoftmaxReweighter(Reweighter):
 
     def __init__(self, temperature: float = 1.0, normalize: str = "mean_one") -> None:
         super().__init__(normalize)
-        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
+        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True, finite=True)
 
     def weights(self, scores: torch.Tensor, batch: RolloutBatch, mask: torch.Tensor | None = None) -> torch.Tensor:
         """As `Reweighter.weights`; all responses at mean 1: softmax times N (a softmax already sums to 1)."""
@@ -211,7 +211,7 @@ class DifficultyBandReweighter(Reweighter):
         self.high_q = check_number("high_q", high_q, low=0.0, high=1.0)
         if self.low_q > self.high_q:
             raise ParamError(f"parameter 'low_q' ({self.low_q}) must not exceed 'high_q' ({self.high_q})", "low_q")
-        self.focus_weight = check_number("focus_weight", focus_weight, low=0.0)
+        self.focus_weight = check_number("focus_weight", focus_weight, low=0.0, finite=True)
 
     def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         inside_values = scores if mask is None else scores[mask]
@@ -252,7 +252,8 @@ class RewardRangeReweighter(Reweighter):
 
     Args:
         low: lower end of the range, in the scorer's units (e.g. a reward), included; at most ``high``.
-        high: upper end of the range, included.
+            ``-inf`` means unbounded below.
+        high: upper end of the range, included; ``inf`` means unbounded above.
         inside: raw weight (>= 0) of a score inside the range, before normalisation.
         outside: raw weight (>= 0) of a score outside the range, before normalisation.
     """
@@ -268,12 +269,12 @@ class RewardRangeReweighter(Reweighter):
         normalize: str = "mean_one",
     ) -> None:
         super().__init__(normalize)
-        self.low = check_number("low", low)
-        self.high = check_number("high", high)
+        self.low = check_bound("low", low, upper=False)
+        self.high = check_bound("high", high, upper=True)
         if self.low > self.high:
             raise ParamError(f"parameter 'low' ({self.low}) must not exceed 'high' ({self.high})", "low")
-        self.inside = check_number("inside", inside, low=0.0)
-        self.outside = check_number("outside", outside, low=0.0)
+        self.inside = check_number("inside", inside, low=0.0, finite=True)
+        self.outside = check_number("outside", outside, low=0.0, finite=True)
 
     def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         in_range = (scores >= self.low) & (scores <= self.high)
@@ -391,7 +392,7 @@ class PERAdvantageReweighter(Reweighter):
 
     def __init__(self, alpha: float = 0.6, normalize: str = "mean_one") -> None:
         super().__init__(normalize)
-        self.alpha = check_number("alpha", alpha, low=0.0)
+        self.alpha = check_number("alpha", alpha, low=0.0, finite=True)
 
     def _raw(self, scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         return (scores.abs() + PER_EPSILON).pow_(self.alpha)

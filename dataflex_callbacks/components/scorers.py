@@ -178,7 +178,7 @@ class GroupSolveRateScorer(Scorer):
         given = "success_threshold" if success_threshold is not None else "threshold"
         threshold = _one_of("threshold", threshold, "success_threshold", success_threshold)
         self.explicit_threshold = threshold is not None
-        self.threshold = check_number(given, 0.5 if threshold is None else threshold)
+        self.threshold = check_number(given, 0.5 if threshold is None else threshold, finite=True)
         self._warned = False
 
     def _score(self, batch: RolloutBatch) -> torch.Tensor:

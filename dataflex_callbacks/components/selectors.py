@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from dataflex_callbacks.components._score_shape import check_score_shape
-from dataflex_callbacks.config.params import check_bool, check_choice, check_int, check_number
+from dataflex_callbacks.config.params import check_bool, check_bound, check_choice, check_int, check_number
 from dataflex_callbacks.errors import BatchError, ParamError
 from dataflex_callbacks.registry import Component, register, register_base
 from dataflex_callbacks.rollout.batch import RolloutBatch, true_count
@@ -334,19 +334,19 @@ class ThresholdBandSelector(Selector):
     """Keep responses with low < score < high (DAPO dynamic sampling; online difficulty filtering).
 
     Args:
-        low: lower bound, in the scorer's units, excluded (open interval); must be below ``high``.
-            DAPO's dynamic sampling (arXiv 2503.14476) uses 0 on a group solve rate (drops
-            all-wrong groups), online difficulty filtering (arXiv 2504.03380) 0.2.
-        high: upper bound, excluded; may be ``inf`` (e.g. ``group_reward_variance`` scores).
-            DAPO uses 1 on a group solve rate (drops all-correct groups), online difficulty
-            filtering 0.8.
+        low: lower bound, in the scorer's units, excluded (open interval); must be below ``high``;
+            ``-inf`` means unbounded below. DAPO's dynamic sampling (arXiv 2503.14476) uses 0 on a
+            group solve rate (drops all-wrong groups), online difficulty filtering (arXiv 2504.03380) 0.2.
+        high: upper bound, excluded; ``inf`` means unbounded above (the ``diffband`` preset's, on
+            ``group_reward_variance`` scores). DAPO uses 1 on a group solve rate (drops all-correct
+            groups), online difficulty filtering 0.8.
     """
 
     scope = "row"
 
     def __init__(self, low: float = 0.0, high: float = 1.0) -> None:
-        self.low = check_number("low", low)
-        self.high = check_number("high", high)
+        self.low = check_bound("low", low, upper=False)
+        self.high = check_bound("high", high, upper=True)
         if self.low >= self.high:
             raise ParamError(f"parameter 'low' ({self.low}) must be below 'high' ({self.high})", "low")
 

@@ -35,6 +35,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from dataflex_callbacks._plain_values import plain  # noqa: F401 (re-exported)
+from dataflex_callbacks.config._yaml_files import read_yaml_file
 from dataflex_callbacks.config.fields import (
     DynamicSamplingConfig,  # noqa: F401 (re-exported)
     MixConfig,
@@ -312,15 +313,7 @@ def combine_presets(spec: str) -> dict:
 
 
 def _read_file(path: str) -> Any:
-    if not os.path.isfile(path):
-        raise ConfigError(f"strategy config file {path!r} does not exist")
-    import yaml
-
-    with open(path, encoding="utf-8") as handle:
-        try:
-            data = yaml.safe_load(handle)
-        except yaml.YAMLError as error:
-            raise ConfigError(f"strategy config file {path!r} is not valid YAML: {error}") from error
+    data = read_yaml_file(path)
     if data is None:
         raise ConfigError(f"strategy config file {path!r} is empty")
     return data

@@ -26,9 +26,16 @@ def check_context_length(
     """
     if not positions or longest_prompt + completion_tokens <= positions:
         return
+    if longest_prompt >= positions:  # no completion length fixes this: the prompt alone fills the model
+        raise error(
+            f"the longest prompt of {prompts} is {longest_prompt} tokens, but the model holds {positions} positions "
+            f"(max_position_embeddings in its config.json): the prompt alone leaves no room for a completion; "
+            "shorten the prompts (or drop the longest ones), or use a model with more than "
+            f"{longest_prompt + completion_tokens - 1} positions"
+        )
     raise error(
         f"the longest prompt of {prompts} is {longest_prompt} tokens and completions are up to {completion_tokens} "
         f"tokens: {longest_prompt + completion_tokens} positions, but the model holds {positions} "
-        f"(max_position_embeddings); lower {setting} to at most {max(positions - longest_prompt, 0)}, shorten "
+        f"(max_position_embeddings); lower {setting} to at most {positions - longest_prompt}, shorten "
         "the prompts, or use a model with more positions"
     )

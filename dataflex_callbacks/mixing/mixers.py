@@ -98,7 +98,7 @@ class Mixer(Component):
 
     def __init__(self, domains: Sequence[str] | None = None, floor: float = 0.05) -> None:
         self.domains: list[str] | None = None
-        self.floor = check_number("floor", floor, low=0.0)
+        self.floor = check_number("floor", floor, low=0.0, finite=True)
         if domains is not None:
             self.bind(domains)
 
@@ -201,7 +201,7 @@ class SoftmaxMixer(Mixer):
     """
 
     def __init__(self, domains: Sequence[str] | None = None, temperature: float = 0.1, floor: float = 0.05) -> None:
-        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True)
+        self.temperature = check_number("temperature", temperature, low=0.0, low_open=True, finite=True)
         super().__init__(domains, floor)
 
     def value(self, tracker: DomainTracker) -> torch.Tensor:  # pragma: no cover - abstract
@@ -249,7 +249,7 @@ class DumpUCBMixer(SoftmaxMixer):
     def __init__(
         self, domains: Sequence[str] | None = None, temperature: float = 0.1, c: float = 0.1, floor: float = 0.05
     ) -> None:
-        self.c = check_number("c", c, low=0.0)
+        self.c = check_number("c", c, low=0.0, finite=True)
         super().__init__(domains, temperature, floor)
 
     def value(self, tracker: DomainTracker) -> torch.Tensor:

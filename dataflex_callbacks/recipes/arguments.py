@@ -20,8 +20,13 @@ EXIT_BAD_INPUT = 2
 
 
 def fail(message: str) -> int:
-    """Print `message` as one `dataflex: error: ...` line on stderr; return the bad-input exit code."""
-    text = " ".join(str(message).split())  # one line, whatever the message held
+    """Print `message` as a `dataflex: error: ...` line on stderr; return the bad-input exit code.
+
+    Each line of `message` stays a line (a list of refused strategies, one each); the spaces inside a line are
+    folded (its indent kept), so a message that wraps in the source prints as one line.
+    """
+    lines = [line[: len(line) - len(line.lstrip())] + " ".join(line.split()) for line in str(message).splitlines()]
+    text = "\n".join(line for line in lines if line)
     print(f"dataflex: error: {text}", file=sys.stderr)
     return EXIT_BAD_INPUT
 

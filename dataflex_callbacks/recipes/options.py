@@ -149,9 +149,9 @@ class RunOptions:
     suite: str = run_option(
         "testbed",
         choices=SUITES,
-        help="the built-in task suite and model used without --dataset / --model: testbed (a pretrained 1M-parameter "
-        "Qwen2 on graded arithmetic and sorting levels, docs/testbed.md) or toy (a random-initialised 86k-parameter "
-        "model on four toy domains, docs/main_job.md)",
+        help="the built-in model (trained unless --model is given, also on --dataset) and task suite (trained unless "
+        "--dataset is given): testbed (a pretrained 1M-parameter Qwen2 on graded arithmetic and sorting levels, "
+        "docs/testbed.md) or toy (a random-initialised 86k-parameter model on four toy domains, docs/main_job.md)",
     )
     model: str | None = run_option(
         None,
@@ -248,9 +248,10 @@ class RunOptions:
     learning_rate: float | None = run_option(
         None,
         rule=NumberRule(integer=False, low=0, open_low=True, optional=True),
-        shown_default=f"{SUITE_DEFAULTS['testbed']['learning_rate']:g} on the testbed (a pretrained model), "
-        f"{PRETRAINED_LEARNING_RATE:g} with --model (TRL's default, for a pretrained model), "
-        f"{SUITE_DEFAULTS['toy']['learning_rate']:g} with --suite toy or --dataset (the toy model)",
+        shown_default=f"the trained model's: {SUITE_DEFAULTS['testbed']['learning_rate']:g} for the testbed's "
+        f"pretrained model (also on --dataset), {PRETRAINED_LEARNING_RATE:g} for a --model (TRL's default, for a "
+        f"pretrained model), {SUITE_DEFAULTS['toy']['learning_rate']:g} for the random-initialised model of --suite "
+        "toy (also on --dataset)",
         help="AdamW learning rate (constant schedule)",
     )
     temperature: float = run_option(
@@ -283,8 +284,9 @@ class RunOptions:
     progress: bool = run_option(
         True,
         per_run=True,
-        help="show a progress bar",
-        off_help="hide the progress bar (shown when this flag is not given)",
+        help="show a progress bar, and the start-up lines naming the model, learning rate and data",
+        off_help="hide the progress bar and the start-up lines naming the model, learning rate and data (shown when "
+        "this flag is not given)",
     )
 
 
@@ -411,8 +413,8 @@ def with_suite_defaults(options: RunOptions) -> RunOptions:
     """`options` with the settings left unset (None) filled in: the testbed's when it trains the testbed's own
     model on the testbed's tasks, else those of `--suite toy` (also a user's --model or --dataset).
 
-    The testbed's model is pretrained, so it trains with a small learning rate for fewer steps; the toy
-    model starts from random weights. A user's `--model` is taken as pretrained: `PRETRAINED_LEARNING_RATE`.
+    The steps and prompts per step follow the data: the testbed's on its own tasks, the toy suite's on anything
+    else. The learning rate follows the model trained (`default_learning_rate`), also on a `--dataset`.
     ``n_train`` and ``n_test`` stay None on the testbed's tasks (its mix and held-out rows per level). With
     `--reward`, `reward_threshold` defaults to 1.
     """
@@ -422,7 +424,7 @@ def with_suite_defaults(options: RunOptions) -> RunOptions:
     if options.steps is None:
         changes["steps"] = defaults["steps"]
     if options.learning_rate is None:
-        changes["learning_rate"] = PRETRAINED_LEARNING_RATE if options.model is not None else defaults["learning_rate"]
+        changes["learning_rate"] = default_learning_rate(options)
     if options.reward_threshold is None and options.reward is not None:
         changes["reward_threshold"] = 1.0
     if options.n_train is None and options.suite == "toy":
@@ -434,6 +436,24 @@ def with_suite_defaults(options: RunOptions) -> RunOptions:
     return replace(options, **changes) if changes else options
 
 
+def default_learning_rate(options: RunOptions) -> float:
+    """The learning rate of the model a run trains, also on a user's `--dataset`: `PRETRAINED_LEARNING_RATE` for a
+    `--model`, else the built-in model of `--suite` (the testbed's pretrained model: 1e-5; the toy suite's
+    random-initialised one: 3e-3, which would wreck a pretrained model within a few steps)."""
+    if options.model is not None:
+        return PRETRAINED_LEARNING_RATE
+    return SUITE_DEFAULTS["toy" if options.suite == "toy" else "testbed"]["learning_rate"]
+
+
+def model_description(options: RunOptions) -> str:
+    """The model a run trains, as the console and the report name it: `--model`, else the suite's built-in model."""
+    if options.model is not None:
+        return str(options.model)
+    if options.suite == "toy":
+        return "the toy suite's random-initialised tiny model (--suite toy)"
+    return "the testbed's pretrained model (--suite testbed)"
+
+
 def eval_tokens(options: RunOptions) -> int:
     """Greedy tokens per held-out prompt: `eval_max_new_tokens`, else the completion length (at least 8)."""
     return options.eval_max_new_tokens or max(MIN_EVAL_TOKENS, completion_tokens(options))
@@ -443,11 +463,25 @@ REWARD_FORM = "module:function (e.g. my_rewards:correctness, my_rewards.py next 
 
 
 def reward_name(reward) -> str:
-    """How a reward is named in errors, config.json and a comparison's settings: its spec, or `module:qualname`."""
+    """How a reward is named in errors, config.json and a comparison's settings: its spec, or its import path.
+
+    A function is `module:qualname`. An instance (a callable object) is named by the module-level name that holds
+    it (`module:exact` for ``exact = Exact()``), since its class's path imports the class, not the instance; one
+    that no module-level name holds is `module:<Class instance>`, which names no import path.
+    """
     if isinstance(reward, str):
         return reward
-    name = getattr(reward, "__qualname__", None) or type(reward).__qualname__
-    return f"{getattr(reward, '__module__', None) or type(reward).__module__}:{name}"
+    module = getattr(reward, "__module__", None) or type(reward).__module__
+    qualname = getattr(reward, "__qualname__", None)
+    if isinstance(qualname, str):
+        return f"{module}:{qualname}"
+    import sys
+
+    namespace = vars(sys.modules[module]) if module in sys.modules else {}
+    holders = sorted(name for name, value in namespace.items() if value is reward and not name.startswith("_"))
+    if holders:
+        return f"{module}:{holders[0]}"
+    return f"{module}:<{type(reward).__qualname__} instance>"
 
 
 def import_reward(spec: str, error: type = None) -> Callable:

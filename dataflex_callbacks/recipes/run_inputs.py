@@ -8,6 +8,7 @@ calls them in that order; `dataflex compare` checks a grid's runs with them).
 
 from __future__ import annotations
 
+import re
 from typing import Any, NamedTuple
 
 from dataflex_callbacks.host.context_length import check_context_length
@@ -196,14 +197,13 @@ def check_trainable(options: RunOptions, strategy, train, error: type = None) ->
 
 
 def check_context(options: RunOptions, train, test, error: type = None) -> None:
-    """Refuse a --dataset whose longest prompt plus the completion length exceeds the model's positions.
+    """Refuse prompts (a `--dataset`'s or the built-in suite's) whose longest plus the tokens generated exceeds the
+    model's positions, naming the flag that sets those tokens; and a `--model` that cannot be read.
 
     Past `max_position_embeddings` generation runs on positions the model never learned, and every
     completion scores as wrong; only the config and tokenizer are read, not the weights.
     """
     error = error or RunInputError
-    if options.dataset is None:
-        return
     if options.model is None and options.suite == "toy":
         from dataflex_callbacks.recipes.tiny_model import DEFAULT_MODEL_CONFIG, build_tiny_tokenizer
 
@@ -211,7 +211,7 @@ def check_context(options: RunOptions, train, test, error: type = None) -> None:
     else:
         from transformers import AutoConfig, AutoTokenizer
 
-        path = model_path(options)
+        path = model_path(options, error)
         try:
             tokenizer = AutoTokenizer.from_pretrained(path)
             positions = getattr(AutoConfig.from_pretrained(path), "max_position_embeddings", None)
@@ -221,16 +221,62 @@ def check_context(options: RunOptions, train, test, error: type = None) -> None:
         return
     prompts = [str(p) for rows in (train, test) for p in rows["prompt"]]
     longest = max((len(tokenizer(p)["input_ids"]) for p in prompts), default=0)
-    generated = max(completion_tokens(options), eval_tokens(options))
-    check_context_length(
-        longest, generated, positions, prompts=repr(options.dataset), setting="--max-completion-length", error=error
-    )
+    generated, flag = completion_tokens(options), "--max-completion-length"
+    if eval_tokens(options) > generated:  # the held-out pass generates more than training does
+        generated, flag = eval_tokens(options), "--eval-max-new-tokens"
+    where = repr(options.dataset) if options.dataset is not None else f"the built-in {options.suite} suite"
+    if longest >= positions:  # no completion length fits: lowering the flag is no fix
+        model = options.model or f"the {options.suite} suite's model"
+        raise error(
+            f"the longest prompt of {where} is {longest} tokens and {model} holds {positions} positions "
+            f"(max_position_embeddings in its config.json): the prompt alone does not fit, whatever {flag}; shorten "
+            f"the prompts to under {positions} tokens (leaving room for the completion), or pass a --model with "
+            "more positions"
+        )
+    check_context_length(longest, generated, positions, prompts=where, setting=flag, error=error)
 
 
-def model_path(options: RunOptions) -> str:
-    """The folder or hub id `from_pretrained` loads: `--model`, else the testbed's shipped model."""
-    if options.model is not None:
-        return options.model
-    from dataflex_callbacks.recipes.testbed import load_testbed_model_path
+def model_path(options: RunOptions, error: type = None) -> str:
+    """The folder or hub id `from_pretrained` loads: `--model`, else the testbed's shipped model.
 
-    return load_testbed_model_path()
+    A `--model` written as a path (``./m``, ``/data/m``, ``~/m``, ``a/b/c``) that does not exist is refused as no
+    such folder, instead of the hub's complaint about a malformed repository id.
+    """
+    if options.model is None:
+        from dataflex_callbacks.recipes.testbed import load_testbed_model_path
+
+        return load_testbed_model_path()
+    import os
+
+    path = str(options.model)
+    hub_id = re.fullmatch(r"[A-Za-z0-9_][\w.-]*(/[A-Za-z0-9_][\w.-]*)?", path) is not None
+    if not os.path.exists(os.path.expanduser(path)) and (not hub_id or path.startswith((".", "~"))):
+        raise (error or RunInputError)(
+            f"--model {path!r}: no such folder ({os.path.abspath(os.path.expanduser(path))} does not exist); pass the "
+            "folder that holds the model (its config.json and weights), or a hub id such as Qwen/Qwen2.5-0.5B-Instruct"
+        )
+    return os.path.expanduser(path)
+
+
+def adapter_refusal(strategy, options: RunOptions) -> str | None:
+    """Why the TRL adapter would refuse ``strategy`` for a run with ``options`` (`RunOptions`), in one line; None if
+    it would not.
+
+    The check is the adapter's own (`DataFlexCallback.check_strategy`), on the settings every run trains with:
+    ``num_generations`` completions per prompt, one process, TRL's defaults for the rest.
+    """
+    if strategy is None:  # plain GRPO: no adapter
+        return None
+    from dataflex_callbacks.errors import DataFlexError
+
+    try:
+        from dataflex_callbacks.integrations.trl.callback import DataFlexCallback
+        from dataflex_callbacks.integrations.trl.trainer_settings import TrainerSettings
+    except ImportError:  # no TRL: every run says so itself (runner.make_trainer)
+        return None
+    try:
+        DataFlexCallback.check_strategy(strategy, TrainerSettings(num_generations=int(options.num_generations)))
+    except DataFlexError as error:
+        text = " ".join(str(error).split())
+        return text.removeprefix("dataflex: ")
+    return None

@@ -31,7 +31,9 @@ from .options import (
     RunOptions,
     check_run_options,
     completion_tokens,
+    default_learning_rate,
     eval_tokens,
+    model_description,
     resolve_rewards,
     reward_name,
     with_suite_defaults,
@@ -39,6 +41,7 @@ from .options import (
 from .run_folder import TRAINER_FOLDER, OutputFolder, resolve_output_dir, write_run_files
 from .run_inputs import (
     RunData,
+    adapter_refusal,
     check_context,
     check_trainable,
     first_line,
@@ -103,16 +106,18 @@ def data_line(options: RunOptions, data: RunData, command: str = "dataflex run")
 
 
 def learning_rate_line(options: RunOptions, command: str = "dataflex run") -> str:
-    """The console line naming the learning rate a run trains at, and where it comes from."""
-    from .options import PRETRAINED_LEARNING_RATE
+    """The console line naming the model a run trains and its learning rate, and where the rate comes from.
 
+    The rate follows the model (`options.default_learning_rate`): a pretrained one trains slowly, the toy suite's
+    random-initialised one fast; a rate other than the model's default is the user's `--learning-rate`.
+    """
     options = with_suite_defaults(options)
-    if options.learning_rate is None:
-        return f"{command}: learning rate: unset"
-    rate = f"{command}: learning rate {options.learning_rate:g}"
-    if options.learning_rate == PRETRAINED_LEARNING_RATE and options.model is not None:
-        return f"{rate} (the default for a --model: TRL's; set --learning-rate to change it)"
-    return f"{rate} (set --learning-rate to change it)"
+    rate = f"{command}: model: {model_description(options)}; learning rate {options.learning_rate:g}"
+    if options.learning_rate != default_learning_rate(options):
+        return f"{rate} (set by --learning-rate)"
+    if options.model is not None:
+        return f"{rate} (the default for a pretrained --model: TRL's; set --learning-rate to change it)"
+    return f"{rate} (this model's default; set --learning-rate to change it)"
 
 
 def unscored_line(reward_names: list[str], unscored: int, completions: int) -> str | None:
@@ -220,13 +225,16 @@ def run_training(options: RunOptions, callbacks=()) -> RunResult:
     options = with_suite_defaults(options)
     output_dir = resolve_output_dir(options)
     strategy = resolve_strategy(options.strategy)
+    refusal = adapter_refusal(strategy, options)
+    if refusal is not None:  # before the data, the model and the folder: the adapter would refuse it at build
+        raise RunInputError(f"strategy {options.strategy!r} cannot train with these settings: {refusal}")
     data = load_data(options)
     train, test, reward_settings = data.train, data.test, data.reward_settings
     check_trainable(options, strategy, train)
     check_context(options, train, test)
-    if options.progress:
-        print(data_line(options, data), flush=True)
+    if options.progress:  # the model and its rate first: a wrong pair is the costliest mistake to notice late
         print(learning_rate_line(options), flush=True)
+        print(data_line(options, data), flush=True)
     folder = OutputFolder(output_dir, leftovers=(TRAINER_FOLDER,)).create()
     try:
         return _train_and_record(options, callbacks, started, output_dir, strategy, train, test, reward_settings)

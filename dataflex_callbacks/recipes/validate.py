@@ -42,14 +42,10 @@ def host_of(config: Any) -> str | None:
 
 
 def _read(path: str) -> Any:
-    """The file's content; YAML (JSON is YAML). A parse error is a one-line `ConfigError`."""
-    import yaml
+    """The file's content, read as every YAML file of the library is (duplicate keys and alias bombs refused)."""
+    from dataflex_callbacks.config._yaml_files import read_yaml_file
 
-    with open(path, encoding="utf-8") as handle:
-        try:
-            return yaml.safe_load(handle)
-        except yaml.YAMLError as error:
-            raise ConfigError(f"not valid YAML: {' '.join(str(error).split())}") from error
+    return read_yaml_file(path, what="file")
 
 
 def _with_dynamic_sampling_buffer(strategy):

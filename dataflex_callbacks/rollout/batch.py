@@ -41,6 +41,9 @@ ROLLOUT_FIELDS = (
 """Every `RolloutBatch` field, in its order."""
 
 
+_MAX_VERSION = 2**63 - 1  # staleness is int64 arithmetic: a larger version would overflow or wrap
+
+
 @dataclass(eq=False)
 class RolloutBatch:
     """One batch of scored rollouts, as the host trainer computed them.
@@ -159,9 +162,14 @@ class RolloutBatch:
         """Validate ``trainer_version`` and ``policy_versions`` (integers, no response newer than the trainer)."""
         version = self.trainer_version
         if version is not None:
-            if isinstance(version, bool) or not isinstance(version, (int, np.integer)) or version < 0:
+            if (
+                isinstance(version, bool)
+                or not isinstance(version, (int, np.integer))
+                or not 0 <= version <= _MAX_VERSION
+            ):
                 raise BatchError(
-                    f"RolloutBatch.trainer_version must be an int >= 0 (the trainer's policy version); got {version!r}"
+                    f"RolloutBatch.trainer_version must be an int from 0 to {_MAX_VERSION} (the trainer's policy "
+                    f"version, a count of optimizer steps); got {version!r}"
                 )
             self.trainer_version = int(version)
         if self.policy_versions is None:
@@ -175,6 +183,11 @@ class RolloutBatch:
             raise BatchError(
                 "RolloutBatch.policy_versions needs trainer_version= (the trainer's policy version now), "
                 "so that staleness = trainer_version - policy_versions is defined"
+            )
+        if self.policy_versions.numel() and int(self.policy_versions.min()) < 0:
+            raise BatchError(
+                f"RolloutBatch.policy_versions holds {int(self.policy_versions.min())}: a policy version counts "
+                "optimizer steps and is >= 0; pass the version of the policy that generated each response"
             )
         if self.policy_versions.numel() and int(self.policy_versions.max()) > version:
             raise BatchError(

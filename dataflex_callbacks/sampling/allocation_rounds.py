@@ -112,7 +112,8 @@ class AllocationRounds:
         """Report a round's completions (``rewards (n,)``, ``prompt_index (n,)`` in ``[0, P)``); return the next round.
 
         ``sync=True`` all-gathers the rows of every rank first. The gathered rows must be exactly what the
-        round asked for (``counts[i]`` rows of prompt ``i``): a `HostError` names the first prompt that differs.
+        round asked for (``counts[i]`` rows of prompt ``i``): a `HostError` names the first prompt that differs,
+        or the first index outside ``[0, P)``.
         """
         rewards = rewards.detach().reshape(-1).to("cpu", torch.float64)
         prompt_index = prompt_index.detach().reshape(-1).to("cpu", torch.long)
@@ -123,6 +124,14 @@ class AllocationRounds:
             )
         if sync:
             rewards, prompt_index = all_gather_rows(rewards), all_gather_rows(prompt_index)
+        outside = (prompt_index < 0) | (prompt_index >= len(self.keys))
+        if bool(outside.any()):
+            raise HostError(
+                f"AllocationRounds.add: 'prompt_index' must hold each completion's prompt as an index in "
+                f"[0, {len(self.keys)}), one of the step's {len(self.keys)} prompts; got "
+                f"{int(prompt_index[outside][0])} at row {int(torch.nonzero(outside)[0])}. Pass the prompt's position "
+                "among the keys given to AllocationRounds"
+            )
         got = torch.bincount(prompt_index, minlength=len(self.keys))
         if got.shape[0] != len(self.keys) or not torch.equal(got, self.asked):
             wrong = int(torch.nonzero(got[: len(self.keys)] != self.asked)[0]) if got.shape[0] == len(self.keys) else -1

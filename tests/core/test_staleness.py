@@ -47,9 +47,11 @@ def test_staleness_is_trainer_version_minus_policy_versions():
         (torch.tensor([0, 1]), None, "needs trainer_version"),
         (torch.tensor([0, 3]), 2, "newer than trainer_version=2"),
         (torch.tensor([0, 1, 2]), 2, "shape"),
-        (None, -1, "int >= 0"),
-        (None, True, "int >= 0"),
-        (None, 1.5, "int >= 0"),
+        (None, -1, "int from 0 to"),
+        (None, True, "int from 0 to"),
+        (None, 1.5, "int from 0 to"),
+        (None, 2**63, "int from 0 to"),  # staleness is int64: a larger version overflows
+        (torch.tensor([0, -1]), 2, "holds -1"),
     ],
 )
 def test_bad_versions_are_refused(versions, trainer_version, message):

@@ -1,9 +1,15 @@
-"""examples/colab_grpo_lora.py and .ipynb: in sync, and both run end to end on a local tiny model and
-GSM8K-format file.
+"""examples/colab_grpo_lora.py and .ipynb: in sync, a parameters cell papermill reads, and both run end to end
+on a local tiny model and GSM8K-format file (the notebook as docs/colab.md's CPU recipe runs it, and with the
+mixing variant).
+
+The subprocess and cell limits catch a hang, not slowness: each is ten times or more what its run takes on an
+idle machine, so a fresh clone on two cores shared with other jobs (load 10: about five times slower) still
+finishes in half of it.
 """
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -16,6 +22,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 SCRIPT = os.path.join(ROOT, "examples", "colab_grpo_lora.py")
 NOTEBOOK = os.path.join(ROOT, "examples", "colab_grpo_lora.ipynb")
 BUILDER = os.path.join(ROOT, "scripts", "build_notebook.py")
+COLAB_DOC = os.path.join(ROOT, "docs", "colab.md")
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "HF_DATASETS_OFFLINE": "1",
@@ -100,6 +107,22 @@ def test_parameters_cell_and_flags_name_the_same_parameters():
     assert flags == assigned
 
 
+def test_papermill_reads_every_parameter_of_the_parameters_cell():
+    """papermill skips a line it cannot parse (two `=`) with a warning: that parameter is then missing from
+    `papermill --help-notebook` and its type is not inferred."""
+    import nbformat
+    import papermill
+
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    (cell,) = [cell for cell in notebook.cells if "parameters" in cell.metadata.get("tags", [])]
+    namespace: dict = {}
+    exec(cell.source, namespace)  # noqa: S102 - our own notebook's parameters cell
+    assigned = {name for name in namespace if name.isupper()}
+    inspected = papermill.inspect_notebook(NOTEBOOK)
+    assert set(inspected) == assigned, f"papermill cannot read {sorted(assigned - set(inspected))}"
+    assert inspected["N_TRAIN"]["default"] == "2000" and inspected["N_TRAIN"]["help"].startswith("training questions")
+
+
 def test_script_runs_end_to_end_with_local_model_and_dataset(local_inputs, tmp_path):
     output_dir = tmp_path / "run"
     flags = [f"--{name.lower().replace('_', '-')}={value}" for name, value in SMALL_RUN.items()]
@@ -123,16 +146,43 @@ def test_script_runs_end_to_end_with_local_model_and_dataset(local_inputs, tmp_p
     assert metrics["strategy"]["name"] == "difffilter" and metrics["precision"] == "fp32"
 
 
-def test_notebook_executes_headless_with_injected_parameters(local_inputs, tmp_path, monkeypatch):
-    """The mixing variant, as papermill would run it: overrides in a cell after the `parameters` cell."""
-    import nbformat
-    from nbclient import NotebookClient
+def cpu_recipe() -> str:
+    """The bash block of docs/colab.md's section "On a CPU, without a GPU"."""
+    with open(COLAB_DOC, encoding="utf-8") as handle:
+        text = handle.read()
+    found = re.search(r"^## On a CPU, without a GPU\n.*?^```bash\n(.*?)^```", text, re.S | re.M)
+    assert found, "docs/colab.md has no '## On a CPU, without a GPU' section with a bash block"
+    return found.group(1)
+
+
+def test_the_cpu_recipe_of_the_docs_runs_the_notebook_as_written(tmp_path):
+    """docs/colab.md's CPU recipe, run from a folder that holds examples/ as the repository does."""
+    (tmp_path / "examples").symlink_to(os.path.join(ROOT, "examples"), target_is_directory=True)
+    # `python` and `papermill` as the recipe names them: this interpreter's.
+    path = os.pathsep.join([os.path.dirname(sys.executable), os.environ.get("PATH", "")])
+    result = subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", cpu_recipe()],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=tmp_path,
+        env={**os.environ, **OFFLINE_ENV, "PATH": path},
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    metrics = check_run_outputs(tmp_path / "cpu_run" / "output", steps=2, domains=["gsm8k_small"])
+    assert metrics["device"] == "cpu" and metrics["strategy"]["name"] == "difffilter"
+    assert (tmp_path / "cpu_run" / "notebook.ipynb").exists()
+
+
+def test_papermill_runs_the_mixing_variant_with_its_parameters(local_inputs, tmp_path, monkeypatch):
+    """The mixing variant through papermill's own parameter injection (a cell after the `parameters` cell)."""
+    import papermill
 
     for name, value in OFFLINE_ENV.items():
         monkeypatch.setenv(name, value)  # the kernel inherits the environment
     monkeypatch.delenv("MPLBACKEND", raising=False)  # keep the kernel's inline backend: the figure is an output
     output_dir = tmp_path / "notebook_run"
-    overrides = {
+    parameters = {
         **SMALL_RUN,
         "MODEL": local_inputs["model"],
         "DATASET": local_inputs["gsm8k"],
@@ -140,17 +190,19 @@ def test_notebook_executes_headless_with_injected_parameters(local_inputs, tmp_p
         "STEPS": 3,
         "OUTPUT_DIR": str(output_dir),
     }
-    notebook = nbformat.read(NOTEBOOK, as_version=4)
-    position = next(i for i, cell in enumerate(notebook.cells) if "parameters" in cell.metadata.get("tags", []))
-    injected = nbformat.v4.new_code_cell(
-        "\n".join(f"{name} = {value!r}" for name, value in overrides.items()),
-        metadata={"tags": ["injected-parameters"]},
+    notebook = papermill.execute_notebook(
+        NOTEBOOK,
+        str(tmp_path / "executed.ipynb"),
+        parameters=parameters,
+        cwd=str(tmp_path),
+        kernel_name="python3",
+        progress_bar=False,
+        start_timeout=300,  # papermill's 60 s would time a kernel's start on a loaded machine, not catch a hang
+        execution_timeout=600,  # per cell; the whole test took 28 s at load 5 and 40 s at load 8 on 2 cores
     )
-    notebook.cells.insert(position + 1, injected)
-    NotebookClient(
-        notebook, kernel_name="python3", timeout=300, resources={"metadata": {"path": str(tmp_path)}}
-    ).execute()
 
+    injected = [cell for cell in notebook.cells if "injected-parameters" in cell.metadata.get("tags", [])]
+    assert len(injected) == 1 and "MIX_DATASET = " in injected[0].source
     metrics = check_run_outputs(output_dir, steps=3, domains=["arith", "gsm8k_small"])
     assert metrics["strategy"]["mix"]["mixer"]["name"] == "dump_ucb"
     assert metrics["strategy"]["select"]["selector"]["name"] == "threshold_band"

@@ -34,11 +34,16 @@ def test_gpu_check_cpu_fallback_writes_the_table(tmp_path):
         "6",
         "--question-chars",
         "30",
+        "--timeout",  # per variant, a hang catcher: a variant takes about 20 s on an idle machine
+        "600",
         "--out",
         str(out),
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, timeout=300, env=env, cwd=tmp_path)
+    # A hang catcher, not a speed test: on 2 cores the whole check took 41 s at load 2 and 127 s at load 8, and a
+    # fresh clone at load 10 spent 125 s only preparing its model and data; 900 s also leaves the check the time to
+    # report one variant stopped at its own 600 s.
+    result = subprocess.run(command, capture_output=True, text=True, timeout=900, env=env, cwd=tmp_path)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     report = json.loads(out.read_text())
     runs = {row["variant"]: row for row in report["runs"]}

@@ -50,6 +50,7 @@ PUBLIC = {
         "Strategy",
         "StrategyConfig",
         "WrongHostError",
+        "ZeroRewardWarning",
         "build_component",
         "build_strategy",
         "list_components",

@@ -9,6 +9,7 @@ import lightning.pytorch as pl
 
 from dataflex_callbacks import ConfigError, Decision, DomainMixingSampler, RolloutBatch, Strategy
 from dataflex_callbacks.host import as_strategy, checkpoint_state, prompt_choosing_parts, restore_strategy
+from dataflex_callbacks.host.zero_rewards import ZeroRewardWatch
 from dataflex_callbacks.metrics import DomainRewardStats, RunSummary
 
 from .binding import BoundStrategy
@@ -73,6 +74,7 @@ class DataFlexCallback(pl.Callback):
         self._step_at_batch_start = 0
         self._sampler_keys: frozenset | None = None
         self.summary = RunSummary()  # what the strategy kept, printed at train end
+        self.zero_rewards = ZeroRewardWatch()  # warns once when the first steps' rewards are all 0 or None
         if sampler is not None:
             self.register_sampler(sampler)
 
@@ -91,6 +93,7 @@ class DataFlexCallback(pl.Callback):
                 f"rename it, or pass DataFlexCallback(attribute='...') to attach the strategy elsewhere"
             )
         self.trainer = trainer
+        self.zero_rewards = ZeroRewardWatch()  # each fit watches its own first steps
         handle._bind(self)
 
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -236,6 +239,10 @@ class DataFlexCallback(pl.Callback):
         """
         self.summary.update(everyone, decided)
         self._step_metrics.update(decision.metrics, everyone.n)
+        # The gathered rewards are the same on every rank: each reaches the same verdict, rank 0 warns.
+        self.zero_rewards.observe(
+            everyone.rewards, self._step_at_batch_start, warn=self.trainer is None or self.trainer.is_global_zero
+        )
         if local.domains is None:
             return
         labels = list(self.strategy.domains or []) + list(everyone.domains)

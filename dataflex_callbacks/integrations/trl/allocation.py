@@ -37,6 +37,7 @@ processes.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -64,8 +65,12 @@ from .signals import selection_rewards
 NOT_SUPPORTED = "allocation in the TRL adapter does not support {what}; {fix}"
 
 
-def check_allocation(trainer, strategy) -> None:
-    """Refuse, in one line naming the setting, what the TRL allocation rounds cannot run (``trainer`` may be None)."""
+def check_allocation(settings, strategy) -> None:
+    """Refuse, in one line naming the setting, what the TRL allocation rounds cannot run.
+
+    ``settings``: the trainer's `trainer_settings.TrainerSettings`, or None for the rules on the strategy alone.
+    Nothing is bound: the group size is checked on a copy of the allocator (`Allocation.bind` binds it).
+    """
     allocator = strategy.allocation
     if not isinstance(allocator, ScreenAllocator):
         raise ConfigError(
@@ -85,12 +90,12 @@ def check_allocation(trainer, strategy) -> None:
                 fix="use pilot >= 2 or drop pre_select",
             )
         )
-    if trainer is None:
+    if settings is None:
         return
-    if getattr(trainer, "environment_factories", None) is not None:
+    if settings.environment_factories:
         raise ConfigError(NOT_SUPPORTED.format(what="environment_factories", fix="drop the allocation part"))
-    allocator.bind_group_size(trainer.num_generations)
-    remaining, processes = trainer.num_generations - allocator.pilot, trainer.accelerator.num_processes
+    copy.deepcopy(allocator).bind_group_size(settings.num_generations)  # the pilot and group_size rules, unbound
+    remaining, processes = settings.num_generations - allocator.pilot, settings.num_processes
     if remaining % processes:
         raise ConfigError(
             NOT_SUPPORTED.format(
@@ -181,7 +186,7 @@ class Allocation:
         ``reward_index``: the reward function the pilots are judged on (the adapter's ``selection_reward``);
         None: TRL's weighted sum.
         """
-        check_allocation(trainer, self.strategy)
+        self.allocator.bind_group_size(trainer.num_generations)  # checked by trainer_settings.check_trl_strategy
         if self.strategy.skips_prompts:
             self.strategy.bind_pilot_observer()
         self.domain_key, self.prompt_key_column, self.reward_index = domain_key, prompt_key_column, reward_index

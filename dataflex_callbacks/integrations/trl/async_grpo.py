@@ -34,11 +34,18 @@ Where the strategy acts (TRL 1.16, ``async_grpo_trainer.py``):
   per-domain shares and warns once when one domain loses far more to the limit than the others.
   An outcome dropped as stale still updates the pre-rollout filter's history, at the next step.
 
+The line printed at train end counts, for every strategy, the groups each step took from the queue
+(those TRL dropped as stale aside): the groups decided on, refills of a decision that kept nothing, and
+the zero-signal groups dynamic sampling set aside (as groups not kept).
+
 Refused at attach, in one line naming the part: token-level select or reweight parts, and parts
 scoring the current policy inside the loss (TRL packs one advantage per sample and exposes no
 per-token hook), and ``mix``/``pre_select`` with a worker that takes no prompt feed. Also refused,
-naming the fix: a second attach, a worker whose ``num_generations`` differs from the config's, and
-``token_budget=None`` with `async_rollout.InProcessRolloutWorker` (TRL would wait for a vLLM server).
+naming the fix: a second attach, a worker whose ``num_generations`` differs from the config's,
+``token_budget=None`` with `async_rollout.InProcessRolloutWorker` (TRL would wait for a vLLM server), and
+a ``mix`` part on data without its domain column (naming ``domain_key``, the column and the data's
+columns, as the synchronous adapter). While training, a policy version that is not an int from 0 to
+2**63 - 1 (the trainer's or a sample's) is a `BatchError` (`async_queue.check_policy_version`).
 """
 
 from __future__ import annotations
@@ -60,54 +67,21 @@ from dataflex_callbacks.errors import (
     user_stacklevel,
 )
 from dataflex_callbacks.host import acts_before_rollout, decide, prompt_choosing_parts, resolve_domain_key
+from dataflex_callbacks.host.zero_rewards import ZeroRewardWatch
 from dataflex_callbacks.metrics import DomainStalenessStats
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+from dataflex_callbacks.rollout.decision import Decision
 from dataflex_callbacks.rollout.groups import every_group_equal
 from dataflex_callbacks.sampling.dynamic_sampling import signal_rows
 from dataflex_callbacks.sampling.sampler import DomainMixingSampler, domain_labels
 
 from .async_host import async_fields, async_trainer_class, check_async_strategy, is_async_trainer
+from .async_queue import ConsumedSamples, QueueArrivals, check_policy_version
 from .async_rollout import InProcessRolloutWorker, cpu_device_name, use_cpu_tree_attention
 from .lifecycle import StrategyCallback
 from .options import AdapterOptions
-from .sampling import row_key
+from .sampling import check_sampling_dataset, row_key
 from .signals import resolve_reward_index, selection_reward_text
-
-
-class _QueueArrivals:
-    """The trainer's rollout queue, seen through: each sample taken is reported to the callback first (same thread)."""
-
-    def __init__(self, inner, callback: DataFlexAsyncCallback):
-        self._inner = inner
-        self.callback = callback
-
-    def get(self, block: bool = True, timeout: float | None = None):
-        sample = self._inner.get(block, timeout)
-        self.callback.arrived(sample)
-        return sample
-
-    def qsize(self) -> int:
-        return self._inner.qsize()
-
-    def put_nowait(self, item) -> None:
-        self._inner.put_nowait(item)
-
-
-class ConsumedSamples(torch.utils.data.IterableDataset):
-    """The stage between TRL's ``RolloutQueueDataset`` and its batcher:
-    decide on whole groups, pass the kept samples on."""
-
-    def __init__(self, source, callback: DataFlexAsyncCallback):
-        self.source = source
-        self.callback = callback
-
-    def __iter__(self):
-        samples = iter(self.source)
-        ready: collections.deque = collections.deque()
-        while True:
-            while not ready:
-                ready.extend(self.callback.next_decision(samples))
-            yield ready.popleft()
 
 
 class DataFlexAsyncCallback(StrategyCallback):
@@ -143,6 +117,7 @@ class DataFlexAsyncCallback(StrategyCallback):
         self._taken_without_training = 0  # groups taken since a decision last passed a sample on
         self._warned_no_signal = False
         self._reward_names: list[str] = []  # the worker's reward functions, named in warnings
+        self.zero_rewards = ZeroRewardWatch()  # warns once when the first steps' rewards are all 0 or None
         # The decisions of each step the dataloader assembled, oldest first, and of the one being assembled: a step
         # enters the summary when the optimizer takes it (the dataloader fetches one ahead).
         self._assembled: collections.deque[list] = collections.deque()
@@ -157,7 +132,7 @@ class DataFlexAsyncCallback(StrategyCallback):
                 f"{type(trainer).__name__}. attach(trainer, strategy) picks the callback for each TRL trainer."
             )
         self.refuse_other_trainer(trainer)
-        if isinstance(trainer.rollout_queue, _QueueArrivals):
+        if isinstance(trainer.rollout_queue, QueueArrivals):
             raise HostError(
                 f"dataflex: this {type(trainer).__name__} already applies strategy "
                 f"{trainer.rollout_queue.callback.strategy.name!r}; attach() is for a stock AsyncGRPOTrainer. Give "
@@ -166,11 +141,15 @@ class DataFlexAsyncCallback(StrategyCallback):
         self._check_worker(trainer)
         dataset = trainer.train_dataset
         columns = list(getattr(dataset, "column_names", None) or [])
-        self.domain_key, _ = resolve_domain_key(self.strategy, self.domain_key)
+        self.domain_key, domain_source = resolve_domain_key(self.strategy, self.domain_key)
         has_domains = self.domain_key in columns
+        # Before check_host, as the synchronous adapter: its generic "needs domain labels" would not name
+        # domain_key, the missing column or the columns the data has.
+        check_sampling_dataset(dataset, self.strategy, self.domain_key, self.options.prompt_key_column, domain_source)
         self.strategy.check_host(async_fields(has_domains), host=f"TRL's AsyncGRPOTrainer (dataset columns {columns})")
         names = [getattr(f, "__name__", type(f).__name__) for f in getattr(trainer.rollout_worker, "reward_funcs", [])]
         self._reward_names = names
+        self.zero_rewards = ZeroRewardWatch(reward_names=names or None)
         if names:  # the reward is read by name from each sample's metrics: the index is not needed, the check is
             resolve_reward_index(self.options.selection_reward, names)
         worker = trainer.rollout_worker
@@ -201,7 +180,7 @@ class DataFlexAsyncCallback(StrategyCallback):
             self.sampler = self._prompt_sampler(trainer, dataset)
             worker.set_prompt_feed(self._feed())
         self.staleness = DomainStalenessStats(domains)
-        trainer.rollout_queue = _QueueArrivals(trainer.rollout_queue, self)
+        trainer.rollout_queue = QueueArrivals(trainer.rollout_queue, self)
         self.trainer = trainer
         if trainer.args.device.type == "cpu":  # TRL registered its FlashAttention-3 kernel, which needs a GPU
             use_cpu_tree_attention()
@@ -316,6 +295,9 @@ class DataFlexAsyncCallback(StrategyCallback):
         """A sample was taken from the queue: record its version;
         one TRL drops as stale is counted (and kept for the filter)."""
         trainer = self.trainer
+        # The trainer's first: TRL passes its version on to the worker, which tags samples with it.
+        check_policy_version(trainer.model_version, f"{type(trainer).__name__}.model_version is", "trainer")
+        check_policy_version(sample.model_version, f"a sample of group {sample.group_id} has model_version", "worker")
         staleness = trainer.model_version - sample.model_version
         self._versions[sample.group_id] = sample.model_version
         self._last_arrival = sample.group_id
@@ -399,16 +381,15 @@ class DataFlexAsyncCallback(StrategyCallback):
         self.strategy.observe_prompt_groups(self._batch(groups), step)
 
     def _take_groups(self, samples: Iterator[dict], step: int, wanted: int) -> tuple[list, list, dict[str, float]]:
-        """``(groups to decide on, zero-signal groups to fill a step that finds none, dynamic metrics)``.
+        """``(groups to decide on, zero-signal groups taken (spent), dynamic metrics)``.
 
         With dynamic sampling, as the synchronous loop's max_rounds: groups are taken until ``wanted`` carry
         signal or ``max_rounds`` steps' worth were taken; the rest are counted as spent.
         """
         if not self._dynamic:
-            groups = [self._next_group(samples) for _ in range(wanted)]
-            return groups, groups, {}
-        groups, fillers, spent, limit = [], [], 0, wanted * self.max_rounds
-        while len(groups) < wanted and spent + len(groups) < limit:
+            return [self._next_group(samples) for _ in range(wanted)], [], {}
+        groups, zero_signal, limit = [], [], wanted * self.max_rounds
+        while len(groups) < wanted and len(zero_signal) + len(groups) < limit:
             taken = [self._next_group(samples) for _ in range(wanted - len(groups))]
             signal = signal_rows(self._batch(taken), self.strategy, step=step)
             first = 0
@@ -416,9 +397,9 @@ class DataFlexAsyncCallback(StrategyCallback):
                 if bool(signal[first]):
                     groups.append(group)
                 else:
-                    spent += 1
-                    fillers += [group] if len(fillers) < wanted else []
+                    zero_signal.append(group)
                 first += len(group)
+        spent = len(zero_signal)
         self.groups_spent += spent
         # Sums over TRL's logging window ("total" in a name): with logging_steps=1, the groups one step took, plus
         # those of a step the dataloader fetched ahead.
@@ -426,7 +407,7 @@ class DataFlexAsyncCallback(StrategyCallback):
             "dynamic/zero_signal_groups_window_total": float(spent),
             "dynamic/groups_taken_window_total": float(spent + len(groups)),
         }
-        return groups, fillers, metrics
+        return groups, zero_signal, metrics
 
     def next_decision(self, samples: Iterator[dict]) -> list[dict]:
         """Take one step's groups from the queue, decide, and return the kept samples (advantages weighted).
@@ -438,13 +419,16 @@ class DataFlexAsyncCallback(StrategyCallback):
         trainer = self.trainer
         step = int(trainer.state.global_step)
         wanted = self.groups_per_step(trainer)
-        groups, fillers, extra = self._take_groups(samples, step, wanted)
+        groups, spent, extra = self._take_groups(samples, step, wanted)
         self._taken_without_training += int(extra.get("dynamic/groups_taken_window_total", len(groups)))
-        groups = groups or fillers
+        # A step without a signal group trains on B zero-signal ones masked out; the others are not decided on.
+        groups, unused = (groups, spent) if groups else (spent[:wanted], spent[wanted:])
         if self.strategy.skips_prompts:
             self._observe_stale(step)
         rows = [s for group in groups for s in group]
         batch = self._batch(groups)
+        for taken in (batch, *([self._batch(unused)] if unused else [])):  # every group the step took from the queue
+            self.zero_rewards.observe(taken.rewards, step + 1)
         # No DroppedAllWarning here: a decision that keeps nothing is refilled from the queue, so the step does
         # train; the one that cannot be refilled is masked out and says so with a NoSignalStepWarning.
         decision = decide(self.strategy, batch, step, seed=int(trainer.args.seed), warn=False, host_step=step + 1)
@@ -454,6 +438,8 @@ class DataFlexAsyncCallback(StrategyCallback):
             self._warn_no_signal(batch, step + 1, self._taken_without_training, len(groups))
         # A decision that keeps nothing is refilled within the same step: the step closes with the one that trains.
         self._assembling.append((batch, decision))
+        if unused:  # the end-of-run line counts every group taken from the queue, whatever the strategy
+            self._assembling.append(self._unused_groups(unused))
         if masked or bool(keep.any()):
             self._taken_without_training = 0
             self._assembled.append(self._assembling)
@@ -493,6 +479,11 @@ class DataFlexAsyncCallback(StrategyCallback):
                     sample = {**sample, "advantage": float(sample["advantage"]) * float(weights[row])}
                 kept.append(sample)
         return kept
+
+    def _unused_groups(self, groups: list[list[dict]]) -> tuple[RolloutBatch, Decision]:
+        """The zero-signal groups dynamic sampling took and did not train, as a decision that keeps none of them."""
+        batch = self._batch(groups)
+        return batch, Decision(keep=torch.zeros(batch.n, dtype=torch.bool), weights=torch.zeros(batch.n))
 
     def _warn_no_signal(self, batch: RolloutBatch, step: int, taken: int, groups: int) -> None:
         """Warn once that a step found no group to keep in its bound of pulls: the cause, and the fix."""

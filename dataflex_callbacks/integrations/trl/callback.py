@@ -3,7 +3,8 @@
 A plain ``TrainerCallback`` never sees rewards or advantages, so the callback works through
 six trainer methods (`HOOKS`: wrapped by `attach`, overridden by `DataFlexTrainerMixin`):
 
-- ``_calculate_rewards``: remember the rewards TRL gathered from every process;
+- ``_calculate_rewards``: remember the rewards TRL gathered from every process (and warn, once, when
+  every reward of the first steps is 0 or None: `dataflex_callbacks.host.zero_rewards`);
 - ``_generate_and_score_completions``: after TRL computed advantages, build the global
   `RolloutBatch`, run ``strategy.apply`` (same decision on every rank), mask dropped rows
   out of the loss and store per-row keep/weights in the batch so they follow TRL's shuffle
@@ -58,12 +59,13 @@ from dataflex_callbacks.host import (
     resolve_domain_key,
     restrict_rows,
 )
+from dataflex_callbacks.host.zero_rewards import ZeroRewardWatch
 
-from .allocation import Allocation, check_allocation
-from .dynamic import DynamicSampling, check_dynamic_sampling
+from .allocation import Allocation
+from .dynamic import DynamicSampling
 from .lifecycle import StrategyCallback
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
-from .sampling import DEFAULT_DOMAIN_SOURCE, check_sampling_dataset, check_shuffle, grpo_mixing_sampler, row_key
+from .sampling import DEFAULT_DOMAIN_SOURCE, check_sampling_dataset, grpo_mixing_sampler, row_key
 from .signals import (
     global_rollout_batch,
     local_policy_batch,
@@ -72,6 +74,7 @@ from .signals import (
     selection_rewards,
 )
 from .train_data import check_enough_prompts, check_prompt_positions, check_stream, is_stream, sampler_resume_message
+from .trainer_settings import TrainerSettings, check_trl_strategy
 
 # Keys the adapter adds to TRL's per-row batch dict; tensors, so TRL's shuffle/split carry them.
 KEEP_KEY = "dataflex_keep"
@@ -136,31 +139,16 @@ class DataFlexCallback(StrategyCallback):
         self._weighted = False
         self._loss_inputs: dict | None = None
         self._pending_sampler_state: dict | None = None
+        self.zero_rewards = ZeroRewardWatch()  # named after the trainer's reward functions in bind
 
     @classmethod
-    def check_strategy(cls, strategy: Any) -> None:
-        """Refuse, in one line, a strategy this trainer cannot run whatever its data (``dataflex validate --host trl``).
+    def check_strategy(cls, strategy: Any, settings: TrainerSettings | None = None) -> None:
+        """Refuse, in one line, a strategy this trainer cannot run with ``settings`` (`check_trl_strategy`).
 
-        The rules that need the trainer or its dataset run when the callback is attached (`bind`).
+        ``settings`` None: the rules on the strategy alone (``dataflex validate --host trl``). The rules that
+        read the train dataset run in `bind`.
         """
-        strategy = as_strategy(strategy)
-        if strategy.config.dynamic_sampling is not None:
-            if not cls.supports_dynamic_sampling:
-                raise ConfigError(
-                    f"dynamic_sampling is not supported by the TRL adapter's {cls.trainer_name} yet; "
-                    "remove the dynamic_sampling part or use the core SignalGroupBuffer in your own "
-                    "loop (docs/dynamic_sampling.md)"
-                )
-            check_dynamic_sampling(None, strategy)  # no trainer: the rules on the strategy alone
-        if strategy.allocation is not None:
-            if not cls.supports_dynamic_sampling:
-                raise ConfigError(
-                    f"allocation is not supported by the TRL adapter's {cls.trainer_name} yet; remove the "
-                    "allocation part, or use DataFlexGRPOTrainer or the core AllocationRounds in your own loop "
-                    "(docs/allocation.md)"
-                )
-            check_allocation(None, strategy)
-        strategy.check_host(grpo_fields(domains=True), host=f"the TRL {cls.host_class.__name__}")
+        check_trl_strategy(as_strategy(strategy), cls, settings)
 
     def _dynamic_sampling(self) -> DynamicSampling | None:
         """The dynamic-sampling loop when the strategy has the part; refused by hosts that cannot run it."""
@@ -224,8 +212,10 @@ class DataFlexCallback(StrategyCallback):
                 "RLOOTrainer; for other trainers use the Lightning or verl adapters, or the core API directly."
             )
         self.refuse_other_trainer(trainer)
+        self.check_strategy(self.strategy, TrainerSettings.of(trainer))
         aggregation = self.loss_aggregation(trainer)
         self._reward_index = resolve_reward_index(self.options.selection_reward, trainer.reward_func_names)
+        self.zero_rewards = ZeroRewardWatch(reward_names=trainer.reward_func_names)
         self.domain_key, domain_source = resolve_domain_key(self.strategy, self.domain_key)
         if (
             aggregation in ROW_NORMALISED
@@ -249,7 +239,6 @@ class DataFlexCallback(StrategyCallback):
                 dataset, self.strategy, self.domain_key, self.options.prompt_key_column, domain_source
             )
         check_enough_prompts(trainer, dataset, self.strategy, self.domain_key)
-        check_shuffle(trainer, self.strategy)
         host = f"the TRL {self.host_class.__name__} (dataset columns {list(column_names)})"
         self.strategy.check_host(available, host=host)
         if column_names and self.domain_key not in column_names and domain_source != DEFAULT_DOMAIN_SOURCE:
@@ -316,9 +305,14 @@ class DataFlexCallback(StrategyCallback):
 
     # ------------------------------------------------------------------ rollout side
     def calculate_rewards(self, trainer, original: Callable, *args, **kwargs) -> torch.Tensor:
-        """Wraps ``_calculate_rewards``: keep the ``(N_global, F)`` gathered rewards."""
+        """Wraps ``_calculate_rewards``: keep the ``(N_global, F)`` gathered rewards; a `ZeroRewardWatch` reads the
+        first steps' (a `ZeroRewardWarning` when none paid)."""
         rewards_per_func = original(*args, **kwargs)
         self._gathered_rewards = rewards_per_func
+        if trainer.model.training:  # gathered from every rank: each reaches the same verdict, the main one warns
+            self.zero_rewards.observe(
+                rewards_per_func, trainer.state.global_step, warn=trainer.accelerator.is_main_process
+            )
         return rewards_per_func
 
     def score_completions(self, trainer, original: Callable, inputs: list) -> dict:

@@ -33,7 +33,8 @@ rows (TRL's layout), so shapes are the same on every rank.
 
 Supported: any number of processes; any strategy without a ``mix`` part; text prompts (standard or
 conversational); ``steps_per_generation``, ``num_iterations``, gradient accumulation, ``beta``.
-The rest is refused by `check_dynamic_sampling` with a line naming the setting.
+The rest is refused by `check_dynamic_sampling` with a line naming the setting, before anything trains
+(`trainer_settings.check_trl_strategy`).
 """
 
 from __future__ import annotations
@@ -77,8 +78,11 @@ PAD_ID_KEYS = ("prompt_ids", "completion_ids")
 NOT_SUPPORTED = "dynamic_sampling in the TRL adapter does not support {what} yet; {fix}"
 
 
-def check_dynamic_sampling(trainer, strategy) -> None:
-    """Refuse, with one line naming the setting, what the TRL dynamic-sampling loop does not support yet."""
+def check_dynamic_sampling(settings, strategy) -> None:
+    """Refuse, with one line naming the setting, what the TRL dynamic-sampling loop does not support yet.
+
+    ``settings``: the trainer's `trainer_settings.TrainerSettings`, or None for the rules on the strategy alone.
+    """
     if strategy.mix_enabled:
         raise ConfigError(
             NOT_SUPPORTED.format(
@@ -86,7 +90,7 @@ def check_dynamic_sampling(trainer, strategy) -> None:
                 fix="drop the mix part (pre_select works), or the dynamic_sampling part",
             )
         )
-    if getattr(trainer, "environment_factories", None) is not None:
+    if settings is not None and settings.environment_factories:
         raise ConfigError(NOT_SUPPORTED.format(what="environment_factories", fix="drop the dynamic_sampling part"))
 
 
@@ -251,11 +255,10 @@ class DynamicSampling:
         step generated so far; False ends the step's rounds as ``max_rounds`` does. Must answer alike on every rank."""
 
     def bind(self, trainer, domain_key: str | None = None, prompt_key_column: str | None = None) -> None:
-        """Check the trainer's settings and open the prompt stream over its train dataset.
+        """Open the prompt stream over the trainer's train dataset (its settings are checked by `check_trl_strategy`).
 
         ``domain_key`` and ``prompt_key_column`` name each prompt's domain and key for a ``pre_select`` filter.
         """
-        check_dynamic_sampling(trainer, self.strategy)
         self.stream = open_stream(trainer, self.strategy, prompt_key_column, domain_key, self._pending_stream)
         self._pending_stream = None
 

@@ -40,7 +40,6 @@ __all__ = [
     "DEFAULT_DOMAIN_SOURCE",
     "acts_before_rollout",
     "check_sampling_dataset",
-    "check_shuffle",
     "grpo_mixing_sampler",
     "row_key",
 ]
@@ -51,21 +50,6 @@ def row_key(row: Mapping[str, Any], prompt_key_column: str | None) -> Hashable:
     if prompt_key_column is not None:
         return hashable_key(row[prompt_key_column])
     return row_prompt_key(row, None)
-
-
-def check_shuffle(trainer, strategy: Strategy) -> None:
-    """Refuse ``shuffle_dataset=False`` with a strategy that draws its own prompts, instead of ignoring it.
-
-    ``shuffle_dataset=False`` asks TRL for the dataset's order (a curriculum). A ``mix`` part draws
-    domains by proportions and a ``pre_select`` part skips prompts, so neither can keep that order.
-    """
-    if acts_before_rollout(strategy) and getattr(trainer, "shuffle_dataset", True) is False:
-        raise ConfigError(
-            f"dataflex: {type(trainer.args).__name__}(shuffle_dataset=False) asks for the dataset's order, but "
-            f"strategy {strategy.name!r} chooses prompts before rollout (mix: by domain proportions; pre_select: "
-            "skipping prompts), which draws them at random and cannot keep that order. Set shuffle_dataset=True, or "
-            "drop the strategy's mix / pre_select part to keep the dataset order"
-        )
 
 
 def check_sampling_dataset(

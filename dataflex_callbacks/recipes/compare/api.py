@@ -14,7 +14,8 @@ from .settings import CompareSettings
 
 @dataclass
 class ComparisonResults:
-    """What a comparison produced: one row per run (as in results.csv), the paired differences, the files."""
+    """What a comparison produced: one row per run (as in results.csv, the learning-rate sweep's runs named
+    `<baseline>@lr<rate>`), the paired differences, the files."""
 
     runs: list[dict]
     differences: dict[str, dict]
@@ -28,6 +29,7 @@ def run_comparison(
 ) -> ComparisonResults:
     """Run the grid of `settings` (resuming finished runs), write report.md, results.csv and figures; return them."""
     from .report import paired_difference, result_row, write_report
+    from .tuning import tuning_columns
 
     outcome = run_grid(settings, overwrite=overwrite, on_warning=on_warning)
     files = write_report(settings, outcome)
@@ -37,7 +39,7 @@ def run_comparison(
         if strategy != settings.baseline
     }
     return ComparisonResults(
-        runs=[result_row(record) for record in outcome.records],
+        runs=[result_row(record) for record in tuning_columns(settings, outcome.records, outcome.tuned)[0]],
         differences=differences,
         outcome=outcome,
         files=files,
@@ -65,6 +67,7 @@ def compare(
     eval_points: int = 4,
     target: float | None = None,
     cost_model=None,
+    tune_learning_rates: list[float] | None = None,
     overwrite: bool = False,
     progress: bool = True,
     on_warning: Callable[[str], None] | None = None,
@@ -89,7 +92,8 @@ def compare(
             when the first one gives at least `reward_threshold` (default 1; refused without `reward_funcs`).
             Default: the built-in verifier.
         reward_weights: one weight per reward function, as `GRPOConfig.reward_weights`.
-        seeds: a count (3: seeds 0, 1, 2) or a list of seeds.
+        seeds: a count (3: seeds 0, 1, 2), a list or tuple of seeds, or text as ``--seeds`` takes it (``"11"``: seed
+            11, ``"0,5,7"``, ``"11-13"``); anything else is a `CompareInputError`.
         budget: ``"steps:N"``, ``"completions:N"`` or a `Budget`.
         jobs: runs trained at once. With ``jobs > 1`` runs train in fresh worker processes, which import
             each reward by its path: a callable no import path names (a lambda, a notebook function) is
@@ -103,6 +107,10 @@ def compare(
             baseline's final headline).
         cost_model: ``"gen_token=1.0,train_token=0.3"`` or a `CostModel`: relative cost per generated and per
             trained completion token; the report adds compute to target in that "modelled cost" (report only).
+        tune_learning_rates: learning rates (``[1e-5, 3e-5, 1e-4]``) at which the baseline strategy also trains, with
+            every seed: the report, results.csv and the verdict then pair every strategy with the rate that reaches
+            the baseline's final headline (and `target`) in the fewest completions, "better than tuning?". The
+            shared rate is not trained twice; a bad rate is a `CompareInputError`.
         run_options: any other `RunOptions` field (``prompts_per_step``, ``learning_rate``, ...).
 
     Raises `CompareInputError` (a `DataFlexError`; `CostModelError` for a bad `cost_model`) before anything is
@@ -125,7 +133,7 @@ def compare(
         parsed_budget = budget if isinstance(budget, Budget) else Budget.parse(budget)
     except ValueError as error:
         raise CompareInputError(str(error)) from None
-    seed_list = parse_seeds(seeds) if isinstance(seeds, (int, str)) else list(seeds)
+    seed_list = parse_seeds(seeds, flag="seeds")
     names = {f.name for f in dataclasses.fields(RunOptions)}
     unknown = sorted(set(run_options) - names)
     if unknown:
@@ -161,6 +169,7 @@ def compare(
         command="compare(...) from Python",
         target=target,
         cost_model=cost_model,
+        tune_learning_rates=tune_learning_rates,
     )
     if on_warning is None:
 

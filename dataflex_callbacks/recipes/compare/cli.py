@@ -11,7 +11,7 @@ from ..arguments import add_option_arguments, fail, options_from_args, shared_op
 from .grid import CompareSettings
 
 DEFAULT_STRATEGIES = "baseline,difffilter,ar,dump_ucb"
-DEFAULT_SEEDS = "3"
+DEFAULT_NUM_SEEDS = 3  # neither --seeds nor --num-seeds: seeds 0, 1, 2
 # Sized so the default grid (4 strategies x 3 seeds) finishes well under 10 minutes on a 2-core CPU: the
 # testbed's main-job length (60 steps), and 100 steps of the toy suite's randomly initialised model.
 # The testbed's: 400 steps of plain GRPO (16 prompts x 8 completions), 3 passes through its 2,100 training prompts.
@@ -40,8 +40,15 @@ def add_compare_parser(commands) -> None:
     )
     compare.add_argument(
         "--seeds",
-        default=DEFAULT_SEEDS,
-        help=_help("seeds", DEFAULT_SEEDS) + "; a count (3: seeds 0,1,2) or a list (0,5,7)",
+        default=None,
+        help=_help("seeds", f"0 to {DEFAULT_NUM_SEEDS - 1}") + "; seeds only: one seed (11), a list (0,5,7) or an "
+        "inclusive range (11-13); --num-seeds gives a count",
+    )
+    compare.add_argument(
+        "--num-seeds",
+        type=int,
+        default=None,
+        help=f"run seeds 0 to N-1 (default: {DEFAULT_NUM_SEEDS}); give this or --seeds, not both",
     )
     compare.add_argument(
         "--budget",
@@ -58,6 +65,9 @@ def add_compare_parser(commands) -> None:
     compare.add_argument("--eval-points", type=int, default=_SETTINGS["eval_points"].default, help=_help("eval_points"))
     compare.add_argument("--target", type=float, default=None, help=_help("target", "none"))
     compare.add_argument("--cost-model", default=None, help=_help("cost_model", "none"))
+    compare.add_argument(
+        "--tune-learning-rates", default=None, help=_help("tune_learning_rates", "none") + "; comma-separated"
+    )
     compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=_help("output_dir"))
     compare.add_argument(
         "--overwrite", action="store_true", help="discard the finished runs in --output-dir and start over"
@@ -66,7 +76,8 @@ def add_compare_parser(commands) -> None:
         "--no-progress",
         dest="progress",
         action="store_false",
-        help=_SETTINGS["progress"].metadata["help"] + " (default: on; this flag turns it off)",
+        help="hide the progress bar over the whole grid and the start-up lines naming the seeds, model, learning "
+        "rate and data (shown when this flag is not given)",
     )
     add_option_arguments(
         compare.add_argument_group("options every run shares (RunOptions fields)"), shared_option_names()
@@ -86,9 +97,18 @@ def settings_from_args(args, argv: list[str] | None = None):
     base = RunOptions(**options_from_args(args, shared_option_names()))
     jobs = args.jobs if args.jobs is not None else max(1, min(2, os.cpu_count() or 1))
     command = "dataflex " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if args.seeds is not None and args.num_seeds is not None:
+        raise CompareInputError(
+            f"--seeds {args.seeds} and --num-seeds {args.num_seeds} both choose the seeds; give --seeds for the seeds "
+            f"themselves (0,5,7 or 11-13) or --num-seeds for a count (seeds 0 to N-1), not both"
+        )
+    if args.seeds is not None:
+        seeds = parse_seeds(args.seeds)
+    else:
+        seeds = parse_seeds(DEFAULT_NUM_SEEDS if args.num_seeds is None else args.num_seeds, flag="--num-seeds")
     return CompareSettings(
         strategies=parse_strategies(args.strategies),
-        seeds=parse_seeds(args.seeds),
+        seeds=seeds,
         budget=budget,
         base=base,
         output_dir=args.output_dir,
@@ -102,23 +122,57 @@ def settings_from_args(args, argv: list[str] | None = None):
         command=command,
         target=args.target,
         cost_model=args.cost_model,
+        tune_learning_rates=args.tune_learning_rates,
+    )
+
+
+def verdict_console(settings, records: list[dict], unavailable: str | None, tuned: list[dict] = ()) -> list[str]:
+    """The verdict that ends the console summary: report.md's (`verdict.verdict_lines`), without markdown."""
+    from .report import paired_differences
+    from .verdict import verdict_lines
+
+    lines = verdict_lines(settings, records, paired_differences(settings, records), unavailable, tuned)
+    return ["verdict:", *(f"  {line.replace('`', '')}" for line in lines)]
+
+
+def grid_line(settings) -> str:
+    """The first console line of `dataflex compare`: the strategies and the seeds every one of them runs with."""
+    seeds = ", ".join(map(str, settings.seeds))
+    runs = len(settings.strategies) * len(settings.seeds)
+    return (
+        f"dataflex compare: {len(settings.strategies)} strategies ({', '.join(map(str, settings.strategies))}) x "
+        f"{len(settings.seeds)} seed(s) ({seeds}) = {runs} runs" + _sweep_text(settings)
+    )
+
+
+def _sweep_text(settings) -> str:
+    """What `--tune-learning-rates` adds to the grid's console line: the plain-GRPO runs at the other rates."""
+    extra = settings.tuning_runs()
+    if not extra:
+        return ""
+    rates = sorted({run.learning_rate for run in extra})
+    return f", plus {len(extra)} of {settings.baseline} at learning rate{'s' if len(rates) > 1 else ''} " + ", ".join(
+        f"{rate:g}" for rate in rates
     )
 
 
 def summary_lines(settings, outcome) -> list[str]:
     """The lines `dataflex compare` prints: what the headline measures, the compute each strategy needs to reach
-    the baseline's final headline (and `settings.target`), then the paired difference of each strategy's headline to
-    the baseline with its paired standard error (the comparison's resolution).
+    the baseline's final headline (and `settings.target`), the paired difference of each strategy's headline to
+    the baseline with its paired standard error (the comparison's resolution), then the verdict.
 
     With one seed there is a difference but no interval and no test: the line says so instead of
     printing NaN bounds.
     """
     from .reach import headline_console, headline_description
-    from .report import comparison_warnings, paired_difference, verdict
+    from .report import comparison_warnings, paired_difference, significance_text
+    from .tuning import tuning_console
 
     degenerate, cautions = comparison_warnings(settings, outcome.records)
     if degenerate:  # a "+0.000 ... not significant" line would read as a result
-        return [f"warning: {text}" for text in [degenerate, *cautions]]
+        unavailable = "all held-out accuracies are equal (see the warning above)"
+        warnings = [f"warning: {text}" for text in [degenerate, *cautions]]
+        return warnings + verdict_console(settings, outcome.records, unavailable)
     lines = [f"warning: {text}" for text in cautions]
     lines.append(f"headline: {headline_description(outcome.records)}")
     lines += headline_console(outcome.records, settings.strategies, settings.baseline, settings.target)
@@ -134,9 +188,11 @@ def summary_lines(settings, outcome) -> list[str]:
             continue
         lines.append(
             f"{head} [{interval.low:+.3f}, {interval.high:+.3f}] SE {paired['standard_error']:.4f} "
-            f"p={paired['p_value']:.3f} " + verdict(paired).replace("**", "")
+            f"p={paired['p_value']:.3f} " + significance_text(paired).replace("**", "")
         )
-    return lines
+    tuned = getattr(outcome, "tuned", [])  # an outcome made without the sweep (a stand-in) has none
+    lines += tuning_console(settings, outcome.records, tuned)
+    return lines + verdict_console(settings, outcome.records, None, tuned)
 
 
 def command_compare(args, argv: list[str] | None = None) -> int:
@@ -158,6 +214,8 @@ def command_compare(args, argv: list[str] | None = None) -> int:
         settings = settings_from_args(args, argv)  # numbers and names first: a typo costs no torch import
     except (CompareInputError, CostModelError, RunInputError) as error:
         return fail(str(error))
+    if settings.progress:
+        print(grid_line(settings), flush=True)
     import torch
 
     torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
@@ -176,7 +234,7 @@ def command_compare(args, argv: list[str] | None = None) -> int:
     from .report import held_out_sizes
 
     print(f"held-out set: {held_out_sizes(outcome.records)}")
+    print(f"report: {paths['report']}")  # before the summary, so the console ends with the verdict
     for line in summary_lines(settings, outcome):
         print(line)
-    print(f"report: {paths['report']}")
     return 0

@@ -20,6 +20,9 @@ ACCURACY_FIGURES = {
 }
 """Curve point field -> the file of the accuracy figure drawn against it."""
 PROPORTIONS_FIGURE = "domain_proportions.png"
+SEED_CURVES_UP_TO = 3
+"""Up to this many seeds a strategy's figure shows each seed's curve and no band: the Student-t 95% band of 2-3 seeds
+(t(1) = 12.7, t(2) = 4.3) spans most of the axis and hides the curves. From one seed more on, the band."""
 PANELS_PER_ROW = 3  # the accuracy figures' grid
 X_LABELS = {
     "step": "optimizer steps",
@@ -54,8 +57,9 @@ def plot_accuracy(
     axis: str = "completions",
     levels: list[tuple[str, object]] = (),
 ) -> None:
-    """Held-out accuracy against `axis` (a curve point field), one panel per `accuracy_panels`: mean over seeds,
-    shaded 95% interval, and each named level of `levels` as a dashed horizontal line on the headline panel.
+    """Held-out accuracy against `axis` (a curve point field), one panel per `accuracy_panels`: mean over seeds with,
+    up to `SEED_CURVES_UP_TO` seeds, each seed's curve (thin, the strategy's colour), from more seeds on the shaded
+    95% interval; each named level of `levels` as a dashed horizontal line on the headline panel.
 
     The baseline is drawn as a thick black line under the others, so a strategy that matches it
     exactly stays visible on top of it. A strategy whose results did not record `axis` is left out.
@@ -82,8 +86,22 @@ def plot_accuracy(
             x, mean, low, high = mean_curve(runs, axis, value)
             style = dict(color="black", linewidth=3.0, zorder=1) if strategy == baseline else dict(zorder=2)
             (line,) = panel.plot(x, mean, marker="o", markersize=3, label=strategy, **style)
-            if len(runs) > 1:
+            if len(runs) > SEED_CURVES_UP_TO:
                 panel.fill_between(x, low, high, color=line.get_color(), alpha=0.15, linewidth=0)
+            elif len(runs) > 1:  # one seed's curve is the mean itself
+                for run in runs:
+                    seed_x = [point[axis] for point in run["curve"]]
+                    seed_y = [value(point) for point in run["curve"]]
+                    # "_" keeps the seed curves out of the legend, which names each strategy once.
+                    panel.plot(
+                        seed_x,
+                        seed_y,
+                        color=line.get_color(),
+                        linewidth=0.7,
+                        alpha=0.6,
+                        zorder=0,
+                        label=f"_{strategy} seed {run['seed']}",
+                    )
         panel.set(title=title, xlabel=X_LABELS.get(axis, axis), ylim=(-0.05, 1.05))
     for (name, level), color in zip(levels, ("dimgray", "firebrick"), strict=False):  # one or two levels
         mean_level = float(np.mean(list(level.values()))) if isinstance(level, dict) else float(level)
@@ -99,7 +117,9 @@ def plot_accuracy(
             va="center",
             transform=axes[0][0].transAxes,
         )
-    axes[0][0].set_ylabel("held-out (mean over seeds, 95% band)")
+    seeds = max((len(runs_by_seed(records, s)) for s in strategies), default=0)
+    band = "95% band" if seeds > SEED_CURVES_UP_TO else "thin: each seed"
+    axes[0][0].set_ylabel(f"held-out (mean over seeds; {band})")
     legend = None
     handles, labels = axes[0][0].get_legend_handles_labels()
     if handles:  # below the panels, where it hides no curve

@@ -2,9 +2,10 @@
 
 Every run of the grid is one `dataflex run` (`runner.run_training`) with the same options except
 the strategy and the seed; the seed fixes the task suite, the initial weights, the sampling order and
-the noisy reward, so the runs of one seed differ only by their strategy. Each finished run leaves
-`runs/<strategy>-seed<k>/result.json`, written atomically (temporary file + `os.replace`): a run
-either has a complete result or none, and an interrupted comparison resumes by running only the
+the noisy reward, so the runs of one seed differ only by their strategy. With `--tune-learning-rates` the
+baseline strategy also trains at each listed rate (`runs/<strategy>@lr<rate>-seed<k>`, `tuning.py` reads them).
+Each finished run leaves `runs/<strategy>-seed<k>/result.json`, written atomically (temporary file +
+`os.replace`): a run either has a complete result or none, and an interrupted comparison resumes by running only the
 runs without one. A result that is unreadable or lacks a field is recomputed, with a warning.
 
 Processes and files: every input is checked (numbers, strategies, data, output folder) before
@@ -48,7 +49,7 @@ __all__ = [
 
 COMPARE_FILE = "compare.json"
 LOCK_FILE = ".compare.lock"
-MAX_SEED_COUNT = 1000  # `--seeds N` beyond this is a typo, not a comparison
+MAX_SEED_COUNT = 1000  # `--num-seeds N` (or a `--seeds` range) beyond this is a typo, not a comparison
 
 
 def _has_pre_select(strategy) -> bool:
@@ -61,16 +62,31 @@ def check_strategies(settings: CompareSettings) -> dict[str, bool]:
 
 
 def build_strategies(settings: CompareSettings) -> dict:
-    """`spec -> built strategy (None for plain GRPO)` for every strategy; a bad one raises `CompareInputError`."""
-    from dataflex_callbacks.recipes.options import RunInputError
-    from dataflex_callbacks.recipes.run_inputs import resolve_strategy
+    """`spec -> built strategy (None for plain GRPO)` for every strategy, each checked as the TRL adapter will check
+    it for these runs (`run_inputs.adapter_refusal`).
 
-    found = {}
+    Raises one `CompareInputError` naming every strategy that cannot train, one line each with its reason,
+    before anything is written: none of the others trains first.
+    """
+    from dataflex_callbacks.recipes.options import RunInputError
+    from dataflex_callbacks.recipes.run_inputs import adapter_refusal, resolve_strategy
+
+    found, refused = {}, {}
     for spec in settings.strategies:
         try:
             found[spec] = resolve_strategy(spec)
         except RunInputError as error:
-            raise CompareInputError(str(error)) from error
+            refused[spec] = str(error)
+            continue
+        reason = adapter_refusal(found[spec], settings.base)
+        if reason is not None:
+            refused[spec] = f"the TRL adapter refuses it: {reason}"
+    if refused:
+        head = (
+            f"{len(refused)} of {len(settings.strategies)} strategies cannot train with these settings (nothing was "
+            "written; fix or drop each from --strategies):"
+        )
+        raise CompareInputError("\n".join([head, *(f"  - {spec}: {reason}" for spec, reason in refused.items())]))
     return found
 
 
@@ -99,9 +115,11 @@ def check_data(settings: CompareSettings, strategies: dict) -> str:
 
 @dataclass
 class GridOutcome:
-    """Records of every grid run (grid order) and what this invocation did."""
+    """Records of every grid run (grid order), of the learning-rate sweep's runs (`CompareSettings.tuning_runs`,
+    kept apart: each is a run of the baseline strategy at another rate), and what this invocation did."""
 
     records: list[dict]
+    tuned: list[dict] = field(default_factory=list)
     computed: list[str] = field(default_factory=list)
     reused: list[str] = field(default_factory=list)
     wall_seconds: float = 0.0
@@ -234,6 +252,8 @@ def _prepare_folder(
             "strategies": settings.strategies,
             "seeds": settings.seeds,
             "baseline": settings.baseline,
+            # Not among the shared settings: a changed list keeps the finished runs, as for strategies.
+            "tune_learning_rates": settings.tune_learning_rates,
         },
     )
 
@@ -270,7 +290,8 @@ def run_grid(
 ) -> GridOutcome:
     """Run every grid run that has no finished result yet (in `settings.jobs` processes) and return all records.
 
-    `on_warning(message)` hears about results that are recomputed (default: `warnings.warn`).
+    `on_warning(message)` hears about results that are recomputed and runs whose first steps' rewards were all 0
+    or None (default: `warnings.warn`).
     Raises `CompareInputError` (or the runner's `RunInputError`) before writing anything when an
     input is unusable, and when another comparison holds the folder.
     """
@@ -282,13 +303,29 @@ def run_grid(
     started = time.perf_counter()
     pre_select, _, lock = _start(settings, overwrite, on_warning)
     try:
-        return _run_started_grid(settings, pre_select, on_warning, started)
+        outcome = _run_started_grid(settings, pre_select, on_warning, started)
     finally:
         lock.release()
+    warn_zero_rewards(outcome.records, on_warning)
+    return outcome
+
+
+def warn_zero_rewards(records: list[dict], on_warning: Callable[[str], None]) -> None:
+    """Pass on, once per message, the runs whose first steps scored every completion 0 or None
+    (`ZeroRewardWarning`, kept in each record's notes: a worker's warnings never reach this console)."""
+    from dataflex_callbacks.host.zero_rewards import ZERO_REWARD_PREFIX
+
+    runs: dict[str, list[str]] = {}
+    for record in records:
+        for note in record.get("notes") or []:
+            if note.startswith(ZERO_REWARD_PREFIX):
+                runs.setdefault(note, []).append(str(record.get("name")))
+    for note, names in runs.items():
+        on_warning(f"{', '.join(names)}: {note.removeprefix('dataflex: ')}")
 
 
 def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, started: float) -> GridOutcome:
-    grid = settings.grid()
+    grid = settings.grid() + settings.tuning_runs()
     records: dict[str, dict] = {}
     for run in grid:
         record = load_result(settings, run, on_warning)
@@ -346,26 +383,52 @@ def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, s
     finally:
         if bar is not None:
             bar.close()
-    outcome.records = [records[run.name] for run in grid]
+    outcome.records = [records[run.name] for run in grid if run.learning_rate is None]
+    outcome.tuned = [records[run.name] for run in grid if run.learning_rate is not None]
     outcome.wall_seconds = time.perf_counter() - started
     return outcome
 
 
-def parse_seeds(text) -> list[int]:
-    """`3` -> seeds 0, 1, 2; `0,5,7` -> exactly those seeds."""
-    text = str(text).strip()
-    try:
-        listed = [int(part) for part in text.split(",") if part.strip()] if "," in text else None
-        count = None if listed is not None else int(text)
-    except ValueError:
-        raise CompareInputError(f"cannot read --seeds {text!r}; give a count (3) or a list (0,5,7)") from None
-    if count is not None and not 1 <= count <= MAX_SEED_COUNT:
+SEED_FORMS = "one seed (11), a list (0,5,7) or an inclusive range (11-13)"
+
+
+def parse_seeds(seeds, flag: str = "--seeds") -> list[int]:
+    """The seeds a comparison runs: text as `--seeds` takes it (`"11"` -> [11], `"0,5,7"`, `"11-13"` -> [11, 12, 13]),
+    an int as a count (`3` -> [0, 1, 2], what `--num-seeds` and `compare(seeds=3)` mean), or a list of seeds.
+
+    `flag` names the input in errors (`--seeds`, `--num-seeds`, `seeds=`). Anything else, a bool or a float
+    included, is a `CompareInputError` naming the value and the accepted forms.
+    """
+    if isinstance(seeds, str):
+        listed = []
+        for part in (p.strip() for p in seeds.split(",")):
+            bounds = re.fullmatch(r"(\d+)\s*-\s*(\d+)", part)
+            if bounds is not None:
+                low, high = int(bounds[1]), int(bounds[2])
+                if low > high or high - low >= MAX_SEED_COUNT:
+                    raise CompareInputError(
+                        f"{flag} range {part!r} must go up, by at most {MAX_SEED_COUNT} seeds; write e.g. 11-13"
+                    )
+                listed += range(low, high + 1)
+            elif re.fullmatch(r"[+-]?\d+", part):
+                listed.append(int(part))
+            elif part:
+                raise CompareInputError(f"cannot read {flag} {seeds!r}; give {SEED_FORMS}")
+        seeds = listed
+    elif isinstance(seeds, int) and not isinstance(seeds, bool):
+        if not 1 <= seeds <= MAX_SEED_COUNT:
+            raise CompareInputError(
+                f"{flag} {seeds} asks for {seeds} seeds; a count of seeds must be from 1 to {MAX_SEED_COUNT}"
+            )
+        seeds = list(range(seeds))
+    elif not isinstance(seeds, (list, tuple, range)):
         raise CompareInputError(
-            f"--seeds count must be from 1 to {MAX_SEED_COUNT}, got {count}; "
-            "give a count (3) or a list of seeds (0,5,7)"
+            f"{flag} {seeds!r} is not a count of seeds, a list of seeds or text; give a count (3: seeds 0, 1, 2), "
+            f"a list ([0, 5, 7]) or text as --seeds takes it: {SEED_FORMS}"
         )
-    seeds = listed if listed is not None else list(range(count))
-    return [check_option_number("--seeds", seed, OPTION_RULES["seed"], CompareInputError) for seed in seeds]
+    if not seeds:
+        raise CompareInputError(f"{flag} {seeds!r} names no seed; give {SEED_FORMS}")
+    return [check_option_number(flag, seed, OPTION_RULES["seed"], CompareInputError) for seed in seeds]
 
 
 def parse_strategies(text) -> list[str]:

@@ -115,24 +115,44 @@ def mean_curve(runs: list[dict], axis: str = "completions", value: Callable[[dic
 class StrategyReach:
     """One strategy's cost to reach one level on one axis: per seed, over seeds, and paired with the baseline.
 
+    A seed whose curve ends below the level is censored: it needs more than its run spent (`spent`), and is shown as
+    "> spent" (a lower bound), never left out.
+
     Attributes:
         per_seed: seed -> cost (NaN: that seed's curve ends below the level); empty when `axis` is not recorded.
+        spent: seed -> what the run spent in `axis` by its end, the lower bound of a censored seed's cost.
         interval: mean over seeds with its Student-t 95% interval; None unless every seed reached the level.
         ratio: geometric-mean ratio to the baseline with its paired 95% interval; None when there is none.
+        ratio_bound: ``""`` (every pair reached the level), ``"lower"`` (the strategy did not in some seeds: the
+            ratio and its interval's low end are lower bounds, its high end is unknown) or ``"upper"`` (the baseline
+            did not: the ratio and its interval's high end are upper bounds).
+        censored_pairs: the seeds whose pair has one side censored (the bound's reason).
         ratio_note: why `ratio` is None ("" when it is not, or for the baseline itself).
     """
 
     strategy: str
     axis: str
     per_seed: dict[int, float] = field(default_factory=dict)
+    spent: dict[int, float] = field(default_factory=dict)
     recorded: bool = True
     interval: stats.Interval | None = None
     ratio: stats.Interval | None = None
+    ratio_bound: str = ""
+    censored_pairs: list[int] = field(default_factory=list)
     ratio_note: str = ""
 
     @property
     def reached(self) -> int:
         return sum(1 for v in self.per_seed.values() if not math.isnan(v))
+
+    @property
+    def censored(self) -> list[int]:
+        """The seeds whose curve ends below the level (their cost is more than `spent`)."""
+        return [s for s, v in self.per_seed.items() if math.isnan(v)]
+
+    def bounded(self) -> dict[int, float]:
+        """seed -> cost, a censored seed's replaced by what its run spent (a lower bound of it)."""
+        return {s: self.spent[s] if math.isnan(v) else v for s, v in self.per_seed.items()}
 
 
 Level = "float | dict[int, float]"
@@ -156,11 +176,16 @@ def level_text(level) -> str:
     return f"{np.mean(values):.3f} (per seed: {min(values):.3f}-{max(values):.3f})"
 
 
+def spent_on(record: dict, axis: str) -> float:
+    """What a run spent in `axis` by its end (its last curve point): a censored seed needs more than this."""
+    return float(record["curve"][-1][axis])
+
+
 def strategy_reach(
     records: list[dict], strategy: str, baseline: str, level, axis: str = "completions"
 ) -> StrategyReach | None:
     """How much `axis` each seed of `strategy` needed to reach `level` (one level, or seed -> level), and the
-    paired ratio to `baseline`; None when `strategy` has no runs."""
+    paired ratio to `baseline` (`paired_reach`); None when `strategy` has no runs."""
     runs = runs_by_seed(records, strategy)
     if not runs:
         return None
@@ -169,6 +194,7 @@ def strategy_reach(
         reach.ratio_note = "not recorded"
         return reach
     reach.per_seed = {seed: seed_cost_to_reach(run, level_of(level, seed), axis) for seed, run in sorted(runs.items())}
+    reach.spent = {seed: spent_on(run, axis) for seed, run in sorted(runs.items())}
     if reach.reached == len(reach.per_seed):
         reach.interval = stats.mean_interval(list(reach.per_seed.values())).clipped(0.0, math.inf)  # no cost < 0
     if strategy == baseline:
@@ -180,17 +206,41 @@ def strategy_reach(
     elif not recorded([base_runs[s] for s in seeds], axis):
         reach.ratio_note = "not recorded for the baseline"
     else:
-        base = {s: seed_cost_to_reach(base_runs[s], level_of(level, s), axis) for s in seeds}
-        pairs_reached = sum(1 for s in seeds if not math.isnan(reach.per_seed[s]) and not math.isnan(base[s]))
-        if pairs_reached < len(seeds):
-            reach.ratio_note = f"both reached it in {pairs_reached} of {len(seeds)} seeds"
-        else:
-            ratio = stats.paired_ratio_interval([reach.per_seed[s] for s in seeds], [base[s] for s in seeds])
-            if math.isnan(ratio.mean):
-                reach.ratio_note = "one of a pair reached it at the start, the other later"
-            else:
-                reach.ratio = ratio
+        base = strategy_reach(records, baseline, baseline, level, axis)
+        paired_reach(reach, base, seeds)
     return reach
+
+
+def paired_reach(reach: StrategyReach, base: StrategyReach, seeds: list[int]) -> None:
+    """Set `reach`'s paired ratio to the baseline's `base` over `seeds`.
+
+    A pair whose one side never reached the level enters with what that run spent in its place, so the ratio is a
+    bound (`StrategyReach.ratio_bound`): a lower bound when the strategy's run is censored, an upper bound when the
+    baseline's is. Where both are censored in a seed, or censored pairs point both ways, no bound holds and the
+    ratio is None, saying which seeds."""
+    ours, theirs = set(reach.censored) & set(seeds), set(base.censored) & set(seeds)
+    neither = sorted(ours & theirs)
+    if neither:
+        reach.ratio_note = f"neither reached it within the budget in seed {_seeds(neither)}: no bound on the ratio"
+        return
+    if ours and theirs:
+        reach.ratio_note = (
+            f"censored both ways: the strategy did not reach it in seed {_seeds(sorted(ours))}, the baseline in "
+            f"seed {_seeds(sorted(theirs))}"
+        )
+        return
+    top, bottom = reach.bounded(), base.bounded()
+    ratio = stats.paired_ratio_interval([top[s] for s in seeds], [bottom[s] for s in seeds])
+    if math.isnan(ratio.mean):
+        reach.ratio_note = "one of a pair reached it at the start, the other later"
+        return
+    reach.ratio = ratio
+    reach.ratio_bound = "lower" if ours else "upper" if theirs else ""
+    reach.censored_pairs = sorted(ours | theirs)
+
+
+def _seeds(seeds: list[int]) -> str:
+    return ", ".join(str(s) for s in seeds)
 
 
 def reach_levels(records: list[dict], baseline: str, target: float | None) -> list[tuple[str, object]]:
@@ -210,20 +260,53 @@ def reach_levels(records: list[dict], baseline: str, target: float | None) -> li
     return levels
 
 
+CSV_LEVELS = {"the baseline's final accuracy on the same seed": "baseline_final", "the target": "target"}
+"""results.csv's short name of each level of `reach_levels`."""
+
+
+def reach_columns(records: list[dict], baseline: str, target: float | None) -> dict[str, dict]:
+    """results.csv's compute-to-reach cells, run name -> column -> value: per level (`CSV_LEVELS`) and unit of
+    `CONSOLE_AXES`, ``reach_<level>_<unit>`` (the cost, or for a censored run what it spent: a lower bound) and
+    ``reach_<level>_censored`` (True: the run never reached the level, so its cost is more than the figure)."""
+    cells: dict[str, dict] = {r["name"]: {} for r in records}
+    for name, level in reach_levels(records, baseline, target):
+        key = f"reach_{CSV_LEVELS[name]}"
+        for record in records:
+            level_here = level_of(level, record["seed"])
+            row = cells[record["name"]]
+            row[f"{key}_censored"] = None if math.isnan(level_here) else False
+            for axis in CONSOLE_AXES:
+                cost = seed_cost_to_reach(record, level_here, axis) if not math.isnan(level_here) else None
+                if cost is not None and math.isnan(cost):
+                    cost, row[f"{key}_censored"] = spent_on(record, axis), True
+                row[f"{key}_{axis}"] = cost
+    return cells
+
+
+def reach_column_names(target: float | None) -> list[str]:
+    """The columns of `reach_columns`, in results.csv's order."""
+    keys = ["baseline_final"] + (["target"] if target is not None else [])
+    return [f"reach_{key}_{suffix}" for key in keys for suffix in (*CONSOLE_AXES, "censored")]
+
+
 def _value(number: float, axis: str) -> str:
     return AXES[axis][1].format(number)
 
 
 def reach_cell(reach: StrategyReach) -> str:
-    """A strategy's cost to reach a level: `mean [low, high]`, or how many seeds reached it, or why not known."""
+    """A strategy's cost to reach a level: `mean [low, high]`; with censored seeds (not reached by the run's end) a
+    lower bound, `> mean (per seed: 0: 300, 1: > 400)`; or why not known."""
     if not reach.recorded:
         return "n/a (not recorded)"
     n, k = len(reach.per_seed), reach.reached
-    if k == 0:
-        return "not reached"
     if k < n:
-        shown = ", ".join(f"{s}: {_value(v, reach.axis)}" for s, v in reach.per_seed.items() if not math.isnan(v))
-        return f"reached in {k} of {n} seeds ({shown})"
+        bounded = reach.bounded()
+        shown = ", ".join(
+            f"{s}: " + (f"> {_value(bounded[s], reach.axis)}" if math.isnan(v) else _value(v, reach.axis))
+            for s, v in reach.per_seed.items()
+        )
+        mean = _value(float(np.mean(list(bounded.values()))), reach.axis)
+        return f"> {mean} (not reached within the budget in {n - k} of {n} seeds; per seed: {shown})"
     interval = reach.interval
     if interval.n < 2:
         return f"{_value(interval.mean, reach.axis)} (interval n/a: needs >= 2 seeds)"
@@ -236,14 +319,25 @@ def reach_cell(reach: StrategyReach) -> str:
 
 
 def ratio_cell(reach: StrategyReach, baseline: str) -> str:
-    """A strategy's paired ratio to the baseline: `0.62 [0.41, 0.93]`, or why there is none."""
+    """A strategy's paired ratio to the baseline: `0.62 [0.41, 0.93]`; a bound where one side of a pair was censored,
+    `> 1.30 [1.05, inf) (lower bound: ...)`; or why there is none."""
     if reach.strategy == baseline:
         return "1 (reference)"
-    if reach.ratio is None:
+    ratio = reach.ratio
+    if ratio is None:
         return f"n/a ({reach.ratio_note})"
-    if reach.ratio.n < 2:
-        return f"{reach.ratio.mean:.2f} (interval n/a: needs >= 2 seeds)"
-    return f"{reach.ratio.mean:.2f} [{reach.ratio.low:.2f}, {reach.ratio.high:.2f}]"
+    who = "the strategy" if reach.ratio_bound == "lower" else "the baseline"
+    why = f"{who} did not reach it within the budget in seed {_seeds(reach.censored_pairs)}, counted at what it spent"
+    if ratio.n < 2:
+        mean = f"{ratio.mean:.2f}"
+        if reach.ratio_bound:
+            return f"{'>' if reach.ratio_bound == 'lower' else '<'} {mean} ({reach.ratio_bound} bound: {why})"
+        return f"{mean} (interval n/a: needs >= 2 seeds)"
+    if reach.ratio_bound == "lower":
+        return f"> {ratio.mean:.2f} [{ratio.low:.2f}, inf) (lower bound, low end a bound: {why})"
+    if reach.ratio_bound == "upper":
+        return f"< {ratio.mean:.2f} [0, {ratio.high:.2f}] (upper bound, high end a bound: {why})"
+    return f"{ratio.mean:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]"
 
 
 def _reach_table(records: list[dict], strategies: list[str], baseline: str, level, axes) -> list[str]:
@@ -286,10 +380,15 @@ def headline_section(
         f"This section is the headline answer; accuracy here is the headline, {headline_description(records)}. "
         "Per seed, on its own headline curve (linear between "
         "evaluation points): the compute from which the curve stays at or above the level (0: it never fell "
-        "below, the untrained model already had it); a seed whose curve ends below it has not reached it. "
-        "Cells: mean over seeds [Student-t 95% interval], given only when every seed reached the level. "
+        "below, the untrained model already had it). A seed whose curve ends below the level is censored: it "
+        "needs more than its run spent, shown as `> spent`. Cells: mean over seeds [Student-t 95% interval] when "
+        "every seed reached the level; otherwise `> mean`, the mean with each censored seed counted at what it "
+        "spent (a lower bound), and every seed's figure. "
         f"`x baseline`: per seed strategy / `{baseline}`, geometric mean [paired 95% interval], below 1 when "
-        "the strategy needs less; given only when both reached the level in every seed. Training seconds "
+        "the strategy needs less. Where one run of a pair is censored it enters at what it spent, so the ratio is "
+        "a bound: `> r [low, inf)` when the strategy's run is censored (the ratio and the interval's low end are "
+        "lower bounds, its high end unknown), `< r [0, high]` when the baseline's is; with both censored in a seed "
+        "there is no bound (n/a), and the verdict never counts a bound as a saving. Training seconds "
         "exclude held-out evaluation; they are generation seconds plus update seconds (second table). A "
         "strategy's saving shows in its own unit: dynamic sampling saves optimizer steps, skipping saves "
         "completions, filtering after generation saves trained tokens.",

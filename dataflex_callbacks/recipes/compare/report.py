@@ -14,8 +14,28 @@ import numpy as np
 
 from ..held_out import SAMPLED
 from . import health, stats
-from .figures import ACCURACY_FIGURES, FIGURES_FOLDER, PROPORTIONS_FIGURE, X_LABELS, domains_of, write_figures
-from .reach import headline_description, headline_section, reach_levels, reach_table, runs_by_seed
+from .figures import (
+    ACCURACY_FIGURES,
+    FIGURES_FOLDER,
+    PROPORTIONS_FIGURE,
+    SEED_CURVES_UP_TO,
+    X_LABELS,
+    domains_of,
+    write_figures,
+)
+from .method import METHOD_NOTES, method_text
+from .noise import NOISE_BANDS, difference_noise, evaluation_noise_warning, within_noise
+from .reach import (
+    headline_description,
+    headline_section,
+    reach_column_names,
+    reach_columns,
+    reach_levels,
+    reach_table,
+    runs_by_seed,
+)
+from .tuning import tuning_column_names, tuning_columns, tuning_section
+from .verdict import RESOLUTION_TARGET, resolution, verdict_lines
 
 REPORT_FILE = "report.md"
 RESULTS_FILE = "results.csv"
@@ -57,16 +77,17 @@ OPTIONAL_FIELDS = (
 )
 """Per-run fields a result may lack (written before they existed, or not measured: generation untimed); the
 report and results.csv show n/a or leave them empty."""
-RESOLUTION_TARGET = 0.02
-"""The paired difference in the headline a comparison should resolve; the report says which strategies it does."""
 
 
-def results_columns(records: list[dict]) -> list[str]:
-    """results.csv's columns: `RUN_COLUMNS`, then greedy accuracy and sampled pass@1 per domain, then the run folder."""
+def results_columns(records: list[dict], baseline: str | None = None, target: float | None = None) -> list[str]:
+    """results.csv's columns: `RUN_COLUMNS`, then greedy accuracy and sampled pass@1 per domain, then with a
+    `baseline` the compute to reach each level and whether it was censored (`reach.reach_columns`), then the run
+    folder."""
     domains = domains_of(records)
     greedy = [f"accuracy_{when}_{d}" for d in domains for when in ("before", "after")]
     sampled = [f"{SAMPLED}_{when}_{d}" for d in ["overall", *domains] for when in ("before", "after")]
-    return [*RUN_COLUMNS, *greedy, *(sampled if any(r.get(SAMPLED) for r in records) else []), "run_dir"]
+    reach = reach_column_names(target) if baseline is not None else []
+    return [*RUN_COLUMNS, *greedy, *(sampled if any(r.get(SAMPLED) for r in records) else []), *reach, "run_dir"]
 
 
 def result_row(record: dict) -> dict:
@@ -96,13 +117,27 @@ def result_row(record: dict) -> dict:
     return row
 
 
-def write_results_csv(path: str, records: list[dict]) -> None:
-    columns = results_columns(records)
+def write_results_csv(
+    path: str,
+    records: list[dict],
+    baseline: str | None = None,
+    target: float | None = None,
+    extra: dict[str, dict] | None = None,
+    extra_columns: list[str] = (),
+) -> None:
+    """Write results.csv, one row per run (`result_row`); with a `baseline`, each run's compute to reach the
+    baseline's final headline on its seed (and `target`), a censored run's at what it spent with
+    ``reach_<level>_censored`` True; `extra` (run name -> column -> value, in `extra_columns`, before the run
+    folder) the learning-rate sweep's cells (`tuning.tuning_columns`)."""
+    columns = results_columns(records, baseline, target)
+    columns[-1:-1] = list(extra_columns)
+    reach = reach_columns(records, baseline, target) if baseline is not None else {}
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         for record in records:
-            writer.writerow(result_row(record))
+            cells = {**reach.get(record["name"], {}), **(extra or {}).get(record["name"], {})}
+            writer.writerow({**result_row(record), **cells})
 
 
 # --------------------------------------------------------------------------- statistics
@@ -122,7 +157,8 @@ def after_training(field: str, domain: str):
 
 def paired_difference(records: list[dict], strategy: str, baseline: str, value=headline_after) -> dict:
     """Per-seed `value` (a record's figure after training; default its headline) of `strategy` minus `baseline`
-    (seeds both have): the differences, their paired standard error and 95% interval, the p-value, the verdict."""
+    (seeds both have): the differences, their paired standard error and 95% interval, the p-value, whether it is
+    significant (`stats.significant`)."""
     ours, theirs = runs_by_seed(records, strategy), runs_by_seed(records, baseline)
     seeds = sorted(set(ours) & set(theirs))
     differences = [value(ours[s]) - value(theirs[s]) for s in seeds]
@@ -138,13 +174,12 @@ def paired_difference(records: list[dict], strategy: str, baseline: str, value=h
     }
 
 
-def resolution(paired: dict) -> float:
-    """The smallest paired difference a comparison resolves: ``t(n-1) * SE``, the half-width of its 95% interval
-    (NaN with fewer than 2 seeds)."""
-    return stats.t_critical(len(paired["seeds"]) - 1) * paired["standard_error"]
+def paired_differences(settings, records: list[dict]) -> dict[str, dict]:
+    """Each strategy but the baseline -> its `paired_difference` of the headline to the baseline."""
+    return {s: paired_difference(records, s, settings.baseline) for s in settings.strategies if s != settings.baseline}
 
 
-def verdict(paired: dict) -> str:
+def significance_text(paired: dict) -> str:
     """`**significant**`, or `not significant`, saying so when the interval alone excludes 0 (too few seeds)."""
     if paired["significant"]:
         return "**significant**"
@@ -176,13 +211,6 @@ def _fmt_interval(interval: stats.Interval, signed: bool = False) -> str:
         f"{_fmt(interval.mean, signed=signed)} [{_fmt(interval.low, signed=signed)}, "
         f"{_fmt(interval.high, signed=signed)}]"
     )
-
-
-def method_text() -> str:
-    """The statistical method, as documented in `compare.stats` (one source for code and report)."""
-    doc = stats.__doc__ or ""
-    marker = "Method (also written into every report):"
-    return doc.split(marker, 1)[1].strip() if marker in doc else doc.strip()
 
 
 # --------------------------------------------------------------------------- report.md
@@ -237,24 +265,22 @@ def _reward_line(base) -> str:
 
 
 def comparison_warnings(settings, records: list[dict]) -> tuple[str | None, list[str]]:
-    """`(all_equal, others)`: the all-equal-accuracies warning (which voids the paired verdicts), and the other
-    health warnings (`health`): a headline fallen back to greedy accuracy, a reward that scored nothing, truncated
-    completions, a held-out set too small for the differences measured."""
+    """`(all_equal, others)`: the all-equal-accuracies warning (which voids the paired tests and the verdict), and
+    the other health warnings (`health`): a headline fallen back to greedy accuracy, a reward that scored nothing,
+    truncated completions, a held-out set too small for the differences measured; and each headline difference
+    within twice its evaluation noise (`noise`)."""
     all_equal = health.equal_accuracy_warning(records)
     greedy = health.greedy_headline_warning(records)
     unscored = health.unscored_reward_warning(records, settings)
     if all_equal:
         return all_equal, [w for w in [greedy, unscored, health.truncation_warning(records, settings)] if w]
-    differences = {
-        s: paired_difference(records, s, settings.baseline)["interval"].mean
-        for s in settings.strategies
-        if s != settings.baseline
-    }
+    differences = {s: paired["interval"].mean for s, paired in paired_differences(settings, records).items()}
     others = [
         greedy,
         unscored,
         health.truncation_warning(records, settings),
         health.held_out_size_warning(records, settings, differences),
+        evaluation_noise_warning(records, settings.baseline, differences),
     ]
     return None, [w for w in others if w]
 
@@ -318,6 +344,30 @@ def _sampled(records: list[dict]) -> bool:
     return all(r.get(SAMPLED) for r in records)
 
 
+def signal_table(records: list[dict], strategies: list[str]) -> list[str]:
+    """Markdown lines near the report's top: per strategy, the completions it generated per trained signal group and
+    those in zero-signal groups (`signal_means`), how much generation bought learning signal."""
+    out = [
+        "**Generation per learning signal** (seeds pooled; a signal group's rewards are not all equal, so it trains; "
+        "lower is less generation per group that trained):",
+        "",
+        *_table(["strategy", "completions per trained signal group", "completions in zero-signal groups (mean/run)"]),
+    ]
+    for strategy in strategies:
+        runs = list(runs_by_seed(records, strategy).values())
+        if not runs:
+            continue
+        per_signal_group, zero_signal = signal_means(runs)
+        if math.isnan(zero_signal):  # results written before the signal counts were
+            per_group = "n/a (not recorded)"
+        elif math.isnan(per_signal_group):
+            per_group = "no signal group trained"
+        else:
+            per_group = _fmt(per_signal_group, 2)
+        out.append(f"| `{strategy}` | {per_group} | {_fmt(zero_signal, 0)} |")
+    return out + [""]
+
+
 def _accuracy_section(records: list[dict], strategies: list[str]) -> list[str]:
     """ "Held-out accuracy after training": per strategy the headline and its change, greedy accuracy overall, each
     domain (sampled pass@1 / greedy), and the compute each run spent."""
@@ -379,7 +429,7 @@ def _accuracy_section(records: list[dict], strategies: list[str]) -> list[str]:
 
 def _paired_section(settings, records: list[dict], degenerate: bool) -> list[str]:
     """ "Paired difference to the baseline": the headline's per seed, with its paired SE (the resolution), interval,
-    p-value and verdict; then per domain, sampled pass@1 and greedy accuracy."""
+    p-value and significance; then per domain, sampled pass@1 and greedy accuracy."""
     others = [s for s in settings.strategies if s != settings.baseline]
     if not others:
         return []
@@ -392,14 +442,17 @@ def _paired_section(settings, records: list[dict], degenerate: bool) -> list[str
         "t(n-1) x SE, the half-width of the 95% interval: a smaller difference is not resolved (more seeds shrink "
         "it as 1/sqrt(seeds); more held-out prompts shrink the evaluation noise within it). "
         f"**significant** means the 95% paired interval excludes 0 and the sign-flip p-value is below "
-        f"{stats.ALPHA:g}. With {n_seeds} seeds the smallest possible sign-flip p-value is "
+        f"{stats.ALPHA:g}. `evaluation noise` is {NOISE_BANDS:g} x the binomial standard error of the mean "
+        "difference from the held-out evaluation alone (`noise`: prompts x samples per prompt of each run); a "
+        "difference within it is marked `(within noise)`. "
+        f"With {n_seeds} seeds the smallest possible sign-flip p-value is "
         f"{_fmt(stats.min_attainable_pvalue(n_seeds))}"
         + (" (6 seeds or more can be significant)." if stats.min_attainable_pvalue(n_seeds) >= stats.ALPHA else "."),
         "",
     ]
     out += _table(
-        ["strategy", "difference per seed", "mean [95% paired interval]", "paired SE", "resolves", "sign-flip p"]
-        + ["verdict"]
+        ["strategy", "difference per seed", "mean [95% paired interval]", "paired SE", "resolves"]
+        + ["evaluation noise", "sign-flip p", "significance"]
     )
     resolved = {}
     for strategy in others:
@@ -407,18 +460,21 @@ def _paired_section(settings, records: list[dict], degenerate: bool) -> list[str
         per_seed = ", ".join(
             f"{s}: {_fmt(d, signed=True)}" for s, d in zip(paired["seeds"], paired["differences"], strict=True)
         )
-        verdict_text, p_value = verdict(paired), _fmt(paired["p_value"])
+        significance, p_value = significance_text(paired), _fmt(paired["p_value"])
         smallest = resolution(paired)
         resolved[strategy] = smallest
         if len(paired["seeds"]) < 2:  # one pair: no interval, and a sign-flip test of one value says nothing
-            verdict_text = p_value = "n/a (needs >= 2 seeds)"
+            significance = p_value = "n/a (needs >= 2 seeds)"
         if degenerate:
-            verdict_text = p_value = "n/a (all accuracies equal: see the warning above)"
+            significance = p_value = "n/a (all accuracies equal: see the warning above)"
         standard_error = _fmt(paired["standard_error"], 4)
         shown = "n/a" if not math.isfinite(smallest) else f"±{smallest:.3f}"
+        noise = difference_noise(records, strategy, settings.baseline)
+        noisy = " (within noise)" if within_noise(paired["interval"].mean, noise) else ""
+        noise_cell = "n/a" if not math.isfinite(noise) else f"±{NOISE_BANDS * noise:.3f}{noisy}"
         out.append(
             f"| `{strategy}` | {per_seed} | {_fmt_interval(paired['interval'], signed=True)} | {standard_error} | "
-            f"{shown} | {p_value} | {verdict_text} |"
+            f"{shown} | {noise_cell} | {p_value} | {significance} |"
         )
     fine = [f"`{s}`" for s, value in resolved.items() if math.isfinite(value) and value < RESOLUTION_TARGET]
     coarse = [f"`{s}`" for s in resolved if f"`{s}`" not in fine]
@@ -447,41 +503,6 @@ def _paired_section(settings, records: list[dict], degenerate: bool) -> list[str
     return out
 
 
-METHOD_NOTES = [
-    '- The "before" figures of a seed are the same for every strategy (same initial weights), so the '
-    "paired difference of figures after training is also the paired difference of gains.",
-    "- The headline is held-out sampled pass@1: per prompt the share of `--eval-samples` completions sampled at "
-    "the training temperature that the verifier (or `--reward` at `--reward-threshold`) passes, averaged over the "
-    "headline's prompts (the testbed's headline levels; every held-out prompt of your data). The samples are "
-    "seeded, so the same weights give the same figure, and every evaluation point uses the same seed. Greedy "
-    "accuracy is the share of prompts whose greedy completion passes.",
-    "- Completions are counted from TRL's generation schedule (`generation_batch_size` completions every "
-    "`steps_per_generation * num_iterations` micro-steps); completion tokens from TRL's logged mean "
-    "completion length. A strategy with dynamic sampling counts every round it generated "
-    "(`dataflex/dynamic/generated`), one with rollout allocation every pilot and commit "
-    "(`dataflex/alloc/step_generated`, their tokens exactly: `dataflex/alloc/step_generated_tokens`); responses "
-    "an allocation part reused from earlier steps cost no generation and are counted apart (`reused_responses`). "
-    "A `completions:N` budget stops a run at the first step that reaches N, "
-    "a dynamic-sampling step at the first round that reaches it and an allocation step at its next screening "
-    "round, so a run overshoots N by less than one generation (or screening) round. "
-    "Intermediate evaluations are planned in the budget's unit: at N/(k+1), 2N/(k+1), ... "
-    "completions for a completions budget, whatever a step costs each strategy.",
-    "- Optimizer steps are the trainer's. Trained tokens are the completion tokens of the responses the "
-    "strategy kept in the loss (`dataflex/kept_tokens`, logged by the TRL adapter; without a strategy every "
-    "generated response is trained). Generation seconds are the time in TRL's "
-    "`_generate_and_score_completions` (generation, reward scoring, the log-probabilities computed there, the "
-    "strategy's decision, every dynamic-sampling round); update seconds the rest of the training time "
-    "(forward and backward passes, optimizer steps). A cost model's modelled cost is gen_token x generated "
-    "tokens + train_token x trained tokens.",
-    "- Completions per trained signal group: completions generated over the signal groups trained on "
-    "(`dataflex/dynamic/signal_groups` with dynamic sampling; otherwise the generated groups whose rewards "
-    "are not all equal, from TRL's `frac_reward_zero_std`). Completions in zero-signal groups: generated "
-    "completions whose group's rewards were all equal (with dynamic sampling, as the strategy's select "
-    "part judged them, every round included).",
-    "- Runs of one invocation share the machine when `--jobs` > 1, so wall times are comparable only roughly.",
-]
-
-
 def render_report(settings, outcome) -> str:
     """The markdown report: compute to reach the target headline first, then per-strategy intervals, paired
     differences to the baseline with their resolution, figures, method."""
@@ -491,15 +512,11 @@ def render_report(settings, outcome) -> str:
     degenerate, cautions = comparison_warnings(settings, records)
     for text in [degenerate, *cautions]:
         out += [f"> **Warning:** {text}.", ""] if text else []
+    out += signal_table(records, strategies)
 
-    out += headline_section(
-        records,
-        strategies,
-        settings.baseline,
-        settings.target,
-        "all held-out accuracies are equal (see the warning above)" if degenerate else None,
-        settings.cost_model,
-    )
+    unavailable = "all held-out accuracies are equal (see the warning above)" if degenerate else None
+    out += headline_section(records, strategies, settings.baseline, settings.target, unavailable, settings.cost_model)
+    out += tuning_section(settings, records, outcome.tuned, unavailable)
     out += _accuracy_section(records, strategies)
     out += _paired_section(settings, records, bool(degenerate))
 
@@ -529,8 +546,10 @@ def render_report(settings, outcome) -> str:
         out += [f"![held-out accuracy against {X_LABELS[axis]}]({FIGURES_FOLDER}/{name})", ""]
     out += [
         "Panels: the headline (dashed: the levels of the first section), greedy accuracy overall, then each domain "
-        "in the headline's metric; mean over seeds with its 95% band. Each curve has the evaluation points of "
-        "`--eval-points`, before and after training.",
+        "in the headline's metric; mean over seeds (thick), with each seed's own curve (thin) up to "
+        f"{SEED_CURVES_UP_TO} seeds and the 95% band from {SEED_CURVES_UP_TO + 1} seeds on (the band of 2-3 seeds "
+        "spans most of the axis and hides the curves). Each curve has the evaluation points of `--eval-points`, "
+        "before and after training.",
         "",
         f"![domain proportions over steps]({FIGURES_FOLDER}/{PROPORTIONS_FIGURE})",
         "",
@@ -539,6 +558,10 @@ def render_report(settings, outcome) -> str:
         method_text(),
         "",
         *METHOD_NOTES,
+        "",
+        "## Verdict",
+        "",
+        *verdict_lines(settings, records, paired_differences(settings, records), unavailable, outcome.tuned),
         "",
     ]
     return "\n".join(out)
@@ -550,7 +573,10 @@ def write_report(settings, outcome) -> dict[str, str]:
     folder = settings.output_dir
     paths = {"results": os.path.join(folder, RESULTS_FILE), "report": os.path.join(folder, REPORT_FILE)}
     os.makedirs(folder, exist_ok=True)
-    write_results_csv(paths["results"], outcome.records)
+    rows, tuned_cells = tuning_columns(settings, outcome.records, outcome.tuned)
+    write_results_csv(
+        paths["results"], rows, settings.baseline, settings.target, tuned_cells, tuning_column_names(settings)
+    )
     levels = reach_levels(outcome.records, settings.baseline, settings.target)
     paths.update(
         write_figures(

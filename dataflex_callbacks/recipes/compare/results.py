@@ -107,6 +107,8 @@ def load_result(
         return None
     if record.get("shared_key") != settings.shared_key():
         return None
+    if record.get("learning_rate", settings.base.learning_rate) != settings.learning_rate_of(run):
+        return None  # a run of the learning-rate sweep trained at another rate
     if record["strategy"] != run.strategy or record["seed"] != run.seed:
         if on_warning is not None:
             on_warning(
@@ -144,6 +146,7 @@ def _summarize(
         "strategy": run.strategy,
         "seed": run.seed,
         "name": run.name,
+        "learning_rate": settings.learning_rate_of(run),
         "budget": str(settings.budget),
         "shared_key": settings.shared_key(),
         "run_dir": result.output_dir,

@@ -24,12 +24,17 @@ Method (also written into every report):
 - Compute to reach an accuracy level (the report's first table): per seed, on that seed's own
   headline curve (linear between evaluation points), the completions, generated tokens or
   training seconds from which the curve stays at or above the level (its last crossing from
-  below); a curve that ends below the level has not reached it. Per strategy: the mean over seeds
-  with the Student-t interval, only when every seed reached the level ("reached in k of n seeds"
-  otherwise, with no interval); the interval is cut at 0, since no cost is negative. Against the
-  baseline: per seed the ratio strategy / baseline; the paired bootstrap interval above is taken on
-  the log-ratios and exponentiated, so the figure is a geometric-mean ratio (below 1: the strategy
-  needs less) with a paired 95% interval, given only when both reached the level in every seed.
+  below); a curve that ends below the level is censored: that seed needs more than its run spent.
+  Per strategy: the mean over seeds with the Student-t interval when every seed reached the level
+  (cut at 0, since no cost is negative); otherwise ``> mean``, each censored seed counted at what
+  its run spent (a lower bound), with every seed's figure. Against the baseline: per seed the ratio
+  strategy / baseline; the paired bootstrap interval above is taken on the log-ratios and
+  exponentiated, so the figure is a geometric-mean ratio (below 1: the strategy needs less) with a
+  paired 95% interval. A censored run enters its pair at what it spent, so the ratio is a bound: a
+  lower bound (and the interval's low end one, its high end unknown) when the strategy's run is
+  censored, an upper bound (and the high end one) when the baseline's is; a seed where both are
+  censored, or censoring both ways, bounds nothing, and no seed is dropped. A bound is never
+  counted as a saving.
   Log-ratios, not differences: the question is "how many times less compute", a ratio reads the
   same in completions, tokens and seconds, and the log makes 0.5x and 2x symmetric.
 """

@@ -91,6 +91,32 @@ def last_answer_tag(text: str) -> str | None:
     return None if start < 0 else text[start + len("<answer>") : close]
 
 
+_ANSWER_TAG_RE = re.compile(r"<(/?)answer>", re.IGNORECASE)
+
+
+def answer_tags(text: str) -> tuple[list[str], str]:
+    """Return the contents of every closed ``<answer>...</answer>`` block (any case) and the text outside them.
+
+    A block is the last ``<answer>`` before each ``</answer>``; an unclosed tag stays in the outside text. One
+    regex pass: a loop of unclosed tags costs O(n). The blocks' places in the outside text are line breaks, so
+    a line there never joins the text before a block to the text after it.
+    """
+    blocks: list[str] = []
+    outside: list[str] = []
+    kept = 0  # where the outside text not yet copied starts
+    opened = -1  # where the content of the latest unclosed <answer> starts
+    for tag in _ANSWER_TAG_RE.finditer(text):
+        if not tag.group(1):
+            opened = tag.end()
+        elif opened >= 0:
+            start = opened - len("<answer>")
+            blocks.append(text[opened : tag.start()])
+            outside.append(text[kept:start])
+            kept, opened = tag.end(), -1
+    outside.append(text[kept:])
+    return blocks, "\n".join(outside)
+
+
 def strip_emphasis(text: str) -> str:
     """Drop markdown emphasis and code marks around an answer (``**18**`` -> ``18``)."""
     return _EMPHASIS_RE.sub("", text)

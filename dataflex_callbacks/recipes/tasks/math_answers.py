@@ -1,16 +1,18 @@
 """Math answers (GSM8K, MATH, Minerva style): read a completion's final answer and check it with math-verify.
 
-The answer slot (the default): a completion is credited only for the one answer in its final-answer slot,
-the first of these it has:
+The answer slots (the default): a completion is credited only for the one answer its final-answer slots
+state. Every slot of every kind counts, and all of them must state the reference's value (two that disagree
+score 0, whatever their kinds):
 
-1. the last ``<answer>...</answer>`` block: the boxes inside it, else all of it;
-2. else every ``\\boxed{...}`` (or ``\\fbox{...}``): each must state the reference's value, so two boxes
-   that disagree score 0; an unclosed (truncated) box is ignored;
-3. else the last GSM8K ``####`` line or line that opens with "Answer:" (DAPO's ``Answer: $Answer``,
-   ``**Final Answer:**``): the rest of that line;
-4. else the whole completion, when it is the bare answer ("6", "6.", " 6 \\n").
+1. every ``<answer>...</answer>`` block: the boxes inside it, else all of it;
+2. every ``\\boxed{...}`` (or ``\\fbox{...}``) outside the blocks; an unclosed (truncated) box is ignored;
+3. every GSM8K ``####`` and every line that opens with "Answer:" (DAPO's ``Answer: $Answer``,
+   ``**Final Answer:**``): the rest of that line (a line holding a box is read by its box). The MATH /
+   Minerva few-shot template, "Final Answer: The final answer is $5$. I hope it is correct.", is such a line:
+   its words around the value are not part of it;
+4. when there is none of these, the whole completion, when it is the bare answer ("6", "6.", " 6 \\n").
 
-The slot must hold one value and nothing else (a number, an expression, an equation such as ``x = 4``, a
+Each slot must hold one value and nothing else (a number, an expression, an equation such as ``x = 4``, a
 set or tuple, optionally one unit): a slot holding prose, a negation ("cannot be 5", "5 is wrong"), a
 range ("between 5 and 6"), two values ("5, 6") or another unit scores 0. A policy searches for the
 phrasing that pays, so prose is not read at all (`final_answers`).
@@ -45,8 +47,9 @@ What earns no credit, whatever the reference (see `final_answer` for hedges and 
 - an answer whose comparison could run for seconds (see `too_costly`).
 
 How answers compare: with math-verify (``math_verify.parse`` and ``math_verify.verify``, the verifier
-TRL's ``accuracy_reward`` and verl's math scorers use): numbers by value (``1,000 == 1000 == 1e3``,
-``42.0 == 42``), LaTeX and expression equivalence (``\\sqrt2 == \\sqrt{2}``, ``10^3 == 1000``,
+TRL's ``accuracy_reward`` and verl's math scorers use): numbers by value (``1,000 == 1{,}000 == 1000 ==
+1e3``, ``42.0 == 42``; ``1,2`` is a list, not 12: after the first group of digits only groups of exactly three
+make a thousands number), LaTeX and expression equivalence (``\\sqrt2 == \\sqrt{2}``, ``10^3 == 1000``,
 ``\\frac12 == 0.5 == 1/2``), sets, tuples and intervals. An unreadable completion scores 0.
 """
 

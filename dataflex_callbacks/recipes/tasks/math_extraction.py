@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from .final_answer import (
     NEGATION,
     all_boxed,
+    answer_tags,
     completion_text,
     is_negated,
     last_answer_tag,
@@ -69,51 +70,83 @@ def extract_final_answer(completion, free_text: bool = False) -> str | None:
 
 
 def final_answers(completion, free_text: bool = False) -> list[str]:
-    """The answers a completion states in its final-answer slot: one, several boxes to compare each, or none."""
+    """The answers a completion states in its final-answer slots: one, several to compare each, or none.
+
+    Every slot counts (every ``<answer>`` block, box, ``####``, "Answer:" and "The final answer is" line), each
+    must hold one value, and the distinct values are returned: a completion whose slots disagree is paid only
+    if each of them states the reference, which two different values never do.
+    """
     text = completion_text(completion)
     if not text or not text.strip():
         return []
     if free_text:
         answer = _free_text_answer(text)
         return [] if answer is None else [answer]
-    tagged = last_answer_tag(text)
-    if tagged is not None:
-        boxes = all_boxed(tagged)
-        return _box_answers(boxes) if boxes else _bare_answers(tagged)
-    boxes = all_boxed(text)
-    if boxes:
-        return _box_answers(boxes)
-    marker = text.rfind("####")
-    line = _last_match(_ANSWER_LINE_RE.finditer(text))
-    start = max(marker + 4 if marker >= 0 else -1, line.end() if line is not None else -1)
-    if start >= 0:
-        tail = text[start:].strip()
-        return _bare_answers(tail.splitlines()[0] if tail else "")
-    return _bare_answers(text)
+    blocks, outside = answer_tags(text)
+    slots = [slot for block in blocks for slot in (all_boxed(block) or [block])]
+    slots += all_boxed(outside)
+    slots += _line_slots(outside)
+    return _slot_answers(slots or [text])
 
 
-# A line that opens with "Answer:" (DAPO's "Answer: $Answer" line, "**Final Answer:**"): a slot like GSM8K's "####".
-_ANSWER_LINE_RE = re.compile(r"^[ \t*_#>]*(?:final[ \t]+)?answer[ \t*_]*:[ \t*_]*", re.IGNORECASE | re.MULTILINE)
-# More distinct boxes than this are no single answer (and would cost a comparison each).
-_MAX_BOXES = 4
+# A GSM8K "####" anywhere, or a line that opens with "Answer:" (DAPO's "Answer: $Answer", "**Final Answer:**"):
+# each starts an answer slot, the rest of its line. In the MATH / Minerva few-shot template, "Final Answer: The
+# final answer is $5$. I hope it is correct.", the template's words are not the value (lm-eval's minerva_math
+# reads it so); "The final answer is 5" without "Final Answer:" is prose, as "The answer is 5" is.
+_LINE_SLOT_RE = re.compile(
+    r"####|^[ \t*_#>]*(?:final[ \t]+)?answer[ \t*_]*:[ \t*_]*(?:the[ \t]+final[ \t]+answer[ \t]+is\b[ \t*_:]*)?",
+    re.IGNORECASE | re.MULTILINE,
+)
+# Where a slot's text starts: after spaces, on the next line when the marker ends its own ("####\n72").
+_SLOT_START_RE = re.compile(r"\s*")
+# The template's closing words, which are not part of its value.
+_TEMPLATE_END_RE = re.compile(r"[ \t.]*\bI[ \t]+hope[ \t]+it[ \t]+is[ \t]+correct[ \t.!]*$", re.IGNORECASE)
+# More distinct answers than this are no single answer (and would cost a comparison each).
+_MAX_ANSWERS = 4
+# Distinct slot texts read at most: a loop of slots costs one dictionary pass, not a parse per slot.
+_MAX_SLOT_TEXTS = 64
 
 
-# Distinct box texts read at most: a loop of boxes costs one dictionary pass, not a parse per box.
-_MAX_BOX_TEXTS = 64
+def _line_slots(text: str) -> list[str]:
+    """The text of every ``####`` / answer-line slot of `text`; a line holding a box is left to its boxes.
+
+    A marker inside the text of an earlier slot on its line is part of that text ("#### 5 #### 6" is one slot
+    holding two values): each line is read once, so a line of 100,000 markers costs O(n).
+    """
+    slots = []
+    line_end = -1
+    for marker in _LINE_SLOT_RE.finditer(text):
+        if marker.start() < line_end:
+            continue
+        start = _SLOT_START_RE.match(text, marker.end()).end()
+        line_end = text.find("\n", start)
+        line_end = len(text) if line_end < 0 else line_end
+        slot = text[start:line_end]
+        if len(slot) <= 2 * MAX_ANSWER_CHARS:  # longer is no answer, and the template's end is sought in O(1)
+            slot = _TEMPLATE_END_RE.sub("", slot).strip().rstrip(".")
+        if "\\boxed" not in slot and "\\fbox" not in slot:
+            slots.append(slot)
+    return slots
 
 
-def _box_answers(boxes: list[str]) -> list[str]:
-    """The distinct answers of a completion's boxes (at most `_MAX_BOXES`), each a bare answer; else ``[]``."""
-    texts = list(dict.fromkeys(boxes))
-    if len(texts) > _MAX_BOX_TEXTS:
+def _slot_answers(slots: list[str]) -> list[str]:
+    """The distinct answers of a completion's slots (at most `_MAX_ANSWERS`), each a bare answer; else ``[]``.
+
+    A slot that holds no single answer (prose, a hedge in a box, an empty line) makes the whole completion
+    answerless: a reader that skipped it would let a policy add slots until one pays.
+    """
+    texts = dict.fromkeys(slots)
+    if len(texts) > _MAX_SLOT_TEXTS:
         return []
     distinct: dict[str, str] = {}
-    for box in texts:
-        distinct.setdefault(normalise_answer(box), box)
-    if len(distinct) > _MAX_BOXES:
-        return []
-    answers = [_bare_answers(box) for box in distinct.values()]
-    return [one[0] for one in answers] if all(answers) else []
+    for slot in texts:
+        answer = _bare_answers(slot)
+        if not answer:
+            return []
+        distinct.setdefault(normalise_answer(answer[0]), answer[0])
+        if len(distinct) > _MAX_ANSWERS:
+            return []
+    return list(distinct.values())
 
 
 # Words a bare answer may hold outside a unit: function names written without a backslash.

@@ -15,6 +15,8 @@ from decimal import Decimal, InvalidOperation
 _SIGN = r"(?:(?<![\w)\]}])[-+−])?"
 _NUMBER = rf"{_SIGN}(?:(?:\d{{1,3}}(?:,\d{{3}})+|\d+)(?:\.\d+)?|\.\d+)(?:[eE][-+]?\d+)?"
 _NUMBER_RE = re.compile(_NUMBER)
+# LaTeX's thousands separator as MATH writes it (``1{,}000``): a comma, read by the same three-digit-group rule.
+_THOUSANDS_BRACE = "{,}"
 NUMBER_OR_FRACTION = rf"(?:{_NUMBER})\s*/\s*(?:{_NUMBER})|{_NUMBER}"
 # A percent sign stays with its number: 0.5% is not 0.5.
 PERCENT_SIGN = r"(?:\s*\\?%)?"
@@ -219,7 +221,12 @@ def normalise_answer(answer: str) -> str:
     answer = TEXT_COMMAND_RE.sub(r"\1", answer)
     for token in _STRIP_TOKENS:
         answer = answer.replace(token, "")
-    answer = answer.replace("−", "-").replace("\\dfrac", "\\frac").replace("\\tfrac", "\\frac")
+    answer = (
+        answer.replace("−", "-")
+        .replace(_THOUSANDS_BRACE, ",")
+        .replace("\\dfrac", "\\frac")
+        .replace("\\tfrac", "\\frac")
+    )
     answer = _BARE_FRACTION_RE.sub(r"\\frac{\1}{\2}", answer)
     return "".join(answer.split()).rstrip(".")
 
@@ -260,11 +267,11 @@ def parse_number(answer) -> float | None:
 
 
 def plain_decimal(answer: str) -> str:
-    """A number written as text (``1,000``, ``1e3``, ``−3``) as plain decimal digits; other answers unchanged.
+    """A number written as text (``1,000``, ``1{,}000``, ``1e3``, ``−3``) as plain decimal digits; others unchanged.
 
     math-verify reads ``1e3`` as ``e * 3``; exact decimals keep ``1000001 != 1000000`` at any size.
     """
-    text = answer.strip().replace("−", "-")
+    text = answer.strip().replace("−", "-").replace(_THOUSANDS_BRACE, ",")
     if not _NUMBER_RE.fullmatch(text):
         return answer
     try:

@@ -5,9 +5,9 @@ A drop-in reward for multi-domain RLVR data in verl's parquet layout (``data_sou
 math / logic / science mix. Three task families, each scored 1.0 (right) or 0.0 (wrong or
 unreadable):
 
-- ``math``: the one answer in the final-answer slot (the last ``<answer>`` block, else every
-  ``\\boxed{}``, else the last ``####`` or "Answer:" line, else a completion that is the bare answer)
-  states the reference's value, checked by math-verify (``1e3 == 1000``, ``x = 4`` answers 4,
+- ``math``: the one answer in the final-answer slots (every ``<answer>`` block, ``\\boxed{}``, ``####``
+  and "Answer:" line, all of which must agree; else a completion that is the bare answer) states the
+  reference's value, checked by math-verify (``1e3 == 1000``, ``x = 4`` answers 4,
   ``0.5 == 1/2 == \\frac{1}{2}``, sets and intervals); prose, hedges, ranges, negations, two values,
   equations such as ``2+2=5``, other units and percents against plain numbers score 0. ``free_text=True``
   also reads prose ("The answer is 6"): opt-in, and gameable. See `math_answers`.

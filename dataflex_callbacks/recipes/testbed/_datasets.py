@@ -12,7 +12,7 @@ import random
 
 from dataflex_callbacks.errors import InputError
 
-from ._tasks import SPLITS, split_capacity, testbed_rows
+from ._tasks import SPLITS, check_levels, split_capacity, testbed_rows
 
 # The levels the headline measures (held-out sampled pass@1 on them): those the shipped model solves sometimes,
 # where RL moves the pass rate (docs/testbed.md); every level is still reported apart.
@@ -45,7 +45,10 @@ def default_rows(split: str, levels) -> dict[str, int]:
     if split not in ("train", "eval"):
         raise InputError(f"default_rows covers the train and eval splits, not {split!r}")
     mix = SPLIT_ROWS[split]
-    return {name: mix.get(name) or min(OTHER_LEVEL_ROWS, split_capacity(name, split)) for name in levels}
+    return {
+        level.name: mix.get(level.name) or min(OTHER_LEVEL_ROWS, split_capacity(level.name, split))
+        for level in check_levels(levels)
+    }
 
 
 def testbed_dataset(
@@ -53,9 +56,12 @@ def testbed_dataset(
 ) -> list[dict]:
     """Rows of one split for training or evaluation: `prompt`, `answer`, `domain` (the level), `difficulty`.
 
-    `per_level` defaults to `SPLIT_ROWS[split]` rows per level (`pretrain` has no default: pass `per_level`);
+    `per_level` is rows per level: one int >= 1, or ``{level: rows}``. It defaults to `SPLIT_ROWS[split]`, and for
+    `levels` named outside the train mix on `train` / `eval` to `default_rows` (`pretrain` has no default: pass
+    `per_level`). `levels`: level names, one name (``"add3"``), or None (the train mix, or `per_level`'s levels).
     `train` rows are shuffled (by `seed`), the others stay level after level. Same arguments, same rows.
-    Raises `InputError` for an unknown split, a level named twice, or more rows than a level's split holds.
+    Raises `InputError` for an unknown split or level, a level named twice, a count below 1 (or a dict asking for
+    no row), or more rows than a level's split holds; `ArgumentError` for a count that is not an int (1.5, True).
     """
     if split not in SPLITS:
         raise InputError(f"unknown testbed split {split!r}; choose one of {', '.join(SPLITS)}")
@@ -65,6 +71,8 @@ def testbed_dataset(
             f"{', '.join(SPLIT_ROWS)}"
         )
     count = SPLIT_ROWS[split] if per_level is None else per_level
+    if per_level is None and levels is not None and split in ("train", "eval"):
+        count = default_rows(split, levels)  # a level outside the mix gets OTHER_LEVEL_ROWS, not 0 rows
     rows = testbed_rows(split, seed=seed, per_level=count, levels=levels)
     if split == "train":
         random.Random(f"dataflex-testbed-order:{seed}").shuffle(rows)

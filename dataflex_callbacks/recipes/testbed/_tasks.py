@@ -29,11 +29,12 @@ import functools
 import hashlib
 import itertools
 import math
+import numbers
 import random
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
-from dataflex_callbacks.errors import InputError
+from dataflex_callbacks.errors import ArgumentError, InputError
 
 SPLITS = ("pretrain", "train", "calibration", "eval")
 # Hash buckets (of 10) per split: see the module docstring.
@@ -214,8 +215,24 @@ LEVELS: dict[str, Level] = {
 }
 
 
-def _check_levels(levels) -> list[Level]:
-    names = list(LEVELS) if levels is None else list(levels)
+def _level_names(levels) -> list[str]:
+    """The level names `levels` asks for: all of them for None, one for a single name, else each item."""
+    if levels is None:
+        return list(LEVELS)
+    if isinstance(levels, str):  # a single level name, not its letters
+        return [levels]
+    try:
+        return list(levels)
+    except TypeError:
+        raise ArgumentError(
+            f"testbed levels must be a level name or a list of them; got {levels!r} ({type(levels).__name__}); "
+            f"pass e.g. levels=['add3', 'sub3'] (the levels: {', '.join(LEVELS)}), or None for all"
+        ) from None
+
+
+def check_levels(levels) -> list[Level]:
+    """The `Level`s `levels` names (names, one name, or None for all); refuses an unknown level or one named twice."""
+    names = _level_names(levels)
     unknown = [name for name in names if name not in LEVELS]
     if unknown or not names:
         raise InputError(f"unknown testbed level(s) {unknown or names!r}; choose from {', '.join(LEVELS)}")
@@ -257,7 +274,7 @@ def split_capacity(level: str, split: str) -> int:
     Exact (counted once per process) for a level of at most 2,000,000 prompts; for a larger one a
     lower bound, 6 standard deviations under the expected count (millions of rows: more than a run asks for).
     """
-    (found,) = _check_levels([level])
+    (found,) = check_levels([level])
     _check_split(split)
     if found.make_example.prompt_count <= _EXACT_COUNT_LIMIT:
         return _exact_split_size(level, split)
@@ -271,7 +288,7 @@ def levels_short_of(split: str, count: int, levels=None) -> dict[str, int]:
     Counts nothing when `count` is far below a level's expected split size, so the usual sizes cost no time.
     """
     short = {}
-    for level in _check_levels(levels):
+    for level in check_levels(levels):
         _check_split(split)
         mean, deviation = _expected_size(level, split)
         if count <= mean - _SAFE_DEVIATIONS * deviation:
@@ -282,6 +299,39 @@ def levels_short_of(split: str, count: int, levels=None) -> dict[str, int]:
     return short
 
 
+def _row_count(count, argument: str, least: int) -> int:
+    """`count` as an int of at least `least`; refuses a bool, a float (1.5 rows) and a count below `least`."""
+    if isinstance(count, bool) or not isinstance(count, numbers.Integral):
+        raise ArgumentError(
+            f"testbed {argument} must be a whole number of rows; got {count!r} ({type(count).__name__}); "
+            f"pass an int >= {least}"
+        )
+    if count < least:
+        raise InputError(f"testbed {argument}={count} is not a row count; pass an int >= {least} (rows per level)")
+    return int(count)
+
+
+def _level_counts(per_level, levels) -> list[tuple[Level, int]]:
+    """``(level, rows)`` for each level `testbed_rows` serves, a level of 0 rows left out; refuses a bad count, and
+    counts that ask for no row at all (an empty dataset trains nothing)."""
+    if isinstance(per_level, Mapping):
+        levels = list(per_level) if levels is None else levels
+        chosen = check_levels(levels)
+        counts = [
+            (level, _row_count(per_level.get(level.name, 0), f"per_level[{level.name!r}]", 0)) for level in chosen
+        ]
+    else:
+        count = _row_count(per_level, "per_level", 1)
+        counts = [(level, count) for level in check_levels(levels)]
+    counts = [(level, count) for level, count in counts if count]
+    if not counts:
+        raise InputError(
+            f"testbed per_level={per_level!r} asks for no rows of the levels {_level_names(levels)!r}; give at least "
+            "one of them a count >= 1"
+        )
+    return counts
+
+
 def level_rows(level: str, split: str, count: int, seed: int = 0) -> list[dict]:
     """`count` distinct rows of one level in one split, drawn from `seed` (same arguments, same rows, same order).
 
@@ -289,8 +339,9 @@ def level_rows(level: str, split: str, count: int, seed: int = 0) -> list[dict]:
     Raises `InputError` at once when the split of this level holds fewer distinct prompts than asked for
     (`split_capacity`), naming the most it holds.
     """
-    (found,) = _check_levels([level])
+    (found,) = check_levels([level])
     _check_split(split)
+    count = _row_count(count, "count", 0)
     short = levels_short_of(split, count, [level])
     if short:
         raise InputError(
@@ -319,14 +370,13 @@ def level_rows(level: str, split: str, count: int, seed: int = 0) -> list[dict]:
 def testbed_rows(split: str, seed: int = 0, per_level: int | dict[str, int] = 100, levels=None) -> list[dict]:
     """Rows of several levels in one split, level after level (`per_level`: one count, or a count per level).
 
-    A level with count 0 is left out; the order is the levels' order, so shuffle for training.
+    `levels`: level names, one name (``"add3"``), or None for all (for a dict `per_level`: its levels).
+    A count is an int: one count must be >= 1; in a dict a level with count 0 is left out, but not every level.
+    The order is the levels' order, so shuffle for training.
     """
-    chosen = _check_levels(levels if not isinstance(per_level, dict) or levels is not None else list(per_level))
     rows: list[dict] = []
-    for level in chosen:
-        count = per_level.get(level.name, 0) if isinstance(per_level, dict) else int(per_level)
-        if count:
-            rows.extend(level_rows(level.name, split, count, seed))
+    for level, count in _level_counts(per_level, levels):
+        rows.extend(level_rows(level.name, split, count, seed))
     return rows
 
 

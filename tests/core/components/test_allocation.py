@@ -1,5 +1,6 @@
 """Rollout allocation (components/allocation.py, sampling/allocation_rounds.py): decisions, config, state, ranks."""
 
+import copy
 import math
 
 import pytest
@@ -9,7 +10,6 @@ from allocation_two_ranks import PASS_RATES, run_steps, run_two_ranks
 from dataflex_callbacks import RolloutBatch, build_strategy
 from dataflex_callbacks.components.allocation import (
     AdaptiveAllocator,
-    PassHistory,
     ScreenAllocator,
     adaptive_more,
     last_passing_rows,
@@ -17,7 +17,8 @@ from dataflex_callbacks.components.allocation import (
     screen_commits,
     tally_groups,
 )
-from dataflex_callbacks.errors import ConfigError, DataFlexError, HostError, ParamError
+from dataflex_callbacks.components.allocation_memory import PassHistory
+from dataflex_callbacks.errors import ConfigError, DataFlexError, HostError, ParamError, StateError
 from dataflex_callbacks.registry import build_component, describe, list_components
 from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
 
@@ -203,6 +204,57 @@ def test_rounds_count_every_completion_and_refuse_a_wrong_round():
     assert done.metrics["alloc/pilot_completions"] == 6 and done.metrics["alloc/commit_completions"] == 4
     assert done.metrics["alloc/generated"] == 10 and done.metrics["alloc/pilot_completions/all"] == 6
     assert done.passing_rows.tolist() == [9, 3, -1]
+
+
+def damaged(state, path, value):
+    """A deep copy of `state` with the entry at `path` (keys, outermost first) set to `value`, or removed (...)."""
+    state = copy.deepcopy(state)
+    holder = state
+    for key in path[:-1]:
+        holder = holder[key]
+    if value is ...:
+        del holder[path[-1]]
+    else:
+        holder[path[-1]] = value
+    return state
+
+
+@pytest.mark.parametrize(
+    "path, value, fragment",
+    [
+        (("totals",), ..., "lacks key(s) ['totals']"),  # was a raw KeyError: 'totals'
+        (("totals",), [1.0, 2.0], "'totals' must map each of"),
+        (("totals", "prompts"), ..., "'totals' must map each of"),
+        (("totals", "prompts"), "many", "'totals' must be 6 finite numbers"),
+        (("totals", "prompts"), math.nan, "'totals' must be 6 finite numbers"),
+        (("per_domain",), None, "'per_domain' must be a dict"),
+        (("per_domain", "all"), {"prompts": 1.0}, "'per_domain['all']' must map each of"),
+        (("share",), [1.0], "'share' must be 2 finite numbers"),
+        (("history",), ..., "lacks key(s) ['history']"),
+        (("history", "counts"), torch.zeros(5, 2), "'counts' must be a tensor of shape (3, 2)"),
+        (("history", "domains"), {"all": [1.0]}, "'domains['all']' must be 4 finite numbers"),
+        (("history", "keys"), 7, "'keys' must be a list"),
+    ],
+)
+def test_a_damaged_allocator_state_names_its_field(path, value, fragment):
+    allocator = ScreenAllocator(pilot=2, group_size=4, rule="posterior")
+    rounds = AllocationRounds(allocator, ["a", "b", "c"])
+    rounds.start()
+    rounds.add(torch.tensor([1.0, 0, 1, 1, 0, 0]), torch.tensor([0, 0, 1, 1, 2, 2]))
+    rounds.finish()
+    state = allocator.state_dict()
+    with pytest.raises(StateError) as error:
+        ScreenAllocator(pilot=2, group_size=4, rule="posterior").load_state_dict(damaged(state, path, value))
+    assert fragment in str(error.value)
+    fresh = ScreenAllocator(pilot=2, group_size=4, rule="posterior")
+    fresh.load_state_dict(state)  # the undamaged state still loads
+    assert fresh.state_dict()["totals"] == state["totals"]
+
+
+@pytest.mark.parametrize("state", [None, [], {"totals": {}}])
+def test_a_state_that_is_no_allocator_state_is_a_state_error(state):
+    with pytest.raises(StateError, match="AdaptiveAllocator"):
+        AdaptiveAllocator().load_state_dict(state)
 
 
 @pytest.mark.parametrize("preset", ["screen_posterior", "adaptive"])

@@ -388,6 +388,23 @@ def test_a_run_without_signal_ends_each_step_masked_out_and_warns_with_the_fix(
     assert sum(log.get("dataflex/no_signal_steps_window_total", 0) for log in trainer.state.log_history) >= 2
 
 
+@pytest.mark.parametrize("reward, unscored", [(zero_reward, False), (unscored_reward, True), (checksum_reward, None)])
+def test_the_first_steps_rewards_all_zero_or_none_warn_once(model_path, prompts, tmp_path, reward, unscored):
+    from dataflex_callbacks.errors import ZeroRewardWarning
+    from dataflex_callbacks.host.zero_rewards import DEFAULT_WATCH_STEPS
+
+    trainer, worker = build(
+        model_path, prompts, tmp_path, strategy="baseline", reward=reward, max_steps=DEFAULT_WATCH_STEPS
+    )
+    caught, _ = train_within(trainer, worker, 120)
+    warned = [w.message for w in caught if isinstance(w.message, ZeroRewardWarning)]
+    if unscored is None:  # a reward that pays: nothing to warn about
+        assert warned == []
+        return
+    assert len(warned) == 1 and f"[{reward.__name__!r}]" in str(warned[0]), [str(w) for w in warned]
+    assert (warned[0].unscored == warned[0].completions) is unscored
+
+
 def test_a_worker_of_another_group_size_is_refused_naming_both(model_path, prompts, tmp_path):
     with pytest.raises(
         ConfigError, match=r"InProcessRolloutWorker\(num_generations=2\).*AsyncGRPOConfig\(num_generations=4\)"
@@ -524,3 +541,57 @@ def test_screening_asks_the_worker_for_k_then_more_and_counts_every_completion(m
     # Every queued group is a committed one: its pilot differed, so it carries signal; staleness per completion.
     assert allocator.totals["signal_groups"] == allocator.totals["trained_groups"] > 0
     assert len(trainer.dataflex.consumed_staleness) >= len(decisions) * B * G
+
+
+# ---------------------------------------------------------------- the mix part's domain column
+
+
+MIX = {"name": "mix_ucb", "mix": {"mixer": "dump_ucb"}}
+
+
+@pytest.mark.parametrize(
+    "columns, options, named",
+    [
+        ({}, {}, r"'domain' \(the default domain column 'domain'\)"),
+        ({"topic": ["a", "b", "c"] * 8}, {"domain_key": "subject"}, r"'subject' \(domain_key='subject'\)"),
+    ],
+    ids=["no_domain_column", "domain_key_not_a_column"],
+)
+def test_a_mix_part_without_its_domain_column_is_refused_naming_domain_key_and_the_columns(
+    model_path, tmp_path, columns, options, named
+):
+    data = Dataset.from_dict({"prompt": [f"{i}+{i % 7}=" for i in range(24)], **columns})
+    # Before: "the mix part needs domain labels, which TRL's AsyncGRPOTrainer ... does not provide".
+    with pytest.raises(ConfigError, match=rf"mix part needs the domain column {named}; the train dataset has") as err:
+        build(model_path, data, tmp_path, strategy=MIX, trainer_options=options)
+    assert str(list(data.column_names)) in str(err.value) and "domain_key=" in str(err.value)
+
+
+# ---------------------------------------------------------------- the end-of-run line
+
+
+@pytest.mark.parametrize("strategy", ["diffband", "dapo"])
+def test_the_end_line_counts_every_group_taken_from_the_queue_for_every_strategy(
+    model_path, prompts, tmp_path, strategy, capsys
+):
+    trainer, worker = build(model_path, prompts, tmp_path, strategy=strategy, reward=zero_reward, max_steps=2)
+    train_within(trainer, worker, 60)
+    end = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dataflex: train end:")]
+    # Each step took its bound, max_rounds (4) x B groups: diffband decided on them all (refilling), dapo set them
+    # aside as zero-signal. Before: "of 16 groups" for diffband, "of 4 groups" for dapo.
+    assert len(end) == 1 and f"0 signal groups trained (of {2 * 4 * B} groups)" in end[0], end
+
+
+def test_the_dynamic_sampling_end_line_counts_the_zero_signal_groups_it_set_aside(
+    model_path, prompts, tmp_path, capsys
+):
+    trainer, worker = build(model_path, prompts, tmp_path, strategy="dapo", reward=echo_zero_reward, max_steps=4)
+    trainer.train()
+    end = [line for line in capsys.readouterr().out.splitlines() if line.startswith("dataflex: train end:")]
+    steps = trainer.dataflex.decisions[:4]  # the dataloader fetched one step ahead: not trained, not in the line
+    spent = sum(int(d["zero_signal_groups"]) for d in steps)
+    assert spent > 0
+    assert f"(of {4 * B + spent} groups)" in end[0], end[0]
+    # A step's kept fraction is of the rows it took: its B signal groups kept, its zero-signal ones not.
+    kept = sum(B / (B + d["zero_signal_groups"]) for d in steps) / len(steps)
+    assert f"mean kept fraction {kept:.2f}" in end[0], end[0]

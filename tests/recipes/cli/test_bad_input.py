@@ -1,11 +1,12 @@
 """Bad input to `dataflex run` / `dataflex compare`, as a user meets it: exit code 2, exactly one line on
 stderr (no traceback), no model loaded and no output folder left behind.
 
-Every case passes `--model <missing folder>`: if a model were loaded before the input is checked,
-the error would be about the model instead of the bad input. The cases call the CLI's `main` in this
-process (a subprocess each cost 4-5 s of imports, 2.5 minutes for the table); one case of each command
-also runs as the user's own process (`python -m dataflex_callbacks`), where anything a library prints
-to the real stderr at import or start-up would show as a second line.
+Every case passes `--model <missing folder>`: the model is read last, after every other input is checked, so
+a check that came too late would report the missing folder instead of the bad input. Only the output folder's
+write test comes after the model: those cases train the toy suite's model, which is built, not read.
+The cases call the CLI's `main` in this process (a subprocess each cost 4-5 s of imports, 2.5 minutes for the
+table); one case of each command also runs as the user's own process (`python -m dataflex_callbacks`), where
+anything a library prints to the real stderr at import or start-up would show as a second line.
 """
 
 import contextlib
@@ -161,9 +162,7 @@ def test_bad_input_in_the_users_own_process_is_one_line_and_exit_2(command, case
 
 def test_run_output_folder_that_cannot_be_created(tmp_path):
     out = Path("/proc/dataflex-cannot-write/run")  # refused even to root
-    result = dataflex(
-        ["run", "--no-progress", "--model", str(tmp_path / "no-model"), "--output-dir", str(out)], tmp_path
-    )
+    result = dataflex(["run", "--no-progress", "--suite", "toy", "--output-dir", str(out)], tmp_path)
     assert_one_line_error(result, ["cannot write to --output-dir", "No such file"], out)
 
 
@@ -174,7 +173,7 @@ def test_run_output_folder_not_writable(tmp_path):
     locked.chmod(0o500)
     try:
         result = dataflex(
-            ["run", "--no-progress", "--model", str(tmp_path / "no-model"), "--output-dir", str(locked / "run")],
+            ["run", "--no-progress", "--suite", "toy", "--output-dir", str(locked / "run")],
             tmp_path,
         )
         assert_one_line_error(result, ["cannot write to --output-dir", "Permission denied"], locked / "run")
@@ -185,7 +184,10 @@ def test_run_output_folder_not_writable(tmp_path):
 COMPARE_CASES = {
     "negative seed": (["--seeds", "0,-1"], ["--seeds", "-1"]),
     "seed too large": (["--seeds", f"0,{2**32}"], ["--seeds", str(2**32)]),
-    "seed count too large": (["--seeds", "99999999999"], ["--seeds", "99999999999"]),
+    "one seed too large": (["--seeds", "99999999999"], ["--seeds", "99999999999"]),
+    "seed count too large": (["--num-seeds", "1001"], ["--num-seeds 1001", "from 1 to 1000"]),
+    "seeds and a seed count": (["--seeds", "1", "--num-seeds", "2"], ["--seeds 1", "--num-seeds 2", "not both"]),
+    "a backwards seed range": (["--seeds", "13-11"], ["--seeds", "'13-11'", "11-13"]),
     "learning rate nan": (["--learning-rate", "nan"], ["--learning-rate", "nan"]),
     "negative eval points": (["--eval-points", "-1"], ["--eval-points", "-1"]),
     "zero jobs": (["--jobs", "0"], ["--jobs", "0"]),

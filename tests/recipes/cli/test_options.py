@@ -81,7 +81,8 @@ def test_compare_help_shows_the_shared_run_fields(capsys):
         assert _squeeze(option_flag(name)) in out and _squeeze(option.metadata["help"]) in out, name
     for setting in dataclasses.fields(CompareSettings):  # compare's own flags document its settings' fields
         assert setting.metadata["help"].strip(), setting.name
-        if setting.name not in ("base", "command"):
+        # progress: its flag is --no-progress, whose help says what turning it off hides (test_help_text.py)
+        if setting.name not in ("base", "command", "progress"):
             assert _squeeze(setting.metadata["help"]) in out, setting.name
 
 
@@ -138,7 +139,7 @@ def test_token_lengths_have_one_rule():
     assert eval_tokens(RunOptions(eval_max_new_tokens=3)) == 3
 
 
-def test_each_suite_has_its_defaults_and_a_users_model_or_data_keeps_the_toy_ones():
+def test_each_suite_has_its_defaults_and_a_users_model_or_data_keeps_the_toy_batch_shape():
     from dataflex_callbacks.recipes.options import with_suite_defaults
 
     testbed, toy = with_suite_defaults(RunOptions()), with_suite_defaults(RunOptions(suite="toy"))
@@ -151,9 +152,33 @@ def test_each_suite_has_its_defaults_and_a_users_model_or_data_keeps_the_toy_one
     # A user's --model is pretrained: TRL's own default rate (GRPOConfig.learning_rate), not the toy model's 3e-3.
     assert with_suite_defaults(RunOptions(model="m")).learning_rate == 1e-6
     assert with_suite_defaults(RunOptions(model="m", dataset="d.jsonl")).learning_rate == 1e-6
-    assert with_suite_defaults(RunOptions(dataset="d.jsonl")).learning_rate == 3e-3  # the toy model on user data
+    # On a user's --dataset the rate still follows the model trained: the testbed's pretrained one by default.
+    assert with_suite_defaults(RunOptions(dataset="d.jsonl")).learning_rate == 1e-5
+    assert with_suite_defaults(RunOptions(dataset="d.jsonl", suite="toy")).learning_rate == 3e-3
     assert with_suite_defaults(RunOptions(dataset="d.jsonl")).steps == 150
     assert with_suite_defaults(RunOptions(steps=7, learning_rate=1e-4)).steps == 7  # what the user sets stays
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        RunOptions(),
+        RunOptions(dataset="d.jsonl"),
+        RunOptions(suite="toy"),
+        RunOptions(suite="toy", dataset="d.jsonl"),
+    ],
+    ids=["testbed", "testbed model on --dataset", "toy", "toy model on --dataset"],
+)
+def test_the_default_rate_is_the_rate_of_the_model_the_run_loads(options):
+    from dataflex_callbacks.recipes.options import SUITE_DEFAULTS, with_suite_defaults
+    from dataflex_callbacks.recipes.runner import load_model
+
+    options = with_suite_defaults(options)
+    model, _, description = load_model(options)
+    # The model the runner loads, not the data, decides the rate: 3e-3 wrecks the pretrained testbed model.
+    expected = {"testbed": SUITE_DEFAULTS["testbed"], "tiny": SUITE_DEFAULTS["toy"]}[description]["learning_rate"]
+    assert options.learning_rate == expected
+    assert (description == "testbed") == (model.num_parameters() > 500_000)  # the pretrained 1M-parameter model
 
 
 def test_the_pretrained_rate_is_trl_s_own_default():

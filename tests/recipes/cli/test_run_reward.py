@@ -56,7 +56,7 @@ def test_run_trains_and_scores_with_the_users_reward_from_the_current_directory(
         assert json.loads((out / "metrics.jsonl").read_text().splitlines()[0])["reward"] == 0.5
 
 
-def test_run_prints_its_learning_rate_and_fills_the_per_domain_series_from_the_users_reward(
+def test_run_prints_its_model_and_learning_rate_first_and_fills_the_per_domain_series_from_the_users_reward(
     tmp_path, monkeypatch, capsys
 ):
     (tmp_path / "run_rewards_t38.py").write_text(
@@ -70,7 +70,11 @@ def test_run_prints_its_learning_rate_and_fills_the_per_domain_series_from_the_u
     argv = ["run", "--strategy", "none", "--steps", "2", "--prompts-per-step", "4", "--num-generations", "2"]
     argv += ["--suite", "toy", "--n-train", "4", "--n-test", "1", "--domains", "digit,echo"]
     assert main([*argv, "--reward", "run_rewards_t38:by_domain", "--output-dir", str(out)]) == 0
-    assert "dataflex run: learning rate 0.003 (set --learning-rate to change it)" in capsys.readouterr().out
+    first = capsys.readouterr().out.splitlines()[0]  # the model and its rate before anything else
+    assert first == (
+        "dataflex run: model: the toy suite's random-initialised tiny model (--suite toy); learning rate 0.003 "
+        "(this model's default; set --learning-rate to change it)"
+    )
     metrics = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     for step in metrics:  # 4 prompts of 2 domains per step, scored per domain by the user's reward
         assert step["mix/actual/digit"] + step["mix/actual/echo"] == pytest.approx(1.0)

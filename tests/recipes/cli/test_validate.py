@@ -18,6 +18,13 @@ TOKEN_DYNAMIC = (
 )
 MIX_DYNAMIC = DYNAMIC + "mix: {mixer: static}\n"
 EXAMPLE = "examples/verl/grpo_qwen05b_gsm8k_difffilter.yaml"
+TWO_SELECTS = GROUP_SELECT + "select:\n  scorer: reward\n  selector: topk_fraction\n"
+# About 1 KB of nested aliases expanding to 9**9 values (billion laughs): reading it must not hang.
+ALIAS_BOMB = (
+    "a: &a [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"l{i}: &l{i} [" + ", ".join([f"*{'a' if i == 1 else f'l{i - 1}'}"] * 9) + "]\n" for i in range(1, 9))
+    + "select: *l8\n"
+)
 
 # (id, file content (or a repository path), --host, exit code, text expected on stderr)
 ROWS = [
@@ -85,6 +92,11 @@ ROWS = [
     ("core-token-level-dynamic-sampling", TOKEN_DYNAMIC, None, 2, "dynamic_sampling judges whole groups"),
     ("lightning-token-level-dynamic-sampling", TOKEN_DYNAMIC, "lightning", 2, "dynamic_sampling judges whole groups"),
     ("core-plain-strategy", GROUP_SELECT, None, 0, "checked with the core rules"),
+    # Issue 46: YAML kept the last of two keys silently, and an alias bomb hung the command.
+    ("core-key-given-twice", TWO_SELECTS, None, 2, "line 4: key 'select' is given twice, on line 1 and line 4"),
+    ("trl-key-given-twice", TWO_SELECTS, "trl", 2, "line 4: key 'select' is given twice"),
+    ("core-alias-bomb", ALIAS_BOMB, None, 2, "expand to more than 100,000 values"),
+    ("lightning-alias-bomb", ALIAS_BOMB, "lightning", 2, "expand to more than 100,000 values"),
     # Strategy keys beside the block: verl reads only the block, so they would be ignored.
     (
         "verl-strategy-keys-beside-block",

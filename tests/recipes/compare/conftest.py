@@ -2,7 +2,7 @@
 
 import pytest
 
-SMALL_RUN = ["--seeds", "1", "--no-progress", "--jobs", "1", "--prompts-per-step", "4", "--num-generations", "4"]
+SMALL_RUN = ["--seeds", "0", "--no-progress", "--jobs", "1", "--prompts-per-step", "4", "--num-generations", "4"]
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ ARGS = [
     "compare",
     "--strategies",
     "baseline,difffilter",
-    "--seeds",
+    "--num-seeds",
     "2",
     "--budget",
     "steps:3",
@@ -81,7 +81,8 @@ def test_all_report_files_with_the_expected_columns(compare_dir):
     columns, rows = _rows(compare_dir)
     per_domain = [f"accuracy_{when}_{d}" for d in DOMAINS for when in ("before", "after")]
     sampled = [f"sampled_pass_at_1_{when}_{d}" for d in ("overall", *DOMAINS) for when in ("before", "after")]
-    assert columns == [*RUN_COLUMNS, *per_domain, *sampled, "run_dir"]
+    reach = ["reach_baseline_final_completions", "reach_baseline_final_step", "reach_baseline_final_censored"]
+    assert columns == [*RUN_COLUMNS, *per_domain, *sampled, *reach, "run_dir"]
     for column in ("steps", "completions", "completion_tokens", "trained_tokens", "generation_seconds"):
         assert column in columns and all(float(row[column]) > 0 for row in rows), column
     assert all(float(row["update_seconds"]) > 0 for row in rows)
@@ -181,7 +182,9 @@ def test_an_interrupted_compare_recomputes_only_the_missing_run(compare_dir, mon
     "bad",
     [
         ["--budget", "tokens:5"],
-        ["--seeds", "0"],
+        ["--num-seeds", "0"],
+        ["--seeds", "0", "--num-seeds", "1"],
+        ["--seeds", "1.5"],
         ["--strategies", "nope"],
         ["--strategies", "baseline,topk", "--baseline", "ar"],
     ],
@@ -274,3 +277,54 @@ def test_one_seed_prints_no_nan_interval(compare_dir):
     report = render_report(settings, outcome)
     assert not re.search(r"\bnan\b", report, flags=re.IGNORECASE)  # "n/a", never a NaN bound
     assert "needs >= 2 seeds" in report
+
+
+@pytest.mark.parametrize(
+    "flags, seeds",
+    [
+        ([], [0, 1, 2]),
+        (["--seeds", "11"], [11]),
+        (["--seeds", "11,"], [11]),
+        (["--seeds", "0,5,7"], [0, 5, 7]),
+        (["--seeds", "11-13"], [11, 12, 13]),
+        (["--num-seeds", "4"], [0, 1, 2, 3]),
+    ],
+)
+def test_seeds_are_seeds_and_num_seeds_is_a_count(flags, seeds):
+    from dataflex_callbacks.recipes.cli import build_parser
+    from dataflex_callbacks.recipes.compare.cli import settings_from_args
+
+    args = build_parser().parse_args(["compare", "--suite", "toy", *flags])
+    assert settings_from_args(args, []).seeds == seeds
+
+
+@pytest.mark.parametrize("seeds", [2.5, True, None, {"a": 1}])
+def test_compare_refuses_a_seeds_value_that_is_no_seed_form_naming_it(tmp_path, seeds):
+    from dataflex_callbacks.recipes.compare import CompareInputError, compare
+
+    with pytest.raises(CompareInputError) as caught:
+        compare(["baseline"], seeds=seeds, suite="toy", output_dir=str(tmp_path / "c"))
+    assert f"seeds {seeds!r}" in str(caught.value) and "a count (3: seeds 0, 1, 2)" in str(caught.value)
+    assert "(11-13)" in str(caught.value) and not (tmp_path / "c").exists()
+
+
+def test_compare_takes_a_count_a_list_or_the_cli_s_text_as_seeds():
+    from dataflex_callbacks.recipes.compare.grid import parse_seeds
+
+    assert parse_seeds(3, "seeds") == [0, 1, 2] and parse_seeds((4, 9), "seeds") == [4, 9]
+    assert parse_seeds("11", "seeds") == [11] and parse_seeds("2-3", "seeds") == [2, 3]
+
+
+def test_the_first_lines_name_the_seeds_then_the_model_and_its_rate(compare_dir, monkeypatch, capsys):
+    def must_not_run(*args, **kwargs):
+        raise AssertionError("a finished run was recomputed")
+
+    monkeypatch.setattr(grid, "execute_run", must_not_run)
+    shown = [a for a in ARGS if a != "--no-progress"]
+    assert main([*shown, "--output-dir", str(compare_dir), "--jobs", "1"]) == 0
+    first = capsys.readouterr().out.splitlines()[:3]
+    assert first[0] == "dataflex compare: 2 strategies (baseline, difffilter) x 2 seed(s) (0, 1) = 4 runs"
+    assert first[1].startswith("dataflex compare: data: the built-in toy suite")
+    assert first[2].startswith(
+        "dataflex compare: model: the toy suite's random-initialised tiny model (--suite toy); learning rate 0.003"
+    )

@@ -12,7 +12,7 @@ from dataflex_callbacks.recipes.cli import main  # noqa: E402
 TINY = [
     "--strategies",
     "baseline,none",
-    "--seeds",
+    "--num-seeds",
     "1",
     "--budget",
     "steps:1",
@@ -41,7 +41,16 @@ def test_a_40_row_dataset_reports_the_held_out_rows_config_json_has(tmp_path, ca
     report = (tmp_path / "out" / "report.md").read_text()
     assert "50 prompts" not in report
     assert f"- held-out set: {n_test} prompts (" in report
-    assert f"held-out set: {n_test} prompts" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"held-out set: {n_test} prompts" in out
+    # One seed (whose held-out figures may all be equal): the verdict that ends the report and the console claims
+    # nothing; test_verdict.py has its wording for each case.
+    assert [line for line in report.splitlines() if line.startswith("## ")][-1] == "## Verdict"
+    verdict = report.split("## Verdict\n", 1)[1].strip().splitlines()
+    assert verdict[0].startswith(("- With 1 seed paired with the baseline no interval can be given", "- No verdict: "))
+    assert not any(line.startswith("- `none` ") for line in verdict)
+    console = out.splitlines()
+    assert console[console.index("verdict:") + 1 :] == [f"  {line.replace('`', '')}" for line in verdict]
 
 
 def _record(strategy, seed, accuracy):
@@ -68,13 +77,18 @@ def test_all_equal_accuracies_print_a_warning_not_a_difference():
         strategies=["baseline", "none"],
         baseline="baseline",
         target=None,
-        base=SimpleNamespace(dataset=None, eval_dataset=None, max_completion_length=4, suite="toy"),
+        cost_model=None,
+        jobs=1,
+        base=SimpleNamespace(dataset=None, eval_dataset=None, max_completion_length=4, suite="toy", learning_rate=1e-3),
     )
     flat = SimpleNamespace(records=[_record(s, seed, 0.0) for s in ("baseline", "none") for seed in (0, 1, 2)])
     lines = summary_lines(settings, flat)
-    assert len(lines) == 1 and "all held-out accuracies are equal" in lines[0]
+    warnings = [line for line in lines if line.startswith("warning: ")]
+    assert len(warnings) == 1 and "all held-out accuracies are equal" in lines[0]
     assert "cannot separate strategies" in lines[0] and "--max-completion-length" in lines[0]
     assert "not significant" not in " ".join(lines)
+    # The console still ends with the verdict, which gives none.
+    assert lines[1] == "verdict:" and lines[2].startswith("  - No verdict: all held-out accuracies are equal")
     varied = SimpleNamespace(records=[_record(s, seed, 0.1 * seed) for s in ("baseline", "none") for seed in (0, 1, 2)])
     assert "all held-out accuracies are equal" not in " ".join(summary_lines(settings, varied))
 
@@ -116,6 +130,7 @@ def test_an_all_zero_grid_is_flagged_in_the_report_and_on_the_console(tmp_path, 
     report = (tmp_path / "out" / "report.md").read_text()
     assert "> **Warning:** all held-out accuracies are equal (0.000" in report
     assert "not significant" not in report and "Completions to reach" not in report
+    assert "- No verdict: all held-out accuracies are equal" in report.split("## Verdict\n", 1)[1]
 
 
 def test_prompts_plus_completions_past_the_models_positions_are_refused_before_training(tmp_path, capsys):
@@ -191,7 +206,7 @@ def test_the_users_reward_model_folder_and_jsonl_give_an_honest_report(tmp_path,
                 [
                     "compare",
                     *TINY,
-                    "--seeds",
+                    "--num-seeds",
                     "2",
                     "--model",
                     model,
@@ -227,3 +242,8 @@ def test_the_users_reward_model_folder_and_jsonl_give_an_honest_report(tmp_path,
     assert "| `none` |" in headline and "x baseline" in headline
     cut = "runs had more than 50% of their training completions cut at --max-completion-length 4 tokens"
     assert f"> **Warning:** 4 of 4 {cut}" in report and f"warning: 4 of 4 {cut}" in out
+    # Two seeds: the report and the console end with the verdict, stated per its rule of evidence.
+    assert sections[-1] == "## Verdict" and "- Certainty: 2 seeds" in report.split("## Verdict\n", 1)[1]
+    console = out.splitlines()
+    assert any(line.startswith("  - Certainty: 2 seeds") for line in console[console.index("verdict:") :])
+    assert all(line.startswith("  - ") for line in console[console.index("verdict:") + 1 :])

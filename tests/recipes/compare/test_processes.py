@@ -43,7 +43,7 @@ def start_two_runs(tmp_path):
         "--strategies",
         "baseline,ar",
         "--seeds",
-        "1",
+        "0",
         "--budget",
         "steps:2000",
         "--jobs",

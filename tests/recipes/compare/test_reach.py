@@ -107,18 +107,26 @@ def test_reach_is_measured_per_seed_on_each_seeds_own_curve_in_every_unit():
     assert strategy_reach(records, "base", "base", 0.7).per_seed[1] == pytest.approx(300.0)
 
 
-def test_a_seed_whose_curve_ends_below_the_level_is_not_reached_and_no_interval_is_given():
+def test_a_seed_whose_curve_ends_below_the_level_is_shown_as_more_than_its_run_spent_never_left_blank():
     records = grid_records()
     base = strategy_reach(records, "base", "base", 0.7)
-    assert math.isnan(base.per_seed[0]) and base.reached == 1 and base.interval is None
-    fast = strategy_reach(records, "fast", "base", 0.7)
-    assert fast.ratio is None and fast.ratio_note == "both reached it in 1 of 2 seeds"
+    assert math.isnan(base.per_seed[0]) and base.censored == [0] and base.interval is None
+    assert base.bounded() == pytest.approx({0: 400.0, 1: 300.0})  # seed 0 needs more than the 400 its run spent
     table = "\n".join(headline_section(records, ["base", "fast"], "base", 0.7))
-    assert "| `base` | reached in 1 of 2 seeds (1: 300) | 1 (reference) |" in table
-    assert "n/a (both reached it in 1 of 2 seeds)" in table
-    never = strategy_reach(records, "fast", "base", 0.95)
-    assert never.reached == 0 and "| `fast` | not reached | n/a (both reached it in 0 of 2 seeds) |" in "\n".join(
-        headline_section(records, ["base", "fast"], "base", 0.95)
+    assert (
+        "| `base` | > 350 (not reached within the budget in 1 of 2 seeds; per seed: 0: > 400, 1: 300) | "
+        "1 (reference) |" in table
+    )
+    # The baseline's seed 0 is censored: fast's paired ratio (133/400 on seed 0, 50/300 on seed 1) is an upper bound.
+    fast = strategy_reach(records, "fast", "base", 0.7)
+    assert fast.ratio_bound == "upper" and fast.censored_pairs == [0]
+    assert fast.ratio.mean == pytest.approx(math.sqrt((400 / 3 / 400) * (50 / 300)))
+    assert "< 0.24 [0, " in table and "upper bound, high end a bound: the baseline did not reach it" in table
+    # Neither reaches 0.95 in any seed: no bound on the ratio, and the seeds are named, not dropped.
+    never = "\n".join(headline_section(records, ["base", "fast"], "base", 0.95))
+    assert (
+        "| `fast` | > 400 (not reached within the budget in 2 of 2 seeds; per seed: 0: > 400, 1: > 400) | n/a "
+        "(neither reached it within the budget in seed 0, 1: no bound on the ratio) |" in never
     )
 
 
@@ -177,7 +185,7 @@ def test_the_target_flag_reaches_the_settings_the_api_and_the_report(tmp_path, c
     assert not (tmp_path / "c").exists()
     table = "\n".join(headline_section(grid_records(), ["base", "fast"], "base", 0.85))
     # The target: `fast` reaches 0.85 at 200 + 200 * 0.05 / 0.1 (seed 0) and 100 * 0.35 / 0.4 (seed 1).
-    assert "### The target: 0.850" in table and "| `base` | not reached |" in table
+    assert "### The target: 0.850" in table and "| `base` | > 400 (not reached within the budget in 2 of 2" in table
     fast = strategy_reach(grid_records(), "fast", "base", 0.85)
     assert fast.per_seed == pytest.approx({0: 300.0, 1: 87.5})
 
@@ -209,7 +217,10 @@ def test_the_headline_is_the_reports_first_section_and_the_console_prints_it(tmp
     assert lines[2] == "  base             400 [400, 400]"  # each seed reaches its own final accuracy at its end
     assert lines[3].startswith("  fast             71 [")  # mean of 66.7 (0.6 on seed 0) and 75 (0.8 on seed 1)
     assert lines[3].endswith("x baseline: 0.18 [0.08, 0.37]")  # paired: 1/6 on seed 0, 3/16 on seed 1
-    assert lines[4].startswith("completions to reach the target (0.850)") and lines[5].endswith("not reached")
+    assert lines[4].startswith("completions to reach the target (0.850)")
+    assert lines[5] == (
+        "  base             > 400 (not reached within the budget in 2 of 2 seeds; per seed: 0: > 400, 1: > 400)"
+    )
     assert any(line.startswith("  fast             - base: ") for line in lines[6:])
 
 
@@ -305,7 +316,7 @@ def test_real_curve_points_record_completion_tokens_and_training_seconds(tmp_pat
                 "--strategies",
                 "baseline",
                 "--seeds",
-                "1",
+                "0",
                 "--budget",
                 "steps:2",
                 "--eval-points",
@@ -538,3 +549,52 @@ def test_curve_points_record_trained_tokens_and_generation_and_update_seconds():
     assert 0.05 <= first["update_seconds"] < 0.15 and 0.1 <= second["update_seconds"] < 0.25
     assert first["generation_seconds"] + first["update_seconds"] == pytest.approx(first["wall_seconds"], abs=2e-3)
     assert ledger.trained_tokens == 12 + 24 + 24
+
+
+def censored_grid():
+    """`base` reaches each seed's final headline (0.7) at 300 of 400 completions; `late` reaches it at 450 of 600 in
+    seeds 0 and 1 and never in seed 2 (it ends at 0.6 after 600 completions)."""
+    records = []
+    for seed in range(3):
+        records.append(record("base", seed, [(0, 0.3), (300, 0.7), (400, 0.7)]))
+        late = [(0, 0.3), (450, 0.7), (600, 0.7)] if seed < 2 else [(0, 0.3), (450, 0.5), (600, 0.6)]
+        records.append(record("late", seed, late))
+    return records
+
+
+def test_a_strategy_censored_in_one_seed_keeps_that_seed_as_a_lower_bound_in_its_paired_ratio():
+    records = censored_grid()
+    level = {0: 0.7, 1: 0.7, 2: 0.7}
+    late = strategy_reach(records, "late", "base", level)
+    assert late.censored == [2] and late.bounded() == pytest.approx({0: 450.0, 1: 450.0, 2: 600.0})
+    # Seed 2 enters at the 600 its run spent (not dropped): the ratio is a lower bound over all three seeds.
+    assert late.ratio_bound == "lower" and late.censored_pairs == [2] and late.ratio.n == 3
+    reference = stats.paired_ratio_interval([450, 450, 600], [300, 300, 300])
+    assert (late.ratio.mean, late.ratio.low) == pytest.approx((reference.mean, reference.low))
+    table = "\n".join(headline_section(records, ["base", "late"], "base", None))
+    assert "| `late` | > 500 (not reached within the budget in 1 of 3 seeds; per seed: 0: 450, 1: 450, 2: > 600) |" in (
+        table
+    )
+    bound = f"> {reference.mean:.2f} [{reference.low:.2f}, inf) (lower bound, low end a bound: the strategy did not "
+    assert bound in table
+
+
+def test_the_results_csv_says_which_runs_were_censored_and_gives_what_they_spent(tmp_path):
+    import csv
+
+    from dataflex_callbacks.recipes.compare.report import write_results_csv
+
+    records = censored_grid()
+    write_results_csv(str(tmp_path / "results.csv"), records, "base", 0.7)
+    with open(tmp_path / "results.csv", newline="") as handle:
+        rows = {row["strategy"] + row["seed"]: row for row in csv.DictReader(handle)}
+    assert (rows["late2"]["reach_baseline_final_completions"], rows["late2"]["reach_baseline_final_censored"]) == (
+        "600.0",
+        "True",
+    )
+    assert rows["late2"]["reach_target_censored"] == "True" and rows["late2"]["reach_target_step"] == "2.0"
+    assert (rows["late0"]["reach_baseline_final_completions"], rows["late0"]["reach_baseline_final_censored"]) == (
+        "450.0",
+        "False",
+    )
+    assert rows["base1"]["reach_baseline_final_completions"] == "300.0"

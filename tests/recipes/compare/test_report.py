@@ -302,3 +302,33 @@ def test_a_greedy_headline_is_said_in_the_report_the_console_and_the_figures(tmp
     titles = [panel.get_title() for panel in drawn["a.png"].axes]
     assert titles == ["headline", "greedy accuracy: overall", "greedy accuracy: a"]
     assert drawn["a.png"].axes[0].get_xlabel() == "optimizer steps"
+
+
+@pytest.mark.parametrize("seeds", [1, 2, 3, 4, 5])
+def test_up_to_3_seeds_draw_each_seeds_curve_and_no_band_from_4_seeds_the_band(tmp_path, monkeypatch, seeds):
+    from matplotlib.collections import PolyCollection
+    from matplotlib.colors import to_hex
+
+    from dataflex_callbacks.recipes.compare.figures import SEED_CURVES_UP_TO, plot_accuracy
+
+    drawn = _capture_figures(monkeypatch)
+    records = _figure_records(["x"], seeds=tuple(range(seeds)))
+    plot_accuracy(str(tmp_path / "a.png"), records, ["base", "fast"], "base", axis="step")
+    for panel in drawn["a.png"].axes[:3]:
+        lines = panel.get_lines()
+        means = {line.get_label(): line for line in lines if line.get_label() in ("base", "fast")}
+        seed_lines = [line for line in lines if line.get_label().startswith("_")]
+        bands = [c for c in panel.collections if isinstance(c, PolyCollection)]
+        assert set(means) == {"base", "fast"}
+        if seeds > SEED_CURVES_UP_TO:  # from 4 seeds: a band per strategy, no seed curves
+            assert len(bands) == 2 and seed_lines == []
+            continue
+        assert bands == []  # 2-3 seeds: the band would span most of the axis
+        assert len(seed_lines) == (2 * seeds if seeds > 1 else 0)  # one seed's curve is its mean
+        for strategy, mean in means.items():
+            own = [line for line in seed_lines if line.get_label().startswith(f"_{strategy} seed ")]
+            assert len(own) == (seeds if seeds > 1 else 0)
+            assert {to_hex(line.get_color()) for line in own} <= {to_hex(mean.get_color())}  # the strategy's colour
+            assert all(line.get_linewidth() < mean.get_linewidth() for line in own)  # thin
+    band = "95% band" if seeds > SEED_CURVES_UP_TO else "thin: each seed"
+    assert drawn["a.png"].axes[0].get_ylabel() == f"held-out (mean over seeds; {band})"

@@ -29,7 +29,7 @@ TINY = [
     "--strategies",
     "baseline,difffilter",
     "--seeds",
-    "1",
+    "0",
     "--budget",
     "steps:2",
     "--eval-points",
@@ -416,7 +416,7 @@ def test_resuming_on_changed_data_or_settings_is_refused_naming_what_changed(rew
     message = str(caught.value)
     assert str(data) in message and "sha256" in message and "--overwrite" in message
     data.write_text("".join(f'{{"prompt": "{i}+1=", "answer": "{i + 1}"}}\n' for i in range(8)))  # as it was
-    with pytest.raises(CompareInputError, match="learning_rate: 0.003 -> 0.001"):
+    with pytest.raises(CompareInputError, match="learning_rate: 1e-05 -> 0.001"):  # the testbed model's rate
         compare(["none"], **options, learning_rate=1e-3)
     results = compare(["none", "baseline"], **options)  # the same inputs resume
     assert results.outcome.reused == ["none-seed0"]
@@ -433,3 +433,43 @@ def test_the_fingerprint_of_a_model_folder_changes_with_its_files(tmp_path):
     (tmp_path / "model" / "weights.bin").write_bytes(b"\1" * 100)
     assert input_fingerprint(str(tmp_path / "model")) != before
     assert input_fingerprint("some-org/hub-model") == "some-org/hub-model"  # not a local path: its name
+
+
+INSTANCES = """
+class Exact:
+    def __call__(self, prompts, completions, answer, **columns):
+        return [1.0 if c.strip() == str(a) else 0.0 for c, a in zip(completions, answer)]
+
+exact = Exact()
+"""
+
+
+def test_a_module_level_reward_instance_reaches_the_workers_by_the_name_that_holds_it(rewards_here):
+    import importlib
+
+    from dataflex_callbacks.recipes.compare.settings import CompareSettings
+    from dataflex_callbacks.recipes.options import RunOptions
+
+    (rewards_here / "instances_t46.py").write_text(INSTANCES)
+    sys.path.insert(0, str(rewards_here))
+    try:
+        module = importlib.import_module("instances_t46")
+        base = RunOptions(reward=[module.exact], **TINY_OPTIONS)
+        settings = CompareSettings(strategies=["none"], seeds=[0], budget=_budget(), base=base, jobs=2)
+        # `instances_t46:Exact` would import the class, which the workers cannot call as a reward.
+        assert settings.base.reward == ["instances_t46:exact"]
+        unnamed = RunOptions(reward=[module.Exact()], **TINY_OPTIONS)
+        with pytest.raises(CompareInputError) as caught:
+            CompareSettings(strategies=["none"], seeds=[0], budget=_budget(), base=unnamed, jobs=2)
+        message = str(caught.value)
+        assert "'instances_t46:<Exact instance>'" in message and "module-level name" in message
+        assert "'module:exact'" in message
+    finally:
+        sys.path.remove(str(rewards_here))
+        sys.modules.pop("instances_t46", None)
+
+
+def _budget():
+    from dataflex_callbacks.recipes.compare.budget import Budget
+
+    return Budget.parse("steps:1")

@@ -1,8 +1,9 @@
 """Verifiers read the final-answer slot, not the prose (issue 38, section 3).
 
-By default a completion is credited only for the one answer in its final-answer slot: an
-``<answer>`` block, a ``\\boxed{}`` (every box must state the same value), a GSM8K ``#### N`` line, a
-line opening with "Answer:" (DAPO's), or a completion that is the bare answer ("6", "6.", " 6 \\n").
+By default a completion is credited only for the one answer in its final-answer slots: every
+``<answer>`` block, ``\\boxed{}``, GSM8K ``#### N`` line and line opening with "Answer:" (DAPO's, and
+Minerva's template), all of which must state the same value (issue 46), or a completion that is the bare
+answer ("6", "6.", " 6 \\n").
 A slot holding a hedge, a range, a negation, two values or another unit scores 0, and so does prose
 without a slot. Reading answers out of prose ("The answer is 6") is the opt-in ``free_text=True``
 mode (verifier ``numeric_free_text``), documented as gameable.
@@ -125,7 +126,6 @@ def test_the_numeric_verifier_credits_the_slot(completion, reference):
 FREE_TEXT = [
     ("The answer is 6", "6"),
     ("So she sold 72 clips", "72"),
-    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)"),
     ("The answer is not 5, it is 7.", "7"),
     ("It fell from 5 to 5 - 8 = -3 degrees.", "#### -3"),
 ]
@@ -194,3 +194,86 @@ def test_the_docs_tables_are_what_the_verifiers_score(completion, reference, sco
     assert compute_score("math", completion, reference) == score
     if score == 0.0:
         assert not numeric_match(completion, reference)
+
+
+# ------------------------------------------------------------------ every slot must agree (issue 46)
+
+# (completion, reference): slots of one or several kinds that disagree, a thousands reading of a list, and the
+# MATH / Minerva template holding no single value; each must score 0.
+DISAGREEING_SLOTS = [
+    ("<answer>42</answer> <answer>43</answer>", "43"),  # the last block used to win
+    ("<answer>43</answer> <answer>42</answer>", "43"),
+    ("\\boxed{42} <answer>43</answer>", "43"),  # a box and a block
+    ("<answer>43</answer> then \\boxed{42}", "43"),
+    ("\\boxed{43}\n#### 42", "43"),  # a box and a GSM8K line
+    ("\\boxed{42}\n#### 43", "43"),
+    ("#### 42\n#### 43", "43"),
+    ("Answer: 42\nAnswer: 43", "43"),
+    ("<answer>43</answer>\nAnswer: 42", "43"),
+    ("<answer>43</answer>\n#### 42", "43"),
+    ("#### 43\nAnswer: The answer cannot be 43.", "43"),  # one slot of prose: no single answer
+    ("#### 43 #### 42", "43"),  # two markers on one line: one slot holding two values
+    ("\\boxed{1,2}", "12"),  # a list is not a thousands number
+    ("\\boxed{1{,}2}", "12"),
+    ("\\boxed{12{,}34}", "1234"),  # groups after the first have exactly three digits
+    ("\\boxed{1,0000}", "10000"),
+    ("Final Answer: The final answer is $5$ or $6$. I hope it is correct.", "5"),
+    ("Final Answer: The final answer is not $5$. I hope it is correct.", "5"),
+    ("Final Answer: The final answer is between 4 and 6. I hope it is correct.", "5"),
+    (
+        "Final Answer: The final answer is $5$. I hope it is correct.\n"
+        "Final Answer: The final answer is $6$. I hope it is correct.",
+        "5",
+    ),
+    ("Final Answer: The final answer is $5 \\text{ m}$. I hope it is correct.", "5 km"),  # another unit
+    ("\\boxed{5}\nFinal Answer: The final answer is $6$. I hope it is correct.", "5"),
+    ("The final answer is $5$. I hope it is correct.", "5"),  # without "Final Answer:" it is prose
+]
+
+# (completion, reference): slots that agree, MATH's thousands separators, the Minerva template; each scores 1.
+AGREEING_SLOTS = [
+    ("<answer>43</answer> <answer>43</answer>", "43"),
+    ("\\boxed{43} <answer>43</answer>", "43"),
+    ("\\boxed{43}\n#### 43", "43"),
+    ("<answer>\\boxed{43}</answer>\nAnswer: 43.0", "43"),
+    ("Answer: \\boxed{43}", "43"),  # an answer line holding a box is read by its box
+    ("\\boxed{1{,}000}", "1000"),  # LaTeX's thousands separator, as MATH writes it
+    ("\\boxed{1,000}", "1000"),
+    ("\\boxed{1{,}000{,}000}", "#### 1000000"),
+    ("\\boxed{1000}", "$\\boxed{1{,}000}$"),
+    ("\\boxed{1,2}", "1,2"),  # a list stays a list
+    ("Final Answer: The final answer is $5$. I hope it is correct.", "5"),  # Minerva's template
+    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)"),
+    ("Final Answer: The final answer is $\\frac{1}{2}$. I hope it is correct.", "0.5"),
+    ("\\boxed{5}\nFinal Answer: The final answer is $5$. I hope it is correct.", "\\boxed{5}"),
+]
+
+
+def test_the_disagreeing_table_is_as_large_as_the_agreeing_table():
+    assert len(DISAGREEING_SLOTS) >= len(AGREEING_SLOTS)
+
+
+@pytest.mark.parametrize("completion, reference", DISAGREEING_SLOTS)
+def test_slots_that_disagree_or_hold_no_single_value_score_zero(completion, reference):
+    assert compute_score("math", completion, reference) == 0.0
+    assert not math_answers_match(completion, reference)
+    assert not numeric_match(completion, reference)
+
+
+@pytest.mark.parametrize("completion, reference", AGREEING_SLOTS)
+def test_slots_that_agree_score_one(completion, reference):
+    assert compute_score("math", completion, reference) == 1.0
+    assert math_answers_match(completion, reference)
+
+
+@pytest.mark.parametrize(
+    "completion, reference",
+    [
+        ("\\boxed{1{,}000}", "1000"),
+        ("#### 1{,}000", "1000"),
+        ("\\boxed{43}\n#### 43", "43"),
+        ("Final Answer: The final answer is $5$. I hope it is correct.", "5"),
+    ],
+)
+def test_the_numeric_verifier_reads_the_same_slots(completion, reference):
+    assert numeric_match(completion, reference)

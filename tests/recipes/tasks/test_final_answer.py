@@ -119,6 +119,10 @@ LOOPS = {  # repetition loops a small model falls into, and worst cases of the p
     "braces after boxes": "{}\\boxed{",
     "answer lines": "\nAnswer: 5",
     "gsm8k markers": "#### ",
+    "closed tags": "<answer>5</answer>",  # every block is a slot (issue 46)
+    "template lines": "\nFinal Answer: The final answer is $5$. I hope it is correct.",
+    "markers on one line": "#### 5 ",
+    "dots after a marker": "Answer: 5" + "." * 100,
 }
 VERIFIERS = {
     "math": lambda text: score_math(text, "5"),

@@ -64,7 +64,6 @@ PROSE_ANSWERS = [
     ("So she sold 72 clips", GSM8K_SOLUTIONS["72"]),  # no marker: the last number
     ("In total 1,000 dollars.", GSM8K_SOLUTIONS["1000"]),
     ("The final answer is: -3", GSM8K_SOLUTIONS["-3"]),
-    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)"),  # Minerva's format
     ("The answer is not 5, it is 7.", "7"),  # the value no negation rules out
 ]
 

@@ -42,7 +42,7 @@ MATH = [
     # issue 32's misses: each must score 1
     ("<answer>\\frac{1}{2}</answer>", "0.5", 1.0),
     ("Answer: **18**", "18", 1.0),
-    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)", 0.0),  # prose: opt-in below
+    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "(1,2)", 1.0),  # Minerva's template: a slot
 ]
 
 
@@ -52,8 +52,6 @@ def test_math_answers(completion, truth, expected):
 
 
 def test_prose_answers_score_only_in_the_opt_in_free_text_mode():
-    minerva = "Final Answer: The final answer is $(1,2)$. I hope it is correct."
-    assert score_math(minerva, "(1,2)", free_text=True) == 1.0
     assert score_math("Reasoning ... Answer: 72", "72") == 0.0  # "Answer:" inside a sentence
     assert score_math("Reasoning ... Answer: 72", "72", free_text=True) == 1.0
 

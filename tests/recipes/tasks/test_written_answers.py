@@ -59,7 +59,7 @@ MATH = [
     ("\\boxed{25}", "$\\boxed{25\\%}$", 1.0),  # a bare number is read in the reference's unit
     ("\\boxed{0.25}", "$\\boxed{25\\%}$", 1.0),
     ("<answer>\\frac{1}{2}</answer>", "$\\boxed{0.5}$", 1.0),
-    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "$\\boxed{(1,2)}$", 0.0),
+    ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "$\\boxed{(1,2)}$", 1.0),  # Minerva's
     ("\\boxed{\\sqrt2}", "$\\boxed{\\sqrt{2}}$", 1.0),  # math-verify's equivalences
     ("\\boxed{10^3}", "$\\boxed{1000}$", 1.0),
     ("\\boxed{[1, 2)}", "$\\boxed{[1,2)}$", 1.0),
@@ -142,7 +142,6 @@ FREE_TEXT = [
     ("lighteval/MATH", *row)
     for row in [
         ("The answer is 0.5", "$\\boxed{\\frac{1}{2}}$", 1.0),
-        ("Final Answer: The final answer is $(1,2)$. I hope it is correct.", "$\\boxed{(1,2)}$", 1.0),  # Minerva's
     ]
 ]
 

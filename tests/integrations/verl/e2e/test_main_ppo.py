@@ -36,8 +36,9 @@ ROOT = Path(__file__).resolve().parents[4]
 HERE = Path(__file__).resolve().parent
 SCRIPT = ROOT / "scripts" / "verl_e2e.sh"
 # The last guard against a hung run (supervise.py ends a run whose vLLM engine failed or died within
-# its grace): runs measured 150-230 s on 2-core machines, AVX2 and AVX-512 alike.
-RUN_TIMEOUT_S = 600
+# its grace): runs measured 150-230 s on 2-core machines, AVX2 and AVX-512 alike; a guard, not a speed
+# test, so it leaves a run on a machine at load 10 (several times slower) the time to finish.
+RUN_TIMEOUT_S = 1500
 KILL_GRACE_S = 60  # a run whose vLLM worker is killed must end within this
 PROMPTS, GROUP = 8, 4  # data.train_batch_size, rollout.n of every run here
 ROWS = PROMPTS * GROUP

@@ -1,0 +1,48 @@
+"""The report's Method section: the statistics (`stats`' docstring, one source for code and report) and how each
+figure is measured."""
+
+from __future__ import annotations
+
+from . import stats
+
+
+def method_text() -> str:
+    """The statistical method, as documented in `compare.stats` (one source for code and report)."""
+    doc = stats.__doc__ or ""
+    marker = "Method (also written into every report):"
+    return doc.split(marker, 1)[1].strip() if marker in doc else doc.strip()
+
+
+METHOD_NOTES = [
+    '- The "before" figures of a seed are the same for every strategy (same initial weights), so the '
+    "paired difference of figures after training is also the paired difference of gains.",
+    "- The headline is held-out sampled pass@1: per prompt the share of `--eval-samples` completions sampled at "
+    "the training temperature that the verifier (or `--reward` at `--reward-threshold`) passes, averaged over the "
+    "headline's prompts (the testbed's headline levels; every held-out prompt of your data). The samples are "
+    "seeded, so the same weights give the same figure, and every evaluation point uses the same seed. Greedy "
+    "accuracy is the share of prompts whose greedy completion passes.",
+    "- Completions are counted from TRL's generation schedule (`generation_batch_size` completions every "
+    "`steps_per_generation * num_iterations` micro-steps); completion tokens from TRL's logged mean "
+    "completion length. A strategy with dynamic sampling counts every round it generated "
+    "(`dataflex/dynamic/generated`), one with rollout allocation every pilot and commit "
+    "(`dataflex/alloc/step_generated`, their tokens exactly: `dataflex/alloc/step_generated_tokens`); responses "
+    "an allocation part reused from earlier steps cost no generation and are counted apart (`reused_responses`). "
+    "A `completions:N` budget stops a run at the first step that reaches N, "
+    "a dynamic-sampling step at the first round that reaches it and an allocation step at its next screening "
+    "round, so a run overshoots N by less than one generation (or screening) round. "
+    "Intermediate evaluations are planned in the budget's unit: at N/(k+1), 2N/(k+1), ... "
+    "completions for a completions budget, whatever a step costs each strategy.",
+    "- Optimizer steps are the trainer's. Trained tokens are the completion tokens of the responses the "
+    "strategy kept in the loss (`dataflex/kept_tokens`, logged by the TRL adapter; without a strategy every "
+    "generated response is trained). Generation seconds are the time in TRL's "
+    "`_generate_and_score_completions` (generation, reward scoring, the log-probabilities computed there, the "
+    "strategy's decision, every dynamic-sampling round); update seconds the rest of the training time "
+    "(forward and backward passes, optimizer steps). A cost model's modelled cost is gen_token x generated "
+    "tokens + train_token x trained tokens.",
+    "- Completions per trained signal group: completions generated over the signal groups trained on "
+    "(`dataflex/dynamic/signal_groups` with dynamic sampling; otherwise the generated groups whose rewards "
+    "are not all equal, from TRL's `frac_reward_zero_std`). Completions in zero-signal groups: generated "
+    "completions whose group's rewards were all equal (with dynamic sampling, as the strategy's select "
+    "part judged them, every round included).",
+    "- Runs of one invocation share the machine when `--jobs` > 1, so wall times are comparable only roughly.",
+]

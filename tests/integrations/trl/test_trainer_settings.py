@@ -1,0 +1,73 @@
+"""`check_trl_strategy`: every strategy/setting combination the TRL adapter refuses, in one function that the
+adapter runs when it binds a trainer and that `dataflex compare` runs before anything trains."""
+
+import pytest
+from trl import GRPOTrainer
+
+from dataflex_callbacks import build_strategy
+from dataflex_callbacks.errors import ConfigError, DataFlexError
+from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, DataFlexRLOOCallback
+from dataflex_callbacks.integrations.trl.trainer_settings import TrainerSettings, check_trl_strategy
+
+SCREEN_PILOT_1_SKIPPING = {"pre_select": "skip_zero_variance", "allocation": {"name": "screen", "params": {"pilot": 1}}}
+SCREEN_OF_8 = {"allocation": {"name": "screen", "params": {"group_size": 8}}}
+
+# (strategy, host, settings, what the one line names): every refusal of check_trl_strategy.
+REFUSALS = [
+    ("adaptive", DataFlexCallback, TrainerSettings(8), "allocation 'adaptive'"),
+    ("screen+dump_ucb", DataFlexCallback, TrainerSettings(8), "allocation .* mix part"),
+    ("dapo+dump_ucb", DataFlexCallback, TrainerSettings(8), "dynamic_sampling .* mix part"),
+    (SCREEN_PILOT_1_SKIPPING, DataFlexCallback, TrainerSettings(8), "pre_select part with a pilot of 1"),
+    ("screen", DataFlexCallback, TrainerSettings(2), r"'pilot' must be below the group size \(2\)"),
+    (SCREEN_OF_8, DataFlexCallback, TrainerSettings(4), "group_size=8.*groups of 4"),
+    ("screen", DataFlexCallback, TrainerSettings(5, num_processes=2), "multiple of 2"),
+    ("screen", DataFlexCallback, TrainerSettings(8, environment_factories=True), "environment_factories"),
+    ("dapo", DataFlexCallback, TrainerSettings(8, environment_factories=True), "environment_factories"),
+    ("skip", DataFlexCallback, TrainerSettings(8, shuffle_dataset=False), r"GRPOConfig\(shuffle_dataset=False\)"),
+    ("dump_ucb", DataFlexCallback, TrainerSettings(8, shuffle_dataset=False), "shuffle_dataset=False"),
+    ("dapo", DataFlexRLOOCallback, TrainerSettings(8), "dynamic_sampling .* DataFlexRLOOTrainer"),
+    ("screen", DataFlexRLOOCallback, TrainerSettings(8), "allocation .* DataFlexRLOOTrainer"),
+]
+
+
+@pytest.mark.parametrize("spec, host, settings, named", REFUSALS)
+def test_each_refusal_is_one_line_naming_the_part_and_the_setting(spec, host, settings, named):
+    with pytest.raises(DataFlexError, match=named) as caught:
+        check_trl_strategy(build_strategy(spec), host, settings)
+    assert "\n" not in str(caught.value).strip()
+    with pytest.raises(DataFlexError, match=named):  # the callback's entry point is the same function
+        host.check_strategy(spec, settings)
+
+
+@pytest.mark.parametrize("spec", ["baseline", "screen", "dapo", "skip", "dump_ucb", "screen_greso", "difffilter"])
+def test_what_the_adapter_runs_passes(spec):
+    check_trl_strategy(build_strategy(spec), DataFlexCallback, TrainerSettings(8))
+
+
+def test_the_rules_on_the_strategy_alone_skip_the_settings():
+    """Without settings (``dataflex validate --host trl``) a pilot the group size would refuse passes."""
+    check_trl_strategy(build_strategy("screen"), DataFlexCallback, None)
+    with pytest.raises(ConfigError, match="allocation 'adaptive'"):
+        check_trl_strategy(build_strategy("adaptive"), DataFlexCallback, None)
+
+
+def test_a_check_binds_nothing():
+    strategy = build_strategy("screen")
+    check_trl_strategy(strategy, DataFlexCallback, TrainerSettings(8))
+    assert strategy.allocation.group_size is None
+
+
+def test_the_adapter_refuses_at_build_with_the_same_function(make_trainer):
+    """A trainer built with num_generations=2 refuses `screen` with the message the check gives for its settings."""
+    with pytest.raises(DataFlexError) as expected:
+        check_trl_strategy(build_strategy("screen"), DataFlexCallback, TrainerSettings(2))
+    with pytest.raises(DataFlexError) as built:
+        make_trainer(cls=DataFlexGRPOTrainer, num_generations=2, trainer_kwargs={"strategy": "screen"})
+    assert str(built.value) == str(expected.value)
+
+
+def test_settings_read_from_a_trainer(make_trainer):
+    trainer = make_trainer(cls=GRPOTrainer, num_generations=4, shuffle_dataset=False)
+    assert TrainerSettings.of(trainer) == TrainerSettings(
+        num_generations=4, num_processes=1, shuffle_dataset=False, environment_factories=False, config_name="GRPOConfig"
+    )
