@@ -306,7 +306,7 @@ def reach_cell(reach: StrategyReach) -> str:
             for s, v in reach.per_seed.items()
         )
         mean = _value(float(np.mean(list(bounded.values()))), reach.axis)
-        return f"> {mean} (not reached within the budget in {n - k} of {n} seeds; per seed: {shown})"
+        return f"> {mean} (not reached in {n - k} of {n} seeds; per seed: {shown})"
     interval = reach.interval
     if interval.n < 2:
         return f"{_value(interval.mean, reach.axis)} (interval n/a: needs >= 2 seeds)"
@@ -327,16 +327,16 @@ def ratio_cell(reach: StrategyReach, baseline: str) -> str:
     if ratio is None:
         return f"n/a ({reach.ratio_note})"
     who = "the strategy" if reach.ratio_bound == "lower" else "the baseline"
-    why = f"{who} did not reach it within the budget in seed {_seeds(reach.censored_pairs)}, counted at what it spent"
+    why = f"{who} not reached in seed {_seeds(reach.censored_pairs)}"  # the section's text says what a bound means
     if ratio.n < 2:
         mean = f"{ratio.mean:.2f}"
         if reach.ratio_bound:
             return f"{'>' if reach.ratio_bound == 'lower' else '<'} {mean} ({reach.ratio_bound} bound: {why})"
         return f"{mean} (interval n/a: needs >= 2 seeds)"
     if reach.ratio_bound == "lower":
-        return f"> {ratio.mean:.2f} [{ratio.low:.2f}, inf) (lower bound, low end a bound: {why})"
+        return f"> {ratio.mean:.2f} [{ratio.low:.2f}, inf) (lower bound: {why})"
     if reach.ratio_bound == "upper":
-        return f"< {ratio.mean:.2f} [0, {ratio.high:.2f}] (upper bound, high end a bound: {why})"
+        return f"< {ratio.mean:.2f} [0, {ratio.high:.2f}] (upper bound: {why})"
     return f"{ratio.mean:.2f} [{ratio.low:.2f}, {ratio.high:.2f}]"
 
 

@@ -153,10 +153,10 @@ def baseline_check(settings, records: list[dict]) -> str | None:
         return None
     shown = f"{change.mean:+.3f}" + (f" [{change.low:+.3f}, {change.high:+.3f}]" if change.n >= 2 else "")
     return (
-        f"the baseline `{settings.baseline}` did not clearly learn (headline change {shown} over "
+        f"`{settings.baseline}` (the baseline) did not clearly learn (headline change {shown} over "
         f"{change.n} seed{'s' if change.n != 1 else ''}): check its learning rate (now "
-        f"{settings.base.learning_rate:g}; `--learning-rate`) with short `dataflex run`s at a few rates before "
-        "reading differences between strategies."
+        f"{settings.base.learning_rate:g}; `--learning-rate`), e.g. with `--tune-learning-rates` at a few rates, "
+        "before reading differences between strategies."
     )
 
 

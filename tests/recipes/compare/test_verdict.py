@@ -131,7 +131,7 @@ def test_a_baseline_that_did_not_learn_gets_a_learning_rate_check_and_one_that_l
             r["headline"]["before"] = [0.70, 0.72, 0.70][r["seed"]]
     stuck = verdict_of(tmp_path, records, ["fast"])
     check = [line for line in stuck if "learning rate" in line]
-    assert len(check) == 1 and check[0].startswith("- Next: the baseline `base` did not clearly learn")
+    assert len(check) == 1 and check[0].startswith("- Next: `base` (the baseline) did not clearly learn")
     assert "`--learning-rate`" in check[0]
 
 
