@@ -1,5 +1,6 @@
-"""What a rollout allocator keeps across steps: the run's pilot outcomes (`PassHistory`) and correct responses
-(`ResponseBank`), and the checks that read them back from a checkpoint, each `StateError` naming the field.
+"""What a rollout allocator keeps across steps: the run's pilot outcomes (`PassHistory`), correct responses
+(`ResponseBank`) and evicted prompts (`EvictedPrompts`), and the checks that read them back from a checkpoint,
+each `StateError` naming the field.
 """
 
 from __future__ import annotations
@@ -185,3 +186,33 @@ class ResponseBank:
                 "The checkpoint is damaged: resume from another one"
             )
         self.responses = dict(zip(keys, zip(responses, rewards, strict=True), strict=True))
+
+
+class EvictedPrompts:
+    """The prompts a pilot found solved (every completion correct): Pilot-Commit evicts them, never to draw again.
+
+    Kept in the order they were evicted, so a saved and restored set is the same, key for key. Updated
+    from the gathered pilot tallies, so it is the same on every rank.
+    """
+
+    def __init__(self) -> None:
+        self.keys: dict[Hashable, None] = {}  # an ordered set
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def add(self, keys: Sequence[Any], solved: torch.Tensor) -> None:
+        """Evict ``keys[i]`` where ``solved (P,)`` is True."""
+        for i in torch.nonzero(solved.detach().cpu()).flatten().tolist():
+            self.keys[hashable_key(keys[i])] = None
+
+    def holds(self, keys: Sequence[Any]) -> torch.Tensor:
+        """``(P,)`` bool: each key is evicted."""
+        return torch.tensor([hashable_key(k) in self.keys for k in keys], dtype=torch.bool)
+
+    def state_dict(self) -> dict:
+        return {"keys": list(self.keys)}
+
+    def load_state_dict(self, state: dict) -> None:
+        check_state(state, ("keys",), "EvictedPrompts")
+        self.keys = dict.fromkeys(saved_field(state, "keys", list, "EvictedPrompts"))

@@ -170,6 +170,16 @@ PRESETS: dict[str, tuple[str, dict]] = {
             "pre_select": {"name": "skip_zero_variance", "params": {}},
         },
     ),
+    "pilot_commit": (
+        "Pilot-Commit's decisions: a pilot of G/4 completions per prompt; the rest of the group where the pilot's "
+        "pass rate lies in [0.125, 0.75]; a prompt whose pilot was all correct is evicted (arXiv 2605.26606)",
+        {
+            "allocation": {
+                "name": "screen",
+                "params": {"pilot": 0.25, "rule": "band", "lower": 0.125, "upper": 0.75, "evict": True},
+            }
+        },
+    ),
     "adaptive": (
         "stages of 4 completions per prompt until one is correct, up to 16 (AR3PO arXiv 2509.25808)",
         {"allocation": {"name": "adaptive", "params": {}}},

@@ -13,6 +13,7 @@ import torch
 import torch.distributed as dist
 
 from dataflex_callbacks import build_strategy
+from dataflex_callbacks.components.allocation import ScreenAllocator
 from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
 
 PASS_RATES = [0.0, 1.0, 0.5, 0.3, 0.9, 0.0, 0.6, 1.0]
@@ -22,7 +23,7 @@ GROUP_SIZE = 6
 def run_steps(strategy, steps, rank: int = 0, world: int = 1) -> list[dict]:
     """Each step: 8 prompts (keys shared with the step before, so the history matters); the decisions, JSON-able."""
     allocator = strategy.allocation
-    if allocator.group_size is None and hasattr(allocator, "pilot"):
+    if allocator.group_size is None and isinstance(allocator, ScreenAllocator):
         allocator.bind_group_size(GROUP_SIZE)
     rates = torch.tensor(PASS_RATES, dtype=torch.float64)
     decisions = []
@@ -51,11 +52,17 @@ def run_steps(strategy, steps, rank: int = 0, world: int = 1) -> list[dict]:
     return decisions
 
 
-def run_two_ranks(out) -> list[dict]:
-    """Run this script as two gloo processes writing into the folder ``out``; each rank's record, rank order."""
+def run_two_ranks(out, spec="screen_posterior") -> list[dict]:
+    """Run this script as two gloo processes writing into the folder ``out`` with the strategy ``spec`` (a preset name
+    or a config dict); each rank's record, rank order."""
     from processes import run_ranks
 
-    run_ranks([[os.path.abspath(__file__), str(rank), "2", os.path.join(out, "init"), str(out)] for rank in range(2)])
+    run_ranks(
+        [
+            [os.path.abspath(__file__), str(rank), "2", os.path.join(out, "init"), str(out), json.dumps(spec)]
+            for rank in range(2)
+        ]
+    )
     ranks = []
     for rank in range(2):
         with open(os.path.join(out, f"rank{rank}.json")) as f:
@@ -63,10 +70,10 @@ def run_two_ranks(out) -> list[dict]:
     return ranks
 
 
-def main(rank: int, world: int, init_file: str, out: str) -> None:
+def main(rank: int, world: int, init_file: str, out: str, spec: str) -> None:
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    decisions = run_steps(build_strategy("screen_posterior"), range(3), rank, world)
+    decisions = run_steps(build_strategy(json.loads(spec)), range(3), rank, world)
     shapes = [[len(counts) for counts in step["asked"]] + [step["rows"]] for step in decisions]
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump({"decisions": decisions, "shapes": shapes}, f)
@@ -74,4 +81,4 @@ def main(rank: int, world: int, init_file: str, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5])

@@ -14,6 +14,9 @@ generation batch, G = ``num_generations``). Each screening round:
    which pilots commit, keeps the first ``need`` of them, and generates their ``G - k`` further
    completions, again by TRL's method (``num_generations = G - k``).
 
+With ``evict``, a candidate the allocator evicted (an earlier pilot of it was all correct) is dropped before its
+pilot and replaced from the stream (``alloc/step_evicted_drops``).
+
 A committed prompt's k pilot rows and G - k commit rows form one group of G. The screening rounds
 repeat until B groups are in hand; the last one allowed (``max_screens``) commits whatever prompts
 the step still needs, the rule's first (``alloc/forced_groups`` counts the others). The batch TRL
@@ -82,7 +85,11 @@ def check_allocation(settings, strategy) -> None:
         )
     if strategy.mix_enabled:
         raise ConfigError(NOT_SUPPORTED.format(what="a strategy with a mix part", fix="drop the mix part"))
-    if strategy.skips_prompts and allocator.pilot < 2:
+    if settings is not None:
+        pilot: int | None = allocator.pilot_for(settings.num_generations)
+    else:  # a fraction of the group is known only with the trainer's num_generations
+        pilot = allocator.pilot if allocator.pilot_fraction is None else None
+    if strategy.skips_prompts and pilot is not None and pilot < 2:
         raise ConfigError(
             NOT_SUPPORTED.format(
                 what="a pre_select part with a pilot of 1 completion (pre_select learns which prompts to skip from "
@@ -95,7 +102,7 @@ def check_allocation(settings, strategy) -> None:
     if settings.environment_factories:
         raise ConfigError(NOT_SUPPORTED.format(what="environment_factories", fix="drop the allocation part"))
     copy.deepcopy(allocator).bind_group_size(settings.num_generations)  # the pilot and group_size rules, unbound
-    remaining, processes = settings.num_generations - allocator.pilot, settings.num_processes
+    remaining, processes = settings.num_generations - pilot, settings.num_processes
     if remaining % processes:
         raise ConfigError(
             NOT_SUPPORTED.format(
@@ -173,6 +180,7 @@ class Allocation:
         processes) the step generated so far; False makes that round the step's last (it commits what the step
         still needs, as ``max_screens`` does). Must answer alike on every rank."""
         self._step_tokens: float | None = None  # completion tokens the step generated, while TRL reports them
+        self._evicted_drops = 0  # drawn prompts dropped this step before their pilot, as evicted
 
     def bind(
         self,
@@ -204,9 +212,25 @@ class Allocation:
         count = self.allocator.candidates_for(need, last)
         while (count * self.allocator.pilot) % processes:
             count += 1
-        if len(prompts) < count:
-            prompts = prompts + self.stream.draw(count - len(prompts))
+        prompts, barren = self._unevicted(prompts), 0
+        while len(prompts) < count:
+            drawn = self.stream.draw(count - len(prompts))
+            kept = self._unevicted(drawn)
+            barren = 0 if kept else barren + len(drawn)
+            if barren > (self.stream.size or self.stream.STREAM_SHUFFLE_BUFFER):
+                raise ConfigError(
+                    f"allocation 'screen' with evict: {barren} prompts drawn in a row were all evicted (their pilots "
+                    f"were all correct; {len(self.allocator.evictions)} evicted so far): the train dataset has no "
+                    "prompt left to screen. Train on harder prompts, or set evict: false"
+                )
+            prompts = prompts + kept
         return prompts[:count]
+
+    def _unevicted(self, prompts: list) -> list:
+        """``prompts`` without those the allocator evicted (`ScreenAllocator.evicted`); counts the dropped ones."""
+        evicted = self.allocator.evicted([row_key(row, self.prompt_key_column) for row in prompts]).tolist()
+        self._evicted_drops += sum(evicted)
+        return [row for row, out in zip(prompts, evicted, strict=True) if not out]
 
     def generate(self, trainer, score_round: Callable, inputs: list) -> tuple[list, dict, torch.Tensor, dict]:
         """Run one step's screening rounds from TRL's drawn ``inputs``; return what the step trains on.
@@ -227,7 +251,7 @@ class Allocation:
         max_screens = self.allocator.max_screens
         groups: list[list[dict]] = []
         forced = declined = screens = generated = 0
-        self._step_tokens = 0.0
+        self._step_tokens, self._evicted_drops = 0.0, 0
         candidates = drawn
         while len(groups) < wanted:
             need, last = wanted - len(groups), screens + 1 >= max_screens
@@ -268,6 +292,8 @@ class Allocation:
         metrics = self.allocator.metrics()
         metrics.update({"alloc/screens": float(screens), "alloc/forced_groups": float(forced)})
         metrics["alloc/declined_prompts"] = float(declined)
+        if self.allocator.evict:
+            metrics["alloc/step_evicted_drops"] = float(self._evicted_drops)
         if self._step_tokens is not None:
             metrics["alloc/step_generated_tokens"] = self._step_tokens
         return inputs[local], {key: value[local] for key, value in output.items()}, rewards_per_func, metrics
