@@ -413,6 +413,20 @@ def component_spec(spec: Any, where: str) -> dict:
     return {"name": name, "params": params}
 
 
+def pre_select_spec(spec: Any) -> dict:
+    """``pre_select``'s component spec -> ``{name, params, refill}``: ``refill`` is the part's own key, not a param."""
+    refill = True
+    if isinstance(spec, Mapping) and "refill" in spec:
+        spec = dict(spec)
+        refill = spec.pop("refill")
+        if not isinstance(refill, bool):
+            raise ConfigError(
+                f"pre_select.refill must be true or false (false: a skipped prompt is not replaced, the step trains "
+                f"on fewer groups); got {refill!r}"
+            )
+    return {**component_spec(spec, "pre_select"), "refill": refill}
+
+
 def _section(config: Mapping, key: str, cls: type) -> Any:
     """The part ``key`` of ``config`` as its dataclass ``cls`` (None when absent): keys checked, defaults filled."""
     if config.get(key) is None:
@@ -453,7 +467,7 @@ def _typed(config: Mapping) -> StrategyConfig:
         )
     typed = StrategyConfig(**{k: config[k] for k in ("nan_policy", "name", "domain_key") if k in config})
     pre_select = config.get("pre_select")
-    typed.pre_select = None if pre_select is None else component_spec(pre_select, "pre_select")
+    typed.pre_select = None if pre_select is None else pre_select_spec(pre_select)
     allocation = config.get("allocation")
     typed.allocation = None if allocation is None else component_spec(allocation, "allocation")
     typed.select = _section(config, "select", SelectConfig)

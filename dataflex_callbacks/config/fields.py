@@ -215,7 +215,8 @@ class StrategyConfig:
         None,
         paper="GRESO arXiv 2506.02177",
         help="pre-rollout prompt skipping, before generation (skip_predicted or skip_zero_variance); None: every drawn "
-        "prompt is generated",
+        "prompt is generated. Its key refill (default true): a skipped prompt is replaced by the next one the sampler "
+        "draws; false: it is not replaced, and the step trains on fewer groups at fewer completions (TRL GRPOTrainer)",
     )
     allocation: ComponentSpec | None = config_field(
         None,

@@ -33,9 +33,10 @@ def step_record(step: int, logs: dict, domains: list[str]) -> dict:
     return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in record.items()}
 
 
-GENERATED_KEYS = ("dataflex/dynamic/generated", "dataflex/alloc/step_generated")
+GENERATED_KEYS = ("dataflex/dynamic/generated", "dataflex/alloc/step_generated", "dataflex/pre_select/step_generated")
 """The step's generated completions, every round, logged by a strategy part that generates more than TRL's schedule:
-dynamic sampling (its rounds) and rollout allocation (its pilots and commits; never both, the two are refused together).
+dynamic sampling (its rounds), rollout allocation (its pilots and commits) and a ``pre_select`` part with
+``refill: false`` (only the kept prompts); the three are refused together.
 `logged_generated` reads them."""
 GENERATED_TOKENS_KEY = "dataflex/alloc/step_generated_tokens"
 """The completion tokens of every completion the step generated (pilots and commits), logged by the TRL adapter for a

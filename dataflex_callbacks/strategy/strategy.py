@@ -214,6 +214,13 @@ class Strategy:
         return self.pre_select is not None
 
     @property
+    def refills_prompts(self) -> bool:
+        """Whether a prompt the ``pre_select`` part skips is replaced by another draw (``pre_select.refill``, default
+        true); False: the host generates only the prompts it keeps and trains a step of fewer groups."""
+        spec = self.config.pre_select
+        return spec is None or bool(spec.get("refill", True))
+
+    @property
     def wants_completion_ids(self) -> bool:
         """Whether the ``pre_select`` part reads the completions' token ids (its noise check)."""
         return self.pre_select is not None and bool(getattr(self.pre_select, "noise_check", False))
@@ -242,6 +249,12 @@ class Strategy:
         """Draw ``need`` prompts the ``pre_select`` part accepts from a host's `PromptSource`: the one acceptance
         loop of every host (`components.prompt_acceptance.accept_from`); ``record=False`` leaves the report to
         the caller (`record_prompt_draws`)."""
+        if not self.refills_prompts:
+            raise ConfigError(
+                f"strategy {self.name!r}: pre_select.refill=false (a skipped prompt is not replaced) runs in the TRL "
+                "GRPOTrainer adapter only; this host refills every skipped prompt. Set pre_select.refill to true, or "
+                "train with DataFlexGRPOTrainer"
+            )
         return accept_from(source, self._prompt_filter("accept_from"), need, rng, record=record)
 
     def record_prompt_draws(self, keys: Sequence[Hashable], skipped: int) -> None:

@@ -31,6 +31,11 @@ def async_fields(domains: bool) -> set[str]:
 def check_async_strategy(strategy) -> None:
     """Refuse, in one line naming the part, what cannot run on the samples an ``AsyncGRPOTrainer`` consumes."""
     host = "TRL's AsyncGRPOTrainer"
+    if not strategy.refills_prompts:
+        raise ConfigError(
+            f"dataflex: pre_select.refill=false is not supported by {host}: its prompt feed refills every skipped "
+            "prompt; set pre_select.refill to true, or use DataFlexGRPOTrainer"
+        )
     if strategy.allocation is not None and not isinstance(strategy.allocation, ScreenAllocator):
         raise ConfigError(
             f"dataflex: allocation {strategy.allocation.name!r} is not supported by {host}: its groups differ in size "

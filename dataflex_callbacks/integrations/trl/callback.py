@@ -18,15 +18,13 @@ six trainer methods (`HOOKS`: wrapped by `attach`, overridden by `DataFlexTraine
   ``pre_select`` part), a `DomainMixingSampler` with ``RepeatSampler``'s layout replaces TRL's
   sampler (see `sampling`).
 
-The callback hooks themselves log nothing extra: metrics go into TRL's own ``_metrics``, so
-they appear in TRL's logs (``dataflex/kept_frac``, ``dataflex/kept_tokens``, ``dataflex/mix/target/<domain>``,
-``dataflex/pre_select/skipped_prompts``, ...) on every logging step, and the strategy and
-sampler states are written into each checkpoint folder by ``on_save``.
+The hooks log into TRL's own ``_metrics`` (``dataflex/kept_frac``, ``dataflex/kept_tokens``,
+``dataflex/mix/target/<domain>``, ``dataflex/pre_select/skipped_prompts``, ...), shown on every logging step;
+``on_save`` writes the strategy and sampler states into each checkpoint folder.
 
-What differs between TRL trainers is declared on the callback class, so a host is a small
-subclass: `DataFlexCallback.host_class` and ``trainer_name`` (which trainer, named in messages),
-`DataFlexCallback.loss_aggregation` (how the loss is normalised), and
-`DataFlexCallback.remove_dropped` (how a dropped row leaves the loss).
+What differs between TRL trainers is declared on the callback class, so a host is a small subclass:
+`DataFlexCallback.host_class` and ``trainer_name`` (which trainer, named in messages), ``loss_aggregation``
+(how the loss is normalised), and `DataFlexCallback.remove_dropped` (how a dropped row leaves the loss).
 """
 
 from __future__ import annotations
@@ -63,6 +61,7 @@ from dataflex_callbacks.host.zero_rewards import ZeroRewardWatch
 
 from .allocation import Allocation
 from .dynamic import DynamicSampling
+from .fewer_groups import STEP_SCALE_KEY, FewerGroups
 from .lifecycle import StrategyCallback
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import DEFAULT_DOMAIN_SOURCE, check_sampling_dataset, grpo_mixing_sampler, row_key
@@ -128,10 +127,14 @@ class DataFlexCallback(StrategyCallback):
     supports_dynamic_sampling = True
     """Whether this host runs a strategy's ``dynamic_sampling`` part (`dynamic.DynamicSampling`)."""
 
+    supports_fewer_groups = True
+    """Whether this host runs ``pre_select.refill: false`` (`fewer_groups.FewerGroups`)."""
+
     def __init__(self, strategy: Any, **options: Any):
         super().__init__(strategy, **options)
         self.dynamic: DynamicSampling | None = self._dynamic_sampling()
         self.allocation: Allocation | None = self._allocation()
+        self.fewer = None if self.strategy.refills_prompts else FewerGroups(self.strategy)  # checked above
         self.last_decision = None
         self._domains_seen: list[str] | None = None
         self._reward_index: int | None = None
@@ -262,6 +265,9 @@ class DataFlexCallback(StrategyCallback):
             self.allocation = self._allocation()
         if self.allocation is not None:
             self.allocation.bind(trainer, self.domain_key, self.options.prompt_key_column, self._reward_index)
+        self.fewer = None if self.strategy.refills_prompts else FewerGroups(self.strategy)  # attach() may replace it
+        if self.fewer is not None:
+            self.fewer.bind(trainer, self.domain_key, self.options.prompt_key_column, stream=is_stream(dataset))
         self.strategy.bind_selection_reward(
             f"{self.trainer_name}(..., selection_reward=<one of the trainer's reward_func_names>)"
             " or attach(trainer, strategy, selection_reward=...)"
@@ -326,6 +332,12 @@ class DataFlexCallback(StrategyCallback):
             self._apply_strategy(trainer, inputs, output, extra_metrics=metrics)
             self._gathered_rewards = None
             return output
+        if self.fewer is not None:  # only the prompts pre_select keeps are generated; fillers keep TRL's shapes
+            kept_inputs = self.fewer.choose(trainer, inputs)
+            output, self._gathered_rewards = self._scored_round(original, kept_inputs)
+            self._apply_strategy(trainer, kept_inputs, output, padded_rows=len(inputs))
+            self._gathered_rewards = None
+            return output
         output, rewards_per_func = self._scored_round(original, inputs)
         signal, dynamic_metrics = None, None
         if self.dynamic is not None:
@@ -382,11 +394,13 @@ class DataFlexCallback(StrategyCallback):
         output: dict,
         signal: torch.Tensor | None = None,
         extra_metrics: dict | None = None,
+        padded_rows: int | None = None,
     ) -> None:
         """Decide on the global batch and write the decision into this rank's rows of ``output``.
 
         ``signal`` ``(N,)`` bool, when given, drops the rows outside it too (zero-signal groups
-        filling a short dynamic-sampling step); ``extra_metrics`` are logged and recorded with the decision's.
+        filling a short dynamic-sampling step); ``extra_metrics`` are logged and recorded with the decision's;
+        ``padded_rows``: ``output`` holds the kept groups of a step of fewer groups, filled up to these rows here.
         """
         accelerator = trainer.accelerator
         batch, rewards = self._rollout_batch(trainer, inputs, output, self._gathered_rewards)
@@ -410,7 +424,10 @@ class DataFlexCallback(StrategyCallback):
         )
         if signal is not None:
             decision = restrict_rows(decision, signal.to(decision.keep.device))
-
+        prompt_keys = list(batch.prompt_keys)
+        if padded_rows is not None:
+            decision, batch, rewards, fewer_metrics = self.fewer.fill(trainer, output, padded_rows, decision, batch)
+            extra_metrics = {**(extra_metrics or {}), **fewer_metrics}
         self.write_decision(trainer, output, decision, batch, rewards)
         self.last_decision = decision
         self.summary.update(batch, decision)
@@ -422,7 +439,7 @@ class DataFlexCallback(StrategyCallback):
                     "keep": decision.keep.detach().cpu(),
                     "weights": decision.weights.detach().cpu(),
                     "metrics": dict(decision.metrics),
-                    "prompt_keys": list(batch.prompt_keys),
+                    "prompt_keys": prompt_keys,
                     "rewards": rewards.detach().cpu(),
                     "dynamic": dict(extra_metrics or {}),
                 }
@@ -483,7 +500,9 @@ class DataFlexCallback(StrategyCallback):
         aggregation = self.loss_aggregation(trainer)
         if aggregation in ROW_NORMALISED:
             keep = inputs[KEEP_KEY]
-            scale = removal_scale(aggregation, keep.numel(), keep.sum())
+            scale = inputs.get(STEP_SCALE_KEY)  # a step of fewer groups: the mean over its kept rows
+            if scale is None:
+                scale = removal_scale(aggregation, keep.numel(), keep.sum())
             loss = loss * scale.to(device=loss.device, dtype=loss.dtype)
         return loss
 
@@ -568,11 +587,10 @@ class DataFlexCallback(StrategyCallback):
     def train_sampler(self, trainer, original: Callable, dataset=None):
         """Wraps ``_get_train_sampler``: a `DomainMixingSampler` when the strategy chooses prompts before rollout.
 
-        A strategy with a ``mix`` part (domain proportions) or a ``pre_select`` part (skip prompts
-        predicted to give no signal) gets a sampler with TRL's ``RepeatSampler`` layout, driven
-        by the strategy (see `sampling.grpo_mixing_sampler`); any other strategy keeps TRL's sampler.
+        A ``mix`` part or a refilling ``pre_select`` part gets a sampler with TRL's ``RepeatSampler`` layout, driven by
+        the strategy (`sampling.grpo_mixing_sampler`); any other strategy keeps TRL's sampler (the baseline's stream).
         """
-        if not acts_before_rollout(self.strategy):
+        if not acts_before_rollout(self.strategy) or self.fewer is not None:
             return original(dataset)
         dataset = trainer.train_dataset if dataset is None else dataset
         self.sampler = grpo_mixing_sampler(

@@ -50,6 +50,7 @@ class DataFlexRLOOCallback(DataFlexCallback):
         "loss off with RLOOConfig(router_aux_loss_coef=0.0)."
     )
     supports_dynamic_sampling = False
+    supports_fewer_groups = False
 
     def loss_aggregation(self, trainer) -> str:
         """``"sequence_mean"``: the one RLOO loss the adapter knows; a ``loss_type`` on the trainer is refused."""

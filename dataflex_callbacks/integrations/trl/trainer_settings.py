@@ -18,6 +18,7 @@ from dataflex_callbacks.host import acts_before_rollout, grpo_fields
 
 from .allocation import check_allocation
 from .dynamic import check_dynamic_sampling
+from .fewer_groups import check_fewer_groups
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ def check_trl_strategy(strategy: Any, host: type, settings: TrainerSettings | No
                 "(docs/allocation.md)"
             )
         check_allocation(settings, strategy)
+    check_fewer_groups(settings, strategy, host)
     strategy.check_host(grpo_fields(domains=True), host=f"the TRL {host.host_class.__name__}")
     if settings is not None:
         check_shuffle(settings, strategy)

@@ -1,0 +1,183 @@
+"""Steps of fewer groups in TRL's GRPOTrainer: a prompt ``pre_select`` skips is not replaced (``refill: false``).
+
+With ``refill`` on (the default) TRL's sampler is replaced by a `DomainMixingSampler` that draws a replacement for
+every skipped prompt, so a step generates as much as without the filter. With ``refill: false`` TRL's own sampler
+draws the step's B prompts (the baseline's stream) and `FewerGroups`, inside the adapter's wrapper of
+``_generate_and_score_completions``:
+
+1. runs the ``pre_select`` acceptance rule once over the B drawn prompts (`Strategy.accept_prompts`, one uniform each,
+   seeded from ``(args.seed, global_step)``, identical on every rank) and keeps K of them: at least one (TRL builds its
+   batch from generated rows), and K * G a multiple of the processes (each takes an equal share), the first skipped
+   prompts taking the missing places;
+2. generates only the K kept prompts' G completions, by TRL's own scoring, so their rewards, advantages (every
+   ``scale_rewards``) and old log-probs are those of a step whose batch is these K groups;
+3. fills TRL's fixed shapes (B * G rows) with copies of generated rows (`pad`), masked out of the loss (keep False,
+   weight 0): they cost a forward and backward pass of the policy, no generation, and no reward call;
+4. normalises the loss so that the K groups make a full update (`STEP_SCALE_KEY`, read by the callback's loss):
+
+===========================  ====================================================================================
+loss_type (aggregation)      normaliser of the step with fillers
+===========================  ====================================================================================
+grpo, sapo, luspo, dr_grpo   TRL's per-row normaliser, times ``R / K_rows`` over the generation batch (R: its rows,
+(row-normalised)             K_rows: its rows kept, every process): the step's loss is the mean over its kept rows,
+                             however TRL's shuffle spreads the fillers over micro-batches and processes
+dapo, cispo, vespo           ``num_items_in_batch`` recounted over kept tokens only (as for any dropped row)
+bnpo                         TRL's own: each micro-batch's kept tokens. Exact when a generation batch is one
+                             micro-batch per process; otherwise a micro-batch of fillers only adds nothing (use dapo)
+===========================  ====================================================================================
+
+The completions a step generated are logged as ``dataflex/pre_select/step_generated`` (K * G, every process), which
+`dataflex run` and `dataflex compare`'s budget count (`recipes.completion_accounting.GENERATED_KEYS`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import torch
+
+from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+
+from .sampling import row_key
+
+STEP_SCALE_KEY = "dataflex_step_scale"
+"""0-dim entry of TRL's batch dict: the row-normalised loss's ``R / K_rows`` of its generation batch."""
+
+NOT_SUPPORTED = "pre_select.refill=false in the TRL adapter does not support {what}; {fix}"
+
+
+def check_fewer_groups(settings, strategy, host) -> None:
+    """Refuse, in one line naming the setting, what a step of fewer groups cannot run (``settings`` None: the rules on
+    the strategy alone)."""
+    if strategy.refills_prompts:
+        return
+    refusals = (
+        (not host.supports_fewer_groups, f"the {host.trainer_name}", "use DataFlexGRPOTrainer"),
+        (strategy.mix_enabled, "a mix part (its sampler refills by domain)", "drop the mix part"),
+        (strategy.config.dynamic_sampling is not None, "a dynamic_sampling part (it refills)", "drop it"),
+        (strategy.allocation is not None, "an allocation part (its screening refills)", "drop it"),
+        (settings is not None and settings.environment_factories, "environment_factories", "drop them"),
+    )
+    for refused, what, fix in refusals:
+        if refused:
+            raise ConfigError(NOT_SUPPORTED.format(what=what, fix=f"{fix}, or set pre_select.refill to true"))
+
+
+class FewerGroups:
+    """Skip without refilling: choose the kept prompts of TRL's drawn batch, pad TRL's batch, spread the decision.
+
+    Args:
+        strategy: the bound strategy; its ``pre_select`` part has ``refill: false``.
+    """
+
+    def __init__(self, strategy):
+        self.strategy = strategy
+        self.domain_key: str | None = None
+        self.prompt_key_column: str | None = None
+        self._kept: torch.Tensor | None = None  # (B,) bool, the step's kept prompts, between choose and spread
+
+    def bind(self, trainer, domain_key: str | None, prompt_key_column: str | None, stream: bool = False) -> None:
+        """Remember the columns naming a prompt and its domain; a skipped prompt saves ``num_generations``.
+
+        ``stream``: the train dataset is an iterable one, refused (TRL's own sampler draws the step's prompts).
+        """
+        if stream:
+            raise ConfigError(
+                NOT_SUPPORTED.format(
+                    what="a streamed train dataset",
+                    fix="load the data as a datasets.Dataset, or set pre_select.refill to true",
+                )
+            )
+        self.domain_key, self.prompt_key_column = domain_key, prompt_key_column
+        self.strategy.set_completions_per_prompt(trainer.num_generations)
+
+    def choose(self, trainer, inputs: list) -> list:
+        """This rank's rows of the kept prompts (each ``num_generations`` times), from TRL's drawn ``inputs``."""
+        accelerator, generations = trainer.accelerator, trainer.num_generations
+        rows = _gathered_inputs(accelerator, inputs)
+        drawn = rows[::generations]
+        keys = [row_key(row, self.prompt_key_column) for row in drawn]
+        labels = [self._domain(row) for row in drawn]
+        rng = np.random.default_rng([int(trainer.args.seed), int(trainer.state.global_step), 0xF3])
+        accepted = self.strategy.accept_prompts(keys, len(drawn), rng, labels=labels).accepted
+        kept = np.zeros(len(drawn), dtype=bool)
+        kept[accepted] = True
+        processes = accelerator.num_processes
+        for index in np.flatnonzero(~kept):  # at least one group; K * G rows split evenly over processes
+            if kept.any() and (int(kept.sum()) * generations) % processes == 0:
+                break
+            kept[index] = True
+        self.strategy.record_prompt_draws([keys[i] for i in np.flatnonzero(kept)], int((~kept).sum()))
+        self._kept = torch.from_numpy(kept)
+        chosen = [row for i in np.flatnonzero(kept) for row in rows[i * generations : (i + 1) * generations]]
+        per_rank = len(chosen) // processes
+        return chosen[accelerator.process_index * per_rank : (accelerator.process_index + 1) * per_rank]
+
+    def pad(self, output: dict, local_rows: int) -> None:
+        """Fill this rank's ``output`` (its generated rows) up to TRL's ``local_rows`` with copies of its first row,
+        advantage 0 (in place); `spread` masks them out of the loss."""
+        generated = output["completion_mask"].shape[0]
+        extra = local_rows - generated
+        for key, value in output.items():
+            if not isinstance(value, torch.Tensor):
+                if value is None:
+                    continue
+                raise ConfigError(
+                    NOT_SUPPORTED.format(what=f"TRL batches with the non-tensor key {key!r}", fix="drop that input")
+                )
+            if value.dim() >= 1 and value.shape[0] == generated:
+                output[key] = torch.cat([value, value[:1].expand(extra, *value.shape[1:])])
+        output["advantages"][generated:] = 0
+
+    def fill(self, trainer, output: dict, local_rows: int, decision, batch: RolloutBatch):
+        """Pad ``output`` to ``local_rows`` (`pad`) and lay the K kept groups' decision, batch and ``(N,)`` rewards out
+        on TRL's padded batch (fillers: keep False, weight 0, a group of their own); set `STEP_SCALE_KEY`; return
+        them with the step's metrics (completions generated, groups kept)."""
+        self.pad(output, local_rows)
+        accelerator, generations = trainer.accelerator, trainer.num_generations
+        kept = self._kept
+        total = kept.numel() * generations
+        generated = int(kept.sum()) * generations
+        per_rank, kept_per_rank = total // accelerator.num_processes, generated // accelerator.num_processes
+        real = torch.arange(generated)
+        index = (real // kept_per_rank) * per_rank + real % kept_per_rank
+
+        def put(values: torch.Tensor | None) -> torch.Tensor | None:
+            if values is None:
+                return None
+            out = values.new_zeros((total, *values.shape[1:]))
+            out[index.to(values.device)] = values
+            return out
+
+        padded = dataclasses.replace(
+            decision,
+            keep=put(decision.keep),
+            weights=put(decision.weights),
+            token_keep=put(decision.token_keep),
+            response_weights=put(decision.response_weights),
+        )
+        group_ids = torch.arange(total) // generations + int(batch.group_ids.max()) + 1
+        group_ids[index] = batch.group_ids.cpu()
+        padded_batch = RolloutBatch(
+            rewards=put(batch.rewards), group_ids=group_ids, completion_mask=put(batch.completion_mask)
+        )
+        kept_rows = int(padded.keep.sum())
+        scale = total / kept_rows if kept_rows else 0.0
+        output[STEP_SCALE_KEY] = torch.tensor(scale, device=output["advantages"].device)
+        metrics = {"pre_select/step_generated": float(generated), "pre_select/step_groups": float(kept.sum())}
+        return padded, padded_batch, put(batch.rewards), metrics
+
+    def _domain(self, row: Mapping[str, Any]) -> str:
+        return str(row[self.domain_key]) if self.domain_key is not None and self.domain_key in row else NO_DOMAIN
+
+
+def _gathered_inputs(accelerator, inputs: list) -> list:
+    if accelerator.num_processes == 1:
+        return list(inputs)
+    from accelerate.utils import gather_object
+
+    return gather_object(list(inputs))
