@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from dataflex_callbacks import build_strategy
+from dataflex_callbacks import build_strategy, registry
 from dataflex_callbacks.components.pre_select import PreSelectFilter
 from dataflex_callbacks.config import load_config
 from dataflex_callbacks.errors import ConfigError
@@ -20,7 +20,6 @@ from dataflex_callbacks.registry import register
 from .loss_checks import loss_and_grad
 
 
-@register("pre_select", "skip_odd_lengths")
 class SkipOddLengths(PreSelectFilter):
     """Skips every prompt whose key has an odd length: a fixed, known share of the drawn prompts."""
 
@@ -29,6 +28,14 @@ class SkipOddLengths(PreSelectFilter):
 
     def observe(self, batch, step, sync=False):
         return self.metrics()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def skip_odd_lengths_registered():
+    """Registered while this module's tests run, then removed: the other tests' registry stays the built-in one."""
+    register("pre_select", "skip_odd_lengths")(SkipOddLengths)
+    yield
+    registry._REGISTRY["pre_select"].pop("skip_odd_lengths", None)
 
 
 def code_parity_reward(completions, **kwargs):
