@@ -11,19 +11,11 @@ import pytest
 WORKER = os.path.join(os.path.dirname(__file__), "ddp_worker.py")
 
 
-def run_two_ranks(tmp_path, mode):
-    """Run ddp_worker.py on 2 CPU processes; returns both ranks' records."""
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node",
-        "2",
-        WORKER,
-        str(tmp_path),
-        mode,
-    ]
+def run_two_ranks(tmp_path, mode=None, worker=WORKER):
+    """Run ``worker`` (ddp_worker.py, in ``mode``) on 2 CPU processes; returns both ranks' records
+    (``rank<r>.json`` in ``tmp_path``, which the worker gets as its first argument)."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2", worker]
+    command += [str(tmp_path)] + ([] if mode is None else [mode])
     env = dict(os.environ, OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1", HF_HUB_DISABLE_TELEMETRY="1")
     # A hang (a collective one rank skips) shows up as this timeout instead of a stuck test session;
     # the workers get their own process group so a timeout ends all of them.
