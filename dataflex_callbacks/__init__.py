@@ -8,6 +8,7 @@ through `register` or by its import path; ``dataflex_callbacks.testing`` checks 
 """
 
 from dataflex_callbacks.components.allocation import Allocator  # importing it registers the built-in allocators
+from dataflex_callbacks.components.allocation_rounds import AllocationRounds
 from dataflex_callbacks.components.pre_select import PreSelectFilter  # importing it registers the built-in filters
 from dataflex_callbacks.components.reweighters import Reweighter
 from dataflex_callbacks.components.scorers import Scorer
@@ -42,7 +43,6 @@ from dataflex_callbacks.mixing.mixers import Mixer
 from dataflex_callbacks.mixing.tracker import DomainTracker
 from dataflex_callbacks.registry import build_component, list_components, register
 from dataflex_callbacks.rollout.batch import RolloutBatch
-from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
 from dataflex_callbacks.sampling.dynamic_sampling import SignalGroupBuffer, SignalGroups, signal_rows
 from dataflex_callbacks.sampling.sampler import DomainMixingSampler
 from dataflex_callbacks.strategy.strategy import Decision, Strategy, build_strategy

@@ -4,7 +4,8 @@
 Importing this package registers the built-in ones.
 """
 
-from dataflex_callbacks.components.allocation import AdaptiveAllocator, Allocator, ScreenAllocator
+from dataflex_callbacks.components.allocation import Allocator, ScreenAllocator
+from dataflex_callbacks.components.allocation_adaptive import AdaptiveAllocator
 from dataflex_callbacks.components.history import PromptHistory
 from dataflex_callbacks.components.pre_select import PreSelectFilter, SkipPredictedFilter, SkipZeroVarianceFilter
 from dataflex_callbacks.components.reweighters import Reweighter

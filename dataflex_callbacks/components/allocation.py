@@ -24,6 +24,7 @@ decision. Round 0 of a prompt is its *pilot*; every later round of it is a *comm
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
@@ -35,7 +36,6 @@ from dataflex_callbacks._plain_values import plain_scalar
 from dataflex_callbacks.components.allocation_memory import (
     EvictedPrompts,
     PassHistory,
-    ResponseBank,
     saved_field,
     saved_numbers,
     shown,
@@ -174,6 +174,24 @@ def _counters(values: Any, name: str, what: str) -> dict[str, float]:
     return dict(zip(COUNTERS, saved_numbers([values[n] for n in COUNTERS], len(COUNTERS), name, what), strict=True))
 
 
+class AllocatorNeeds(NamedTuple):
+    """What an allocator declares a host must do (its class attributes): hosts read this, never its class.
+
+    ``name``: its registered name; ``equal_groups``, ``reuses_responses``, ``rounds_per_step``: as `Allocator` declares.
+    """
+
+    name: str
+    equal_groups: bool
+    reuses_responses: bool
+    rounds_per_step: int | None
+
+    @classmethod
+    def of(cls, allocator: Allocator | type[Allocator]) -> AllocatorNeeds:
+        """The declarations of an allocator (or of its class)."""
+        kind = allocator if isinstance(allocator, type) else type(allocator)
+        return cls(kind.name, bool(kind.equal_groups), bool(kind.reuses_responses), kind.rounds_per_step)
+
+
 @register_base("allocation")
 class Allocator(Component):
     """Base class of rollout allocators: how many further completions each prompt of a step gets, round by round.
@@ -191,6 +209,16 @@ class Allocator(Component):
     name = "allocation"
     paper = ""
     """The papers the rule comes from, for `dataflex list` and the docs."""
+    equal_groups = True
+    """Declared: every group it trains holds exactly the host's group size (a host whose batch holds G completions
+    per prompt, TRL's, runs only such an allocator). False: groups differ in size (AR3PO)."""
+    reuses_responses = False
+    """Declared: a group may take an earlier step's response (off-policy rows the host must store and put back)."""
+    rounds_per_step: int | None = None
+    """Declared: rounds of generation per prompt in a step, when fixed (2: a pilot and a commit); None: it varies
+    with the rewards (a host that runs a fixed pilot-and-commit pair needs 2)."""
+    max_screens = 1
+    """Screening rounds per step at most, for a host that fills a fixed batch of groups (TRL's)."""
 
     def __init__(self, threshold: float = 0.5) -> None:
         self.threshold = check_number("threshold", threshold, finite=True)
@@ -207,6 +235,16 @@ class Allocator(Component):
     def first_round(self) -> int:
         """Completions per candidate prompt in its first round (the pilot)."""
         raise NotImplementedError(f"{type(self).__name__} must implement first_round()")
+
+    def first_round_at(self, group_size: int | None = None) -> int | None:
+        """`first_round` at groups of ``group_size`` (None: the bound one), checked on a copy: nothing is bound.
+
+        None when it depends on a group size not known yet. A group size the rule refuses is a `ParamError`.
+        """
+        probe = copy.deepcopy(self)
+        if group_size is not None:
+            probe.bind_group_size(group_size)
+        return probe.first_round()
 
     def next_round(
         self, tally: GroupTally, keys: Sequence[Any] | None = None, domains: Sequence[str] | None = None
@@ -228,6 +266,14 @@ class Allocator(Component):
     def evicted(self, keys: Sequence[Any]) -> torch.Tensor:
         """``(P,)`` bool: the prompts never to pilot again (none by default); a host drops them before their pilot."""
         return torch.zeros(len(keys), dtype=torch.bool)
+
+    def candidates_for(self, need: int, last: bool = False) -> int:
+        """How many prompts a host that fills a fixed batch pilots for ``need`` more groups (``need`` by default);
+        ``last``: the step's last screening round, which must fill the batch."""
+        return need
+
+    def note_screen(self, screened: int, kept: int) -> None:
+        """Count one screening round of such a host: ``screened`` prompts piloted, ``kept`` committed (no-op here)."""
 
     # ------------------------------------------------------------ counting
     def record(
@@ -324,6 +370,7 @@ class ScreenAllocator(Allocator):
     """
 
     paper = f"{SPEED_RL}; {PILOT_COMMIT}"
+    rounds_per_step = 2
     SHARE_MEMORY = 0.9
     """Decay per screening round of the counts behind `commit_share` (it follows the rule as the policy moves)."""
 
@@ -425,6 +472,11 @@ class ScreenAllocator(Allocator):
         self._size()
         return self.pilot
 
+    def first_round_at(self, group_size: int | None = None) -> int | None:
+        if group_size is None and self.group_size is None:
+            return self._pilot  # a count is known without a group; a fraction of one is not
+        return super().first_round_at(group_size)
+
     def commits(
         self, tally: GroupTally, keys: Sequence[Any] | None = None, domains: Sequence[str] | None = None
     ) -> torch.Tensor:
@@ -515,58 +567,3 @@ class ScreenAllocator(Allocator):
         self.history.load_state_dict(state["history"])
         self.evictions.load_state_dict(state["evicted"])
         self._screened, self._kept = saved_numbers(state["share"], 2, "share", type(self).__name__)
-
-
-@register("allocation", "adaptive")
-class AdaptiveAllocator(Allocator):
-    """Sample each prompt in stages until one completion is correct, up to a cap; reuse optional.
-
-    AR3PO (arXiv 2509.25808). Every prompt gets ``stage`` completions; a prompt without a pass gets
-    ``stage`` more, stage after stage, until it passes or holds ``cap``. Groups therefore differ in
-    size. With ``reuse``, a group still all wrong at the cap takes the prompt's latest earlier correct
-    response (`ResponseBank`), generated by an older policy: that row is off-policy, counted in
-    ``alloc/reused_responses`` and ``alloc/reused_share``.
-
-    Args:
-        stage: completions per prompt per stage, the first stage included (>= 1).
-        cap: completions per prompt at most (>= stage).
-        reuse: give an all-wrong group the prompt's latest earlier correct response (off-policy for that row).
-        threshold: a completion passes (counts as correct) when its reward is above it.
-    """
-
-    paper = AR3PO
-
-    def __init__(self, stage: int = 4, cap: int = 16, reuse: bool = False, threshold: float = 0.5) -> None:
-        super().__init__(threshold)
-        self.stage = check_int("stage", stage, low=1)
-        self.cap = check_int("cap", cap, low=1)
-        if self.cap < self.stage:
-            raise ParamError(
-                f"parameter 'cap' must be >= stage ({self.stage}); got {self.cap}: the first stage alone would pass "
-                "the cap. Raise cap or lower stage",
-                "cap",
-            )
-        self.reuse = check_bool("reuse", reuse)
-        self.bank = ResponseBank()
-
-    def first_round(self) -> int:
-        return self.stage
-
-    def next_round(
-        self, tally: GroupTally, keys: Sequence[Any] | None = None, domains: Sequence[str] | None = None
-    ) -> torch.Tensor:
-        return adaptive_more(tally, self.stage, self.cap)
-
-    def reuses(self, tally: GroupTally, keys: Sequence[Any]) -> torch.Tensor:
-        if not self.reuse:
-            return super().reuses(tally, keys)
-        finished_wrong = (tally.passes == 0) & (tally.trials >= self.cap)
-        return finished_wrong & self.bank.holds(keys).to(finished_wrong.device)
-
-    def state_dict(self) -> dict:
-        return {**super().state_dict(), "bank": self.bank.state_dict()}
-
-    def load_state_dict(self, state: dict) -> None:
-        check_state(state, ("bank",), type(self).__name__)
-        super().load_state_dict(state)
-        self.bank.load_state_dict(state["bank"])

@@ -7,6 +7,8 @@ its parameters (a `ParamError` naming the parameter).
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 
 from dataflex_callbacks.components.allocation import Allocator
@@ -105,6 +107,4 @@ def build_allocation(config: StrategyConfig) -> Allocator | None:
             f"allocation {spec['name']!r} and dynamic_sampling cannot compose: both decide how many completions a step "
             "generates (an allocator already screens rounds until the step holds its groups); drop dynamic_sampling"
         )
-    allocator = build_component("allocation", spec["name"], **spec["params"])
-    assert isinstance(allocator, Allocator)
-    return allocator
+    return cast(Allocator, build_component("allocation", spec["name"], **spec["params"]))  # the kind's base class

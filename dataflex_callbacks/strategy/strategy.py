@@ -46,6 +46,7 @@ from dataflex_callbacks.mixing.domain_mixing import DomainMixing
 from dataflex_callbacks.registry import build_component
 from dataflex_callbacks.rollout.batch import RolloutBatch, clean_signals
 from dataflex_callbacks.rollout.decision import Decision
+from dataflex_callbacks.strategy._allocation import AllocationDoors
 from dataflex_callbacks.strategy._decision_metrics import decision_metrics, kept_metrics, token_mask, weight_metrics
 from dataflex_callbacks.strategy._dropped_all import dropped_all_reason
 from dataflex_callbacks.strategy._summary import summary_line
@@ -55,8 +56,11 @@ from dataflex_callbacks.strategy.parts import POLICY_SIGNALS, Part, build_alloca
 CHECKED_SIGNALS = ("rewards", "advantages", "logprobs", "entropies")
 
 
-class Strategy:
+class Strategy(AllocationDoors):
     """A composed data strategy; build it with `build_strategy`.
+
+    Hosts reach its parts through its methods: prompts through `accept_from` (``pre_select``), rollout allocation
+    through the `AllocationDoors` (``allocation_rounds``, ``allocation_needs``, ...).
 
     Args:
         config: the strategy's `StrategyConfig` (or a config dict), read through `read_config`; the

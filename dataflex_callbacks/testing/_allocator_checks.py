@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from dataflex_callbacks.components.allocation import GroupTally
-from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
+from dataflex_callbacks.components.allocation_rounds import AllocationRounds
 
 GROUP_SIZE = 8
 PROMPTS = 12

@@ -14,7 +14,7 @@ import torch.distributed as dist
 
 from dataflex_callbacks import build_strategy
 from dataflex_callbacks.components.allocation import ScreenAllocator
-from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
+from dataflex_callbacks.components.allocation_rounds import AllocationRounds
 
 PASS_RATES = [0.0, 1.0, 0.5, 0.3, 0.9, 0.0, 0.6, 1.0]
 GROUP_SIZE = 6

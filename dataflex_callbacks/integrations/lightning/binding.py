@@ -132,14 +132,14 @@ class BoundStrategy:
         error naming the fix.
         """
         self._trainer()
-        allocator = self._callback.strategy.allocation
-        if allocator is None:
+        strategy = self._callback.strategy
+        if not strategy.allocates_rollouts:
             raise DataFlexError(
                 f"dataflex: strategy {self._callback.strategy.name!r} has no allocation part, so nothing decides how "
                 "many completions each prompt gets; add one (e.g. the 'screen' or 'adaptive' preset), or generate "
                 "your group size for every prompt"
             )
-        return AllocationRounds(allocator, keys, domains)
+        return strategy.allocation_rounds(keys, domains)
 
     def _prepare_pre_select(self, strategy: Strategy, everyone: RolloutBatch) -> None:
         """Check the step's prompt keys against the sampler's, and give the filter the group size.

@@ -6,11 +6,11 @@ generation batch, G = ``num_generations``). Each screening round:
 
 1. takes candidate prompts (round 0: the B prompts TRL's sampler drew, then further prompts from a
    seeded `dynamic.PromptStream` over the train dataset, ``pre_select`` skipping there too), as many as
-   the rule is expected to commit ``need`` of (`ScreenAllocator.candidates_for`: ``need`` over the run's
+   the rule is expected to commit ``need`` of (`Strategy.allocation_candidates`; `screen`: ``need`` over the run's
    commit share, at most ``need * G / k``, as many completions as ``need`` plain groups);
 2. generates a pilot of k completions per candidate by TRL's own method, with ``num_generations``
    set to k for that call (TRL groups rows, and a vLLM server dedupes prompts, by it);
-3. asks the allocator (`dataflex_callbacks.sampling.AllocationRounds` on the rewards of every rank)
+3. asks the allocator (`Strategy.allocation_rounds`, `AllocationRounds` on the rewards of every rank)
    which pilots commit, keeps the first ``need`` of them, and generates their ``G - k`` further
    completions, again by TRL's method (``num_generations = G - k``).
 
@@ -33,24 +33,23 @@ makes the next screening round the step's last once it answers False.
 
 Several processes: rounds are decided on the rewards of every rank (all-gathered), the rows of every
 rank are gathered into the payload, every rank assembles the same B groups and keeps its block.
-Refused in one line: an allocator other than ``screen`` (its groups differ in size), a ``mix`` part,
+Refused in one line: an allocator whose groups differ in size, that reuses earlier responses or whose rounds per step
+are not a pilot and a commit (read from what it declares, `AllocatorNeeds`), a ``mix`` part,
 a ``dynamic_sampling`` part, a ``pre_select`` part with a pilot of 1, ``G - k`` not divisible by the number of
 processes.
 """
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
 import torch
 
-from dataflex_callbacks.components.allocation import ScreenAllocator
+from dataflex_callbacks.components.allocation import AllocatorNeeds
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
-from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
 
 from .dynamic import (
     PromptStream,
@@ -74,21 +73,18 @@ def check_allocation(settings, strategy) -> None:
     ``settings``: the trainer's `trainer_settings.TrainerSettings`, or None for the rules on the strategy alone.
     Nothing is bound: the group size is checked on a copy of the allocator (`Allocation.bind` binds it).
     """
-    allocator = strategy.allocation
-    if not isinstance(allocator, ScreenAllocator):
+    why = "TRL's batch holds num_generations completions per prompt"
+    refused = pilot_commit_refusal(strategy.allocation_needs, why)
+    if refused:
         raise ConfigError(
             NOT_SUPPORTED.format(
-                what=f"allocation {allocator.name!r} (its groups differ in size, TRL's batch holds num_generations "
-                "completions per prompt)",
-                fix="use 'screen', or run it in Lightning or your own loop (AllocationRounds)",
+                what=refused, fix="use 'screen', or run it in Lightning or your own loop (strategy.allocation_rounds)"
             )
         )
     if strategy.mix_enabled:
         raise ConfigError(NOT_SUPPORTED.format(what="a strategy with a mix part", fix="drop the mix part"))
-    if settings is not None:
-        pilot: int | None = allocator.pilot_for(settings.num_generations)
-    else:  # a fraction of the group is known only with the trainer's num_generations
-        pilot = allocator.pilot if allocator.pilot_fraction is None else None
+    # Checked on a copy, nothing bound; a fraction of the group is known only with the trainer's num_generations.
+    pilot = strategy.allocation_first_round(None if settings is None else settings.num_generations)
     if strategy.skips_prompts and pilot is not None and pilot < 2:
         raise ConfigError(
             NOT_SUPPORTED.format(
@@ -101,7 +97,7 @@ def check_allocation(settings, strategy) -> None:
         return
     if settings.environment_factories:
         raise ConfigError(NOT_SUPPORTED.format(what="environment_factories", fix="drop the allocation part"))
-    copy.deepcopy(allocator).bind_group_size(settings.num_generations)  # the pilot and group_size rules, unbound
+    assert pilot is not None  # known at the trainer's num_generations
     remaining, processes = settings.num_generations - pilot, settings.num_processes
     if remaining % processes:
         raise ConfigError(
@@ -110,6 +106,19 @@ def check_allocation(settings, strategy) -> None:
                 fix=f"choose pilot so that num_generations - pilot is a multiple of {processes}",
             )
         )
+
+
+def pilot_commit_refusal(needs: AllocatorNeeds, why: str) -> str | None:
+    """Why a host that runs a pilot and one commit per prompt, into groups of G, cannot run an allocator declaring
+    ``needs`` (`AllocatorNeeds`): what it declares, in words; None when it can."""
+    if not needs.equal_groups:
+        return f"allocation {needs.name!r} (its groups differ in size; {why})"
+    if needs.reuses_responses:
+        return f"allocation {needs.name!r} (it puts earlier responses back into groups, which this host does not store)"
+    if needs.rounds_per_step != 2:
+        rounds = needs.rounds_per_step or "a varying number of"
+        return f"allocation {needs.name!r} ({rounds} rounds per step; this host runs a pilot and one commit)"
+    return None
 
 
 def grpo_advantages(trainer, rewards_per_func: torch.Tensor, group_size: int) -> torch.Tensor:
@@ -164,12 +173,11 @@ class Allocation:
     """The TRL side of rollout allocation: screening rounds, commits, and TRL's batch rebuilt from B merged groups.
 
     Args:
-        strategy: the bound strategy; its ``allocation`` part is a `ScreenAllocator`.
+        strategy: the bound strategy; its ``allocation`` part declares equal groups of a pilot and a commit.
     """
 
     def __init__(self, strategy):
         self.strategy = strategy
-        self.allocator: ScreenAllocator = strategy.allocation
         self.stream: PromptStream | None = None
         self._pending_stream: dict | None = None
         self.domain_key: str | None = None
@@ -194,7 +202,7 @@ class Allocation:
         ``reward_index``: the reward function the pilots are judged on (the adapter's ``selection_reward``);
         None: TRL's weighted sum.
         """
-        self.allocator.bind_group_size(trainer.num_generations)  # checked by trainer_settings.check_trl_strategy
+        self.strategy.bind_allocation_group_size(trainer.num_generations)  # checked by check_trl_strategy
         if self.strategy.skips_prompts:
             self.strategy.bind_pilot_observer()
         self.domain_key, self.prompt_key_column, self.reward_index = domain_key, prompt_key_column, reward_index
@@ -202,15 +210,16 @@ class Allocation:
         self._pending_stream = None
 
     def _candidates(self, trainer, prompts: list, need: int, last: bool) -> list:
-        """``prompts`` topped up from the stream to `ScreenAllocator.candidates_for` ``need`` candidates (``need``
+        """``prompts`` topped up from the stream to `Strategy.allocation_candidates` ``need`` candidates (``need``
         over the run's commit share, at most ``need * G / k``), a count whose k rows split evenly over processes.
 
         Measured on the testbed (issue 40, `screen_posterior`, 120 steps): piloting ``need * G / k`` every round left
         951 committable pilots unneeded (1,902 of 26,960 completions); sizing by the share, 234.
         """
         processes = trainer.accelerator.num_processes
-        count = self.allocator.candidates_for(need, last)
-        while (count * self.allocator.pilot) % processes:
+        count, pilot = self.strategy.allocation_candidates(need, last), self.strategy.allocation_first_round()
+        assert pilot is not None  # the group size is bound
+        while (count * pilot) % processes:
             count += 1
         prompts, barren = self._unevicted(prompts), 0
         while len(prompts) < count:
@@ -219,16 +228,18 @@ class Allocation:
             barren = 0 if kept else barren + len(drawn)
             if barren > (self.stream.size or self.stream.STREAM_SHUFFLE_BUFFER):
                 raise ConfigError(
-                    f"allocation 'screen' with evict: {barren} prompts drawn in a row were all evicted (their pilots "
-                    f"were all correct; {len(self.allocator.evictions)} evicted so far): the train dataset has no "
+                    f"allocation {self.strategy.allocation_needs.name!r}: {barren} prompts drawn in a row were all "
+                    f"evicted (their pilots were all correct; "
+                    f"{self.strategy.allocation_metrics().get('alloc/evicted_prompts', 0):g} evicted so far): the "
+                    "train dataset has no "
                     "prompt left to screen. Train on harder prompts, or set evict: false"
                 )
             prompts = prompts + kept
         return prompts[:count]
 
     def _unevicted(self, prompts: list) -> list:
-        """``prompts`` without those the allocator evicted (`ScreenAllocator.evicted`); counts the dropped ones."""
-        evicted = self.allocator.evicted([row_key(row, self.prompt_key_column) for row in prompts]).tolist()
+        """``prompts`` without those the allocator evicted (`Strategy.allocation_evicted`); counts the dropped ones."""
+        evicted = self.strategy.allocation_evicted([row_key(row, self.prompt_key_column) for row in prompts]).tolist()
         self._evicted_drops += sum(evicted)
         return [row for row, out in zip(prompts, evicted, strict=True) if not out]
 
@@ -244,11 +255,12 @@ class Allocation:
             ``(inputs, output, rewards_per_func, metrics)``: this rank's rows of the B merged groups, their batch dict
             (advantages recomputed over the merged groups), the ``(N, F)`` rewards of every rank, and ``alloc/*``.
         """
-        accelerator, generations, pilot = trainer.accelerator, trainer.num_generations, self.allocator.pilot
+        accelerator, generations = trainer.accelerator, trainer.num_generations
+        pilot = int(self.strategy.allocation_first_round() or 0)  # bound with the group size, at `bind`
         pad_id = _pad_id(trainer)
         drawn = _gathered_inputs(accelerator, inputs)[::generations]  # TRL's B prompts, in its order
         wanted = len(drawn)
-        max_screens = self.allocator.max_screens
+        max_screens = self.strategy.allocation_max_screens
         groups: list[list[dict]] = []
         forced = declined = screens = generated = 0
         self._step_tokens, self._evicted_drops = 0.0, 0
@@ -261,14 +273,14 @@ class Allocation:
             candidates = []
             keys = [row_key(row, self.prompt_key_column) for row in prompts]
             domains = [self._domain(row) for row in prompts]
-            rounds = AllocationRounds(self.allocator, keys, domains, new_step=screens == 0)
+            rounds = self.strategy.allocation_rounds(keys, domains, new_step=screens == 0)
             counts = rounds.start()
             pilot_rows, pilot_rewards = self._round(trainer, score_round, prompts, counts, pad_id)
             index = torch.repeat_interleave(torch.arange(len(prompts)), counts)
             counts = rounds.add(pilot_rewards, index)
             self._observe_pilots(trainer, pilot_rewards, index, keys, domains)
             committing = counts > 0
-            self.allocator.note_screen(len(prompts), int(committing.sum()))
+            self.strategy.note_allocation_screen(len(prompts), int(committing.sum()))
             order = torch.cat([committing.nonzero().flatten(), (~committing).nonzero().flatten()])
             chosen = order[:need] if last else committing.nonzero().flatten()[:need]
             forced += int((~committing[chosen]).sum())
@@ -289,10 +301,10 @@ class Allocation:
         output["advantages"] = grpo_advantages(trainer, rewards_per_func, generations)
         per_rank = len(rows) // accelerator.num_processes
         local = slice(accelerator.process_index * per_rank, (accelerator.process_index + 1) * per_rank)
-        metrics = self.allocator.metrics()
+        metrics = self.strategy.allocation_metrics()
         metrics.update({"alloc/screens": float(screens), "alloc/forced_groups": float(forced)})
         metrics["alloc/declined_prompts"] = float(declined)
-        if self.allocator.evict:
+        if "alloc/evicted_prompts" in metrics:  # an allocator that evicts counts them
             metrics["alloc/step_evicted_drops"] = float(self._evicted_drops)
         if self._step_tokens is not None:
             metrics["alloc/step_generated_tokens"] = self._step_tokens
@@ -309,7 +321,8 @@ class Allocation:
             prompt_keys=[keys[i] for i in rows],
             domains=[domains[i] for i in rows],
         )
-        self.strategy.set_completions_per_prompt(self.allocator.pilot)  # a skipped prompt saves its pilot
+        pilot = self.strategy.allocation_first_round()
+        self.strategy.set_completions_per_prompt(int(pilot or 1))  # a skipped prompt saves its pilot
         self.strategy.observe_prompt_groups(batch, int(trainer.state.global_step), sync=False)
 
     def _domain(self, row: Mapping[str, Any]) -> str:

@@ -158,7 +158,7 @@ class DataFlexAsyncCallback(StrategyCallback):
         )
         domains = sorted(set(self._labels)) if self._labels is not None else [NO_DOMAIN]
         self.bind_mix_domains(domains)
-        if self.strategy.allocation is not None:
+        if self.strategy.allocates_rollouts:
             if not isinstance(worker, InProcessRolloutWorker):
                 raise ConfigError(
                     f"dataflex: allocation screens prompts with a pilot before the rest of their group, but the "
@@ -166,8 +166,8 @@ class DataFlexAsyncCallback(StrategyCallback):
                     "at once; pass rollout_worker=InProcessRolloutWorker(...) (dataflex_callbacks.integrations.trl), "
                     "or drop the part"
                 )
-            self.strategy.allocation.bind_group_size(trainer.args.num_generations)
-            worker.set_allocation(self.strategy.allocation)
+            self.strategy.bind_allocation_group_size(trainer.args.num_generations)
+            worker.set_allocation(self.strategy)
         if acts_before_rollout(self.strategy):
             if not hasattr(worker, "set_prompt_feed"):
                 raise ConfigError(

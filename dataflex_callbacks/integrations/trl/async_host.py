@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import os
 
-from dataflex_callbacks.components.allocation import ScreenAllocator
 from dataflex_callbacks.errors import ConfigError
+
+from .allocation import pilot_commit_refusal
 
 
 def async_trainer_class() -> type:
@@ -36,11 +37,10 @@ def check_async_strategy(strategy) -> None:
             f"dataflex: pre_select.refill=false is not supported by {host}: its prompt feed refills every skipped "
             "prompt; set pre_select.refill to true, or use DataFlexGRPOTrainer"
         )
-    if strategy.allocation is not None and not isinstance(strategy.allocation, ScreenAllocator):
-        raise ConfigError(
-            f"dataflex: allocation {strategy.allocation.name!r} is not supported by {host}: its groups differ in size "
-            "and the trainer's batches hold num_generations samples per prompt; use 'screen', or drop the part"
-        )
+    needs = strategy.allocation_needs
+    refused = None if needs is None else pilot_commit_refusal(needs, "its batches hold num_generations per prompt")
+    if refused:
+        raise ConfigError(f"dataflex: {refused} is not supported by {host}; use 'screen', or drop the part")
     for part in strategy.parts:
         kind = part.actuator_kind
         if part.token_level:

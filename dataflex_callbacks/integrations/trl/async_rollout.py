@@ -264,7 +264,7 @@ class InProcessRolloutWorker:
         self.next_group_id = 0
         self.group_rows: dict[int, int] = {}  # group id -> dataset row it was generated from
         self.fed_rows: list[int] = []  # every dataset row sent to the engine, in order
-        self.allocator = None  # a ScreenAllocator screening each wave's prompts (`set_allocation`), or None
+        self.allocating = None  # the strategy whose allocation part screens each wave's prompts (`set_allocation`)
 
     # -- RolloutWorkerProtocol
     def start(self) -> None:
@@ -286,15 +286,16 @@ class InProcessRolloutWorker:
         self._feed = feed
         self.next_group_id = int(next_group_id)
 
-    def set_allocation(self, allocator) -> None:
-        """Screen each wave's prompts with ``allocator`` (a ``ScreenAllocator`` of group size ``num_generations``).
+    def set_allocation(self, strategy) -> None:
+        """Screen each wave's prompts with ``strategy``'s allocation part (a pilot and a commit, its group size bound to
+        ``num_generations``).
 
         A wave then asks the engine for a pilot of k completions per prompt, the allocator decides (`AllocationRounds`
         on the pilots' rewards), and the engine is asked for the ``num_generations - k`` further completions of the
         committed prompts; a committed group queues its pilot and commit completions, each tagged with the policy
         version it was generated with. An uncommitted prompt's pilot is counted (``dataflex/alloc/*``) and dropped.
         """
-        self.allocator = allocator
+        self.allocating = strategy
 
     def row_of(self, group_id: int) -> int:
         """The dataset row group ``group_id`` was generated from."""
@@ -310,7 +311,7 @@ class InProcessRolloutWorker:
         """Generate ``wave_groups`` groups with the current policy, score them and queue their samples."""
         from trl.experimental.async_grpo.async_rollout_worker import RolloutSample
 
-        if self.allocator is not None:
+        if self.allocating is not None:
             self._generate_screened_wave(RolloutSample)
             return
         rows = [next(self._feed) for _ in range(self.wave_groups)]
@@ -331,13 +332,11 @@ class InProcessRolloutWorker:
 
     def _generate_screened_wave(self, sample_class) -> None:
         """One wave of `set_allocation`'s screening: pilots, the allocator's decision, commits, merged groups queued."""
-        from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
-
         rows = [int(next(self._feed)) for _ in range(self.wave_groups)]
         self.fed_rows.extend(rows)
         examples = [self.dataset[r] for r in rows]
         prompt_ids = [self._prompt_ids(example["prompt"]) for example in examples]
-        rounds = AllocationRounds(self.allocator, rows)
+        rounds = self.allocating.allocation_rounds(rows)
         pilot = int(rounds.start()[0])
         start, pilot_version = time.perf_counter(), self.model_version
         pilots = self.engine.generate(prompt_ids, pilot, self.max_tokens, self.temperature)

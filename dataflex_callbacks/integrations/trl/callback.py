@@ -162,7 +162,7 @@ class DataFlexCallback(StrategyCallback):
 
     def _allocation(self) -> Allocation | None:
         """The screening rounds when the strategy has an allocation part (checked by `check_strategy`)."""
-        return None if self.strategy.allocation is None else Allocation(self.strategy)
+        return Allocation(self.strategy) if self.strategy.allocates_rollouts else None
 
     def reconfigure(self, strategy: Any = None, **options: Any) -> None:
         """Give a callback not attached yet another strategy and/or options (what `attach` does with one

@@ -59,7 +59,7 @@ def check_fewer_groups(settings, strategy, host) -> None:
         (not host.supports_fewer_groups, f"the {host.trainer_name}", "use DataFlexGRPOTrainer"),
         (strategy.mix_enabled, "a mix part (its sampler refills by domain)", "drop the mix part"),
         (strategy.config.dynamic_sampling is not None, "a dynamic_sampling part (it refills)", "drop it"),
-        (strategy.allocation is not None, "an allocation part (its screening refills)", "drop it"),
+        (strategy.allocates_rollouts, "an allocation part (its screening refills)", "drop it"),
         (settings is not None and settings.environment_factories, "environment_factories", "drop them"),
     )
     for refused, what, fix in refusals:

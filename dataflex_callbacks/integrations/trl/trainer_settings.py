@@ -71,11 +71,11 @@ def check_trl_strategy(strategy: Any, host: type, settings: TrainerSettings | No
                 "loop (docs/dynamic_sampling.md)"
             )
         check_dynamic_sampling(settings, strategy)
-    if strategy.allocation is not None:
+    if strategy.allocates_rollouts:
         if not host.supports_dynamic_sampling:
             raise ConfigError(
                 f"allocation is not supported by the TRL adapter's {host.trainer_name} yet; remove the "
-                "allocation part, or use DataFlexGRPOTrainer or the core AllocationRounds in your own loop "
+                "allocation part, or use DataFlexGRPOTrainer or strategy.allocation_rounds in your own loop "
                 "(docs/allocation.md)"
             )
         check_allocation(settings, strategy)

@@ -138,7 +138,7 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
         raise ConfigError(f"verl config 'dataflex': {error}") from error
     if strategy.config.dynamic_sampling is not None:
         raise ConfigError(DYNAMIC_SAMPLING_REFUSAL)
-    if strategy.allocation is not None:
+    if strategy.allocates_rollouts:
         raise ConfigError(ALLOCATION_REFUSAL)
     return strategy, options
 

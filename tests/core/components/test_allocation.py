@@ -9,7 +9,6 @@ from allocation_two_ranks import PASS_RATES, run_steps, run_two_ranks
 
 from dataflex_callbacks import RolloutBatch, build_strategy
 from dataflex_callbacks.components.allocation import (
-    AdaptiveAllocator,
     ScreenAllocator,
     adaptive_more,
     last_passing_rows,
@@ -17,10 +16,11 @@ from dataflex_callbacks.components.allocation import (
     screen_commits,
     tally_groups,
 )
+from dataflex_callbacks.components.allocation_adaptive import AdaptiveAllocator
 from dataflex_callbacks.components.allocation_memory import PassHistory
+from dataflex_callbacks.components.allocation_rounds import AllocationRounds
 from dataflex_callbacks.errors import ConfigError, DataFlexError, HostError, ParamError, StateError
 from dataflex_callbacks.registry import build_component, describe, list_components
-from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
 
 
 def tally_of(groups):
@@ -161,7 +161,7 @@ def test_selection_reweighting_mixing_and_skipping_compose():
         }
     )
     keys, domains = [f"p{i}" for i in range(6)], ["a", "b"] * 3
-    rounds = AllocationRounds(strategy.allocation, keys, domains)
+    rounds = strategy.allocation_rounds(keys, domains)
     counts, generator = rounds.start(), torch.Generator().manual_seed(0)
     rows_rewards, rows_index = [], []
     while rounds.generating:

@@ -11,9 +11,9 @@ from allocation_two_ranks import run_steps, run_two_ranks
 from dataflex_callbacks import build_strategy
 from dataflex_callbacks.components.allocation import ScreenAllocator, band_commits, tally_groups
 from dataflex_callbacks.components.allocation_memory import EvictedPrompts
+from dataflex_callbacks.components.allocation_rounds import AllocationRounds
 from dataflex_callbacks.errors import ParamError, StateError
 from dataflex_callbacks.registry import build_component
-from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
 
 # Pilot-Commit's band, at G = 64 with pilots of G/4 = 16: 2/16 and 12/16 sit exactly on its edges.
 BAND = {"rule": "band", "lower": 0.125, "upper": 0.75}

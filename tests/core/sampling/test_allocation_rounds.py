@@ -4,8 +4,8 @@ import pytest
 import torch
 
 from dataflex_callbacks.components.allocation import ScreenAllocator
+from dataflex_callbacks.components.allocation_rounds import AllocationRounds
 from dataflex_callbacks.errors import HostError
-from dataflex_callbacks.sampling.allocation_rounds import AllocationRounds
 
 
 @pytest.mark.parametrize("bad", [-1, 3, 10**6])

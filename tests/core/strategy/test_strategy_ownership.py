@@ -200,3 +200,81 @@ def test_only_the_strategy_reaches_its_pre_select_part():
 def test_the_pre_select_check_sees_a_read_and_not_a_config_field():
     source = "def f(strategy, config, settings):\n    a = strategy.pre_select\n    b = settings.config.pre_select\n"
     assert pre_select_reads(source) == [(2, "strategy.pre_select")]
+
+
+class _AllocationReads(_StrategyWrites):
+    """Collect ``(line, code)`` of every ``<strategy>.allocation`` read (strategies found as `_StrategyWrites` does)."""
+
+    def visit_Attribute(self, node: ast.Attribute):
+        if node.attr == "allocation" and self.is_strategy(node.value):
+            self._record(node)
+        self.generic_visit(node)
+
+
+def allocation_reads(source: str) -> list[tuple[int, str]]:
+    """``(line, code)`` of each read of a strategy's ``allocation`` part in ``source``."""
+    visitor = _AllocationReads()
+    visitor.visit(ast.parse(source))
+    return visitor.found
+
+
+def test_only_the_strategy_reaches_its_allocation_part():
+    """Hosts allocate rollouts through the Strategy's doors (`Strategy.allocation_rounds`, ``allocation_needs``...)."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.parent == OWNER.parent:
+            continue
+        reads = allocation_reads(path.read_text())
+        if reads:
+            found[str(path.relative_to(PACKAGE))] = reads
+    assert found == {}
+
+
+def test_the_allocation_check_sees_every_way_of_reaching_it():
+    source = """
+def f(strategy, callback, s: Strategy):
+    a = strategy.allocation
+    b = callback.strategy.allocation.pilot
+    c = s.allocation
+    held = self._strategy
+    d = held.allocation
+    e = callback.allocation
+    f = config.allocation
+"""
+    assert [line for line, _ in allocation_reads(source)] == [3, 4, 5, 7]
+
+
+ALLOCATOR_CLASS = "Allocator"  # every allocator class's name ends so (docs/architecture.md, "One name per concept")
+
+
+def allocator_isinstance(source: str) -> list[tuple[int, str]]:
+    """``(line, code)`` of each ``isinstance``/``issubclass`` test against an allocator class in ``source``."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("isinstance", "issubclass")
+        ):
+            classes = node.args[1:2]
+            names = [n for c in classes for n in ast.walk(c) if isinstance(n, (ast.Name, ast.Attribute))]
+            if any((n.id if isinstance(n, ast.Name) else n.attr).endswith(ALLOCATOR_CLASS) for n in names):
+                found.append((node.lineno, ast.unparse(node)))
+    return found
+
+
+def test_no_host_asks_an_allocator_its_class():
+    """Hosts read what an allocator declares (`AllocatorNeeds`), never its class: only components/ tests it."""
+    found = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.parent == PACKAGE / "components":
+            continue
+        tests = allocator_isinstance(path.read_text())
+        if tests:
+            found[str(path.relative_to(PACKAGE))] = tests
+    assert found == {}
+
+
+def test_the_class_check_sees_an_allocator_class():
+    source = "isinstance(a, ScreenAllocator)\nisinstance(a, (int, alloc.AdaptiveAllocator))\nisinstance(a, Scorer)\n"
+    assert [line for line, _ in allocator_isinstance(source)] == [1, 2]

@@ -11,7 +11,7 @@ import torch
 from custom_components import BestOfGroup, GroupCenteredReward, LinearWeights, LowestRewardFirst, RunningBaselineReward
 
 from dataflex_callbacks import Mixer, Reweighter, Scorer, Selector, list_components
-from dataflex_callbacks.components.allocation import AdaptiveAllocator, ScreenAllocator
+from dataflex_callbacks.components import AdaptiveAllocator, ScreenAllocator
 from dataflex_callbacks.testing import ConformanceError, ConformanceReport, check_component, conformance
 
 KINDS = ("scorer", "selector", "reweighter", "mixer")

@@ -50,7 +50,7 @@ def test_pilot_commit_trains_full_groups_and_never_pilots_an_evicted_prompt(make
         per_device_train_batch_size=2 * GENERATIONS,
         num_generations=GENERATIONS,
     )
-    allocator = trainer.dataflex.allocation.allocator
+    allocator = trainer.dataflex.strategy.allocation
     pilots, trainer.engine_rows = pilot_spy(allocator), engine_counter(trainer)
     trainer.train()
     assert allocator.pilot == GENERATIONS // 4

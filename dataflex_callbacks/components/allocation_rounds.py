@@ -3,7 +3,7 @@
 A loop holds ``P`` candidate prompts for a step. It asks how many completions each prompt gets,
 generates them, reports their rewards, and asks again until the allocator answers 0 everywhere::
 
-    rounds = AllocationRounds(strategy.allocation, keys, domains)   # the step's P prompts, every rank alike
+    rounds = strategy.allocation_rounds(keys, domains)               # the step's P prompts, every rank alike
     counts = rounds.start()                                          # (P,) the pilot: k per prompt
     while rounds.generating:
         rewards, prompt_index = generate_and_score(counts)           # your code: counts[i] completions of prompt i
@@ -56,7 +56,7 @@ class AllocationRounds:
     """The rounds of one step: ask the allocator, collect each round's rewards, decide the next round.
 
     Args:
-        allocator: the strategy's `Allocator` (``strategy.allocation``).
+        allocator: the `Allocator` (a host asks the strategy: `Strategy.allocation_rounds` builds these rounds).
         keys: the ``P`` prompts' keys (the posterior rule's history and the response bank read them).
         domains: the ``P`` prompts' domains (None: every prompt in `NO_DOMAIN`).
         max_rounds: rounds at most (None: until the allocator answers 0 everywhere).
@@ -74,8 +74,8 @@ class AllocationRounds:
     ) -> None:
         if not isinstance(allocator, Allocator):
             raise BatchError(
-                f"AllocationRounds needs the strategy's Allocator (strategy.allocation); got {type(allocator).__name__}"
-                ": give the strategy an allocation part (e.g. the 'screen' preset)"
+                f"AllocationRounds needs an Allocator; got {type(allocator).__name__}: ask the strategy for its "
+                "rounds, strategy.allocation_rounds(keys, domains), with an allocation part (e.g. the 'screen' preset)"
             )
         self.allocator = allocator
         self.keys = list(keys)

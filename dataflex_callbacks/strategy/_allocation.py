@@ -1,0 +1,91 @@
+"""The `Strategy`'s allocation doors: every host reaches the ``allocation`` part through these methods, never the part.
+
+A host asks what the allocator declares (`AllocationDoors.allocation_needs`: equal group sizes, reuse, rounds per
+step) instead of testing its class, binds its group size once, opens each step's `AllocationRounds`, and, when it fills
+a fixed batch of groups (TRL's), sizes its screening rounds through `allocation_candidates` and
+`note_allocation_screen`. `tests/core/strategy/test_strategy_ownership.py` fails on any read of
+``<strategy>.allocation`` outside this package.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from dataflex_callbacks.components.allocation import Allocator, AllocatorNeeds
+from dataflex_callbacks.components.allocation_rounds import AllocationRounds
+from dataflex_callbacks.errors import ConfigError
+
+
+class AllocationDoors:
+    """The allocation methods of `Strategy` (a base class of it); ``allocation`` is its `Allocator` or None."""
+
+    name: str
+    allocation: Allocator | None
+
+    @property
+    def allocates_rollouts(self) -> bool:
+        """Whether an ``allocation`` part decides how many completions each prompt gets (the host then generates in
+        rounds through `allocation_rounds`)."""
+        return self.allocation is not None
+
+    @property
+    def allocation_needs(self) -> AllocatorNeeds | None:
+        """What the ``allocation`` part declares a host must do (`AllocatorNeeds`); None without one."""
+        return None if self.allocation is None else AllocatorNeeds.of(self.allocation)
+
+    @property
+    def allocation_max_screens(self) -> int:
+        """Screening rounds per step at most, for a host that fills a fixed batch of groups."""
+        return int(self._allocator("allocation_max_screens").max_screens)
+
+    def bind_allocation_group_size(self, group_size: int) -> None:
+        """Bind the host's completions per trained group G (TRL's ``num_generations``) to the allocator, once, when the
+        host binds; a G the rule refuses (a pilot of G or more) is a `ParamError` naming the fix."""
+        self._allocator("bind_allocation_group_size").bind_group_size(group_size)
+
+    def allocation_first_round(self, group_size: int | None = None) -> int | None:
+        """Completions per prompt in the first round (the pilot) at groups of ``group_size`` (None: the bound one),
+        checked on a copy of the allocator (nothing is bound); None when it needs a group size not known yet."""
+        return self._allocator("allocation_first_round").first_round_at(group_size)
+
+    def allocation_rounds(
+        self,
+        keys: Sequence[Any],
+        domains: Sequence[str] | None = None,
+        *,
+        max_rounds: int | None = None,
+        new_step: bool = True,
+    ) -> AllocationRounds:
+        """The rounds of one step's allocation over ``P`` prompts (``keys``, ``domains``: one per prompt, every rank
+        alike); ``new_step=False`` for a further screening round of the same step (`AllocationRounds`)."""
+        allocator = self._allocator("allocation_rounds")
+        return AllocationRounds(allocator, keys, domains, max_rounds=max_rounds, new_step=new_step)
+
+    def allocation_candidates(self, need: int, last: bool = False) -> int:
+        """How many prompts to pilot for ``need`` more groups (`Allocator.candidates_for`); ``last``: the step's last
+        screening round."""
+        return int(self._allocator("allocation_candidates").candidates_for(need, last))
+
+    def note_allocation_screen(self, screened: int, kept: int) -> None:
+        """Count one screening round: ``screened`` prompts piloted, ``kept`` committed by the rule."""
+        self._allocator("note_allocation_screen").note_screen(screened, kept)
+
+    def allocation_evicted(self, keys: Sequence[Any]) -> torch.Tensor:
+        """``(P,)`` bool: the prompts the allocator will not pilot again; a host drops them before their pilot."""
+        return self._allocator("allocation_evicted").evicted(keys)
+
+    def allocation_metrics(self) -> dict[str, float]:
+        """The allocator's ``alloc/*`` metrics so far (a host prefixes them as its logs do)."""
+        return self._allocator("allocation_metrics").metrics()
+
+    def _allocator(self, method: str) -> Allocator:
+        if self.allocation is None:
+            raise ConfigError(
+                f"Strategy.{method}: strategy {self.name!r} has no allocation part, so nothing decides how many "
+                "completions each prompt gets; check strategy.allocates_rollouts first, or add one (e.g. the "
+                "'screen' or 'adaptive' preset)"
+            )
+        return self.allocation
