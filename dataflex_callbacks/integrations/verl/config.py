@@ -120,20 +120,8 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
     options = adapter_options(block)
     if not options.get("enable", True):
         return None, options
-    if "strategy" in block:
-        extra = sorted(set(block) - {"strategy"})
-        if extra:
-            raise ConfigError(
-                f"dataflex: key 'strategy' names a whole strategy; it cannot be combined with "
-                f"key(s) {extra}. Put them in the strategy's YAML file, or drop 'strategy'"
-            )
-        spec = block["strategy"]
-    else:
-        spec = block
-    if not spec:
-        raise ConfigError("dataflex: the block is empty; set e.g. 'dataflex.strategy: difffilter' or remove it")
-    try:
-        strategy = build_strategy(spec)
+    try:  # the core reads the rest of the block as every host does (its 'strategy' key alone, or a strategy)
+        strategy = build_strategy({"dataflex": block})
     except ConfigError as error:
         raise ConfigError(f"verl config 'dataflex': {error}") from error
     if strategy.config.dynamic_sampling is not None:
