@@ -37,6 +37,11 @@ class AllocationDoors:
         return None if self.allocation is None else AllocatorNeeds.of(self.allocation)
 
     @property
+    def allocation_group_size(self) -> int | None:
+        """The group size G bound to the allocator (its ``group_size`` parameter, or the host's); None before."""
+        return self._allocator("allocation_group_size").group_size
+
+    @property
     def allocation_max_screens(self) -> int:
         """Screening rounds per step at most, for a host that fills a fixed batch of groups."""
         return int(self._allocator("allocation_max_screens").max_screens)

@@ -17,6 +17,9 @@ from .sampler_checks import FIX, check_distributed_data, check_mixing_sampler, f
 from .sampling import make_sampler, sampler_keys
 from .step_metrics import COUNTERS, StepMetrics, cover_domains, domain_log_groups
 
+GROUP_SIZE_ATTRIBUTE = "group_size"
+"""The module attribute the callback reads an allocation part's group size G from (completions per trained group)."""
+
 
 class DataFlexCallback(pl.Callback):
     """Apply a data strategy (selection, reweighting, domain mixing) inside a Lightning ``fit``.
@@ -148,6 +151,7 @@ class DataFlexCallback(pl.Callback):
 
     def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.summary.reset()
+        self._bind_group_size(pl_module)
         found = find_mixing_sampler(trainer.train_dataloader)
         check_distributed_data(trainer.train_dataloader, trainer.world_size)
         if found is None:
@@ -173,6 +177,22 @@ class DataFlexCallback(pl.Callback):
             self.sampler = sampler
         if trainer.is_global_zero:
             print(self.strategy.summary_line(sampler.domains, sampler.domain_key), flush=True)
+
+    def _bind_group_size(self, pl_module: pl.LightningModule) -> None:
+        """Bind the module's ``group_size`` (completions per trained group) to the allocation part; an allocator of
+        equal groups without one, from the module or its params, is refused in one line naming the attribute."""
+        needs = self.strategy.allocation_needs
+        if needs is None:
+            return
+        size = getattr(pl_module, GROUP_SIZE_ATTRIBUTE, None)  # a plain attribute of the user's module, if set
+        if size is not None:
+            self.strategy.bind_allocation_group_size(size)
+        elif needs.equal_groups and self.strategy.allocation_group_size is None:
+            raise ConfigError(
+                f"dataflex: allocation {needs.name!r} completes groups of G completions, but "
+                f"{type(pl_module).__name__} has no '{GROUP_SIZE_ATTRIBUTE}': set self.{GROUP_SIZE_ATTRIBUTE} = G "
+                "(completions per trained group) in its __init__, or give group_size in the allocation's params"
+            )
 
     def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self.batches_this_epoch = 0
@@ -209,6 +229,9 @@ class DataFlexCallback(pl.Callback):
                     sync_dist=False,
                     reduce_fx="max" if name in COUNTERS else "mean",
                 )
+        if self.strategy.allocates_rollouts:  # counted by the strategy's allocator, the same on every rank
+            for name, value in self.strategy.allocation_metrics().items():
+                pl_module.log(self.log_prefix + name, value, on_step=True, on_epoch=False, sync_dist=False)
         stats = self.domain_stats
         if stats is not None and stats.update_called:
             # A collective under DDP: every rank fed the same micro-batches, so every rank gets here at this step.

@@ -69,3 +69,39 @@ def test_a_strategy_without_an_allocation_part_is_named():
     trainer = toy_trainer([DataFlexCallback("diffband")], max_steps=1)
     with pytest.raises(DataFlexError, match="no allocation part"):
         trainer.fit(module)
+
+
+def _binding_nothing_itself(example):
+    """The example's module without its own ``on_fit_start`` binding: the callback alone binds G."""
+
+    class Module(example.AllocatedGRPOModule):
+        def on_fit_start(self):
+            pass
+
+    return Module
+
+
+def test_the_callback_binds_the_modules_group_size_and_logs_the_counts():
+    example = load_example("lightning_allocation")
+    module = _binding_nothing_itself(example)(load_task_suite(seed=0, n_train=8, n_test=1)["train"], group_size=6)
+    callback = DataFlexCallback("screen")
+    trainer = toy_trainer([callback], max_steps=2)
+    trainer.fit(module)
+    assert callback.strategy.allocation.group_size == 6
+    assert trainer.callback_metrics["dataflex/alloc/pilot_completions"].item() > 0
+
+
+def test_screening_without_a_group_size_is_refused_naming_the_attribute():
+    example = load_example("lightning_allocation")
+
+    class Bare(_binding_nothing_itself(example)):
+        def __getattribute__(self, name):
+            if name == "group_size":
+                raise AttributeError(name)
+            return super().__getattribute__(name)
+
+    module = Bare(load_task_suite(seed=0, n_train=8, n_test=1)["train"], prompts_per_step=4)
+    trainer = toy_trainer([DataFlexCallback("screen")], max_steps=1)
+    with pytest.raises(DataFlexError, match=r"has no 'group_size': set self.group_size = G") as error:
+        trainer.fit(module)
+    assert "\n" not in str(error.value)

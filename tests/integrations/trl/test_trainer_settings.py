@@ -2,9 +2,10 @@
 adapter runs when it binds a trainer and that `dataflex compare` runs before anything trains."""
 
 import pytest
+import torch
 from trl import GRPOTrainer
 
-from dataflex_callbacks import build_strategy
+from dataflex_callbacks import Allocator, build_strategy, register, registry
 from dataflex_callbacks.errors import ConfigError, DataFlexError
 from dataflex_callbacks.integrations.trl import DataFlexCallback, DataFlexGRPOTrainer, DataFlexRLOOCallback
 from dataflex_callbacks.integrations.trl.trainer_settings import TrainerSettings, check_trl_strategy
@@ -71,3 +72,40 @@ def test_settings_read_from_a_trainer(make_trainer):
     assert TrainerSettings.of(trainer) == TrainerSettings(
         num_generations=4, num_processes=1, shuffle_dataset=False, environment_factories=False, config_name="GRPOConfig"
     )
+
+
+class PredictedSignalAllocator(Allocator):
+    """A rule of its own, not `screen`'s subclass: a pilot of 2, then the rest of a group of G where it is unsure."""
+
+    name = "predicted_signal"
+    rounds_per_step = 2
+
+    def first_round(self) -> int:
+        return 2
+
+    def next_round(self, tally, keys=None, domains=None):
+        return torch.where(tally.trials == 2, self.group_size - 2, 0)
+
+
+class StagedAllocator(PredictedSignalAllocator):
+    """The same rule, declaring that its rounds per step vary."""
+
+    name = "staged"
+    rounds_per_step = None
+
+
+@pytest.fixture
+def own_allocators():
+    """Registered for one test, then removed: the other tests' registry stays the built-in one."""
+    register("allocation", "predicted_signal")(PredictedSignalAllocator)
+    register("allocation", "staged")(StagedAllocator)
+    yield
+    for name in ("predicted_signal", "staged"):
+        registry._REGISTRY["allocation"].pop(name, None)
+
+
+def test_the_trl_host_reads_what_an_allocator_declares_not_its_class(own_allocators):
+    check_trl_strategy(build_strategy({"allocation": "predicted_signal"}), DataFlexCallback, TrainerSettings(8))
+    with pytest.raises(ConfigError, match=r"allocation 'staged' \(a varying number of rounds per step") as error:
+        check_trl_strategy(build_strategy({"allocation": "staged"}), DataFlexCallback, TrainerSettings(8))
+    assert "\n" not in str(error.value)
