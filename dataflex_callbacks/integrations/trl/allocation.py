@@ -5,7 +5,7 @@ TRL's own generation of its batch. A step wants B groups of G completions (B = t
 generation batch, G = ``num_generations``). Each screening round:
 
 1. takes candidate prompts (round 0: the B prompts TRL's sampler drew, then further prompts from a
-   seeded `dynamic.PromptStream` over the train dataset, ``pre_select`` skipping there too), as many as
+   seeded `rounds.PromptStream` over the train dataset, ``pre_select`` skipping there too), as many as
    the rule is expected to commit ``need`` of (`Strategy.allocation_candidates`; `screen`: ``need`` over the run's
    commit share, at most ``need * G / k``, as many completions as ``need`` plain groups);
 2. generates a pilot of k completions per candidate by TRL's own method, with ``num_generations``
@@ -20,7 +20,7 @@ pilot and replaced from the stream (``alloc/step_evicted_drops``).
 A committed prompt's k pilot rows and G - k commit rows form one group of G. The screening rounds
 repeat until B groups are in hand; the last one allowed (``max_screens``) commits whatever prompts
 the step still needs, the rule's first (``alloc/forced_groups`` counts the others). The batch TRL
-trains on is rebuilt from the B groups (`dynamic._assemble`) and their advantages are recomputed over
+trains on is rebuilt from the B groups (`rounds.assemble`) and their advantages are recomputed over
 the merged groups exactly as TRL computes them (`grpo_advantages`). Pilot and commit rows are
 generated in the same step, by the same policy; each row keeps the old log-probs TRL computed in
 its own round.
@@ -51,16 +51,7 @@ from dataflex_callbacks.components.allocation import AllocatorNeeds
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 
-from .dynamic import (
-    PromptStream,
-    _all_ranks,
-    _assemble,
-    _check_keys,
-    _pad_id,
-    _row_payload,
-    open_stream,
-    restore_stream,
-)
+from .rounds import PromptStream, assemble, open_stream, pad_id, restore_stream, round_rows
 from .sampling import row_key
 from .signals import selection_rewards
 
@@ -257,7 +248,6 @@ class Allocation:
         """
         accelerator, generations = trainer.accelerator, trainer.num_generations
         pilot = int(self.strategy.allocation_first_round() or 0)  # bound with the group size, at `bind`
-        pad_id = _pad_id(trainer)
         drawn = _gathered_inputs(accelerator, inputs)[::generations]  # TRL's B prompts, in its order
         wanted = len(drawn)
         max_screens = self.strategy.allocation_max_screens
@@ -275,7 +265,7 @@ class Allocation:
             domains = [self._domain(row) for row in prompts]
             rounds = self.strategy.allocation_rounds(keys, domains, new_step=screens == 0)
             counts = rounds.start()
-            pilot_rows, pilot_rewards = self._round(trainer, score_round, prompts, counts, pad_id)
+            pilot_rows, pilot_rewards = self._round(trainer, score_round, prompts, counts)
             index = torch.repeat_interleave(torch.arange(len(prompts)), counts)
             counts = rounds.add(pilot_rewards, index)
             self._observe_pilots(trainer, pilot_rewards, index, keys, domains)
@@ -287,7 +277,7 @@ class Allocation:
             declined += int(committing.sum()) - int(committing[chosen].sum())
             rounds.set_next(_only(chosen, len(prompts), generations - pilot))
             commit_counts = rounds.asked
-            commit_rows, commit_rewards = self._round(trainer, score_round, prompts, commit_counts, pad_id)
+            commit_rows, commit_rewards = self._round(trainer, score_round, prompts, commit_counts)
             rounds.add(commit_rewards, torch.repeat_interleave(torch.arange(len(prompts)), commit_counts))
             rounds.finish()
             generated += len(pilot_rows) + len(commit_rows)
@@ -297,7 +287,7 @@ class Allocation:
                 groups.append(pilot_rows[done : done + pilot] + commit_rows[first : first + generations - pilot])
             screens += 1
         rows = [row for group in groups for row in group]
-        inputs, output, rewards_per_func = _assemble(rows, pad_id=pad_id)
+        inputs, output, rewards_per_func = assemble(rows, pad_id=pad_id(trainer))
         output["advantages"] = grpo_advantages(trainer, rewards_per_func, generations)
         per_rank = len(rows) // accelerator.num_processes
         local = slice(accelerator.process_index * per_rank, (accelerator.process_index + 1) * per_rank)
@@ -328,7 +318,7 @@ class Allocation:
     def _domain(self, row: Mapping[str, Any]) -> str:
         return str(row[self.domain_key]) if self.domain_key is not None and self.domain_key in row else NO_DOMAIN
 
-    def _round(self, trainer, score_round: Callable, prompts: list, counts: torch.Tensor, pad_id: int):
+    def _round(self, trainer, score_round: Callable, prompts: list, counts: torch.Tensor):
         """Generate ``counts[i]`` completions of ``prompts[i]`` by TRL's method; every rank's rows and rewards."""
         rows_global = [row for row, count in zip(prompts, counts.tolist(), strict=True) for _ in range(count)]
         if not rows_global:
@@ -346,8 +336,7 @@ class Allocation:
             self._step_tokens += round(float(lengths[-1]) * len(rows_global))
         else:
             self._step_tokens = None
-        _check_keys(output)
-        rows = _row_payload(*_all_ranks(accelerator, mine, output, pad_id), rewards_per_func)
+        rows = round_rows(trainer, mine, output, rewards_per_func, "allocation")
         return rows, selection_rewards(rewards_per_func, trainer.reward_weights, self.reward_index)
 
     # ------------------------------------------------------------ checkpoints

@@ -11,7 +11,7 @@ from toy_rewards import checksum_reward, parity_reward
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.integrations.trl.allocation import grpo_advantages
-from dataflex_callbacks.integrations.trl.dynamic import _assemble, _pad_id, _row_payload
+from dataflex_callbacks.integrations.trl.rounds import assemble, pad_id, row_payload
 
 GENERATIONS, PILOT = 4, 2
 SETTINGS = dict(per_device_train_batch_size=8, num_generations=GENERATIONS)
@@ -60,17 +60,17 @@ def split_round(trainer, prompts):
     trainer.model.train()
     trainer.current_gradient_accumulation_steps = 1  # set by train(); the loss reads it
     output = trainer._generate_and_score_completions(inputs)
-    rows = _row_payload(inputs, output, seen["rewards"])
+    rows = row_payload(inputs, output, seen["rewards"])
     pilot = [i for i in range(len(rows)) if i % GENERATIONS < PILOT]
     commit = [i for i in range(len(rows)) if i % GENERATIONS >= PILOT]
     # Each "round" padded to its own widths, as two generation calls would be.
-    pilot_rows = _row_payload(*_cut(inputs, output, seen["rewards"], pilot))
-    commit_rows = _row_payload(*_cut(inputs, output, seen["rewards"], commit))
+    pilot_rows = row_payload(*_cut(inputs, output, seen["rewards"], pilot))
+    commit_rows = row_payload(*_cut(inputs, output, seen["rewards"], commit))
     merged = []
     for group in range(len(prompts)):
         merged += pilot_rows[group * PILOT : (group + 1) * PILOT]
         merged += commit_rows[group * (GENERATIONS - PILOT) : (group + 1) * (GENERATIONS - PILOT)]
-    _, assembled, rewards = _assemble(merged, pad_id=_pad_id(trainer))
+    _, assembled, rewards = assemble(merged, pad_id=pad_id(trainer))
     assembled["advantages"] = grpo_advantages(trainer, rewards, GENERATIONS)
     assembled["num_items_in_batch"] = output["num_items_in_batch"]
     return output, assembled

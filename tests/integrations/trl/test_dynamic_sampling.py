@@ -305,7 +305,7 @@ def test_dapo_trains_on_a_stream_drawing_further_rounds_from_it(tiny_tokenizer, 
 
 
 def test_a_resumed_prompt_stream_over_a_stream_continues_exactly(toy_dataset):
-    from dataflex_callbacks.integrations.trl.dynamic import PromptStream
+    from dataflex_callbacks.integrations.trl.rounds import PromptStream
 
     stream = stream_of(toy_dataset)
     whole = PromptStream(stream, seed=3)
