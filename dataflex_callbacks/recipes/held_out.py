@@ -24,6 +24,8 @@ SAMPLED = "sampled_pass_at_1"
 """The headline metric: held-out sampled pass@1."""
 GREEDY = "greedy_accuracy"
 """The headline's fallback with `--eval-samples 0`: held-out greedy accuracy."""
+LOGGED = "logged_accuracy"
+"""The headline of a comparison of a user's training function: the held-out accuracy it logged (`run.log`)."""
 
 
 @dataclass(frozen=True)
@@ -56,7 +58,7 @@ class Headline:
 
 def fallback_warning(block: dict) -> str | None:
     """The one line saying a headline (eval.json's ``headline``) fell back to greedy accuracy, else None."""
-    if block["metric"] == SAMPLED:
+    if block["metric"] in (SAMPLED, LOGGED):
         return None
     return (
         f"the headline falls back to {headline_text(block)}: it moves only when the most likely answer flips, "
@@ -68,6 +70,8 @@ def fallback_warning(block: dict) -> str | None:
 def headline_text(block: dict) -> str:
     """What a headline measures, from eval.json's (or a comparison result's) ``headline``:
     ``held-out sampled pass@1 (k=4, T=1) on add2, add3 (100 prompts)``."""
+    if block["metric"] == LOGGED:
+        return "the held-out accuracy your training function logged (run.log)"
     if block["metric"] == SAMPLED:
         metric = f"held-out sampled pass@1 (k={block['k']}, T={block['temperature']:g})"
     else:

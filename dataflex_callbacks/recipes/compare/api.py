@@ -64,13 +64,14 @@ def compare(
     runs_per_gpu: int = 1,
     baseline: str | None = None,
     jobs: int = 1,
-    eval_points: int = 4,
+    eval_points: int | None = None,
     target: float | None = None,
     cost_model=None,
     tune_learning_rates: list[float] | None = None,
     overwrite: bool = False,
     progress: bool = True,
     on_warning: Callable[[str], None] | None = None,
+    train=None,
     **run_options,
 ) -> ComparisonResults:
     """Train every strategy with every seed under one budget and compare them, as `dataflex compare` does.
@@ -111,6 +112,13 @@ def compare(
             every seed: the report, results.csv and the verdict then pair every strategy with the rate that reaches
             the baseline's final headline (and `target`) in the fewest completions, "better than tuning?". The
             shared rate is not trained twice; a bad rate is a `CompareInputError`.
+        eval_points: held-out evaluations along each TRL run (default 4); not with `train`.
+        train: your own training function ``train(run)`` (or its ``"module:function"`` path) instead of the TRL runs
+            dataflex builds: it is called once per (strategy, seed) with a `TrainingRun` (``run.strategy`` to bind
+            to your host, ``run.seed``, ``run.budget_spent()``, ``run.log(accuracy=..., step=...)``); the library
+            counts what the strategy is shown. The TRL arguments (`model`, the datasets, rewards, `eval_points`,
+            `tune_learning_rates`, `run_options`) are refused with it. With ``jobs > 1`` or Ray it must be
+            importable by path, as rewards are.
         run_options: any other `RunOptions` field (``prompts_per_step``, ``learning_rate``, ...).
 
     Raises `CompareInputError` (a `DataFlexError`; `CostModelError` for a bad `cost_model`) before anything is
@@ -134,6 +142,25 @@ def compare(
     except ValueError as error:
         raise CompareInputError(str(error)) from None
     seed_list = parse_seeds(seeds, flag="seeds")
+    if train is not None:
+        trl_only = {
+            "model": model,
+            "train_dataset": train_dataset,
+            "eval_dataset": eval_dataset,
+            "reward_funcs": reward_funcs,
+            "reward_weights": reward_weights,
+            "reward_threshold": reward_threshold,
+            "eval_points": eval_points,
+            "tune_learning_rates": tune_learning_rates,
+            **run_options,
+        }
+        given = sorted(name for name, value in trl_only.items() if value is not None)
+        if given:
+            raise CompareInputError(
+                f"compare(train=...) runs your training function, which sets its own model, data, reward, batch "
+                f"shape and evaluations, so these TRL arguments would do nothing: {', '.join(given)}; drop them (set "
+                "them inside your train(run)), or drop train= to compare TRL runs built by dataflex"
+            )
     names = {f.name for f in dataclasses.fields(RunOptions)}
     unknown = sorted(set(run_options) - names)
     if unknown:
@@ -161,7 +188,7 @@ def compare(
         output_dir=output_dir,
         baseline=baseline,
         jobs=jobs,
-        eval_points=eval_points,
+        eval_points=(4 if eval_points is None else eval_points) if train is None else 0,
         executor=executor,
         ray_address=ray_address,
         runs_per_gpu=runs_per_gpu,
@@ -170,6 +197,7 @@ def compare(
         target=target,
         cost_model=cost_model,
         tune_learning_rates=tune_learning_rates,
+        train=train,
     )
     if on_warning is None:
 

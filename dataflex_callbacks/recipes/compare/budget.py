@@ -208,6 +208,19 @@ class GenerationLedger:
         if mean_length is not None and math.isfinite(float(mean_length)) and math.isfinite(float(kept_frac)):
             self.trained_tokens += float(mean_length) * count * float(kept_frac)
 
+    def record_shown(self, step: int, completions: int, tokens: int, trained_tokens: int, *, steps: int) -> bool:
+        """Add one batch a training function's strategy decided on (`training_run.CountingStrategy`): its
+        `completions` rows, their completion `tokens`, the `trained_tokens` kept in the loss, at the host's `step`;
+        `steps` is the distinct steps seen so far. `round_size` becomes the most completions one step held.
+        True when the budget is now spent."""
+        self.completions += int(completions)
+        self.completion_tokens += int(tokens)
+        self.trained_tokens += int(trained_tokens)
+        self.generated_at[step] = self.generated_at.get(step, 0) + int(completions)
+        self.round_size = max(self.round_size or 0, self.generated_at[step])
+        self.steps = int(steps)
+        return self.spent
+
     @property
     def spent(self) -> bool:
         if self.budget.unit == "steps":

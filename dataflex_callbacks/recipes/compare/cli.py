@@ -16,6 +16,7 @@ DEFAULT_NUM_SEEDS = 3  # neither --seeds nor --num-seeds: seeds 0, 1, 2
 # testbed's main-job length (60 steps), and 100 steps of the toy suite's randomly initialised model.
 # The testbed's: 400 steps of plain GRPO (16 prompts x 8 completions), 3 passes through its 2,100 training prompts.
 DEFAULT_BUDGETS = {"testbed": "completions:51200", "toy": "steps:100"}
+DEFAULT_TRAIN_BUDGET = "steps:100"  # with --train, as compare(train=...) defaults
 _SETTINGS = {f.name: f for f in fields(CompareSettings)}
 DEFAULT_OUTPUT_DIR = _SETTINGS["output_dir"].default
 
@@ -62,7 +63,8 @@ def add_compare_parser(commands) -> None:
     )
     compare.add_argument("--executor", default=_SETTINGS["executor"].default, help=_help("executor"))
     compare.add_argument("--address", dest="ray_address", default=None, help=_help("ray_address", "none"))
-    compare.add_argument("--eval-points", type=int, default=_SETTINGS["eval_points"].default, help=_help("eval_points"))
+    compare.add_argument("--eval-points", type=int, default=None, help=_help("eval_points"))
+    compare.add_argument("--train", default=None, help=_help("train", "none: TRL runs built by dataflex"))
     compare.add_argument("--target", type=float, default=None, help=_help("target", "none"))
     compare.add_argument("--cost-model", default=None, help=_help("cost_model", "none"))
     compare.add_argument(
@@ -91,7 +93,8 @@ def settings_from_args(args, argv: list[str] | None = None):
     from .grid import CompareInputError, parse_seeds, parse_strategies
 
     try:
-        budget = Budget.parse(args.budget if args.budget is not None else DEFAULT_BUDGETS.get(args.suite, "steps:60"))
+        default = DEFAULT_TRAIN_BUDGET if args.train is not None else DEFAULT_BUDGETS.get(args.suite, "steps:60")
+        budget = Budget.parse(args.budget if args.budget is not None else default)
     except ValueError as error:
         raise CompareInputError(str(error)) from None
     base = RunOptions(**options_from_args(args, shared_option_names()))
@@ -114,7 +117,7 @@ def settings_from_args(args, argv: list[str] | None = None):
         output_dir=args.output_dir,
         baseline=args.baseline,
         jobs=jobs,
-        eval_points=args.eval_points,
+        eval_points=_eval_points(args),
         runs_per_gpu=args.runs_per_gpu,
         executor=args.executor,
         ray_address=args.ray_address,
@@ -123,7 +126,16 @@ def settings_from_args(args, argv: list[str] | None = None):
         target=args.target,
         cost_model=args.cost_model,
         tune_learning_rates=args.tune_learning_rates,
+        train=args.train,
     )
+
+
+def _eval_points(args) -> int:
+    """`--eval-points` as given; its default for TRL runs, and none for a training function's runs (`--train`: the
+    function logs its own evaluations; a given `--eval-points` is refused with it by `CompareSettings`)."""
+    if args.eval_points is not None:
+        return args.eval_points
+    return 0 if args.train is not None else _SETTINGS["eval_points"].default
 
 
 def verdict_console(settings, records: list[dict], unavailable: str | None, tuned: list[dict] = ()) -> list[str]:

@@ -8,7 +8,7 @@ import os
 
 import numpy as np
 
-from ..held_out import SAMPLED
+from ..held_out import LOGGED, SAMPLED
 from ..run_folder import domain_colors
 from .reach import headline_value, level_text, mean_curve, recorded, runs_by_seed
 
@@ -44,6 +44,11 @@ def accuracy_panels(records: list[dict]) -> list[tuple[str, object]]:
 
     def figure(field: str, domain: str):
         return lambda point: float((point.get(field) or {}).get(domain, math.nan))
+
+    if all(r["headline"]["metric"] == LOGGED for r in records):  # a training function's: one logged score
+        return [("logged accuracy", headline_value)] + [
+            (f"logged accuracy: {domain}", figure("accuracy", domain)) for domain in domains_of(records)
+        ]
 
     panels = [("headline", headline_value), ("greedy accuracy: overall", figure("accuracy", "overall"))]
     return panels + [(f"{name}: {domain}", figure(key, domain)) for domain in domains_of(records)]
@@ -175,7 +180,8 @@ def plot_proportions(path: str, records: list[dict], strategies: list[str]) -> N
         note = "solid: sampled, dashed: target" if has_target else "sampled (no mixer target)"
         axis.set(title=f"{strategy}\n{note}", xlabel="step", ylim=(0, 1))
     axes[0][0].set_ylabel("share of prompts")
-    axes[0][0].legend(fontsize="small", loc="upper right")
+    if axes[0][0].get_legend_handles_labels()[0]:  # no domain drawn (no run recorded proportions): no legend
+        axes[0][0].legend(fontsize="small", loc="upper right")
     figure.tight_layout()
     figure.savefig(path, dpi=80)
     plt.close(figure)

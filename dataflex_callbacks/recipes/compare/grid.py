@@ -71,6 +71,8 @@ def build_strategies(settings: CompareSettings) -> dict:
     from dataflex_callbacks.recipes.options import RunInputError
     from dataflex_callbacks.recipes.run_inputs import adapter_refusal, resolve_strategy
 
+    if settings.train is not None:
+        return _training_function_strategies(settings)
     found, refused = {}, {}
     for spec in settings.strategies:
         try:
@@ -86,6 +88,40 @@ def build_strategies(settings: CompareSettings) -> dict:
             f"{len(refused)} of {len(settings.strategies)} strategies cannot train with these settings (nothing was "
             "written; fix or drop each from --strategies):"
         )
+        raise CompareInputError("\n".join([head, *(f"  - {spec}: {reason}" for spec, reason in refused.items())]))
+    return found
+
+
+COUNTED_ELSEWHERE = {
+    "dynamic_sampling": "its further rounds reach a SignalGroupBuffer, not the strategy's decision",
+    "allocation": "its pilots and commits reach the allocator, not the strategy's decision",
+}
+"""Parts that generate completions `Strategy.apply` never sees: a training function's run could not count them."""
+
+
+def _training_function_strategies(settings: CompareSettings) -> dict:
+    """`spec -> built strategy` for a comparison of a training function ('none' is the no-part baseline), refusing
+    in one `CompareInputError` every strategy that does not build or whose generation the library cannot count."""
+    from dataflex_callbacks import build_strategy
+
+    found, refused = {}, {}
+    for spec in settings.strategies:
+        try:
+            strategy = build_strategy("baseline" if str(spec).lower() == "none" else spec)
+        except Exception as error:  # the library names the valid presets and keys
+            refused[spec] = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            continue
+        parts = [part for part in COUNTED_ELSEWHERE if getattr(strategy.config, part, None)]
+        if parts:
+            refused[spec] = (
+                f"its {' and '.join(parts)} part generates completions the library cannot count in a training "
+                f"function's run ({'; '.join(COUNTED_ELSEWHERE[p] for p in parts)}); compare it as a TRL run "
+                "(without --train)"
+            )
+            continue
+        found[spec] = strategy
+    if refused:
+        head = f"{len(refused)} of {len(settings.strategies)} strategies cannot be compared with --train:"
         raise CompareInputError("\n".join([head, *(f"  - {spec}: {reason}" for spec, reason in refused.items())]))
     return found
 
@@ -267,8 +303,8 @@ def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
     from dataflex_callbacks.recipes.run_folder import OutputFolder
 
     strategies = build_strategies(settings)
-    line = check_data(settings, strategies)
-    if settings.progress:
+    line = None if settings.train is not None else check_data(settings, strategies)  # its data is the function's
+    if settings.progress and line is not None:
         from dataflex_callbacks.recipes.runner import learning_rate_line
 
         print(line, flush=True)
@@ -334,7 +370,7 @@ def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, s
     pending = [run for run in grid if run.name not in records]
     outcome = GridOutcome(records=[], reused=[run.name for run in grid if run.name in records])
 
-    expected = settings.expected_steps()
+    expected = settings.expected_steps() if settings.train is None else 1  # a training function's: runs
     bar = None
     if settings.progress:
         from tqdm.auto import tqdm
@@ -343,7 +379,7 @@ def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, s
             total=expected * len(grid),
             initial=expected * len(outcome.reused),
             desc="dataflex compare",
-            unit="step",
+            unit="step" if settings.train is None else "run",
             dynamic_ncols=True,
         )
     shown: dict[str, int] = {}

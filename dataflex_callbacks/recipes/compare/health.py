@@ -62,6 +62,20 @@ def equal_accuracy_warning(records: list[dict]) -> str | None:
     )
 
 
+def budget_use_warning(records: list[dict]) -> str | None:
+    """A warning naming the runs of a training function that stopped short of the budget or went past it by more than
+    one step's completions (their result's ``budget_problem``), or None: such runs did not spend the same compute as
+    the runs they are paired with."""
+    flagged = [f"{r['name']} {r['budget_problem']}" for r in records if r.get("budget_problem")]
+    if not flagged:
+        return None
+    return (
+        f"{len(flagged)} of {len(records)} runs did not spend the budget they are compared at ({'; '.join(flagged)}), "
+        "so their pairs compare different compute; stop the loop once run.budget_spent() is True (and not "
+        "before), then rerun with --overwrite"
+    )
+
+
 def greedy_headline_warning(records: list[dict]) -> str | None:
     """The warning that the runs' headline fell back to greedy accuracy (``--eval-samples 0``), or None."""
     return fallback_warning(records[0]["headline"]) if records else None

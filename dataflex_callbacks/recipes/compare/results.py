@@ -250,7 +250,12 @@ def _proportions(metrics: list[dict], domains: list[str]) -> list[dict]:
 def execute_run(
     settings: CompareSettings, run: GridRun, pre_select: bool = False, on_step: Callable[[int], None] | None = None
 ) -> dict:
-    """Train one grid run, write its `result.json` atomically and return the result record."""
+    """Train one grid run, write its `result.json` atomically and return the result record: a TRL run of
+    `dataflex run`, or a call of the comparison's training function (`training_run.execute_training_run`)."""
+    if settings.train is not None:
+        from .training_run import execute_training_run
+
+        return execute_training_run(settings, run)
     from dataflex_callbacks.recipes.run_inputs import load_data
     from dataflex_callbacks.recipes.runner import run_training
 

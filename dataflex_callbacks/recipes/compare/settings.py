@@ -155,6 +155,9 @@ class GridRun:
         return f"{re.sub(r'[^A-Za-z0-9_.+-]', '_', stem)}{rate}-seed{self.seed}"
 
 
+_EVAL_POINTS_DEFAULT = 49
+
+
 def _setting(default=dataclasses.MISSING, *, help: str):
     return field(default=default, metadata={"help": help})
 
@@ -193,7 +196,7 @@ class CompareSettings:
         "is started with --jobs CPUs",
     )
     eval_points: int = _setting(
-        49,
+        _EVAL_POINTS_DEFAULT,
         help="held-out evaluations during each run (greedy accuracy, sampled pass@1, the headline), besides before "
         "and after, for the curves: compute to target and the accuracy figures; 49 spaces them at 2% of the budget, "
         "so a crossing is placed to within 2% (about +16% time at the testbed's default budget; pass fewer for short "
@@ -218,10 +221,19 @@ class CompareSettings:
         "'gen_token=1.0,train_token=0.3' (a CostModel or that text): adds compute to target in "
         "'modelled cost' (linear in tokens, no fixed cost per step; docs/compare.md); report only",
     )
+    train: object = _setting(
+        None,
+        help="your own training function train(run) as module:function (or, from Python, the function): it is "
+        "called once per strategy and seed and trains run.strategy on any host (Lightning, verl, your loop); the "
+        "library counts what the strategy is shown and reads the held-out accuracy it logs (run.log); the TRL "
+        "run options do not apply (docs/compare.md, 'Your own training loop')",
+    )
 
     def __post_init__(self):
         if self.base is None:
             self.base = RunOptions()
+        if self.train is not None:
+            self._check_train_settings()
         if not self.strategies:
             raise CompareInputError("no strategies to compare; pass e.g. --strategies baseline,difffilter")
         if len(set(self.strategies)) != len(self.strategies):
@@ -279,6 +291,11 @@ class CompareSettings:
         if not str(self.output_dir or "").strip():
             raise CompareInputError("--output-dir must be a folder path, got an empty string")
         check_folder_path(str(self.output_dir), error=CompareInputError)  # a file in the way: before any data loads
+        if self.train is not None:
+            from .train_function import train_for_workers
+
+            self.train = train_for_workers(self.train, self.jobs, self.executor)
+            return  # the run options are TRL's: a training function's runs read none of them
         check_run_options(self.base, CompareInputError)
         if self.base.reward is not None:
             self.base = dataclasses.replace(self.base, reward=[self._reward_for_workers(r) for r in self.base.reward])
@@ -289,6 +306,27 @@ class CompareSettings:
             self.base, max_completion_length=completion_tokens(self.base), eval_max_new_tokens=eval_tokens(self.base)
         )
         self.tune_learning_rates = check_learning_rates(self.tune_learning_rates)
+
+    def _check_train_settings(self) -> None:
+        """Refuse, in one `CompareInputError` listing them, the settings only a TRL run reads, given with `train`."""
+        from ..options import option_flag
+
+        default = RunOptions()
+        given = [
+            option_flag(f.name)
+            for f in dataclasses.fields(RunOptions)
+            if f.name not in PER_RUN_FIELDS and getattr(self.base, f.name) != getattr(default, f.name)
+        ]
+        if self.tune_learning_rates is not None:
+            given.append(LEARNING_RATES_FLAG)
+        if self.eval_points not in (0, _EVAL_POINTS_DEFAULT):
+            given.append("--eval-points")
+        if given:
+            raise CompareInputError(
+                f"--train runs your training function, which sets its own model, data, reward, batch shape and "
+                f"evaluations, so these TRL run options would do nothing: {', '.join(given)}; drop them (set them "
+                "inside your train(run)), or drop --train to compare TRL runs built by dataflex"
+            )
 
     def _reward_for_workers(self, reward):
         """A reward callable as the import path that names it, so spawned workers (``jobs`` > 1) import it too.
@@ -344,6 +382,17 @@ class CompareSettings:
         budget, in its unit (completions for a completions budget, whatever a step costs a strategy)."""
         return EvalPlan(self.budget, self.eval_points)
 
+    def train_inputs(self) -> dict | None:
+        """The training function's fingerprint (`train_function.train_fingerprint`), None without one; computed once
+        (pickled with the settings to the workers)."""
+        if self.train is None:
+            return None
+        if getattr(self, "_train_inputs", None) is None:
+            from .train_function import train_fingerprint
+
+            self._train_inputs = train_fingerprint(self.train)
+        return self._train_inputs
+
     def inputs(self) -> dict:
         """The fingerprints of what the runs read besides their options (`input_fingerprint`): the data files, the
         model folder, the reward functions' code. Computed once, on first use (pickled with the settings to the
@@ -361,7 +410,10 @@ class CompareSettings:
     def shared(self) -> dict:
         """What every run of the comparison must share; a resumed comparison must match it exactly: the budget, the
         options, and the fingerprints of its inputs (`inputs`), so a changed data file, model or reward is not
-        paired with runs trained on the old one."""
+        paired with runs trained on the old one. With a training function: the budget and the function's
+        fingerprint (`train_inputs`: its name, source, bound arguments and file)."""
+        if self.train is not None:
+            return {"budget": str(self.budget), "train": self.train_inputs()}
         options = {k: v for k, v in dataclasses.asdict(self.base).items() if k not in PER_RUN_FIELDS}
         if self.base.reward is not None:  # a callable as its name: the same function resumes the same comparison
             options["reward"] = [reward_name(r) for r in self.base.reward]
