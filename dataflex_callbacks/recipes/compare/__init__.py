@@ -17,12 +17,17 @@ settings = CompareSettings(strategies=["baseline", "difffilter"], seeds=[0, 1, 2
                            output_dir="runs/compare", jobs=2)
 write_report(settings, run_grid(settings))   # report.md, results.csv, figures/*.png
 ```
+
+Your own training loop (Lightning, verl, plain PyTorch): ``compare(strategies, seeds=2, budget="completions:4096",
+train=my_train)`` calls ``my_train(run)`` (a `TrainingRun`) once per strategy and seed; see docs/compare.md.
 """
 
 from .api import ComparisonResults, compare, run_comparison
 from .budget import Budget, GenerationLedger
 from .grid import CompareInputError, CompareSettings, GridRun, execute_run, run_grid
+from .held_out_pass_rate import held_out_pass_rate
 from .report import write_report
+from .training_run import TrainingRun, TrainingRunError
 
 __all__ = [
     "ComparisonResults",
@@ -33,7 +38,10 @@ __all__ = [
     "CompareSettings",
     "GenerationLedger",
     "GridRun",
+    "TrainingRun",
+    "TrainingRunError",
     "execute_run",
+    "held_out_pass_rate",
     "run_grid",
     "write_report",
 ]

@@ -47,6 +47,31 @@ def run_comparison(
     )
 
 
+TRL_ARGUMENTS = (
+    "model",
+    "train_dataset",
+    "eval_dataset",
+    "reward_funcs",
+    "reward_weights",
+    "reward_threshold",
+    "eval_points",
+    "tune_learning_rates",
+)
+"""`compare`'s arguments only a TRL run reads: refused with a training function (`train=`), as is any run option."""
+
+
+def _refuse_trl_arguments(arguments: dict) -> None:
+    """One `CompareInputError` listing the TRL-only arguments of `compare` (its `arguments`: `TRL_ARGUMENTS` and the
+    `run_options`) given with a training function."""
+    given = [name for name in TRL_ARGUMENTS if arguments[name] is not None] + list(arguments["run_options"])
+    if given:
+        raise CompareInputError(
+            f"compare(train=...) runs your training function, which sets its own model, data, reward, batch "
+            f"shape and evaluations, so these TRL arguments would do nothing: {', '.join(sorted(given))}; drop them "
+            "(set them inside your train(run)), or drop train= to compare TRL runs built by dataflex"
+        )
+
+
 def compare(
     strategies: list[str],
     *,
@@ -143,24 +168,7 @@ def compare(
         raise CompareInputError(str(error)) from None
     seed_list = parse_seeds(seeds, flag="seeds")
     if train is not None:
-        trl_only = {
-            "model": model,
-            "train_dataset": train_dataset,
-            "eval_dataset": eval_dataset,
-            "reward_funcs": reward_funcs,
-            "reward_weights": reward_weights,
-            "reward_threshold": reward_threshold,
-            "eval_points": eval_points,
-            "tune_learning_rates": tune_learning_rates,
-            **run_options,
-        }
-        given = sorted(name for name, value in trl_only.items() if value is not None)
-        if given:
-            raise CompareInputError(
-                f"compare(train=...) runs your training function, which sets its own model, data, reward, batch "
-                f"shape and evaluations, so these TRL arguments would do nothing: {', '.join(given)}; drop them (set "
-                "them inside your train(run)), or drop train= to compare TRL runs built by dataflex"
-            )
+        _refuse_trl_arguments(locals())
     names = {f.name for f in dataclasses.fields(RunOptions)}
     unknown = sorted(set(run_options) - names)
     if unknown:

@@ -307,39 +307,11 @@ def held_out_sizes(records: list[dict]) -> str:
     return "; ".join(f"seed {', '.join(str(s) for s in sorted(seeds))}: {text}" for text, seeds in by_seed.items())
 
 
-def _training_function_lines(settings, outcome) -> list[str]:
-    """The report's settings of a comparison of a training function: what it trained, and how it was counted."""
-    total_run_seconds = sum(r["wall_seconds"] for r in outcome.records)
-    function = settings.train_inputs()["function"]
-    lines = [
-        f"- command: `{settings.command}`" if settings.command else None,
-        f"- training function: `{function}` (model, data, reward and batch shape are its own); it is called once "
-        "per strategy and seed with the built strategy, which counts every batch it decides on",
-        f"- budget per run: `{settings.budget}`, in what the strategy was shown: completions are the rows of the "
-        "batches it decided on, completion tokens their completion_mask, steps the distinct steps",
-        f"- seeds: {', '.join(str(s) for s in sorted({r['seed'] for r in outcome.records}))} (the function seeds its "
-        "weights, data and sampling with run.seed); baseline: `" + settings.baseline + "`",
-        f"- headline: {headline_description(outcome.records)}, before training, after it and where it logged in "
-        "between; accuracies are fractions (0-1)",
-        None
-        if settings.cost_model is None
-        else f"- cost model: {settings.cost_model} (`--cost-model`; linear in tokens, no fixed cost per step)",
-        f"- wall time: {outcome.wall_seconds:.0f} s for this invocation with {settings.jobs} job(s) "
-        f"({len(outcome.computed)} runs computed, {len(outcome.reused)} reused from a previous invocation); "
-        f"{total_run_seconds:.0f} s summed over runs (a run's seconds include its own evaluations)",
-    ]
-    if settings.budget.unit == "completions":
-        lines.append(f"- overshoot beyond the budget of {settings.budget.amount} completions:")
-        for strategy in settings.strategies:
-            values = [r["overshoot"] for r in outcome.records if r["strategy"] == strategy]
-            if values:
-                lines.append(f"  - `{strategy}`: mean {np.mean(values):.0f}, max {max(values)}")
-    return [line for line in lines if line]
-
-
 def _settings_lines(settings, outcome) -> list[str]:
     if settings.train is not None:
-        return _training_function_lines(settings, outcome)
+        from .training_run import report_lines
+
+        return report_lines(settings, outcome)
     base = settings.base
     built_in_model = f"the {base.suite} suite's built-in model"
     total_run_seconds = sum(r["wall_seconds"] for r in outcome.records)

@@ -253,9 +253,11 @@ def execute_run(
     """Train one grid run, write its `result.json` atomically and return the result record: a TRL run of
     `dataflex run`, or a call of the comparison's training function (`training_run.execute_training_run`)."""
     if settings.train is not None:
-        from .training_run import execute_training_run
+        from .training_run import train_run
 
-        return execute_training_run(settings, run)
+        record = train_run(settings, run)
+        write_json_atomic(os.path.join(settings.run_dir(run), RESULT_FILE), record)
+        return record
     from dataflex_callbacks.recipes.run_inputs import load_data
     from dataflex_callbacks.recipes.runner import run_training
 

@@ -294,7 +294,7 @@ class CompareSettings:
         if self.train is not None:
             from .train_function import train_for_workers
 
-            self.train = train_for_workers(self.train, self.jobs, self.executor)
+            self.train = train_for_workers(self.train, self.jobs, self.executor, CompareInputError)
             return  # the run options are TRL's: a training function's runs read none of them
         check_run_options(self.base, CompareInputError)
         if self.base.reward is not None:
@@ -390,7 +390,7 @@ class CompareSettings:
         if getattr(self, "_train_inputs", None) is None:
             from .train_function import train_fingerprint
 
-            self._train_inputs = train_fingerprint(self.train)
+            self._train_inputs = train_fingerprint(self.train, CompareInputError)
         return self._train_inputs
 
     def inputs(self) -> dict:

@@ -13,8 +13,6 @@ import hashlib
 import inspect
 from collections.abc import Callable
 
-from .settings import CompareInputError
-
 TRAIN_FORM = "'module:function' (e.g. my_training:train, importable from the current directory or PYTHONPATH)"
 
 
@@ -26,50 +24,51 @@ def train_name(train) -> str:
     return reward_name(train)
 
 
-def import_train(spec: str) -> Callable:
-    """The training function at `spec` (``module:function``); `CompareInputError` naming the spec and the fix."""
+def import_train(spec: str, error: type[Exception]) -> Callable:
+    """The training function at `spec` (``module:function``); raises `error` (the comparison's `CompareInputError`)
+    naming the spec and the fix."""
     from dataflex_callbacks.registry import import_object
 
     found = import_object(
         str(spec).strip(),
         what=f"--train {spec!r}",
-        error=CompareInputError,
+        error=error,
         form=TRAIN_FORM,
         missing="run from the folder that holds it or put that folder on PYTHONPATH",
         allow_dot=False,
     )
     if not callable(found) or inspect.isclass(found):
-        raise CompareInputError(
+        raise error(
             f"--train {spec!r} is a {type(found).__name__}, not a function; name a function train(run) that "
             f"trains run.strategy, as {TRAIN_FORM}"
         )
     return found
 
 
-def train_for_workers(train, jobs: int, executor: str):
+def train_for_workers(train, jobs: int, executor: str, error: type[Exception]):
     """`train` as the import path that names it (so spawned workers and Ray tasks import it), or the callable itself
     when no path names it and the runs train in this process (``jobs=1``, processes).
 
-    Raises `CompareInputError` for anything but a callable or text, and for a callable no import path names (a
+    Raises `error` for anything but a callable or text, and for a callable no import path names (a
     lambda, a nested function, one defined in a notebook or ``__main__``) with ``jobs > 1`` or Ray.
     """
     if isinstance(train, str):
-        import_train(train)  # a typo fails here, before anything is written
+        import_train(train, error)  # a typo fails here, before anything is written
         return train.strip()
     if not callable(train) or inspect.isclass(train):
-        raise CompareInputError(f"train must be a function train(run) or its import path {TRAIN_FORM}, got {train!r}")
+        raise error(f"train must be a function train(run) or its import path {TRAIN_FORM}, got {train!r}")
     path = train_name(train)
     named = None
     if "<" not in path and "__main__" not in path:
         try:
-            named = import_train(path)
-        except CompareInputError:
+            named = import_train(path, error)
+        except error:
             named = None
     if named is train:
         return path
     if jobs > 1 or executor == "ray":
         workers = "the Ray workers" if executor == "ray" else f"the {jobs} worker processes of jobs={jobs}"
-        raise CompareInputError(
+        raise error(
             f"training function {path!r} cannot reach {workers}: workers are fresh interpreters that import the "
             "training function by path, and no import path names this one (a lambda, a nested function, one "
             "defined in a notebook or __main__); move it into a .py file and pass 'module:function' (or the "
@@ -79,9 +78,9 @@ def train_for_workers(train, jobs: int, executor: str):
     return train
 
 
-def resolve_train(train) -> Callable:
-    """The callable of `train` (an import path is imported)."""
-    return import_train(train) if isinstance(train, str) else train
+def resolve_train(train, error: type[Exception]) -> Callable:
+    """The callable of `train` (an import path is imported; `error` names a bad one)."""
+    return import_train(train, error) if isinstance(train, str) else train
 
 
 def _source_digest(function) -> str | None:
@@ -105,11 +104,11 @@ def _module_digest(function) -> str | None:
         return f"{path} sha256:{hashlib.sha256(handle.read()).hexdigest()}"
 
 
-def train_fingerprint(train) -> dict:
+def train_fingerprint(train, error: type[Exception]) -> dict:
     """What identifies a training function for resuming: its name, the sha256 of its source, the arguments a
     `functools.partial` binds, and the sha256 of the file that defines it (a changed helper or module class there
     changes the training too); a part that cannot be read is None."""
-    function = resolve_train(train)
+    function = resolve_train(train, error)
     name = train_name(train)
     source = _source_digest(function)
     arguments = None

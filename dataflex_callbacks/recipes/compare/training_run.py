@@ -26,7 +26,7 @@ import torch
 from dataflex_callbacks.errors import DataFlexError
 from dataflex_callbacks.strategy.strategy import Strategy, build_strategy
 
-from ..held_out import LOGGED
+from ..held_out import LOGGED, headline_text
 from .budget import Budget, GenerationLedger
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -308,12 +308,13 @@ def training_record(settings: CompareSettings, run: GridRun, training: TrainingR
     }
 
 
-def execute_training_run(settings: CompareSettings, run: GridRun) -> dict:
-    """Call the comparison's training function on one grid run, write its `result.json` atomically, return it."""
-    from .results import RESULT_FILE, write_json_atomic
+def train_run(settings: CompareSettings, run: GridRun) -> dict:
+    """Call the comparison's training function on one grid run; its result record (`results.execute_run` writes
+    it)."""
+    from .settings import CompareInputError
     from .train_function import resolve_train, train_name
 
-    function = resolve_train(settings.train)
+    function = resolve_train(settings.train, CompareInputError)
     name = train_name(settings.train)
     folder = settings.run_dir(run)
     os.makedirs(folder, exist_ok=True)
@@ -326,5 +327,34 @@ def execute_training_run(settings: CompareSettings, run: GridRun) -> dict:
     if record["budget_problem"]:
         notes.add(f"dataflex compare: run {run.name} {record['budget_problem']}: not a fair pairing")
     record["notes"] = sorted(notes)
-    write_json_atomic(os.path.join(folder, RESULT_FILE), record)
     return record
+
+
+def report_lines(settings, outcome) -> list[str]:
+    """The report's settings of a comparison of a training function: what it trained, and how it was counted."""
+    total_run_seconds = sum(r["wall_seconds"] for r in outcome.records)
+    function = settings.train_inputs()["function"]
+    lines = [
+        f"- command: `{settings.command}`" if settings.command else None,
+        f"- training function: `{function}` (model, data, reward and batch shape are its own); it is called once "
+        "per strategy and seed with the built strategy, which counts every batch it decides on",
+        f"- budget per run: `{settings.budget}`, in what the strategy was shown: completions are the rows of the "
+        "batches it decided on, completion tokens their completion_mask, steps the distinct steps",
+        f"- seeds: {', '.join(str(s) for s in sorted({r['seed'] for r in outcome.records}))} (the function seeds its "
+        "weights, data and sampling with run.seed); baseline: `" + settings.baseline + "`",
+        f"- headline: {headline_text(outcome.records[0]['headline'])}, before training, after it and where it "
+        "logged in between; accuracies are fractions (0-1)",
+        None
+        if settings.cost_model is None
+        else f"- cost model: {settings.cost_model} (`--cost-model`; linear in tokens, no fixed cost per step)",
+        f"- wall time: {outcome.wall_seconds:.0f} s for this invocation with {settings.jobs} job(s) "
+        f"({len(outcome.computed)} runs computed, {len(outcome.reused)} reused from a previous invocation); "
+        f"{total_run_seconds:.0f} s summed over runs (a run's seconds include its own evaluations)",
+    ]
+    if settings.budget.unit == "completions":
+        lines.append(f"- overshoot beyond the budget of {settings.budget.amount} completions:")
+        for strategy in settings.strategies:
+            values = [r["overshoot"] for r in outcome.records if r["strategy"] == strategy]
+            if values:
+                lines.append(f"  - `{strategy}`: mean {sum(values) / len(values):.0f}, max {max(values)}")
+    return [line for line in lines if line]

@@ -152,6 +152,12 @@ def baseline_check(settings, records: list[dict]) -> str | None:
     if change.low > 0 if change.n >= 2 else change.mean > 0:
         return None
     shown = f"{change.mean:+.3f}" + (f" [{change.low:+.3f}, {change.high:+.3f}]" if change.n >= 2 else "")
+    if settings.train is not None:  # the learning rate is the training function's own
+        return (
+            f"`{settings.baseline}` (the baseline) did not clearly learn (headline change {shown} over "
+            f"{change.n} seed{'s' if change.n != 1 else ''}): check the learning rate and budget in your training "
+            "function before reading differences between strategies."
+        )
     return (
         f"`{settings.baseline}` (the baseline) did not clearly learn (headline change {shown} over "
         f"{change.n} seed{'s' if change.n != 1 else ''}): check its learning rate (now "
