@@ -255,3 +255,16 @@ def test_strategies_whose_generation_the_library_cannot_count_are_refused(loop_m
 def test_a_function_no_path_names_is_refused_for_worker_processes(loop_module):
     with pytest.raises(CompareInputError, match="cannot reach the 2 worker processes"):
         compare(["baseline"], train=lambda run: None, jobs=2, output_dir=str(loop_module / "cmp"))
+
+
+def test_worker_processes_and_ray_give_the_results_of_one_process(loop_module):
+    ray = pytest.importorskip("ray")
+    common = dict(seeds=2, budget=BUDGET, train="user_loop:train", progress=False)
+    compare(["baseline", "diffband"], output_dir=str(loop_module / "one"), **common)
+    compare(["baseline", "diffband"], jobs=2, output_dir=str(loop_module / "jobs"), **common)
+    assert _rows(loop_module / "jobs") == _rows(loop_module / "one")
+    try:
+        compare(["baseline", "diffband"], jobs=2, executor="ray", output_dir=str(loop_module / "ray"), **common)
+    finally:
+        ray.shutdown()
+    assert _rows(loop_module / "ray") == _rows(loop_module / "one")
