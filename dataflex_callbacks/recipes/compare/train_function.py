@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import inspect
+import os
 from collections.abc import Callable
 
 TRAIN_FORM = "'module:function' (e.g. my_training:train, importable from the current directory or PYTHONPATH)"
@@ -98,7 +99,7 @@ def _module_digest(function) -> str | None:
         path = inspect.getsourcefile(target if inspect.isfunction(target) else type(target))
     except TypeError:
         return None
-    if path is None:
+    if path is None or not os.path.isfile(path):  # defined in `python -c`, a notebook cell, an interactive session
         return None
     with open(path, "rb") as handle:
         return f"{path} sha256:{hashlib.sha256(handle.read()).hexdigest()}"
