@@ -151,6 +151,16 @@ PRESETS: dict[str, tuple[str, dict]] = {
         "skip prompts whose groups keep having zero reward variance, before generation (GRESO's streak rule)",
         {"pre_select": {"name": "skip_zero_variance", "params": {}}},
     ),
+    "skip_fewer": (
+        "skip's rule without refilling: a skipped prompt is not replaced, the step trains on the groups it kept "
+        "at fewer completions, normalised to a full update (TRL GRPOTrainer; docs/pre_select.md)",
+        {"pre_select": {"name": "skip_predicted", "params": {}, "refill": False}},
+    ),
+    "greso_fewer": (
+        "greso's streak rule without refilling: a skipped prompt is not replaced, the step trains on the groups it "
+        "kept at fewer completions, normalised to a full update (TRL GRPOTrainer; docs/pre_select.md)",
+        {"pre_select": {"name": "skip_zero_variance", "params": {}, "refill": False}},
+    ),
     "screen": (
         "a pilot of 2 completions per prompt; the rest of the group only where the pilot's rewards differ, the "
         "pilot joining its group (SPEED-RL arXiv 2506.09016, Pilot-Commit arXiv 2605.26606)",
