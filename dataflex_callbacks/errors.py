@@ -134,37 +134,33 @@ DROPPED_ALL_CAUSES = ("nonfinite_signals", "equal_rewards", "reward_scale", "ban
 
 
 # Modules whose frames a warning skips to reach the user's line: this library (its adapters install as
-# dataflex_callbacks.integrations) and the trainers and libraries that call it during a run.
-LIBRARY_PACKAGES = frozenset(
-    {
-        "dataflex_callbacks",
-        "trl",
-        "transformers",
-        "accelerate",
-        "peft",
-        "datasets",
-        "torch",
-        "lightning",
-        "pytorch_lightning",
-        "lightning_fabric",
-        "verl",
-        "ray",
-    }
-)
+# dataflex_callbacks.integrations) and torch; each host's framework is added by its registration
+# (`dataflex_callbacks.host.register_host`, `HostDeclaration.packages`).
+_LIBRARY_PACKAGES = {"dataflex_callbacks", "torch"}
+
+
+def add_library_packages(packages: Iterable[str]) -> None:
+    """Skip the frames of ``packages`` (top-level module names) in `user_stacklevel`; `register_host` calls it."""
+    _LIBRARY_PACKAGES.update(packages)
+
+
+def library_packages() -> frozenset[str]:
+    """The top-level modules whose frames `user_stacklevel` skips: this library, torch and each registered host's."""
+    return frozenset(_LIBRARY_PACKAGES)
 
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` for ``warnings.warn`` that points a warning at the user's line, not at this library.
 
     Call it from the function that calls ``warnings.warn``: it counts the frames of
-    `LIBRARY_PACKAGES` above that function, so a warning raised inside ``trainer.train()`` names the
+    `library_packages` above that function, so a warning raised inside ``trainer.train()`` names the
     user's ``trainer.train()`` line. When every frame is the library's (``dataflex run``), the
     outermost one is named.
     """
     frame, level = sys._getframe(1), 1
     while frame.f_back is not None:
         module = frame.f_globals.get("__name__") or ""
-        if module.split(".")[0] not in LIBRARY_PACKAGES:
+        if module.split(".")[0] not in _LIBRARY_PACKAGES:
             return level
         frame, level = frame.f_back, level + 1
     return level

@@ -13,7 +13,7 @@ A host adapter builds a `RolloutBatch` from its trainer's tensors, asks ``Strate
 - `kept_token_mask`: which tokens stay in the loss (and its normaliser);
 - `AGGREGATIONS`, `aggregate` and `removal_scale`: how a loss is normalised, and the ``B / K``
   factor that makes masking rows out of a row-normalised loss equal to removing them;
-  `register_host_losses` / `loss_aggregation`: each adapter's loss names mapped onto those kinds;
+  `HostLosses`: a host's loss names mapped onto those kinds (declared with `declarations.register_host`);
 - `acts_before_rollout` / `prompt_choosing_parts`: whether prompts must come through the sampler;
 - `accept_from` (with `accept_prompts`, `BatchFeed`) and `set_group_size`: the pre-rollout
   acceptance loop that skips prompts a filter predicts to be useless (`prompt_acceptance`);
@@ -414,47 +414,3 @@ class HostLosses:
                 "loss normalises"
             )
         return self.kinds[name]
-
-
-_HOST_LOSSES: dict[str, HostLosses] = {}
-"""Every registered host's losses (`register_host_losses`), by its key."""
-
-
-def register_host_losses(key: str, losses: HostLosses) -> HostLosses:
-    """Declare a host's loss names (an adapter does it once, where it reads its host's loss setting), as verl's
-    ``register_policy_loss`` declares a policy loss; returns ``losses``.
-
-    Args:
-        key: the host's key for `loss_aggregation` (``"trl"``, ``"verl"``, a user's own host).
-        losses: its `HostLosses`; every kind must be one of `AGGREGATIONS`.
-
-    A key registered again with other losses is a `ConfigError` (two adapters would disagree).
-    """
-    if not isinstance(losses, HostLosses):
-        raise ConfigError(f"register_host_losses({key!r}, ...): expected a HostLosses, got {type(losses).__name__}")
-    unknown = sorted({kind for kind in losses.kinds.values() if kind not in AGGREGATIONS})
-    if unknown:
-        raise ConfigError(
-            f"register_host_losses({key!r}, ...): unknown aggregation kind(s) {unknown}; "
-            f"choose from {list(AGGREGATIONS)}"
-        )
-    known = _HOST_LOSSES.setdefault(key, losses)
-    if known != losses:
-        raise ConfigError(f"register_host_losses: host {key!r} is registered already, with other losses: {known}")
-    return losses
-
-
-def host_losses(key: str) -> HostLosses:
-    """The losses registered for host ``key``; a `ConfigError` naming the registered hosts when there are none."""
-    if key not in _HOST_LOSSES:
-        raise ConfigError(
-            f"dataflex: no loss names registered for host {key!r} (registered: {sorted(_HOST_LOSSES)}); its "
-            "adapter registers them when imported (register_host_losses)"
-        )
-    return _HOST_LOSSES[key]
-
-
-def loss_aggregation(host: str, name: str) -> str:
-    """The aggregation kind of ``host``'s loss ``name`` (`register_host_losses`);
-    a `ConfigError` naming the choices when unknown."""
-    return host_losses(host).aggregation(name)

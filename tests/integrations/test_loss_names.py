@@ -1,4 +1,5 @@
-"""Each adapter declares its host's loss names (`host.register_host_losses`) onto the core's aggregations."""
+"""Each adapter declares its host's loss names (`HostDeclaration.losses`, `host.register_host`) onto the core's
+aggregations."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ pytest.importorskip("trl")
 pytest.importorskip("lightning")
 
 ADAPTERS = {
-    "trl": "dataflex_callbacks.integrations.trl.loss_scaling",
-    "trl-rloo": "dataflex_callbacks.integrations.trl.rloo",
-    "lightning": "dataflex_callbacks.integrations.lightning.aggregation",
-    "verl": "dataflex_callbacks.integrations.verl.fields",
+    "trl": "dataflex_callbacks.integrations.trl",
+    "trl-rloo": "dataflex_callbacks.integrations.trl",
+    "lightning": "dataflex_callbacks.integrations.lightning",
+    "verl": "dataflex_callbacks.integrations.verl",
+    "verl-async": "dataflex_callbacks.integrations.verl",
 }
 
 

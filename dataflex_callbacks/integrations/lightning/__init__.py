@@ -21,6 +21,7 @@ One callback, one line in ``training_step``::
 In a ``LightningDataModule``, ``build_sampler(self.trainer, dataset, batch_size=8)`` builds the same sampler.
 """
 
+from . import host as host  # registers Lightning as a host
 from .aggregation import LOSS_TYPES
 from .binding import BoundStrategy
 from .callback import DataFlexCallback, build_sampler

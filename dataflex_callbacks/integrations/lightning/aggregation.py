@@ -16,7 +16,7 @@ loss_type          loss over the kept entries                                   
 
 Each ``loss_type`` is the core loss aggregation of the same name (`dataflex_callbacks.host.AGGREGATIONS`),
 which is also what TRL's ``loss_type`` and verl's ``loss_agg_mode`` map onto; the names are
-declared here (`LIGHTNING_LOSSES`, `dataflex_callbacks.host.register_host_losses`).
+declared here (`LIGHTNING_LOSSES`, registered with the host in `host.py`).
 
 A response stays in the ``sequence_*`` and ``fixed_length`` normalisers while it keeps at least
 one token (token-level selection can empty a response). When nothing is kept the loss is an
@@ -28,18 +28,15 @@ from __future__ import annotations
 import torch
 
 from dataflex_callbacks import Decision
-from dataflex_callbacks.host import HostLosses, aggregate, finish_loss, kept_token_mask, register_host_losses
+from dataflex_callbacks.host import HostLosses, aggregate, finish_loss, kept_token_mask
 
-LIGHTNING_LOSSES = register_host_losses(
-    "lightning",
-    HostLosses(
-        "Lightning",
-        "loss_type",
-        {name: name for name in ("token_mean", "sequence_mean", "sequence_sum", "fixed_length")},
-        "self.dataflex.loss(..., loss_type=...)",
-    ),
+LIGHTNING_LOSSES = HostLosses(
+    "Lightning",
+    "loss_type",
+    {name: name for name in ("token_mean", "sequence_mean", "sequence_sum", "fixed_length")},
+    "self.dataflex.loss(..., loss_type=...)",
 )
-"""Lightning's ``loss_type`` names: the core's own aggregation names (`host.register_host_losses`)."""
+"""Lightning's ``loss_type`` names: the core's own aggregation names (registered with the host, `host.py`)."""
 
 LOSS_AGGREGATION = LIGHTNING_LOSSES.kinds
 """Lightning ``loss_type`` -> the core's loss aggregation (`dataflex_callbacks.host.AGGREGATIONS`)."""

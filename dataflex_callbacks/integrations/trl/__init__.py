@@ -14,6 +14,7 @@ Two equivalent ways in::
 warns on experimental imports); `attach` picks the callback for the trainer.
 """
 
+from . import host as host  # registers GRPOTrainer, RLOOTrainer and AsyncGRPOTrainer as hosts
 from .attaching import attach
 from .callback import DataFlexCallback
 from .loss_scaling import SUPPORTED_LOSS_TYPES

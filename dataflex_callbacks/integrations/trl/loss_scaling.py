@@ -33,28 +33,25 @@ from __future__ import annotations
 
 import torch
 
-from dataflex_callbacks.host import ROW_NORMALISED, HostLosses, register_host_losses
+from dataflex_callbacks.host import ROW_NORMALISED, HostLosses
 
-GRPO_LOSSES = register_host_losses(
-    "trl",
-    HostLosses(
-        "TRL GRPOTrainer",
-        "loss_type",
-        {
-            "grpo": "sequence_mean",
-            "sapo": "sequence_mean",
-            "luspo": "sequence_sum",
-            "dr_grpo": "fixed_length",
-            "bnpo": "token_mean",
-            "dapo": "token_mean_global",
-            "cispo": "token_mean_global",
-            "vespo": "token_mean_global",
-        },
-        "GRPOConfig(loss_type=...)",
-    ),
+GRPO_LOSSES = HostLosses(
+    "TRL GRPOTrainer",
+    "loss_type",
+    {
+        "grpo": "sequence_mean",
+        "sapo": "sequence_mean",
+        "luspo": "sequence_sum",
+        "dr_grpo": "fixed_length",
+        "bnpo": "token_mean",
+        "dapo": "token_mean_global",
+        "cispo": "token_mean_global",
+        "vespo": "token_mean_global",
+    },
+    "GRPOConfig(loss_type=...)",
 )
 """TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation, registered with the core
-(`dataflex_callbacks.host.register_host_losses`): a new TRL loss type is added here."""
+(with the host's declaration, `host.py`): a new TRL loss type is added here."""
 
 LOSS_AGGREGATION = GRPO_LOSSES.kinds
 """TRL ``GRPOConfig.loss_type`` -> the core's loss aggregation (`dataflex_callbacks.host.AGGREGATIONS`)."""

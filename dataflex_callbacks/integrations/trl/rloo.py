@@ -24,15 +24,13 @@ import torch
 from trl import RLOOTrainer
 
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.host import HostLosses, register_host_losses
+from dataflex_callbacks.host import HostLosses
 
 from .callback import DataFlexCallback
 from .trainer import DataFlexTrainerMixin
 
 # TRL's RLOOTrainer has one loss and no setting naming it: the mean over the micro-batch's rows.
-RLOO_LOSSES = register_host_losses(
-    "trl-rloo", HostLosses("TRL RLOOTrainer", "loss", {"rloo": "sequence_mean"}, "RLOOConfig")
-)
+RLOO_LOSSES = HostLosses("TRL RLOOTrainer", "loss", {"rloo": "sequence_mean"}, "RLOOConfig")
 ROW_MEAN_AGGREGATION = RLOO_LOSSES.aggregation("rloo")
 """RLOO's loss normaliser as a core aggregation: the mean over the micro-batch's rows."""
 

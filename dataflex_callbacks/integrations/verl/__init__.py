@@ -10,6 +10,7 @@ fields <-> `RolloutBatch` / loss weights; needs only torch), ``trainer`` (the tr
 needs verl with its ``verl-core`` extras).
 """
 
+from . import host as host  # registers verl's trainer modes as hosts (without importing verl)
 from .config import strategy_from_verl_config
 from .fields import loss_fields_from_decision, rollout_batch_from_fields
 

@@ -18,7 +18,7 @@ How a `Decision` reaches verl's loss (`loss_fields_from_decision`):
   entropy and KL-loss terms (which ignore ``rollout_is_weights``) and from the token count that
   the engine sums from ``loss_mask`` for the ``token-mean`` denominator.
 - Each ``loss_agg_mode`` is one of the core's loss aggregations (`LOSS_AGG_KINDS`, declared here
-  with `dataflex_callbacks.host.register_host_losses`; `dataflex_callbacks.host.AGGREGATIONS`). The
+  with the host's declaration, `host.py`; `dataflex_callbacks.host.AGGREGATIONS`). The
   ``seq-mean-*`` modes (row-normalised) divide by a sequence count the trainer fixes
   (``ppo_mini_batch_size * rollout.n``), so the policy-gradient weights are scaled by `removal_scale`
   ``rows / kept rows``. The entropy and KL terms of those modes keep verl's fixed denominator
@@ -35,25 +35,22 @@ import torch
 
 from dataflex_callbacks import Decision, RolloutBatch
 from dataflex_callbacks.errors import BatchError
-from dataflex_callbacks.host import ROW_NORMALISED, HostLosses, kept_token_mask, register_host_losses, removal_scale
+from dataflex_callbacks.host import ROW_NORMALISED, HostLosses, kept_token_mask, removal_scale
 
 # verl's token-mean recounts its tokens from loss_mask, i.e. the kept ones.
-VERL_LOSSES = register_host_losses(
+VERL_LOSSES = HostLosses(
     "verl",
-    HostLosses(
-        "verl",
-        "loss_agg_mode",
-        {
-            "token-mean": "token_mean_global",
-            "token-sum": "token_sum",
-            "seq-mean-token-sum": "sequence_sum",
-            "seq-mean-token-mean": "sequence_mean",
-            "seq-mean-token-sum-norm": "fixed_length",
-        },
-        "actor_rollout_ref.actor.loss_agg_mode",
-    ),
+    "loss_agg_mode",
+    {
+        "token-mean": "token_mean_global",
+        "token-sum": "token_sum",
+        "seq-mean-token-sum": "sequence_sum",
+        "seq-mean-token-mean": "sequence_mean",
+        "seq-mean-token-sum-norm": "fixed_length",
+    },
+    "actor_rollout_ref.actor.loss_agg_mode",
 )
-"""verl's ``loss_agg_mode`` names, registered with the core (`dataflex_callbacks.host.register_host_losses`)."""
+"""verl's ``loss_agg_mode`` names, registered with the core by the host's declaration (`host.py`)."""
 LOSS_AGG_KINDS = VERL_LOSSES.kinds
 """verl ``loss_agg_mode`` -> the core's loss aggregation (``token-mean``: verl recounts tokens from ``loss_mask``)."""
 LOSS_AGG_MODES = VERL_LOSSES.names

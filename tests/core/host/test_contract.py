@@ -19,7 +19,6 @@ from dataflex_callbacks.host.contract import (
     GRPO_FIELDS,
     ROLLOUT_FIELDS,
     ROW_NORMALISED,
-    HostLosses,
     acts_before_rollout,
     aggregate,
     as_strategy,
@@ -27,13 +26,10 @@ from dataflex_callbacks.host.contract import (
     decide,
     finish_loss,
     grpo_fields,
-    host_losses,
     kept_token_mask,
     local_decision,
-    loss_aggregation,
     micro_batch_decision,
     prompt_choosing_parts,
-    register_host_losses,
     removal_scale,
     resolve_domain_key,
     restrict_rows,
@@ -453,22 +449,6 @@ def test_decide_says_which_process_warns_and_spells_the_hosts_setting_in_the_fix
     assert len(dropped) == 1 and dropped[0].cause == "reward_scale"
     assert "a selection reward (Trainer(pick=...))" in dropped[0].fix and "Trainer(pick=...)" in str(dropped[0])
     assert "set in the host adapter" not in dropped[0].fix
-
-
-def test_a_host_registers_its_own_loss_names_onto_the_cores_aggregations():
-    mine = HostLosses("my host", "loss_mode", {"mean": "sequence_mean", "sum": "token_sum"}, "MyConfig(loss_mode=...)")
-    assert register_host_losses("test-host", mine) is mine
-    assert register_host_losses("test-host", mine) is mine  # the same declaration again (a re-import) is fine
-    assert host_losses("test-host") is mine and loss_aggregation("test-host", "sum") == "token_sum"
-    assert mine.names_of(*ROW_NORMALISED) == ("mean",)
-    with pytest.raises(ConfigError, match=r"unknown my host loss_mode 'median'.*'mean', 'sum'.*MyConfig"):
-        loss_aggregation("test-host", "median")
-    with pytest.raises(ConfigError, match=r"'test-host' is registered already"):
-        register_host_losses("test-host", HostLosses("my host", "loss_mode", {"mean": "token_mean"}, "MyConfig"))
-    with pytest.raises(ConfigError, match=r"unknown aggregation kind\(s\) \['median'\].*token_mean"):
-        register_host_losses("other-host", HostLosses("other", "loss", {"m": "median"}, "OtherConfig"))
-    with pytest.raises(ConfigError, match=r"no loss names registered for host 'nowhere'.*register_host_losses"):
-        host_losses("nowhere")
 
 
 def test_acts_before_rollout_names_the_prompt_choosing_parts():
