@@ -8,6 +8,7 @@ else between `TABLE_START` and `TABLE_END`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import cast
 
 from dataflex_callbacks.components.allocation import Allocator, AllocatorNeeds
 from dataflex_callbacks.errors import ConfigError
@@ -20,12 +21,9 @@ TABLE_END = "<!-- host-table:end -->"
 
 def builtin_allocators() -> tuple[AllocatorNeeds, ...]:
     """The declared needs of every allocator this library ships (a user's own registered ones left out)."""
-    classes = [component_class("allocation", name) for name in list_components("allocation")]
-    return tuple(
-        AllocatorNeeds.of(cls)
-        for cls in classes
-        if issubclass(cls, Allocator) and cls.__module__.startswith("dataflex_callbacks.")
-    )
+    # The registry holds only subclasses of the kind's base class (`registry.register`).
+    classes = [cast(type[Allocator], component_class("allocation", name)) for name in list_components("allocation")]
+    return tuple(AllocatorNeeds.of(cls) for cls in classes if cls.__module__.startswith("dataflex_callbacks."))
 
 
 def host_table(hosts: Sequence[HostDeclaration], allocators: Sequence[AllocatorNeeds]) -> str:
