@@ -134,9 +134,9 @@ DROPPED_ALL_CAUSES = ("nonfinite_signals", "equal_rewards", "reward_scale", "ban
 
 
 # Modules whose frames a warning skips to reach the user's line: this library (its adapters install as
-# dataflex_callbacks.integrations) and torch; each host's framework is added by its registration
-# (`dataflex_callbacks.host.register_host`, `HostDeclaration.packages`).
-_LIBRARY_PACKAGES = {"dataflex_callbacks", "torch"}
+# dataflex_callbacks.integrations), torch, and ray (`dataflex compare`'s executor runs runs in its workers); each
+# host's framework is added by its registration (`dataflex_callbacks.host.register_host`, `HostDeclaration.packages`).
+_LIBRARY_PACKAGES = {"dataflex_callbacks", "torch", "ray"}
 
 
 def add_library_packages(packages: Iterable[str]) -> None:
@@ -145,7 +145,8 @@ def add_library_packages(packages: Iterable[str]) -> None:
 
 
 def library_packages() -> frozenset[str]:
-    """The top-level modules whose frames `user_stacklevel` skips: this library, torch and each registered host's."""
+    """The top-level modules whose frames `user_stacklevel` skips: this library, torch, ray and each registered
+    host's."""
     return frozenset(_LIBRARY_PACKAGES)
 
 
