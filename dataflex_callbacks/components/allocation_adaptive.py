@@ -50,6 +50,7 @@ class AdaptiveAllocator(Allocator):
                 "cap",
             )
         self.reuse = check_bool("reuse", reuse)
+        self.reuses_responses = self.reuse  # declared per instance: without reuse no earlier response is put back
         self.bank = ResponseBank()
 
     def first_round(self) -> int:

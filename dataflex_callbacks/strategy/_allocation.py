@@ -33,8 +33,13 @@ class AllocationDoors:
 
     @property
     def allocation_needs(self) -> AllocatorNeeds | None:
-        """What the ``allocation`` part declares a host must do (`AllocatorNeeds`); None without one."""
-        return None if self.allocation is None else AllocatorNeeds.of(self.allocation)
+        """What the ``allocation`` part declares a host must do (`AllocatorNeeds`); None without one.
+
+        Read from the allocator itself, so an instance that declares less than its class (``adaptive`` without
+        ``reuse`` puts no earlier response back) is not refused for what it will not do."""
+        if self.allocation is None:
+            return None
+        return AllocatorNeeds.of(self.allocation)._replace(reuses_responses=bool(self.allocation.reuses_responses))
 
     @property
     def allocation_group_size(self) -> int | None:

@@ -64,14 +64,15 @@ def check_allocation(settings, strategy) -> None:
     ``settings``: the trainer's `trainer_settings.TrainerSettings`, or None for the rules on the strategy alone.
     Nothing is bound: the group size is checked on a copy of the allocator (`Allocation.bind` binds it).
     """
-    why = "TRL's batch holds num_generations completions per prompt"
-    refused = pilot_commit_refusal(strategy.allocation_needs, why)
+    needs = strategy.allocation_needs
+    if needs.equal_groups:
+        what = pilot_commit_refusal(needs, "")
+        fix = "use 'screen', or run it in Lightning or your own loop (strategy.allocation_rounds)"
+        refused = None if what is None else (what, fix)
+    else:
+        refused = staged_refusal(needs, strategy)
     if refused:
-        raise ConfigError(
-            NOT_SUPPORTED.format(
-                what=refused, fix="use 'screen', or run it in Lightning or your own loop (strategy.allocation_rounds)"
-            )
-        )
+        raise ConfigError(NOT_SUPPORTED.format(what=refused[0], fix=refused[1]))
     if strategy.mix_enabled:
         raise ConfigError(NOT_SUPPORTED.format(what="a strategy with a mix part", fix="drop the mix part"))
     # Checked on a copy, nothing bound; a fraction of the group is known only with the trainer's num_generations.
@@ -89,12 +90,53 @@ def check_allocation(settings, strategy) -> None:
     if settings.environment_factories:
         raise ConfigError(NOT_SUPPORTED.format(what="environment_factories", fix="drop the allocation part"))
     assert pilot is not None  # known at the trainer's num_generations
-    remaining, processes = settings.num_generations - pilot, settings.num_processes
-    if remaining % processes:
+    generations, processes = settings.num_generations, settings.num_processes
+    if not needs.equal_groups:
+        _check_stages(needs.name, pilot, generations, processes)
+    elif (generations - pilot) % processes:
         raise ConfigError(
             NOT_SUPPORTED.format(
-                what=f"num_generations - pilot = {remaining} completions per commit on {processes} processes",
+                what=f"num_generations - pilot = {generations - pilot} completions per commit on {processes} processes",
                 fix=f"choose pilot so that num_generations - pilot is a multiple of {processes}",
+            )
+        )
+
+
+def staged_refusal(needs: AllocatorNeeds, strategy: Any) -> tuple[str, str] | None:
+    """Why the TRL adapter's stages of groups of different sizes (`Allocation.generate_stages`) cannot run an
+    allocator declaring ``needs`` with ``strategy``'s other parts: ``(what, fix)``, or None when they can."""
+    if needs.reuses_responses:
+        return (
+            f"allocation {needs.name!r} with reuse (an earlier step's response put back into a group: this adapter "
+            "stores no completion between steps yet)",
+            "set reuse: false, or run it in Lightning or your own loop (strategy.allocation_rounds)",
+        )
+    if strategy.skips_prompts:
+        return (
+            f"allocation {needs.name!r} with a pre_select part (the filter counts a skipped prompt's savings in "
+            "groups of one size)",
+            "drop pre_select, or use 'screen' (screen_greso)",
+        )
+    return None
+
+
+def _check_stages(name: str, stage: int, generations: int, processes: int) -> None:
+    """Refuse a first stage that TRL's batch of B x num_generations rows cannot hold for its B prompts, or whose rows
+    do not split evenly over the processes."""
+    if stage > generations:
+        raise ConfigError(
+            NOT_SUPPORTED.format(
+                what=f"allocation {name!r} with a first stage of {stage} completions per prompt above num_generations "
+                f"= {generations} (TRL's batch holds B x num_generations rows, and each of its B prompts gets the "
+                "first stage)",
+                fix=f"set stage <= {generations}, or raise num_generations",
+            )
+        )
+    if stage % processes:
+        raise ConfigError(
+            NOT_SUPPORTED.format(
+                what=f"allocation {name!r} with stages of {stage} completions on {processes} processes",
+                fix=f"choose stage and cap multiples of {processes}",
             )
         )
 
@@ -112,37 +154,54 @@ def pilot_commit_refusal(needs: AllocatorNeeds, why: str) -> str | None:
     return None
 
 
-def grpo_advantages(trainer, rewards_per_func: torch.Tensor, group_size: int) -> torch.Tensor:
-    """``(N,)`` TRL's advantages of ``rewards_per_func (N, F)`` in contiguous groups of ``group_size`` rows.
+def grpo_advantages(
+    trainer: Any, rewards_per_func: torch.Tensor, group_index: torch.Tensor, num_groups: int
+) -> torch.Tensor:
+    """``(N,)`` TRL's advantages of ``rewards_per_func (N, F)``, a group being the rows of one ``group_index (N,)``.
 
-    What ``GRPOTrainer._generate_and_score_completions`` computes (TRL 1.x), for every ``scale_rewards``
-    and ``multi_objective_aggregation``: a row whose reward functions all returned None is NaN in the
-    baseline and gets advantage 0.
+    What ``GRPOTrainer._generate_and_score_completions`` computes (TRL 1.x) over ``view(-1, G)``, for every
+    ``scale_rewards`` and ``multi_objective_aggregation``, here over groups of any sizes (``adaptive``): each group's
+    mean and (Bessel-corrected, NaN-ignoring, as TRL's ``nanstd``) standard deviation over its own rows. A row whose
+    reward functions all returned None is NaN in the baseline and gets advantage 0. ``group_index`` holds each row's
+    group in ``[0, num_groups)``; equal groups of G are ``arange(N) // G``.
     """
     from trl.trainer.utils import nanstd
 
     device = rewards_per_func.device
+    index = group_index.to(device=device, dtype=torch.long)
     weights = trainer.reward_weights.to(device).unsqueeze(0)
     unscorable = torch.isnan(rewards_per_func).all(dim=1)
     if trainer.multi_objective_aggregation == "normalize_then_sum":
-        grouped = rewards_per_func.view(-1, group_size, rewards_per_func.shape[1])
-        mean_k = torch.nanmean(grouped, dim=1, keepdim=True)
-        std_k = nanstd(grouped, dim=1, keepdim=True)
-        rewards = (((grouped - mean_k) / (std_k + 1e-4)).view(-1, rewards_per_func.shape[1]) * weights).nansum(dim=1)
+        mean_k, std_k = _group_mean_std(rewards_per_func, index, num_groups)
+        normalised = (rewards_per_func - mean_k[index]) / (std_k[index] + 1e-4)
+        rewards = (normalised * weights).nansum(dim=1)
         rewards[unscorable] = torch.nan
         std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
         return torch.nan_to_num((rewards - torch.nanmean(rewards)) / (std + 1e-4), nan=0.0)
     rewards = (rewards_per_func * weights).nansum(dim=1)
     rewards[unscorable] = torch.nan
-    mean = torch.nanmean(rewards.view(-1, group_size), dim=1).repeat_interleave(group_size)
+    mean, std = _group_mean_std(rewards, index, num_groups)
     if trainer.scale_rewards == "batch":
         std = nanstd(rewards).expand_as(rewards) if rewards.numel() > 1 else torch.zeros_like(rewards)
     else:
-        std = nanstd(rewards.view(-1, group_size), dim=1).repeat_interleave(group_size)
-    advantages = rewards - mean
+        std = std[index]
+    advantages = rewards - mean[index]
     if trainer.scale_rewards != "none":
         advantages = advantages / (std + 1e-4)
     return torch.nan_to_num(advantages, nan=0.0)
+
+
+def _group_mean_std(values: torch.Tensor, index: torch.Tensor, num_groups: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per group of ``index (N,)``: the NaN-ignoring mean and Bessel-corrected std of ``values (N,)`` or ``(N, F)``,
+    each ``(num_groups,)`` or ``(num_groups, F)``, as TRL's ``nanmean`` / ``nanstd`` over a group (NaN where a group
+    has no value, and a std of NaN where it has one)."""
+    present = ~torch.isnan(values)
+    zeros = values.new_zeros((num_groups, *values.shape[1:]))
+    count = zeros.index_add(0, index, present.to(values.dtype))
+    mean = zeros.index_add(0, index, torch.where(present, values, 0.0)) / count
+    squared = torch.where(present, (values - mean[index]) ** 2, 0.0)
+    variance = zeros.index_add(0, index, squared) / count * (count / (count - 1))
+    return mean, torch.where(count > 1, variance, torch.nan).sqrt()
 
 
 @contextmanager
@@ -234,8 +293,10 @@ class Allocation:
         self._evicted_drops += sum(evicted)
         return [row for row, out in zip(prompts, evicted, strict=True) if not out]
 
-    def generate(self, trainer, score_round: Callable, inputs: list) -> tuple[list, dict, torch.Tensor, dict]:
-        """Run one step's screening rounds from TRL's drawn ``inputs``; return what the step trains on.
+    def generate(
+        self, trainer: Any, score_round: Callable, inputs: list
+    ) -> tuple[list, dict, torch.Tensor, torch.Tensor | None, dict]:
+        """Run one step's rounds from TRL's drawn ``inputs``; return what the step trains on.
 
         Args:
             trainer: the TRL GRPOTrainer.
@@ -243,9 +304,14 @@ class Allocation:
             inputs: this rank's rows of TRL's generation batch (B prompts, each ``num_generations`` times).
 
         Returns:
-            ``(inputs, output, rewards_per_func, metrics)``: this rank's rows of the B merged groups, their batch dict
-            (advantages recomputed over the merged groups), the ``(N, F)`` rewards of every rank, and ``alloc/*``.
+            ``(inputs, output, rewards_per_func, group_ids, metrics)``: this rank's rows of the step's groups, their
+            batch dict (advantages recomputed over those groups), the ``(N, F)`` rewards of every rank, each row's
+            group (every rank; None for groups of ``num_generations``: `screen`, the B merged groups of TRL's batch),
+            and ``alloc/*``. An allocator whose groups differ in size runs `generate_stages`.
         """
+        needs = self.strategy.allocation_needs
+        if needs is not None and not needs.equal_groups:
+            return self.generate_stages(trainer, score_round, inputs)
         accelerator, generations = trainer.accelerator, trainer.num_generations
         pilot = int(self.strategy.allocation_first_round() or 0)  # bound with the group size, at `bind`
         drawn = _gathered_inputs(accelerator, inputs)[::generations]  # TRL's B prompts, in its order
@@ -288,7 +354,8 @@ class Allocation:
             screens += 1
         rows = [row for group in groups for row in group]
         inputs, output, rewards_per_func = assemble(rows, pad_id=pad_id(trainer))
-        output["advantages"] = grpo_advantages(trainer, rewards_per_func, generations)
+        group_index = torch.arange(len(rows)) // generations
+        output["advantages"] = grpo_advantages(trainer, rewards_per_func, group_index, len(rows) // generations)
         per_rank = len(rows) // accelerator.num_processes
         local = slice(accelerator.process_index * per_rank, (accelerator.process_index + 1) * per_rank)
         metrics = self.strategy.allocation_metrics()
@@ -298,7 +365,94 @@ class Allocation:
             metrics["alloc/step_evicted_drops"] = float(self._evicted_drops)
         if self._step_tokens is not None:
             metrics["alloc/step_generated_tokens"] = self._step_tokens
-        return inputs[local], {key: value[local] for key, value in output.items()}, rewards_per_func, metrics
+        local_output = {key: value[local] for key, value in output.items()}
+        return inputs[local], local_output, rewards_per_func, None, metrics
+
+    def generate_stages(
+        self, trainer: Any, score_round: Callable, inputs: list
+    ) -> tuple[list, dict, torch.Tensor, torch.Tensor | None, dict]:
+        """Run one step's stages for an allocator whose groups differ in size (``adaptive``); return what it trains on.
+
+        TRL's B drawn prompts each get the allocator's first stage; further stages (`AllocationRounds.add`) go to the
+        prompts it asks for, while TRL's batch of B x ``num_generations`` rows has room: a stage that does not fit
+        goes to the first prompts it fits (in TRL's shuffled order) and ends the step (``alloc/step_unfinished_groups``
+        counts the prompts left short of the rule's answer). Each call of TRL's scoring generates one count per prompt
+        (TRL groups rows by ``num_generations``).
+
+        Returns:
+            ``(inputs, output, rewards_per_func, group_index, metrics)``: this rank's real rows, prompt by prompt (the
+            callback fills TRL's batch up to its rows with masked rows, `fewer_groups.fill_rows`), their batch dict with
+            advantages over each prompt's group (`grpo_advantages`), the ``(R, F)`` rewards of every rank, ``(R,)``
+            each real row's prompt (every rank), and ``alloc/*``.
+        """
+        accelerator = trainer.accelerator
+        gathered = _gathered_inputs(accelerator, inputs)
+        prompts = gathered[:: trainer.num_generations]
+        keys = [row_key(row, self.prompt_key_column) for row in prompts]
+        rounds = self.strategy.allocation_rounds(keys, [self._domain(row) for row in prompts])
+        room, rows, index = len(gathered), [], []
+        self._step_tokens, counts = 0.0, rounds.start()
+        while bool(counts.any()):
+            fits = torch.cumsum(counts, 0) <= room
+            full = not bool(fits.all())
+            if full:
+                counts = torch.where(fits, counts, 0)
+                rounds.set_next(counts)
+            round_rows_, rewards, round_index = self._staged_round(trainer, score_round, prompts, counts)
+            room -= len(round_rows_)
+            rows += round_rows_
+            index.append(round_index)
+            counts = rounds.add(rewards, round_index)
+            if full:
+                break
+        unfinished = int((counts > 0).sum())
+        rounds.finish()
+        group_index = torch.cat(index)
+        order = torch.argsort(group_index, stable=True)  # each prompt's rows together, in the order generated
+        rows, group_index = [rows[i] for i in order.tolist()], group_index[order]
+        local_inputs, output, rewards_per_func = assemble(rows, pad_id=pad_id(trainer))
+        output["advantages"] = grpo_advantages(trainer, rewards_per_func, group_index, len(prompts))
+        per_rank = len(rows) // accelerator.num_processes
+        local = slice(accelerator.process_index * per_rank, (accelerator.process_index + 1) * per_rank)
+        sizes = torch.bincount(group_index, minlength=len(prompts)).double()
+        metrics = self.strategy.allocation_metrics()
+        metrics.update(
+            {
+                "alloc/step_group_size_min": float(sizes.min()),
+                "alloc/step_group_size_mean": float(sizes.mean()),
+                "alloc/step_group_size_max": float(sizes.max()),
+                "alloc/step_unfinished_groups": float(unfinished),
+                "alloc/step_filler_rows": float(len(gathered) - len(rows)),
+            }
+        )
+        if self._step_tokens is not None:
+            metrics["alloc/step_generated_tokens"] = self._step_tokens
+        output = {key: value[local] for key, value in output.items()}
+        return local_inputs[local], output, rewards_per_func, group_index, metrics
+
+    def _staged_round(
+        self, trainer: Any, score_round: Callable, prompts: list, counts: torch.Tensor
+    ) -> tuple[list, torch.Tensor, torch.Tensor]:
+        """One stage: ``counts[i]`` completions of ``prompts[i]``, one call of TRL's scoring per distinct count;
+        every rank's rows, their selection rewards and ``(n,)`` prompt indices."""
+        rows: list = []
+        rewards: list[torch.Tensor] = []
+        index: list[torch.Tensor] = []
+        for count in torch.unique(counts[counts > 0]).tolist():
+            chosen = torch.where(counts == count, counts, 0)
+            if (int(chosen.sum()) % trainer.accelerator.num_processes) != 0:
+                raise ConfigError(
+                    NOT_SUPPORTED.format(
+                        what=f"a stage of {int(chosen.sum())} completions on {trainer.accelerator.num_processes} "
+                        "processes",
+                        fix="choose stage and cap multiples of the number of processes",
+                    )
+                )
+            call_rows, call_rewards = self._round(trainer, score_round, prompts, chosen)
+            rows += call_rows
+            rewards.append(call_rewards)
+            index.append(torch.repeat_interleave(torch.arange(len(prompts)), chosen))
+        return rows, torch.cat(rewards), torch.cat(index)
 
     def _observe_pilots(self, trainer, rewards: torch.Tensor, index: torch.Tensor, keys: list, domains: list) -> None:
         """Show a ``pre_select`` filter every pilot group (the prompts it paid k completions for), once."""

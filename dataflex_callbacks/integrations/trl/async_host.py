@@ -38,9 +38,15 @@ def check_async_strategy(strategy) -> None:
             "prompt; set pre_select.refill to true, or use DataFlexGRPOTrainer"
         )
     needs = strategy.allocation_needs
-    refused = None if needs is None else pilot_commit_refusal(needs, "its batches hold num_generations per prompt")
+    why = (
+        "the in-process worker generates a prompt's group as a pilot and one commit, and TRL's vLLM worker asks "
+        "num_generations per prompt at once: neither runs stages until a pass"
+    )
+    refused = None if needs is None else pilot_commit_refusal(needs, why)
     if refused:
-        raise ConfigError(f"dataflex: {refused} is not supported by {host}; use 'screen', or drop the part")
+        raise ConfigError(
+            f"dataflex: {refused} is not supported by {host}; use DataFlexGRPOTrainer, 'screen', or drop the part"
+        )
     for part in strategy.parts:
         kind = part.actuator_kind
         if part.token_level:

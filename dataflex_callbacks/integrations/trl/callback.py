@@ -29,6 +29,7 @@ What differs between TRL trainers is declared on the callback class, so a host i
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections import Counter
@@ -61,7 +62,7 @@ from dataflex_callbacks.host.zero_rewards import ZeroRewardWatch
 
 from .allocation import Allocation
 from .dynamic import DynamicSampling
-from .fewer_groups import STEP_SCALE_KEY, FewerGroups
+from .fewer_groups import STEP_SCALE_KEY, FewerGroups, fill_rows
 from .lifecycle import StrategyCallback
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import DEFAULT_DOMAIN_SOURCE, check_sampling_dataset, grpo_mixing_sampler, row_key
@@ -133,7 +134,7 @@ class DataFlexCallback(StrategyCallback):
     def __init__(self, strategy: Any, **options: Any):
         super().__init__(strategy, **options)
         self.dynamic: DynamicSampling | None = self._dynamic_sampling()
-        self.allocation: Allocation | None = self._allocation()
+        self.allocation = Allocation(self.strategy) if self.strategy.allocates_rollouts else None  # checked above
         self.fewer = None if self.strategy.refills_prompts else FewerGroups(self.strategy)  # checked above
         self.last_decision = None
         self._domains_seen: list[str] | None = None
@@ -159,10 +160,6 @@ class DataFlexCallback(StrategyCallback):
         if self.strategy.config.dynamic_sampling is None:
             return None
         return DynamicSampling(self.strategy)
-
-    def _allocation(self) -> Allocation | None:
-        """The screening rounds when the strategy has an allocation part (checked by `check_strategy`)."""
-        return Allocation(self.strategy) if self.strategy.allocates_rollouts else None
 
     def reconfigure(self, strategy: Any = None, **options: Any) -> None:
         """Give a callback not attached yet another strategy and/or options (what `attach` does with one
@@ -262,7 +259,7 @@ class DataFlexCallback(StrategyCallback):
         if self.dynamic is not None:
             self.dynamic.bind(trainer, self.domain_key, self.options.prompt_key_column)
         if self.allocation is None or self.allocation.strategy is not self.strategy:
-            self.allocation = self._allocation()
+            self.allocation = Allocation(self.strategy) if self.strategy.allocates_rollouts else None
         if self.allocation is not None:
             self.allocation.bind(trainer, self.domain_key, self.options.prompt_key_column, self._reward_index)
         self.fewer = None if self.strategy.refills_prompts else FewerGroups(self.strategy)  # attach() may replace it
@@ -325,26 +322,26 @@ class DataFlexCallback(StrategyCallback):
         """Wraps ``_generate_and_score_completions``: decide on the global batch, mask the local rows."""
         if not trainer.model.training:
             return original(inputs)
-        if self.allocation is not None:  # screening rounds replace TRL's generation of its batch
-            score_round = lambda round_inputs: self._scored_round(original, round_inputs)  # noqa: E731
-            inputs, output, rewards_per_func, metrics = self.allocation.generate(trainer, score_round, inputs)
-            self._gathered_rewards = rewards_per_func
-            self._apply_strategy(trainer, inputs, output, extra_metrics=metrics)
+        scored = lambda round_inputs: self._scored_round(original, round_inputs)  # noqa: E731
+        if self.allocation is not None:  # the allocator's rounds replace TRL's generation of its batch
+            real, output, self._gathered_rewards, group_ids, extra = self.allocation.generate(trainer, scored, inputs)
+            padded = None if group_ids is None else len(inputs)  # groups of different sizes: fillers up to TRL's rows
+            self._apply_strategy(trainer, real, output, extra_metrics=extra, padded_rows=padded, group_ids=group_ids)
             self._gathered_rewards = None
             return output
         if self.fewer is not None:  # only the prompts pre_select keeps are generated; fillers keep TRL's shapes
-            kept_inputs = self.fewer.choose(trainer, inputs)
-            output, self._gathered_rewards = self._scored_round(original, kept_inputs)
-            self._apply_strategy(trainer, kept_inputs, output, padded_rows=len(inputs))
+            kept = self.fewer.choose(trainer, inputs)
+            output, self._gathered_rewards = self._scored_round(original, kept)
+            extra = self.fewer.step_metrics(trainer)
+            self._apply_strategy(trainer, kept, output, extra_metrics=extra, padded_rows=len(inputs))
             self._gathered_rewards = None
             return output
         output, rewards_per_func = self._scored_round(original, inputs)
         signal, dynamic_metrics = None, None
         if self.dynamic is not None:
-            score_round = lambda round_inputs: self._scored_round(original, round_inputs)  # noqa: E731
             judge = lambda *round: self._rollout_batch(trainer, *round)[0]  # noqa: E731
             inputs, output, rewards_per_func, signal, taken = self.dynamic.generate(
-                trainer, score_round, inputs, output, rewards_per_func, judge
+                trainer, scored, inputs, output, rewards_per_func, judge
             )
             signal = signal.to(rewards_per_func.device) if taken.short else None
             dynamic_metrics = taken.metrics
@@ -395,15 +392,18 @@ class DataFlexCallback(StrategyCallback):
         signal: torch.Tensor | None = None,
         extra_metrics: dict | None = None,
         padded_rows: int | None = None,
+        group_ids: torch.Tensor | None = None,
     ) -> None:
         """Decide on the global batch and write the decision into this rank's rows of ``output``.
 
         ``signal`` ``(N,)`` bool, when given, drops the rows outside it too (zero-signal groups
         filling a short dynamic-sampling step); ``extra_metrics`` are logged and recorded with the decision's;
-        ``padded_rows``: ``output`` holds the kept groups of a step of fewer groups, filled up to these rows here.
+        ``padded_rows``: ``output`` (kept groups, or groups of ``group_ids (N,)``) is filled up to these rows here.
         """
         accelerator = trainer.accelerator
         batch, rewards = self._rollout_batch(trainer, inputs, output, self._gathered_rewards)
+        if group_ids is not None:
+            batch = dataclasses.replace(batch, group_ids=group_ids.to(batch.rewards.device))
         strategy = self.strategy
         # With the mixing sampler installed, the sampler reports each draw itself.
         if strategy.mix_enabled and batch.domains is not None and self.sampler is None:
@@ -425,9 +425,8 @@ class DataFlexCallback(StrategyCallback):
         if signal is not None:
             decision = restrict_rows(decision, signal.to(decision.keep.device))
         prompt_keys = list(batch.prompt_keys)
-        if padded_rows is not None:
-            decision, batch, rewards, fewer_metrics = self.fewer.fill(trainer, output, padded_rows, decision, batch)
-            extra_metrics = {**(extra_metrics or {}), **fewer_metrics}
+        if padded_rows is not None:  # masked filler rows up to TRL's, in groups of their own
+            decision, batch, rewards = fill_rows(trainer, output, padded_rows, decision, batch)
         self.write_decision(trainer, output, decision, batch, rewards)
         self.last_decision = decision
         self.summary.update(batch, decision)

@@ -41,6 +41,7 @@ import torch
 
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+from dataflex_callbacks.rollout.decision import Decision
 
 from .sampling import row_key
 
@@ -117,62 +118,74 @@ class FewerGroups:
         per_rank = len(chosen) // processes
         return chosen[accelerator.process_index * per_rank : (accelerator.process_index + 1) * per_rank]
 
-    def pad(self, output: dict, local_rows: int) -> None:
-        """Fill this rank's ``output`` (its generated rows) up to TRL's ``local_rows`` with copies of its first row,
-        advantage 0 (in place); `spread` masks them out of the loss."""
-        generated = output["completion_mask"].shape[0]
-        extra = local_rows - generated
-        for key, value in output.items():
-            if not isinstance(value, torch.Tensor):
-                if value is None:
-                    continue
-                raise ConfigError(
-                    NOT_SUPPORTED.format(what=f"TRL batches with the non-tensor key {key!r}", fix="drop that input")
-                )
-            if value.dim() >= 1 and value.shape[0] == generated:
-                output[key] = torch.cat([value, value[:1].expand(extra, *value.shape[1:])])
-        output["advantages"][generated:] = 0
-
-    def fill(self, trainer, output: dict, local_rows: int, decision, batch: RolloutBatch):
-        """Pad ``output`` to ``local_rows`` (`pad`) and lay the K kept groups' decision, batch and ``(N,)`` rewards out
-        on TRL's padded batch (fillers: keep False, weight 0, a group of their own); set `STEP_SCALE_KEY`; return
-        them with the step's metrics (completions generated, groups kept)."""
-        self.pad(output, local_rows)
-        accelerator, generations = trainer.accelerator, trainer.num_generations
-        kept = self._kept
-        total = kept.numel() * generations
-        generated = int(kept.sum()) * generations
-        per_rank, kept_per_rank = total // accelerator.num_processes, generated // accelerator.num_processes
-        real = torch.arange(generated)
-        index = (real // kept_per_rank) * per_rank + real % kept_per_rank
-
-        def put(values: torch.Tensor | None) -> torch.Tensor | None:
-            if values is None:
-                return None
-            out = values.new_zeros((total, *values.shape[1:]))
-            out[index.to(values.device)] = values
-            return out
-
-        padded = dataclasses.replace(
-            decision,
-            keep=put(decision.keep),
-            weights=put(decision.weights),
-            token_keep=put(decision.token_keep),
-            response_weights=put(decision.response_weights),
-        )
-        group_ids = torch.arange(total) // generations + int(batch.group_ids.max()) + 1
-        group_ids[index] = batch.group_ids.cpu()
-        padded_batch = RolloutBatch(
-            rewards=put(batch.rewards), group_ids=group_ids, completion_mask=put(batch.completion_mask)
-        )
-        kept_rows = int(padded.keep.sum())
-        scale = total / kept_rows if kept_rows else 0.0
-        output[STEP_SCALE_KEY] = torch.tensor(scale, device=output["advantages"].device)
-        metrics = {"pre_select/step_generated": float(generated), "pre_select/step_groups": float(kept.sum())}
-        return padded, padded_batch, put(batch.rewards), metrics
+    def step_metrics(self, trainer: Any) -> dict[str, float]:
+        """The chosen step's ``pre_select/step_*``: completions generated and groups kept (every process)."""
+        assert self._kept is not None  # chosen this step
+        generated = int(self._kept.sum()) * trainer.num_generations
+        return {"pre_select/step_generated": float(generated), "pre_select/step_groups": float(self._kept.sum())}
 
     def _domain(self, row: Mapping[str, Any]) -> str:
         return str(row[self.domain_key]) if self.domain_key is not None and self.domain_key in row else NO_DOMAIN
+
+
+def pad_rows(output: dict, local_rows: int) -> None:
+    """Fill this rank's ``output`` (its generated rows) up to TRL's ``local_rows`` with copies of its first row,
+    advantage 0 (in place); `fill_rows` masks them out of the loss."""
+    generated = output["completion_mask"].shape[0]
+    extra = local_rows - generated
+    for key, value in output.items():
+        if not isinstance(value, torch.Tensor):
+            if value is None:
+                continue
+            raise ConfigError(
+                NOT_SUPPORTED.format(what=f"TRL batches with the non-tensor key {key!r}", fix="drop that input")
+            )
+        if value.dim() >= 1 and value.shape[0] == generated:
+            output[key] = torch.cat([value, value[:1].expand(extra, *value.shape[1:])])
+    output["advantages"][generated:] = 0
+
+
+def fill_rows(
+    trainer: Any, output: dict, local_rows: int, decision: Decision, batch: RolloutBatch
+) -> tuple[Decision, RolloutBatch, torch.Tensor]:
+    """Fill TRL's fixed batch with masked rows around the rows a step generated, and lay its decision out on it.
+
+    ``output`` holds this rank's generated rows (an equal share of the ``R`` rows of every rank, which ``decision``
+    and ``batch`` cover, in global order); it is padded to ``local_rows`` (`pad_rows`), so each rank's block is its
+    real rows then its fillers. Fillers get keep False, weight 0, reward 0 and groups of ``num_generations`` of
+    their own; `STEP_SCALE_KEY` is set so that a row-normalised loss is the mean over the kept rows. Returns the
+    padded decision, batch and ``(N,)`` rewards.
+    """
+    pad_rows(output, local_rows)
+    processes = trainer.accelerator.num_processes
+    total, generated = local_rows * processes, int(batch.rewards.shape[0])
+    real = torch.arange(generated)
+    index = (real // (generated // processes)) * local_rows + real % (generated // processes)
+
+    def put(values: torch.Tensor) -> torch.Tensor:
+        out = values.new_zeros((total, *values.shape[1:]))
+        out[index.to(values.device)] = values
+        return out
+
+    padded = dataclasses.replace(
+        decision,
+        keep=put(decision.keep),
+        weights=put(decision.weights),
+        token_keep=None if decision.token_keep is None else put(decision.token_keep),
+        response_weights=None if decision.response_weights is None else put(decision.response_weights),
+    )
+    assert batch.group_ids is not None  # the adapter's batches are grouped
+    group_ids = torch.arange(total) // trainer.num_generations + int(batch.group_ids.max()) + 1
+    group_ids[index] = batch.group_ids.cpu()
+    padded_batch = RolloutBatch(
+        rewards=put(batch.rewards),
+        group_ids=group_ids,
+        completion_mask=None if batch.completion_mask is None else put(batch.completion_mask),
+    )
+    kept_rows = int(padded.keep.sum())
+    scale = total / kept_rows if kept_rows else 0.0
+    output[STEP_SCALE_KEY] = torch.tensor(scale, device=output["advantages"].device)
+    return padded, padded_batch, put(batch.rewards)
 
 
 def _gathered_inputs(accelerator, inputs: list) -> list:

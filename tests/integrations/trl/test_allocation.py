@@ -71,7 +71,7 @@ def split_round(trainer, prompts):
         merged += pilot_rows[group * PILOT : (group + 1) * PILOT]
         merged += commit_rows[group * (GENERATIONS - PILOT) : (group + 1) * (GENERATIONS - PILOT)]
     _, assembled, rewards = assemble(merged, pad_id=pad_id(trainer))
-    assembled["advantages"] = grpo_advantages(trainer, rewards, GENERATIONS)
+    assembled["advantages"] = grpo_advantages(trainer, rewards, torch.arange(len(merged)) // GENERATIONS, len(prompts))
     assembled["num_items_in_batch"] = output["num_items_in_batch"]
     return output, assembled
 
@@ -169,8 +169,9 @@ def test_resume_equals_the_uninterrupted_run(make_trainer, tmp_path):
 
 
 def test_what_cannot_run_is_refused_in_one_line(make_trainer):
-    with pytest.raises(ConfigError, match="groups differ in size"):
-        make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "adaptive"}, **SETTINGS)
+    reuse = {"allocation": {"name": "adaptive", "params": {"reuse": True}}}
+    with pytest.raises(ConfigError, match="adaptive' with reuse"):
+        make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": reuse}, **SETTINGS)
     with pytest.raises(ConfigError, match="mix part"):
         make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "screen+static"}, **SETTINGS)
     with pytest.raises(ConfigError, match="pilot"):

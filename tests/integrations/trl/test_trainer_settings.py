@@ -12,10 +12,15 @@ from dataflex_callbacks.integrations.trl.trainer_settings import TrainerSettings
 
 SCREEN_PILOT_1_SKIPPING = {"pre_select": "skip_zero_variance", "allocation": {"name": "screen", "params": {"pilot": 1}}}
 SCREEN_OF_8 = {"allocation": {"name": "screen", "params": {"group_size": 8}}}
+ADAPTIVE_REUSE = {"allocation": {"name": "adaptive", "params": {"reuse": True}}}
+ADAPTIVE_STAGE_8 = {"allocation": {"name": "adaptive", "params": {"stage": 8}}}
 
 # (strategy, host, settings, what the one line names): every refusal of check_trl_strategy.
 REFUSALS = [
-    ("adaptive", DataFlexCallback, TrainerSettings(8), "allocation 'adaptive'"),
+    (ADAPTIVE_REUSE, DataFlexCallback, TrainerSettings(8), "allocation 'adaptive' with reuse"),
+    ("adaptive+skip", DataFlexCallback, TrainerSettings(8), "allocation 'adaptive' with a pre_select part"),
+    (ADAPTIVE_STAGE_8, DataFlexCallback, TrainerSettings(4), "first stage of 8 .* above num_generations = 4"),
+    ("adaptive", DataFlexCallback, TrainerSettings(8, num_processes=3), "stages of 4 completions on 3 processes"),
     ("screen+dump_ucb", DataFlexCallback, TrainerSettings(8), "allocation .* mix part"),
     ("dapo+dump_ucb", DataFlexCallback, TrainerSettings(8), "dynamic_sampling .* mix part"),
     (SCREEN_PILOT_1_SKIPPING, DataFlexCallback, TrainerSettings(8), "pre_select part with a pilot of 1"),
@@ -40,7 +45,9 @@ def test_each_refusal_is_one_line_naming_the_part_and_the_setting(spec, host, se
         host.check_strategy(spec, settings)
 
 
-@pytest.mark.parametrize("spec", ["baseline", "screen", "dapo", "skip", "dump_ucb", "screen_greso", "difffilter"])
+@pytest.mark.parametrize(
+    "spec", ["baseline", "screen", "dapo", "skip", "dump_ucb", "screen_greso", "difffilter", "adaptive"]
+)
 def test_what_the_adapter_runs_passes(spec):
     check_trl_strategy(build_strategy(spec), DataFlexCallback, TrainerSettings(8))
 
@@ -48,8 +55,9 @@ def test_what_the_adapter_runs_passes(spec):
 def test_the_rules_on_the_strategy_alone_skip_the_settings():
     """Without settings (``dataflex validate --host trl``) a pilot the group size would refuse passes."""
     check_trl_strategy(build_strategy("screen"), DataFlexCallback, None)
-    with pytest.raises(ConfigError, match="allocation 'adaptive'"):
-        check_trl_strategy(build_strategy("adaptive"), DataFlexCallback, None)
+    check_trl_strategy(build_strategy(ADAPTIVE_STAGE_8), DataFlexCallback, None)
+    with pytest.raises(ConfigError, match="allocation 'adaptive' with reuse"):
+        check_trl_strategy(build_strategy(ADAPTIVE_REUSE), DataFlexCallback, None)
 
 
 def test_a_check_binds_nothing():
