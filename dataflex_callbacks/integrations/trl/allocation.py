@@ -33,8 +33,9 @@ makes the next screening round the step's last once it answers False.
 
 Several processes: rounds are decided on the rewards of every rank (all-gathered), the rows of every
 rank are gathered into the payload, every rank assembles the same B groups and keeps its block.
-Refused in one line: an allocator whose groups differ in size, that reuses earlier responses or whose rounds per step
-are not a pilot and a commit (read from what it declares, `AllocatorNeeds`), a ``mix`` part,
+Groups of different sizes (``adaptive``) run in stages (`Allocation.generate_stages`), laid out in TRL's batch with
+masked filler rows. Refused in one line: an allocator of groups of G that reuses earlier responses or whose rounds
+per step are not a pilot and a commit (read from what it declares, `AllocatorNeeds`), a ``mix`` part,
 a ``dynamic_sampling`` part, a ``pre_select`` part with a pilot of 1, ``G - k`` not divisible by the number of
 processes.
 """
