@@ -1,7 +1,7 @@
 """`AdaptiveAllocator` (``adaptive``; AR3PO arXiv 2509.25808): stages of completions until a prompt passes, up to a cap.
 
 Groups therefore differ in size (it declares ``equal_groups = False``), and with ``reuse`` a group may take an earlier
-step's response (``reuses_responses = True``). The rule itself is `allocation.adaptive_more`.
+step's response (the instance then declares ``reuses_responses = True``; the class, its default, False). The rule itself is `allocation.adaptive_more`.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ class AdaptiveAllocator(Allocator):
 
     paper = AR3PO
     equal_groups = False
-    reuses_responses = True
+    reuses_responses = False  # the default (reuse off); an instance built with reuse=True declares True
 
     def __init__(self, stage: int = 4, cap: int = 16, reuse: bool = False, threshold: float = 0.5) -> None:
         super().__init__(threshold)

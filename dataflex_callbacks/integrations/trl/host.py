@@ -17,15 +17,18 @@ from .rloo import RLOO_LOSSES
 PACKAGES = frozenset({"trl", "transformers", "accelerate", "peft", "datasets"})
 """TRL and the libraries that call into this adapter during ``trainer.train()``."""
 
-# A pilot and one commit into groups of num_generations (allocation.pilot_commit_refusal).
+# The async worker: a pilot and one commit into groups of num_generations (async_host.check_async_strategy).
 PILOT_COMMIT = AllocationAbilities(unequal_groups=False, reuses_responses=False, rounds_per_step=(2,))
+# GRPOTrainer: a pilot and a commit, or stages into groups of different sizes laid out in TRL's fixed batch with
+# masked fillers (allocation.generate_stages); no stored responses to put back (reuse is refused).
+STAGES = AllocationAbilities(unequal_groups=True, reuses_responses=False, rounds_per_step=None)
 
 GRPO_HOST = register_host(
     HostDeclaration(
         key="trl",
         name="TRL sync (`GRPOTrainer`)",
         parts=dict.fromkeys(PARTS, RUNS),
-        allocation=PILOT_COMMIT,
+        allocation=STAGES,
         losses=GRPO_LOSSES,
         packages=PACKAGES,
         adapter="integrations/trl",
