@@ -47,6 +47,10 @@ def run_comparison(
     )
 
 
+PYTHON_EVAL_POINTS = 4
+"""`compare`'s held-out evaluations along each TRL run when `eval_points` is not given (the command line's default,
+`settings.EVAL_POINTS_DEFAULT`, is for full-length budgets)."""
+
 TRL_ARGUMENTS = (
     "model",
     "train_dataset",
@@ -137,7 +141,8 @@ def compare(
             every seed: the report, results.csv and the verdict then pair every strategy with the rate that reaches
             the baseline's final headline (and `target`) in the fewest completions, "better than tuning?". The
             shared rate is not trained twice; a bad rate is a `CompareInputError`.
-        eval_points: held-out evaluations along each TRL run (default 4); not with `train`.
+        eval_points: held-out evaluations along each TRL run (not given: `PYTHON_EVAL_POINTS`, 4); refused with
+            `train`, whose function logs its own.
         train: your own training function ``train(run)`` (or its ``"module:function"`` path) instead of the TRL runs
             dataflex builds: it is called once per (strategy, seed) with a `TrainingRun` (``run.strategy`` to bind
             to your host, ``run.seed``, ``run.budget_spent()``, ``run.log(accuracy=..., step=...)``); the library
@@ -196,7 +201,7 @@ def compare(
         output_dir=output_dir,
         baseline=baseline,
         jobs=jobs,
-        eval_points=(4 if eval_points is None else eval_points) if train is None else 0,
+        eval_points=PYTHON_EVAL_POINTS if eval_points is None and train is None else eval_points,
         executor=executor,
         ray_address=ray_address,
         runs_per_gpu=runs_per_gpu,

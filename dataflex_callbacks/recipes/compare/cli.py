@@ -9,6 +9,7 @@ from dataclasses import fields
 
 from ..arguments import add_option_arguments, fail, options_from_args, shared_option_names
 from .grid import CompareSettings
+from .settings import EVAL_POINTS_DEFAULT
 
 DEFAULT_STRATEGIES = "baseline,difffilter,ar,dump_ucb"
 DEFAULT_NUM_SEEDS = 3  # neither --seeds nor --num-seeds: seeds 0, 1, 2
@@ -63,7 +64,9 @@ def add_compare_parser(commands) -> None:
     )
     compare.add_argument("--executor", default=_SETTINGS["executor"].default, help=_help("executor"))
     compare.add_argument("--address", dest="ray_address", default=None, help=_help("ray_address", "none"))
-    compare.add_argument("--eval-points", type=int, default=None, help=_help("eval_points"))
+    compare.add_argument(
+        "--eval-points", type=int, default=None, help=_help("eval_points", f"{EVAL_POINTS_DEFAULT} for TRL runs")
+    )
     compare.add_argument("--train", default=None, help=_help("train", "none: TRL runs built by dataflex"))
     compare.add_argument("--target", type=float, default=None, help=_help("target", "none"))
     compare.add_argument("--cost-model", default=None, help=_help("cost_model", "none"))
@@ -117,7 +120,7 @@ def settings_from_args(args, argv: list[str] | None = None):
         output_dir=args.output_dir,
         baseline=args.baseline,
         jobs=jobs,
-        eval_points=_eval_points(args),
+        eval_points=args.eval_points,
         runs_per_gpu=args.runs_per_gpu,
         executor=args.executor,
         ray_address=args.ray_address,
@@ -128,14 +131,6 @@ def settings_from_args(args, argv: list[str] | None = None):
         tune_learning_rates=args.tune_learning_rates,
         train=args.train,
     )
-
-
-def _eval_points(args) -> int:
-    """`--eval-points` as given; its default for TRL runs, and none for a training function's runs (`--train`: the
-    function logs its own evaluations; a given `--eval-points` is refused with it by `CompareSettings`)."""
-    if args.eval_points is not None:
-        return args.eval_points
-    return 0 if args.train is not None else _SETTINGS["eval_points"].default
 
 
 def verdict_console(settings, records: list[dict], unavailable: str | None, tuned: list[dict] = ()) -> list[str]:

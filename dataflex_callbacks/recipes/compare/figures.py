@@ -8,9 +8,9 @@ import os
 
 import numpy as np
 
-from ..held_out import LOGGED, SAMPLED
+from ..held_out import SAMPLED
 from ..run_folder import domain_colors
-from .reach import headline_value, level_text, mean_curve, recorded, runs_by_seed
+from .reach import headline_value, level_text, logged_headline, mean_curve, recorded, runs_by_seed
 
 FIGURES_FOLDER = "figures"
 ACCURACY_FIGURES = {
@@ -45,7 +45,7 @@ def accuracy_panels(records: list[dict]) -> list[tuple[str, object]]:
     def figure(field: str, domain: str):
         return lambda point: float((point.get(field) or {}).get(domain, math.nan))
 
-    if all(r["headline"]["metric"] == LOGGED for r in records):  # a training function's: one logged score
+    if logged_headline(records):  # a training function's: one logged score
         return [("logged accuracy", headline_value)] + [
             (f"logged accuracy: {domain}", figure("accuracy", domain)) for domain in domains_of(records)
         ]

@@ -46,3 +46,24 @@ METHOD_NOTES = [
     "part judged them, every round included).",
     "- Runs of one invocation share the machine when `--jobs` > 1, so wall times are comparable only roughly.",
 ]
+
+FUNCTION_METHOD_NOTES = [
+    '- The "before" figures of a seed are the same for every strategy when your training function seeds its '
+    "initial weights with run.seed, so the paired difference of figures after training is also the paired "
+    "difference of gains.",
+    "- The headline is the held-out accuracy your training function logged (run.log(accuracy=..., **per_domain)): "
+    "dataflex ran no evaluation of its own, so its prompts, samples and reward are the function's.",
+    "- Counted by the library from every batch the strategy decided on (`Strategy.apply`, which the host calls "
+    "once per step, or per micro-batch under gradient accumulation), not taken from the function: completions are "
+    "the batches' rows, completion tokens their `completion_mask`, trained tokens those the strategy kept in the "
+    "loss (its keep and token masks), steps the distinct step numbers passed to the strategy (Lightning: the "
+    "optimizer step). A run stops when run.budget_spent() turns True; one that stopped short of its budget or went "
+    "past it by more than one step's completions is flagged. Each curve point is placed at the counts when "
+    "run.log was called.",
+    "- Completions per trained signal group: completions over the groups (`group_ids`) whose finite rewards are "
+    "not all equal; completions in zero-signal groups: those of the other groups.",
+    "- Training seconds are the function's wall time from its call to each run.log (its set-up and its own "
+    "evaluations included); generation and update seconds are not measured. Runs of one invocation share the "
+    "machine when `--jobs` > 1, so wall times are comparable only roughly.",
+]
+"""The Method notes of a comparison of a user's training function (`training_run`): what its runs measured."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..held_out import headline_text
+from ..held_out import LOGGED, headline_text
 from . import stats
 from .cost_model import MODELLED_COST, CostModel, with_modelled_cost
 
@@ -80,6 +80,12 @@ def recorded(runs: list[dict], axis: str) -> bool:
 def headline_value(point: dict) -> float:
     """A curve point's headline (`held_out.HeldOutScores.curve_fields`)."""
     return float(point["headline"])
+
+
+def logged_headline(records: list[dict]) -> bool:
+    """Whether the runs' headline is the accuracy a user's training function logged (``run.log``), so dataflex ran
+    no evaluation of its own (no greedy accuracy, no sampled pass@1) and timed only the function as a whole."""
+    return bool(records) and all(r["headline"]["metric"] == LOGGED for r in records)
 
 
 def headline_description(records: list[dict]) -> str:
@@ -388,9 +394,9 @@ def headline_section(
         "the strategy needs less. Where one run of a pair is censored it enters at what it spent, so the ratio is "
         "a bound: `> r [low, inf)` when the strategy's run is censored (the ratio and the interval's low end are "
         "lower bounds, its high end unknown), `< r [0, high]` when the baseline's is; with both censored in a seed "
-        "there is no bound (n/a), and the verdict never counts a bound as a saving. Training seconds "
-        "exclude held-out evaluation; they are generation seconds plus update seconds (second table). A "
-        "strategy's saving shows in its own unit: dynamic sampling saves optimizer steps, skipping saves "
+        "there is no bound (n/a), and the verdict never counts a bound as a saving. "
+        + seconds_text(records)
+        + " A strategy's saving shows in its own unit: dynamic sampling saves optimizer steps, skipping saves "
         "completions, filtering after generation saves trained tokens.",
         "",
     ]
@@ -401,6 +407,21 @@ def headline_section(
         out += _reach_table(records, strategies, baseline, level, more_axes(cost_model))
         out.append("")
     return out
+
+
+def seconds_text(records: list[dict]) -> str:
+    """What the report's "training seconds" of `records` are: TRL runs' exclude held-out evaluation; a training
+    function's are its whole wall time up to each ``run.log``."""
+    if logged_headline(records):
+        return (
+            "Training seconds are the wall time of your training function from its call to each run.log, so they "
+            "include all it does besides training (building its model and data, its own held-out evaluations: the "
+            "first point's seconds are its set-up and first evaluation); generation and update seconds are not "
+            "measured (n/a)."
+        )
+    return (
+        "Training seconds exclude held-out evaluation; they are generation seconds plus update seconds (second table)."
+    )
 
 
 def headline_console(records: list[dict], strategies: list[str], baseline: str, target: float | None) -> list[str]:

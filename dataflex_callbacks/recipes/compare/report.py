@@ -23,11 +23,12 @@ from .figures import (
     domains_of,
     write_figures,
 )
-from .method import METHOD_NOTES, method_text
+from .method import FUNCTION_METHOD_NOTES, METHOD_NOTES, method_text
 from .noise import NOISE_BANDS, difference_noise, evaluation_noise_warning, within_noise
 from .reach import (
     headline_description,
     headline_section,
+    logged_headline,
     reach_column_names,
     reach_columns,
     reach_levels,
@@ -374,19 +375,28 @@ def signal_table(records: list[dict], strategies: list[str]) -> list[str]:
     return out + [""]
 
 
+def _per_domain_text(records: list[dict]) -> str:
+    """What the accuracy table's domain cells are: sampled pass@1 / greedy accuracy, greedy accuracy alone, or the
+    accuracy a training function logged."""
+    if logged_headline(records):
+        return (
+            "Per domain: the accuracy your training function logged (run.log); dataflex ran no evaluation of its own, "
+            "so there is no greedy accuracy or sampled pass@1."
+        )
+    if _sampled(records):
+        return "Per domain: sampled pass@1 / greedy accuracy."
+    return "Per domain: greedy accuracy (no sampled pass@1: `--eval-samples 0`)."
+
+
 def _accuracy_section(records: list[dict], strategies: list[str]) -> list[str]:
     """ "Held-out accuracy after training": per strategy the headline and its change, greedy accuracy overall, each
-    domain (sampled pass@1 / greedy), and the compute each run spent."""
-    domains, sampled = domains_of(records), _sampled(records)
+    domain (sampled pass@1 / greedy; as logged for a training function), and the compute each run spent."""
+    domains, sampled, logged = domains_of(records), _sampled(records), logged_headline(records)
     out = [
         "## Held-out accuracy after training",
         "",
         "Mean over seeds with the Student-t 95% interval `[low, high]`; `change` is after minus before. "
-        + (
-            "Per domain: sampled pass@1 / greedy accuracy."
-            if sampled
-            else "Per domain: greedy accuracy (no sampled pass@1: `--eval-samples 0`)."
-        ),
+        + _per_domain_text(records),
         "",
     ]
     out += _table(
@@ -395,7 +405,7 @@ def _accuracy_section(records: list[dict], strategies: list[str]) -> list[str]:
             "seeds",
             "headline",
             "change",
-            "greedy overall",
+            *([] if logged else ["greedy overall"]),  # a training function's overall is the headline itself
             *domains,
             "completions",
             "completion tokens",
@@ -413,7 +423,8 @@ def _accuracy_section(records: list[dict], strategies: list[str]) -> list[str]:
         change = stats.mean_interval([r["headline"]["after"] - r["headline"]["before"] for r in runs])
         cells = [f"`{strategy}`", str(len(runs)), _fmt_interval(headline)]
         cells += [_fmt_interval(change.clipped(-1.0, 1.0), signed=True)]
-        cells += [_fmt(float(np.mean([r["after"]["overall"] for r in runs])))]
+        if not logged:
+            cells += [_fmt(float(np.mean([r["after"]["overall"] for r in runs])))]
         for domain in domains:
             greedy = _fmt(float(np.mean([after_training("accuracy", domain)(r) for r in runs])))
             cells.append(
@@ -492,7 +503,8 @@ def _paired_section(settings, records: list[dict], degenerate: bool) -> list[str
     ]
     domains = domains_of(records)
     metrics = [(SAMPLED, "sampled pass@1")] if _sampled(records) else []
-    for field, name in [*metrics, ("accuracy", "greedy accuracy")]:
+    accuracy = "logged accuracy" if logged_headline(records) else "greedy accuracy"
+    for field, name in [*metrics, ("accuracy", accuracy)]:
         out += [
             f"Per domain, {name} (mean paired difference [95% interval]; `*` marks a significant difference, "
             "as above):",
@@ -550,12 +562,22 @@ def render_report(settings, outcome) -> str:
     out += ["## Figures", ""]
     for axis, name in ACCURACY_FIGURES.items():
         out += [f"![held-out accuracy against {X_LABELS[axis]}]({FIGURES_FOLDER}/{name})", ""]
+    logged = logged_headline(records)
     out += [
-        "Panels: the headline (dashed: the levels of the first section), greedy accuracy overall, then each domain "
-        "in the headline's metric; mean over seeds (thick), with each seed's own curve (thin) up to "
-        f"{SEED_CURVES_UP_TO} seeds and the 95% band from {SEED_CURVES_UP_TO + 1} seeds on (the band of 2-3 seeds "
-        "spans most of the axis and hides the curves). Each curve has the evaluation points of `--eval-points`, "
-        "before and after training.",
+        (
+            "Panels: the logged accuracy (dashed: the levels of the first section), then each domain as logged"
+            if logged
+            else "Panels: the headline (dashed: the levels of the first section), greedy accuracy overall, then each "
+            "domain in the headline's metric"
+        )
+        + f"; mean over seeds (thick), with each seed's own curve (thin) up to {SEED_CURVES_UP_TO} seeds and the 95% "
+        f"band from {SEED_CURVES_UP_TO + 1} seeds on (the band of 2-3 seeds spans most of the axis and hides the "
+        "curves). "
+        + (
+            "Each curve has the points your training function logged (run.log), before and after training among them."
+            if logged
+            else "Each curve has the evaluation points of `--eval-points`, before and after training."
+        ),
         "",
         f"![domain proportions over steps]({FIGURES_FOLDER}/{PROPORTIONS_FIGURE})",
         "",
@@ -563,7 +585,7 @@ def render_report(settings, outcome) -> str:
         "",
         method_text(),
         "",
-        *METHOD_NOTES,
+        *(FUNCTION_METHOD_NOTES if logged else METHOD_NOTES),
         "",
         "## Verdict",
         "",

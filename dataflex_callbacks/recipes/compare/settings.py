@@ -155,7 +155,8 @@ class GridRun:
         return f"{re.sub(r'[^A-Za-z0-9_.+-]', '_', stem)}{rate}-seed{self.seed}"
 
 
-_EVAL_POINTS_DEFAULT = 49
+EVAL_POINTS_DEFAULT = 49
+"""`eval_points` of TRL runs when it is not given (None): evaluations spaced at 2% of the budget."""
 
 
 def _setting(default=dataclasses.MISSING, *, help: str):
@@ -195,12 +196,13 @@ class CompareSettings:
         "(host:6379, ray://host:10001 or 'auto'); without it a local Ray "
         "is started with --jobs CPUs",
     )
-    eval_points: int = _setting(
-        _EVAL_POINTS_DEFAULT,
-        help="held-out evaluations during each run (greedy accuracy, sampled pass@1, the headline), besides before "
-        "and after, for the curves: compute to target and the accuracy figures; 49 spaces them at 2% of the budget, "
-        "so a crossing is placed to within 2% (about +16% time at the testbed's default budget; pass fewer for short "
-        "budgets, where each evaluation weighs more)",
+    eval_points: int | None = _setting(
+        None,
+        help=f"held-out evaluations during each TRL run (greedy accuracy, sampled pass@1, the headline), besides "
+        f"before and after, for the curves: compute to target and the accuracy figures; not given: "
+        f"{EVAL_POINTS_DEFAULT}, which spaces them at 2% of the budget, so a crossing is placed to within 2% (about "
+        "+16% time at the testbed's default budget; pass fewer for short budgets, where each evaluation weighs "
+        "more); refused with a training function, which logs its own evaluations",
     )
     progress: bool = _setting(True, help="show a progress bar over the whole grid")
     command: str = _setting("", help="the command line that started the comparison (written into the report)")
@@ -268,9 +270,10 @@ class CompareSettings:
             )
         if self.executor == "ray" and importlib.util.find_spec("ray") is None:
             raise CompareInputError(RAY_MISSING)
-        self.eval_points = check_option_number(
-            "--eval-points", self.eval_points, NumberRule(integer=True, low=0), CompareInputError
-        )
+        if self.eval_points is not None:
+            self.eval_points = check_option_number(
+                "--eval-points", self.eval_points, NumberRule(integer=True, low=0), CompareInputError
+            )
         if self.target is not None:  # only the report reads it: not among the settings a resumed comparison shares
             try:
                 self.target = check_option_number(
@@ -296,6 +299,8 @@ class CompareSettings:
 
             self.train = train_for_workers(self.train, self.jobs, self.executor, CompareInputError)
             return  # the run options are TRL's: a training function's runs read none of them
+        if self.eval_points is None:
+            self.eval_points = EVAL_POINTS_DEFAULT
         check_run_options(self.base, CompareInputError)
         if self.base.reward is not None:
             self.base = dataclasses.replace(self.base, reward=[self._reward_for_workers(r) for r in self.base.reward])
@@ -319,7 +324,7 @@ class CompareSettings:
         ]
         if self.tune_learning_rates is not None:
             given.append(LEARNING_RATES_FLAG)
-        if self.eval_points not in (0, _EVAL_POINTS_DEFAULT):
+        if self.eval_points is not None:  # any value, the default's included: the function logs its own
             given.append("--eval-points")
         if given:
             raise CompareInputError(
@@ -378,9 +383,10 @@ class CompareSettings:
         return self.budget.expected_steps(self.completions_per_step)
 
     def eval_plan(self) -> EvalPlan:
-        """When a run is evaluated besides before and after: `eval_points` thresholds evenly spaced over the
-        budget, in its unit (completions for a completions budget, whatever a step costs a strategy)."""
-        return EvalPlan(self.budget, self.eval_points)
+        """When a TRL run is evaluated besides before and after: `eval_points` thresholds evenly spaced over the
+        budget, in its unit (completions for a completions budget, whatever a step costs a strategy); none for a
+        training function's runs, which log their own evaluations."""
+        return EvalPlan(self.budget, self.eval_points or 0)
 
     def train_inputs(self) -> dict | None:
         """The training function's fingerprint (`train_function.train_fingerprint`), None without one; computed once

@@ -79,6 +79,7 @@ def test_all_equal_accuracies_print_a_warning_not_a_difference():
         target=None,
         cost_model=None,
         jobs=1,
+        train=None,  # TRL runs dataflex builds, not a training function's
         base=SimpleNamespace(dataset=None, eval_dataset=None, max_completion_length=4, suite="toy", learning_rate=1e-3),
     )
     flat = SimpleNamespace(records=[_record(s, seed, 0.0) for s in ("baseline", "none") for seed in (0, 1, 2)])

@@ -268,3 +268,56 @@ def test_worker_processes_and_ray_give_the_results_of_one_process(loop_module):
     finally:
         ray.shutdown()
     assert _rows(loop_module / "ray") == _rows(loop_module / "one")
+
+
+def test_the_report_says_what_a_training_functions_runs_measured(loop_module):
+    compare(
+        ["baseline", "diffband"],
+        seeds=2,
+        budget=BUDGET,
+        train="user_loop:train",
+        output_dir=str(loop_module / "cmp"),
+        progress=False,
+    )
+    report = (loop_module / "cmp" / "report.md").read_text()
+    # What the TRL runs measure, and dataflex did not here: its own greedy/sampled evaluation, timed apart.
+    for wrong in (
+        "Per domain: greedy accuracy",
+        "--eval-samples",
+        "greedy overall",
+        "Training seconds exclude held-out evaluation",
+        "`--eval-points`",
+        "TRL's",
+    ):
+        assert wrong not in report, wrong
+    assert "Per domain: the accuracy your training function logged (run.log)" in report
+    assert "Per domain, logged accuracy" in report
+    assert "Training seconds are the wall time of your training function from its call to each run.log" in report
+    assert "Each curve has the points your training function logged" in report
+
+
+@pytest.mark.parametrize("points", ["0", "49"])
+def test_an_explicit_eval_points_with_a_training_function_is_refused(loop_module, capsys, points):
+    from dataflex_callbacks.recipes.cli import main
+    from dataflex_callbacks.recipes.compare import Budget, CompareSettings
+
+    args = ["compare", "--strategies", "baseline", "--train", "user_loop:train", "--eval-points", points]
+    assert main([*args, "--output-dir", str(loop_module / "cmp")]) == 2
+    assert "TRL run options would do nothing: --eval-points;" in capsys.readouterr().err
+    assert not (loop_module / "cmp").exists()
+    with pytest.raises(CompareInputError, match="eval_points"):
+        compare(["baseline"], train="user_loop:train", eval_points=int(points), output_dir=str(loop_module / "py"))
+    with pytest.raises(CompareInputError, match="--eval-points"):
+        CompareSettings(
+            strategies=["baseline"],
+            seeds=[0],
+            budget=Budget.parse(BUDGET),
+            train="user_loop:train",
+            eval_points=int(points),
+            output_dir=str(loop_module / "settings"),
+        )
+    # Not given, it is resolved where it is used: none for a function's runs, the default for TRL runs.
+    settings = CompareSettings(
+        strategies=["baseline"], seeds=[0], budget=Budget.parse(BUDGET), output_dir=str(loop_module / "trl")
+    )
+    assert settings.eval_points == 49
