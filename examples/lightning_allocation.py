@@ -2,7 +2,8 @@
 
 ``training_step`` asks ``self.dataflex.allocation_rounds(keys, domains)`` for the step's prompts, generates
 what each round asks (``counts[i]`` completions of prompt ``i``), reports the rewards, and trains the groups
-the allocator completed (docs/allocation.md):
+the allocator completed (docs/allocation.md). ``DataFlexCallback`` binds the module's ``group_size`` to the
+allocator when training starts and logs its counts as ``dataflex/alloc/*``; the module only generates and trains:
 
 - ``--strategy screen`` (SPEED-RL / Pilot-Commit): a pilot of 2 completions per prompt; the other
   ``group_size - 2`` only where the pilot's rewards differ; the pilot completions stay in the group;
@@ -48,6 +49,7 @@ class AllocatedGRPOModule(pl.LightningModule):
 
     def __init__(self, dataset, prompts_per_step: int = 8, group_size: int = 4, max_new_tokens: int = 6, seed: int = 0):
         super().__init__()
+        # DataFlexCallback binds group_size to the allocation part (the screen rule's G) when training starts.
         self.dataset, self.prompts_per_step, self.group_size = dataset, prompts_per_step, group_size
         self.max_new_tokens, self.seed = max_new_tokens, seed
         self.tokenizer = build_tiny_tokenizer()
@@ -59,11 +61,6 @@ class AllocatedGRPOModule(pl.LightningModule):
     def train_dataloader(self):
         sampler = self.dataflex.sampler(self.dataset, batch_size=self.prompts_per_step)
         return DataLoader(self.dataset, batch_size=self.prompts_per_step, sampler=sampler, collate_fn=list)
-
-    def on_fit_start(self):
-        allocator = self.dataflex.strategy.allocation
-        if allocator is not None and hasattr(allocator, "pilot") and allocator.group_size is None:
-            allocator.bind_group_size(self.group_size)
 
     @torch.no_grad()
     def generate(self, rows: list, counts: torch.Tensor, round_index: int) -> dict:
@@ -104,7 +101,6 @@ class AllocatedGRPOModule(pl.LightningModule):
         rewards, index = torch.cat([p["rewards"] for p in pieces]), torch.cat([p["index"] for p in pieces])
         self.remember_correct(keys, sequences, rewards, done.passing_rows)
         sequences, rewards, index, reused = self.with_reused(keys, done.reuses, sequences, rewards, index)
-        self.log_dict({f"dataflex/{name}": value for name, value in done.metrics.items()}, batch_size=len(rows))
         trained = done.trains.to(index.device)[index]
         if not bool(trained.any()):
             return None  # every pilot was unanimous: nothing to train this step
@@ -114,13 +110,13 @@ class AllocatedGRPOModule(pl.LightningModule):
 
     def remember_correct(self, keys, sequences, rewards, passing_rows) -> None:
         """AR3PO's reuse: keep each prompt's latest correct completion for a later all-wrong group."""
-        allocator = self.dataflex.strategy.allocation
-        if not getattr(allocator, "reuse", False):
+        bank = self.dataflex.strategy.allocation_response_bank
+        if bank is None:  # the allocator reuses nothing (screen)
             return
         found = (passing_rows >= 0).nonzero().flatten().tolist()
         rows = passing_rows[found].tolist()
         completions = [sequences[row, self.prompt_width :] for row in rows]
-        allocator.bank.store([keys[i] for i in found], completions, [float(rewards[row]) for row in rows])
+        bank.store([keys[i] for i in found], completions, [float(rewards[row]) for row in rows])
 
     def with_reused(self, keys, reuses, sequences, rewards, index):
         """The rows plus one stored correct response for each group the allocator marked for reuse."""
@@ -128,7 +124,7 @@ class AllocatedGRPOModule(pl.LightningModule):
         prompts = reuses.nonzero().flatten().tolist()
         if not prompts:
             return sequences, rewards, index, reused
-        bank = self.dataflex.strategy.allocation.bank
+        bank = self.dataflex.strategy.allocation_response_bank
         extra, extra_rewards = [], []
         for i in prompts:  # a prompt's prompt tokens are those of any of its rows (one prompt width)
             completion, reward = bank.get(keys[i])
@@ -185,16 +181,16 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     pl.seed_everything(args.seed, verbose=False)
-    strategy = load_config(args.strategy)
+    config = load_config(args.strategy)
     if args.reuse:
-        strategy["allocation"]["params"]["reuse"] = True
+        config["allocation"]["params"]["reuse"] = True
     suite = load_task_suite(seed=args.seed, n_train=100, n_test=25)
     module = AllocatedGRPOModule(suite["train"], seed=args.seed)
     trainer = pl.Trainer(
         accelerator="cpu",
         devices=1,
         max_steps=args.steps,
-        callbacks=[DataFlexCallback(strategy)],
+        callbacks=[DataFlexCallback(config)],
         logger=False,
         enable_checkpointing=False,
         enable_model_summary=False,

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from dataflex_callbacks.components.allocation import Allocator, AllocatorNeeds
+from dataflex_callbacks.components.allocation_memory import ResponseBank
 from dataflex_callbacks.components.allocation_rounds import AllocationRounds
 from dataflex_callbacks.errors import ConfigError
 
@@ -86,6 +87,24 @@ class AllocationDoors:
     def allocation_evicted(self, keys: Sequence[Any]) -> torch.Tensor:
         """``(P,)`` bool: the prompts the allocator will not pilot again; a host drops them before their pilot."""
         return self._allocator("allocation_evicted").evicted(keys)
+
+    @property
+    def allocation_response_bank(self) -> ResponseBank | None:
+        """Where a host keeps each prompt's latest correct response for reuse (AR3PO): store a step's passing rows
+        (``AllocatedGroups.passing_rows``) with ``bank.store(keys, completions, rewards)`` and put back
+        ``bank.get(key)`` for each prompt ``AllocatedGroups.reuses`` marks. None when the allocator declares no
+        ``reuses_responses`` (nothing to store); one that declares it keeps its bank as ``bank``."""
+        allocator = self._allocator("allocation_response_bank")
+        if not AllocatorNeeds.of(allocator).reuses_responses:
+            return None
+        bank = getattr(allocator, "bank", None)
+        if not isinstance(bank, ResponseBank):
+            raise ConfigError(
+                f"allocation {type(allocator).__name__} declares reuses_responses but keeps no ResponseBank as "
+                f"'bank' (got {bank!r}); set self.bank = ResponseBank() in its __init__, or declare "
+                "reuses_responses = False"
+            )
+        return bank
 
     def allocation_metrics(self) -> dict[str, float]:
         """The allocator's ``alloc/*`` metrics so far (a host prefixes them as its logs do)."""
