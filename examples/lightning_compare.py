@@ -127,8 +127,13 @@ def evaluate(module: GRPOModule, run, test: list[dict], step: int) -> None:
     run.log(accuracy=scores.pop("overall"), step=step, **scores)
 
 
-def train(run) -> None:
-    """One run of the comparison: the module trained with ``run.strategy`` until the budget is spent."""
+def train(run, accumulate_grad_batches: int = 1) -> None:
+    """One run of the comparison: the module trained with ``run.strategy`` until the budget is spent.
+
+    ``accumulate_grad_batches`` is Lightning's: with 2, two generated batches make one optimizer step; the strategy
+    still decides on (and the comparison counts) every batch. Give it as ``functools.partial(train,
+    accumulate_grad_batches=2)``: the comparison's fingerprint records it.
+    """
     torch.set_num_threads(1)
     pl.seed_everything(run.seed, verbose=False)
     path = load_testbed_model_path()
@@ -143,6 +148,7 @@ def train(run) -> None:
         accelerator="cpu",
         devices=1,
         max_steps=10_000,  # the budget stops it (StopAtBudget)
+        accumulate_grad_batches=accumulate_grad_batches,
         callbacks=[DataFlexCallback(run.strategy), StopAtBudget(run)],
         default_root_dir=run.output_dir,
         logger=False,

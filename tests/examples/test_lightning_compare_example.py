@@ -75,3 +75,28 @@ def test_the_command_line_gives_the_python_results(python_comparison, tmp_path, 
     args += ["--num-seeds", "2", "--budget", BUDGET, "--jobs", "2", "--no-progress"]
     assert main([*args, "--output-dir", str(tmp_path / "cli")]) == 0
     assert _rows(tmp_path / "cli") == _rows(folder)
+
+
+def test_gradient_accumulation_counts_every_generated_batch(tmp_path, monkeypatch):
+    """Two generated batches per optimizer step (Lightning's ``accumulate_grad_batches=2``): the strategy decides on
+    both, so the completions counted equal those the module generated, and the steps its optimizer steps."""
+    import functools
+
+    from dataflex_callbacks.recipes.compare import compare
+
+    monkeypatch.chdir(REPO)
+    monkeypatch.syspath_prepend(str(REPO))
+    from examples.lightning_compare import train
+
+    results = compare(
+        ["diffband"],
+        seeds=[1],
+        budget="completions:64",  # 4 batches of 4 prompts x 4 answers: 2 optimizer steps
+        train=functools.partial(train, accumulate_grad_batches=2),
+        output_dir=str(tmp_path / "cmp"),
+        progress=False,
+    )
+    (row,) = results.runs
+    own = json.loads((tmp_path / "cmp" / "runs" / "diffband-seed1" / "generated.json").read_text())
+    assert row["completions"] == own["completions"] == 64
+    assert row["steps"] == own["steps"] == 2
