@@ -13,6 +13,7 @@ from dataflex_callbacks.recipes.compare.grid import CompareSettings
 from dataflex_callbacks.recipes.options import (
     OPTION_RULES,
     PER_RUN_FIELDS,
+    SUITE_DEFAULTS,
     NumberRule,
     RunInputError,
     RunOptions,
@@ -144,7 +145,7 @@ def test_each_suite_has_its_defaults_and_a_users_model_or_data_keeps_the_toy_bat
 
     testbed, toy = with_suite_defaults(RunOptions()), with_suite_defaults(RunOptions(suite="toy"))
     # A pretrained model; the testbed's own mix and held-out rows per level (None), 16 prompts a step.
-    assert (testbed.steps, testbed.learning_rate, testbed.n_train, testbed.n_test) == (120, 1e-5, None, None)
+    assert (testbed.steps, testbed.learning_rate, testbed.n_train, testbed.n_test) == (120, 1e-4, None, None)
     assert testbed.prompts_per_step == 16
     assert (toy.steps, toy.learning_rate, toy.n_train, toy.n_test, toy.prompts_per_step) == (150, 3e-3, 200, 50, 8)
     assert with_suite_defaults(RunOptions(dataset="d.jsonl")).n_test == 50  # rows held out of a user's data
@@ -153,7 +154,8 @@ def test_each_suite_has_its_defaults_and_a_users_model_or_data_keeps_the_toy_bat
     assert with_suite_defaults(RunOptions(model="m")).learning_rate == 1e-6
     assert with_suite_defaults(RunOptions(model="m", dataset="d.jsonl")).learning_rate == 1e-6
     # On a user's --dataset the rate still follows the model trained: the testbed's pretrained one by default.
-    assert with_suite_defaults(RunOptions(dataset="d.jsonl")).learning_rate == 1e-5
+    testbed_rate = SUITE_DEFAULTS["testbed"]["learning_rate"]
+    assert with_suite_defaults(RunOptions(dataset="d.jsonl")).learning_rate == testbed_rate
     assert with_suite_defaults(RunOptions(dataset="d.jsonl", suite="toy")).learning_rate == 3e-3
     assert with_suite_defaults(RunOptions(dataset="d.jsonl")).steps == 150
     assert with_suite_defaults(RunOptions(steps=7, learning_rate=1e-4)).steps == 7  # what the user sets stays

@@ -11,6 +11,7 @@ pytest.importorskip("trl")
 from dataflex_callbacks.errors import DataFlexError  # noqa: E402
 from dataflex_callbacks.recipes.cli import main  # noqa: E402
 from dataflex_callbacks.recipes.compare import CompareInputError  # noqa: E402
+from dataflex_callbacks.recipes.options import SUITE_DEFAULTS  # noqa: E402
 
 REWARDS = """
 CALLS = []
@@ -416,7 +417,8 @@ def test_resuming_on_changed_data_or_settings_is_refused_naming_what_changed(rew
     message = str(caught.value)
     assert str(data) in message and "sha256" in message and "--overwrite" in message
     data.write_text("".join(f'{{"prompt": "{i}+1=", "answer": "{i + 1}"}}\n' for i in range(8)))  # as it was
-    with pytest.raises(CompareInputError, match="learning_rate: 1e-05 -> 0.001"):  # the testbed model's rate
+    testbed_rate = SUITE_DEFAULTS["testbed"]["learning_rate"]
+    with pytest.raises(CompareInputError, match=f"learning_rate: {testbed_rate!r} -> 0.001"):  # the testbed model's
         compare(["none"], **options, learning_rate=1e-3)
     results = compare(["none", "baseline"], **options)  # the same inputs resume
     assert results.outcome.reused == ["none-seed0"]
