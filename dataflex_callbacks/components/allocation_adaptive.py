@@ -1,7 +1,8 @@
 """`AdaptiveAllocator` (``adaptive``; AR3PO arXiv 2509.25808): stages of completions until a prompt passes, up to a cap.
 
 Groups therefore differ in size (it declares ``equal_groups = False``), and with ``reuse`` a group may take an earlier
-step's response (the instance then declares ``reuses_responses = True``; the class, its default, False). The rule itself is `allocation.adaptive_more`.
+step's response (the instance then declares ``reuses_responses = True``; the class, its default, False). The rule
+itself is `allocation.adaptive_more`.
 """
 
 from __future__ import annotations
