@@ -187,9 +187,14 @@ class AllocatorNeeds(NamedTuple):
 
     @classmethod
     def of(cls, allocator: Allocator | type[Allocator]) -> AllocatorNeeds:
-        """The declarations of an allocator (or of its class)."""
-        kind = allocator if isinstance(allocator, type) else type(allocator)
-        return cls(kind.name, bool(kind.equal_groups), bool(kind.reuses_responses), kind.rounds_per_step)
+        """The declarations of an allocator (read from the instance: one built with other parameters may declare
+        other than its class, as ``adaptive`` with ``reuse``) or of its class (its defaults)."""
+        return cls(
+            allocator.name,
+            bool(allocator.equal_groups),
+            bool(allocator.reuses_responses),
+            allocator.rounds_per_step,
+        )
 
 
 @register_base("allocation")

@@ -40,7 +40,7 @@ class AllocationDoors:
         ``reuse`` puts no earlier response back) is not refused for what it will not do."""
         if self.allocation is None:
             return None
-        return AllocatorNeeds.of(self.allocation)._replace(reuses_responses=bool(self.allocation.reuses_responses))
+        return AllocatorNeeds.of(self.allocation)
 
     @property
     def allocation_group_size(self) -> int | None:
