@@ -397,7 +397,10 @@ class Allocation:
             fits = torch.cumsum(counts, 0) <= room
             full = not bool(fits.all())
             if full:
-                counts = torch.where(fits, counts, 0)
+                fitted = torch.where(fits, counts, 0)
+                if not bool(fitted.any()):  # no prompt's next stage fits: the step ends with these groups short
+                    break
+                counts = fitted
                 rounds.set_next(counts)
             round_rows_, rewards, round_index = self._staged_round(trainer, score_round, prompts, counts)
             room -= len(round_rows_)

@@ -28,7 +28,8 @@ def run_comparison(
     settings: CompareSettings, overwrite: bool = False, on_warning: Callable[[str], None] | None = None
 ) -> ComparisonResults:
     """Run the grid of `settings` (resuming finished runs), write report.md, results.csv and figures; return them."""
-    from .report import paired_difference, result_row, write_report
+    from .report import paired_difference, write_report
+    from .results_csv import result_row
     from .tuning import tuning_columns
 
     outcome = run_grid(settings, overwrite=overwrite, on_warning=on_warning)

@@ -9,7 +9,7 @@ import pytest
 
 from dataflex_callbacks.recipes.cli import main
 from dataflex_callbacks.recipes.compare import grid
-from dataflex_callbacks.recipes.compare.report import RUN_COLUMNS
+from dataflex_callbacks.recipes.compare.results_csv import RUN_COLUMNS
 
 ARGS = [
     "compare",

@@ -575,7 +575,7 @@ def test_a_strategy_censored_in_one_seed_keeps_that_seed_as_a_lower_bound_in_its
 def test_the_results_csv_says_which_runs_were_censored_and_gives_what_they_spent(tmp_path):
     import csv
 
-    from dataflex_callbacks.recipes.compare.report import write_results_csv
+    from dataflex_callbacks.recipes.compare.results_csv import write_results_csv
 
     records = censored_grid()
     write_results_csv(str(tmp_path / "results.csv"), records, "base", 0.7)

@@ -246,7 +246,7 @@ def test_the_report_prints_the_paired_standard_error_of_the_headline_difference_
 def test_the_results_csv_has_every_unit_and_the_headline_beside_greedy_accuracy(tmp_path):
     import csv
 
-    from dataflex_callbacks.recipes.compare.report import RUN_COLUMNS, write_results_csv
+    from dataflex_callbacks.recipes.compare.results_csv import RUN_COLUMNS, write_results_csv
 
     from .test_reach import unit_records
 

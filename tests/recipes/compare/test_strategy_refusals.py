@@ -17,11 +17,12 @@ TINY = ["--suite", "toy", "--n-train", "4", "--n-test", "2", "--domains", "digit
 ONE_RUN = ["--seeds", "0", "--budget", "steps:1", "--eval-points", "0", "--jobs", "1", "--no-progress"]
 
 SCREEN_PILOT_1_SKIPPING = "pre_select: skip_zero_variance\nallocation: {name: screen, params: {pilot: 1}}\n"
+ADAPTIVE_REUSE = "allocation: {name: adaptive, params: {reuse: true}}\n"
 
 # (strategies, further flags, the refused strategy, what its line names): every refusal a compare's settings reach
 # (one process, TRL's defaults; the rest of check_trl_strategy's rules need a trainer setting compare never makes).
 REFUSALS = [
-    ("baseline,adaptive", [], "adaptive", "allocation 'adaptive'"),
+    ("baseline,{reuse}", [], "{reuse}", "allocation 'adaptive' with reuse"),
     ("baseline,screen", ["--num-generations", "2"], "screen", "'pilot' must be below the group size (2)"),
     ("baseline,screen+dump_ucb", [], "screen+dump_ucb", "allocation in the TRL adapter does not support a strategy"),
     ("baseline,dapo+dump_ucb", [], "dapo+dump_ucb", "dynamic_sampling in the TRL adapter does not support"),
@@ -33,9 +34,10 @@ REFUSALS = [
 def test_a_refused_strategy_stops_the_comparison_before_anything_trains(
     tmp_path, capsys, strategies, flags, refused, named
 ):
-    pilot1 = tmp_path / "pilot1.yaml"
+    pilot1, reuse = tmp_path / "pilot1.yaml", tmp_path / "reuse.yaml"
     pilot1.write_text(SCREEN_PILOT_1_SKIPPING)
-    strategies, refused = strategies.format(pilot1=pilot1), refused.format(pilot1=pilot1)
+    reuse.write_text(ADAPTIVE_REUSE)
+    strategies, refused = strategies.format(pilot1=pilot1, reuse=reuse), refused.format(pilot1=pilot1, reuse=reuse)
     folder = tmp_path / "cmp"
     args = ["compare", "--strategies", strategies, *TINY, *ONE_RUN, *flags, "--output-dir", str(folder)]
     assert main(args) == 2
@@ -47,7 +49,7 @@ def test_a_refused_strategy_stops_the_comparison_before_anything_trains(
 
 def test_every_refused_strategy_is_named_on_its_own_line():
     settings = CompareSettings(
-        strategies=["baseline", "adaptive", "difffilter", "screen+dump_ucb", "nosuchpreset"],
+        strategies=["baseline", "screen", "difffilter", "screen+dump_ucb", "nosuchpreset"],
         seeds=[0],
         budget=Budget.parse("steps:1"),
         base=RunOptions(suite="toy", num_generations=2),
@@ -56,7 +58,7 @@ def test_every_refused_strategy_is_named_on_its_own_line():
         build_strategies(settings)
     lines = str(caught.value).splitlines()
     assert lines[0].startswith("3 of 5 strategies cannot train with these settings")
-    assert [line.split(":")[0] for line in lines[1:]] == ["  - adaptive", "  - screen+dump_ucb", "  - nosuchpreset"]
+    assert [line.split(":")[0] for line in lines[1:]] == ["  - screen", "  - screen+dump_ucb", "  - nosuchpreset"]
     assert "invalid strategy 'nosuchpreset'" in lines[3]
 
 
@@ -86,9 +88,10 @@ def test_a_run_whose_reward_never_pays_is_named_on_the_console(tmp_path, capsys,
 def test_dataflex_run_refuses_the_same_strategies_before_its_folder_is_written(
     tmp_path, capsys, strategies, flags, refused, named
 ):
-    pilot1 = tmp_path / "pilot1.yaml"
+    pilot1, reuse = tmp_path / "pilot1.yaml", tmp_path / "reuse.yaml"
     pilot1.write_text(SCREEN_PILOT_1_SKIPPING)
-    refused = refused.format(pilot1=pilot1)
+    reuse.write_text(ADAPTIVE_REUSE)
+    refused = refused.format(pilot1=pilot1, reuse=reuse)
     folder = tmp_path / "run"
     args = ["run", "--strategy", refused, *TINY, "--steps", "1", "--no-progress", "--output-dir", str(folder), *flags]
     assert main(args) == 2
