@@ -173,7 +173,7 @@ def run_trl(device: str, quick: bool, scratch: str) -> dict:
         "baseline_losses": losses(ours),
         "baseline_max_param_difference": max(differences),
         "presets_s": {},
-        "refused": {},  # presets the TRL adapter refuses by design, in one line (`adaptive`: groups differ in size)
+        "refused": {},  # presets the TRL adapter refuses by design, in one line (none since adaptive runs in stages)
         "failed": [],
     }
     if losses(stock) != losses(ours) or max(differences) != 0.0:
