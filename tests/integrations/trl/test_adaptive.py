@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from engine_counter import engine_counter
 from loss_checks import loss_and_grad
 from toy_rewards import checksum_reward, parity_reward
 
@@ -130,14 +131,7 @@ def test_an_adaptive_run_counts_what_the_engine_generated_and_logs_group_sizes(m
         trainer_kwargs={"strategy": adaptive(cap=6), "record_decisions": True},
         **SETTINGS,
     )
-    generate, seen = trainer._generate_single_turn, []
-
-    def counting(*args, **kwargs):
-        result = generate(*args, **kwargs)
-        seen.append(len(result[0]))
-        return result
-
-    trainer._generate_single_turn = counting
+    seen = engine_counter(trainer)
     trainer.train()
     decisions = trainer.dataflex.decisions
     assert decisions[-1]["dynamic"]["alloc/generated"] == sum(seen)

@@ -6,6 +6,7 @@ batch (B = 2 groups).
 
 import pytest
 import torch
+from engine_counter import engine_counter
 from toy_rewards import checksum_reward, parity_reward
 
 from dataflex_callbacks.errors import ConfigError
@@ -16,19 +17,6 @@ from dataflex_callbacks.integrations.trl.rounds import assemble, pad_id, row_pay
 GENERATIONS, PILOT = 4, 2
 SETTINGS = dict(per_device_train_batch_size=8, num_generations=GENERATIONS)
 SCREEN = {"allocation": {"name": "screen", "params": {"pilot": PILOT}}}
-
-
-def engine_counter(trainer):
-    """Counts the completions TRL's own generation returns (``_generate_single_turn``), calling it through."""
-    generate, seen = trainer._generate_single_turn, []
-
-    def counting(*args, **kwargs):
-        result = generate(*args, **kwargs)
-        seen.append(len(result[0]))  # (completion_ids, logprobs): one row per completion
-        return result
-
-    trainer._generate_single_turn = counting
-    return seen
 
 
 def run(make_trainer, strategy=SCREEN, steps=3, **config):

@@ -3,6 +3,7 @@
 A real tiny GRPO training on the toy dataset: 16 rows per generation batch (B = 2 groups of 8), pilots of 2.
 """
 
+from engine_counter import engine_counter
 from toy_rewards import checksum_reward
 
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
@@ -14,19 +15,6 @@ def solved_or_checksum_reward(prompts, completions, **kwargs):
     """1 for every completion of a prompt whose first number is a multiple of 3 (always solved), else the checksum."""
     checksum = checksum_reward(completions)
     return [1.0 if int(p.split("+")[0]) % 3 == 0 else c for p, c in zip(prompts, checksum, strict=True)]
-
-
-def engine_counter(trainer):
-    """Counts the completions TRL's own generation returns (``_generate_single_turn``), calling it through."""
-    generate, seen = trainer._generate_single_turn, []
-
-    def counting(*args, **kwargs):
-        result = generate(*args, **kwargs)
-        seen.append(len(result[0]))
-        return result
-
-    trainer._generate_single_turn = counting
-    return seen
 
 
 def pilot_spy(allocator):
