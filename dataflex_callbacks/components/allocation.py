@@ -177,13 +177,15 @@ def _counters(values: Any, name: str, what: str) -> dict[str, float]:
 class AllocatorNeeds(NamedTuple):
     """What an allocator declares a host must do (its class attributes): hosts read this, never its class.
 
-    ``name``: its registered name; ``equal_groups``, ``reuses_responses``, ``rounds_per_step``: as `Allocator` declares.
+    ``name``: its registered name; ``equal_groups``, ``reuses_responses``, ``rounds_per_step``, ``refills``: as
+    `Allocator` declares.
     """
 
     name: str
     equal_groups: bool
     reuses_responses: bool
     rounds_per_step: int | None
+    refills: bool = True
 
     @classmethod
     def of(cls, allocator: Allocator | type[Allocator]) -> AllocatorNeeds:
@@ -194,6 +196,7 @@ class AllocatorNeeds(NamedTuple):
             bool(allocator.equal_groups),
             bool(allocator.reuses_responses),
             allocator.rounds_per_step,
+            bool(allocator.refills),
         )
 
 
@@ -222,6 +225,9 @@ class Allocator(Component):
     rounds_per_step: int | None = None
     """Declared: rounds of generation per prompt in a step, when fixed (2: a pilot and a commit); None: it varies
     with the rewards (a host that runs a fixed pilot-and-commit pair needs 2)."""
+    refills = True
+    """Declared: a host that fills a fixed batch of groups (TRL's) screens further prompts until the batch is full.
+    False: a step trains only the groups its drawn prompts commit, fewer completions per update (masked fillers)."""
     max_screens = 1
     """Screening rounds per step at most, for a host that fills a fixed batch of groups (TRL's)."""
 
@@ -371,6 +377,8 @@ class ScreenAllocator(Allocator):
         group_size: G, completions per trained group; None takes the host's (TRL's ``num_generations``).
         max_screens: screening rounds per step at most, for a host that fills a fixed batch of groups (TRL):
             the last one commits whatever prompts the step still needs, those the rule keeps first (>= 1).
+        refill: screen further prompts until the step holds its batch of groups (default); false: one round over the
+            step's drawn prompts, the step trains only the groups they commit (``refills``; TRL: masked fillers).
         threshold: a completion passes when its reward is above it.
     """
 
@@ -391,9 +399,11 @@ class ScreenAllocator(Allocator):
         evict: bool = False,
         group_size: int | None = None,
         max_screens: int = 4,
+        refill: bool = True,
         threshold: float = 0.5,
     ) -> None:
         super().__init__(threshold)
+        self.refills = check_bool("refill", refill)  # declared per instance, as `Allocator.refills`
         self.pilot_fraction = _pilot_fraction(pilot)
         self._pilot = None if self.pilot_fraction is not None else check_int("pilot", pilot, low=1)
         self.max_screens = check_int("max_screens", max_screens, low=1)

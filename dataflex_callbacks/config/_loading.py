@@ -180,6 +180,11 @@ PRESETS: dict[str, tuple[str, dict]] = {
             "pre_select": {"name": "skip_zero_variance", "params": {}},
         },
     ),
+    "screen_fewer": (
+        "screen_posterior without refill: a pilot of 2 for each drawn prompt, the rest of the group where signal is "
+        "likely, and the step trains only those groups: fewer completions per update (issue 47)",
+        {"allocation": {"name": "screen", "params": {"rule": "posterior", "min_signal": 0.7, "refill": False}}},
+    ),
     "pilot_commit": (
         "Pilot-Commit's decisions: a pilot of G/4 completions per prompt; the rest of the group where the pilot's "
         "pass rate lies in [0.125, 0.75]; a prompt whose pilot was all correct is evicted (arXiv 2605.26606)",

@@ -40,11 +40,14 @@ class AllocationAbilities:
         reuses_responses: it stores responses and puts earlier ones back into groups (``reuses_responses = True``).
         rounds_per_step: the fixed numbers of generation rounds per step it runs (``(2,)``: a pilot and one
             commit); None: any number, varying with the rewards too.
+        fewer_groups: it trains a step of only the groups its drawn prompts commit (an allocator with
+            ``refills = False``), fewer than its batch holds.
     """
 
     unequal_groups: bool = False
     reuses_responses: bool = False
     rounds_per_step: tuple[int, ...] | None = None
+    fewer_groups: bool = False
 
     def refusal(self, needs: AllocatorNeeds) -> str | None:
         """Why an allocator declaring ``needs`` cannot run on this host, in words; None when it can."""
@@ -52,6 +55,8 @@ class AllocationAbilities:
             return "its groups differ in size"
         if needs.reuses_responses and not self.reuses_responses:
             return "it puts earlier responses back into groups"
+        if not needs.refills and not self.fewer_groups:
+            return "refill: false (a step of only the groups its drawn prompts commit), where the host fills each step"
         if self.rounds_per_step is not None and needs.rounds_per_step not in self.rounds_per_step:
             rounds = needs.rounds_per_step or "a varying number of"
             return f"{rounds} rounds per step, where the host runs {' or '.join(map(str, self.rounds_per_step))}"

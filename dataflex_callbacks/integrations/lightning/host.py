@@ -25,7 +25,7 @@ LIGHTNING_HOST = register_host(
         key="lightning",
         name="Lightning",
         parts={**dict.fromkeys(PARTS, RUNS), "dynamic_sampling": YOU_DRIVE, "allocation": YOU_DRIVE},
-        allocation=AllocationAbilities(unequal_groups=True, reuses_responses=True),
+        allocation=AllocationAbilities(unequal_groups=True, reuses_responses=True, fewer_groups=True),
         losses=LIGHTNING_LOSSES,
         packages=frozenset({"lightning", "pytorch_lightning", "lightning_fabric"}),
         adapter="integrations/lightning",

@@ -14,6 +14,11 @@ generation batch, G = ``num_generations``). Each screening round:
    which pilots commit, keeps the first ``need`` of them, and generates their ``G - k`` further
    completions, again by TRL's method (``num_generations = G - k``).
 
+With ``refill: false`` (`AllocatorNeeds.refills`) a step runs one screening round over TRL's B drawn prompts and trains
+only the groups they commit (at least one): the callback fills TRL's batch with masked rows around them
+(`fewer_groups.fill_rows`, the loss normalised as a step of those groups), so a step generates ``B * k + commits *
+(G - k)`` completions instead of ``B * G`` (``alloc/step_groups``).
+
 With ``evict``, a candidate the allocator evicted (an earlier pilot of it was all correct) is dropped before its
 pilot and replaced from the stream (``alloc/step_evicted_drops``).
 
@@ -288,6 +293,15 @@ class Allocation:
             prompts = prompts + kept
         return prompts[:count]
 
+    def _drawn(self, trainer, drawn: list) -> list:
+        """Without refill: TRL's drawn prompts less those evicted, topped up from the stream only where none is left
+        or their pilot rows would not split evenly over the processes."""
+        prompts, pilot = self._unevicted(drawn), int(self.strategy.allocation_first_round() or 1)
+        prompts = prompts or self._candidates(trainer, [], 1, last=False)  # refuses a stream with none left
+        while (len(prompts) * pilot) % trainer.accelerator.num_processes:
+            prompts += self._unevicted(self.stream.draw(1))
+        return prompts
+
     def _unevicted(self, prompts: list) -> list:
         """``prompts`` without those the allocator evicted (`Strategy.allocation_evicted`); counts the dropped ones."""
         evicted = self.strategy.allocation_evicted([row_key(row, self.prompt_key_column) for row in prompts]).tolist()
@@ -317,7 +331,8 @@ class Allocation:
         pilot = int(self.strategy.allocation_first_round() or 0)  # bound with the group size, at `bind`
         drawn = _gathered_inputs(accelerator, inputs)[::generations]  # TRL's B prompts, in its order
         wanted = len(drawn)
-        max_screens = self.strategy.allocation_max_screens
+        refills = needs is None or needs.refills
+        max_screens = self.strategy.allocation_max_screens if refills else 1
         groups: list[list[dict]] = []
         forced = declined = screens = generated = 0
         self._step_tokens, self._evicted_drops = 0.0, 0
@@ -326,7 +341,7 @@ class Allocation:
             need, last = wanted - len(groups), screens + 1 >= max_screens
             if screens and self.may_generate is not None and not self.may_generate(generated):
                 last = True  # a compute budget is spent: this round commits what the step still needs
-            prompts = self._candidates(trainer, candidates, need, last)
+            prompts = self._candidates(trainer, candidates, need, last) if refills else self._drawn(trainer, drawn)
             candidates = []
             keys = [row_key(row, self.prompt_key_column) for row in prompts]
             domains = [self._domain(row) for row in prompts]
@@ -339,7 +354,10 @@ class Allocation:
             committing = counts > 0
             self.strategy.note_allocation_screen(len(prompts), int(committing.sum()))
             order = torch.cat([committing.nonzero().flatten(), (~committing).nonzero().flatten()])
-            chosen = order[:need] if last else committing.nonzero().flatten()[:need]
+            if refills:
+                chosen = order[:need] if last else committing.nonzero().flatten()[:need]
+            else:  # the committed groups only: at least one, and rows that split evenly over the processes
+                chosen = order[: _fewest(int(committing.sum()), generations, accelerator.num_processes)]
             forced += int((~committing[chosen]).sum())
             declined += int(committing.sum()) - int(committing[chosen].sum())
             rounds.set_next(_only(chosen, len(prompts), generations - pilot))
@@ -353,6 +371,8 @@ class Allocation:
                 first, done = int(starts[i]), pilot * i
                 groups.append(pilot_rows[done : done + pilot] + commit_rows[first : first + generations - pilot])
             screens += 1
+            if not refills:
+                break
         rows = [row for group in groups for row in group]
         inputs, output, rewards_per_func = assemble(rows, pad_id=pad_id(trainer))
         group_index = torch.arange(len(rows)) // generations
@@ -366,8 +386,11 @@ class Allocation:
             metrics["alloc/step_evicted_drops"] = float(self._evicted_drops)
         if self._step_tokens is not None:
             metrics["alloc/step_generated_tokens"] = self._step_tokens
+        if not refills:
+            metrics["alloc/step_groups"] = float(len(groups))
         local_output = {key: value[local] for key, value in output.items()}
-        return inputs[local], local_output, rewards_per_func, None, metrics
+        # Without refill the callback fills TRL's batch with masked rows around the committed groups.
+        return inputs[local], local_output, rewards_per_func, None if refills else group_index, metrics
 
     def generate_stages(
         self, trainer: Any, score_round: Callable, inputs: list
@@ -505,6 +528,15 @@ class Allocation:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._pending_stream = restore_stream(self.stream, state.get("stream"))
+
+
+def _fewest(committed: int, generations: int, processes: int) -> int:
+    """Groups a step without refill trains: the ``committed`` ones, at least one, and more (the rule's next) until
+    their rows split evenly over the ``processes``."""
+    count = max(committed, 1)
+    while (count * generations) % processes:
+        count += 1
+    return count
 
 
 def _only(chosen: torch.Tensor, size: int, count: int) -> torch.Tensor:

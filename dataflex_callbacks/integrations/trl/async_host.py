@@ -32,12 +32,13 @@ def async_fields(domains: bool) -> set[str]:
 def check_async_strategy(strategy) -> None:
     """Refuse, in one line naming the part, what cannot run on the samples an ``AsyncGRPOTrainer`` consumes."""
     host = "TRL's AsyncGRPOTrainer"
-    if not strategy.refills_prompts:
-        raise ConfigError(
-            f"dataflex: pre_select.refill=false is not supported by {host}: its prompt feed refills every skipped "
-            "prompt; set pre_select.refill to true, or use DataFlexGRPOTrainer"
-        )
     needs = strategy.allocation_needs
+    for refills, part in ((strategy.refills_prompts, "pre_select"), (needs is None or needs.refills, "allocation")):
+        if not refills:
+            raise ConfigError(
+                f"dataflex: {part}.refill=false is not supported by {host}: its queue fills every step with the "
+                f"groups its worker generates; set {part}.refill to true, or use DataFlexGRPOTrainer"
+            )
     why = (
         "the in-process worker generates a prompt's group as a pilot and one commit, and TRL's vLLM worker asks "
         "num_generations per prompt at once: neither runs stages until a pass"
