@@ -143,25 +143,32 @@ class PassHistory:
         self.counts = counts.detach().to("cpu", torch.float64).numpy().copy()
 
 
+Response = torch.Tensor | dict[str, torch.Tensor]
+"""A stored response: a tensor, or a dict of tensors (a host's row payload)."""
+
+
 class ResponseBank:
     """The latest correct response of each prompt, for AR3PO's reuse in an all-wrong group.
 
-    A response is whatever the host stores for a row (completion token ids ``(L,)``), with its reward.
+    A response is whatever the host stores for a row, with its reward: a tensor (completion token ids ``(L,)``) or
+    a dict of tensors (the TRL adapter stores a row's slice of every per-row tensor of TRL's batch). It is kept on
+    the CPU, as plain tensors and dicts, so a checkpoint of it loads with ``torch.load(weights_only=True)``.
     """
 
     def __init__(self) -> None:
-        self.responses: dict[Hashable, tuple[torch.Tensor, float]] = {}
+        self.responses: dict[Hashable, tuple[Response, float]] = {}
 
-    def store(self, keys: Sequence[Any], responses: Sequence[torch.Tensor], rewards: Sequence[float]) -> None:
-        """Keep ``responses[i]`` (a tensor) with ``rewards[i]`` as prompt ``keys[i]``'s latest correct response."""
+    def store(self, keys: Sequence[Any], responses: Sequence[Response], rewards: Sequence[float]) -> None:
+        """Keep ``responses[i]`` (a tensor, or a dict of tensors) with ``rewards[i]`` as prompt ``keys[i]``'s latest
+        correct response, copied to the CPU."""
         for key, response, reward in zip(keys, responses, rewards, strict=True):
-            self.responses[hashable_key(key)] = (torch.as_tensor(response).detach().cpu().clone(), float(reward))
+            self.responses[hashable_key(key)] = (_on_cpu(response), float(reward))
 
     def holds(self, keys: Sequence[Any]) -> torch.Tensor:
         """``(P,)`` bool: a stored response exists for each key."""
         return torch.tensor([hashable_key(k) in self.responses for k in keys], dtype=torch.bool)
 
-    def get(self, key: Any) -> tuple[torch.Tensor, float]:
+    def get(self, key: Any) -> tuple[Response, float]:
         """The stored ``(response, reward)`` of prompt ``key``."""
         return self.responses[hashable_key(key)]
 
@@ -180,12 +187,25 @@ class ResponseBank:
             saved_field(state, "responses", list, "ResponseBank"),
         )
         rewards = saved_numbers(state["rewards"], len(keys), "rewards", "ResponseBank")
-        if len(responses) != len(keys) or not all(isinstance(r, torch.Tensor) for r in responses):
+        if len(responses) != len(keys) or not all(_is_response(r) for r in responses):
             raise StateError(
-                f"ResponseBank state: 'responses' must be {len(keys)} tensors, one per key; got {shown(responses)}. "
-                "The checkpoint is damaged: resume from another one"
+                f"ResponseBank state: 'responses' must be {len(keys)} tensors (or dicts of tensors), one per key; got "
+                f"{shown(responses)}. The checkpoint is damaged: resume from another one"
             )
         self.responses = dict(zip(keys, zip(responses, rewards, strict=True), strict=True))
+
+
+def _on_cpu(response: Any) -> Response:
+    """A copy of ``response`` on the CPU: its own storage, not a view of the batch it was sliced from."""
+    if isinstance(response, Mapping):
+        return {str(name): torch.as_tensor(value).detach().cpu().clone() for name, value in response.items()}
+    return torch.as_tensor(response).detach().cpu().clone()
+
+
+def _is_response(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return all(isinstance(name, str) and isinstance(v, torch.Tensor) for name, v in value.items())
+    return isinstance(value, torch.Tensor)
 
 
 class EvictedPrompts:

@@ -39,7 +39,8 @@ makes the next screening round the step's last once it answers False.
 Several processes: rounds are decided on the rewards of every rank (all-gathered), the rows of every
 rank are gathered into the payload, every rank assembles the same B groups and keeps its block.
 Groups of different sizes (``adaptive``) run in stages (`Allocation.generate_stages`), laid out in TRL's batch with
-masked filler rows. Refused in one line: an allocator of groups of G that reuses earlier responses or whose rounds
+masked filler rows; with ``reuse``, an all-wrong group at the cap takes its prompt's stored earlier correct row
+(`reuse.StagedReuse`). Refused in one line: an allocator of groups of G that reuses earlier responses or whose rounds
 per step are not a pilot and a commit (read from what it declares, `AllocatorNeeds`), a ``mix`` part,
 a ``dynamic_sampling`` part, a ``pre_select`` part with a pilot of 1, ``G - k`` not divisible by the number of
 processes.
@@ -57,6 +58,7 @@ from dataflex_callbacks.components.allocation import AllocatorNeeds
 from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
 
+from .reuse import StagedReuse
 from .rounds import PromptStream, assemble, open_stream, pad_id, restore_stream, round_rows
 from .sampling import row_key
 from .signals import selection_rewards
@@ -111,12 +113,6 @@ def check_allocation(settings, strategy) -> None:
 def staged_refusal(needs: AllocatorNeeds, strategy: Any) -> tuple[str, str] | None:
     """Why the TRL adapter's stages of groups of different sizes (`Allocation.generate_stages`) cannot run an
     allocator declaring ``needs`` with ``strategy``'s other parts: ``(what, fix)``, or None when they can."""
-    if needs.reuses_responses:
-        return (
-            f"allocation {needs.name!r} with reuse (an earlier step's response put back into a group: this adapter "
-            "stores no completion between steps yet)",
-            "set reuse: false, or run it in Lightning or your own loop (strategy.allocation_rounds)",
-        )
     if strategy.skips_prompts:
         return (
             f"allocation {needs.name!r} with a pre_select part (the filter counts a skipped prompt's savings in "
@@ -245,6 +241,7 @@ class Allocation:
         still needs, as ``max_screens`` does). Must answer alike on every rank."""
         self._step_tokens: float | None = None  # completion tokens the step generated, while TRL reports them
         self._evicted_drops = 0  # drawn prompts dropped this step before their pilot, as evicted
+        self.reuse = StagedReuse(strategy)
 
     def bind(
         self,
@@ -401,7 +398,9 @@ class Allocation:
         prompts it asks for, while TRL's batch of B x ``num_generations`` rows has room: a stage that does not fit
         goes to the first prompts it fits (in TRL's shuffled order) and ends the step (``alloc/step_unfinished_groups``
         counts the prompts left short of the rule's answer). Each call of TRL's scoring generates one count per prompt
-        (TRL groups rows by ``num_generations``).
+        (TRL groups rows by ``num_generations``). With reuse, a prompt all wrong at the cap gets its stored earlier
+        correct row appended to its group before the advantages (off-policy; `reuse.StagedReuse`, which keeps room
+        for it and counts ``alloc/step_reused_responses`` and the reuses skipped for want of room).
 
         Returns:
             ``(inputs, output, rewards_per_func, group_index, metrics)``: this rank's real rows, prompt by prompt (the
@@ -414,10 +413,10 @@ class Allocation:
         prompts = gathered[:: trainer.num_generations]
         keys = [row_key(row, self.prompt_key_column) for row in prompts]
         rounds = self.strategy.allocation_rounds(keys, [self._domain(row) for row in prompts])
-        room, rows, index = len(gathered), [], []
+        room, rows, index, holding = len(gathered), [], [], self.reuse.holding(keys)
         self._step_tokens, counts = 0.0, rounds.start()
         while bool(counts.any()):
-            fits = torch.cumsum(counts, 0) <= room
+            fits = torch.cumsum(counts, 0) <= room - self.reuse.reserve(rounds, holding)  # room kept for reuses
             full = not bool(fits.all())
             if full:
                 fitted = torch.where(fits, counts, 0)
@@ -433,8 +432,11 @@ class Allocation:
             if full:
                 break
         unfinished = int((counts > 0).sum())
-        rounds.finish()
-        group_index = torch.cat(index)
+        done = rounds.finish()
+        processes = accelerator.num_processes
+        reused, reused_index, skipped = self.reuse.put_back(done, prompts, keys, rows, room, processes)
+        self.reuse.store(done, keys, rows, rounds.rewards)  # the step's passes, after the earlier ones were put back
+        rows, group_index = rows + reused, torch.cat([*index, reused_index])
         order = torch.argsort(group_index, stable=True)  # each prompt's rows together, in the order generated
         rows, group_index = [rows[i] for i in order.tolist()], group_index[order]
         local_inputs, output, rewards_per_func = assemble(rows, pad_id=pad_id(trainer))
@@ -443,6 +445,7 @@ class Allocation:
         local = slice(accelerator.process_index * per_rank, (accelerator.process_index + 1) * per_rank)
         sizes = torch.bincount(group_index, minlength=len(prompts)).double()
         metrics = self.strategy.allocation_metrics()
+        self.reuse.count(metrics, len(reused), skipped)
         metrics.update(
             {
                 "alloc/step_group_size_min": float(sizes.min()),
@@ -523,11 +526,13 @@ class Allocation:
     # ------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict:
-        """The prompt stream's position (the allocator's counts and history are in the strategy's state)."""
-        return {"stream": None if self.stream is None else self.stream.state_dict()}
+        """The prompt stream's position and the reuses skipped (the allocator's counts, history and response bank are
+        in the strategy's state)."""
+        return {"stream": None if self.stream is None else self.stream.state_dict(), "reuse": self.reuse.state_dict()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self._pending_stream = restore_stream(self.stream, state.get("stream"))
+        self.reuse.load_state_dict(state.get("reuse") or {})
 
 
 def _fewest(committed: int, generations: int, processes: int) -> int:

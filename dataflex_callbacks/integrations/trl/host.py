@@ -20,9 +20,9 @@ PACKAGES = frozenset({"trl", "transformers", "accelerate", "peft", "datasets"})
 # The async worker: a pilot and one commit into groups of num_generations (async_host.check_async_strategy).
 PILOT_COMMIT = AllocationAbilities(unequal_groups=False, reuses_responses=False, rounds_per_step=(2,))
 # GRPOTrainer: a pilot and a commit, or stages into groups of different sizes laid out in TRL's fixed batch with
-# masked fillers (allocation.generate_stages), also a step of only the committed groups (refill: false); no stored
-# responses to put back (reuse is refused).
-STAGES = AllocationAbilities(unequal_groups=True, reuses_responses=False, rounds_per_step=None, fewer_groups=True)
+# masked fillers (allocation.generate_stages), also a step of only the committed groups (refill: false); with reuse,
+# stored correct rows put back into all-wrong groups (reuse.StagedReuse).
+STAGES = AllocationAbilities(unequal_groups=True, reuses_responses=True, rounds_per_step=None, fewer_groups=True)
 
 GRPO_HOST = register_host(
     HostDeclaration(

@@ -145,11 +145,15 @@ def test_an_adaptive_run_counts_what_the_engine_generated_and_logs_group_sizes(m
 
 
 def test_what_adaptive_cannot_run_is_refused_in_one_line(make_trainer):
-    with pytest.raises(ConfigError, match="adaptive' with reuse") as error:
-        make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": adaptive(reuse=True)}, **SETTINGS)
-    assert "\n" not in str(error.value) and "reuse: false" in str(error.value)
-    with pytest.raises(ConfigError, match="first stage of 8 completions per prompt above num_generations = 4"):
+    with pytest.raises(ConfigError, match="first stage of 8 completions per prompt above num_generations = 4") as error:
         make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": adaptive(stage=8, cap=8)}, **SETTINGS)
+    assert "\n" not in str(error.value) and "set stage <= 4" in str(error.value)
+    with pytest.raises(ConfigError, match="adaptive' with a pre_select part"):  # reuse runs (test_adaptive_reuse.py)
+        make_trainer(
+            cls=DataFlexGRPOTrainer,
+            trainer_kwargs={"strategy": {**adaptive(reuse=True), "pre_select": "skip_zero_variance"}},
+            **SETTINGS,
+        )
 
 
 def test_the_async_trainer_names_why_it_cannot_run_adaptive():

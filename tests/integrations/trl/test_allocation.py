@@ -157,9 +157,6 @@ def test_resume_equals_the_uninterrupted_run(make_trainer, tmp_path):
 
 
 def test_what_cannot_run_is_refused_in_one_line(make_trainer):
-    reuse = {"allocation": {"name": "adaptive", "params": {"reuse": True}}}
-    with pytest.raises(ConfigError, match="adaptive' with reuse"):
-        make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": reuse}, **SETTINGS)
     with pytest.raises(ConfigError, match="mix part"):
         make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": "screen+static"}, **SETTINGS)
     with pytest.raises(ConfigError, match="pilot"):

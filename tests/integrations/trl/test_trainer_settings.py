@@ -17,7 +17,6 @@ ADAPTIVE_STAGE_8 = {"allocation": {"name": "adaptive", "params": {"stage": 8}}}
 
 # (strategy, host, settings, what the one line names): every refusal of check_trl_strategy.
 REFUSALS = [
-    (ADAPTIVE_REUSE, DataFlexCallback, TrainerSettings(8), "allocation 'adaptive' with reuse"),
     ("adaptive+skip", DataFlexCallback, TrainerSettings(8), "allocation 'adaptive' with a pre_select part"),
     (ADAPTIVE_STAGE_8, DataFlexCallback, TrainerSettings(4), "first stage of 8 .* above num_generations = 4"),
     ("adaptive", DataFlexCallback, TrainerSettings(8, num_processes=3), "stages of 4 completions on 3 processes"),
@@ -46,7 +45,7 @@ def test_each_refusal_is_one_line_naming_the_part_and_the_setting(spec, host, se
 
 
 @pytest.mark.parametrize(
-    "spec", ["baseline", "screen", "dapo", "skip", "dump_ucb", "screen_greso", "difffilter", "adaptive"]
+    "spec", ["baseline", "screen", "dapo", "skip", "dump_ucb", "screen_greso", "difffilter", "adaptive", ADAPTIVE_REUSE]
 )
 def test_what_the_adapter_runs_passes(spec):
     check_trl_strategy(build_strategy(spec), DataFlexCallback, TrainerSettings(8))
@@ -56,8 +55,9 @@ def test_the_rules_on_the_strategy_alone_skip_the_settings():
     """Without settings (``dataflex validate --host trl``) a pilot the group size would refuse passes."""
     check_trl_strategy(build_strategy("screen"), DataFlexCallback, None)
     check_trl_strategy(build_strategy(ADAPTIVE_STAGE_8), DataFlexCallback, None)
-    with pytest.raises(ConfigError, match="allocation 'adaptive' with reuse"):
-        check_trl_strategy(build_strategy(ADAPTIVE_REUSE), DataFlexCallback, None)
+    check_trl_strategy(build_strategy(ADAPTIVE_REUSE), DataFlexCallback, None)
+    with pytest.raises(ConfigError, match="allocation 'adaptive' with a pre_select part"):
+        check_trl_strategy(build_strategy("adaptive+skip"), DataFlexCallback, None)
 
 
 def test_a_check_binds_nothing():

@@ -17,12 +17,12 @@ TINY = ["--suite", "toy", "--n-train", "4", "--n-test", "2", "--domains", "digit
 ONE_RUN = ["--seeds", "0", "--budget", "steps:1", "--eval-points", "0", "--jobs", "1", "--no-progress"]
 
 SCREEN_PILOT_1_SKIPPING = "pre_select: skip_zero_variance\nallocation: {name: screen, params: {pilot: 1}}\n"
-ADAPTIVE_REUSE = "allocation: {name: adaptive, params: {reuse: true}}\n"
+ADAPTIVE_SKIPPING = "pre_select: skip_zero_variance\nallocation: {name: adaptive, params: {reuse: true}}\n"
 
 # (strategies, further flags, the refused strategy, what its line names): every refusal a compare's settings reach
 # (one process, TRL's defaults; the rest of check_trl_strategy's rules need a trainer setting compare never makes).
 REFUSALS = [
-    ("baseline,{reuse}", [], "{reuse}", "allocation 'adaptive' with reuse"),
+    ("baseline,{adaptive}", [], "{adaptive}", "allocation 'adaptive' with a pre_select part"),
     ("baseline,screen", ["--num-generations", "2"], "screen", "'pilot' must be below the group size (2)"),
     ("baseline,screen+dump_ucb", [], "screen+dump_ucb", "allocation in the TRL adapter does not support a strategy"),
     ("baseline,dapo+dump_ucb", [], "dapo+dump_ucb", "dynamic_sampling in the TRL adapter does not support"),
@@ -34,10 +34,13 @@ REFUSALS = [
 def test_a_refused_strategy_stops_the_comparison_before_anything_trains(
     tmp_path, capsys, strategies, flags, refused, named
 ):
-    pilot1, reuse = tmp_path / "pilot1.yaml", tmp_path / "reuse.yaml"
+    pilot1, adaptive = tmp_path / "pilot1.yaml", tmp_path / "adaptive.yaml"
     pilot1.write_text(SCREEN_PILOT_1_SKIPPING)
-    reuse.write_text(ADAPTIVE_REUSE)
-    strategies, refused = strategies.format(pilot1=pilot1, reuse=reuse), refused.format(pilot1=pilot1, reuse=reuse)
+    adaptive.write_text(ADAPTIVE_SKIPPING)
+    strategies, refused = (
+        strategies.format(pilot1=pilot1, adaptive=adaptive),
+        refused.format(pilot1=pilot1, adaptive=adaptive),
+    )
     folder = tmp_path / "cmp"
     args = ["compare", "--strategies", strategies, *TINY, *ONE_RUN, *flags, "--output-dir", str(folder)]
     assert main(args) == 2
@@ -88,10 +91,10 @@ def test_a_run_whose_reward_never_pays_is_named_on_the_console(tmp_path, capsys,
 def test_dataflex_run_refuses_the_same_strategies_before_its_folder_is_written(
     tmp_path, capsys, strategies, flags, refused, named
 ):
-    pilot1, reuse = tmp_path / "pilot1.yaml", tmp_path / "reuse.yaml"
+    pilot1, adaptive = tmp_path / "pilot1.yaml", tmp_path / "adaptive.yaml"
     pilot1.write_text(SCREEN_PILOT_1_SKIPPING)
-    reuse.write_text(ADAPTIVE_REUSE)
-    refused = refused.format(pilot1=pilot1, reuse=reuse)
+    adaptive.write_text(ADAPTIVE_SKIPPING)
+    refused = refused.format(pilot1=pilot1, adaptive=adaptive)
     folder = tmp_path / "run"
     args = ["run", "--strategy", refused, *TINY, "--steps", "1", "--no-progress", "--output-dir", str(folder), *flags]
     assert main(args) == 2
