@@ -1,10 +1,11 @@
 """Worker for test_adaptive_reuse.py: one rank of a 2-process CPU (gloo) GRPO run of ``adaptive`` with reuse.
 
-Run as ``torchrun --nproc_per_node 2 adaptive_reuse_worker.py OUT_DIR``; each rank writes its decisions, its
+Run as ``torchrun --nproc_per_node 2 adaptive_reuse_worker.py OUT_DIR [two|one]``; each rank writes its decisions, its
 ``alloc/*`` counts and a checksum of the parameters to ``OUT_DIR/rank<r>.json``. Four prompts, 8 rows per rank (TRL's
 generation batch: the four prompts of ``num_generations=4``), stages of 2 up to 4. The reward pays every completion
-in the first step and, after it, every completion but those of two prompts: they end all wrong at the cap and take
-back the rows the first step stored (two rows, one per process).
+in the first step and, after it, every completion but those of two prompts (``two``; ``one``: of one prompt): they
+end all wrong at the cap and take back the rows the first step stored (two rows, one per process; one row cannot be
+split over two processes, so that reuse is skipped).
 """
 
 import json
@@ -26,16 +27,15 @@ from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer  # noqa: E40
 from dataflex_callbacks.recipes.tiny_model import build_tiny_model, build_tiny_tokenizer  # noqa: E402
 
 PROMPTS = ["3+1=", "5+2=", "7+3=", "9+4="]
-UNPAID = {"5+2=", "9+4="}
+UNPAID = {"two": {"5+2=", "9+4="}, "one": {"5+2="}}
 STRATEGY = {"allocation": {"name": "adaptive", "params": {"stage": 2, "cap": 4, "reuse": True}}}
 
 
-def first_step_pays_all(prompts, completions, trainer_state, **kwargs):
-    """1 for every completion in the first step; afterwards 1 except for the prompts in ``UNPAID``."""
-    return [float(trainer_state.global_step == 0 or prompt not in UNPAID) for prompt in prompts]
+def main(out_dir: str, unpaid: str = "two") -> None:
+    def first_step_pays_all(prompts, completions, trainer_state, **kwargs):
+        """1 for every completion in the first step; afterwards 1 except for the ``unpaid`` prompts."""
+        return [float(trainer_state.global_step == 0 or prompt not in UNPAID[unpaid]) for prompt in prompts]
 
-
-def main(out_dir: str) -> None:
     tokenizer = build_tiny_tokenizer()
     args = GRPOConfig(
         output_dir=os.path.join(out_dir, "run"),

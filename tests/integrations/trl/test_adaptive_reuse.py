@@ -4,9 +4,11 @@ earlier correct row, counted; the bank survives a checkpoint; two processes deci
 Real tiny GRPO trainings on four prompts (TRL's generation batch: 4 prompts of ``num_generations=4``, so every step
 draws the same four), stages of 2 up to a cap of 4. The reward pays every completion in the first step and, after
 it, every completion but those of the prompts in ``UNPAID``: those end all wrong at the cap and take back the row
-the first step stored.
+the first step stored. Also: rows kept free in TRL's batch for the prompts that may reuse, a reuse without room
+skipped and counted, and two processes (gloo, `adaptive_reuse_worker.py`) deciding alike.
 """
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -36,7 +38,7 @@ def first_step_pays_all(prompts, completions, trainer_state, **kwargs):
 def make_reuse_trainer(tiny_tokenizer, tmp_path):
     """A `DataFlexGRPOTrainer` on the four prompts; each generation batch's output is kept in ``trainer.outputs``."""
 
-    def build(folder="run", **config):
+    def build(folder="run", strategy=REUSE, **config):
         settings = dict(
             output_dir=str(tmp_path / folder),
             per_device_train_batch_size=16,
@@ -53,7 +55,7 @@ def make_reuse_trainer(tiny_tokenizer, tmp_path):
             args=GRPOConfig(**{**settings, **config}),
             train_dataset=Dataset.from_dict({"prompt": PROMPTS}),
             processing_class=tiny_tokenizer,
-            strategy=REUSE,
+            strategy=strategy,
             record_decisions=True,
         )
         generate, trainer.outputs = trainer._generate_and_score_completions, []
@@ -130,13 +132,38 @@ def test_the_bank_survives_a_checkpoint_and_is_reused_after_resume(make_reuse_tr
         assert torch.equal(*reused)  # the row the first step stored, read back from the checkpoint
 
 
-def test_two_processes_decide_the_same_groups_and_reuses(tmp_path):
-    ranks = run_two_ranks(tmp_path, worker=str(Path(__file__).with_name("adaptive_reuse_worker.py")))
+def test_a_reuse_without_room_in_trls_batch_is_skipped_and_counted(make_reuse_trainer):
+    whole = {"allocation": {"name": "adaptive", "params": {"stage": 4, "cap": 4, "reuse": True}}}
+    trainer = make_reuse_trainer(strategy=whole)  # the first stage fills TRL's 16 rows: no room for a reused row
+    trainer.train()
+    metrics = trainer.dataflex.decisions[1]["dynamic"]
+    assert metrics["alloc/step_reuses_skipped"] == metrics["alloc/reuses_skipped"] == 1
+    assert metrics["alloc/step_reused_responses"] == metrics["alloc/reused_responses"] == 0  # the rows trained
+    assert metrics["alloc/reused_share"] == 0 and metrics["alloc/step_group_size_max"] == 4
+
+
+def test_rows_are_kept_free_for_the_prompts_that_may_reuse(make_reuse_trainer, monkeypatch):
+    """Every prompt all wrong after the first step: its 8 pilot rows leave 8 of TRL's 16; one row is kept free for
+    each of the 4 prompts with a stored row, so the second stage fits 2 prompts, which reach the cap and reuse."""
+    monkeypatch.setattr(sys.modules[__name__], "UNPAID", set(PROMPTS))
+    trainer = make_reuse_trainer()
+    trainer.train()
+    metrics = trainer.dataflex.decisions[1]["dynamic"]
+    assert metrics["alloc/step_reused_responses"] == 2 and metrics["alloc/step_reuses_skipped"] == 0
+    assert metrics["alloc/step_unfinished_groups"] == 2 and metrics["alloc/step_filler_rows"] == 16 - 8 - 4 - 2
+    assert (metrics["alloc/step_group_size_min"], metrics["alloc/step_group_size_max"]) == (2, 5)
+
+
+@pytest.mark.parametrize("unpaid, reused, skipped", [("two", 2, 0), ("one", 0, 1)])
+def test_two_processes_decide_the_same_groups_and_reuses(tmp_path, unpaid, reused, skipped):
+    """Two unpaid prompts: a reused row on each process; one: no even split, the reuse is skipped on both."""
+    ranks = run_two_ranks(tmp_path, unpaid, worker=str(Path(__file__).with_name("adaptive_reuse_worker.py")))
     assert [r["world_size"] for r in ranks] == [2, 2]
     assert ranks[0]["history"] == ranks[1]["history"]
     history = ranks[0]["history"]
     assert len(history) == 3
-    for entry in history[1:]:  # two unpaid prompts on two processes: two rows put back, one per process
-        assert entry["alloc"]["alloc/step_reused_responses"] == 2 and entry["alloc"]["alloc/step_reuses_skipped"] == 0
-        assert entry["alloc"]["alloc/step_group_size_max"] == 5
+    for entry in history[1:]:
+        assert entry["alloc"]["alloc/step_reused_responses"] == reused
+        assert entry["alloc"]["alloc/step_reuses_skipped"] == skipped
+        assert entry["alloc"]["alloc/step_group_size_max"] == 4 + (reused > 0)
     assert ranks[0]["parameters"] == ranks[1]["parameters"]
