@@ -189,8 +189,8 @@ class ResponseBank:
         rewards = saved_numbers(state["rewards"], len(keys), "rewards", "ResponseBank")
         if len(responses) != len(keys) or not all(_is_response(r) for r in responses):
             raise StateError(
-                f"ResponseBank state: 'responses' must be {len(keys)} tensors (or dicts of tensors), one per key; got "
-                f"{shown(responses)}. The checkpoint is damaged: resume from another one"
+                f"ResponseBank state: 'responses' must be {len(keys)} tensors, one per key (each a tensor or a dict of "
+                f"tensors); got {shown(responses)}. The checkpoint is damaged: resume from another one"
             )
         self.responses = dict(zip(keys, zip(responses, rewards, strict=True), strict=True))
 
