@@ -22,7 +22,7 @@ generation batch has a fixed size (a pre-rollout sampler replaces skipped prompt
 generating fewer), so with the TRL adapter every strategy generates at least one batch per step:
 the steps a fixed batch needs to spend the budget (`Budget.step_cap`) are enough for every
 strategy, and dynamic sampling and allocation (whose pilots alone cost a batch's completions) spend it
-in fewer. A strategy with a pre-rollout part is still
+in fewer. A strategy with a pre-rollout part, or an allocation part without refill, is still
 given 4x the steps as a cap, so that a host that generates fewer per step can spend the same
 completions over more steps.
 
@@ -55,7 +55,7 @@ from ..completion_accounting import (
 )
 
 BUDGET_UNITS = ("steps", "completions")
-PRE_SELECT_STEP_HEADROOM = 4
+FEWER_STEP_HEADROOM = 4
 
 
 @dataclass(frozen=True)
@@ -84,16 +84,16 @@ class Budget:
     def __str__(self) -> str:
         return f"{self.unit}:{self.amount}"
 
-    def step_cap(self, completions_per_step: int, pre_select: bool = False) -> int:
+    def step_cap(self, completions_per_step: int, fewer_per_step: bool = False) -> int:
         """Optimizer steps to give the trainer (`max_steps`); a completions budget stops the run earlier or at it."""
         if self.unit == "steps":
             return int(self.amount)
         steps = math.ceil(self.amount / max(1, completions_per_step))
-        return steps * (PRE_SELECT_STEP_HEADROOM if pre_select else 1)
+        return steps * (FEWER_STEP_HEADROOM if fewer_per_step else 1)
 
     def expected_steps(self, completions_per_step: int) -> int:
         """Steps a run takes when it generates `completions_per_step` every step (for progress and eval spacing)."""
-        return self.step_cap(completions_per_step, pre_select=False)
+        return self.step_cap(completions_per_step, fewer_per_step=False)
 
 
 @dataclass

@@ -52,13 +52,18 @@ LOCK_FILE = ".compare.lock"
 MAX_SEED_COUNT = 1000  # `--num-seeds N` (or a `--seeds` range) beyond this is a typo, not a comparison
 
 
-def _has_pre_select(strategy) -> bool:
-    return strategy is not None and getattr(strategy, "pre_select", None) is not None
+def _generates_fewer(strategy) -> bool:
+    """A strategy that may generate fewer completions per step than a batch: a pre-rollout part, or an allocation
+    part without refill (`Budget.step_cap` gives it more steps)."""
+    if strategy is None:
+        return False
+    needs = strategy.allocation_needs
+    return strategy.skips_prompts or (needs is not None and not needs.refills)
 
 
 def check_strategies(settings: CompareSettings) -> dict[str, bool]:
-    """Build every strategy once before any run starts; returns `spec -> has a pre-rollout part`."""
-    return {spec: _has_pre_select(strategy) for spec, strategy in build_strategies(settings).items()}
+    """Build every strategy once before any run starts; returns `spec -> may generate fewer per step`."""
+    return {spec: _generates_fewer(strategy) for spec, strategy in build_strategies(settings).items()}
 
 
 def build_strategies(settings: CompareSettings) -> dict:
@@ -295,7 +300,8 @@ def _prepare_folder(
 
 
 def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
-    """Check every input, then create and lock the folder and write compare.json; returns `(pre_select, folder, lock)`.
+    """Check every input, then create and lock the folder and write compare.json; returns
+    `(fewer_per_step, folder, lock)`.
 
     Nothing is written before the checks pass; if a later step of the start fails, the folder is
     removed again when this start created it.
@@ -318,7 +324,7 @@ def _start(settings: CompareSettings, overwrite: bool, on_warning) -> tuple:
         lock.release()
         folder.discard()
         raise
-    return {spec: _has_pre_select(s) for spec, s in strategies.items()}, folder, lock
+    return {spec: _generates_fewer(s) for spec, s in strategies.items()}, folder, lock
 
 
 def run_grid(
@@ -337,9 +343,9 @@ def run_grid(
             warnings.warn(f"dataflex compare: {message}", stacklevel=3)
 
     started = time.perf_counter()
-    pre_select, _, lock = _start(settings, overwrite, on_warning)
+    fewer_per_step, _, lock = _start(settings, overwrite, on_warning)
     try:
-        outcome = _run_started_grid(settings, pre_select, on_warning, started)
+        outcome = _run_started_grid(settings, fewer_per_step, on_warning, started)
     finally:
         lock.release()
     warn_zero_rewards(outcome.records, on_warning)
@@ -360,7 +366,7 @@ def warn_zero_rewards(records: list[dict], on_warning: Callable[[str], None]) ->
         on_warning(f"{', '.join(names)}: {note.removeprefix('dataflex: ')}")
 
 
-def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, started: float) -> GridOutcome:
+def _run_started_grid(settings: CompareSettings, fewer_per_step: dict, on_warning, started: float) -> GridOutcome:
     grid = settings.grid() + settings.tuning_runs()
     records: dict[str, dict] = {}
     for run in grid:
@@ -405,17 +411,20 @@ def _run_started_grid(settings: CompareSettings, pre_select: dict, on_warning, s
         if settings.executor == "ray" and pending:
             from .ray_executor import run_on_ray
 
-            run_on_ray(settings, pending, pre_select, advance, finish, note=note)
+            run_on_ray(settings, pending, fewer_per_step, advance, finish, note=note)
         elif settings.jobs == 1 or len(pending) <= 1:
             for run in pending:
                 finish(
                     run,
                     execute_run(
-                        settings, run, pre_select[run.strategy], on_step=lambda step, name=run.name: advance(name, step)
+                        settings,
+                        run,
+                        fewer_per_step[run.strategy],
+                        on_step=lambda step, name=run.name: advance(name, step),
                     ),
                 )
         else:
-            run_parallel(settings, pending, pre_select, advance, finish, on_warning=on_warning, note=note)
+            run_parallel(settings, pending, fewer_per_step, advance, finish, on_warning=on_warning, note=note)
     finally:
         if bar is not None:
             bar.close()

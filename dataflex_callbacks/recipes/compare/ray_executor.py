@@ -77,7 +77,7 @@ def start_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     return True
 
 
-def _train_on_ray(settings, run, pre_select: bool, board, folder: str) -> dict:
+def _train_on_ray(settings, run, fewer_per_step: bool, board, folder: str) -> dict:
     """One grid run in a Ray worker (the body of the task), in the folder the comparison started from."""
     if not os.path.isdir(folder):
         import socket
@@ -93,22 +93,22 @@ def _train_on_ray(settings, run, pre_select: bool, board, folder: str) -> dict:
     def report(step: int) -> None:
         board.report.remote(run.name, step)  # not awaited: progress must not slow the run
 
-    return execute_run(settings, run, pre_select, on_step=report)
+    return execute_run(settings, run, fewer_per_step, on_step=report)
 
 
-def run_on_ray(settings, pending, pre_select, advance, finish, note: Callable[[str], None] | None = None) -> None:
+def run_on_ray(settings, pending, fewer_per_step, advance, finish, note: Callable[[str], None] | None = None) -> None:
     """Run `pending` grid runs as Ray tasks; `advance(name, step)` and `finish(run, record)` hear of them, as with
     `workers.run_parallel`. Raises `WorkerDiedError` naming the runs whose worker died twice."""
     ray = import_ray()
     started_here = start_ray(settings.ray_address, settings.jobs)
     try:
-        _run_tasks(ray, settings, pending, pre_select, advance, finish, note)
+        _run_tasks(ray, settings, pending, fewer_per_step, advance, finish, note)
     finally:
         if started_here:
             ray.shutdown()
 
 
-def _run_tasks(ray, settings, pending, pre_select, advance, finish, note) -> None:
+def _run_tasks(ray, settings, pending, fewer_per_step, advance, finish, note) -> None:
     resources = ray.cluster_resources()
     gpus = resources.get("GPU", 0)
     if gpus:
@@ -122,7 +122,7 @@ def _run_tasks(ray, settings, pending, pre_select, advance, finish, note) -> Non
     train = ray.remote(max_retries=RETRIES, retry_exceptions=False)(_train_on_ray).options(**options)
     board = ray.remote(num_cpus=0)(ProgressBoard).remote()
     here = os.getcwd()
-    tasks = {train.remote(settings, run, pre_select[run.strategy], board, here): run for run in pending}
+    tasks = {train.remote(settings, run, fewer_per_step[run.strategy], board, here): run for run in pending}
     remaining = list(tasks)
     died: dict[str, str] = {}
     try:

@@ -248,7 +248,7 @@ def _proportions(metrics: list[dict], domains: list[str]) -> list[dict]:
 
 
 def execute_run(
-    settings: CompareSettings, run: GridRun, pre_select: bool = False, on_step: Callable[[int], None] | None = None
+    settings: CompareSettings, run: GridRun, fewer_per_step: bool = False, on_step: Callable[[int], None] | None = None
 ) -> dict:
     """Train one grid run, write its `result.json` atomically and return the result record: a TRL run of
     `dataflex run`, or a call of the comparison's training function (`training_run.execute_training_run`)."""
@@ -261,7 +261,7 @@ def execute_run(
     from dataflex_callbacks.recipes.run_inputs import load_data
     from dataflex_callbacks.recipes.runner import run_training
 
-    options = settings.options_for(run, pre_select)
+    options = settings.options_for(run, fewer_per_step)
     data = load_data(options)
     evaluate = HeldOutEvaluation(options, data.test, data.reward_settings)
 

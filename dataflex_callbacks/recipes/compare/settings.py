@@ -436,7 +436,7 @@ class CompareSettings:
     def run_dir(self, run: GridRun) -> str:
         return os.path.join(self.output_dir, RUNS_FOLDER, run.name)
 
-    def options_for(self, run: GridRun, pre_select: bool = False):
+    def options_for(self, run: GridRun, fewer_per_step: bool = False):
         return dataclasses.replace(
             self.base,
             strategy=run.strategy,
@@ -445,5 +445,5 @@ class CompareSettings:
             learning_rate=self.learning_rate_of(run),
             overwrite=True,
             progress=False,
-            steps=self.budget.step_cap(self.completions_per_step, pre_select),
+            steps=self.budget.step_cap(self.completions_per_step, fewer_per_step),
         )

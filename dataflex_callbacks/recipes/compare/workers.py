@@ -150,11 +150,11 @@ def _init_worker(queue, parent_pid: int | None = None, devices=None) -> None:
     _progress_queue = queue
 
 
-def _execute_in_worker(settings: CompareSettings, run: GridRun, pre_select: bool) -> dict:
+def _execute_in_worker(settings: CompareSettings, run: GridRun, fewer_per_step: bool) -> dict:
     def report(step: int) -> None:
         _progress_queue.put((run.name, step))
 
-    return execute_run(settings, run, pre_select, on_step=report)
+    return execute_run(settings, run, fewer_per_step, on_step=report)
 
 
 def _exit_reason(code: int) -> str:
@@ -171,7 +171,7 @@ def _exit_reason(code: int) -> str:
 def run_parallel(
     settings,
     pending,
-    pre_select,
+    fewer_per_step,
     advance,
     finish,
     gpus: Sequence[str] | None = None,
@@ -206,7 +206,7 @@ def run_parallel(
     with ProcessPoolExecutor(
         max_workers=workers, mp_context=context, initializer=_init_worker, initargs=(progress, os.getpid(), devices)
     ) as pool:
-        futures = {pool.submit(_execute_in_worker, settings, run, pre_select[run.strategy]): run for run in pending}
+        futures = {pool.submit(_execute_in_worker, settings, run, fewer_per_step[run.strategy]): run for run in pending}
         remaining = set(futures)
         processes = []  # the workers, kept to read a dead one's exit code (the pool forgets them when it breaks)
         try:

@@ -20,7 +20,18 @@ def test_bad_budgets_name_the_valid_forms(text):
 def test_step_cap():
     assert Budget("steps", 7).step_cap(64) == 7
     assert Budget("completions", 150).step_cap(64) == 3
-    assert Budget("completions", 150).step_cap(64, pre_select=True) == 12
+    assert Budget("completions", 150).step_cap(64, fewer_per_step=True) == 12
+
+
+@pytest.mark.parametrize(
+    "spec, fewer",
+    [("baseline", False), ("screen", False), ("screen_greso", True), ("skip_fewer", True), ("screen_fewer", True)],
+)
+def test_strategies_that_may_generate_fewer_per_step_get_the_step_headroom(spec, fewer):
+    from dataflex_callbacks import build_strategy
+    from dataflex_callbacks.recipes.compare.grid import _generates_fewer
+
+    assert _generates_fewer(build_strategy(spec)) is fewer
 
 
 def test_ledger_counts_one_generation_per_step_and_stops_at_the_completions_budget():
