@@ -51,6 +51,12 @@ def accepts_verl(strategy):
     check_verl_config({"dataflex": strategy.config.to_dict()})
 
 
+def accepts_verl_async(strategy):
+    check_verl_config(
+        {"dataflex": strategy.config.to_dict(), "trainer": {"v1": {"trainer_mode": "dataflex_colocate_async"}}}
+    )
+
+
 def accepts_own_loop(strategy):
     """The core's own doors: the parts a loop drives itself, each built once."""
     if strategy.allocates_rollouts:
@@ -64,7 +70,7 @@ ADAPTER_CHECKS = {
     "trl-async": accepts_trl_async,
     "lightning": accepts_lightning,
     "verl": accepts_verl,
-    "verl-async": accepts_verl,
+    "verl-async": accepts_verl_async,
     OWN_LOOP.key: accepts_own_loop,
 }
 

@@ -37,6 +37,7 @@ from dataflex_callbacks.errors import ConfigError
 from dataflex_callbacks.host import grpo_fields
 
 from .fields import check_loss_agg_mode
+from .host import SYNC_HOST
 
 logger = logging.getLogger("dataflex_callbacks.integrations.verl")
 
@@ -50,14 +51,13 @@ DYNAMIC_SAMPLING_REFUSAL = (
     "or max_inflight_gen_batches, as in verl's DAPO recipe); a dataflex select part then runs after verl's filter, "
     "on the groups verl trains on (docs/dynamic_sampling.md)"
 )
-# A pilot of k per prompt is possible in verl 0.9.1 (a prompt's ``__rollout_n__``), a commit that joins its group is
-# not: docs/allocation.md, "verl", names the lines.
-ALLOCATION_REFUSAL = (
-    "verl config 'dataflex': allocation is not supported by verl's v1 trainer: a commit of G - k further completions "
-    "cannot join its pilot's group, since verl 0.9.1 numbers a prompt's sessions range(n) from 0 on every submission "
-    "(verl/trainer/ppo/v1/agent_loop_tq.py:123, keys {uid}_{session_id}_{index} at line 193) and marks the uid "
-    "finished after the pilot (line 142), so the ReplayBuffer takes the pilot alone as the group; remove the "
-    "allocation part (pre_select skips prompts before generation in verl: docs/pre_select.md)"
+# verl's asynchronous ReplayBuffer trains a group as soon as its uid is finished: the pilot's, before a commit joins it.
+ASYNC_MODES = ("dataflex_colocate_async", "dataflex_separate_async")
+ALLOCATION_ASYNC_REFUSAL = (
+    "verl config 'dataflex': allocation runs in trainer.v1.trainer_mode=dataflex_sync only, not {mode}: there verl's "
+    "ReplayBufferAsync samples a prompt's group as soon as its first submission (the pilot) is finished "
+    "(verl/trainer/ppo/v1/replay_buffer.py, wait_for_sampleable), while rollouts for later steps run on, so the commit "
+    "cannot join its group first; set trainer.v1.trainer_mode=dataflex_sync, or remove the allocation part"
 )
 # DataFlex-RL's replay buffer, named by its mix scripts; the package is not installed with this library.
 REFERENCE_SAMPLER_PACKAGE = "dataflex_verl"
@@ -127,8 +127,43 @@ def strategy_from_verl_config(config: Any) -> tuple[Strategy | None, dict]:
     if strategy.config.dynamic_sampling is not None:
         raise ConfigError(DYNAMIC_SAMPLING_REFUSAL)
     if strategy.allocates_rollouts:
-        raise ConfigError(ALLOCATION_REFUSAL)
+        check_allocation(config, strategy)
     return strategy, options
+
+
+def check_allocation(config: Any, strategy: Strategy) -> None:
+    """Refuse, in one line naming the setting, an ``allocation`` part the sync trainer's pilot-and-commit rounds
+    (`allocation.VerlAllocation`) cannot run: an asynchronous trainer mode, an allocator that needs more than a pilot
+    and one commit into groups of G (`SYNC_HOST`'s declared abilities), verl's own DAPO group filter beside it, a
+    ``pre_select`` part with a pilot of 1, a pilot of G or more."""
+    mode = _select(config, "trainer.v1.trainer_mode")
+    if mode in ASYNC_MODES:
+        raise ConfigError(ALLOCATION_ASYNC_REFUSAL.format(mode=mode))
+    needs = strategy.allocation_needs
+    refusal = SYNC_HOST.allocation.refusal(needs)
+    if refusal is not None:
+        raise ConfigError(
+            f"verl config 'dataflex': allocation {needs.name!r} is not run by verl's dataflex_sync trainer ({refusal}; "
+            "it runs a pilot and one commit per prompt into groups of actor_rollout_ref.rollout.n): use 'screen' "
+            "(e.g. the screen_greso preset), or run it in your own loop (strategy.allocation_rounds)"
+        )
+    if _select(config, "algorithm.filter_groups.enable"):
+        raise ConfigError(
+            "verl config 'dataflex': allocation screens prompts itself, and verl's DAPO filter would refill evicted "
+            "groups with prompts that skip the pilot; set algorithm.filter_groups.enable=false or remove the "
+            "allocation part"
+        )
+    group_size = _select(config, "actor_rollout_ref.rollout.n")
+    try:  # checked on a copy: a pilot of G or more is a ParamError naming the fix
+        pilot = strategy.allocation_first_round(None if group_size is None else int(group_size))
+    except ConfigError as error:
+        raise ConfigError(f"verl config 'dataflex' with actor_rollout_ref.rollout.n={group_size}: {error}") from error
+    if strategy.skips_prompts and pilot is not None and pilot < 2:
+        raise ConfigError(
+            "verl config 'dataflex': a pre_select part with an allocation pilot of 1 completion (pre_select learns "
+            "which prompts to skip from the pilots' reward variance, and one completion never varies); use pilot >= 2 "
+            "or drop pre_select"
+        )
 
 
 def check_verl_config(config: Any) -> tuple[Strategy | None, dict]:

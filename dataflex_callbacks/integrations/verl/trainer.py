@@ -59,6 +59,7 @@ from dataflex_callbacks.metrics import DomainStalenessStats, RunSummary
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 from dataflex_callbacks.sampling.sampler import domain_labels
 
+from .allocation import TransferQueueRollouts, VerlAllocation, domains_from
 from .config import check_verl_config, drop_reference_sampler
 from .fields import DEFAULT_DOMAIN_KEY, loss_fields_from_decision, rollout_batch_from_fields
 
@@ -117,7 +118,21 @@ class DataFlexSteps:
         self.dataflex_metrics: dict[str, float] = {}
         self.staleness_stats: DomainStalenessStats | None = None  # built at the first batch that has versions
         self.dataflex_summary = RunSummary()  # what the strategy kept, printed when fit() returns
+        self.allocation_metrics: dict[str, float] = {}
         super().__init__(config)
+        self.rollout_allocation = self._rollout_allocation(config)
+
+    def _rollout_allocation(self, config) -> VerlAllocation | None:
+        """The pilot-and-commit rounds of an ``allocation`` part (`allocation.VerlAllocation`); None without one."""
+        if self.strategy is None or not self.strategy.allocates_rollouts:
+            return None
+        return VerlAllocation(
+            self.strategy,
+            group_size=config.actor_rollout_ref.rollout.n,
+            batch_groups=config.data.train_batch_size,
+            fetch=self._fetch_one_gen_batch,
+            domains_of=lambda batch: domains_from(batch, self._domain_key()),
+        )
 
     def _sampler_seed(self, config) -> int:
         seed = self.dataflex_options.get("seed")
@@ -245,7 +260,10 @@ class DataFlexSteps:
         # Rows after the last accepted one wait in the feed's carry for the next step's fetch.
         feed = BatchFeed(super()._fetch_one_gen_batch, self._candidates, tu.index_select_tensor_dict)
         feed.carry, self._prompt_carry = self._prompt_carry, None
-        self.strategy.set_completions_per_prompt(self.config.actor_rollout_ref.rollout.n)
+        allocation = getattr(self, "rollout_allocation", None)  # a skipped prompt saves its pilot, or its group
+        self.strategy.set_completions_per_prompt(
+            self.config.actor_rollout_ref.rollout.n if allocation is None else allocation.pilot
+        )
         self.strategy.accept_from(feed, size, self._prompt_rng)
         self._prompt_carry = feed.carry
         return feed.accepted[0] if len(feed.accepted) == 1 else tu.concat_tensordict(feed.accepted)
@@ -267,6 +285,23 @@ class DataFlexSteps:
             return None
         values = tu.get(candidates, self._domain_key())
         return [NO_DOMAIN] * count if values is None else [str(value) for value in values]
+
+    # ------------------------------------------------------------ rollout allocation
+
+    def prepare_step(self) -> dict:
+        """verl's submission of one batch of prompts; with an ``allocation`` part, the step's screening rounds instead
+        (`VerlAllocation.step`: pilots, commits, merged groups of G, all done before verl's ReplayBuffer samples)."""
+        if getattr(self, "rollout_allocation", None) is None:
+            return super().prepare_step()
+        rollouts = TransferQueueRollouts(self._submit_batch_to_rollout, int(self.global_steps))
+        counts = self.rollout_allocation.step(rollouts, int(self.global_steps))
+        self.allocation_metrics = {f"dataflex/{name}": float(value) for name, value in counts.items()}
+        return {}
+
+    def _compute_metrics(self, batch, metrics, timing_raw, global_steps, epoch):
+        metrics.update(self.allocation_metrics)  # the step's dataflex/alloc/*, logged once with verl's metrics
+        self.allocation_metrics = {}
+        return super()._compute_metrics(batch, metrics, timing_raw, global_steps, epoch)
 
     # ------------------------------------------------------------ strategy after advantages
 

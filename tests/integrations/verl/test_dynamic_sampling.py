@@ -1,5 +1,5 @@
-"""The verl adapter refuses a dynamic_sampling part (pointing to verl's own DAPO filter) and an allocation part (naming
-the verl lines that block it)."""
+"""The verl adapter refuses a dynamic_sampling part (pointing to verl's own DAPO filter); it runs an allocation part in
+the sync trainer mode and refuses it, in one line naming why, where its pilot-and-commit rounds cannot run."""
 
 import pytest
 
@@ -36,10 +36,39 @@ def test_dynamic_sampling_is_refused_with_verl_filter_groups_named():
     assert strategy.select is not None
 
 
-def test_allocation_is_refused_naming_the_verl_lines_that_block_it():
+def test_allocation_runs_in_the_sync_mode_and_is_refused_in_one_line_where_it_cannot():
     from dataflex_callbacks.integrations.verl.config import strategy_from_verl_config
 
-    with pytest.raises(ConfigError) as info:
-        strategy_from_verl_config(OmegaConf.create({"dataflex": {"strategy": "screen"}}))
-    message = str(info.value)
-    assert "\n" not in message and "agent_loop_tq.py:123" in message and "remove the allocation part" in message
+    def check(block, **sections):
+        return strategy_from_verl_config(OmegaConf.create({"dataflex": block, **sections}))
+
+    strategy, _ = check(
+        {"strategy": "screen_greso"},
+        trainer={"v1": {"trainer_mode": "dataflex_sync"}},
+        actor_rollout_ref={"rollout": {"n": 4}},
+    )
+    assert strategy.allocates_rollouts and strategy.skips_prompts
+    pilot_of_one = {
+        "allocation": {"name": "screen", "params": {"pilot": 1}},
+        "pre_select": {"name": "skip_zero_variance"},
+    }
+    refused = [
+        (
+            "not dataflex_colocate_async",
+            {"strategy": "screen"},
+            {"trainer": {"v1": {"trainer_mode": "dataflex_colocate_async"}}},
+        ),
+        ("groups differ in size", {"strategy": "adaptive"}, {}),
+        (
+            "algorithm.filter_groups.enable=false",
+            {"strategy": "screen"},
+            {"algorithm": {"filter_groups": {"enable": True}}},
+        ),
+        ("use pilot >= 2", pilot_of_one, {}),
+        ("rollout.n=2", {"strategy": "screen"}, {"actor_rollout_ref": {"rollout": {"n": 2}}}),
+    ]
+    for expected, block, sections in refused:
+        with pytest.raises(ConfigError) as info:
+            check(block, **sections)
+        message = str(info.value)
+        assert "\n" not in message and expected in message, (expected, message)
