@@ -43,6 +43,7 @@ COMMIT_SUFFIX = "_commit"
 PARTITION = "train"
 POLL_SECONDS = 0.2
 TERMINAL = ("finished", "failure")
+MAX_BARREN_FETCHES = 1000  # dataloader fetches in a row whose prompts were all evicted, before the step gives up
 
 
 def commit_uid(uid: str) -> str:
@@ -175,24 +176,27 @@ class VerlAllocation:
     def candidates(self, count: int) -> TensorDict:
         """``count`` prompts to pilot: the carry first, then verl's dataloader; a prompt the allocator evicted is
         dropped before its pilot (``alloc/step_evicted_drops``)."""
-        rows: list[TensorDict] = [] if self.carry is None else [self.carry]
-        held, barren = 0 if self.carry is None else len(self.carry), 0
+        waiting = [] if self.carry is None else [self.carry]  # checked again: the allocator may have evicted since
         self.carry = None
+        rows: list[TensorDict] = []
+        held = barren = 0
         while held < count:
-            chunk = self.fetch()
+            chunk = waiting.pop() if waiting else self.fetch()
             evicted = self.strategy.allocation_evicted(prompt_keys(chunk)).bool()
             self._evicted_drops += int(evicted.sum())
-            if bool(evicted.any()):
-                chunk = tu.index_select_tensor_dict(chunk, (~evicted).nonzero().flatten())
-            barren = 0 if len(chunk) else barren + 1
-            if barren > 1000:
+            remaining = int((~evicted).sum())
+            barren = 0 if remaining else barren + 1
+            if barren > MAX_BARREN_FETCHES:
                 raise ConfigError(
-                    f"allocation {self.strategy.allocation_needs.name!r}: 1000 prompt batches drawn in a row were all "
-                    "evicted (their pilots were all correct): the train dataset has no prompt left to screen. Train on "
-                    "harder prompts, or set evict: false"
+                    f"allocation {self.strategy.allocation_needs.name!r}: {barren} prompt batches drawn in a row were "
+                    "all evicted (their pilots were all correct): the train dataset has no prompt left to screen. "
+                    "Train on harder prompts, or set evict: false"
                 )
-            rows.append(chunk)
-            held += len(chunk)
+            if remaining:
+                rows.append(
+                    tu.index_select_tensor_dict(chunk, (~evicted).nonzero().flatten()) if evicted.any() else chunk
+                )
+                held += remaining
         prompts = rows[0] if len(rows) == 1 else tu.concat_tensordict(rows)
         if len(prompts) > count:
             self.carry = tu.index_select_tensor_dict(prompts, torch.arange(count, len(prompts)))

@@ -51,11 +51,12 @@ def test_final_outputs_take_each_sessions_last_output_in_session_order():
 class PromptFeed:
     """Chunks of prompts as verl's ``_fetch_one_gen_batch`` gives them: a fresh uuid ``uid``, ``index``, a domain."""
 
-    def __init__(self, chunk: int = 4):
-        self.chunk, self.next = chunk, 0
+    def __init__(self, chunk: int = 4, size: int | None = None):
+        self.chunk, self.next, self.size = chunk, 0, size  # size: a dataset of that many prompts, drawn in cycles
 
     def __call__(self):
         index = np.arange(self.next, self.next + self.chunk)
+        index = index if self.size is None else index % self.size
         self.next += self.chunk
         return tu.get_tensordict(
             {
@@ -99,11 +100,11 @@ class ScriptedRollouts:
         self.dropped += list(uids)
 
 
-def allocation(batch_groups=4, strategy="screen", **params):
+def allocation(batch_groups=4, strategy="screen", size=None, **params):
     built = build_strategy({"allocation": {"name": "screen", "params": {"pilot": PILOT, **params}}})
     if strategy != "screen":
         built = build_strategy(strategy)
-    feed = PromptFeed()
+    feed = PromptFeed(size=size)
     return VerlAllocation(built, G, batch_groups, feed, lambda batch: domains_from(batch, "data_source")), feed
 
 
@@ -125,6 +126,18 @@ def test_the_last_screening_round_forces_the_groups_the_step_still_needs():
     metrics = driver.step(rollouts, step=1)
     assert metrics["alloc/screens"] == 2 and metrics["alloc/forced_groups"] == 3
     assert len(rollouts.merged) == 3 and all(rows == G for rows in rollouts.groups.values())
+
+
+def test_a_prompt_the_allocator_evicted_is_dropped_before_its_pilot():
+    driver, _ = allocation(batch_groups=2, size=8, evict=True)
+    rollouts = ScriptedRollouts(lambda index: G if index < 4 else 1)  # prompts 0-3: every pilot correct, evicted
+    driver.step(rollouts, step=1)
+    evicted = {index for index in rollouts.piloted if index < 4}
+    assert evicted, rollouts.piloted
+    rollouts.piloted.clear()
+    metrics = driver.step(rollouts, step=2)
+    assert metrics["alloc/step_evicted_drops"] >= 1, metrics
+    assert not evicted & set(rollouts.piloted), rollouts.piloted
 
 
 def test_pre_select_sees_every_pilot_and_learns_what_a_skip_saves():

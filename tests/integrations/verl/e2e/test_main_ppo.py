@@ -499,3 +499,30 @@ def test_the_async_trainer_resumes_its_strategy_from_a_checkpoint():
     assert "dataflex/mix/target/hard" in resumed.step(2)
     restored = torch.load(checkpoint / "dataflex.pt", weights_only=True)["strategy"]
     assert restored["pre_select"]["drawn"] >= PROMPTS, restored["pre_select"]
+
+
+# ---------------------------------------------------------------- rollout allocation: pilot, commit, one group
+
+
+def test_allocation_screens_with_pilots_and_trains_merged_groups_of_g():
+    run = run_main_ppo("allocation", "trainer.v1.trainer_mode=dataflex_sync", "+dataflex.strategy=screen_greso")
+    pilot = 2  # screen_greso's
+    commits = 0.0
+    for step in (1, 2):
+        metrics = run.step(step)
+        # Each step fills verl's batch: PROMPTS groups, each committed G - k completions after its pilot of k.
+        assert metrics["dataflex/alloc/step_trained_groups"] == PROMPTS, metrics
+        step_commits = metrics["dataflex/alloc/commit_completions"] - commits
+        commits = metrics["dataflex/alloc/commit_completions"]
+        assert step_commits == PROMPTS * (GROUP - pilot), metrics
+        piloted = metrics["dataflex/alloc/step_generated"] - step_commits
+        assert piloted >= PROMPTS * pilot and piloted % pilot == 0, metrics
+        assert metrics["dataflex/alloc/screens"] >= 1 and "dataflex/alloc/forced_groups" in metrics, metrics
+        # verl trained each prompt's pilot and commit as one group of G: keys {uid}_{s}_0 and {uid}_commit_{s}_0.
+        groups = Counter()
+        for row in run.rollouts(step):
+            groups[(row["uid"].split("_", 1)[0], "_commit_" in row["uid"])] += 1
+        assert len(groups) == 2 * PROMPTS, groups
+        assert all(rows == (GROUP - pilot if commit else pilot) for (_, commit), rows in groups.items()), groups
+    # The strategy saw the merged groups under one uid each (the uid field verl's advantage groups by).
+    assert f"(of {2 * PROMPTS} groups)" in run.log(), run.log()[-2000:]
