@@ -15,7 +15,9 @@ the trainer logs it per domain (``dataflex/staleness/*``). Per training step:
 
 1. prompts come from verl's ``StatefulDataLoader``; with a ``mix`` part its sampler is the core's
    `DomainMixingSampler` (its state is saved in verl's ``data.pt``); with ``pre_select``,
-   `_fetch_one_gen_batch` skips prompts before they are generated;
+   `_fetch_one_gen_batch` skips prompts before they are generated; with ``allocation`` (``dataflex_sync`` only),
+   ``prepare_step`` runs the step's pilot and commit rounds and merges each commit into its pilot's group
+   (`allocation.VerlAllocation`) before verl's ReplayBuffer samples;
 2. after verl's ``_compute_advantage``, the strategy sees the batch's fields (``uid`` groups,
    scores, advantages, ``response_mask``, ``old_log_probs``, ``entropy``, the domain column,
    ``index``) and its decision is written back to TransferQueue as ``rollout_is_weights``
