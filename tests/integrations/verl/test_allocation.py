@@ -206,3 +206,29 @@ def test_verls_replay_buffer_samples_a_merged_group_of_g_rows_under_the_pilots_u
     assert list(data["uid"]) == [kept] * G
     assert sorted(float(row.sum()) for row in data["rm_scores"]) == [0.0, 1.0, 1.0, 1.0]
     tq.kv_clear(keys=batch.keys, partition_id="train")
+
+
+def test_generate_hands_verl_the_uids_and_counts_and_reads_each_sessions_reward(transfer_queue):
+    from dataflex_callbacks.errors import HostError
+    from dataflex_callbacks.integrations.verl.allocation import TransferQueueRollouts
+
+    tq = transfer_queue
+    submitted = []
+
+    def agent_loop(batch, status="finished"):
+        """What verl's agent loop leaves in TransferQueue for each submitted prompt: its sessions, then its status."""
+        submitted.append(batch)
+        count = tu.get(batch, "__rollout_n__")
+        for uid, index in zip(tu.get(batch, "uid"), tu.get(batch, "index"), strict=True):
+            put_submission(tq, uid, count, [float((int(index) + s) % 2) for s in range(count)], owner=int(index))
+            tq.kv_put(key=uid, partition_id="train", tag={"status": status})
+
+    prompts = PromptFeed(chunk=3)()
+    uids = [commit_uid(str(uuid.uuid4())) for _ in range(3)]
+    rewards = TransferQueueRollouts(agent_loop, global_steps=5).generate(prompts, uids, 2)
+    assert rewards.tolist() == [0.0, 1.0, 1.0, 0.0, 0.0, 1.0]  # prompt by prompt, session by session
+    assert list(tu.get(submitted[0], "uid")) == uids and tu.get(submitted[0], "global_steps") == 5
+    rollouts = TransferQueueRollouts(lambda batch: agent_loop(batch, status="failure"), global_steps=5)
+    with pytest.raises(HostError, match="status 'failure'"):
+        rollouts.generate(PromptFeed(chunk=1)(), [str(uuid.uuid4())], 2)
+    tq.kv_clear(keys=list(tq.kv_list()["train"]), partition_id="train")
