@@ -145,7 +145,7 @@ def check_allocation(config: Any, strategy: Strategy) -> None:
         raise ConfigError(
             f"verl config 'dataflex': allocation {needs.name!r} is not run by verl's dataflex_sync trainer ({refusal}; "
             "it runs a pilot and one commit per prompt into groups of actor_rollout_ref.rollout.n): use 'screen' "
-            "(e.g. the screen_greso preset), or run it in your own loop (strategy.allocation_rounds)"
+            "with refill: true (e.g. the screen_greso preset), or run it in your own loop (strategy.allocation_rounds)"
         )
     if _select(config, "algorithm.filter_groups.enable"):
         raise ConfigError(

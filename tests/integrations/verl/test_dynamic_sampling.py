@@ -59,6 +59,7 @@ def test_allocation_runs_in_the_sync_mode_and_is_refused_in_one_line_where_it_ca
             {"trainer": {"v1": {"trainer_mode": "dataflex_colocate_async"}}},
         ),
         ("groups differ in size", {"strategy": "adaptive"}, {}),
+        ("drawn prompts commit), where the host fills each step", {"strategy": "screen_fewer"}, {}),
         (
             "algorithm.filter_groups.enable=false",
             {"strategy": "screen"},
