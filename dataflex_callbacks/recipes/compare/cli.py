@@ -172,6 +172,7 @@ def summary_lines(settings, outcome) -> list[str]:
     With one seed there is a difference but no interval and no test: the line says so instead of
     printing NaN bounds.
     """
+    from .decomposition import decomposition_console
     from .reach import headline_console, headline_description
     from .report import comparison_warnings, paired_difference, significance_text
     from .tuning import tuning_console
@@ -184,6 +185,7 @@ def summary_lines(settings, outcome) -> list[str]:
     lines = [f"warning: {text}" for text in cautions]
     lines.append(f"headline: {headline_description(outcome.records)}")
     lines += headline_console(outcome.records, settings.strategies, settings.baseline, settings.target)
+    lines += decomposition_console(outcome.records, settings.strategies, settings.baseline, settings.target)
     lines.append(f"headline after training, strategy - {settings.baseline} paired by seed [95% interval], paired SE:")
     for strategy in settings.strategies:
         if strategy == settings.baseline:

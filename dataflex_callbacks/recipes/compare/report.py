@@ -13,6 +13,7 @@ import numpy as np
 
 from ..held_out import SAMPLED
 from . import health, stats
+from .decomposition import decomposition_section
 from .figures import (
     ACCURACY_FIGURES,
     FIGURES_FOLDER,
@@ -430,6 +431,7 @@ def render_report(settings, outcome) -> str:
 
     unavailable = "all held-out accuracies are equal (see the warning above)" if degenerate else None
     out += headline_section(records, strategies, settings.baseline, settings.target, unavailable, settings.cost_model)
+    out += decomposition_section(records, strategies, settings.baseline, settings.target, unavailable)
     out += tuning_section(settings, records, outcome.tuned, unavailable)
     out += _accuracy_section(records, strategies)
     out += _paired_section(settings, records, bool(degenerate))

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 
 from ..held_out import SAMPLED
+from .decomposition import decomposition_column_names, decomposition_columns
 from .figures import domains_of
 from .reach import reach_column_names, reach_columns
 
@@ -52,12 +53,12 @@ report and results.csv show n/a or leave them empty."""
 
 def results_columns(records: list[dict], baseline: str | None = None, target: float | None = None) -> list[str]:
     """results.csv's columns: `RUN_COLUMNS`, then greedy accuracy and sampled pass@1 per domain, then with a
-    `baseline` the compute to reach each level and whether it was censored (`reach.reach_columns`), then the run
-    folder."""
+    `baseline` the compute to reach each level and whether it was censored (`reach.reach_columns`) and its per-step
+    cost and step reduction (`decomposition.decomposition_columns`), then the run folder."""
     domains = domains_of(records)
     greedy = [f"accuracy_{when}_{d}" for d in domains for when in ("before", "after")]
     sampled = [f"{SAMPLED}_{when}_{d}" for d in ["overall", *domains] for when in ("before", "after")]
-    reach = reach_column_names(target) if baseline is not None else []
+    reach = [*reach_column_names(target), *decomposition_column_names(target)] if baseline is not None else []
     return [*RUN_COLUMNS, *greedy, *(sampled if any(r.get(SAMPLED) for r in records) else []), *reach, "run_dir"]
 
 
@@ -98,14 +99,20 @@ def write_results_csv(
 ) -> None:
     """Write results.csv, one row per run (`result_row`); with a `baseline`, each run's compute to reach the
     baseline's final headline on its seed (and `target`), a censored run's at what it spent with
-    ``reach_<level>_censored`` True; `extra` (run name -> column -> value, in `extra_columns`, before the run
+    ``reach_<level>_censored`` True, and its per-step cost x step reduction against the baseline's run
+    (`decomposition.decomposition_columns`); `extra` (run name -> column -> value, in `extra_columns`, before the run
     folder) the learning-rate sweep's cells (`tuning.tuning_columns`)."""
     columns = results_columns(records, baseline, target)
     columns[-1:-1] = list(extra_columns)
     reach = reach_columns(records, baseline, target) if baseline is not None else {}
+    decomposed = decomposition_columns(records, baseline, target) if baseline is not None else {}
     with open(path, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, extrasaction="ignore")
         writer.writeheader()
         for record in records:
-            cells = {**reach.get(record["name"], {}), **(extra or {}).get(record["name"], {})}
+            cells = {
+                **reach.get(record["name"], {}),
+                **decomposed.get(record["name"], {}),
+                **(extra or {}).get(record["name"], {}),
+            }
             writer.writerow({**result_row(record), **cells})
