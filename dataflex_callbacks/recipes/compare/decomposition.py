@@ -17,7 +17,8 @@ and level of the headline (`reach.reach_levels`), per seed and paired with the b
 - **completions**: the ratio of `reach.strategy_reach` on ``completions``, the first section's ``x baseline``.
 
 Per seed, per-step cost x step reduction = completions ratio (`SeedFactors`); over seeds each is a geometric mean,
-so the geometric means multiply too (`Decomposition.product`).
+so the geometric means multiply too (`Decomposition.product`). With ``--tune-learning-rates`` the same split is
+made against plain GRPO at the sweep's fastest rate (`tuned_decomposition_section`).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from .reach import (
     spent_on,
     strategy_reach,
 )
+from .tuning import sweep_records, tuned_levels
 
 STEP_AXIS = "step"
 COMPLETIONS_AXIS = "completions"
@@ -174,12 +176,14 @@ def seed_factors_text(found: Decomposition) -> str:
     return ", ".join(parts)
 
 
-def decomposition_table(records: list[dict], strategies: list[str], baseline: str, level) -> list[str]:
-    """Markdown lines: per strategy but the baseline, its per-step cost, step reduction and completions to reach
-    `level`, each x the baseline, and every seed's product."""
+def decomposition_table(
+    records: list[dict], strategies: list[str], baseline: str, level, versus: str = "x baseline"
+) -> list[str]:
+    """Markdown lines: per strategy but `baseline`, its per-step cost, step reduction and completions to reach
+    `level`, each over `baseline`'s (the columns say `versus`), and every seed's product."""
     out = [
-        "| strategy | completions per step (x baseline) | steps to level (x baseline) | "
-        "completions to level (x baseline) | per seed: per-step cost x steps = completions |",
+        f"| strategy | completions per step ({versus}) | steps to level ({versus}) | "
+        f"completions to level ({versus}) | per seed: per-step cost x steps = completions |",
         "|---|---|---|---|---|",
     ]
     for strategy in strategies:
@@ -220,6 +224,31 @@ def decomposition_section(
     for name, level in levels:
         out += [f"**{name[0].upper()}{name[1:]}: {level_text(level)}**", ""]
         out += decomposition_table(records, strategies, baseline, level)
+        out.append("")
+    return out
+
+
+def tuned_decomposition_section(settings, records: list[dict], tuned: list[dict], unavailable: str | None = None):
+    """The end of report.md's "Against the tuned baseline": per level, each strategy (and plain GRPO at the shared
+    rate) as per-step cost x step reduction against the sweep's fastest learning rate (`tuning.tuned_levels`), paired
+    by seed with that rate's runs (markdown lines); [] without ``--tune-learning-rates``."""
+    levels = tuned_levels(settings, records, tuned)
+    if unavailable or not levels:
+        return []
+    combined, _ = sweep_records(settings, records, tuned)
+    out = [
+        "### Per-step cost x step reduction against the tuned baseline",
+        "",
+        "As at the end of the first section, against plain GRPO at the fastest learning rate of the level instead "
+        f"of `{settings.baseline}` at the shared rate: a faster rate saves steps at the same cost per step, so a "
+        "strategy that only saves steps must save more of them than the rate does.",
+        "",
+    ]
+    for level in levels:
+        fastest = level.fastest
+        heading = f"{level.name[0].upper()}{level.name[1:]}: {level_text(level.level)}"
+        out += [f"**{heading}; x tuned: `{fastest.label}`**", ""]
+        out += decomposition_table(combined, settings.strategies, fastest.label, level.level, "x tuned")
         out.append("")
     return out
 

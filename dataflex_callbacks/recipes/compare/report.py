@@ -13,7 +13,7 @@ import numpy as np
 
 from ..held_out import SAMPLED
 from . import health, stats
-from .decomposition import decomposition_section
+from .decomposition import decomposition_section, tuned_decomposition_section
 from .figures import (
     ACCURACY_FIGURES,
     FIGURES_FOLDER,
@@ -433,6 +433,7 @@ def render_report(settings, outcome) -> str:
     out += headline_section(records, strategies, settings.baseline, settings.target, unavailable, settings.cost_model)
     out += decomposition_section(records, strategies, settings.baseline, settings.target, unavailable)
     out += tuning_section(settings, records, outcome.tuned, unavailable)
+    out += tuned_decomposition_section(settings, records, outcome.tuned, unavailable)
     out += _accuracy_section(records, strategies)
     out += _paired_section(settings, records, bool(degenerate))
 

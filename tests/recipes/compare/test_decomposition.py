@@ -10,10 +10,15 @@ import pytest
 from dataflex_callbacks.recipes.compare import Budget, CompareSettings
 from dataflex_callbacks.recipes.compare.decomposition import decompose, decomposition_section
 from dataflex_callbacks.recipes.compare.grid import GridOutcome
+from dataflex_callbacks.recipes.compare.settings import GridRun
+from dataflex_callbacks.recipes.options import RunOptions
+
+SHARED = 3e-3  # the toy suite's learning rate, the grid's own
 
 
-def record(strategy, seed, points):
-    """A result record whose curve is `points` [(completions after each step, headline)], the first at step 0."""
+def record(strategy, seed, points, rate=None):
+    """A result record whose curve is `points` [(completions after each step, headline)], the first at step 0; `rate`:
+    a run of the learning-rate sweep at that rate."""
     curve = [
         {
             "step": step,
@@ -30,7 +35,8 @@ def record(strategy, seed, points):
     return {
         "strategy": strategy,
         "seed": seed,
-        "name": f"{strategy}-seed{seed}",
+        "name": GridRun(strategy, seed, rate).name,
+        "learning_rate": SHARED if rate is None else rate,
         "budget": "completions:640",
         "steps": len(points) - 1,
         "completions": last["completions"],
@@ -175,3 +181,39 @@ def test_a_run_that_had_the_level_from_its_start_has_no_per_step_cost():
     assert found.step_cost is None and "from its start" in found.step_cost_note
     table = "\n".join(decomposition_section(records, ["base", "early"], "base", None))
     assert "| `early` | n/a (a run had the level from its start (no step to it) in seed 0, 1) |" in table
+
+
+def test_against_the_tuned_baseline_a_strategy_is_decomposed_against_the_fastest_rate(tmp_path):
+    from dataflex_callbacks.recipes.compare.decomposition import tuned_decomposition_section
+
+    # Plain GRPO at 1e-2 reaches each seed's level in half the shared rate's steps, at the same 128 per step.
+    faster = [
+        record("base", 0, [(0, 0.3), (128, 0.6), (256, 0.7)], 1e-2),
+        record("base", 1, [(0, 0.3), (128, 0.5), (256, 0.6), (384, 0.8)], 1e-2),
+    ]
+    settings = CompareSettings(
+        strategies=["base", "lean"],
+        seeds=[0, 1],
+        budget=Budget.parse("completions:640"),
+        output_dir=str(tmp_path / "cmp"),
+        eval_points=1,
+        progress=False,
+        base=RunOptions(suite="toy"),
+        tune_learning_rates=[SHARED, 1e-2],
+    )
+    grid = [r for r in runs() if r["strategy"] != "late"]
+    section = "\n".join(tuned_decomposition_section(settings, grid, faster))
+    assert "x tuned: `base@lr0.01`" in section and "completions per step (x tuned)" in section
+    # `lean`: 64 per step over 128 (seed 0), 32 over 128 (seed 1); 3 steps over 2, 4 over 3.
+    assert "| `lean` | 0.35 [" in section and "0: 0.50 x 1.50 = 0.75, 1: 0.25 x 1.33 = 0.33 |" in section
+    # Plain GRPO at the shared rate: the same cost per step, twice and 5/3 the steps.
+    assert "| `base` | 1.00 [1.00, 1.00] |" in section and "0: 1.00 x 2.00 = 2.00, 1: 1.00 x 1.67 = 1.67 |" in section
+    report = render_report_text(settings, grid, faster)
+    tuned_part = report.split("## Against the tuned baseline")[1].split("\n## ")[0]
+    assert "### Per-step cost x step reduction against the tuned baseline" in tuned_part
+
+
+def render_report_text(settings, records, tuned):
+    from dataflex_callbacks.recipes.compare.report import render_report
+
+    return render_report(settings, GridOutcome(records=records, tuned=tuned, reused=[r["name"] for r in records]))
