@@ -82,6 +82,7 @@ def test_all_report_files_with_the_expected_columns(compare_dir):
     per_domain = [f"accuracy_{when}_{d}" for d in DOMAINS for when in ("before", "after")]
     sampled = [f"sampled_pass_at_1_{when}_{d}" for d in ("overall", *DOMAINS) for when in ("before", "after")]
     reach = ["reach_baseline_final_completions", "reach_baseline_final_step", "reach_baseline_final_censored"]
+    reach += [f"reach_baseline_final_{part}_x_baseline" for part in ("step_cost", "steps", "completions")]
     assert columns == [*RUN_COLUMNS, *per_domain, *sampled, *reach, "run_dir"]
     for column in ("steps", "completions", "completion_tokens", "trained_tokens", "generation_seconds"):
         assert column in columns and all(float(row[column]) > 0 for row in rows), column
