@@ -30,13 +30,9 @@ from . import stats
 from .reach import (
     CSV_LEVELS,
     StrategyReach,
-    level_of,
     level_text,
     ratio_cell,
     reach_levels,
-    runs_by_seed,
-    seed_cost_to_reach,
-    spent_on,
     strategy_reach,
 )
 from .tuning import sweep_records, tuned_levels
@@ -299,35 +295,21 @@ def decomposition_column_names(target: float | None) -> list[str]:
 def decomposition_columns(records: list[dict], baseline: str, target: float | None) -> dict[str, dict]:
     """results.csv's decomposition cells, run name -> column -> value: per level (`reach.CSV_LEVELS`) this run's
     ``reach_<level>_step_cost_x_baseline`` (completions per step up to the level over the baseline run's of the same
-    seed), ``reach_<level>_steps_x_baseline`` and ``reach_<level>_completions_x_baseline`` (their product); a
-    censored run enters at what it spent (``reach_<level>_censored`` of this run and of the baseline's says which
-    side, so which figure is a bound). Empty where the seed has no baseline run or a run took no step to the level."""
+    seed), ``reach_<level>_steps_x_baseline`` and ``reach_<level>_completions_x_baseline`` (their product), the
+    `SeedFactors` of `decompose`; a censored run enters at what it spent (``reach_<level>_censored`` of this run and
+    of the baseline's says which side, so which figure is a bound). Empty where the seed has no baseline run or a
+    figure has no value (a run that had the level from its start took no step to it)."""
     cells: dict[str, dict] = {r["name"]: {} for r in records}
-    base_runs = runs_by_seed(records, baseline)
     for name, level in reach_levels(records, baseline, target):
         key = f"reach_{CSV_LEVELS[name]}"
+        found = {s: decompose(records, s, baseline, level) for s in dict.fromkeys(r["strategy"] for r in records)}
         for record in records:
-            base, level_here = base_runs.get(record["seed"]), level_of(level, record["seed"])
-            if base is None or math.isnan(level_here):
+            decomposition = found[record["strategy"]]
+            factors = decomposition.per_seed.get(record["seed"]) if decomposition is not None else None
+            if factors is None:
                 continue
-            ours, theirs = _spent_to(record, level_here), _spent_to(base, level_here)
-            ours_rate, theirs_rate = _per_step(*ours), _per_step(*theirs)
-            if math.isnan(ours_rate) or math.isnan(theirs_rate):
-                continue
+            values = {"step_cost": factors.step_cost, "steps": factors.steps, "completions": factors.completions}
             cells[record["name"]].update(
-                {
-                    f"{key}_step_cost_x_baseline": ours_rate / theirs_rate,
-                    f"{key}_steps_x_baseline": ours[1] / theirs[1],
-                    f"{key}_completions_x_baseline": ours[0] / theirs[0],
-                }
+                {f"{key}_{part}_x_baseline": None if math.isnan(v) else v for part, v in values.items()}
             )
     return cells
-
-
-def _spent_to(record: dict, level: float) -> tuple[float, float]:
-    """(completions, steps) a run took to reach `level`, or for a censored run what it spent."""
-    found = []
-    for axis in (COMPLETIONS_AXIS, STEP_AXIS):
-        cost = seed_cost_to_reach(record, level, axis)
-        found.append(spent_on(record, axis) if cost is None or math.isnan(cost) else cost)
-    return found[0], found[1]
