@@ -177,8 +177,8 @@ def _counters(values: Any, name: str, what: str) -> dict[str, float]:
 class AllocatorNeeds(NamedTuple):
     """What an allocator declares a host must do (its class attributes): hosts read this, never its class.
 
-    ``name``: its registered name; ``equal_groups``, ``reuses_responses``, ``rounds_per_step``, ``refills``: as
-    `Allocator` declares.
+    ``name``: its registered name; ``equal_groups``, ``reuses_responses``, ``rounds_per_step``, ``refills``,
+    ``groups_per_step``: as `Allocator` declares.
     """
 
     name: str
@@ -186,6 +186,7 @@ class AllocatorNeeds(NamedTuple):
     reuses_responses: bool
     rounds_per_step: int | None
     refills: bool = True
+    groups_per_step: int | None = None
 
     @classmethod
     def of(cls, allocator: Allocator | type[Allocator]) -> AllocatorNeeds:
@@ -197,6 +198,7 @@ class AllocatorNeeds(NamedTuple):
             bool(allocator.reuses_responses),
             allocator.rounds_per_step,
             bool(allocator.refills),
+            allocator.groups_per_step,
         )
 
 
@@ -228,6 +230,9 @@ class Allocator(Component):
     refills = True
     """Declared: a host that fills a fixed batch of groups (TRL's) screens further prompts until the batch is full.
     False: a step trains only the groups its drawn prompts commit, fewer completions per update (masked fillers)."""
+    groups_per_step: int | None = None
+    """Declared: the groups a step trains, fewer than a fixed batch holds (it screens until it holds them); None: the
+    host's batch."""
     max_screens = 1
     """Screening rounds per step at most, for a host that fills a fixed batch of groups (TRL's)."""
 
@@ -379,6 +384,8 @@ class ScreenAllocator(Allocator):
             the last one commits whatever prompts the step still needs, those the rule keeps first (>= 1).
         refill: screen further prompts until the step holds its batch of groups (default); false: one round over the
             step's drawn prompts, the step trains only the groups they commit (``refills``; TRL: masked fillers).
+        groups_per_step: with refill, screen until the step holds this many groups (>= 1; at most the host's batch),
+            the rest of the batch masked; None: the host's batch.
         threshold: a completion passes when its reward is above it.
     """
 
@@ -400,10 +407,12 @@ class ScreenAllocator(Allocator):
         group_size: int | None = None,
         max_screens: int = 4,
         refill: bool = True,
+        groups_per_step: int | None = None,
         threshold: float = 0.5,
     ) -> None:
         super().__init__(threshold)
         self.refills = check_bool("refill", refill)  # declared per instance, as `Allocator.refills`
+        self.groups_per_step = None if groups_per_step is None else check_int("groups_per_step", groups_per_step, low=1)
         self.pilot_fraction = _pilot_fraction(pilot)
         self._pilot = None if self.pilot_fraction is not None else check_int("pilot", pilot, low=1)
         self.max_screens = check_int("max_screens", max_screens, low=1)

@@ -40,8 +40,8 @@ class AllocationAbilities:
         reuses_responses: it stores responses and puts earlier ones back into groups (``reuses_responses = True``).
         rounds_per_step: the fixed numbers of generation rounds per step it runs (``(2,)``: a pilot and one
             commit); None: any number, varying with the rewards too.
-        fewer_groups: it trains a step of only the groups its drawn prompts commit (an allocator with
-            ``refills = False``), fewer than its batch holds.
+        fewer_groups: it trains a step of fewer groups than its batch holds (an allocator with ``refills = False``,
+            or a ``groups_per_step``).
     """
 
     unequal_groups: bool = False
@@ -57,6 +57,8 @@ class AllocationAbilities:
             return "it puts earlier responses back into groups"
         if not needs.refills and not self.fewer_groups:
             return "refill: false (a step of only the groups its drawn prompts commit), where the host fills each step"
+        if needs.groups_per_step is not None and not self.fewer_groups:
+            return "groups_per_step (a step of fewer groups than the host's batch), where the host fills each step"
         if self.rounds_per_step is not None and needs.rounds_per_step not in self.rounds_per_step:
             rounds = needs.rounds_per_step or "a varying number of"
             return f"{rounds} rounds per step, where the host runs {' or '.join(map(str, self.rounds_per_step))}"

@@ -17,7 +17,8 @@ generation batch, G = ``num_generations``). Each screening round:
 With ``refill: false`` (`AllocatorNeeds.refills`) a step runs one screening round over TRL's B drawn prompts and trains
 only the groups they commit (at least one): the callback fills TRL's batch with masked rows around them
 (`fewer_groups.fill_rows`, the loss normalised as a step of those groups), so a step generates ``B * k + commits *
-(G - k)`` completions instead of ``B * G`` (``alloc/step_groups``).
+(G - k)`` completions instead of ``B * G`` (``alloc/step_groups``). With ``groups_per_step`` (K < B) the rounds
+screen until the step holds K groups, laid out the same way.
 
 With ``evict``, a candidate the allocator evicted (an earlier pilot of it was all correct) is dropped before its
 pilot and replaced from the stream (``alloc/step_evicted_drops``).
@@ -101,6 +102,13 @@ def check_allocation(settings, strategy) -> None:
     generations, processes = settings.num_generations, settings.num_processes
     if not needs.equal_groups:
         _check_stages(needs.name, pilot, generations, processes)
+    elif needs.groups_per_step is not None and (needs.groups_per_step * generations) % processes:
+        raise ConfigError(
+            NOT_SUPPORTED.format(
+                what=f"groups_per_step = {needs.groups_per_step} groups of {generations} on {processes} processes",
+                fix=f"choose groups_per_step so that groups_per_step x num_generations is a multiple of {processes}",
+            )
+        )
     elif (generations - pilot) % processes:
         raise ConfigError(
             NOT_SUPPORTED.format(
@@ -327,8 +335,9 @@ class Allocation:
         accelerator, generations = trainer.accelerator, trainer.num_generations
         pilot = int(self.strategy.allocation_first_round() or 0)  # bound with the group size, at `bind`
         drawn = _gathered_inputs(accelerator, inputs)[::generations]  # TRL's B prompts, in its order
-        wanted = len(drawn)
         refills = needs is None or needs.refills
+        target = None if needs is None else needs.groups_per_step
+        wanted = len(drawn) if target is None else min(target, len(drawn))  # at most TRL's batch
         max_screens = self.strategy.allocation_max_screens if refills else 1
         groups: list[list[dict]] = []
         forced = declined = screens = generated = 0
@@ -383,11 +392,12 @@ class Allocation:
             metrics["alloc/step_evicted_drops"] = float(self._evicted_drops)
         if self._step_tokens is not None:
             metrics["alloc/step_generated_tokens"] = self._step_tokens
-        if not refills:
+        if len(groups) < len(drawn) or not refills:
             metrics["alloc/step_groups"] = float(len(groups))
         local_output = {key: value[local] for key, value in output.items()}
         # Without refill the callback fills TRL's batch with masked rows around the committed groups.
-        return inputs[local], local_output, rewards_per_func, None if refills else group_index, metrics
+        full = refills and len(groups) == len(drawn)
+        return inputs[local], local_output, rewards_per_func, None if full else group_index, metrics
 
     def generate_stages(
         self, trainer: Any, score_round: Callable, inputs: list

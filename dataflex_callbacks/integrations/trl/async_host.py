@@ -33,11 +33,16 @@ def check_async_strategy(strategy) -> None:
     """Refuse, in one line naming the part, what cannot run on the samples an ``AsyncGRPOTrainer`` consumes."""
     host = "TRL's AsyncGRPOTrainer"
     needs = strategy.allocation_needs
-    for refills, part in ((strategy.refills_prompts, "pre_select"), (needs is None or needs.refills, "allocation")):
-        if not refills:
+    fewer = (
+        (not strategy.refills_prompts, "pre_select.refill=false", "set pre_select.refill to true"),
+        (needs is not None and not needs.refills, "allocation.refill=false", "set allocation.refill to true"),
+        (needs is not None and needs.groups_per_step is not None, "allocation.groups_per_step", "drop it"),
+    )
+    for refused, what, fix in fewer:
+        if refused:
             raise ConfigError(
-                f"dataflex: {part}.refill=false is not supported by {host}: its queue fills every step with the "
-                f"groups its worker generates; set {part}.refill to true, or use DataFlexGRPOTrainer"
+                f"dataflex: {what} is not supported by {host}: its queue fills every step with the groups its worker "
+                f"generates; {fix}, or use DataFlexGRPOTrainer"
             )
     why = (
         "the in-process worker generates a prompt's group as a pilot and one commit, and TRL's vLLM worker asks "

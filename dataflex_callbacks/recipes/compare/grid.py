@@ -54,11 +54,11 @@ MAX_SEED_COUNT = 1000  # `--num-seeds N` (or a `--seeds` range) beyond this is a
 
 def _generates_fewer(strategy) -> bool:
     """A strategy that may generate fewer completions per step than a batch: a pre-rollout part, or an allocation
-    part without refill (`Budget.step_cap` gives it more steps)."""
+    part without refill or with a ``groups_per_step`` (`Budget.step_cap` gives it more steps)."""
     if strategy is None:
         return False
     needs = strategy.allocation_needs
-    return strategy.skips_prompts or (needs is not None and not needs.refills)
+    return strategy.skips_prompts or (needs is not None and (not needs.refills or needs.groups_per_step is not None))
 
 
 def check_strategies(settings: CompareSettings) -> dict[str, bool]:

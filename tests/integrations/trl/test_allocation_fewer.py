@@ -15,6 +15,7 @@ from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.integrations.trl.async_host import check_async_strategy
 from dataflex_callbacks.integrations.trl.callback import KEEP_KEY
 from dataflex_callbacks.integrations.trl.loss_scaling import SUPPORTED_LOSS_TYPES
+from dataflex_callbacks.integrations.verl import host as verl_host  # noqa: F401  (registers the verl hosts)
 from dataflex_callbacks.recipes.completion_accounting import logged_generated
 
 from .loss_checks import loss_and_grad
@@ -78,6 +79,25 @@ def test_a_step_trains_only_the_committed_groups_and_equals_a_step_of_them(make_
     assert torch.allclose(grad, expected, atol=1e-6, rtol=1e-5), (grad - expected).abs().max()
 
 
+def test_groups_per_step_screens_until_the_step_holds_that_many_groups_and_equals_a_step_of_them(make_trainer):
+    target = {"allocation": {"name": "screen", "params": {"pilot": PILOT, "groups_per_step": 2}}}
+    trainer, output = step(make_trainer, strategy=target)
+    metrics = trainer.dataflex.decisions[-1]["dynamic"]
+    kept = output[KEEP_KEY]
+    assert metrics["alloc/step_groups"] == 2 and int(kept.sum()) == 2 * GENERATIONS and kept.numel() == 16
+    assert sum(trainer.engine_rows) == metrics["alloc/step_generated"]
+    real = kept.nonzero().flatten()
+    _, grad = loss_and_grad(trainer, trainer._compute_loss, output)
+    alone = {
+        key: value[real] if isinstance(value, torch.Tensor) and value.dim() >= 1 else value
+        for key, value in output.items()
+        if not key.startswith("dataflex_") and key != "tool_mask"
+    }
+    alone["num_items_in_batch"] = alone["completion_mask"].sum()
+    _, expected = loss_and_grad(trainer, trainer._compute_loss, alone)
+    assert torch.allclose(grad, expected, atol=1e-6, rtol=1e-5), (grad - expected).abs().max()
+
+
 def test_a_step_where_no_pilot_commits_trains_one_forced_group(make_trainer):
     # band [0.99, 1]: a pilot of 2 commits only when both pass; where none does, the rule's first is forced.
     never = {"allocation": {"name": "screen", "params": {"pilot": PILOT, "refill": False, "rule": "band",
@@ -102,3 +122,11 @@ def test_refill_is_declared_checked_and_refused_where_a_host_fills_each_step():
     assert host_declaration("trl").serves(needs) != REFUSED
     assert host_declaration("trl-async").serves(needs) == REFUSED
     assert host_declaration("trl-async").serves(build_strategy("screen").allocation_needs) != REFUSED
+    target = build_strategy({"allocation": {"name": "screen", "params": {"groups_per_step": 4}}})
+    assert target.allocation_needs.groups_per_step == 4 and target.allocation_needs.refills
+    with pytest.raises(ConfigError, match=r"allocation.groups_per_step is not supported by TRL's AsyncGRPOTrainer"):
+        check_async_strategy(target)
+    assert host_declaration("verl").serves(target.allocation_needs) == REFUSED
+    assert host_declaration("trl").serves(target.allocation_needs) != REFUSED
+    with pytest.raises(ParamError, match="groups_per_step"):
+        build_strategy({"allocation": {"name": "screen", "params": {"groups_per_step": 0}}})
