@@ -26,6 +26,22 @@ class AllocationDoors:
     name: str
     allocation: Allocator | None
 
+    def observe_allocation_pilots(
+        self, rewards: torch.Tensor, index: torch.Tensor, keys: Sequence[Any], domains: Sequence[str], step: int
+    ) -> None:
+        """Show a ``pre_select`` part every pilot group, once: ``rewards (n,)`` of the prompts ``index (n,)`` names in
+        ``keys`` and ``domains``, each paid a pilot for (a skipped prompt saves its pilot). Nothing without the part."""
+        if not self.skips_prompts:  # type: ignore[attr-defined]
+            return
+        from dataflex_callbacks.rollout.batch import RolloutBatch
+
+        rows = index.tolist()
+        batch = RolloutBatch(
+            rewards.float(), group_ids=index, prompt_keys=[keys[i] for i in rows], domains=[domains[i] for i in rows]
+        )
+        self.set_completions_per_prompt(int(self.allocation_first_round() or 1))  # type: ignore[attr-defined]
+        self.observe_prompt_groups(batch, step, sync=False)  # type: ignore[attr-defined]
+
     @property
     def allocates_rollouts(self) -> bool:
         """Whether an ``allocation`` part decides how many completions each prompt gets (the host then generates in

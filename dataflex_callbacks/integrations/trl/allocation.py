@@ -57,7 +57,7 @@ import torch
 
 from dataflex_callbacks.components.allocation import AllocatorNeeds
 from dataflex_callbacks.errors import ConfigError
-from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
 from .reuse import StagedReuse
 from .rounds import PromptStream, assemble, open_stream, pad_id, restore_stream, round_rows
@@ -356,7 +356,7 @@ class Allocation:
             pilot_rows, pilot_rewards = self._round(trainer, score_round, prompts, counts)
             index = torch.repeat_interleave(torch.arange(len(prompts)), counts)
             counts = rounds.add(pilot_rewards, index)
-            self._observe_pilots(trainer, pilot_rewards, index, keys, domains)
+            self.strategy.observe_allocation_pilots(pilot_rewards, index, keys, domains, int(trainer.state.global_step))
             committing = counts > 0
             self.strategy.note_allocation_screen(len(prompts), int(committing.sum()))
             order = torch.cat([committing.nonzero().flatten(), (~committing).nonzero().flatten()])
@@ -493,21 +493,6 @@ class Allocation:
             rewards.append(call_rewards)
             index.append(torch.repeat_interleave(torch.arange(len(prompts)), chosen))
         return rows, torch.cat(rewards), torch.cat(index)
-
-    def _observe_pilots(self, trainer, rewards: torch.Tensor, index: torch.Tensor, keys: list, domains: list) -> None:
-        """Show a ``pre_select`` filter every pilot group (the prompts it paid k completions for), once."""
-        if not self.strategy.skips_prompts:
-            return
-        rows = index.tolist()
-        batch = RolloutBatch(
-            rewards.float(),
-            group_ids=index,
-            prompt_keys=[keys[i] for i in rows],
-            domains=[domains[i] for i in rows],
-        )
-        pilot = self.strategy.allocation_first_round()
-        self.strategy.set_completions_per_prompt(int(pilot or 1))  # a skipped prompt saves its pilot
-        self.strategy.observe_prompt_groups(batch, int(trainer.state.global_step), sync=False)
 
     def _domain(self, row: Mapping[str, Any]) -> str:
         return str(row[self.domain_key]) if self.domain_key is not None and self.domain_key in row else NO_DOMAIN

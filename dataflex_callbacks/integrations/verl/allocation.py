@@ -37,7 +37,7 @@ from tensordict import TensorDict
 from verl.utils import tensordict_utils as tu
 
 from dataflex_callbacks.errors import ConfigError, HostError
-from dataflex_callbacks.rollout.batch import NO_DOMAIN, RolloutBatch
+from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
 COMMIT_SUFFIX = "_commit"
 PARTITION = "train"
@@ -146,7 +146,7 @@ class VerlAllocation:
             rewards = rollouts.generate(prompts, uids, self.pilot)
             index = torch.repeat_interleave(torch.arange(len(keys)), counts)
             committing = rounds.add(rewards, index) > 0
-            self.observe_pilots(rewards, index, keys, domains, step)
+            self.strategy.observe_allocation_pilots(rewards, index, keys, domains, step)
             self.strategy.note_allocation_screen(len(keys), int(committing.sum()))
             order = torch.cat([committing.nonzero().flatten(), (~committing).nonzero().flatten()])
             chosen = (order[:need] if last else committing.nonzero().flatten()[:need]).sort().values
@@ -202,20 +202,6 @@ class VerlAllocation:
             self.carry = tu.index_select_tensor_dict(prompts, torch.arange(count, len(prompts)))
             prompts = tu.index_select_tensor_dict(prompts, torch.arange(count))
         return prompts
-
-    def observe_pilots(self, rewards: torch.Tensor, index: torch.Tensor, keys: list, domains: list, step: int) -> None:
-        """Show a ``pre_select`` filter every pilot group (the prompts it paid k completions for), once."""
-        if not self.strategy.skips_prompts:
-            return
-        rows = index.tolist()
-        batch = RolloutBatch(
-            rewards.float(),
-            group_ids=index,
-            prompt_keys=[keys[i] for i in rows],
-            domains=[domains[i] for i in rows],
-        )
-        self.strategy.set_completions_per_prompt(self.pilot)  # a skipped prompt saves its pilot
-        self.strategy.observe_prompt_groups(batch, step, sync=False)
 
 
 class TransferQueueRollouts:

@@ -16,6 +16,18 @@ def loss_and_grad(trainer, compute, inputs):
     return loss.detach(), grad
 
 
+def grad_of_rows_alone(trainer, output, rows):
+    """The gradient of TRL's own loss (no adapter key in the batch) on ``rows`` of ``output`` alone: what a step whose
+    batch held only those rows would train on."""
+    alone = {
+        key: value[rows] if isinstance(value, torch.Tensor) and value.dim() >= 1 else value
+        for key, value in output.items()
+        if not key.startswith("dataflex_") and key != "tool_mask"
+    }
+    alone["num_items_in_batch"] = alone["completion_mask"].sum()
+    return loss_and_grad(trainer, trainer._compute_loss, alone)[1]
+
+
 def masked_inputs(trainer, inputs, keep, weights=None):
     """A copy of TRL's batch dict with the decision (``keep``, ``weights``) written in by the trainer's callback."""
     output = {k: v.clone() for k, v in inputs.items()}

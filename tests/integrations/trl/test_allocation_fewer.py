@@ -18,7 +18,7 @@ from dataflex_callbacks.integrations.trl.loss_scaling import SUPPORTED_LOSS_TYPE
 from dataflex_callbacks.integrations.verl import host as verl_host  # noqa: F401  (registers the verl hosts)
 from dataflex_callbacks.recipes.completion_accounting import logged_generated
 
-from .loss_checks import loss_and_grad
+from .loss_checks import grad_of_rows_alone, loss_and_grad
 
 GENERATIONS, PILOT, PROMPTS = 4, 2, 4
 
@@ -67,14 +67,7 @@ def test_a_step_trains_only_the_committed_groups_and_equals_a_step_of_them(make_
     assert int((rewards.max(1).values > rewards.min(1).values).sum()) >= groups - forced  # the rule's commits
 
     _, grad = loss_and_grad(trainer, trainer._compute_loss, output)
-    # TRL's own loss (no adapter key in the batch) on the committed groups alone: a step whose batch is those groups.
-    alone = {
-        key: value[real] if isinstance(value, torch.Tensor) and value.dim() >= 1 else value
-        for key, value in output.items()
-        if not key.startswith("dataflex_") and key != "tool_mask"
-    }
-    alone["num_items_in_batch"] = alone["completion_mask"].sum()
-    _, expected = loss_and_grad(trainer, trainer._compute_loss, alone)
+    expected = grad_of_rows_alone(trainer, output, real)  # TRL's loss on those rows alone
     assert expected.abs().sum() > 0  # the committed groups carry signal: the comparison is not 0 == 0
     assert torch.allclose(grad, expected, atol=1e-6, rtol=1e-5), (grad - expected).abs().max()
 
@@ -88,13 +81,7 @@ def test_groups_per_step_screens_until_the_step_holds_that_many_groups_and_equal
     assert sum(trainer.engine_rows) == metrics["alloc/step_generated"]
     real = kept.nonzero().flatten()
     _, grad = loss_and_grad(trainer, trainer._compute_loss, output)
-    alone = {
-        key: value[real] if isinstance(value, torch.Tensor) and value.dim() >= 1 else value
-        for key, value in output.items()
-        if not key.startswith("dataflex_") and key != "tool_mask"
-    }
-    alone["num_items_in_batch"] = alone["completion_mask"].sum()
-    _, expected = loss_and_grad(trainer, trainer._compute_loss, alone)
+    expected = grad_of_rows_alone(trainer, output, real)  # TRL's loss on those rows alone
     assert torch.allclose(grad, expected, atol=1e-6, rtol=1e-5), (grad - expected).abs().max()
 
 
