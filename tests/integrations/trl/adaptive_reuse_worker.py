@@ -8,7 +8,6 @@ end all wrong at the cap and take back the rows the first step stored (two rows,
 split over two processes, so that reuse is skipped).
 """
 
-import json
 import os
 import sys
 
@@ -21,6 +20,7 @@ torch.set_num_threads(1)
 
 from cpu_settings import CPU_RUN_SETTINGS  # noqa: E402
 from datasets import Dataset  # noqa: E402
+from ddp_worker import write_record_and_leave  # noqa: E402
 from trl import GRPOConfig  # noqa: E402
 
 from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer  # noqa: E402
@@ -73,13 +73,7 @@ def main(out_dir: str, unpaid: str = "two") -> None:
         "history": history,
         "parameters": [float(p.detach().double().sum()) for p in trainer.model.parameters()],
     }
-    with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as handle:
-        json.dump(record, handle)
-    # As ddp_worker.py: leave once both records are written, without gloo's destructors (an abort now and then).
-    trainer.accelerator.wait_for_everyone()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
+    write_record_and_leave(trainer, out_dir, record)
 
 
 if __name__ == "__main__":

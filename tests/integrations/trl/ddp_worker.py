@@ -131,12 +131,19 @@ def main(out_dir: str, mode: str = "select") -> None:
         record["strategy_state"] = json.loads(json.dumps(trainer.dataflex.strategy.state_dict(), default=str))
     if rloo or mode in ("dynamic", "allocation"):
         record["parameters"] = [float(p.detach().double().sum()) for p in trainer.model.parameters()]
+    write_record_and_leave(trainer, out_dir, record)
+
+
+def write_record_and_leave(trainer, out_dir: str, record: dict) -> None:
+    """Write this rank's ``rank<i>.json`` and leave once every rank has written its own.
+
+    Both records are written once every rank passes the barrier. Then leave at once, without running the
+    interpreter's or gloo's destructors: a gloo group torn down while its peer is already gone aborted a rank now
+    and then ("terminate called without an active exception", SIGABRT, once in a CI run of the TRL floor), after the
+    run had finished.
+    """
     with open(os.path.join(out_dir, f"rank{trainer.accelerator.process_index}.json"), "w") as handle:
         json.dump(record, handle)
-    # Both records are written once every rank passes this barrier. Then leave at once, without running
-    # the interpreter's or gloo's destructors: a gloo group torn down while its peer is already gone
-    # aborted a rank now and then ("terminate called without an active exception", SIGABRT, once in
-    # a CI run of the TRL floor), after the run had finished.
     trainer.accelerator.wait_for_everyone()
     sys.stdout.flush()
     sys.stderr.flush()

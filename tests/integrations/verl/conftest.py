@@ -9,6 +9,8 @@ import os
 import sys
 import warnings
 
+import pytest
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:  # helper modules next to the tests are imported by bare name
     sys.path.insert(0, _HERE)
@@ -23,3 +25,18 @@ except ImportError:
     if os.environ.get("DATAFLEX_REQUIRE_VERL") == "1":
         raise
 logging.getLogger("verl").setLevel(logging.WARNING)
+
+
+@pytest.fixture(scope="module")
+def transfer_queue():
+    """A local Ray cluster with TransferQueue started, for one test module (its controller and storage unit each
+    reserve one Ray CPU); closed after the module."""
+    import ray
+    import transfer_queue as tq
+    from omegaconf import OmegaConf
+
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
+    yield tq
+    tq.close()
+    ray.shutdown()

@@ -149,19 +149,6 @@ def test_pre_select_sees_every_pilot_and_learns_what_a_skip_saves():
     assert driver.strategy.pre_select.num_generations == PILOT  # a skipped prompt saves its pilot, not G
 
 
-@pytest.fixture(scope="module")
-def transfer_queue():
-    import ray
-    import transfer_queue as tq
-    from omegaconf import OmegaConf
-
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
-    yield tq
-    tq.close()
-    ray.shutdown()
-
-
 def put_submission(tq, uid, count, rewards, owner):
     """One submission as verl's agent loop leaves it: a finished status key and ``count`` sessions' rows."""
     from verl.utils.tensordict_utils import list_of_dict_to_tensordict

@@ -46,20 +46,6 @@ def build_trainer(*overrides):
     return get_trainer_cls(config.trainer.v1.trainer_mode)(config)
 
 
-@pytest.fixture(scope="module")
-def transfer_queue():
-    import ray
-    import transfer_queue as tq
-    from omegaconf import OmegaConf
-
-    # TransferQueue's controller and storage unit each reserve one Ray CPU.
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
-    yield tq
-    tq.close()
-    ray.shutdown()
-
-
 def put_trajectories(tq, partition="train", with_padding=True, columns=None):
     """Synthetic GRPO groups in the agent loop's TransferQueue layout; returns (KVBatchMeta, padded fields).
 
