@@ -15,7 +15,8 @@ from .settings import CompareSettings
 @dataclass
 class ComparisonResults:
     """What a comparison produced: one row per run (as in results.csv, the learning-rate sweep's runs named
-    `<baseline>@lr<rate>`), the paired differences, the files."""
+    `<baseline>@lr<rate>`), the paired differences, the files, and the settings and outcome as the report reads them
+    (`CompareSettings.as_read`: every strategy by its label, a strategy file by its `name:`)."""
 
     runs: list[dict]
     differences: dict[str, dict]
@@ -33,6 +34,7 @@ def run_comparison(
     from .tuning import tuning_columns
 
     outcome = run_grid(settings, overwrite=overwrite, on_warning=on_warning)
+    settings, outcome = settings.as_read(), outcome.as_read(settings)  # every strategy by its label from here on
     files = write_report(settings, outcome)
     differences = {
         strategy: paired_difference(outcome.records, strategy, settings.baseline)

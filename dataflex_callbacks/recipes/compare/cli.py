@@ -225,7 +225,7 @@ def command_compare(args, argv: list[str] | None = None) -> int:
     except (CompareInputError, CostModelError, RunInputError) as error:
         return fail(str(error))
     if settings.progress:
-        print(grid_line(settings), flush=True)
+        print(grid_line(settings.as_read()), flush=True)
     import torch
 
     torch.set_num_threads(1)  # one core per run; --jobs sets how many run at once
@@ -245,6 +245,6 @@ def command_compare(args, argv: list[str] | None = None) -> int:
 
     print(f"held-out set: {held_out_sizes(outcome.records)}")
     print(f"report: {paths['report']}")  # before the summary, so the console ends with the verdict
-    for line in summary_lines(settings, outcome):
+    for line in summary_lines(results.settings, outcome):  # as the report reads them: strategies by their labels
         print(line)
     return 0

@@ -165,6 +165,16 @@ class GridOutcome:
     reused: list[str] = field(default_factory=list)
     wall_seconds: float = 0.0
 
+    def as_read(self, settings: CompareSettings) -> GridOutcome:
+        """This outcome as the user reads it: each record's strategy by its label (`CompareSettings.labels`, a
+        strategy file's `name:`), as `settings.as_read()` names the strategies."""
+        labels = settings.labels()
+
+        def named(records: list[dict]) -> list[dict]:
+            return [{**record, "strategy": labels.get(record["strategy"], record["strategy"])} for record in records]
+
+        return dataclasses.replace(self, records=named(self.records), tuned=named(self.tuned))
+
 
 class FolderLock:
     """An exclusive lock on a comparison folder (`fcntl.flock` on `.compare.lock`), held while a comparison runs.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import hashlib
 import importlib.util
@@ -137,20 +138,38 @@ def rate_text(rate: float) -> str:
     return short if float(short) == rate else repr(float(rate))
 
 
+def strategy_label(spec: str) -> str:
+    """The name a comparison shows a strategy by (console, report.md, results.csv, figures, run folders): a strategy
+    file's ``name:``, or its file name without extension when it names none; a preset, a sum of presets or 'none'
+    by itself."""
+    from dataflex_callbacks.config import read_config
+
+    from ..run_inputs import NO_STRATEGY
+
+    if str(spec).lower() in NO_STRATEGY:
+        return str(spec)
+    try:
+        return read_config(spec).name
+    except Exception:  # an unusable spec: `grid.build_strategies` refuses it, naming why, before any run
+        return os.path.splitext(os.path.basename(str(spec)))[0] or "strategy"
+
+
 @dataclass(frozen=True)
 class GridRun:
     """One cell of the grid: a strategy trained with a seed; `learning_rate` set only on a run of the
-    learning-rate sweep (`CompareSettings.tune_learning_rates`), which trains at that rate instead of the shared one."""
+    learning-rate sweep (`CompareSettings.tune_learning_rates`), which trains at that rate instead of the shared one;
+    `label` the strategy's name as the comparison shows it (`strategy_label`)."""
 
     strategy: str
     seed: int
     learning_rate: float | None = None
+    label: str | None = None
 
     @property
     def name(self) -> str:
-        """Folder name `<strategy>-seed<k>`, or `<strategy>@lr<rate>-seed<k>` for a run of the learning-rate sweep
-        (a strategy file is named by its file name without extension)."""
-        stem = os.path.splitext(os.path.basename(str(self.strategy)))[0] or "strategy"
+        """Folder name `<label>-seed<k>`, or `<label>@lr<rate>-seed<k>` for a run of the learning-rate sweep (without
+        a label: the strategy, a file by its file name without extension)."""
+        stem = self.label or os.path.splitext(os.path.basename(str(self.strategy)))[0] or "strategy"
         rate = "" if self.learning_rate is None else f"@lr{rate_text(self.learning_rate)}"
         return f"{re.sub(r'[^A-Za-z0-9_.+-]', '_', stem)}{rate}-seed{self.seed}"
 
@@ -240,6 +259,7 @@ class CompareSettings:
             raise CompareInputError("no strategies to compare; pass e.g. --strategies baseline,difffilter")
         if len(set(self.strategies)) != len(self.strategies):
             raise CompareInputError(f"strategies are listed twice in {self.strategies}; list each once")
+        self._labels = self._check_labels()
         if not isinstance(self.seeds, (list, tuple, range)):
             raise CompareInputError(
                 f"seeds must be a list of seeds, got {self.seeds!r}; pass e.g. [0, 1, 2] (grid.parse_seeds reads a "
@@ -312,6 +332,39 @@ class CompareSettings:
         )
         self.tune_learning_rates = check_learning_rates(self.tune_learning_rates)
 
+    def _check_labels(self) -> dict[str, str]:
+        """`spec -> strategy_label(spec)` for every strategy; a `CompareInputError` when two share a label, which
+        would merge them in the report and in runs/."""
+        labels = {spec: strategy_label(spec) for spec in self.strategies}
+        shared: dict[str, list[str]] = {}
+        for spec, label in labels.items():
+            shared.setdefault(label, []).append(str(spec))
+        clashes = [f"{' and '.join(specs)} are both named {label!r}" for label, specs in shared.items() if specs[1:]]
+        if clashes:
+            raise CompareInputError(
+                f"strategies must have distinct names, which the report, results.csv and runs/ show: "
+                f"{'; '.join(clashes)} (a strategy file is named by its `name:`, else its file name); give each "
+                "file its own `name:`"
+            )
+        return labels
+
+    def labels(self) -> dict[str, str]:
+        """`spec -> label` of every strategy: the name the console, report.md, results.csv, figures and run folders
+        show it by (`strategy_label`: a strategy file's `name:`)."""
+        return dict(self._labels)
+
+    def as_read(self) -> CompareSettings:
+        """These settings as the user reads them: each strategy, the baseline included, by its label (`labels`).
+
+        What the console, report.md, results.csv and figures are written from (with `GridOutcome.as_read`); not for
+        running: a label need not name a strategy `build_strategy` can read.
+        """
+        view = copy.copy(self)
+        view.strategies = [self._labels[spec] for spec in self.strategies]
+        view.baseline = self._labels[self.baseline]
+        view._labels = {label: label for label in view.strategies}
+        return view
+
     def _check_train_settings(self) -> None:
         """Refuse, in one `CompareInputError` listing them, the settings only a TRL run reads, given with `train`."""
         from ..options import option_flag
@@ -367,13 +420,14 @@ class CompareSettings:
 
     def grid(self) -> list[GridRun]:
         """Every (strategy, seed) pair, strategies outer."""
-        return [GridRun(strategy, seed) for strategy in self.strategies for seed in self.seeds]
+        return [GridRun(spec, seed, label=self._labels[spec]) for spec in self.strategies for seed in self.seeds]
 
     def tuning_runs(self) -> list[GridRun]:
         """The learning-rate sweep's runs: the baseline strategy with every seed at each of `tune_learning_rates`
         but the shared rate, which the grid already trains it at; rates outer."""
         rates = [rate for rate in self.tune_learning_rates or [] if rate != self.base.learning_rate]
-        return [GridRun(self.baseline, seed, rate) for rate in rates for seed in self.seeds]
+        label = self._labels[self.baseline]
+        return [GridRun(self.baseline, seed, rate, label=label) for rate in rates for seed in self.seeds]
 
     def learning_rate_of(self, run: GridRun) -> float:
         """The rate `run` trains at: its own for a run of the learning-rate sweep, else the shared one."""
