@@ -91,10 +91,6 @@ class Budget:
         steps = math.ceil(self.amount / max(1, completions_per_step))
         return steps * (FEWER_STEP_HEADROOM if fewer_per_step else 1)
 
-    def expected_steps(self, completions_per_step: int) -> int:
-        """Steps a run takes when it generates `completions_per_step` every step (for progress and eval spacing)."""
-        return self.step_cap(completions_per_step, fewer_per_step=False)
-
 
 @dataclass
 class EvalPlan:
@@ -226,6 +222,14 @@ class GenerationLedger:
         if self.budget.unit == "steps":
             return self.steps >= self.budget.amount
         return self.completions >= self.budget.amount
+
+    @property
+    def progress(self) -> int:
+        """What the run has spent of its budget, in the budget's unit (steps or completions), at most the budget:
+        the progress bar's count, which holds whatever a step generates (a step of fewer completions advances it
+        less, an overshooting step ends it at the budget)."""
+        spent = self.steps if self.budget.unit == "steps" else self.completions
+        return min(int(spent), int(self.budget.amount))
 
     @property
     def overshoot(self) -> int | None:
@@ -362,7 +366,7 @@ class BudgetTracker:
                 self.curve.append({**point, "planned": due})
                 self.served += len(due)
         if self.on_step is not None:
-            self.on_step(state.global_step)
+            self.on_step(self.ledger.progress)
 
 
 def budget_callback(
@@ -372,8 +376,8 @@ def budget_callback(
     on_step: Callable[[int], None] | None = None,
 ):
     """A `transformers.TrainerCallback` that feeds `ledger`, stops training when the budget is spent,
-    evaluates held-out accuracy at the `eval_points` thresholds of an `EvalPlan` and reports each
-    finished step to `on_step`.
+    evaluates held-out accuracy at the `eval_points` thresholds of an `EvalPlan` and, after each finished step,
+    tells `on_step` what the run has spent of its budget in the budget's unit (`GenerationLedger.progress`).
 
     `evaluate(model, tokenizer) -> held_out.HeldOutScores`; its results go to `callback.curve` as
     `{"step", "completions", "completion_tokens", "trained_tokens", "wall_seconds", "generation_seconds",

@@ -386,30 +386,32 @@ def _run_started_grid(settings: CompareSettings, fewer_per_step: dict, on_warnin
     pending = [run for run in grid if run.name not in records]
     outcome = GridOutcome(records=[], reused=[run.name for run in grid if run.name in records])
 
-    expected = settings.expected_steps() if settings.train is None else 1  # a training function's: runs
+    # In the budget's unit, which every run spends whatever a step generates (`GenerationLedger.progress`); a
+    # training function's runs report nothing along the way: the bar counts them.
+    per_run = settings.budget.amount if settings.train is None else 1
     bar = None
     if settings.progress:
         from tqdm.auto import tqdm
 
         bar = tqdm(
-            total=expected * len(grid),
-            initial=expected * len(outcome.reused),
+            total=per_run * len(grid),
+            initial=per_run * len(outcome.reused),
             desc="dataflex compare",
-            unit="step" if settings.train is None else "run",
+            unit=settings.budget.unit.removesuffix("s") if settings.train is None else "run",
             dynamic_ncols=True,
         )
     shown: dict[str, int] = {}
 
-    def advance(name: str, step: int) -> None:
-        step = min(step, expected)
-        if bar is not None and step > shown.get(name, 0):
-            bar.update(step - shown.get(name, 0))
-            shown[name] = step
+    def advance(name: str, spent: int) -> None:
+        spent = min(spent, per_run)
+        if bar is not None and spent > shown.get(name, 0):
+            bar.update(spent - shown.get(name, 0))
+            shown[name] = spent
 
     def finish(run: GridRun, record: dict) -> None:
         records[run.name] = record
         outcome.computed.append(run.name)
-        advance(run.name, expected)
+        advance(run.name, per_run)  # a run that ended short of its budget (its step cap) is done all the same
         if bar is not None:
             bar.set_postfix_str(f"runs {len(records)}/{len(grid)}")
 
@@ -430,7 +432,7 @@ def _run_started_grid(settings: CompareSettings, fewer_per_step: dict, on_warnin
                         settings,
                         run,
                         fewer_per_step[run.strategy],
-                        on_step=lambda step, name=run.name: advance(name, step),
+                        on_step=lambda spent, name=run.name: advance(name, spent),
                     ),
                 )
         else:

@@ -34,16 +34,17 @@ POLL_SECONDS = 0.5
 
 
 class ProgressBoard:
-    """The last step each run reported; a Ray actor that the tasks write to and the comparison reads."""
+    """What each run last reported it has spent of its budget (`GenerationLedger.progress`); a Ray actor that the
+    tasks write to and the comparison reads."""
 
     def __init__(self):
-        self.steps: dict[str, int] = {}
+        self.spent: dict[str, int] = {}
 
-    def report(self, name: str, step: int) -> None:
-        self.steps[name] = max(step, self.steps.get(name, 0))
+    def report(self, name: str, spent: int) -> None:
+        self.spent[name] = max(spent, self.spent.get(name, 0))
 
     def read(self) -> dict[str, int]:
-        return dict(self.steps)
+        return dict(self.spent)
 
 
 def import_ray():
@@ -90,14 +91,15 @@ def _train_on_ray(settings, run, fewer_per_step: bool, board, folder: str) -> di
     os.chdir(folder)  # relative --output-dir, --dataset and reward modules resolve as on the comparison's machine
     prepare_run_process()  # as in the worker processes of --jobs N
 
-    def report(step: int) -> None:
-        board.report.remote(run.name, step)  # not awaited: progress must not slow the run
+    def report(spent: int) -> None:
+        board.report.remote(run.name, spent)  # not awaited: progress must not slow the run
 
     return execute_run(settings, run, fewer_per_step, on_step=report)
 
 
 def run_on_ray(settings, pending, fewer_per_step, advance, finish, note: Callable[[str], None] | None = None) -> None:
-    """Run `pending` grid runs as Ray tasks; `advance(name, step)` and `finish(run, record)` hear of them, as with
+    """Run `pending` grid runs as Ray tasks; `advance(name, spent)` (what the run has spent of its
+    budget, `GenerationLedger.progress`) and `finish(run, record)` hear of them, as with
     `workers.run_parallel`. Raises `WorkerDiedError` naming the runs whose worker died twice."""
     ray = import_ray()
     started_here = start_ray(settings.ray_address, settings.jobs)
@@ -128,8 +130,8 @@ def _run_tasks(ray, settings, pending, fewer_per_step, advance, finish, note) ->
     try:
         while remaining:
             done, remaining = ray.wait(remaining, num_returns=len(remaining), timeout=POLL_SECONDS)
-            for name, step in ray.get(board.read.remote()).items():
-                advance(name, step)
+            for name, spent in ray.get(board.read.remote()).items():
+                advance(name, spent)
             for task in done:
                 try:
                     record = ray.get(task)

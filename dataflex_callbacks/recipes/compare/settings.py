@@ -433,9 +433,6 @@ class CompareSettings:
         """The rate `run` trains at: its own for a run of the learning-rate sweep, else the shared one."""
         return self.base.learning_rate if run.learning_rate is None else run.learning_rate
 
-    def expected_steps(self) -> int:
-        return self.budget.expected_steps(self.completions_per_step)
-
     def eval_plan(self) -> EvalPlan:
         """When a TRL run is evaluated besides before and after: `eval_points` thresholds evenly spaced over the
         budget, in its unit (completions for a completions budget, whatever a step costs a strategy); none for a

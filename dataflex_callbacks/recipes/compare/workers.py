@@ -151,8 +151,8 @@ def _init_worker(queue, parent_pid: int | None = None, devices=None) -> None:
 
 
 def _execute_in_worker(settings: CompareSettings, run: GridRun, fewer_per_step: bool) -> dict:
-    def report(step: int) -> None:
-        _progress_queue.put((run.name, step))
+    def report(spent: int) -> None:
+        _progress_queue.put((run.name, spent))
 
     return execute_run(settings, run, fewer_per_step, on_step=report)
 
@@ -179,7 +179,8 @@ def run_parallel(
     note: Callable[[str], None] | None = None,
 ) -> None:
     """Run `pending` grid runs in `settings.jobs` spawned workers;
-    `advance(name, step)` and `finish(run, record)` hear of them.
+    `advance(name, spent)` (what the run has spent of its
+    budget, `GenerationLedger.progress`) and `finish(run, record)` hear of them.
 
     `gpus` (default: `visible_gpus()`) are placed by `plan_devices`; `note(line)` hears where the runs
     train and `on_warning(message)` of a --jobs capped to the GPUs.
@@ -215,10 +216,10 @@ def run_parallel(
                 done, remaining = wait(remaining, timeout=0.5, return_when=FIRST_COMPLETED)
                 while True:
                     try:
-                        name, step = progress.get_nowait()
+                        name, spent = progress.get_nowait()
                     except queue_module.Empty:
                         break
-                    advance(name, step)
+                    advance(name, spent)
                 for future in done:
                     finish(futures[future], future.result())  # a failed run raises here; finished ones are kept
         except BrokenProcessPool:
