@@ -39,6 +39,8 @@ from verl.utils import tensordict_utils as tu
 from dataflex_callbacks.errors import ConfigError, HostError
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
+from .fields import completion_rewards
+
 COMMIT_SUFFIX = "_commit"
 PARTITION = "train"
 POLL_SECONDS = 0.2
@@ -242,7 +244,7 @@ class TransferQueueRollouts:
                 "verl allocation reads each completion's reward from the agent loop's 'rm_scores'; this run's agent "
                 "loop stores none: enable verl's reward loop (reward.num_workers >= 1)"
             )
-        return torch.tensor([float(row.sum()) for row in data["rm_scores"]], dtype=torch.float64)
+        return completion_rewards(data["rm_scores"])
 
     def _wait(self, uids: Sequence[str]) -> dict[str, dict]:
         """TransferQueue's tags of the train partition once every one of ``uids`` has a terminal status."""

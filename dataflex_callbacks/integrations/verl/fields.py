@@ -65,6 +65,18 @@ def group_ids_from_uids(uids: Sequence[Any]) -> torch.Tensor:
     return torch.tensor([index.setdefault(uid, len(index)) for uid in uids], dtype=torch.int64)
 
 
+def completion_rewards(rm_scores: torch.Tensor) -> torch.Tensor:
+    """Each completion's reward, the sum of its row of verl's ``rm_scores`` (the score sits on its last response
+    token): ``(N,)`` float64, each row summed in ``rm_scores``' own dtype.
+
+    ``rm_scores``: ``(N, L)`` right-padded with zeros, or a nested tensor of ``N`` rows of their own lengths (strided or
+    jagged layout, as TransferQueue may return it); both layouts give the same sums.
+    """
+    if rm_scores.is_nested:
+        rm_scores = rm_scores.to_padded_tensor(0.0)
+    return rm_scores.sum(dim=-1).to(torch.float64)
+
+
 def _as_list(values: Any) -> list:
     if isinstance(values, np.ndarray):
         return values.tolist()
