@@ -97,6 +97,10 @@ class PassHistory:
         prior = torch.from_numpy(base + weight * own)
         return prior[:, 0], prior[:, 1]
 
+    def has_pilots(self, domains: Sequence[str]) -> torch.Tensor:
+        """``(P,)`` bool: each domain has a pilot completion recorded (a domain without one has no estimate yet)."""
+        return torch.tensor([self.domains.get(str(d), [0.0] * 4)[1] > 0 for d in domains], dtype=torch.bool)
+
     def record(self, keys: Sequence[Any], domains: Sequence[str], passes: torch.Tensor, trials: torch.Tensor) -> None:
         """Add each prompt's pilot (``(P,)`` passes of ``trials``) to its own and its domain's counts."""
         passes_np = passes.detach().cpu().double().numpy()

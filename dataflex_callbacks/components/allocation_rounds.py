@@ -99,10 +99,10 @@ class AllocationRounds:
         return bool(self.asked.any())
 
     def start(self) -> torch.Tensor:
-        """``(P,)`` long: the first round, `Allocator.first_round` completions per prompt, 0 for an evicted prompt
-        (`Allocator.evicted`: a prompt a host should have dropped before its pilot costs nothing here)."""
+        """``(P,)`` long: the first round, `Allocator.first_round` completions per prompt, 0 for a prompt to skip
+        (`Allocator.skips_pilot`: a prompt a host should have dropped before its pilot costs nothing here)."""
         asked = torch.full((len(self.keys),), self.allocator.first_round(), dtype=torch.long)
-        self.asked = asked.masked_fill(self.allocator.evicted(self.keys).cpu(), 0)
+        self.asked = asked.masked_fill(self.allocator.skips_pilot(self.keys, self.domains).cpu(), 0)
         self.pilot = self.asked.clone()
         return self.asked.clone()
 

@@ -100,9 +100,11 @@ class AllocationDoors:
         """Count one screening round: ``screened`` prompts piloted, ``kept`` committed by the rule."""
         self._allocator("note_allocation_screen").note_screen(screened, kept)
 
-    def allocation_evicted(self, keys: Sequence[Any]) -> torch.Tensor:
-        """``(P,)`` bool: the prompts the allocator will not pilot again; a host drops them before their pilot."""
-        return self._allocator("allocation_evicted").evicted(keys)
+    def allocation_skips_pilot(self, keys: Sequence[Any], domains: Sequence[str] | None = None) -> torch.Tensor:
+        """``(P,)`` bool: the prompts a host drops before their pilot: evicted ones (``evict``) and, with
+        ``min_prior_signal``, those predicted to give no signal (`Allocator.skips_pilot`; one domain per key, the same
+        keys in the same order on every rank)."""
+        return self._allocator("allocation_skips_pilot").skips_pilot(keys, domains)
 
     @property
     def allocation_response_bank(self) -> ResponseBank | None:

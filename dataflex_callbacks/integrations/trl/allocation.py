@@ -20,8 +20,9 @@ only the groups they commit (at least one): the callback fills TRL's batch with 
 (G - k)`` completions instead of ``B * G`` (``alloc/step_groups``). With ``groups_per_step`` (K < B) the rounds
 screen until the step holds K groups, laid out the same way.
 
-With ``evict``, a candidate the allocator evicted (an earlier pilot of it was all correct) is dropped before its
-pilot and replaced from the stream (``alloc/step_evicted_drops``).
+A candidate the allocator skips (`Strategy.allocation_skips_pilot`: with ``evict`` an earlier pilot of it was all
+correct; with ``min_prior_signal`` its prior predicts no signal) is dropped before its pilot and replaced from the
+stream (``alloc/step_pilot_skips``).
 
 A committed prompt's k pilot rows and G - k commit rows form one group of G. The screening rounds
 repeat until B groups are in hand; the last one allowed (``max_screens``) commits whatever prompts
@@ -248,7 +249,7 @@ class Allocation:
         processes) the step generated so far; False makes that round the step's last (it commits what the step
         still needs, as ``max_screens`` does). Must answer alike on every rank."""
         self._step_tokens: float | None = None  # completion tokens the step generated, while TRL reports them
-        self._evicted_drops = 0  # drawn prompts dropped this step before their pilot, as evicted
+        self._pilot_skips = 0  # drawn prompts dropped this step before their pilot (`Strategy.allocation_skips_pilot`)
         self.reuse = StagedReuse(strategy)
 
     def bind(
@@ -282,36 +283,39 @@ class Allocation:
         assert pilot is not None  # the group size is bound
         while (count * pilot) % processes:
             count += 1
-        prompts, barren = self._unevicted(prompts), 0
+        prompts, barren = self._unskipped(prompts), 0
         while len(prompts) < count:
             drawn = self.stream.draw(count - len(prompts))
-            kept = self._unevicted(drawn)
+            kept = self._unskipped(drawn)
             barren = 0 if kept else barren + len(drawn)
             if barren > (self.stream.size or self.stream.STREAM_SHUFFLE_BUFFER):
+                metrics = self.strategy.allocation_metrics()
                 raise ConfigError(
                     f"allocation {self.strategy.allocation_needs.name!r}: {barren} prompts drawn in a row were all "
-                    f"evicted (their pilots were all correct; "
-                    f"{self.strategy.allocation_metrics().get('alloc/evicted_prompts', 0):g} evicted so far): the "
-                    "train dataset has no "
-                    "prompt left to screen. Train on harder prompts, or set evict: false"
+                    f"skipped before their pilot: evicted (an earlier pilot all correct; "
+                    f"{metrics.get('alloc/evicted_prompts', 0):g} so far) or predicted by their domain's pass rate to "
+                    f"give no signal ({metrics.get('alloc/prior_skips', 0):g} so far): the train dataset has no prompt "
+                    "left to screen. Train on other prompts, or set evict: false, or a lower min_prior_signal"
                 )
             prompts = prompts + kept
         return prompts[:count]
 
     def _drawn(self, trainer, drawn: list) -> list:
-        """Without refill: TRL's drawn prompts less those evicted, topped up from the stream only where none is left
-        or their pilot rows would not split evenly over the processes."""
-        prompts, pilot = self._unevicted(drawn), int(self.strategy.allocation_first_round() or 1)
+        """Without refill: TRL's drawn prompts less those skipped before their pilot, topped up from the stream only
+        where none is left or their pilot rows would not split evenly over the processes."""
+        prompts, pilot = self._unskipped(drawn), int(self.strategy.allocation_first_round() or 1)
         prompts = prompts or self._candidates(trainer, [], 1, last=False)  # refuses a stream with none left
         while (len(prompts) * pilot) % trainer.accelerator.num_processes:
-            prompts += self._unevicted(self.stream.draw(1))
+            prompts += self._unskipped(self.stream.draw(1))
         return prompts
 
-    def _unevicted(self, prompts: list) -> list:
-        """``prompts`` without those the allocator evicted (`Strategy.allocation_evicted`); counts the dropped ones."""
-        evicted = self.strategy.allocation_evicted([row_key(row, self.prompt_key_column) for row in prompts]).tolist()
-        self._evicted_drops += sum(evicted)
-        return [row for row, out in zip(prompts, evicted, strict=True) if not out]
+    def _unskipped(self, prompts: list) -> list:
+        """``prompts`` without those the allocator skips before their pilot (`Strategy.allocation_skips_pilot`);
+        counts the dropped ones."""
+        keys = [row_key(row, self.prompt_key_column) for row in prompts]
+        skips = self.strategy.allocation_skips_pilot(keys, [self._domain(row) for row in prompts]).tolist()
+        self._pilot_skips += sum(skips)
+        return [row for row, out in zip(prompts, skips, strict=True) if not out]
 
     def generate(
         self, trainer: Any, score_round: Callable, inputs: list
@@ -341,7 +345,7 @@ class Allocation:
         max_screens = self.strategy.allocation_max_screens if refills else 1
         groups: list[list[dict]] = []
         forced = declined = screens = generated = 0
-        self._step_tokens, self._evicted_drops = 0.0, 0
+        self._step_tokens, self._pilot_skips = 0.0, 0
         candidates = drawn
         while len(groups) < wanted:
             need, last = wanted - len(groups), screens + 1 >= max_screens
@@ -388,8 +392,8 @@ class Allocation:
         metrics = self.strategy.allocation_metrics()
         metrics.update({"alloc/screens": float(screens), "alloc/forced_groups": float(forced)})
         metrics["alloc/declined_prompts"] = float(declined)
-        if "alloc/evicted_prompts" in metrics:  # an allocator that evicts counts them
-            metrics["alloc/step_evicted_drops"] = float(self._evicted_drops)
+        if "alloc/evicted_prompts" in metrics or "alloc/prior_skips" in metrics:  # an allocator that skips pilots
+            metrics["alloc/step_pilot_skips"] = float(self._pilot_skips)
         if self._step_tokens is not None:
             metrics["alloc/step_generated_tokens"] = self._step_tokens
         if len(groups) < len(drawn) or not refills:

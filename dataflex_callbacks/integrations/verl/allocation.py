@@ -131,13 +131,13 @@ class VerlAllocation:
             strategy.bind_pilot_observer()  # the pilots are shown to the filter here, not the trained groups again
         self.pilot = int(strategy.allocation_first_round() or 0)
         self.carry: TensorDict | None = None  # fetched prompts the step did not pilot, first in line next time
-        self._evicted_drops = 0
+        self._pilot_skips = 0
 
     def step(self, rollouts: Rollouts, step: int) -> dict[str, float]:
         """Fill one step's batch with ``batch_groups`` merged groups of G in TransferQueue; return ``alloc/*``."""
         wanted, max_screens = self.batch_groups, self.strategy.allocation_max_screens
         kept = screens = forced = declined = 0
-        self._evicted_drops = 0
+        self._pilot_skips = 0
         while kept < wanted:
             need, last = wanted - kept, screens + 1 >= max_screens
             prompts = self.candidates(self.strategy.allocation_candidates(need, last))
@@ -171,32 +171,34 @@ class VerlAllocation:
         metrics = self.strategy.allocation_metrics()
         metrics.update({"alloc/screens": float(screens), "alloc/forced_groups": float(forced)})
         metrics["alloc/declined_prompts"] = float(declined)
-        if "alloc/evicted_prompts" in metrics:  # an allocator that evicts counts them
-            metrics["alloc/step_evicted_drops"] = float(self._evicted_drops)
+        if "alloc/evicted_prompts" in metrics or "alloc/prior_skips" in metrics:  # an allocator that skips pilots
+            metrics["alloc/step_pilot_skips"] = float(self._pilot_skips)
         return metrics
 
     def candidates(self, count: int) -> TensorDict:
-        """``count`` prompts to pilot: the carry first, then verl's dataloader; a prompt the allocator evicted is
-        dropped before its pilot (``alloc/step_evicted_drops``)."""
-        waiting = [] if self.carry is None else [self.carry]  # checked again: the allocator may have evicted since
+        """``count`` prompts to pilot: the carry first, then verl's dataloader; a prompt the allocator skips
+        (`Strategy.allocation_skips_pilot`: evicted, or predicted to give no signal) is dropped before its pilot
+        (``alloc/step_pilot_skips``)."""
+        waiting = [] if self.carry is None else [self.carry]  # checked again: the allocator may skip it since
         self.carry = None
         rows: list[TensorDict] = []
         held = barren = 0
         while held < count:
             chunk = waiting.pop() if waiting else self.fetch()
-            evicted = self.strategy.allocation_evicted(prompt_keys(chunk)).bool()
-            self._evicted_drops += int(evicted.sum())
-            remaining = int((~evicted).sum())
+            skipped = self.strategy.allocation_skips_pilot(prompt_keys(chunk), self.domains_of(chunk)).bool()
+            self._pilot_skips += int(skipped.sum())
+            remaining = int((~skipped).sum())
             barren = 0 if remaining else barren + 1
             if barren > MAX_BARREN_FETCHES:
                 raise ConfigError(
                     f"allocation {self.strategy.allocation_needs.name!r}: {barren} prompt batches drawn in a row were "
-                    "all evicted (their pilots were all correct): the train dataset has no prompt left to screen. "
-                    "Train on harder prompts, or set evict: false"
+                    "all skipped before their pilot: evicted (an earlier pilot all correct) or predicted by their "
+                    "domain's pass rate to give no signal: the train dataset has no prompt left to screen. Train on "
+                    "other prompts, or set evict: false, or a lower min_prior_signal"
                 )
             if remaining:
                 rows.append(
-                    tu.index_select_tensor_dict(chunk, (~evicted).nonzero().flatten()) if evicted.any() else chunk
+                    tu.index_select_tensor_dict(chunk, (~skipped).nonzero().flatten()) if skipped.any() else chunk
                 )
                 held += remaining
         prompts = rows[0] if len(rows) == 1 else tu.concat_tensordict(rows)

@@ -21,8 +21,9 @@ BAND_EVICT = {"allocation": {"name": "screen", "params": {"pilot": 0.5, **BAND, 
 
 
 def plain_parts(state):
-    """A `ScreenAllocator` state without its posterior history (tensors): counts, share and evicted prompts."""
-    return {key: value for key, value in state.items() if key != "history"}
+    """A `ScreenAllocator` state without its tensors (the posterior history, the prior skips' generator): counts,
+    share and evicted prompts."""
+    return {key: value for key, value in state.items() if key not in ("history", "prior_skips")}
 
 
 def tally_of(groups):
@@ -122,7 +123,7 @@ def test_a_prompt_whose_pilot_was_all_correct_is_never_piloted_again(evict):
     screen = ScreenAllocator(pilot=2, group_size=4, evict=evict)
     first = [[1, 1], [1, 0], [0, 0]]
     one_step(screen, ["a", "b", "c"], first)
-    assert screen.evicted(["c", "a", "b", "z"]).tolist() == [False, evict, False, False]
+    assert screen.skips_pilot(["c", "a", "b", "z"]).tolist() == [False, evict, False, False]
     rounds = AllocationRounds(screen, ["b", "a", "c"])
     assert rounds.start().tolist() == ([2, 0, 2] if evict else [2, 2, 2])
     assert ("alloc/evicted_prompts" in screen.metrics()) == evict
@@ -133,7 +134,7 @@ def test_a_prompt_whose_pilot_was_all_correct_is_never_piloted_again(evict):
 def test_eviction_is_decided_from_the_pilot_not_the_committed_group():
     screen = ScreenAllocator(pilot=2, group_size=4, evict=True)
     one_step(screen, ["a", "b"], [[1, 0], [1, 1]])  # a's commit rows all pass (one_step): its pilot was mixed
-    assert screen.evicted(["a", "b"]).tolist() == [False, True]
+    assert screen.skips_pilot(["a", "b"]).tolist() == [False, True]
 
 
 def test_the_evicted_prompts_are_saved_and_restored_exactly():
@@ -147,7 +148,7 @@ def test_the_evicted_prompts_are_saved_and_restored_exactly():
     restored.load_state_dict(copy.deepcopy(state))
     assert plain_parts(restored.state_dict()) == plain_parts(state)
     keys = [f"p{i}" for i in range(8)]
-    assert torch.equal(restored.evicted(keys), screen.evicted(keys))
+    assert torch.equal(restored.skips_pilot(keys), screen.skips_pilot(keys))
 
 
 @pytest.mark.parametrize(

@@ -56,4 +56,4 @@ def test_pilot_commit_trains_full_groups_and_never_pilots_an_evicted_prompt(make
     last = decisions[-1]["dynamic"]
     assert last["alloc/generated"] == sum(trainer.engine_rows)
     assert last["alloc/evicted_prompts"] == len(evicted)
-    assert sum(d["dynamic"]["alloc/step_evicted_drops"] for d in decisions) > 0
+    assert sum(d["dynamic"]["alloc/step_pilot_skips"] for d in decisions) > 0

@@ -136,7 +136,7 @@ def test_a_prompt_the_allocator_evicted_is_dropped_before_its_pilot():
     assert evicted, rollouts.piloted
     rollouts.piloted.clear()
     metrics = driver.step(rollouts, step=2)
-    assert metrics["alloc/step_evicted_drops"] >= 1, metrics
+    assert metrics["alloc/step_pilot_skips"] >= 1, metrics
     assert not evicted & set(rollouts.piloted), rollouts.piloted
 
 
