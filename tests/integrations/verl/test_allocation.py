@@ -140,6 +140,17 @@ def test_a_prompt_the_allocator_evicted_is_dropped_before_its_pilot():
     assert not evicted & set(rollouts.piloted), rollouts.piloted
 
 
+def test_a_domain_whose_prior_predicts_no_signal_is_dropped_before_its_pilot():
+    driver, _ = allocation(batch_groups=2, rule="posterior", min_prior_signal=0.2, explore=0.0)
+    rollouts = ScriptedRollouts(lambda index: 1 if index % 2 else 0)  # "hard" (even) never passes, "easy" 1 in 2
+    driver.step(rollouts, step=1)
+    assert any(index % 2 == 0 for index in rollouts.piloted), rollouts.piloted
+    rollouts.piloted.clear()
+    metrics = driver.step(rollouts, step=2)
+    assert metrics["alloc/step_pilot_skips"] >= 1 and metrics["alloc/prior_skips"] >= 1, metrics
+    assert rollouts.piloted and all(index % 2 for index in rollouts.piloted), rollouts.piloted
+
+
 def test_pre_select_sees_every_pilot_and_learns_what_a_skip_saves():
     driver, _ = allocation(batch_groups=2, strategy="screen_greso")
     rollouts = ScriptedRollouts(lambda index: 0)  # every pilot without variance: the filter's streaks grow
