@@ -20,6 +20,7 @@ Two forms are accepted and resolve to one canonical (composable) dict:
        dynamic_sampling: true | {max_rounds, carry_over, max_age}   (DAPO dynamic sampling, see dynamic_sampling.py)
        nan_policy: zero|drop|raise
        domain_key: the dataset column holding the domain label (None: the host's default)
+       fewer_groups_loss: full|batch   (the loss of a step of fewer groups than the host's batch)
 
 Either form may sit under a ``dataflex:`` key of a larger file (a verl config with ``trainer:``,
 ``data:``, ... beside it); only that block is read. Every key's help, default and accepted values
@@ -480,7 +481,9 @@ def _typed(config: Mapping) -> StrategyConfig:
             "(or the DataFlex-RL block with 'mechanism'); a verl or trainer config must hold the "
             "strategy under a 'dataflex:' key"
         )
-    typed = StrategyConfig(**{k: config[k] for k in ("nan_policy", "name", "domain_key") if k in config})
+    typed = StrategyConfig(
+        **{k: config[k] for k in ("nan_policy", "name", "domain_key", "fewer_groups_loss") if k in config}
+    )
     pre_select = config.get("pre_select")
     typed.pre_select = None if pre_select is None else pre_select_spec(pre_select)
     allocation = config.get("allocation")
@@ -489,7 +492,21 @@ def _typed(config: Mapping) -> StrategyConfig:
     typed.reweight = _section(config, "reweight", ReweightConfig)
     typed.mix = _section(config, "mix", MixConfig)
     typed.dynamic_sampling = _dynamic_sampling(config.get("dynamic_sampling"))
+    if typed.fewer_groups_loss != "full" and not _trains_fewer_groups(typed):
+        raise ConfigError(
+            f"fewer_groups_loss: {typed.fewer_groups_loss} sets the loss of a step that trains fewer groups than the "
+            "host's batch, but this strategy fills every step; set pre_select's refill: false or allocation's "
+            "refill: false or groups_per_step: K, or drop fewer_groups_loss"
+        )
     return typed
+
+
+def _trains_fewer_groups(typed: StrategyConfig) -> bool:
+    """Whether a step may train fewer groups than the host's batch: ``pre_select`` without refill, or an
+    ``allocation`` with ``refill: false`` or ``groups_per_step``."""
+    params = {} if typed.allocation is None else typed.allocation.get("params") or {}
+    allocation_fewer = params.get("refill", True) is False or params.get("groups_per_step") is not None
+    return (typed.pre_select is not None and typed.pre_select.get("refill") is False) or allocation_fewer
 
 
 def _dynamic_sampling(section: Any) -> DynamicSamplingConfig | None:

@@ -18,6 +18,7 @@ from dataflex_callbacks.config.proportions import check_domains, check_proportio
 from dataflex_callbacks.errors import ConfigError, ParamError
 
 NAN_POLICIES = ("zero", "drop", "raise")
+FEWER_GROUPS_LOSSES = ("full", "batch")
 WINDOW_UNITS = ("steps", "rows")
 QUOTAS = ("independent", "exact")  # DomainMixingSampler's batch split; "exact" is DataFlex-RL's replay buffer
 
@@ -244,9 +245,19 @@ class StrategyConfig:
         help="the dataset column holding the domain label; None: the host's default column "
         "(verl: data_source, else domain)",
     )
+    fewer_groups_loss: str = config_field(
+        "full",
+        choices=FEWER_GROUPS_LOSSES,
+        help="the loss of a step that trains fewer groups than the host's batch (pre_select refill: false; "
+        "allocation refill: false or groups_per_step): full (the mean over the groups it trains: every step a full "
+        "update however few its groups) or batch (over the host's whole batch, the groups it did not generate "
+        "counting as groups without signal: plain GRPO's update on the same drawn prompts when those groups carry "
+        "no signal, a step of K of B groups moving the policy about K/B as far)",
+    )
 
     def __post_init__(self) -> None:
         _check_choice(StrategyConfig, "nan_policy", self.nan_policy, "nan_policy")
+        _check_choice(StrategyConfig, "fewer_groups_loss", self.fewer_groups_loss, "fewer_groups_loss")
         if not isinstance(self.name, str) or not self.name:
             raise ConfigError(f"'name' must be a non-empty string; got {self.name!r}")
         if self.domain_key is not None and (not isinstance(self.domain_key, str) or not self.domain_key):

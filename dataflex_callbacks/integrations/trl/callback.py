@@ -62,7 +62,7 @@ from dataflex_callbacks.host.zero_rewards import ZeroRewardWatch
 
 from .allocation import Allocation
 from .dynamic import DynamicSampling
-from .fewer_groups import STEP_SCALE_KEY, FewerGroups, fill_rows
+from .fewer_groups import FILLER_TOKENS_KEY, STEP_SCALE_KEY, FewerGroups, fill_rows
 from .lifecycle import StrategyCallback
 from .loss_scaling import can_drop_rows, check_loss_type, scale_gradient
 from .sampling import DEFAULT_DOMAIN_SOURCE, check_sampling_dataset, grpo_mixing_sampler, row_key
@@ -410,9 +410,8 @@ class DataFlexCallback(StrategyCallback):
             prompt_domains = batch.domains[:: trainer.num_generations]
             strategy.observe_sampled(dict(Counter(prompt_domains)))
         step = int(trainer.state.global_step)
-        # Seeded from (seed, step): any CPU randomness in the strategy is identical on every rank, and
-        # TRL's own CPU random stream (shuffling) is left exactly as in a run without the adapter.
-        # TRL logs this step as global_step + 1 (the counter moves after the optimizer step): messages say so too.
+        # Seeded from (seed, step): any CPU randomness in the strategy is identical on every rank, and TRL's own CPU
+        # random stream (shuffling) is kept as without the adapter; TRL logs this step as global_step + 1 (messages too)
         decision = decide(
             strategy,
             batch,
@@ -426,7 +425,8 @@ class DataFlexCallback(StrategyCallback):
             decision = restrict_rows(decision, signal.to(decision.keep.device))
         prompt_keys = list(batch.prompt_keys)
         if padded_rows is not None:  # masked filler rows up to TRL's, in groups of their own
-            decision, batch, rewards = fill_rows(trainer, output, padded_rows, decision, batch)
+            loss = strategy.config.fewer_groups_loss  # full or batch: how the fillers count in the loss
+            decision, batch, rewards = fill_rows(trainer, output, padded_rows, decision, batch, loss)
         self.write_decision(trainer, output, decision, batch, rewards)
         self.last_decision = decision
         self.summary.update(batch, decision)
@@ -475,7 +475,7 @@ class DataFlexCallback(StrategyCallback):
         kept_tokens = (loss_mask * token_keep.to(loss_mask.dtype)).sum()
         if accelerator.num_processes > 1:
             kept_tokens = accelerator.gather(kept_tokens).sum()
-        output["num_items_in_batch"] = kept_tokens
+        output["num_items_in_batch"] = kept_tokens + output.get(FILLER_TOKENS_KEY, 0.0)  # fewer_groups_loss: batch
         output[KEEP_KEY] = keep
         output[WEIGHTS_KEY] = weights
         output[REWARDS_KEY] = rewards[rows].to(device)

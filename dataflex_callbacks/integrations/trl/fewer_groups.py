@@ -13,7 +13,8 @@ draws the step's B prompts (the baseline's stream) and `FewerGroups`, inside the
    ``scale_rewards``) and old log-probs are those of a step whose batch is these K groups;
 3. fills TRL's fixed shapes (B * G rows) with copies of generated rows (`pad`), masked out of the loss (keep False,
    weight 0): they cost a forward and backward pass of the policy, no generation, and no reward call;
-4. normalises the loss so that the K groups make a full update (`STEP_SCALE_KEY`, read by the callback's loss):
+4. normalises the loss as the strategy's ``fewer_groups_loss`` says. ``full`` (the default): the K groups make a full
+   update (`STEP_SCALE_KEY`, read by the callback's loss):
 
 ===========================  ====================================================================================
 loss_type (aggregation)      normaliser of the step with fillers
@@ -25,6 +26,12 @@ dapo, cispo, vespo           ``num_items_in_batch`` recounted over kept tokens o
 bnpo                         TRL's own: each micro-batch's kept tokens. Exact when a generation batch is one
                              micro-batch per process; otherwise a micro-batch of fillers only adds nothing (use dapo)
 ===========================  ====================================================================================
+
+``batch``: the loss over TRL's whole batch, the fillers counting as groups without signal (zero advantage): with
+``beta = 0`` plain GRPO's update on the same drawn prompts when the groups not generated carry no signal. Row-normalised
+losses keep TRL's normaliser over every row (scale 1); dapo, cispo and vespo count each filler with the mean length of
+the step's generated completions (`FILLER_TOKENS_KEY`, added to ``num_items_in_batch``); bnpo is refused (its
+normaliser is each micro-batch's unmasked tokens, which a filler has none of).
 
 The completions a step generated are logged as ``dataflex/pre_select/step_generated`` (K * G, every process), which
 `dataflex run` and `dataflex compare`'s budget count (`recipes.completion_accounting.GENERATED_KEYS`).
@@ -48,6 +55,10 @@ from .sampling import row_key
 STEP_SCALE_KEY = "dataflex_step_scale"
 """0-dim entry of TRL's batch dict: the row-normalised loss's ``R / K_rows`` of its generation batch."""
 
+FILLER_TOKENS_KEY = "dataflex_filler_tokens"
+"""0-dim entry of TRL's batch dict: with ``fewer_groups_loss: batch``, the tokens the fillers count for in
+``num_items_in_batch`` (every process); 0 with ``full``."""
+
 NOT_SUPPORTED = "pre_select.refill=false in the TRL adapter does not support {what}; {fix}"
 
 
@@ -66,6 +77,17 @@ def check_fewer_groups(settings, strategy, host) -> None:
     for refused, what, fix in refusals:
         if refused:
             raise ConfigError(NOT_SUPPORTED.format(what=what, fix=f"{fix}, or set pre_select.refill to true"))
+
+
+def check_fewer_groups_loss(settings, strategy) -> None:
+    """Refuse ``fewer_groups_loss: batch`` with TRL's ``bnpo`` loss, whose per-micro-batch normaliser counts only
+    unmasked tokens, so a filler cannot count in it."""
+    if strategy.config.fewer_groups_loss == "batch" and settings is not None and settings.loss_type == "bnpo":
+        raise ConfigError(
+            "fewer_groups_loss: batch cannot count the fillers of a step of fewer groups in loss_type='bnpo' (its "
+            "normaliser is each micro-batch's unmasked tokens); use loss_type='dapo' (the whole batch's tokens), "
+            "or fewer_groups_loss: full"
+        )
 
 
 class FewerGroups:
@@ -146,15 +168,15 @@ def pad_rows(output: dict, local_rows: int) -> None:
 
 
 def fill_rows(
-    trainer: Any, output: dict, local_rows: int, decision: Decision, batch: RolloutBatch
+    trainer: Any, output: dict, local_rows: int, decision: Decision, batch: RolloutBatch, loss: str = "full"
 ) -> tuple[Decision, RolloutBatch, torch.Tensor]:
     """Fill TRL's fixed batch with masked rows around the rows a step generated, and lay its decision out on it.
 
     ``output`` holds this rank's generated rows (an equal share of the ``R`` rows of every rank, which ``decision``
     and ``batch`` cover, in global order); it is padded to ``local_rows`` (`pad_rows`), so each rank's block is its
     real rows then its fillers. Fillers get keep False, weight 0, reward 0 and groups of ``num_generations`` of
-    their own; `STEP_SCALE_KEY` is set so that a row-normalised loss is the mean over the kept rows. Returns the
-    padded decision, batch and ``(N,)`` rewards.
+    their own; `STEP_SCALE_KEY` and `FILLER_TOKENS_KEY` are set as the strategy's ``fewer_groups_loss`` (``loss``:
+    ``full`` or ``batch``) says (the module's docstring). Returns the padded decision, batch and ``(N,)`` rewards.
     """
     pad_rows(output, local_rows)
     processes = trainer.accelerator.num_processes
@@ -182,9 +204,16 @@ def fill_rows(
         group_ids=group_ids,
         completion_mask=None if batch.completion_mask is None else put(batch.completion_mask),
     )
-    kept_rows = int(padded.keep.sum())
-    scale = total / kept_rows if kept_rows else 0.0
-    output[STEP_SCALE_KEY] = torch.tensor(scale, device=output["advantages"].device)
+    kept_rows, device = int(padded.keep.sum()), output["advantages"].device
+    filler_tokens = 0.0
+    if loss == "full":
+        scale = total / kept_rows if kept_rows else 0.0
+    else:  # "batch": every row counts, a filler as a generated completion of the step's mean length
+        scale = 1.0
+        if batch.completion_mask is not None and generated:
+            filler_tokens = float(batch.completion_mask.sum()) * (total - generated) / generated
+    output[STEP_SCALE_KEY] = torch.tensor(scale, device=device)
+    output[FILLER_TOKENS_KEY] = torch.tensor(filler_tokens, device=device)
     return padded, padded_batch, put(batch.rewards)
 
 

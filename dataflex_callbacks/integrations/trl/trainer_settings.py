@@ -18,7 +18,7 @@ from dataflex_callbacks.host import acts_before_rollout, grpo_fields
 
 from .allocation import check_allocation
 from .dynamic import check_dynamic_sampling
-from .fewer_groups import check_fewer_groups
+from .fewer_groups import check_fewer_groups, check_fewer_groups_loss
 
 
 @dataclass(frozen=True)
@@ -31,6 +31,7 @@ class TrainerSettings:
         shuffle_dataset: ``GRPOConfig.shuffle_dataset``; False asks for the dataset's order.
         environment_factories: whether the trainer rolls out through TRL's ``environment_factories``.
         config_name: the trainer's config class, as messages name it (``"GRPOConfig"``).
+        loss_type: ``GRPOConfig.loss_type`` (None: not known).
     """
 
     num_generations: int
@@ -38,6 +39,7 @@ class TrainerSettings:
     shuffle_dataset: bool = True
     environment_factories: bool = False
     config_name: str = "GRPOConfig"
+    loss_type: str | None = None
 
     @classmethod
     def of(cls, trainer: Any) -> TrainerSettings:
@@ -48,6 +50,7 @@ class TrainerSettings:
             shuffle_dataset=getattr(trainer, "shuffle_dataset", True) is not False,
             environment_factories=getattr(trainer, "environment_factories", None) is not None,
             config_name=type(trainer.args).__name__,
+            loss_type=getattr(trainer, "loss_type", None),
         )
 
 
@@ -80,6 +83,7 @@ def check_trl_strategy(strategy: Any, host: type, settings: TrainerSettings | No
             )
         check_allocation(settings, strategy)
     check_fewer_groups(settings, strategy, host)
+    check_fewer_groups_loss(settings, strategy)
     strategy.check_host(grpo_fields(domains=True), host=f"the TRL {host.host_class.__name__}")
     if settings is not None:
         check_shuffle(settings, strategy)

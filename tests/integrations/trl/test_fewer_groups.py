@@ -109,3 +109,46 @@ def test_refill_round_trips_and_is_refused_where_it_cannot_apply(make_trainer, m
         check_async_strategy(build_strategy(NO_REFILL))
     with pytest.raises(ConfigError, match="refill=false.*runs in the TRL GRPOTrainer adapter only"):
         build_strategy(NO_REFILL).accept_from(None, 1, np.random.default_rng(0))  # a refilling host's loop
+
+
+@pytest.mark.parametrize("loss_type", [name for name in SUPPORTED_LOSS_TYPES if name != "bnpo"])
+def test_fewer_groups_loss_batch_counts_the_fillers_as_groups_without_signal(make_trainer, loss_type):
+    """``fewer_groups_loss: batch``: the K generated groups' update is plain GRPO's on TRL's whole batch with the
+    groups not generated as zero-advantage rows, i.e. the kept rows' own loss scaled by K_rows / R (R: TRL's rows)."""
+    trainer = make_trainer(
+        cls=CountingTrainer,
+        loss_type=loss_type,
+        reward_funcs=[code_parity_reward],
+        per_device_train_batch_size=16,
+        trainer_kwargs={"strategy": {**NO_REFILL, "fewer_groups_loss": "batch"}},
+    )
+    _, output = _step_output(trainer)
+    kept = output[KEEP_KEY]
+    assert 0 < int(kept.sum()) < kept.numel()  # fillers in the batch: the normalisers differ
+    _, grad = loss_and_grad(trainer, trainer._compute_loss, output)
+    real = kept.nonzero().flatten()
+    alone = grad_of_rows_alone(trainer, output, real)
+    assert alone.abs().sum() > 0
+    expected = alone * (real.numel() / kept.numel())
+    assert torch.allclose(grad, expected, atol=1e-6, rtol=1e-5), (grad - expected).abs().max()
+    if loss_type == "grpo":  # and, literally, TRL's own loss over every row with the fillers' advantages zeroed
+        whole = {k: v for k, v in output.items() if not k.startswith("dataflex_") and k != "tool_mask"}
+        whole["completion_mask"] = whole["completion_mask"].clone()
+        whole["completion_mask"][~kept] = output["completion_mask"][real[0]]  # a filler is a copy of a real row
+        whole["advantages"] = torch.where(kept, output["advantages"], torch.zeros_like(output["advantages"]))
+        plain = loss_and_grad(trainer, trainer._compute_loss, whole)[1]
+        assert torch.allclose(grad, plain, atol=1e-6, rtol=1e-5), (grad - plain).abs().max()
+
+
+def test_fewer_groups_loss_batch_is_refused_with_bnpo_and_without_fewer_groups(make_trainer):
+    with pytest.raises(ConfigError, match="loss_type='bnpo'"):
+        make_trainer(
+            cls=DataFlexGRPOTrainer,
+            loss_type="bnpo",
+            reward_funcs=[code_parity_reward],
+            trainer_kwargs={"strategy": {**NO_REFILL, "fewer_groups_loss": "batch"}},
+        )
+    with pytest.raises(ConfigError, match="fills every step"):
+        build_strategy({"pre_select": {"name": "skip_odd_lengths"}, "fewer_groups_loss": "batch"})
+    with pytest.raises(ConfigError, match="fewer_groups_loss must be one of full, batch"):
+        build_strategy({**NO_REFILL, "fewer_groups_loss": "mean"})
