@@ -235,6 +235,14 @@ class NoSignalStepWarning(UserWarning):
         return type(self), (str(self), self.step, self.cause, self.fix)
 
 
+class PilotEvidenceWarning(UserWarning):
+    """A ``pre_select`` rule that learns from whole groups (``skip_predicted``) sits beside an ``allocation`` part, so
+    it learns from the allocation's pilots of k completions instead, whose rewards agree far more often than a
+    group's: its estimates of "no signal" run high for every state (on the testbed every state came to be skipped
+    alike). Shown when the strategy is built; the screen allocator's ``min_prior_signal`` skips before the pilot
+    from a model of the pilot's size."""
+
+
 class ZeroRewardWarning(UserWarning):
     """Every reward of a run's first steps was 0 or unscored (None/NaN), so GRPO's advantages were all 0 and
     nothing trained; shown once per run, naming the likely causes (the prompt format the model reads, the

@@ -32,6 +32,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,7 +46,7 @@ from dataflex_callbacks.config.fields import (
     StrategyConfig,
     required_fields,
 )
-from dataflex_callbacks.errors import ConfigError
+from dataflex_callbacks.errors import ConfigError, PilotEvidenceWarning
 
 TOP_LEVEL_KEYS = tuple(f.name for f in dataclasses.fields(StrategyConfig))
 # The keys of DataFlex-RL's single-mechanism block (the reference form), read by `from_dataflex_rl`.
@@ -492,6 +493,16 @@ def _typed(config: Mapping) -> StrategyConfig:
     typed.reweight = _section(config, "reweight", ReweightConfig)
     typed.mix = _section(config, "mix", MixConfig)
     typed.dynamic_sampling = _dynamic_sampling(config.get("dynamic_sampling"))
+    if typed.allocation is not None and typed.pre_select is not None and typed.pre_select["name"] == "skip_predicted":
+        warnings.warn(
+            PilotEvidenceWarning(
+                "pre_select skip_predicted beside an allocation part learns from the allocation's pilots (a few "
+                "completions each), whose rewards agree far more often than a full group's, so it reads every state "
+                "as giving no signal and skips alike; to skip before the pilot use the screen allocator's "
+                "min_prior_signal (rule: posterior), or drop the pre_select part"
+            ),
+            stacklevel=2,
+        )
     if typed.fewer_groups_loss != "full" and not _trains_fewer_groups(typed):
         raise ConfigError(
             f"fewer_groups_loss: {typed.fewer_groups_loss} sets the loss of a step that trains fewer groups than the "

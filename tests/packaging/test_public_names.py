@@ -35,6 +35,7 @@ PUBLIC = {
         "Mixer",
         "NoSignalStepWarning",
         "ParamError",
+        "PilotEvidenceWarning",
         "PreSelectFilter",
         "RepeatedRowWarning",
         "RewardScaleWarning",

@@ -2,6 +2,7 @@
 
 import copy
 import math
+import warnings
 
 import pytest
 import torch
@@ -150,6 +151,7 @@ def test_allocation_and_dynamic_sampling_are_refused_in_one_line():
     assert "\n" not in str(error.value)
 
 
+@pytest.mark.filterwarnings("ignore::dataflex_callbacks.PilotEvidenceWarning")
 def test_selection_reweighting_mixing_and_skipping_compose():
     strategy = build_strategy(
         {
@@ -345,3 +347,14 @@ def test_the_commit_share_follows_recent_rounds_and_resumes_exactly():
     assert resumed.candidates_for(11) == screen.candidates_for(11)
     with pytest.raises(DataFlexError, match="kept <= screened"):
         screen.note_screen(4, 5)
+
+
+def test_skip_predicted_beside_an_allocation_warns_that_it_learns_from_pilots():
+    from dataflex_callbacks import PilotEvidenceWarning
+
+    with pytest.warns(PilotEvidenceWarning, match="min_prior_signal"):
+        build_strategy({"allocation": {"name": "screen", "params": {"group_size": 4}}, "pre_select": "skip_predicted"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PilotEvidenceWarning)
+        build_strategy("screen_greso")  # greso's streak rule beside screening is not warned about
+        build_strategy("skip")  # nor skip_predicted without an allocation
