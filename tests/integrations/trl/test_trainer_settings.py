@@ -78,7 +78,12 @@ def test_the_adapter_refuses_at_build_with_the_same_function(make_trainer):
 def test_settings_read_from_a_trainer(make_trainer):
     trainer = make_trainer(cls=GRPOTrainer, num_generations=4, shuffle_dataset=False)
     assert TrainerSettings.of(trainer) == TrainerSettings(
-        num_generations=4, num_processes=1, shuffle_dataset=False, environment_factories=False, config_name="GRPOConfig"
+        num_generations=4,
+        num_processes=1,
+        shuffle_dataset=False,
+        environment_factories=False,
+        config_name="GRPOConfig",
+        loss_type="dapo",
     )
 
 
