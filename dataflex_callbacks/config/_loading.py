@@ -503,21 +503,7 @@ def _typed(config: Mapping) -> StrategyConfig:
             ),
             stacklevel=2,
         )
-    if typed.fewer_groups_loss != "full" and not _trains_fewer_groups(typed):
-        raise ConfigError(
-            f"fewer_groups_loss: {typed.fewer_groups_loss} sets the loss of a step that trains fewer groups than the "
-            "host's batch, but this strategy fills every step; set pre_select's refill: false or allocation's "
-            "refill: false or groups_per_step: K, or drop fewer_groups_loss"
-        )
     return typed
-
-
-def _trains_fewer_groups(typed: StrategyConfig) -> bool:
-    """Whether a step may train fewer groups than the host's batch: ``pre_select`` without refill, or an
-    ``allocation`` with ``refill: false`` or ``groups_per_step``."""
-    params = {} if typed.allocation is None else typed.allocation.get("params") or {}
-    allocation_fewer = params.get("refill", True) is False or params.get("groups_per_step") is not None
-    return (typed.pre_select is not None and typed.pre_select.get("refill") is False) or allocation_fewer
 
 
 def _dynamic_sampling(section: Any) -> DynamicSamplingConfig | None:

@@ -43,6 +43,24 @@ class AllocationDoors:
         self.observe_prompt_groups(batch, step, sync=False)  # type: ignore[attr-defined]
 
     @property
+    def trains_fewer_groups(self) -> bool:
+        """Whether a step may train fewer groups than the host's batch: a ``pre_select`` part without refill, or an
+        allocator that declares no refill or ``groups_per_step`` (`AllocatorNeeds`)."""
+        needs = self.allocation_needs
+        allocation_fewer = needs is not None and (not needs.refills or needs.groups_per_step is not None)
+        return not self.refills_prompts or allocation_fewer  # type: ignore[attr-defined]
+
+    def check_fewer_groups_loss(self) -> None:
+        """Refuse ``fewer_groups_loss`` other than ``full`` where no step trains fewer groups (it would do nothing)."""
+        loss = self.config.fewer_groups_loss  # type: ignore[attr-defined]
+        if loss != "full" and not self.trains_fewer_groups:
+            raise ConfigError(
+                f"fewer_groups_loss: {loss} sets the loss of a step that trains fewer groups than the host's batch, "
+                "but this strategy fills every step; set pre_select's refill: false or allocation's refill: false or "
+                "groups_per_step: K, or drop fewer_groups_loss"
+            )
+
+    @property
     def allocates_rollouts(self) -> bool:
         """Whether an ``allocation`` part decides how many completions each prompt gets (the host then generates in
         rounds through `allocation_rounds`)."""

@@ -90,6 +90,7 @@ class Strategy(AllocationDoors):
         self.pre_select = build_component("pre_select", pre["name"], **pre["params"]) if pre else None
         self.mixing: DomainMixing | None = build_mixing(self.config.mix) if self.config.mix else None
         self.allocation = build_allocation(self.config)  # an Allocator, or None
+        self.check_fewer_groups_loss()
 
     # ------------------------------------------------------------ declarations
 
