@@ -199,6 +199,11 @@ class Allocator(Component):
         """Completions per candidate prompt in its first round (the pilot)."""
         raise NotImplementedError(f"{type(self).__name__} must implement first_round()")
 
+    def first_counts(self, keys: Sequence[Any], domains: Sequence[str] | None = None) -> torch.Tensor:
+        """``(P,)`` long: the first round's completions per prompt: `first_round` each, 0 where `skips_pilot`."""
+        counts = torch.full((len(keys),), self.first_round(), dtype=torch.long)
+        return counts.masked_fill(self.skips_pilot(keys, domains).cpu(), 0)
+
     def first_round_at(self, group_size: int | None = None) -> int | None:
         """`first_round` at groups of ``group_size`` (None: the bound one), checked on a copy: nothing is bound.
 

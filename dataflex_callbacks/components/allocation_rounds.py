@@ -99,10 +99,16 @@ class AllocationRounds:
         return bool(self.asked.any())
 
     def start(self) -> torch.Tensor:
-        """``(P,)`` long: the first round, `Allocator.first_round` completions per prompt, 0 for a prompt to skip
-        (`Allocator.skips_pilot`: a prompt a host should have dropped before its pilot costs nothing here)."""
-        asked = torch.full((len(self.keys),), self.allocator.first_round(), dtype=torch.long)
-        self.asked = asked.masked_fill(self.allocator.skips_pilot(self.keys, self.domains).cpu(), 0)
+        """``(P,)`` long: the first round, `Allocator.first_counts`: by default `Allocator.first_round` completions per
+        prompt, 0 for a prompt to skip (`Allocator.skips_pilot`: a prompt a host should have dropped before its pilot
+        costs nothing here); ``knapsack`` spreads a budget over the prompts."""
+        asked = torch.as_tensor(self.allocator.first_counts(self.keys, self.domains)).to("cpu", torch.long)
+        if asked.shape != (len(self.keys),) or bool((asked < 0).any()):
+            raise BatchError(
+                f"{type(self.allocator).__name__}.first_counts must return {len(self.keys)} counts >= 0, one per "
+                f"prompt; got {asked.tolist()}"
+            )
+        self.asked = asked
         self.pilot = self.asked.clone()
         return self.asked.clone()
 

@@ -16,7 +16,7 @@ Two forms are accepted and resolve to one canonical (composable) dict:
        reweight: {scorer: ..., reweighter: ..., warmup_steps}
        mix:      {mixer: ..., domains, window, window_unit, quota, warmup_steps, update_every, smoothing, prior}
        pre_select: NAME|{name, params}   (pre-rollout prompt skipping, e.g. skip_predicted)
-       allocation: NAME|{name, params}   (completions per prompt, decided while generating: screen, adaptive)
+       allocation: NAME|{name, params}   (completions per prompt, decided while generating: screen, adaptive, knapsack)
        dynamic_sampling: true | {max_rounds, carry_over, max_age}   (DAPO dynamic sampling, see dynamic_sampling.py)
        nan_policy: zero|drop|raise
        domain_key: the dataset column holding the domain label (None: the host's default)
@@ -200,6 +200,11 @@ PRESETS: dict[str, tuple[str, dict]] = {
     "adaptive": (
         "stages of 4 completions per prompt until one is correct, up to 16 (AR3PO arXiv 2509.25808)",
         {"allocation": {"name": "adaptive", "params": {}}},
+    ),
+    "knapsack": (
+        "a budget of 0.75 x B x G completions per step spread over the drawn prompts by the chance each group carries "
+        "signal (Knapsack RL arXiv 2509.25849)",
+        {"allocation": {"name": "knapsack", "params": {}}},
     ),
     "static": ("fixed uniform domain proportions", _mix("static")),
     "reward_gap": ("more data for domains whose reward lags", _mix("reward_gap")),

@@ -45,9 +45,12 @@ class AllocationDoors:
     @property
     def trains_fewer_groups(self) -> bool:
         """Whether a step may train fewer groups than the host's batch: a ``pre_select`` part without refill, or an
-        allocator that declares no refill or ``groups_per_step`` (`AllocatorNeeds`)."""
+        allocator that declares no refill, ``groups_per_step``, or groups of different sizes (`AllocatorNeeds`; the
+        TRL adapter fills its batch around them with masked rows)."""
         needs = self.allocation_needs
-        allocation_fewer = needs is not None and (not needs.refills or needs.groups_per_step is not None)
+        allocation_fewer = needs is not None and (
+            not needs.refills or needs.groups_per_step is not None or not needs.equal_groups
+        )
         return not self.refills_prompts or allocation_fewer  # type: ignore[attr-defined]
 
     def check_fewer_groups_loss(self) -> None:
@@ -57,7 +60,8 @@ class AllocationDoors:
             raise ConfigError(
                 f"fewer_groups_loss: {loss} sets the loss of a step that trains fewer groups than the host's batch, "
                 "but this strategy fills every step; set pre_select's refill: false or allocation's refill: false or "
-                "groups_per_step: K, or drop fewer_groups_loss"
+                "groups_per_step: K, use an allocator of groups of different sizes (adaptive, knapsack), or drop "
+                "fewer_groups_loss"
             )
 
     @property

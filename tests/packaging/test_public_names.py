@@ -78,6 +78,7 @@ PUBLIC = {
     "dataflex_callbacks.components": [
         "AdaptiveAllocator",
         "Allocator",
+        "KnapsackAllocator",
         "PreSelectFilter",
         "PromptHistory",
         "Reweighter",

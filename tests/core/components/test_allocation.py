@@ -128,7 +128,8 @@ def test_a_pilot_as_large_as_the_group_is_refused_with_the_fix():
 
 
 def test_list_shows_the_allocators_with_their_papers():
-    assert list_components("allocation") == ["adaptive", "screen"]
+    assert list_components("allocation") == ["adaptive", "knapsack", "screen"]
+    assert "2509.25849" in describe("allocation", "knapsack")
     assert "2506.09016" in describe("allocation", "screen") and "2605.26606" in describe("allocation", "screen")
     assert "2509.25808" in describe("allocation", "adaptive")
 
