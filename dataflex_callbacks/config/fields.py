@@ -249,10 +249,11 @@ class StrategyConfig:
         "full",
         choices=FEWER_GROUPS_LOSSES,
         help="the loss of a step that trains fewer groups than the host's batch (pre_select refill: false; "
-        "allocation refill: false or groups_per_step): full (the mean over the groups it trains: every step a full "
-        "update however few its groups) or batch (over the host's whole batch, the groups it did not generate "
-        "counting as groups without signal: plain GRPO's update on the same drawn prompts when those groups carry "
-        "no signal, a step of K of B groups moving the policy about K/B as far)",
+        "allocation refill: false, groups_per_step, or groups of different sizes: adaptive, knapsack): full (the "
+        "mean over the groups it trains: every step a full update however few its groups) or batch (over the host's "
+        "whole batch, the groups it did not generate counting as groups without signal: plain GRPO's update on the "
+        "same drawn prompts when those groups carry no signal, a step of K of B groups moving the policy about K/B "
+        "as far)",
     )
 
     def __post_init__(self) -> None:
