@@ -221,3 +221,13 @@ def test_the_default_first_counts_are_the_first_round_less_the_skipped_pilots():
     screen = ScreenAllocator(pilot=2, group_size=4, evict=True)
     screen.evictions.add(["b"], torch.tensor([True]))
     assert screen.first_counts(["a", "b", "c"]).tolist() == [2, 0, 2]
+
+
+def test_fewer_groups_loss_batch_is_accepted_for_allocators_of_groups_of_different_sizes_only():
+    from dataflex_callbacks.errors import ConfigError
+
+    for name in ("adaptive", "knapsack"):
+        strategy = build_strategy({"allocation": name, "fewer_groups_loss": "batch"})
+        assert strategy.trains_fewer_groups and strategy.config.fewer_groups_loss == "batch"
+    with pytest.raises(ConfigError, match="fills every step"):
+        build_strategy({"allocation": "screen", "fewer_groups_loss": "batch"})
