@@ -89,5 +89,9 @@ def test_what_cannot_run_knapsack_is_refused_in_one_line(make_trainer):
     with pytest.raises(ConfigError, match="allocation 'knapsack' \\(its groups differ in size") as error:
         check_async_strategy(strategy)
     assert "\n" not in str(error.value) and "DataFlexGRPOTrainer" in str(error.value)
+    from dataflex_callbacks.integrations.verl.config import strategy_from_verl_config
+
+    with pytest.raises(ConfigError, match=r"'knapsack' is not run by verl's dataflex_sync trainer \(its groups differ"):
+        strategy_from_verl_config({"dataflex": {"strategy": "knapsack"}})  # a plain mapping, as verl's config reads
     with pytest.raises(ConfigError, match="first stage of 8 completions per prompt above num_generations = 4"):
         make_trainer(cls=DataFlexGRPOTrainer, trainer_kwargs={"strategy": knapsack(stage=8, cap=8)}, **SETTINGS)
