@@ -18,6 +18,7 @@ from dataflex_callbacks.integrations.trl import DataFlexGRPOTrainer
 from dataflex_callbacks.integrations.trl.async_host import check_async_strategy
 from dataflex_callbacks.integrations.trl.callback import KEEP_KEY
 from dataflex_callbacks.integrations.verl import host as verl_host  # noqa: F401  (registers the verl hosts)
+from dataflex_callbacks.integrations.verl.config import strategy_from_verl_config
 
 GENERATIONS, PROMPTS, BUDGET, STEPS = 4, 4, 0.5, 6
 SETTINGS = dict(per_device_train_batch_size=PROMPTS * GENERATIONS, num_generations=GENERATIONS)
@@ -89,8 +90,6 @@ def test_what_cannot_run_knapsack_is_refused_in_one_line(make_trainer):
     with pytest.raises(ConfigError, match="allocation 'knapsack' \\(its groups differ in size") as error:
         check_async_strategy(strategy)
     assert "\n" not in str(error.value) and "DataFlexGRPOTrainer" in str(error.value)
-    from dataflex_callbacks.integrations.verl.config import strategy_from_verl_config
-
     with pytest.raises(ConfigError, match=r"'knapsack' is not run by verl's dataflex_sync trainer \(its groups differ"):
         strategy_from_verl_config({"dataflex": {"strategy": "knapsack"}})  # a plain mapping, as verl's config reads
     with pytest.raises(ConfigError, match="first stage of 8 completions per prompt above num_generations = 4"):
