@@ -53,12 +53,10 @@ MAX_SEED_COUNT = 1000  # `--num-seeds N` (or a `--seeds` range) beyond this is a
 
 
 def _generates_fewer(strategy) -> bool:
-    """A strategy that may generate fewer completions per step than a batch: a pre-rollout part, or an allocation
-    part without refill or with a ``groups_per_step`` (`Budget.step_cap` gives it more steps)."""
-    if strategy is None:
-        return False
-    needs = strategy.allocation_needs
-    return strategy.skips_prompts or (needs is not None and (not needs.refills or needs.groups_per_step is not None))
+    """A strategy that may generate fewer completions per step than a batch: a pre-rollout part, or one whose steps
+    may train fewer groups (`Strategy.trains_fewer_groups`: no refill, ``groups_per_step``, groups of different sizes
+    such as ``adaptive`` and ``knapsack``); `Budget.step_cap` gives it more steps."""
+    return strategy is not None and (strategy.skips_prompts or strategy.trains_fewer_groups)
 
 
 def check_strategies(settings: CompareSettings) -> dict[str, bool]:

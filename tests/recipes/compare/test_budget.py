@@ -25,7 +25,8 @@ def test_step_cap():
 
 @pytest.mark.parametrize(
     "spec, fewer",
-    [("baseline", False), ("screen", False), ("screen_greso", True), ("skip_fewer", True), ("screen_fewer", True)],
+    [("baseline", False), ("screen", False), ("screen_greso", True), ("skip_fewer", True), ("screen_fewer", True)]
+    + [("adaptive", True), ("knapsack", True)],
 )
 def test_strategies_that_may_generate_fewer_per_step_get_the_step_headroom(spec, fewer):
     from dataflex_callbacks import build_strategy
