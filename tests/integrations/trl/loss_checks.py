@@ -5,6 +5,7 @@ into TRL's batch.
 import torch
 
 from dataflex_callbacks import Decision, RolloutBatch
+from dataflex_callbacks.integrations.trl.callback import KEEP_KEY
 
 
 def loss_and_grad(trainer, compute, inputs):
@@ -26,6 +27,18 @@ def grad_of_rows_alone(trainer, output, rows):
     }
     alone["num_items_in_batch"] = alone["completion_mask"].sum()
     return loss_and_grad(trainer, trainer._compute_loss, alone)[1]
+
+
+def batch_normaliser_grads(trainer, output):
+    """The gradient of the adapter's loss on TRL's batch ``output``, and what ``fewer_groups_loss: batch`` makes it: the
+    kept rows' own gradient (`grad_of_rows_alone`, not zero) times kept rows / TRL's rows, as if the fillers were groups
+    without signal under plain GRPO's normaliser."""
+    kept = output[KEEP_KEY]
+    _, grad = loss_and_grad(trainer, trainer._compute_loss, output)
+    real = kept.nonzero().flatten()
+    alone = grad_of_rows_alone(trainer, output, real)
+    assert alone.abs().sum() > 0
+    return grad, alone * (real.numel() / kept.numel())
 
 
 def masked_inputs(trainer, inputs, keep, weights=None):

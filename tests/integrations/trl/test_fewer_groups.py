@@ -17,7 +17,7 @@ from dataflex_callbacks.integrations.trl.sampling import row_key
 from dataflex_callbacks.recipes.completion_accounting import logged_generated
 from dataflex_callbacks.registry import register
 
-from .loss_checks import grad_of_rows_alone, loss_and_grad
+from .loss_checks import batch_normaliser_grads, grad_of_rows_alone, loss_and_grad
 
 
 class SkipOddLengths(PreSelectFilter):
@@ -125,12 +125,9 @@ def test_fewer_groups_loss_batch_counts_the_fillers_as_groups_without_signal(mak
     _, output = _step_output(trainer)
     kept = output[KEEP_KEY]
     assert 0 < int(kept.sum()) < kept.numel()  # fillers in the batch: the normalisers differ
-    _, grad = loss_and_grad(trainer, trainer._compute_loss, output)
-    real = kept.nonzero().flatten()
-    alone = grad_of_rows_alone(trainer, output, real)
-    assert alone.abs().sum() > 0
-    expected = alone * (real.numel() / kept.numel())
+    grad, expected = batch_normaliser_grads(trainer, output)
     assert torch.allclose(grad, expected, atol=1e-6, rtol=1e-5), (grad - expected).abs().max()
+    real = kept.nonzero().flatten()
     if loss_type == "grpo":  # and, literally, TRL's own loss over every row with the fillers' advantages zeroed
         whole = {k: v for k, v in output.items() if not k.startswith("dataflex_") and k != "tool_mask"}
         whole["completion_mask"] = whole["completion_mask"].clone()
