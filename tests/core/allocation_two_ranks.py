@@ -14,6 +14,7 @@ import torch.distributed as dist
 
 from dataflex_callbacks import build_strategy
 from dataflex_callbacks.components.allocation import ScreenAllocator
+from dataflex_callbacks.components.allocation_knapsack import KnapsackAllocator
 from dataflex_callbacks.components.allocation_rounds import AllocationRounds
 
 PASS_RATES = [0.0, 1.0, 0.5, 0.3, 0.9, 0.0, 0.6, 1.0]
@@ -23,7 +24,7 @@ GROUP_SIZE = 6
 def run_steps(strategy, steps, rank: int = 0, world: int = 1) -> list[dict]:
     """Each step: 8 prompts (keys shared with the step before, so the history matters); the decisions, JSON-able."""
     allocator = strategy.allocation
-    if allocator.group_size is None and isinstance(allocator, ScreenAllocator):
+    if allocator.group_size is None and isinstance(allocator, (ScreenAllocator, KnapsackAllocator)):
         allocator.bind_group_size(GROUP_SIZE)
     rates = torch.tensor(PASS_RATES, dtype=torch.float64)
     decisions = []

@@ -273,9 +273,13 @@ def test_resume_is_exact(preset):
     assert resumed.allocation.state_dict()["totals"] == straight.allocation.state_dict()["totals"]
 
 
-def test_two_processes_take_identical_decisions(tmp_path):
-    ranks = run_two_ranks(tmp_path)
-    alone = run_steps(build_strategy("screen_posterior"), range(3))
+@pytest.mark.parametrize(
+    "spec",
+    ["screen_posterior", {"allocation": {"name": "knapsack", "params": {"explore": 0.5}}}],  # explore: draws
+)
+def test_two_processes_take_identical_decisions(tmp_path, spec):
+    ranks = run_two_ranks(tmp_path, spec)
+    alone = run_steps(build_strategy(spec), range(3))
     assert ranks[0]["decisions"] == ranks[1]["decisions"] == alone
     assert ranks[0]["shapes"] == ranks[1]["shapes"]
 
