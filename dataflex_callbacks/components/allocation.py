@@ -193,7 +193,18 @@ class Allocator(Component):
     # ------------------------------------------------------------ what a host asks
     def bind_group_size(self, group_size: int) -> None:
         """The host's completions per trained group (TRL's ``num_generations``); checked against the rule."""
-        self.group_size = check_int("group_size", group_size, low=2)
+        self.group_size = self.checked_group_size(group_size)
+
+    def checked_group_size(self, group_size: int) -> int:
+        """``group_size`` (>= 2), refused when it differs from the one configured (its ``group_size`` parameter)."""
+        size = check_int("group_size", group_size, low=2)
+        if self.group_size is not None and size != self.group_size:
+            raise ParamError(
+                f"allocation {self.name!r} was configured with group_size={self.group_size}, but the host trains "
+                f"groups of {size}; set group_size: {size} or leave it out (null takes the host's)",
+                "group_size",
+            )
+        return size
 
     def first_round(self) -> int:
         """Completions per candidate prompt in its first round (the pilot)."""
@@ -444,13 +455,7 @@ class ScreenAllocator(Allocator):
 
     def bind_group_size(self, group_size: int) -> None:
         """Set G (and a fractional pilot's k); a pilot of G or more would leave nothing to commit, and is refused."""
-        size = check_int("group_size", group_size, low=2)
-        if self.group_size is not None and size != self.group_size:
-            raise ParamError(
-                f"allocation 'screen' was configured with group_size={self.group_size}, but the host trains groups "
-                f"of {size}; set group_size: {size} or leave it out (null takes the host's)",
-                "group_size",
-            )
+        size = self.checked_group_size(group_size)
         self._pilot = self.pilot_for(size)
         self.group_size = size
 

@@ -14,10 +14,10 @@ from typing import Any
 import torch
 
 from dataflex_callbacks.components.allocation import Allocator, GroupTally
-from dataflex_callbacks.components.allocation_memory import PassHistory, shown
+from dataflex_callbacks.components.allocation_memory import PassHistory, restore_generator
 from dataflex_callbacks.components.allocation_signal import beta_moment
 from dataflex_callbacks.config.params import check_int, check_number
-from dataflex_callbacks.errors import BatchError, HostError, ParamError, StateError, check_state
+from dataflex_callbacks.errors import BatchError, HostError, ParamError, check_state
 from dataflex_callbacks.registry import register
 from dataflex_callbacks.rollout.batch import NO_DOMAIN
 
@@ -136,13 +136,7 @@ class KnapsackAllocator(Allocator):
 
     def bind_group_size(self, group_size: int) -> None:
         """Set G; a ``cap`` left out is G, and must hold a stage."""
-        size = check_int("group_size", group_size, low=2)
-        if self.group_size is not None and size != self.group_size:
-            raise ParamError(
-                f"allocation 'knapsack' was configured with group_size={self.group_size}, but the host trains groups "
-                f"of {size}; set group_size: {size} or leave it out (null takes the host's)",
-                "group_size",
-            )
+        size = self.checked_group_size(group_size)
         if self.cap is None and size < self.stage:
             raise ParamError(
                 f"parameter 'stage' ({self.stage}) is above the group size ({size}), the default cap: no prompt "
@@ -234,12 +228,6 @@ class KnapsackAllocator(Allocator):
 
     def load_state_dict(self, state: dict) -> None:
         check_state(state, ("history", "generator"), type(self).__name__)
-        generator = state["generator"]
-        if not isinstance(generator, torch.Tensor) or generator.dtype != torch.uint8 or generator.dim() != 1:
-            raise StateError(
-                f"KnapsackAllocator state: 'generator' must be a uint8 tensor (torch.Generator.get_state()); got "
-                f"{shown(generator)}. The checkpoint is damaged: resume from another one"
-            )
+        restore_generator(self.generator, state, "KnapsackAllocator")
         super().load_state_dict(state)
         self.history.load_state_dict(state["history"])
-        self.generator.set_state(generator.clone())

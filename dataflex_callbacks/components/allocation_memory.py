@@ -54,6 +54,18 @@ def saved_numbers(values: Any, count: int, name: str, what: str) -> list[float]:
     return [float(v) for v in numbers]
 
 
+def restore_generator(generator: torch.Generator, state: Mapping, what: str) -> None:
+    """Set ``generator`` to the saved ``state["generator"]`` (``torch.Generator.get_state()``, a 1-D uint8 tensor); a
+    `StateError` naming ``what`` for anything else."""
+    saved = state["generator"]
+    if not isinstance(saved, torch.Tensor) or saved.dtype != torch.uint8 or saved.dim() != 1:
+        raise StateError(
+            f"{what} state: 'generator' must be a uint8 tensor (torch.Generator.get_state()); got {shown(saved)}. The "
+            "checkpoint is damaged: resume from another one"
+        )
+    generator.set_state(saved.clone())
+
+
 class PassHistory:
     """The run's pilot outcomes: per prompt (its earlier pilots) and per domain (a Beta fitted to its prompts).
 

@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 
 import torch
 
-from dataflex_callbacks.components.allocation_memory import saved_field, saved_numbers, shown
-from dataflex_callbacks.errors import StateError, check_state
+from dataflex_callbacks.components.allocation_memory import restore_generator, saved_field, saved_numbers
+from dataflex_callbacks.errors import check_state
 from dataflex_callbacks.rollout.prompt_keys import hashable_key
 
 
@@ -138,12 +138,6 @@ class PriorSkips:
 
     def load_state_dict(self, state: dict) -> None:
         check_state(state, ("generator", "granted", "skips"), "PriorSkips")
-        generator = state["generator"]
-        if not isinstance(generator, torch.Tensor) or generator.dtype != torch.uint8 or generator.dim() != 1:
-            raise StateError(
-                f"PriorSkips state: 'generator' must be a uint8 tensor (torch.Generator.get_state()); got "
-                f"{shown(generator)}. The checkpoint is damaged: resume from another one"
-            )
-        self.generator.set_state(generator.clone())
+        restore_generator(self.generator, state, "PriorSkips")
         self.granted = dict.fromkeys(saved_field(state, "granted", list, "PriorSkips"))
         (self.skips,) = saved_numbers([state["skips"]], 1, "skips", "PriorSkips")

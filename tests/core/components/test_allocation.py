@@ -363,3 +363,12 @@ def test_skip_predicted_beside_an_allocation_warns_that_it_learns_from_pilots():
         warnings.simplefilter("error", PilotEvidenceWarning)
         build_strategy("screen_greso")  # greso's streak rule beside screening is not warned about
         build_strategy("skip")  # nor skip_predicted without an allocation
+
+
+@pytest.mark.parametrize("name", ["screen", "adaptive", "knapsack"])
+def test_a_host_group_size_other_than_the_configured_one_is_refused(name):
+    allocator = build_component("allocation", name, **({"group_size": 4} if name != "adaptive" else {}))
+    allocator.bind_group_size(4)
+    allocator.bind_group_size(4)  # the same size again is fine
+    with pytest.raises(ParamError, match=f"allocation '{name}' was configured with group_size=4.*set group_size: 6"):
+        allocator.bind_group_size(6)
