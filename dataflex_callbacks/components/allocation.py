@@ -206,6 +206,16 @@ class Allocator(Component):
             )
         return size
 
+    def bound_group_size(self, needs: str) -> int:
+        """The bound group size G; before a host binds one, a `ParamError` saying why the rule ``needs`` it."""
+        if self.group_size is None:
+            raise ParamError(
+                f"allocation {self.name!r} has no group size: {needs}; give group_size in its params, or let the host "
+                "bind it (allocator.bind_group_size(G); Lightning: self.group_size)",
+                "group_size",
+            )
+        return self.group_size
+
     def first_round(self) -> int:
         """Completions per candidate prompt in its first round (the pilot)."""
         raise NotImplementedError(f"{type(self).__name__} must implement first_round()")
@@ -460,13 +470,7 @@ class ScreenAllocator(Allocator):
         self.group_size = size
 
     def _size(self) -> int:
-        if self.group_size is None:
-            raise ParamError(
-                "allocation 'screen' has no group size: give group_size in its params, or let the host bind it "
-                "(allocator.bind_group_size(num_generations))",
-                "group_size",
-            )
-        return self.group_size
+        return self.bound_group_size("its rule reads the full group's size")
 
     def first_round(self) -> int:
         self._size()

@@ -145,15 +145,6 @@ class KnapsackAllocator(Allocator):
             )
         self.group_size = size
 
-    def _size(self) -> int:
-        if self.group_size is None:
-            raise ParamError(
-                "allocation 'knapsack' has no group size: its budget is a share of P prompts x G; give group_size in "
-                "its params, or let the host bind it (allocator.bind_group_size(G); Lightning: self.group_size)",
-                "group_size",
-            )
-        return self.group_size
-
     def first_round(self) -> int:
         """``stage``: the smallest count a prompt is given (every count is a multiple of it)."""
         return self.stage
@@ -163,7 +154,7 @@ class KnapsackAllocator(Allocator):
 
         Asked once per step with the same keys in the same order on every rank: it draws one uniform per prompt.
         """
-        size, prompts = self._size(), len(keys)
+        size, prompts = self.bound_group_size("its budget is a share of P prompts x G"), len(keys)
         labels = [NO_DOMAIN] * prompts if domains is None else [str(d) for d in domains]
         if len(labels) != prompts:
             raise BatchError(f"KnapsackAllocator.first_counts got {prompts} prompt keys but {len(labels)} domains")

@@ -372,3 +372,12 @@ def test_a_host_group_size_other_than_the_configured_one_is_refused(name):
     allocator.bind_group_size(4)  # the same size again is fine
     with pytest.raises(ParamError, match=f"allocation '{name}' was configured with group_size=4.*set group_size: 6"):
         allocator.bind_group_size(6)
+
+
+def test_a_rule_that_reads_the_group_size_before_a_host_binds_one_says_why():
+    from dataflex_callbacks.components.allocation_knapsack import KnapsackAllocator
+
+    with pytest.raises(ParamError, match="allocation 'knapsack' has no group size: its budget is a share of P prompts"):
+        KnapsackAllocator().first_counts(["a", "b"])
+    with pytest.raises(ParamError, match="allocation 'screen' has no group size: .*bind_group_size"):
+        ScreenAllocator().trains(tally_of([[1, 0]]))
