@@ -432,12 +432,9 @@ class ScreenAllocator(Allocator):
     @property
     def pilot(self) -> int:
         """k, the pilot's completions per prompt; a fractional ``pilot`` is known once the group size is bound."""
-        if self._pilot is None:
-            raise ParamError(
-                f"allocation 'screen' with pilot: {self.pilot_fraction} (a fraction of the group) has no group size "
-                "yet: give group_size in its params, or let the host bind it (allocator.bind_group_size(G))",
-                "pilot",
-            )
+        if self._pilot is None:  # only a fractional pilot of a group not bound yet (binding sets it)
+            self.bound_group_size(f"its pilot of {self.pilot_fraction} is a fraction of the group")
+        assert self._pilot is not None
         return self._pilot
 
     def pilot_for(self, group_size: int) -> int:

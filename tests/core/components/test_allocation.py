@@ -381,3 +381,5 @@ def test_a_rule_that_reads_the_group_size_before_a_host_binds_one_says_why():
         KnapsackAllocator().first_counts(["a", "b"])
     with pytest.raises(ParamError, match="allocation 'screen' has no group size: .*bind_group_size"):
         ScreenAllocator().trains(tally_of([[1, 0]]))
+    with pytest.raises(ParamError, match="'screen' has no group size: its pilot of 0.25 is a fraction of the group"):
+        _ = ScreenAllocator(pilot=0.25).pilot
