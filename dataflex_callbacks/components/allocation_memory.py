@@ -95,8 +95,7 @@ class PassHistory:
         own = np.zeros((len(keys), 2))
         known = slots >= 0
         own[known] = self.counts[slots[known]]
-        pooled = np.array([self.domains.get(str(d), [0.0] * 4) for d in domains], dtype=np.float64).reshape(-1, 4)
-        passes, trials, pair_passes, pairs = pooled.T
+        passes, trials, pair_passes, pairs = self._pooled(domains).T
         mean = np.where(trials > 0, passes / np.maximum(trials, 1.0), 0.5)
         if strength is None:
             second = np.where(pairs > 0, pair_passes / np.maximum(pairs, 1.0), mean)
@@ -111,7 +110,11 @@ class PassHistory:
 
     def has_pilots(self, domains: Sequence[str]) -> torch.Tensor:
         """``(P,)`` bool: each domain has a pilot completion recorded (a domain without one has no estimate yet)."""
-        return torch.tensor([self.domains.get(str(d), [0.0] * 4)[1] > 0 for d in domains], dtype=torch.bool)
+        return torch.from_numpy(self._pooled(domains)[:, 1] > 0)
+
+    def _pooled(self, domains: Sequence[str]) -> np.ndarray:
+        """``(P, 4)``: each domain's pooled [passes, trials, passing pairs, pairs] (zeros for a domain never seen)."""
+        return np.array([self.domains.get(str(d), [0.0] * 4) for d in domains], dtype=np.float64).reshape(-1, 4)
 
     def record(self, keys: Sequence[Any], domains: Sequence[str], passes: torch.Tensor, trials: torch.Tensor) -> None:
         """Add each prompt's pilot (``(P,)`` passes of ``trials``) to its own and its domain's counts."""
