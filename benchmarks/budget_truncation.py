@@ -17,7 +17,8 @@ import json
 import math
 from pathlib import Path
 
-from dataflex_callbacks.recipes.compare.reach import cost_to_reach
+from dataflex_callbacks.recipes.compare.reach import cost_to_reach, runs_by_seed
+from dataflex_callbacks.recipes.compare.results import RESULT_FILE
 
 
 def cut(curve: list[dict], budget: float) -> tuple[list[float], list[float]]:
@@ -45,11 +46,9 @@ def main() -> None:
     args = parser.parse_args()
     pairs = []
     for folder in args.folders.split(","):
-        for path in sorted(Path(folder, "runs").glob(f"{args.strategy}-seed*/result.json")):
-            seed = path.parent.name.rsplit("-seed", 1)[1]
-            base = Path(folder, "runs", f"baseline-seed{seed}", "result.json")
-            if base.exists():
-                pairs.append((seed, json.loads(base.read_text()), json.loads(path.read_text())))
+        records = [json.loads(path.read_text()) for path in Path(folder, "runs").glob(f"*/{RESULT_FILE}")]
+        ours, theirs = runs_by_seed(records, args.strategy), runs_by_seed(records, "baseline")
+        pairs += [(str(seed), theirs[seed], ours[seed]) for seed in sorted(set(ours) & set(theirs))]
     if not pairs:
         raise SystemExit(f"no seed of {args.strategy!r} with a 'baseline' run of the same seed in {args.folders}")
     print(f"{args.strategy} x plain GRPO to plain GRPO's final, seeds {', '.join(s for s, _, _ in pairs)}")
