@@ -63,6 +63,7 @@ TRL_ARGUMENTS = (
     "reward_threshold",
     "eval_points",
     "tune_learning_rates",
+    "strategy_recipes",
 )
 """`compare`'s arguments only a TRL run reads: refused with a training function (`train=`), as is any run option."""
 
@@ -76,6 +77,18 @@ def _refuse_trl_arguments(arguments: dict) -> None:
             f"compare(train=...) runs your training function, which sets its own model, data, reward, batch "
             f"shape and evaluations, so these TRL arguments would do nothing: {', '.join(sorted(given))}; drop them "
             "(set them inside your train(run)), or drop train= to compare TRL runs built by dataflex"
+        )
+
+
+def _check_option_names(run_options: dict) -> None:
+    """Refuse `compare`'s keyword arguments that are no `RunOptions` field, naming the valid ones."""
+    from ..options import RunOptions
+
+    names = {f.name for f in dataclasses.fields(RunOptions)}
+    unknown = sorted(set(run_options) - names)
+    if unknown:
+        raise CompareInputError(
+            f"compare() got unknown option(s) {unknown}; valid RunOptions fields: {', '.join(sorted(names))}"
         )
 
 
@@ -100,6 +113,7 @@ def compare(
     target: float | None = None,
     cost_model=None,
     tune_learning_rates: list[float] | None = None,
+    strategy_recipes: dict[str, dict] | None = None,
     overwrite: bool = False,
     progress: bool = True,
     on_warning: Callable[[str], None] | None = None,
@@ -144,6 +158,10 @@ def compare(
             every seed: the report, results.csv and the verdict then pair every strategy with the rate that reaches
             the baseline's final headline (and `target`) in the fewest completions, "better than tuning?". The
             shared rate is not trained twice; a bad rate is a `CompareInputError`.
+        strategy_recipes: run options a strategy trains with instead of the shared ones, by the name the report
+            shows it by: ``{"knapsack_wide": {"prompts_per_step": 32}}`` (keys ``prompts_per_step``,
+            ``num_generations``, ``learning_rate``); the baseline keeps the shared recipe and is paired with the
+            strategy by seed. A batch shape of its own needs a completions budget.
         eval_points: held-out evaluations along each TRL run (not given: `PYTHON_EVAL_POINTS`, 4); refused with
             `train`, whose function logs its own.
         train: your own training function ``train(run)`` (or its ``"module:function"`` path) instead of the TRL runs
@@ -177,12 +195,7 @@ def compare(
     seed_list = parse_seeds(seeds, flag="seeds")
     if train is not None:
         _refuse_trl_arguments(locals())
-    names = {f.name for f in dataclasses.fields(RunOptions)}
-    unknown = sorted(set(run_options) - names)
-    if unknown:
-        raise CompareInputError(
-            f"compare() got unknown option(s) {unknown}; valid RunOptions fields: {', '.join(sorted(names))}"
-        )
+    _check_option_names(run_options)
     if isinstance(reward_funcs, str) or callable(reward_funcs):  # one function, as GRPOTrainer also takes it
         reward_funcs = [reward_funcs]
     if isinstance(strategies, str):  # one strategy, not its letters
@@ -213,6 +226,7 @@ def compare(
         target=target,
         cost_model=cost_model,
         tune_learning_rates=tune_learning_rates,
+        strategy_recipes=strategy_recipes,
         train=train,
     )
     if on_warning is None:

@@ -74,6 +74,13 @@ def add_compare_parser(commands) -> None:
     compare.add_argument(
         "--tune-learning-rates", default=None, help=_help("tune_learning_rates", "none") + "; comma-separated"
     )
+    compare.add_argument(
+        "--strategy-recipe",
+        dest="strategy_recipes",
+        action="append",
+        default=None,
+        help=_help("strategy_recipes", "none: every run at the shared recipe") + "; once per strategy",
+    )
     compare.add_argument("--output-dir", default=DEFAULT_OUTPUT_DIR, help=_help("output_dir"))
     compare.add_argument(
         "--overwrite", action="store_true", help="discard the finished runs in --output-dir and start over"
@@ -130,6 +137,7 @@ def settings_from_args(args, argv: list[str] | None = None):
         target=args.target,
         cost_model=args.cost_model,
         tune_learning_rates=args.tune_learning_rates,
+        strategy_recipes=args.strategy_recipes,
         train=args.train,
     )
 

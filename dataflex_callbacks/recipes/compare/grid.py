@@ -83,7 +83,7 @@ def build_strategies(settings: CompareSettings) -> dict:
         except RunInputError as error:
             refused[spec] = str(error)
             continue
-        reason = adapter_refusal(found[spec], settings.base)
+        reason = adapter_refusal(found[spec], settings.recipe_options(spec=spec))
         if reason is not None:
             refused[spec] = f"the TRL adapter refuses it: {reason}"
     if refused:
@@ -303,6 +303,8 @@ def _prepare_folder(
             "baseline": settings.baseline,
             # Not among the shared settings: a changed list keeps the finished runs, as for strategies.
             "tune_learning_rates": settings.tune_learning_rates,
+            # Checked per run (`results.load_result`): a changed recipe retrains only that strategy's runs.
+            "strategy_recipes": {label: dict(recipe) for label, recipe in (settings.strategy_recipes or {}).items()},
         },
     )
 

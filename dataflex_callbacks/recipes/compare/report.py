@@ -34,6 +34,7 @@ from .reach import (
     runs_by_seed,
 )
 from .results_csv import RESULTS_FILE, write_results_csv
+from .strategy_recipes import recipe_text
 from .tuning import tuning_column_names, tuning_columns, tuning_section
 from .verdict import RESOLUTION_TARGET, resolution, verdict_lines
 
@@ -219,6 +220,11 @@ def _settings_lines(settings, outcome) -> list[str]:
         f"- budget per run: `{settings.budget}` ({settings.completions_per_step} completions per step: "
         f"{base.prompts_per_step} prompts x {base.num_generations} generations, "
         f"{base.max_completion_length} tokens max)",
+        *(
+            f"- `{label}` trains at its own recipe: {recipe_text(recipe)} (`--strategy-recipe`); paired with "
+            f"`{settings.baseline}` at the shared one by seed"
+            for label, recipe in (getattr(settings, "strategy_recipes", None) or {}).items()
+        ),
         f"- seeds: {', '.join(str(s) for s in sorted({r['seed'] for r in outcome.records}))} (same initial weights, "
         "data and reward noise for every strategy of a seed); baseline: `" + settings.baseline + "`",
         f"- held-out set: {held_out_sizes(outcome.records)}"

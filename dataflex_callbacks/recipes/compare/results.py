@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from ..held_out import SAMPLED, HeldOutEvaluation, HeldOutScores
 from .budget import GenerationLedger, budget_callback
 from .health import truncated_share
+from .strategy_recipes import RECIPE_FLAG, recipe_text
 
 if TYPE_CHECKING:  # pragma: no cover
     from .settings import CompareSettings, GridRun
@@ -109,6 +110,13 @@ def load_result(
         return None
     if record.get("learning_rate", settings.base.learning_rate) != settings.learning_rate_of(run):
         return None  # a run of the learning-rate sweep trained at another rate
+    if record.get("recipe", {}) != dict(run.recipe):
+        if on_warning is not None:
+            on_warning(
+                f"{path} was trained with the recipe {recipe_text(record.get('recipe')) or 'shared'!r}, not "
+                f"{recipe_text(run.recipe) or 'shared'!r} ({RECIPE_FLAG}); recomputing run {run.name}"
+            )
+        return None
     if record["strategy"] != run.strategy or record["seed"] != run.seed:
         if on_warning is not None:
             on_warning(
@@ -147,6 +155,7 @@ def _summarize(
         "seed": run.seed,
         "name": run.name,
         "learning_rate": settings.learning_rate_of(run),
+        "recipe": dict(run.recipe),
         "budget": str(settings.budget),
         "shared_key": settings.shared_key(),
         "run_dir": result.output_dir,

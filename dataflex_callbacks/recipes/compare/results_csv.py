@@ -9,12 +9,14 @@ from ..held_out import SAMPLED
 from .decomposition import decomposition_column_names, decomposition_columns
 from .figures import domains_of
 from .reach import reach_column_names, reach_columns
+from .strategy_recipes import recipe_text
 
 RESULTS_FILE = "results.csv"
 RUN_COLUMNS = (
     "strategy",
     "seed",
     "budget",
+    "recipe",
     "steps",
     "completions",
     "reused_responses",
@@ -70,7 +72,7 @@ def result_row(record: dict) -> dict:
         for key in ("strategy", "seed", "budget", "steps", "completions", "completion_tokens", "wall_seconds")
     }
     row.update({key: record.get(key) for key in OPTIONAL_FIELDS})
-    row.update(kept_frac=record["kept_frac"], run_dir=record["run_dir"])
+    row.update(kept_frac=record["kept_frac"], run_dir=record["run_dir"], recipe=recipe_text(record.get("recipe")))
     row["eval_points"] = (record.get("eval_points") or {}).get("evaluated", len(record["curve"]) - 2)
     headline = record["headline"]
     row.update(

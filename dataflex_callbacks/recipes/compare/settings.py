@@ -29,6 +29,7 @@ from ..options import (
 from ..run_folder import check_folder_path
 from .budget import Budget, EvalPlan
 from .cost_model import CostModel
+from .strategy_recipes import RECIPE_FLAG, check_strategy_recipes, parse_strategy_recipes
 
 RUNS_FOLDER = "runs"
 EXECUTORS = ("processes", "ray")
@@ -158,12 +159,15 @@ def strategy_label(spec: str) -> str:
 class GridRun:
     """One cell of the grid: a strategy trained with a seed; `learning_rate` set only on a run of the
     learning-rate sweep (`CompareSettings.tune_learning_rates`), which trains at that rate instead of the shared one;
-    `label` the strategy's name as the comparison shows it (`strategy_label`)."""
+    `label` the strategy's name as the comparison shows it (`strategy_label`); `recipe` the strategy's own run options
+    (`CompareSettings.strategy_recipes`)."""
 
     strategy: str
     seed: int
     learning_rate: float | None = None
     label: str | None = None
+    recipe: tuple = ()
+    """The strategy's own run options, ``((key, value), ...)`` (`strategy_recipes`); () trains at the shared ones."""
 
     @property
     def name(self) -> str:
@@ -235,6 +239,12 @@ class CompareSettings:
         help="learning rates at which plain GRPO (the baseline strategy) also trains, with every seed, to ask "
         "'better than tuning?': the report pairs every strategy with the rate that reaches the baseline's final "
         "headline in the fewest completions, e.g. 1e-5,3e-5,1e-4 (the shared rate is not trained twice)",
+    )
+    strategy_recipes: dict | None = _setting(
+        None,
+        help="run options a strategy trains with instead of the shared ones, LABEL:key=value[,key=value] with keys "
+        "prompts_per_step, num_generations, learning_rate (e.g. knapsack_wide:prompts_per_step=32: Knapsack RL's "
+        "candidates); the baseline keeps the shared recipe and pairs with the strategy by seed, in completions",
     )
     cost_model: object = _setting(
         None,
@@ -330,7 +340,13 @@ class CompareSettings:
         self.base = dataclasses.replace(
             self.base, max_completion_length=completion_tokens(self.base), eval_max_new_tokens=eval_tokens(self.base)
         )
+        self._check_run_variants()
+
+    def _check_run_variants(self) -> None:
+        """The runs beside the shared recipe: the learning-rate sweep's rates and the strategies' own recipes."""
         self.tune_learning_rates = check_learning_rates(self.tune_learning_rates)
+        recipes = parse_strategy_recipes(self.strategy_recipes, CompareInputError)
+        self.strategy_recipes = check_strategy_recipes(self, recipes, CompareInputError)
 
     def _check_labels(self) -> dict[str, str]:
         """`spec -> strategy_label(spec)` for every strategy; a `CompareInputError` when two share a label, which
@@ -377,6 +393,8 @@ class CompareSettings:
         ]
         if self.tune_learning_rates is not None:
             given.append(LEARNING_RATES_FLAG)
+        if self.strategy_recipes:
+            given.append(RECIPE_FLAG)
         if self.eval_points is not None:  # any value, the default's included: the function logs its own
             given.append("--eval-points")
         if given:
@@ -420,7 +438,12 @@ class CompareSettings:
 
     def grid(self) -> list[GridRun]:
         """Every (strategy, seed) pair, strategies outer."""
-        return [GridRun(spec, seed, label=self._labels[spec]) for spec in self.strategies for seed in self.seeds]
+        own = self.strategy_recipes or {}
+        return [
+            GridRun(spec, seed, label=self._labels[spec], recipe=own.get(self._labels[spec], ()))
+            for spec in self.strategies
+            for seed in self.seeds
+        ]
 
     def tuning_runs(self) -> list[GridRun]:
         """The learning-rate sweep's runs: the baseline strategy with every seed at each of `tune_learning_rates`
@@ -430,8 +453,11 @@ class CompareSettings:
         return [GridRun(self.baseline, seed, rate, label=label) for rate in rates for seed in self.seeds]
 
     def learning_rate_of(self, run: GridRun) -> float:
-        """The rate `run` trains at: its own for a run of the learning-rate sweep, else the shared one."""
-        return self.base.learning_rate if run.learning_rate is None else run.learning_rate
+        """The rate `run` trains at: its own for a run of the learning-rate sweep or of a strategy whose own recipe
+        sets one, else the shared one."""
+        if run.learning_rate is not None:
+            return run.learning_rate
+        return dict(run.recipe).get("learning_rate", self.base.learning_rate)
 
     def eval_plan(self) -> EvalPlan:
         """When a TRL run is evaluated besides before and after: `eval_points` thresholds evenly spaced over the
@@ -487,14 +513,23 @@ class CompareSettings:
     def run_dir(self, run: GridRun) -> str:
         return os.path.join(self.output_dir, RUNS_FOLDER, run.name)
 
+    def recipe_options(self, recipe: tuple = (), spec: str | None = None):
+        """The shared run options with a strategy's own recipe: `recipe`, or the recipe of strategy `spec`."""
+        if spec is not None:
+            recipe = (self.strategy_recipes or {}).get(self._labels[spec], ())
+        return dataclasses.replace(self.base, **dict(recipe))
+
     def options_for(self, run: GridRun, fewer_per_step: bool = False):
+        """The run options `run` trains with: the shared ones, its strategy's own recipe, and its seed, folder and
+        step cap (the budget over its own completions per step)."""
+        base = self.recipe_options(run.recipe)
         return dataclasses.replace(
-            self.base,
+            base,
             strategy=run.strategy,
             seed=run.seed,
             output_dir=self.run_dir(run),
             learning_rate=self.learning_rate_of(run),
             overwrite=True,
             progress=False,
-            steps=self.budget.step_cap(self.completions_per_step, fewer_per_step),
+            steps=self.budget.step_cap(int(base.prompts_per_step) * int(base.num_generations), fewer_per_step),
         )
