@@ -189,7 +189,8 @@ PRESETS: dict[str, tuple[str, dict]] = {
     ),
     "pilot_commit": (
         "Pilot-Commit's decisions: a pilot of G/4 completions per prompt; the rest of the group where the pilot's "
-        "pass rate lies in [0.125, 0.75]; a prompt whose pilot was all correct is evicted (arXiv 2605.26606)",
+        "pass rate lies in [0.125, 0.75]; a prompt whose pilot was all correct is evicted (arXiv 2605.26606); for "
+        "groups of 32 or more: at G = 8 it regressed on the testbed (docs/benchmarks.md)",
         {
             "allocation": {
                 "name": "screen",
