@@ -236,11 +236,14 @@ class NoSignalStepWarning(UserWarning):
 
 
 class PilotEvidenceWarning(UserWarning):
-    """A ``pre_select`` rule that learns from whole groups (``skip_predicted``) sits beside an ``allocation`` part, so
-    it learns from the allocation's pilots of k completions instead, whose rewards agree far more often than a
-    group's: its estimates of "no signal" run high for every state (on the testbed every state came to be skipped
-    alike). Shown when the strategy is built; the screen allocator's ``min_prior_signal`` skips before the pilot
-    from a model of the pilot's size."""
+    """A decision drawn from pilots of k completions, which are weak evidence of what a whole group would show.
+
+    Two cases. A ``pre_select`` rule that learns from whole groups (``skip_predicted``) sits beside an
+    ``allocation`` part, so it learns from the allocation's pilots instead, whose rewards agree far more often than
+    a group's: its estimates of "no signal" run high for every state (on the testbed every state came to be skipped
+    alike); shown when the strategy is built (the screen allocator's ``min_prior_signal`` skips before the pilot from
+    a model of the pilot's size). And the screen allocator's ``evict`` on pilots of fewer than 8 completions, where
+    an all-correct pilot is weak evidence of "solved"; shown when the group size is bound."""
 
 
 class ZeroRewardWarning(UserWarning):

@@ -465,6 +465,8 @@ class ScreenAllocator(Allocator):
         size = self.checked_group_size(group_size)
         self._pilot = self.pilot_for(size)
         self.group_size = size
+        if self.evict:
+            self.evictions.check_evidence(self._pilot)
 
     def _size(self) -> int:
         return self.bound_group_size("its rule reads the full group's size")

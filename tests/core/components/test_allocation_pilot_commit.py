@@ -12,7 +12,7 @@ from dataflex_callbacks import build_strategy
 from dataflex_callbacks.components.allocation import ScreenAllocator, band_commits, tally_groups
 from dataflex_callbacks.components.allocation_memory import EvictedPrompts
 from dataflex_callbacks.components.allocation_rounds import AllocationRounds
-from dataflex_callbacks.errors import ParamError, StateError
+from dataflex_callbacks.errors import ParamError, PilotEvidenceWarning, StateError
 from dataflex_callbacks.registry import build_component
 
 # Pilot-Commit's band, at G = 64 with pilots of G/4 = 16: 2/16 and 12/16 sit exactly on its edges.
@@ -129,6 +129,27 @@ def test_a_prompt_whose_pilot_was_all_correct_is_never_piloted_again(evict):
     assert ("alloc/evicted_prompts" in screen.metrics()) == evict
     if evict:
         assert screen.metrics()["alloc/evicted_prompts"] == 1.0
+
+
+@pytest.mark.parametrize(
+    ("params", "group_size", "warns"),
+    [
+        ({"pilot": 0.25, "evict": True}, 8, True),  # a pilot of 2: the testbed's regression
+        ({"pilot": 0.25, "evict": True}, 32, False),  # Pilot-Commit's own setting: a pilot of 8
+        ({"pilot": 7, "evict": True}, 16, True),
+        ({"pilot": 0.25, "evict": False}, 8, False),
+    ],
+)
+def test_eviction_on_a_pilot_of_fewer_than_8_warns_once_naming_the_fix(params, group_size, warns, recwarn):
+    screen = ScreenAllocator(**BAND, **params)
+    screen.bind_group_size(group_size)
+    screen.bind_group_size(group_size)
+    found = [w for w in recwarn if issubclass(w.category, PilotEvidenceWarning)]
+    assert len(found) == (1 if warns else 0)
+    if warns:
+        text = str(found[0].message)
+        assert f"pilot of {screen.pilot} completion(s)" in text and "evict: false" in text
+        assert f"probability {0.7**screen.pilot:.2f}" in text
 
 
 def test_eviction_is_decided_from_the_pilot_not_the_committed_group():
