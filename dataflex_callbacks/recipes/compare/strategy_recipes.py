@@ -28,7 +28,13 @@ def parse_strategy_recipes(items, error: type) -> dict[str, dict]:
     if items is None:
         return {}
     if isinstance(items, Mapping):
-        return {str(label): dict(recipe) for label, recipe in items.items()}
+        wrong = [label for label, recipe in items.items() if not isinstance(recipe, Mapping)]
+        if wrong:
+            raise error(
+                f"strategy_recipes maps a strategy to its run options, e.g. {{'knapsack_wide': {{'prompts_per_step': "
+                f"32}}}}; got {items[wrong[0]]!r} for {wrong[0]!r}"
+            )
+        return {str(label): {str(k).replace("-", "_"): v for k, v in recipe.items()} for label, recipe in items.items()}
     if isinstance(items, str):
         items = [items]
     recipes: dict[str, dict] = {}

@@ -64,6 +64,11 @@ def test_an_unusable_recipe_is_refused_naming_the_fix(tmp_path, recipes, budget,
     assert isinstance(raised.value, DataFlexError)
 
 
+def test_a_mapping_whose_value_is_not_a_mapping_is_refused(tmp_path):
+    with pytest.raises(CompareInputError, match="maps a strategy to its run options"):
+        settings_for(tmp_path, {"difffilter": 32})
+
+
 def test_a_learning_rate_of_its_own_is_allowed_under_a_steps_budget(tmp_path):
     settings = settings_for(tmp_path, ["difffilter:learning_rate=1e-2"], budget="steps:4")
     assert settings.options_for(settings.grid()[-1]).steps == 4
