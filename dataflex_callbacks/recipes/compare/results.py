@@ -108,8 +108,6 @@ def load_result(
         return None
     if record.get("shared_key") != settings.shared_key():
         return None
-    if record.get("learning_rate", settings.base.learning_rate) != settings.learning_rate_of(run):
-        return None  # a run of the learning-rate sweep trained at another rate
     if record.get("recipe", {}) != dict(run.recipe):
         if on_warning is not None:
             on_warning(
@@ -117,6 +115,8 @@ def load_result(
                 f"{recipe_text(run.recipe) or 'shared'!r} ({RECIPE_FLAG}); recomputing run {run.name}"
             )
         return None
+    if record.get("learning_rate", settings.base.learning_rate) != settings.learning_rate_of(run):
+        return None  # a run of the learning-rate sweep trained at another rate
     if record["strategy"] != run.strategy or record["seed"] != run.seed:
         if on_warning is not None:
             on_warning(

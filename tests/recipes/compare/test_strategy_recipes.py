@@ -124,5 +124,9 @@ def test_a_real_comparison_trains_a_strategy_at_its_own_recipe_and_retrains_only
     assert main([*args, "--strategy-recipe", "difffilter:prompts_per_step=2"]) == 0
     assert computed == ["difffilter-seed0"]
     assert "was trained with the recipe 'prompts_per_step=8', not 'prompts_per_step=2'" in capsys.readouterr().err
+    assert main([*args, "--strategy-recipe", "difffilter:prompts_per_step=2,learning_rate=1e-2"]) == 0
+    assert computed == ["difffilter-seed0", "difffilter-seed0"]  # a rate of its own is a changed recipe, said so
+    assert "not 'prompts_per_step=2, learning_rate=0.01'" in capsys.readouterr().err
     record = json.loads((folder / "runs" / "difffilter-seed0" / "result.json").read_text())
-    assert (record["steps"], record["recipe"]) == (8, {"prompts_per_step": 2})
+    assert (record["steps"], record["learning_rate"]) == (8, 1e-2)
+    assert record["recipe"] == {"prompts_per_step": 2, "learning_rate": 1e-2}
