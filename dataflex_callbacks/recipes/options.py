@@ -326,6 +326,17 @@ def check_option_number(flag: str, value, rule: NumberRule, error: type = None):
     return number
 
 
+def check_option_text(flag: str, value, rule: NumberRule, error: type = None):
+    """`check_option_number` for a value that may be text as a command line gives it (``"1e-5"``, ``"32"``), read as
+    `rule`'s kind of number first; text that is no number is refused naming it."""
+    if isinstance(value, str):
+        try:
+            value = int(value) if rule.integer else float(value)
+        except ValueError:
+            pass  # check_option_number names the text
+    return check_option_number(flag, value, rule, error)
+
+
 def check_run_options(options: RunOptions, error: type = None) -> None:
     """Check every user-facing option of `options` (numbers, choices, names) before any expensive work.
 

@@ -83,7 +83,7 @@ def build_strategies(settings: CompareSettings) -> dict:
         except RunInputError as error:
             refused[spec] = str(error)
             continue
-        reason = adapter_refusal(found[spec], settings.recipe_options(spec=spec))
+        reason = adapter_refusal(found[spec], settings.recipe_options(settings.recipe_of(spec)))
         if reason is not None:
             refused[spec] = f"the TRL adapter refuses it: {reason}"
     if refused:

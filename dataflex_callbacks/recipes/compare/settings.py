@@ -19,6 +19,7 @@ from ..options import (
     NumberRule,
     RunOptions,
     check_option_number,
+    check_option_text,
     check_run_options,
     completion_tokens,
     eval_tokens,
@@ -116,14 +117,7 @@ def check_learning_rates(rates) -> list[float] | None:
             f"(or {LEARNING_RATES_FLAG} 1e-5,3e-5,1e-4)"
         )
     rule = dataclasses.replace(OPTION_RULES["learning_rate"], optional=False)
-    checked = []
-    for rate in rates:
-        if isinstance(rate, str):
-            try:
-                rate = float(rate)
-            except ValueError:
-                pass  # check_option_number names the text
-        checked.append(check_option_number(LEARNING_RATES_FLAG, rate, rule, CompareInputError))
+    checked = [check_option_text(LEARNING_RATES_FLAG, rate, rule, CompareInputError) for rate in rates]
     if not checked or len(set(checked)) != len(checked):
         raise CompareInputError(
             f"{LEARNING_RATES_FLAG} must list distinct learning rates, at least one, got {list(rates)}; pass e.g. "
@@ -438,9 +432,8 @@ class CompareSettings:
 
     def grid(self) -> list[GridRun]:
         """Every (strategy, seed) pair, strategies outer."""
-        own = self.strategy_recipes or {}
         return [
-            GridRun(spec, seed, label=self._labels[spec], recipe=own.get(self._labels[spec], ()))
+            GridRun(spec, seed, label=self._labels[spec], recipe=self.recipe_of(spec))
             for spec in self.strategies
             for seed in self.seeds
         ]
@@ -513,10 +506,12 @@ class CompareSettings:
     def run_dir(self, run: GridRun) -> str:
         return os.path.join(self.output_dir, RUNS_FOLDER, run.name)
 
-    def recipe_options(self, recipe: tuple = (), spec: str | None = None):
-        """The shared run options with a strategy's own recipe: `recipe`, or the recipe of strategy `spec`."""
-        if spec is not None:
-            recipe = (self.strategy_recipes or {}).get(self._labels[spec], ())
+    def recipe_of(self, spec: str) -> tuple:
+        """Strategy `spec`'s own run options, ``((key, value), ...)`` (`strategy_recipes`); () for the shared ones."""
+        return (self.strategy_recipes or {}).get(self._labels[spec], ())
+
+    def recipe_options(self, recipe: tuple = ()):
+        """The shared run options with a strategy's own `recipe` (`recipe_of`) in place."""
         return dataclasses.replace(self.base, **dict(recipe))
 
     def options_for(self, run: GridRun, fewer_per_step: bool = False):

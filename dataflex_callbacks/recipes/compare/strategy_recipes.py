@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 
-from ..options import OPTION_RULES, check_option_number, check_run_options, option_flag
+from ..options import OPTION_RULES, check_option_text, check_run_options, option_flag
 
 RECIPE_FLAG = "--strategy-recipe"
 RECIPE_KEYS = ("prompts_per_step", "num_generations", "learning_rate")
@@ -60,16 +60,6 @@ def parse_strategy_recipes(items, error: type) -> dict[str, dict]:
     return recipes
 
 
-def _number(key: str, value, error: type):
-    rule = dataclasses.replace(OPTION_RULES[key], optional=False)
-    if isinstance(value, str):
-        try:
-            value = float(value) if not rule.integer else int(value)
-        except ValueError:
-            pass  # check_option_number names the text
-    return check_option_number(f"{RECIPE_FLAG} {key}", value, rule, error)
-
-
 def check_strategy_recipes(settings, recipes: dict[str, dict], error: type) -> dict[str, tuple]:
     """Each recipe checked against `settings` (its labels, baseline, budget and shared run options):
     ``{label: ((key, value), ...)}``, keys in `RECIPE_KEYS` order, values by the options' own rules, a value equal to
@@ -78,7 +68,7 @@ def check_strategy_recipes(settings, recipes: dict[str, dict], error: type) -> d
     if not recipes:
         return {}
     labels = settings.labels()
-    by_label = {**{spec: label for spec, label in labels.items()}, **{label: label for label in labels.values()}}
+    by_label = {**labels, **{label: label for label in labels.values()}}  # a strategy by its spec or its label
     checked: dict[str, tuple] = {}
     for name, recipe in recipes.items():
         label = by_label.get(name)
@@ -98,7 +88,13 @@ def check_strategy_recipes(settings, recipes: dict[str, dict], error: type) -> d
                 f"{RECIPE_FLAG} {name!r}: {', '.join(unknown)} cannot differ between strategies; a strategy's own "
                 f"recipe sets {', '.join(RECIPE_KEYS)}"
             )
-        values = {key: _number(key, recipe[key], error) for key in RECIPE_KEYS if key in recipe}
+        values = {
+            key: check_option_text(
+                f"{RECIPE_FLAG} {key}", recipe[key], dataclasses.replace(OPTION_RULES[key], optional=False), error
+            )
+            for key in RECIPE_KEYS
+            if key in recipe
+        }
         own = tuple((key, value) for key, value in values.items() if value != getattr(settings.base, key))
         if settings.budget.unit == "steps" and any(key in BATCH_SHAPE_KEYS for key, _ in own):
             raise error(
